@@ -1,0 +1,22 @@
+"""Token stores in Megatron-LM's .bin/.idx format: reader, writer, manifest, merge, verify."""
+
+from .format import DTYPE_BY_CODE, IndexHeader, dtype_for_vocab
+from .manifest import Manifest, read_manifest
+from .merge import merge
+from .reader import IndexedDataset, strip_suffix
+from .verify import VerifyReport, verify
+from .writer import IndexedDatasetWriter
+
+__all__ = [
+    "DTYPE_BY_CODE",
+    "IndexHeader",
+    "IndexedDataset",
+    "IndexedDatasetWriter",
+    "Manifest",
+    "VerifyReport",
+    "dtype_for_vocab",
+    "merge",
+    "read_manifest",
+    "strip_suffix",
+    "verify",
+]

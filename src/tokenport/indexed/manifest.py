@@ -1,0 +1,80 @@
+"""The PREFIX.json sidecar: what a store holds, how it was made, and checksums to verify it.
+
+Megatron ignores this file; tokenport writes it beside every store it creates and reads it
+when present. A store without one is still fully readable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import CorruptStoreError
+
+MANIFEST_FORMAT = "tokenport.store/1"
+
+
+@dataclass(frozen=True)
+class Checksums:
+    """A digest of the .idx file and per-block digests of the .bin file."""
+
+    algorithm: str
+    idx: str
+    bin_block_size: int
+    bin_blocks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a store says about itself beside its tokens."""
+
+    dtype: str
+    sequences: int
+    documents: int
+    tokens: int
+    checksums: Checksums
+    tokenizer: dict[str, Any] | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    format: str = MANIFEST_FORMAT
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["checksums"]["bin_blocks"] = list(self.checksums.bin_blocks)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, path: str) -> "Manifest":
+        try:
+            data = json.loads(text)
+            checks = data.pop("checksums")
+            checks["bin_blocks"] = tuple(checks["bin_blocks"])
+            manifest = cls(checksums=Checksums(**checks), **data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptStoreError(
+                f"{path}: not a valid tokenport manifest ({exc}); delete it or rebuild the store"
+            ) from None
+        if manifest.format != MANIFEST_FORMAT:
+            raise CorruptStoreError(
+                f"{path}: manifest format {manifest.format!r} is not {MANIFEST_FORMAT!r}; "
+                "upgrade tokenport to read it"
+            )
+        return manifest
+
+
+def manifest_path(prefix: str) -> str:
+    return prefix + ".json"
+
+
+def read_manifest(prefix: str) -> Manifest | None:
+    """The manifest of a local store, or None when it has none."""
+    path = manifest_path(prefix)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CorruptStoreError(f"{path}: cannot read manifest ({exc.strerror})") from None
+    return Manifest.from_json(text, path)

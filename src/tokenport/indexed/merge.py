@@ -1,0 +1,66 @@
+"""Merging token stores into one, streaming: bytes are copied in chunks, never all in memory."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from .reader import IndexedDataset
+from .writer import IndexedDatasetWriter
+
+_WINDOW_DOCUMENTS = 1 << 20
+_COPY_BYTES = 64 << 20
+
+
+def merge(
+    output_prefix: str | os.PathLike,
+    input_prefixes: Sequence[str | os.PathLike],
+    *,
+    provenance: dict[str, Any] | None = None,
+) -> str:
+    """Concatenate stores (same dtype) into `output_prefix`, keeping sequence and document order."""
+    if not input_prefixes:
+        raise ConfigError("merge: give at least one input store")
+    inputs = [IndexedDataset(prefix) for prefix in input_prefixes]
+    dtypes = {ds.dtype for ds in inputs}
+    if len(dtypes) != 1:
+        names = ", ".join(f"{ds.prefix} ({ds.dtype})" for ds in inputs)
+        raise ConfigError(f"merge: inputs have different dtypes: {names}; re-tokenize to one dtype")
+    tokenizers = {repr(ds.manifest.tokenizer) for ds in inputs if ds.manifest is not None}
+    tokenizer = next((ds.manifest.tokenizer for ds in inputs if ds.manifest is not None), None)
+    if len(tokenizers) > 1:
+        raise ConfigError(
+            "merge: inputs were made with different tokenizers; their ids are not comparable"
+        )
+    record = {"merged_from": [ds.prefix for ds in inputs], **(provenance or {})}
+    with IndexedDatasetWriter(output_prefix, dtype=inputs[0].dtype, tokenizer=tokenizer, provenance=record) as out:
+        for ds in inputs:
+            _append(out, ds)
+            ds.close()
+    return out.prefix
+
+
+def _append(out: IndexedDatasetWriter, ds: IndexedDataset) -> None:
+    """Stream one store into `out`, whole documents at a time, about 64 MiB of tokens per step."""
+    lengths = ds.sequence_lengths
+    pointers = ds.sequence_pointers
+    documents = ds.document_indices
+    itemsize = ds.dtype.itemsize
+    if not len(lengths):
+        return
+    end_byte = int(pointers[-1]) + int(lengths[-1]) * itemsize
+    first = 0
+    while first < len(documents) - 1:
+        window = documents[first : first + _WINDOW_DOCUMENTS + 1]
+        inside = window < len(lengths)
+        byte_at = np.where(inside, pointers[np.minimum(window, len(lengths) - 1)], end_byte)
+        steps = int(np.searchsorted(byte_at, byte_at[0] + _COPY_BYTES, side="right")) - 1
+        steps = max(1, min(steps, len(window) - 1))
+        first_seq, stop_seq = int(window[0]), int(window[steps])
+        start, stop = int(byte_at[0]), int(byte_at[steps])
+        tokens = ds._bin.read_array(start, (stop - start) // itemsize, ds.dtype)
+        out.add_documents(tokens, lengths[first_seq:stop_seq], np.diff(window[: steps + 1]))
+        first += steps

@@ -1,0 +1,263 @@
+"""IndexedDataset: random access to the sequences of a .bin/.idx store, local or remote.
+
+Opening reads the 34-byte header and checks file sizes: O(1) work however many sequences the
+store holds. The index arrays are memory-mapped on first use, and both files are opened lazily
+and closed when idle (see storage.handles), so thousands of stores can be open at once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, CorruptStoreError
+from ..storage import MODES, ByteSource, MmapSource, PreadSource, is_remote, local_path, open_source
+from ..storage.handles import LazyHandle
+from .commit import roll_forward
+from .format import HEADER_SIZE, IndexHeader, parse_header
+from .manifest import Manifest, manifest_path, read_manifest
+
+
+def strip_suffix(path: str | os.PathLike) -> str:
+    """The store prefix of a path that may end in .bin, .idx or .json."""
+    text = os.fspath(path)
+    for suffix in (".bin", ".idx", ".json"):
+        if text.endswith(suffix):
+            return text[: -len(suffix)]
+    return text
+
+
+class _IndexArrays:
+    """The three arrays of an .idx file, as views of its mapping (or copies, in pread mode)."""
+
+    __slots__ = ("lengths", "pointers", "documents")
+
+    def __init__(self, source: ByteSource, header: IndexHeader) -> None:
+        n = header.sequence_count
+        self.lengths = source.read_array(header.lengths_offset, n, np.int32)
+        self.pointers = source.read_array(header.pointers_offset, n, np.int64)
+        self.documents = source.read_array(header.documents_offset, header.document_count, np.int64)
+
+
+def _forget(_: object) -> None:
+    """Drop a handle's value; its memory goes with the last reference to it."""
+
+
+class IndexedDataset:
+    """The sequences of a Megatron-compatible token store.
+
+    `prefix_or_url` is a local prefix (``data/wiki`` for ``data/wiki.bin`` + ``.idx``) or an
+    fsspec URL (``s3://bucket/wiki``). `mode` is "auto" (mmap locally, ranged reads remotely),
+    "mmap", "pread" or "remote". `remote_options` (a storage.remote.RemoteOptions) tunes
+    object-store reads; `cache_dir` is where a remote .idx is cached.
+    """
+
+    def __init__(
+        self,
+        prefix_or_url: str | os.PathLike,
+        mode: str = "auto",
+        *,
+        remote_options: Any = None,
+        cache_dir: str | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        self.prefix = strip_suffix(prefix_or_url)
+        self.mode = mode
+        self._remote_options = remote_options
+        self._cache_dir = cache_dir
+        self._manifest: Manifest | None | bool = False
+        self._num_tokens: int | None = None
+        if is_remote(self.prefix):
+            from ..storage.remote import fetch_cached
+
+            idx_path = fetch_cached(self.prefix + ".idx", cache_dir=cache_dir, options=remote_options)
+            self._idx: ByteSource = PreadSource(idx_path) if mode == "pread" else MmapSource(idx_path)
+            self._bin = open_source(self.prefix + ".bin", "remote", options=remote_options)
+        else:
+            roll_forward(local_path(self.prefix))
+            base = local_path(self.prefix)
+            self._idx = PreadSource(base + ".idx") if mode == "pread" else MmapSource(base + ".idx")
+            self._bin = open_source(base + ".bin", "pread" if mode == "pread" else "mmap")
+        self.header = parse_header(
+            self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size
+        )
+        self.dtype = self.header.dtype
+        self._itemsize = self.dtype.itemsize
+        self._check_bin_size()
+        self._index = LazyHandle(lambda: _IndexArrays(self._idx, self.header), _forget)
+        self._zero_copy = isinstance(self._bin, MmapSource)
+        self._tokens = LazyHandle(self._map_tokens, _forget) if self._zero_copy else None
+
+    def _check_bin_size(self) -> None:
+        n = self.header.sequence_count
+        if n == 0:
+            return
+        last_pointer = int(self._idx.read_array(self.header.pointers_offset + 8 * (n - 1), 1, np.int64)[0])
+        last_length = int(self._idx.read_array(self.header.lengths_offset + 4 * (n - 1), 1, np.int32)[0])
+        needed = last_pointer + last_length * self._itemsize
+        if last_pointer < 0 or last_length < 0 or self._bin.size < needed:
+            raise CorruptStoreError(
+                f"{self._bin.url}: has {self._bin.size} bytes but the index needs {needed}; "
+                "the .bin is truncated or belongs to another .idx: rebuild or re-download it"
+            )
+
+    def _map_tokens(self) -> np.ndarray:
+        buffer = self._bin.buffer()  # type: ignore[attr-defined]
+        return np.frombuffer(buffer, dtype=self.dtype, count=len(buffer) // self._itemsize)
+
+    # -- sizes and arrays ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.header.sequence_count
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        """int32 length of every sequence, in tokens."""
+        return self._index.get().lengths
+
+    @property
+    def sequence_pointers(self) -> np.ndarray:
+        """int64 byte offset of every sequence in the .bin file."""
+        return self._index.get().pointers
+
+    @property
+    def document_indices(self) -> np.ndarray:
+        """int64 sequence index where each document starts (leading 0, trailing len(self))."""
+        return self._index.get().documents
+
+    @property
+    def num_documents(self) -> int:
+        return max(0, self.header.document_count - 1)
+
+    @property
+    def num_tokens(self) -> int:
+        if self._num_tokens is None:
+            self._num_tokens = int(self.sequence_lengths.sum(dtype=np.int64))
+        return self._num_tokens
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """The PREFIX.json sidecar, or None when the store has none."""
+        if self._manifest is False:
+            self._manifest = self._load_manifest()
+        return self._manifest  # type: ignore[return-value]
+
+    def _load_manifest(self) -> Manifest | None:
+        if not is_remote(self.prefix):
+            return read_manifest(local_path(self.prefix))
+        from ..storage.remote import read_small_object
+
+        text = read_small_object(manifest_path(self.prefix), options=self._remote_options)
+        return None if text is None else Manifest.from_json(text.decode("utf-8"), manifest_path(self.prefix))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def __getitem__(self, idx: int | np.integer | slice) -> np.ndarray | list[np.ndarray]:
+        """Sequence `idx` as a 1-D array (a zero-copy view locally), or a list for a slice."""
+        index = self._index.get()
+        if isinstance(idx, slice):
+            return [self.get(i) for i in range(*idx.indices(len(self)))]
+        pointer = index.pointers[idx]
+        length = index.lengths[idx]
+        tokens = self._tokens
+        if tokens is not None:
+            start = int(pointer) // self._itemsize
+            return tokens.get()[start : start + int(length)]
+        return self._bin.read_array(int(pointer), int(length), self.dtype)
+
+    def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """`length` tokens of sequence `idx` from token `offset` (default: to its end)."""
+        index = self._index.get()
+        total = int(index.lengths[idx])
+        if length is None:
+            length = total - offset
+        if offset < 0 or length < 0 or offset + length > total:
+            raise IndexError(
+                f"{self.prefix}: sequence {idx} has {total} tokens; offset={offset} length={length} is out of range"
+            )
+        pointer = int(index.pointers[idx]) + offset * self._itemsize
+        if self._tokens is not None:
+            start = pointer // self._itemsize
+            return self._tokens.get()[start : start + length]
+        return self._bin.read_array(pointer, length, self.dtype)
+
+    def get_many(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]]."""
+        ids = np.asarray(ids, dtype=np.int64)
+        index = self._index.get()
+        lengths = index.lengths[ids].astype(np.int64)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        starts = index.pointers[ids] // self._itemsize
+        if self._tokens is not None:
+            return _gather(self._tokens.get(), starts, lengths, offsets), offsets
+        ranges = [(int(s) * self._itemsize, int(n) * self._itemsize) for s, n in zip(starts, lengths)]
+        chunks = self._bin.read_ranges(ranges)
+        tokens = np.frombuffer(b"".join(chunks), dtype=self.dtype) if chunks else np.zeros(0, self.dtype)
+        return tokens, offsets
+
+    def prefetch(self, requests: Sequence[tuple[int, int, int | None]]) -> None:
+        """Announce reads of (sequence, offset, length) so remote stores fetch them in few GETs."""
+        if not requests:
+            return
+        index = self._index.get()
+        ranges = []
+        for idx, offset, length in requests:
+            if length is None:
+                length = int(index.lengths[idx]) - offset
+            ranges.append((int(index.pointers[idx]) + offset * self._itemsize, length * self._itemsize))
+        self._bin.prefetch(ranges)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release mappings and descriptors; the dataset reopens them if used again."""
+        self._index.close()
+        if self._tokens is not None:
+            self._tokens.close()
+        self._idx.close()
+        self._bin.close()
+
+    def __enter__(self) -> "IndexedDataset":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "prefix": self.prefix,
+            "mode": self.mode,
+            "remote_options": self._remote_options,
+            "cache_dir": self._cache_dir,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["prefix"], state["mode"], remote_options=state["remote_options"], cache_dir=state["cache_dir"]
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexedDataset({self.prefix!r}, sequences={len(self)}, documents={self.num_documents}, "
+            f"dtype={self.dtype})"
+        )
+
+
+_GATHER_MAX_MEAN_LENGTH = 64
+
+
+def _gather(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Concatenate tokens[s:s+n] for each (s, n): one fancy index for short sequences, else slices."""
+    total = int(offsets[-1])
+    if not len(starts):
+        return np.zeros(0, dtype=tokens.dtype)
+    if total <= _GATHER_MAX_MEAN_LENGTH * len(starts):
+        positions = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+        return tokens[positions]
+    return np.concatenate(
+        [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
+    )

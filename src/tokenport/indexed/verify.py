@@ -1,0 +1,127 @@
+"""Checking a store end to end: structure of the index, size of the .bin, and manifest checksums."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CorruptStoreError
+from .checksums import new_hasher
+from .reader import IndexedDataset
+
+_CHUNK = 1 << 22
+_READ_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify` checked on a store that passed."""
+
+    prefix: str
+    sequences: int
+    documents: int
+    tokens: int
+    dtype: str
+    checksums: str  # "verified (ALGORITHM)", or why they were not checked
+
+
+def verify(prefix: str | os.PathLike, *, checksums: bool = True) -> VerifyReport:
+    """Check every structural invariant and, when a manifest exists, its checksums.
+
+    Raises CorruptStoreError naming the first fault; returns a report when all is well.
+    """
+    ds = IndexedDataset(prefix)
+    try:
+        tokens = _check_structure(ds)
+        checked = _check_manifest(ds, tokens, checksums)
+    finally:
+        ds.close()
+    return VerifyReport(ds.prefix, len(ds), ds.num_documents, tokens, ds.dtype.name, checked)
+
+
+def _fault(ds: IndexedDataset, what: str) -> CorruptStoreError:
+    return CorruptStoreError(f"{ds.prefix}.idx: {what}; the store is corrupt: rebuild it")
+
+
+def _check_structure(ds: IndexedDataset) -> int:
+    lengths, pointers, documents = ds.sequence_lengths, ds.sequence_pointers, ds.document_indices
+    itemsize = ds.dtype.itemsize
+    position = 0
+    for start in range(0, len(lengths), _CHUNK):
+        chunk = lengths[start : start + _CHUNK].astype(np.int64)
+        if (chunk < 0).any():
+            bad = start + int(np.argmax(chunk < 0))
+            raise _fault(ds, f"sequence {bad} has negative length {int(chunk[bad - start])}")
+        expected = np.empty_like(chunk)
+        expected[0] = position
+        np.cumsum(chunk[:-1] * itemsize, out=expected[1:])
+        expected[1:] += position
+        actual = pointers[start : start + _CHUNK]
+        if not np.array_equal(actual, expected):
+            bad = start + int(np.argmax(actual != expected))
+            raise _fault(
+                ds,
+                f"sequence {bad} points at byte {int(pointers[bad])}, but the lengths before it "
+                f"end at byte {int(expected[bad - start])}",
+            )
+        position = int(expected[-1]) + int(chunk[-1]) * itemsize
+    if len(documents) == 0 or documents[0] != 0:
+        raise _fault(ds, "document indices must start with 0")
+    if int(documents[-1]) != len(lengths):
+        raise _fault(ds, f"the last document index is {int(documents[-1])}, not the sequence count {len(lengths)}")
+    for start in range(0, len(documents), _CHUNK):
+        chunk = documents[start : start + _CHUNK + 1]
+        steps = np.diff(chunk)
+        if (steps < 0).any():
+            bad = start + int(np.argmax(steps < 0)) + 1
+            raise _fault(ds, f"document index {bad} ({int(documents[bad])}) is below the one before it")
+    if ds._bin.size != position:
+        raise CorruptStoreError(
+            f"{ds.prefix}.bin: has {ds._bin.size} bytes but the index describes {position}; "
+            "the .bin does not belong to this .idx or is damaged: rebuild it"
+        )
+    return position // itemsize
+
+
+def _check_manifest(ds: IndexedDataset, tokens: int, checksums: bool) -> str:
+    manifest = ds.manifest
+    if manifest is None:
+        return "not checked (no manifest)"
+    where = f"{ds.prefix}.json"
+    facts = {
+        "dtype": (manifest.dtype, ds.dtype.name),
+        "sequences": (manifest.sequences, len(ds)),
+        "documents": (manifest.documents, ds.num_documents),
+        "tokens": (manifest.tokens, tokens),
+    }
+    for name, (claimed, actual) in facts.items():
+        if claimed != actual:
+            raise CorruptStoreError(f"{where}: manifest says {name}={claimed} but the store has {actual}")
+    if not checksums:
+        return "not checked (skipped)"
+    sums = manifest.checksums
+    digest = _digest(ds._idx, 0, ds._idx.size, sums.algorithm, where)
+    if digest != sums.idx:
+        raise CorruptStoreError(f"{ds.prefix}.idx: checksum {digest} does not match the manifest's {sums.idx}")
+    blocks = -(-ds._bin.size // sums.bin_block_size) if ds._bin.size else 0
+    if blocks != len(sums.bin_blocks):
+        raise CorruptStoreError(
+            f"{where}: lists {len(sums.bin_blocks)} .bin block checksums but the .bin has {blocks} blocks"
+        )
+    for block, expected in enumerate(sums.bin_blocks):
+        start = block * sums.bin_block_size
+        digest = _digest(ds._bin, start, min(sums.bin_block_size, ds._bin.size - start), sums.algorithm, where)
+        if digest != expected:
+            raise CorruptStoreError(
+                f"{ds.prefix}.bin: block {block} (bytes {start}..{start + sums.bin_block_size}) fails its checksum"
+            )
+    return f"verified ({sums.algorithm})"
+
+
+def _digest(source, start: int, length: int, algorithm: str, where: str) -> str:  # type: ignore[no-untyped-def]
+    hasher = new_hasher(algorithm, where)
+    for offset in range(start, start + length, _READ_BYTES):
+        hasher.update(source.read(offset, min(_READ_BYTES, start + length - offset)))
+    return hasher.hexdigest()

@@ -1,0 +1,362 @@
+"""IndexedDatasetWriter: streams documents into a new .bin/.idx store, atomically.
+
+Tokens go straight to a temporary .bin; sequence lengths and document boundaries are buffered
+in small chunks and spilled to temporary side files, so memory stays flat however many
+documents are written. `finalize()` composes the .idx, writes the manifest and publishes all
+three files at once; until then nothing is visible at the prefix.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, TokenizerError, TokenportError
+from . import commit
+from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new_hasher
+from .format import IndexHeader, dtype_code, dtype_for_vocab
+from .manifest import Checksums, Manifest, manifest_path
+
+_SPILL_ITEMS = 1 << 20
+_COPY_ITEMS = 1 << 22
+_IO_BUFFER = 8 << 20
+
+
+def _tokenport_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _tokenizer_identity(tokenizer: Any) -> dict[str, Any] | None:
+    if tokenizer is None or isinstance(tokenizer, dict):
+        return tokenizer
+    return tokenizer.identity()
+
+
+class _Int64Spill:
+    """An append-only integer column kept in a small buffer and spilled to a temporary file."""
+
+    def __init__(self, final_path: str, dtype: np.dtype) -> None:
+        self.dtype = np.dtype(dtype)
+        self.path = commit.temp_path(final_path)
+        self._file = open(self.path, "wb", buffering=_IO_BUFFER)
+        self.pending: list[int] = []
+        self.count = 0
+
+    def extend_array(self, values: np.ndarray) -> None:
+        self.spill()
+        values.astype(self.dtype, copy=False).tofile(self._file)
+        self.count += len(values)
+
+    def spill(self) -> None:
+        if self.pending:
+            np.asarray(self.pending, dtype=self.dtype).tofile(self._file)
+            self.count += len(self.pending)
+            self.pending = []
+
+    def close(self) -> None:
+        self.spill()
+        self._file.close()
+
+    def chunks(self) -> Iterable[np.ndarray]:
+        """The column back from disk, a few million items at a time."""
+        with open(self.path, "rb") as f:
+            while True:
+                chunk = np.fromfile(f, dtype=self.dtype, count=_COPY_ITEMS)
+                if not len(chunk):
+                    return
+                yield chunk
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class IndexedDatasetWriter:
+    """Writes a token store at `prefix` (PREFIX.bin, PREFIX.idx, PREFIX.json), atomically.
+
+    `dtype` defaults to the tokenizer's (uint16 up to 65,536 ids, int32 above), else int32.
+    A token id that does not fit the dtype, or is at or above `vocab_size`, is an error.
+    """
+
+    def __init__(
+        self,
+        prefix: str | os.PathLike,
+        dtype: np.dtype | type | None = None,
+        tokenizer: Any = None,
+        *,
+        vocab_size: int | None = None,
+        provenance: dict[str, Any] | None = None,
+        checksum: str | None = None,
+        checksum_block_size: int = DEFAULT_BLOCK_SIZE,
+    ) -> None:
+        self.prefix = os.fspath(prefix)
+        for suffix in (".bin", ".idx"):
+            if self.prefix.endswith(suffix):
+                self.prefix = self.prefix[: -len(suffix)]
+        identity = _tokenizer_identity(tokenizer)
+        if vocab_size is None and identity is not None:
+            vocab_size = int(identity["vocab_size"])
+        if dtype is None:
+            dtype = dtype_for_vocab(vocab_size) if vocab_size else np.int32
+        self.dtype = np.dtype(dtype)
+        dtype_code(self.dtype)
+        self.vocab_size = vocab_size
+        self._tokenizer = identity
+        self._provenance = dict(provenance or {})
+        self._limits = self._id_limits()
+        directory = os.path.dirname(os.path.abspath(self.prefix))
+        if not os.path.isdir(directory):
+            raise ConfigError(f"{self.prefix}: directory {directory} does not exist; create it first")
+        for final in (self.prefix + ".bin", self.prefix + ".idx", manifest_path(self.prefix)):
+            commit.remove_stale_temporaries(final)
+        self._bin_path = commit.temp_path(self.prefix + ".bin")
+        self._bin = open(self._bin_path, "wb", buffering=_IO_BUFFER)
+        self._bin_hash = BlockHasher(checksum or available_algorithm(), checksum_block_size)
+        self._lengths = _Int64Spill(self.prefix + ".idx", np.int32)
+        self._documents = _Int64Spill(self.prefix + ".idx", np.int64)
+        self._documents.pending.append(0)
+        self._sequences = 0
+        self._tokens = 0
+        self._state = "open"
+
+    # -- adding -----------------------------------------------------------------------------
+
+    def add_document(self, tokens: Sequence[int] | np.ndarray, lengths: Sequence[int] | None = None) -> None:
+        """Append one document: `tokens`, as one sequence or as sequences of `lengths`."""
+        self._check_open()
+        array = self._as_tokens(tokens)
+        if lengths is None:
+            self._lengths.pending.append(len(array))
+            self._sequences += 1
+        else:
+            lengths = np.asarray(lengths, dtype=np.int64)
+            if int(lengths.sum()) != len(array) or (len(lengths) and int(lengths.min()) < 0):
+                raise ConfigError(
+                    f"{self.prefix}: sequence lengths {lengths.tolist()[:8]}... sum to "
+                    f"{int(lengths.sum())} but the document has {len(array)} tokens"
+                )
+            self._lengths.pending.extend(lengths.tolist())
+            self._sequences += len(lengths)
+        self._write(array)
+        self._documents.pending.append(self._sequences)
+        if len(self._lengths.pending) >= _SPILL_ITEMS:
+            self._lengths.spill()
+            self._documents.spill()
+
+    def add_documents(
+        self,
+        tokens: np.ndarray | Sequence[np.ndarray],
+        lengths: Sequence[int] | np.ndarray | None = None,
+        sequences_per_document: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        """Append many sequences at once: flat `tokens` cut by `lengths` (or a list of arrays).
+
+        Each sequence is its own document unless `sequences_per_document` groups them.
+        """
+        self._check_open()
+        if lengths is None:
+            if isinstance(tokens, np.ndarray):
+                raise ConfigError("add_documents: pass `lengths` with a flat token array")
+            lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+            tokens = np.concatenate(tokens) if len(tokens) else np.zeros(0, self.dtype)
+        array = self._as_tokens(tokens)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
+            raise ConfigError("add_documents: `lengths` must be a 1-D array of non-negative ints")
+        if int(lengths.sum()) != len(array):
+            raise ConfigError(
+                f"add_documents: lengths sum to {int(lengths.sum())} but {len(array)} tokens were given"
+            )
+        if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
+            raise ConfigError("add_documents: a sequence longer than 2**31-1 tokens cannot be indexed")
+        if sequences_per_document is None:
+            ends = self._sequences + np.arange(1, len(lengths) + 1, dtype=np.int64)
+        else:
+            groups = np.asarray(sequences_per_document, dtype=np.int64)
+            if int(groups.sum()) != len(lengths) or (len(groups) and int(groups.min()) < 0):
+                raise ConfigError(
+                    "add_documents: `sequences_per_document` must be non-negative and sum to len(lengths)"
+                )
+            ends = self._sequences + np.cumsum(groups)
+        self._write(array)
+        self._lengths.extend_array(lengths)
+        self._documents.extend_array(ends)
+        self._sequences += len(lengths)
+
+    def _as_tokens(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        array = np.asarray(tokens)
+        if array.dtype == self.dtype:
+            if self.vocab_size is not None and len(array) and self._exceeds_vocab(array):
+                self._raise_out_of_range(array)
+            return array
+        if array.ndim != 1:
+            array = array.reshape(-1)
+        if len(array) == 0:
+            return array.astype(self.dtype)
+        if array.dtype.kind not in "iub":
+            raise TokenizerError(
+                f"{self.prefix}: token ids must be integers, got dtype {array.dtype}"
+            )
+        low, high = self._limits
+        if int(array.min()) < low or int(array.max()) > high:
+            self._raise_out_of_range(array)
+        return array.astype(self.dtype)
+
+    def _id_limits(self) -> tuple[int, int]:
+        info = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
+        low = 0 if info is None else max(0, int(info.min))
+        high = int(info.max) if info is not None else 2**53
+        if self.vocab_size is not None:
+            high = min(high, self.vocab_size - 1)
+        return low, high
+
+    def _exceeds_vocab(self, array: np.ndarray) -> bool:
+        low, high = self._limits
+        return int(array.max()) > high or int(array.min()) < low
+
+    def _raise_out_of_range(self, array: np.ndarray) -> None:
+        low, high = self._limits
+        bad = array[(array < low) | (array > high)]
+        raise TokenizerError(
+            f"{self.prefix}: token id {int(bad[0])} does not fit the store (valid ids {low}..{high} "
+            f"for dtype {self.dtype}, vocab_size {self.vocab_size}); use a wider dtype or the "
+            "tokenizer the store was made for"
+        )
+
+    def _write(self, array: np.ndarray) -> None:
+        data = array.data if array.flags.c_contiguous else np.ascontiguousarray(array).data
+        self._bin.write(data)
+        self._bin_hash.update(data)
+        self._tokens += len(array)
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    @property
+    def num_sequences(self) -> int:
+        return self._sequences
+
+    @property
+    def num_documents(self) -> int:
+        return self._documents.count + len(self._documents.pending) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self._tokens
+
+    def finalize(self) -> str:
+        """Write the index and manifest, then publish the store; returns the prefix."""
+        self._check_open()
+        self._state = "finalizing"
+        staged: list[str] = []
+        try:
+            self._bin.close()
+            self._lengths.close()
+            self._documents.close()
+            idx_path = commit.temp_path(self.prefix + ".idx")
+            staged.append(idx_path)
+            idx_digest = self._write_index(idx_path)
+            json_path = commit.temp_path(manifest_path(self.prefix))
+            staged.append(json_path)
+            with open(json_path, "w", encoding="utf-8") as f:
+                f.write(self._manifest(idx_digest).to_json())
+            commit.publish(
+                self.prefix,
+                [
+                    (self._bin_path, self.prefix + ".bin"),
+                    (idx_path, self.prefix + ".idx"),
+                    (json_path, manifest_path(self.prefix)),
+                ],
+            )
+        except BaseException:
+            if os.path.exists(commit.journal_path(self.prefix)):
+                raise  # publication began: the journal rolls it forward on the next open
+            for path in staged:
+                if os.path.exists(path):
+                    os.unlink(path)
+            self.abort()
+            raise
+        self._lengths.discard()
+        self._documents.discard()
+        self._state = "done"
+        return self.prefix
+
+    def _write_index(self, path: str) -> str:
+        header = IndexHeader(self.dtype, self._lengths.count, self._documents.count)
+        hasher = new_hasher(self._bin_hash.algorithm)
+        itemsize = self.dtype.itemsize
+        with open(path, "wb", buffering=_IO_BUFFER) as f:
+
+            def emit(data: bytes | memoryview) -> None:
+                f.write(data)
+                hasher.update(data)
+
+            emit(header.pack())
+            for chunk in self._lengths.chunks():
+                emit(chunk.data)
+            position = 0
+            for chunk in self._lengths.chunks():
+                ends = np.cumsum(chunk, dtype=np.int64) * itemsize + position
+                starts = np.empty_like(ends)
+                starts[0] = position
+                starts[1:] = ends[:-1]
+                position = int(ends[-1])
+                emit(starts.data)
+            for chunk in self._documents.chunks():
+                emit(chunk.data)
+        return hasher.hexdigest()
+
+    def _manifest(self, idx_digest: str) -> Manifest:
+        provenance = {"tokenport_version": _tokenport_version(), **self._provenance}
+        return Manifest(
+            dtype=self.dtype.name,
+            sequences=self._lengths.count,
+            documents=self._documents.count - 1,
+            tokens=self._tokens,
+            checksums=Checksums(
+                algorithm=self._bin_hash.algorithm,
+                idx=idx_digest,
+                bin_block_size=self._bin_hash.block_size,
+                bin_blocks=tuple(self._bin_hash.finish()),
+            ),
+            tokenizer=self._tokenizer,
+            provenance=provenance,
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        )
+
+    def abort(self) -> None:
+        """Drop everything written so far; nothing appears at the prefix."""
+        if self._state == "done":
+            return
+        self._state = "aborted"
+        if not self._bin.closed:
+            self._bin.close()
+        for path in (self._bin_path,):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._lengths.discard()
+        self._documents.discard()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise TokenportError(f"{self.prefix}: writer is {self._state}; open a new writer")
+
+    def __enter__(self) -> "IndexedDatasetWriter":
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            if self._state == "open":
+                self.finalize()
+        else:
+            self.abort()
