@@ -1,0 +1,3 @@
+"""Shared fixtures: the moto S3 server and the fault-injecting proxy (see s3_server.py)."""
+
+from s3_server import fault_proxy, s3  # noqa: F401  (fixtures, registered by import)

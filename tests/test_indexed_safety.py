@@ -1,0 +1,184 @@
+"""Corrupt files are rejected clearly; a writer that dies leaves nothing and damages nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+from tokenport.indexed import commit
+
+
+@pytest.fixture
+def store(tmp_path):
+    prefix = tmp_path / "s"
+    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+        for k in range(50):
+            writer.add_document(np.arange(k + 1), lengths=[k // 2 + 1, k - k // 2] if k else None)
+    return prefix
+
+
+def _patch(path, offset, data):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _open_and_read(prefix, mode="mmap"):
+    ds = tp.IndexedDataset(prefix, mode=mode)
+    return [ds[i] for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+def test_flipped_magic(store, mode):
+    _patch(f"{store}.idx", 0, b"XX")
+    with pytest.raises(tp.CorruptStoreError, match=r"s\.idx: bad magic"):
+        _open_and_read(store, mode)
+
+
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+def test_truncated_idx(store, mode):
+    os.truncate(f"{store}.idx", os.path.getsize(f"{store}.idx") - 5)
+    with pytest.raises(tp.CorruptStoreError, match="truncated"):
+        _open_and_read(store, mode)
+    os.truncate(f"{store}.idx", 10)
+    with pytest.raises(tp.CorruptStoreError, match="shorter than the 34-byte"):
+        _open_and_read(store, mode)
+
+
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+def test_short_bin(store, mode):
+    os.truncate(f"{store}.bin", os.path.getsize(f"{store}.bin") - 2)
+    with pytest.raises(tp.CorruptStoreError, match=r"s\.bin: has .* truncated"):
+        _open_and_read(store, mode)
+
+
+def test_wrong_dtype_code(store):
+    _patch(f"{store}.idx", 17, bytes([9]))
+    with pytest.raises(tp.CorruptStoreError, match="unknown dtype code 9"):
+        _open_and_read(store)
+
+
+def test_wrong_version(store):
+    _patch(f"{store}.idx", 9, (2).to_bytes(8, "little"))
+    with pytest.raises(tp.CorruptStoreError, match="version 2"):
+        _open_and_read(store)
+
+
+def test_missing_files(tmp_path, store):
+    with pytest.raises(tp.StorageError, match="nope.idx: file not found"):
+        tp.IndexedDataset(tmp_path / "nope")
+    os.unlink(f"{store}.bin")
+    with pytest.raises(tp.StorageError, match=r"s\.bin: file not found"):
+        tp.IndexedDataset(store)
+
+
+def test_verify_finds_pointer_document_and_checksum_faults(store):
+    assert tp.verify(store).checksums.startswith("verified")
+    ds = tp.IndexedDataset(store)
+    pointers_at = ds.header.pointers_offset
+    documents_at = ds.header.documents_offset
+    ds.close()
+    original = open(f"{store}.idx", "rb").read()
+
+    _patch(f"{store}.idx", pointers_at + 8 * 3, (999).to_bytes(8, "little"))
+    with pytest.raises(tp.CorruptStoreError, match="sequence 3 points at byte 999"):
+        tp.verify(store)
+
+    open(f"{store}.idx", "wb").write(original)
+    _patch(f"{store}.idx", documents_at + 8 * 5, (1).to_bytes(8, "little"))
+    with pytest.raises(tp.CorruptStoreError, match="document index 5 .* below"):
+        tp.verify(store)
+
+    open(f"{store}.idx", "wb").write(original)
+    _patch(f"{store}.bin", 10, b"\xff")
+    with pytest.raises(tp.CorruptStoreError, match="block 0 .* fails its checksum"):
+        tp.verify(store)
+    assert "skipped" in tp.verify(store, checksums=False).checksums
+
+
+def test_verify_rejects_a_longer_bin(store):
+    with open(f"{store}.bin", "ab") as f:
+        f.write(b"\0\0")
+    with pytest.raises(tp.CorruptStoreError, match="does not belong to this .idx"):
+        tp.verify(store)
+
+
+def test_bad_manifest_is_reported(store):
+    with open(f"{store}.json", "w") as f:
+        f.write("{not json")
+    with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest"):
+        tp.IndexedDataset(store).manifest
+
+
+def test_aborted_writer_leaves_nothing_and_keeps_the_old_store(store):
+    before = {s: open(f"{store}{s}", "rb").read() for s in (".bin", ".idx", ".json")}
+    with pytest.raises(RuntimeError):
+        with tp.IndexedDatasetWriter(store, dtype=np.uint16) as writer:
+            writer.add_document([1, 2, 3])
+            raise RuntimeError("boom")
+    after = {s: open(f"{store}{s}", "rb").read() for s in (".bin", ".idx", ".json")}
+    assert before == after
+    assert sorted(os.listdir(store.parent)) == ["s.bin", "s.idx", "s.json"]
+
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np, tokenport as tp
+    writer = tp.IndexedDatasetWriter(sys.argv[1], dtype=np.uint16)
+    rng = np.random.default_rng(0)
+    for k in range(10**9):
+        writer.add_document(rng.integers(0, 60000, 1000))
+        if k == 2000:
+            print("writing", flush=True)
+    """
+)
+
+
+def test_killed_writer_leaves_nothing_and_a_rerun_cleans_up(tmp_path, store):
+    before = {s: open(f"{store}{s}", "rb").read() for s in (".bin", ".idx", ".json")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(store)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "writing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    leftovers = [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    assert leftovers, "the killed writer should have left hidden temporaries"
+    assert {s: open(f"{store}{s}", "rb").read() for s in (".bin", ".idx", ".json")} == before
+    assert len(tp.IndexedDataset(store)) == 50 + 49
+    with tp.IndexedDatasetWriter(store, dtype=np.uint16) as writer:
+        writer.add_document([7])
+    assert sorted(os.listdir(tmp_path)) == ["s.bin", "s.idx", "s.json"]
+    assert tp.IndexedDataset(store)[0].tolist() == [7]
+
+
+def test_interrupted_publication_rolls_forward(tmp_path, store, monkeypatch):
+    """A crash between the renames of a publication is finished by the next open."""
+    real_replace = os.replace
+    calls = []
+
+    def crash_after_first_rename(src, dst):
+        real_replace(src, dst)
+        calls.append(dst)
+        if len(calls) == 2:  # the journal, then the .bin
+            raise KeyboardInterrupt("simulated crash")
+
+    monkeypatch.setattr(commit.os, "replace", crash_after_first_rename)
+    writer = tp.IndexedDatasetWriter(store, dtype=np.uint16)
+    writer.add_document([4, 5, 6])
+    with pytest.raises(KeyboardInterrupt):
+        writer.finalize()
+    monkeypatch.setattr(commit.os, "replace", real_replace)
+    assert os.path.exists(commit.journal_path(str(store)))
+    ds = tp.IndexedDataset(store)
+    assert len(ds) == 1 and ds[0].tolist() == [4, 5, 6]
+    assert not os.path.exists(commit.journal_path(str(store)))
+    assert tp.verify(store).checksums.startswith("verified")
