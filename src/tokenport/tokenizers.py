@@ -13,6 +13,7 @@ import abc
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -90,7 +91,7 @@ class Tokenizer(abc.ABC):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._backend  # load now, so a bad spec fails where it was given, not in a worker
+        self._ensure_loaded()  # now, so a bad spec fails where it was given, not in a worker
 
     @abc.abstractmethod
     def _load(self) -> tuple[Any, int, int, str]:
@@ -112,11 +113,15 @@ class Tokenizer(abc.ABC):
     def _decode(self, ids: np.ndarray) -> str:
         """Decode int64 ids already checked to lie in the vocabulary."""
 
+    def _ensure_loaded(self) -> None:
+        """Set the attributes in _LOADED from the defining files."""
+        self._backend, self._vocab_size, self._eod_id, self._fingerprint = self._load()
+
     def __getattr__(self, attr: str) -> Any:
         """Load the backend on first use (after unpickling, attributes in _LOADED are absent)."""
         if attr not in _LOADED:
             raise AttributeError(attr)
-        self._backend, self._vocab_size, self._eod_id, self._fingerprint = self._load()
+        self._ensure_loaded()
         return self.__dict__[attr]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -250,10 +255,10 @@ class GigatokenTokenizer(HFTokenizer):
             raise TokenizerError(
                 f"gigatoken cannot load {self.path}: {e}; use 'hf:{self.path}' instead"
             ) from e
-        vocab = {t["content"]: t["id"] for t in config.get("added_tokens") or []}
         model_vocab = (config.get("model") or {}).get("vocab")
-        lookup = lambda token: vocab.get(token, model_vocab.get(token) if isinstance(model_vocab, dict) else None)
-        return tok, tok.vocab_size, _pick_eod(lookup, self.eod_token, self.path), _digest(data)
+        vocab = dict(model_vocab) if isinstance(model_vocab, dict) else {}  # BPE: token -> id
+        vocab.update((t["content"], t["id"]) for t in config.get("added_tokens") or [])
+        return tok, tok.vocab_size, _pick_eod(vocab.get, self.eod_token, self.path), _digest(data)
 
     def encode(self, text: str) -> np.ndarray:
         return self._backend.encode(text).astype(np.int64)
@@ -264,7 +269,7 @@ class GigatokenTokenizer(HFTokenizer):
         import awkward as ak  # a dependency of gigatoken: its batches come back as awkward arrays
 
         out = self._backend.encode_batch(texts)
-        return _split(ak.flatten(out).to_numpy().astype(np.int64), ak.num(out).to_numpy())
+        return _split(ak.flatten(out).to_numpy().astype(np.int64), ak.num(out).to_numpy().tolist())
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._backend.decode(ids).decode("utf-8", errors="replace")
@@ -294,8 +299,9 @@ class TiktokenTokenizer(Tokenizer):
         tiktoken = _require("tiktoken", "tiktoken")
         pattern = TIKTOKEN_PATTERNS[self.pat]
         if self.builtin:
-            enc = tiktoken.get_encoding(self.source)  # served from the cache: _cached_builtin checked it
-            return enc, enc.n_vocab, enc.encode_single_token("<|endoftext|>"), _digest(_cached_builtin(self.source), pattern.encode())
+            data = _cached_builtin(self.source)  # first: get_encoding would download a missing file
+            enc = tiktoken.get_encoding(self.source)
+            return enc, enc.n_vocab, enc.encode_single_token("<|endoftext|>"), _digest(data, pattern.encode())
         data = _read(self.source, self.kind)
         try:
             ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)}
@@ -429,11 +435,10 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, path: str) -> st
     return path
 
 
-def _split(flat: np.ndarray, lengths: Sequence[int] | np.ndarray) -> list[np.ndarray]:
-    """Cut `flat` into consecutive pieces of the given lengths."""
-    if len(lengths) == 0:
-        return []
-    return np.split(flat, np.cumsum(lengths)[:-1])
+def _split(flat: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
+    """Cut `flat` into consecutive views of the given lengths (plain slicing: np.split is slower)."""
+    ends = list(itertools.accumulate(lengths))
+    return [flat[end - n : end] for end, n in zip(ends, lengths)]
 
 
 def _digest(*parts: bytes) -> str:

@@ -1,0 +1,131 @@
+"""The `tokenport` command: one thin function per verb; the work happens in the library."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Callable, Sequence
+
+from . import __version__
+from .errors import CorruptStoreError, TokenportError
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(args.workdir, workers=args.workers, limit=args.limit, echo=print)
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from .prepare import PrepareConfig, prepare
+
+    config = PrepareConfig(
+        inputs=tuple(args.inputs),
+        output=args.output,
+        tokenizer=args.tokenizer,
+        text_key=args.text_key,
+        workers=args.workers,
+        append_eod=not args.no_eod,
+        shard_by=args.shard_by,
+        shard_tokens=args.shard_tokens,
+        on_error=args.on_error,
+    )
+    result = prepare(config, progress=not args.quiet)
+    print(result.summary())
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .inspection import render, summarize
+
+    for prefix in args.prefixes:
+        print(render(summarize(prefix, documents=args.documents)))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .indexed import verify
+
+    status = 0
+    for prefix in args.prefixes:
+        try:
+            report = verify(prefix, checksums=not args.no_checksums)
+        except CorruptStoreError as exc:
+            print(f"FAIL {prefix}: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(
+            f"ok   {report.prefix}: {report.sequences:,} sequences, {report.documents:,} documents, "
+            f"{report.tokens:,} tokens ({report.dtype}); checksums {report.checksums}"
+        )
+    return status
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from .indexed import IndexedDataset, merge
+
+    prefix = merge(args.output, args.inputs)
+    ds = IndexedDataset(prefix)
+    print(f"merged {len(args.inputs)} stores into {prefix}: {len(ds):,} sequences, {ds.num_tokens:,} tokens")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.")
+    parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=help, description=help)
+        sub.set_defaults(run=run)
+        return sub
+
+    demo = verb("demo", _demo, "prepare, verify and inspect the standard library's source and docstrings")
+    demo.add_argument("--workdir", default="tokenport-demo", help="where the corpus and stores go")
+    demo.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    demo.add_argument("--limit", type=int, default=None, help="use only the first N source files")
+
+    prep = verb("prepare", _prepare, "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores")
+    prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
+    prep.add_argument("-o", "--output", required=True, help="output directory")
+    prep.add_argument("--tokenizer", default="byte", help="byte | hf:PATH | tiktoken:PATH | sentencepiece:PATH")
+    prep.add_argument("--text-key", default="text", help="the JSON/parquet field holding the text")
+    prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    prep.add_argument("--no-eod", action="store_true", help="do not append the end-of-document token")
+    prep.add_argument("--shard-by", choices=("file", "tokens"), default="tokens")
+    prep.add_argument("--shard-tokens", type=int, default=2**30, help="tokens per output store (--shard-by tokens)")
+    prep.add_argument("--on-error", choices=("stop", "skip"), default="stop", help="what malformed input does")
+    prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")
+    insp.add_argument("prefixes", nargs="+", help="store prefixes (PREFIX.bin/.idx) or URLs")
+    insp.add_argument("--documents", type=int, default=3, help="how many documents to show")
+
+    ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 on the first fault")
+    ver.add_argument("prefixes", nargs="+")
+    ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
+
+    mer = verb("merge", _merge, "concatenate stores into one, streaming")
+    mer.add_argument("output", help="the output prefix")
+    mer.add_argument("inputs", nargs="+", help="input prefixes, in order")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return args.run(args)
+    except TokenportError as exc:
+        print(f"tokenport: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The embedded default corpus: the Python standard library's own source and docstrings.
+
+Every machine that runs Python has it, so the demo and the tests use real text without any
+download: a code dataset (one document per module) and a prose dataset (one per docstring).
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import inspect
+import json
+import os
+import sysconfig
+from dataclasses import dataclass
+from typing import Iterator
+
+_SKIPPED_DIRECTORIES = {"site-packages", "dist-packages", "test", "tests", "__pycache__", "idle_test"}
+_MIN_DOCSTRING_CHARS = 40
+
+
+def stdlib_sources(limit: int | None = None) -> list[str]:
+    """Paths of the standard library's .py files (tests and third-party packages excluded), sorted."""
+    root = sysconfig.get_paths()["stdlib"]
+    found = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = sorted(d for d in subdirectories if d not in _SKIPPED_DIRECTORIES)
+        found.extend(os.path.join(directory, name) for name in sorted(files) if name.endswith(".py"))
+    found.sort()
+    return found[:limit] if limit is not None else found
+
+
+def read_source(path: str) -> str | None:
+    """A source file's text, or None when it is not valid UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (UnicodeDecodeError, OSError):
+        return None
+
+
+def docstrings(source: str) -> Iterator[str]:
+    """The module, class and function docstrings of a source text, cleaned of indentation."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.get_docstring(node, clean=False)
+            if text and len(text) >= _MIN_DOCSTRING_CHARS:
+                yield inspect.cleandoc(text)
+
+
+@dataclass(frozen=True)
+class DemoCorpus:
+    """Where the two demo datasets were written and how big they are."""
+
+    code_path: str
+    prose_path: str
+    code_documents: int
+    prose_documents: int
+    code_bytes: int
+    prose_bytes: int
+
+
+def build_demo_corpus(directory: str, limit: int | None = None) -> DemoCorpus:
+    """Write code.jsonl.gz (one module per line) and prose.jsonl (one docstring per line)."""
+    os.makedirs(directory, exist_ok=True)
+    code_path = os.path.join(directory, "code.jsonl.gz")
+    prose_path = os.path.join(directory, "prose.jsonl")
+    root = sysconfig.get_paths()["stdlib"]
+    code_docs = prose_docs = code_bytes = prose_bytes = 0
+    with gzip.open(code_path + ".tmp", "wt", encoding="utf-8", compresslevel=5) as code, open(
+        prose_path + ".tmp", "w", encoding="utf-8"
+    ) as prose:
+        for path in stdlib_sources(limit):
+            source = read_source(path)
+            if source is None:
+                continue
+            name = os.path.relpath(path, root)
+            code.write(json.dumps({"text": source, "path": name}) + "\n")
+            code_docs += 1
+            code_bytes += len(source.encode("utf-8"))
+            for text in docstrings(source):
+                prose.write(json.dumps({"text": text, "path": name}) + "\n")
+                prose_docs += 1
+                prose_bytes += len(text.encode("utf-8"))
+    os.replace(code_path + ".tmp", code_path)
+    os.replace(prose_path + ".tmp", prose_path)
+    return DemoCorpus(code_path, prose_path, code_docs, prose_docs, code_bytes, prose_bytes)
