@@ -128,8 +128,9 @@ def test_concurrent_reads_are_correct(s3, blob):
 def test_plan_spans_merges_small_gaps_and_caps_length():
     assert plan_spans([], 1, 4) == []
     assert plan_spans([0, 1, 2, 5, 6, 9], 0, 100) == [(0, 3), (5, 7), (9, 10)]
-    assert plan_spans([0, 1, 2, 5, 6, 9], 2, 100) == [(0, 7), (9, 10)]
-    assert plan_spans([0, 1, 2, 5, 6, 9], 3, 100) == [(0, 10)]
+    assert plan_spans([0, 1, 2, 5, 6, 9], 1, 100) == [(0, 3), (5, 7), (9, 10)]
+    assert plan_spans([0, 1, 2, 5, 6, 9], 2, 100) == [(0, 10)]
+    assert plan_spans([0, 2, 6], 1, 100) == [(0, 3), (6, 7)]
     assert plan_spans(list(range(10)), 0, 4) == [(0, 4), (4, 8), (8, 10)]
 
 
@@ -268,7 +269,7 @@ def test_missing_object_fails_fast(s3, fault_proxy):
     url = f"s3://{s3.bucket}/no/such/key.bin"
     start = time.monotonic()
     with pytest.raises(StorageError, match="not found") as info:
-        open_remote(s3, url, fault_proxy.endpoint_url, max_retries=6, backoff_initial=1.0)
+        open_remote(s3, url, fault_proxy.endpoint_url, max_retries=6, backoff_initial=1.0, backoff_max=10.0)
     assert url in str(info.value)
     assert time.monotonic() - start < 2.0
     assert fault_proxy.count("HEAD") == 1
@@ -276,7 +277,7 @@ def test_missing_object_fails_fast(s3, fault_proxy):
 
 def test_access_denied_fails_fast(s3, blob, fault_proxy):
     url, _ = blob
-    src = open_remote(s3, url, fault_proxy.endpoint_url, max_retries=6, backoff_initial=1.0)
+    src = open_remote(s3, url, fault_proxy.endpoint_url, max_retries=6, backoff_initial=1.0, backoff_max=10.0)
     fault_proxy.inject("403", first=100)
     start = time.monotonic()
     with pytest.raises(StorageError, match="access denied") as info:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import abc
 import base64
-import binascii
 import hashlib
+import importlib
 import itertools
 import json
 import logging
@@ -283,12 +283,15 @@ class TiktokenTokenizer(Tokenizer):
     def __init__(self, source: str, pat: str | None = None, name: str | None = None) -> None:
         self.builtin = source in _TIKTOKEN_BUILTINS and not os.path.exists(source)
         if self.builtin and pat is not None:
-            raise ConfigError(f"tokenizer spec 'tiktoken:{source}#pat={pat}': a built-in encoding has its own pattern; drop '#pat='")
+            raise ConfigError(
+                f"tokenizer spec 'tiktoken:{source}#pat={pat}': a built-in encoding has its own pattern; drop '#pat='"
+            )
         self.source = source if self.builtin else os.path.abspath(source)
         self.pat = _TIKTOKEN_BUILTINS[source][2] if self.builtin else pat or _default_pattern(source)
         if self.pat not in TIKTOKEN_PATTERNS:
             raise ConfigError(
-                f"tokenizer spec 'tiktoken:{source}#pat={pat}': unknown pattern {pat!r}; use one of {sorted(TIKTOKEN_PATTERNS)}"
+                f"tokenizer spec 'tiktoken:{source}#pat={pat}': unknown pattern {pat!r}; "
+                f"use one of {sorted(TIKTOKEN_PATTERNS)}"
             )
         super().__init__(name or source)
 
@@ -302,21 +305,32 @@ class TiktokenTokenizer(Tokenizer):
             data = _cached_builtin(self.source)  # first: get_encoding would download a missing file
             enc = tiktoken.get_encoding(self.source)
             return enc, enc.n_vocab, enc.encode_single_token("<|endoftext|>"), _digest(data, pattern.encode())
+        if not os.path.exists(self.source):
+            raise TokenizerError(
+                f"no tiktoken ranks file {self.source}, and {self.name!r} is not a built-in encoding "
+                f"({', '.join(_TIKTOKEN_BUILTINS)}); check the path in the tokenizer spec"
+            )
         data = _read(self.source, self.kind)
         try:
-            ranks = {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)}
-        except (ValueError, binascii.Error) as e:
+            lines = (line.split() for line in data.splitlines() if line)
+            pairs = [(base64.b64decode(token, validate=True), int(rank)) for token, rank in lines]
+        except ValueError as e:  # binascii.Error is one
             raise TokenizerError(
                 f"{self.source} is not a tiktoken BPE ranks file (one 'base64-token rank' pair per line): {e}"
             ) from e
-        if not ranks:
-            raise TokenizerError(f"tiktoken ranks file {self.source} is empty")
+        ranks = dict(pairs)
+        if len(ranks) != len(pairs) or len(set(ranks.values())) != len(pairs):
+            raise TokenizerError(f"{self.source} repeats a token or a rank; in a tiktoken ranks file each appears once")
+        missing = [b for b in range(256) if bytes([b]) not in ranks]
+        if missing:  # tiktoken would panic on the first text that needs one
+            raise TokenizerError(
+                f"{self.source} lacks {len(missing)} of the 256 single-byte tokens (first: byte {missing[0]}); "
+                "a tiktoken ranks file must hold them all"
+            )
         eod = ranks.get(b"<|endoftext|>")
         specials = {} if eod is not None else {"<|endoftext|>": max(ranks.values()) + 1}
-        try:
-            enc = tiktoken.Encoding(os.path.basename(self.source), pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
-        except ValueError as e:
-            raise TokenizerError(f"tiktoken rejects the ranks in {self.source}: {e}") from e
+        name = os.path.basename(self.source)
+        enc = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
         return enc, enc.n_vocab, enc.encode_single_token("<|endoftext|>"), _digest(data, pattern.encode())
 
     def encode(self, text: str) -> np.ndarray:
@@ -407,7 +421,7 @@ def tokenizer_from_identity(identity: dict[str, Any]) -> Tokenizer | None:
         return None
     keys = ("fingerprint", "vocab_size", "eod_id")
     if any(found[k] != identity.get(k) for k in keys):
-        logger.warning("tokenizer %s differs from the one the manifest records (%s); not using it", spec, ", ".join(keys))
+        logger.warning("tokenizer %s differs from the manifest's in %s; not using it", spec, "/".join(keys))
         return None
     return tok
 
@@ -456,15 +470,19 @@ def _read(path: str, kind: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:
-        raise TokenizerError(f"cannot read the {kind} tokenizer file {path}: {e.strerror}; check the path in the tokenizer spec") from e
+        raise TokenizerError(
+            f"cannot read the {kind} tokenizer file {path}: {e.strerror}; check the path in the tokenizer spec"
+        ) from e
 
 
 def _require(module: str, extra: str) -> Any:
     """Import an optional package, or raise a TokenizerError naming the extra to install."""
     try:
-        return __import__(module)
+        return importlib.import_module(module)
     except ImportError as e:
-        raise TokenizerError(f"the {extra} tokenizer needs the {module!r} package: pip install 'tokenport[{extra}]'") from e
+        raise TokenizerError(
+            f"the {extra} tokenizer needs the {module!r} package: pip install 'tokenport[{extra}]'"
+        ) from e
 
 
 def _tokenizer_json_path(path: str, kind: str) -> str:
@@ -472,7 +490,10 @@ def _tokenizer_json_path(path: str, kind: str) -> str:
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(path):
-            raise TokenizerError(f"directory {os.path.dirname(path)} holds no tokenizer.json for the {kind} tokenizer; name the file itself")
+            raise TokenizerError(
+                f"directory {os.path.dirname(path)} holds no tokenizer.json for the {kind} tokenizer; "
+                "name the tokenizer file itself"
+            )
     return os.path.abspath(path)
 
 
@@ -515,7 +536,8 @@ def _cached_builtin(name: str) -> bytes:
     filename, sha256, _ = _TIKTOKEN_BUILTINS[name]
     url = _OPENAI_ENCODINGS_URL + filename
     # tiktoken's own cache rule (tiktoken/load.py read_file_cached): dir from env, key sha1(url).
-    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")))
+    default_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR", default_dir))
     cached = os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest()) if cache_dir else ""
     if cached and os.path.isfile(cached):
         with open(cached, "rb") as f:
@@ -524,7 +546,8 @@ def _cached_builtin(name: str) -> bytes:
             return data
     raise TokenizerError(
         f"tiktoken encoding {name!r} is not in tiktoken's local cache ({cached or 'caching disabled'}) and tokenport "
-        f"does not download; download {url} and use 'tiktoken:PATH', or run tiktoken.get_encoding({name!r}) once where the network is reachable"
+        f"does not download; download {url} and use 'tiktoken:PATH', or run tiktoken.get_encoding({name!r}) "
+        "once where the network is reachable"
     )
 
 
