@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from .errors import ConfigError, CorruptStoreError, InputDataError, StorageError, TokenizerError, TokenportError
 from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
+from .prepare import PrepareConfig, PrepareResult, prepare
 from .tokenizers import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "IndexedDatasetWriter",
     "InputDataError",
     "Manifest",
+    "PrepareConfig",
+    "PrepareResult",
     "StorageError",
     "Tokenizer",
     "TokenizerError",
@@ -20,5 +23,6 @@ __all__ = [
     "__version__",
     "load_tokenizer",
     "merge",
+    "prepare",
     "verify",
 ]

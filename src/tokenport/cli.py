@@ -21,17 +21,18 @@ def _demo(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from .prepare import PrepareConfig, prepare
 
-    config = PrepareConfig(
-        inputs=tuple(args.inputs),
-        output=args.output,
-        tokenizer=args.tokenizer,
-        text_key=args.text_key,
-        workers=args.workers,
-        append_eod=not args.no_eod,
-        shard_by=args.shard_by,
-        shard_tokens=args.shard_tokens,
-        on_error=args.on_error,
-    )
+    options = {
+        "tokenizer": args.tokenizer,
+        "text_key": args.text_key,
+        "append_eod": not args.no_eod,
+        "shard_by": args.shard_by,
+        "shard_tokens": args.shard_tokens,
+        "on_error": args.on_error,
+        "workers": args.workers,
+        "max_chars_per_piece": args.max_chars_per_piece,
+    }
+    given = {name: value for name, value in options.items() if value is not None}
+    config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
     result = prepare(config, progress=not args.quiet)
     print(result.summary())
     return 0
@@ -95,8 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--text-key", default="text", help="the JSON/parquet field holding the text")
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     prep.add_argument("--no-eod", action="store_true", help="do not append the end-of-document token")
-    prep.add_argument("--shard-by", choices=("file", "tokens"), default="tokens")
-    prep.add_argument("--shard-tokens", type=int, default=2**30, help="tokens per output store (--shard-by tokens)")
+    prep.add_argument("--shard-by", choices=("file", "tokens"), default="file", help="one store per input file, or by size")
+    prep.add_argument("--shard-tokens", type=int, default=None, help="tokens per output store (--shard-by tokens)")
+    prep.add_argument("--max-chars-per-piece", type=int, default=None, help="split longer documents before tokenizing")
     prep.add_argument("--on-error", choices=("stop", "skip"), default="stop", help="what malformed input does")
     prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 

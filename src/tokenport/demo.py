@@ -46,7 +46,11 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     parts: dict[str, list[str]] = {}
     for name, path, shard_tokens in (("code", corpus.code_path, 4 << 20), ("prose", corpus.prose_path, 1 << 30)):
         config = PrepareConfig(
-            inputs=(path,), output=os.path.join(stores, name), workers=workers, shard_tokens=shard_tokens
+            inputs=(path,),
+            output=os.path.join(stores, name),
+            shard_by="tokens",
+            shard_tokens=shard_tokens,
+            **({"workers": workers} if workers else {}),
         )
         result = prepare(config)
         parts[name] = list(result.parts)

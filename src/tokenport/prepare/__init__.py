@@ -1,0 +1,26 @@
+"""prepare: raw corpora (jsonl, parquet, text; local or object storage) to token stores.
+
+A pipeline of steps over `Document`s (read -> tokenize -> write), run in work units on local
+worker processes, assembled into Megatron-compatible ``part-NNNNN.{bin,idx}`` stores with a
+``tokenport.json`` dataset manifest. See `prepare` and `PrepareConfig`.
+"""
+
+from .config import PrepareConfig
+from .documents import Document, DocumentStep
+from .pipeline import PrepareResult, prepare
+from .readers import read_slice
+from .stats import SKIP_KINDS
+from .tokenize import Tokenize, TokenBatch, split_text
+
+__all__ = [
+    "Document",
+    "DocumentStep",
+    "PrepareConfig",
+    "PrepareResult",
+    "SKIP_KINDS",
+    "TokenBatch",
+    "Tokenize",
+    "prepare",
+    "read_slice",
+    "split_text",
+]

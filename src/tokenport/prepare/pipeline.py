@@ -1,0 +1,209 @@
+"""`prepare`: raw corpus files to token stores, in parallel, resumable, deterministic.
+
+Plan units -> run each unit (read -> tokenize -> its own store in OUTPUT/.work/) on worker
+processes -> assemble unit stores, in unit order, into ``part-NNNNN`` stores -> write
+``tokenport.json`` -> remove ``.work/``. Every step is atomic and leaves a record, so a run
+stopped at any point (even by ``kill -9``) resumes from where it was, and the final
+.bin/.idx bytes depend only on the inputs and the output settings, never on the worker
+count or on interruptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..indexed import IndexedDataset
+from ..tokenizers import Tokenizer, load_tokenizer
+from .assemble import Part, finished_part, name_parts, plan_parts, write_part
+from .config import PrepareConfig, fingerprint
+from .executor import LocalExecutor
+from .sources import expand_inputs
+from .state import OutputDir
+from .stats import UnitStats
+from .units import Unit, plan_units
+from .worker import UnitJob, UnitRecord, finished_unit
+
+logger = logging.getLogger(__name__)
+
+DATASET_FORMAT = "tokenport.dataset/1"
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    """What a prepare run produced: part prefixes and totals over the whole dataset.
+
+    `seconds` is this call's wall time; `resumed_units` of the `units` were finished by an
+    earlier, interrupted call (all of them when the output was already complete).
+    """
+
+    output: str
+    parts: tuple[str, ...]
+    documents: int
+    tokens: int
+    bytes_in: int
+    seconds: float
+    skipped: dict[str, int]
+    workers: int
+    units: int
+    resumed_units: int
+
+    def summary(self) -> str:
+        """A few human-readable lines: totals and throughput (of a run that did all the work)."""
+        lines = [f"{self.documents:,} documents, {self.tokens:,} tokens in {len(self.parts)} part(s) under {self.output}"]
+        if self.resumed_units:
+            lines.append(
+                f"{self.bytes_in / 1e6:,.1f} MB in; {self.resumed_units} of {self.units} units were done by an earlier "
+                f"run, so this {self.seconds:.1f} s run gives no throughput"
+            )
+        else:
+            seconds = max(self.seconds, 1e-9)
+            mb_per_s = self.bytes_in / 1e6 / seconds
+            lines.append(
+                f"{self.bytes_in / 1e6:,.1f} MB in {self.seconds:.1f} s: {self.documents / seconds:,.0f} docs/s, "
+                f"{mb_per_s:,.2f} MB/s, {mb_per_s / self.workers:,.2f} MB/s per worker ({self.workers} workers)"
+            )
+        if self.skipped:
+            lines.append("skipped: " + ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.skipped.items())))
+        return "\n".join(lines)
+
+
+def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
+    """Tokenize `config.inputs` into token stores under `config.output` (see PrepareConfig).
+
+    Resumes an interrupted run with the same output settings; returns the existing result
+    when the output is already finished with them; raises ConfigError for other settings.
+    """
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(config.tokenizer)
+    identity = tokenizer.identity()
+    settings = config.output_settings(identity)
+    run_fingerprint = fingerprint(settings)
+    out = OutputDir(config.output)
+    manifest = out.finished(run_fingerprint)
+    if manifest is not None:
+        logger.info("%s is already prepared with these settings", out.path)
+        return _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed=-1)
+    with contextlib.ExitStack() as stack:
+        executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
+        files = expand_inputs(config.inputs, exclude=out.path)
+        units = plan_units(files, config.unit_bytes)
+        stack.enter_context(out.claim(settings, run_fingerprint))
+        out.remove_stale_units(unit.name for unit in units)
+        records, resumed = _run(config, executor, out.work, units, progress)
+        executor.close()
+        parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
+        described = _assemble(parts, tokenizer, [f.path for f in files])
+        totals = UnitStats.total(r.stats for r in records)
+        manifest = {
+            "format": DATASET_FORMAT,
+            "tokenport_version": _version(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "fingerprint": run_fingerprint,
+            "config": config.to_dict(),
+            "tokenizer": identity,
+            "parts": described,
+            "totals": {
+                "documents": totals.documents,
+                "tokens": totals.tokens,
+                "bytes_in": totals.bytes_in,
+                "input_files": len(files),
+                "units": len(units),
+            },
+            "skipped": dict(sorted(totals.skipped.items())),
+        }
+        out.finish(manifest, len(parts))
+    result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
+    logger.info("prepared %s", result.summary().replace("\n", "; "))
+    return result
+
+
+def _run(
+    config: PrepareConfig, executor: LocalExecutor, work: str, units: list[Unit], progress: bool
+) -> tuple[list[UnitRecord], int]:
+    """Records of every unit, in unit order (finished earlier, or run now on the workers), and
+    how many were finished earlier."""
+    records: dict[str, UnitRecord] = {}
+    for unit in units:
+        record = finished_unit(work, unit)
+        if record is not None:
+            records[unit.name] = record
+    resumed = len(records)
+    todo = [unit for unit in units if unit.name not in records]
+    logger.info("%d units to run (%d finished earlier) on %d workers", len(todo), len(records), config.workers)
+    job = UnitJob(
+        work_dir=work,
+        text_key=config.text_key,
+        append_eod=config.append_eod,
+        max_chars_per_piece=config.max_chars_per_piece,
+        batch_size=config.batch_size,
+        on_error=config.on_error,
+    )
+    bar = _progress_bar(progress, sum(u.size for u in units), sum(u.size for u in units if u.name in records))
+
+    def on_done(unit: Unit, record: UnitRecord) -> None:
+        records[unit.name] = record
+        if bar is not None:
+            bar.update(unit.size)
+            bar.set_postfix(documents=sum(r.stats.documents for r in records.values()), refresh=False)
+
+    try:
+        executor.run(job, todo, on_done)
+    finally:
+        if bar is not None:
+            bar.close()
+    return [records[unit.name] for unit in units], resumed
+
+
+def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> list[dict[str, Any]]:
+    """Write every part not finished earlier; describe each for the dataset manifest."""
+    described = []
+    for part in parts:
+        if finished_part(part):
+            with IndexedDataset(part.prefix) as ds:
+                documents, tokens = ds.num_documents, ds.num_tokens
+        else:
+            documents, tokens = write_part(part, tokenizer, inputs)
+        sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
+        described.append({"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources})
+    return described
+
+
+def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
+    """A tqdm bar over input bytes when asked for and tqdm is installed, else None."""
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        logger.info("progress needs tqdm: pip install 'tokenport[fast]'")
+        return None
+    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc="prepare")
+
+
+def _result(output: str, manifest: dict[str, Any], workers: int, seconds: float, resumed: int) -> PrepareResult:
+    """The result a manifest describes; `resumed` units were done before this call (-1: all)."""
+    totals = manifest["totals"]
+    return PrepareResult(
+        output=output,
+        parts=tuple(os.path.join(output, part["name"]) for part in manifest["parts"]),
+        documents=totals["documents"],
+        tokens=totals["tokens"],
+        bytes_in=totals["bytes_in"],
+        seconds=seconds,
+        skipped=dict(manifest["skipped"]),
+        workers=workers,
+        units=totals["units"],
+        resumed_units=totals["units"] if resumed < 0 else resumed,
+    )
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

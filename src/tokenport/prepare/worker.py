@@ -1,0 +1,85 @@
+"""One work unit, start to finish: read -> tokenize -> write its store under OUTPUT/.work/.
+
+The unit's store is written atomically by IndexedDatasetWriter, and its counts go to a
+``NAME.stats.json`` sidecar written just before; so a store that exists is a finished
+unit, and its counts are there to total.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import StorageError
+from ..indexed import IndexedDataset, IndexedDatasetWriter
+from ..tokenizers import Tokenizer
+from .readers import read_slice
+from .state import write_json
+from .stats import Problems, UnitStats
+from .tokenize import Tokenize
+from .units import Unit
+
+
+class Cancelled(Exception):
+    """Raised inside a unit that was asked to stop; its store is discarded."""
+
+
+@dataclass(frozen=True)
+class UnitJob:
+    """What every unit of a run shares; small and picklable, sent with each unit to a worker."""
+
+    work_dir: str
+    text_key: str
+    append_eod: bool
+    max_chars_per_piece: int
+    batch_size: int
+    on_error: str
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """A finished unit: its store's prefix, its counts, and the documents of each of its slices."""
+
+    prefix: str
+    stats: UnitStats
+    documents_per_slice: tuple[int, ...]
+
+
+def unit_prefix(work_dir: str, unit: Unit) -> str:
+    return os.path.join(work_dir, unit.name)
+
+
+def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False) -> UnitRecord:
+    """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
+    raises Cancelled (leaving no store) once `cancelled()` is true."""
+    stats = UnitStats()
+    problems = Problems(job.on_error, stats)
+    tokenize = Tokenize(
+        tokenizer, problems, append_eod=job.append_eod, max_chars_per_piece=job.max_chars_per_piece, batch_size=job.batch_size
+    )
+    prefix = unit_prefix(job.work_dir, unit)
+    documents_per_slice = []
+    with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance={"prepare_unit": unit.describe()}) as writer:
+        for piece in unit.slices:
+            before = stats.documents
+            for batch in tokenize(read_slice(piece, job.text_key, problems)):
+                if cancelled():
+                    raise Cancelled(unit.name)
+                writer.add_documents(batch.tokens, batch.lengths)
+            documents_per_slice.append(stats.documents - before)
+        write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
+    return UnitRecord(prefix, stats, tuple(documents_per_slice))
+
+
+def finished_unit(work_dir: str, unit: Unit) -> UnitRecord | None:
+    """The record of `unit` if an earlier run finished it, else None."""
+    prefix = unit_prefix(work_dir, unit)
+    try:
+        IndexedDataset(prefix).close()  # finishes an interrupted publication, if any
+        with open(prefix + ".stats.json", encoding="utf-8") as f:
+            data = json.load(f)
+    except (StorageError, FileNotFoundError):
+        return None
+    return UnitRecord(prefix, UnitStats.from_dict(data["stats"]), tuple(data["documents_per_slice"]))

@@ -1,0 +1,25 @@
+"""`tokenport demo`, the main job, runs end to end on a slice of the stdlib corpus."""
+
+from __future__ import annotations
+
+import tokenport as tp
+from tokenport.cli import main
+
+
+def test_demo_runs_every_stage(tmp_path, capsys):
+    assert main(["demo", "--workdir", str(tmp_path), "--limit", "40", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    for stage in ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read"):
+        assert stage in out
+    assert "checksums verified" in out
+    assert "(equal to the parts' sum)" in out
+    merged = tp.IndexedDataset(tmp_path / "stores" / "all")
+    code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
+    assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()
+    assert len(merged) > 40
+
+
+def sorted_first_source() -> str:
+    from tokenport.corpus import stdlib_sources
+
+    return stdlib_sources(limit=1)[0]
