@@ -55,3 +55,20 @@ def test_errors_are_one_line_not_tracebacks(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("tokenport: error: ") and "missing.idx" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_prepare_verb_and_bad_input(tmp_path, capsys):
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text('{"text": "alpha"}\n{"text": "beta"}\n')
+    assert main(["prepare", str(corpus), "-o", str(tmp_path / "out"), "--workers", "1", "-q"]) == 0
+    assert "2 documents" in capsys.readouterr().out
+    store = tp.IndexedDataset(tmp_path / "out" / "part-00000")
+    assert bytes(store[1][:-1].astype("uint8")) == b"beta"
+
+    corpus.write_text('{"text": "alpha"}\n{"text": oops}\n')
+    assert main(["prepare", str(corpus), "-o", str(tmp_path / "bad"), "--workers", "1", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "in.jsonl" in err and "line 2" in err
+    assert main(["prepare", str(corpus), "-o", str(tmp_path / "skip"), "--workers", "1", "-q", "--on-error", "skip"]) == 0
+    out = capsys.readouterr().out
+    assert "1 documents" in out and "skipped: bad_json 1" in out
