@@ -8,6 +8,7 @@ an abrupt connection reset, or a stall (for client read timeouts).
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import socket
 import struct
@@ -27,6 +28,9 @@ FAULTS = {
     "403": (403, "AccessDenied", "Access Denied"),
 }
 """HTTP faults by name: status, S3 error code, message."""
+
+HOP_HEADERS = ("connection", "transfer-encoding", "content-length", "server", "date")
+"""Response headers the proxy sets itself rather than copying from moto."""
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -60,6 +64,7 @@ def start_moto() -> tuple[Any, str]:
     """Start a moto server on a free loopback port; (server, endpoint URL)."""
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -100,7 +105,9 @@ class FaultProxy:
         self._thread.start()
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def inject(self, fault: str, *, first: int = 0, every: int = 0, methods: tuple[str, ...] = ("GET",)) -> None:
+    def inject(
+        self, fault: str, *, first: int = 0, every: int = 0, methods: tuple[str, ...] = ("GET",)
+    ) -> None:
         """From now on, fail requests as the rule says (fault: '500', '503', '403', 'reset', 'stall')."""
         with self._lock:
             self.rule = Rule(fault, first, every, methods)
@@ -115,7 +122,9 @@ class FaultProxy:
         """Requests seen, optionally of one method and one outcome ('ok' or a fault name)."""
         with self._lock:
             return sum(
-                1 for m, _, o in self.log if (method is None or m == method) and (outcome is None or o == outcome)
+                1
+                for m, _, o in self.log
+                if (method is None or m == method) and (outcome is None or o == outcome)
             )
 
     def _decide(self, method: str, path: str) -> str:
@@ -161,7 +170,7 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 conn.close()
             self.send_response(response.status, response.reason)
             for name, value in response.getheaders():
-                if name.lower() not in ("connection", "transfer-encoding", "content-length", "server", "date"):
+                if name.lower() not in HOP_HEADERS:
                     self.send_header(name, value)
             size = response.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
             self.send_header("Content-Length", size or "0")

@@ -336,7 +336,8 @@ def test_fetch_cached_downloads_once(s3, fault_proxy, tmp_path):
 
 def test_fetch_cached_failure_leaves_nothing(s3, fault_proxy, tmp_path):
     url = s3.put(b"x" * 1000)
-    options = RemoteOptions(storage_options=s3.storage_options(fault_proxy.endpoint_url), max_retries=1, **FAST)
+    endpoint = s3.storage_options(fault_proxy.endpoint_url)
+    options = RemoteOptions(storage_options=endpoint, max_retries=1, **FAST)
     fault_proxy.inject("500", first=10)
     with pytest.raises(StorageError, match="after 2 attempts"):
         fetch_cached(url, tmp_path / "cache", options)

@@ -3,8 +3,9 @@ prefetch planner that coalesces nearby ranges, and retries with backoff for tran
 
 Retries are ours alone: for S3 the botocore client is built with one attempt and s3fs's
 own retry loop is set to one pass, so every transient fault reaches `with_retries`, is
-counted in `stats.retries` and backs off with full jitter. (s3fs still sleeps 0.1 s once
-after a connection-level fault or a SlowDown before handing it to us.)
+counted in `stats.retries` and backs off with full jitter. Two lower layers remain: s3fs
+sleeps 0.1 s once after a connection-level fault or a SlowDown before handing it to us, and
+aiohttp resends an idempotent request once when a reused keep-alive connection drops (RFC 9112).
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ INSTALL_HINT = "pip install 'tokenport[s3]'"
 class RemoteOptions:
     """How an object-store source reads: block and cache sizes, request coalescing, retries."""
 
-    block_size: int = 1 << 20
-    cache_bytes: int = 256 << 20
-    max_retries: int = 6
-    backoff_initial: float = 0.1
+    block_size: int = 1 << 20  # bytes per cached block; every GET covers whole blocks
+    cache_bytes: int = 256 << 20  # bound of the LRU block cache, per source
+    max_retries: int = 6  # retries after the first attempt, for transient faults only
+    backoff_initial: float = 0.1  # seconds; the n-th retry waits uniform(0, min(max, initial * 2**n))
     backoff_max: float = 10.0
-    coalesce_gap: int = 1 << 20
-    max_request_bytes: int = 64 << 20
-    max_concurrency: int = 8
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    coalesce_gap: int = 1 << 20  # prefetch merges wanted blocks this many bytes apart or closer
+    max_request_bytes: int = 64 << 20  # the largest single ranged GET
+    max_concurrency: int = 8  # threads issuing a prefetch's GETs
+    storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec options: endpoint_url, key, ...
 
     def __post_init__(self) -> None:
         _check_int("block_size", self.block_size, 1)
@@ -203,7 +204,7 @@ def _permanent_error(url: str, what: str, exc: BaseException, kind: str) -> Stor
         )
     return StorageError(
         f"{url}: {what} failed with a permanent error ({type(exc).__name__}: {exc}); "
-        "check the URL and the storage options"
+        "check the URL, the credentials and the storage options"
     )
 
 
@@ -341,6 +342,8 @@ class ObjectStoreSource(ByteSource):
     coalesced GETs (concurrently), so the `read` calls that follow hit the cache.
     Thread-safe; two threads missing the same block at once may both fetch it.
     When `fs` is given it is used as is, and its own retry settings stay in force beneath ours.
+    The size and ETag are read once at open; an object rewritten while open is noticed only
+    when a range comes back short, so reopen stores after rewriting them.
     """
 
     def __init__(
@@ -415,9 +418,9 @@ class ObjectStoreSource(ByteSource):
         out: list[bytes | memoryview] = []
         done = 0
         while done < len(ranges):
-            covered = self._prefetch(ranges[done:])
-            out.extend(self.read(offset, length) for offset, length in ranges[done : done + covered])
-            done += covered
+            end = self._prefetch(ranges, done)
+            out.extend(self.read(offset, length) for offset, length in ranges[done:end])
+            done = end
         return out
 
     def prefetch(self, ranges: Sequence[Range]) -> None:
@@ -426,7 +429,7 @@ class ObjectStoreSource(ByteSource):
         Blocks until they are cached. Only the leading ranges whose blocks fit in the cache
         are fetched, so prefetching never evicts what it just fetched.
         """
-        self._prefetch(ranges)
+        self._prefetch(ranges, 0)
 
     def close(self) -> None:
         with self._lock:
@@ -463,42 +466,49 @@ class ObjectStoreSource(ByteSource):
             found.update(fetched)
         return found
 
-    def _prefetch(self, ranges: Sequence[Range]) -> int:
-        """Fetch the missing blocks of the longest leading run of `ranges` that fits the cache; its length."""
+    def _prefetch(self, ranges: Sequence[Range], start: int) -> int:
+        """Fetch the missing blocks of ranges[start:end], the longest run that fits the cache; return end."""
         bs = self.options.block_size
         budget = self.options.cache_bytes // bs
         wanted: dict[int, None] = {}  # an ordered set, in read order
-        covered = 0
-        for offset, length in ranges:
+        end = start
+        while end < len(ranges):
+            offset, length = ranges[end]
             self._check_range(offset, length)
             blocks = range(offset // bs, (offset + length - 1) // bs + 1) if length else range(0)
             new = [i for i in blocks if i not in wanted]
             if len(wanted) + len(new) > budget:
-                if covered == 0:
-                    return 1  # larger than the cache: read() fetches it directly
+                if end == start:
+                    return start + 1  # larger than the cache: read() fetches it directly
                 break
             wanted.update(dict.fromkeys(new))
-            covered += 1
+            end += 1
         with self._lock:
             missing = [i for i in wanted if self._cache.get(i) is None]
         if missing:
             gap_blocks = self.options.coalesce_gap // bs
             spans = plan_spans(sorted(missing), gap_blocks, self._max_blocks())
-            self._store(self._fetch(spans), missing)
-        return covered
+            self._store(self._fetch(spans), list(wanted))
+        return end
 
     def _max_blocks(self) -> int:
         return self.options.max_request_bytes // self.options.block_size
 
     def _store(self, fetched: dict[int, bytes], wanted: Sequence[int]) -> None:
-        """Cache fetched blocks: gap fillers first, so the LRU rule evicts them before wanted ones."""
+        """Cache fetched blocks so LRU evicts gap fillers first, then wanted blocks needed last.
+
+        `wanted` is in read order; wanted blocks that were cached already are refreshed too.
+        """
         wanted_set = set(wanted)
         with self._lock:
             for index, data in fetched.items():
                 if index not in wanted_set:
                     self._cache.put(index, data)
-            for index in wanted:
-                self._cache.put(index, fetched[index])
+            for index in reversed(wanted):
+                if index in fetched:
+                    self._cache.put(index, fetched[index])
+                else:
+                    self._cache.get(index)
 
     def _fetch(self, spans: list[tuple[int, int]]) -> dict[int, bytes]:
         """Fetch block spans (one ranged GET each, concurrently when several) and split them into blocks."""
@@ -514,7 +524,7 @@ class ObjectStoreSource(ByteSource):
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None or self._pool_pid != os.getpid():  # a forked child needs its own threads
-                self._pool = ThreadPoolExecutor(self.options.max_concurrency, thread_name_prefix="tokenport-get")
+                self._pool = ThreadPoolExecutor(self.options.max_concurrency, thread_name_prefix="tokenport")
                 self._pool_pid = os.getpid()
             return self._pool
 
@@ -602,3 +612,21 @@ def fetch_cached(
             "pass cache_dir or set TOKENPORT_CACHE_DIR to a writable directory"
         ) from exc
     return str(target)
+
+
+def read_small_object(
+    url: str, options: RemoteOptions | None = None, **storage_options: Any
+) -> bytes | None:
+    """The whole content of a small object (a manifest), or None when it does not exist."""
+    options = options or RemoteOptions()
+    fs, path = open_fs(url, {**options.storage_options, **storage_options})
+
+    def cat() -> bytes | None:
+        try:
+            return fs.cat_file(path)
+        except Exception as exc:  # a missing object is an answer here, not an error
+            if classify(exc) == "missing":
+                return None
+            raise
+
+    return with_retries(cat, url=url, what="reading", options=options)
