@@ -9,7 +9,9 @@ three files at once; until then nothing is visible at the prefix.
 from __future__ import annotations
 
 import datetime as _dt
+import operator
 import os
+from array import array as _array
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -20,9 +22,27 @@ from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new
 from .format import IndexHeader, dtype_code, dtype_for_vocab
 from .manifest import Checksums, Manifest, manifest_path
 
-_SPILL_ITEMS = 1 << 20
-_COPY_ITEMS = 1 << 22
-_IO_BUFFER = 8 << 20
+_SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
+_COPY_ITEMS = 1 << 18  # index items per chunk when composing the .idx (a few MiB of temporaries)
+_IO_BUFFER = 1 << 20
+_STAGE_BYTES = 1 << 20  # small documents are gathered into one write (and one hash update) per MiB
+
+# how IndexedDatasetWriter._as_tokens takes an input dtype
+_GENERIC, _AS_IS, _CHECK, _CAST, _CHECK_CAST, _SAFE_CAST = range(6)
+
+
+def _has_same_value_cast() -> bool:
+    """numpy >= 2.4 casts with casting="same_value", raising instead of wrapping."""
+    try:
+        np.array([70000], dtype=np.int32).astype(np.uint16, casting="same_value")
+    except ValueError:
+        return True
+    except TypeError:
+        return False
+    return False  # it wrapped: never rely on it
+
+
+_SAME_VALUE_CAST = _has_same_value_cast()
 
 
 def _tokenport_version() -> str:
@@ -38,13 +58,17 @@ def _tokenizer_identity(tokenizer: Any) -> dict[str, Any] | None:
 
 
 class _Int64Spill:
-    """An append-only integer column kept in a small buffer and spilled to a temporary file."""
+    """An append-only integer column kept in a small buffer and spilled to a temporary file.
+
+    `pending` is a compact array of int64 (8 bytes an item, not a list of Python ints), spilled
+    every `_SPILL_ITEMS` items, so memory stays flat however many documents are written.
+    """
 
     def __init__(self, final_path: str, dtype: np.dtype) -> None:
         self.dtype = np.dtype(dtype)
         self.path = commit.temp_path(final_path)
         self._file = open(self.path, "wb", buffering=_IO_BUFFER)
-        self.pending: list[int] = []
+        self.pending = _array("q")
         self.count = 0
 
     def extend_array(self, values: np.ndarray) -> None:
@@ -54,9 +78,18 @@ class _Int64Spill:
 
     def spill(self) -> None:
         if self.pending:
-            np.asarray(self.pending, dtype=self.dtype).tofile(self._file)
-            self.count += len(self.pending)
-            self.pending = []
+            values = np.frombuffer(self.pending, dtype=np.int64)
+            if self.dtype != values.dtype and len(values):
+                info = np.iinfo(self.dtype)
+                if int(values.max()) > info.max or int(values.min()) < info.min:
+                    raise ConfigError(
+                        f"{self.path}: value {int(values.max())} does not fit the .idx's {self.dtype} "
+                        "column; split documents into sequences shorter than 2**31 tokens"
+                    )
+            values.astype(self.dtype, copy=False).tofile(self._file)
+            self.count += len(values)
+            del values  # release the buffer export before replacing the array
+            self.pending = _array("q")
 
     def close(self) -> None:
         self.spill()
@@ -119,8 +152,13 @@ class IndexedDatasetWriter:
         for final in (self.prefix + ".bin", self.prefix + ".idx", manifest_path(self.prefix)):
             commit.remove_stale_temporaries(final)
         self._bin_path = commit.temp_path(self.prefix + ".bin")
-        self._bin = open(self._bin_path, "wb", buffering=_IO_BUFFER)
+        # writes come staged (>= _STAGE_BYTES) or large: a buffer of that size passes them through
+        self._bin = open(self._bin_path, "wb", buffering=_STAGE_BYTES)
         self._bin_hash = BlockHasher(checksum or available_algorithm(), checksum_block_size)
+        self._stage = bytearray()
+        self._stage_items = _STAGE_BYTES // self.dtype.itemsize
+        self._plan_dtype: np.dtype | None = None  # the last input dtype seen, and how to take it
+        self._plan: tuple[int, Any] = (_GENERIC, None)
         self._lengths = _Int64Spill(self.prefix + ".idx", np.int32)
         self._documents = _Int64Spill(self.prefix + ".idx", np.int64)
         self._documents.pending.append(0)
@@ -132,21 +170,42 @@ class IndexedDatasetWriter:
 
     def add_document(self, tokens: Sequence[int] | np.ndarray, lengths: Sequence[int] | None = None) -> None:
         """Append one document: `tokens`, as one sequence or as sequences of `lengths`."""
-        self._check_open()
+        if self._state != "open":
+            self._check_open()
         array = self._as_tokens(tokens)
+        n = len(array)
         if lengths is None:
-            self._lengths.pending.append(len(array))
+            self._lengths.pending.append(n)
             self._sequences += 1
         else:
-            lengths = np.asarray(lengths, dtype=np.int64)
-            if int(lengths.sum()) != len(array) or (len(lengths) and int(lengths.min()) < 0):
+            # Megatron's style, add_document(tokens, [len(tokens)]): a short list, checked in
+            # Python (numpy's reductions cost microseconds each on a list this small)
+            sizes = None
+            if isinstance(lengths, (list, tuple)):
+                try:
+                    sizes = [operator.index(size) for size in lengths]
+                except TypeError:
+                    pass
+            if sizes is None:
+                sizes = np.asarray(lengths, dtype=np.int64).reshape(-1).tolist()
+            if sum(sizes) != n or (sizes and min(sizes) < 0):
                 raise ConfigError(
-                    f"{self.prefix}: sequence lengths {lengths.tolist()[:8]}... sum to "
-                    f"{int(lengths.sum())} but the document has {len(array)} tokens"
+                    f"{self.prefix}: sequence lengths {sizes[:8]}... sum to "
+                    f"{sum(sizes)} but the document has {n} tokens"
                 )
-            self._lengths.pending.extend(lengths.tolist())
-            self._sequences += len(lengths)
-        self._write(array)
+            self._lengths.pending.extend(sizes)
+            self._sequences += len(sizes)
+        if n < self._stage_items:  # the common case, inlined: stage the bytes, write them per MiB
+            stage = self._stage
+            try:
+                stage.extend(array)
+            except (TypeError, BufferError):  # not contiguous
+                stage.extend(np.ascontiguousarray(array))
+            self._tokens += n
+            if len(stage) >= _STAGE_BYTES:
+                self._flush_stage()
+        else:
+            self._write(array)
         self._documents.pending.append(self._sequences)
         if len(self._lengths.pending) >= _SPILL_ITEMS:
             self._lengths.spill()
@@ -193,7 +252,60 @@ class IndexedDatasetWriter:
         self._sequences += len(lengths)
 
     def _as_tokens(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
-        array = np.asarray(tokens)
+        """`tokens` as a 1-D array of the store's dtype; an id outside 0..limit raises, never wraps.
+
+        The way to take an input dtype (as is, check, cast, check and cast) is worked out once per
+        dtype; the check is one pass (argmax of an unsigned view catches negative ids too), because
+        numpy's reductions cost a microsecond or more even on a 30-token document.
+        """
+        array = tokens if type(tokens) is np.ndarray else np.asarray(tokens)
+        if array.ndim != 1:
+            array = array.reshape(-1)
+        dtype = array.dtype
+        if dtype is not self._plan_dtype:
+            self._plan = self._plan_for(dtype)
+            self._plan_dtype = dtype
+        mode, check = self._plan
+        if mode == _AS_IS:
+            return array
+        if mode == _SAFE_CAST:
+            try:
+                return array.astype(self.dtype, casting="same_value")
+            except ValueError:
+                self._raise_out_of_range(array)
+                raise
+        if mode == _GENERIC:
+            return self._as_tokens_generic(array)
+        if check is not None and len(array):
+            unsigned, bound = check
+            view = array if unsigned is None else array.view(unsigned)
+            if view.item(view.argmax()) > bound:
+                self._raise_out_of_range(array)
+        return array if mode == _CHECK else array.astype(self.dtype)
+
+    def _plan_for(self, dtype: np.dtype) -> tuple[int, Any]:
+        """How `_as_tokens` takes an input of `dtype`: (mode, None or (unsigned view dtype, bound))."""
+        low, high = self._limits
+        if not (dtype.isnative and self.dtype.isnative and dtype.kind in "iu" and self.dtype.kind in "iu") or low:
+            return _GENERIC, None
+        info = np.iinfo(dtype)
+        if dtype == self.dtype:
+            if self.vocab_size is None:
+                return _AS_IS, None  # every value of the store's own dtype fits it
+            mode = _CHECK
+        elif info.min >= low and info.max <= high:
+            return _CAST, None  # e.g. uint8 into uint16: every value fits
+        elif _SAME_VALUE_CAST and high == np.iinfo(self.dtype).max and "u" in (dtype.kind, self.dtype.kind):
+            # the range is exactly the store dtype's and no negative id can fit it (or exist):
+            # numpy's value-checked cast converts and checks in one step
+            return _SAFE_CAST, None
+        else:
+            mode = _CHECK_CAST
+        if dtype.kind == "i":  # negative ids become huge unsigned ones: one bound checks both ends
+            return mode, (np.dtype(f"u{dtype.itemsize}"), min(high, int(info.max)))
+        return mode, (None, high)
+
+    def _as_tokens_generic(self, array: np.ndarray) -> np.ndarray:
         if array.dtype == self.dtype:
             if self.vocab_size is not None and len(array) and self._exceeds_vocab(array):
                 self._raise_out_of_range(array)
@@ -226,6 +338,8 @@ class IndexedDatasetWriter:
     def _raise_out_of_range(self, array: np.ndarray) -> None:
         low, high = self._limits
         bad = array[(array < low) | (array > high)]
+        if not len(bad):
+            return  # nothing out of range: the caller re-raises its own error
         raise TokenizerError(
             f"{self.prefix}: token id {int(bad[0])} does not fit the store (valid ids {low}..{high} "
             f"for dtype {self.dtype}, vocab_size {self.vocab_size}); use a wider dtype or the "
@@ -234,9 +348,22 @@ class IndexedDatasetWriter:
 
     def _write(self, array: np.ndarray) -> None:
         data = array.data if array.flags.c_contiguous else np.ascontiguousarray(array).data
-        self._bin.write(data)
-        self._bin_hash.update(data)
+        if len(array) < self._stage_items:
+            self._stage.extend(data)
+            if len(self._stage) >= _STAGE_BYTES:
+                self._flush_stage()
+        else:
+            self._flush_stage()
+            self._bin.write(data)
+            self._bin_hash.update(data)
         self._tokens += len(array)
+
+    def _flush_stage(self) -> None:
+        """Write (and hash) the staged bytes of small documents."""
+        if self._stage:
+            self._bin.write(self._stage)
+            self._bin_hash.update(self._stage)
+            self._stage = bytearray()
 
     # -- finishing ---------------------------------------------------------------------------
 
@@ -258,6 +385,7 @@ class IndexedDatasetWriter:
         self._state = "finalizing"
         staged: list[str] = []
         try:
+            self._flush_stage()
             self._bin.close()
             self._lengths.close()
             self._documents.close()
@@ -337,6 +465,7 @@ class IndexedDatasetWriter:
         if self._state == "done":
             return
         self._state = "aborted"
+        self._stage = bytearray()
         if not self._bin.closed:
             self._bin.close()
         for path in (self._bin_path,):

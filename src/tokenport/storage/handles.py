@@ -67,34 +67,34 @@ POOL = HandlePool()
 class LazyHandle:
     """An OS resource opened on demand by `opener` and released by `closer` when idle."""
 
-    __slots__ = ("_opener", "_closer", "_value", "referenced", "__weakref__")
+    __slots__ = ("_opener", "_closer", "value", "referenced", "__weakref__")
 
     def __init__(self, opener: Callable[[], Any], closer: Callable[[Any], None]) -> None:
         self._opener = opener
         self._closer = closer
-        self._value: Any = None
+        self.value: Any = None  # the open resource, or None; hot paths read it, then call get() on None
         self.referenced = False
 
     def get(self) -> Any:
-        value = self._value
+        value = self.value
         if value is None:
             value = self._opener()
             POOL.admit(self)
-            self._value = value
+            self.value = value
         self.referenced = True
         return value
 
     @property
     def is_open(self) -> bool:
-        return self._value is not None
+        return self.value is not None
 
     def close(self) -> None:
-        if self._value is not None:
+        if self.value is not None:
             POOL.forget(self)
             self._release()
 
     def _release(self) -> None:
-        value, self._value = self._value, None
+        value, self.value = self.value, None
         if value is not None:
             self._closer(value)
 
