@@ -1,0 +1,326 @@
+"""Splits of a store into train/valid/test, and the on-disk cache of the indices built over them.
+
+Splits follow Megatron-LM's arithmetic exactly (``parse_and_normalize_split``,
+``convert_split_vector_to_split_matrix`` and the rounding of each book-end to a document).
+
+The index cache keeps each built index set as ``.npy`` files in ``DIRECTORY/KEY/``, where KEY
+is a sha256 of the store's content identity, every parameter of the build, and the cache format
+version. An entry is written under a temporary name and published by one atomic directory
+rename, so only complete entries are ever seen. A ``fcntl.flock`` on ``DIRECTORY/KEY.lock``
+makes the processes of one machine build an entry once; under ``torch.distributed`` one rank
+per node (or one rank in all, on a shared filesystem) builds before a barrier. Lock files are
+left in place on purpose: deleting them would race with processes about to take them.
+
+An unwritable cache directory is not fatal unless asked: the indices are built in memory and a
+warning is logged (``strict=True`` raises ConfigError instead).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import ConfigError
+from .indexed import IndexedDataset
+from .storage import is_remote, local_path
+
+logger = logging.getLogger(__name__)
+
+SPLIT_NAMES = ("train", "valid", "test")
+CACHE_FORMAT = "tokenport.index-cache/1"
+DESCRIPTION = "description.json"
+
+_SPLIT_FIELD = re.compile(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
+_ARRAY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+# -- splits ---------------------------------------------------------------------------------------
+
+
+def parse_split(split: str) -> tuple[float, ...]:
+    """Normalized (train, valid, test) weights of a split string such as "969,30,1", as Megatron does."""
+    fields = [text.strip() for text in str(split).split(",")]
+    if len(fields) > len(SPLIT_NAMES) or not all(_SPLIT_FIELD.match(text) for text in fields):
+        raise ConfigError(
+            f"split={split!r}: expected up to {len(SPLIT_NAMES)} comma-separated non-negative numbers "
+            "(train,valid,test), such as '969,30,1' or '98,2,0'"
+        )
+    weights = [float(text) for text in fields] + [0.0] * (len(SPLIT_NAMES) - len(fields))
+    total = np.sum(np.array(weights, dtype=np.float64))
+    if not np.isfinite(total) or total <= 0.0:
+        raise ConfigError(f"split={split!r}: the weights must be finite and sum to more than zero")
+    return tuple((np.array(weights, dtype=np.float64) / total).tolist())
+
+
+def split_document_ranges(split: str, num_documents: int) -> list[tuple[int, int] | None]:
+    """[begin, end) document range of train, valid and test (None for a zero-weight split), as Megatron rounds them."""
+    if isinstance(num_documents, bool) or not isinstance(num_documents, (int, np.integer)) or num_documents < 0:
+        raise ConfigError(f"num_documents={num_documents!r}: expected a non-negative integer")
+    bounds = [0.0]
+    for weight in parse_split(split):
+        bounds.append(bounds[-1] + weight)
+    ranges: list[tuple[int, int] | None] = []
+    for begin, end in zip(bounds[:-1], bounds[1:]):
+        if end <= begin:
+            ranges.append(None)
+        else:
+            ranges.append((int(round(begin * float(num_documents))), int(round(end * float(num_documents)))))
+    return ranges
+
+
+# -- content identity and keys --------------------------------------------------------------------
+
+
+def store_identity(store: IndexedDataset) -> dict[str, Any]:
+    """What identifies a store's content: manifest checksums when it has a manifest, else file sizes and mtimes."""
+    manifest = store.manifest
+    if manifest is not None:
+        sums = manifest.checksums
+        blocks = hashlib.sha256("\n".join(sums.bin_blocks).encode("ascii")).hexdigest()
+        return {
+            "checksum": sums.algorithm,
+            "idx": sums.idx,
+            "bin_block_size": sums.bin_block_size,
+            "bin_blocks_sha256": blocks,
+            "tokens": manifest.tokens,
+        }
+    if is_remote(store.prefix):
+        raise ConfigError(
+            f"{store.prefix}: a remote store without a PREFIX.json manifest has no content identity "
+            "for the index cache; write the store with tokenport (or add a manifest), or cache nothing"
+        )
+    identity: dict[str, Any] = {}
+    for suffix in (".idx", ".bin"):
+        stat = os.stat(local_path(store.prefix) + suffix)
+        identity[suffix[1:]] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return identity
+
+
+def _json_scalar(value: Any) -> Any:
+    """numpy scalars as their Python equals, so parameters may come straight from arrays."""
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def canonical_json(value: Any, field: str = "params") -> str:
+    """One JSON text per value: sorted keys, no spaces, no NaN; ConfigError naming `field` otherwise."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_json_scalar)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{field}: cannot be part of a cache key ({exc}); pass JSON values only") from None
+
+
+def cache_key(store: IndexedDataset, params: dict[str, Any]) -> str:
+    """sha256 of the store's content identity, the build parameters and the cache format."""
+    return _key(store_identity(store), params)
+
+
+def _key(identity: dict[str, Any], params: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of (cache format, store identity, params)."""
+    if not isinstance(params, dict):
+        raise ConfigError(f"params={params!r}: expected a dict of every parameter that changes the indices")
+    text = canonical_json({"format": CACHE_FORMAT, "store": identity, "params": params})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# -- the cache ------------------------------------------------------------------------------------
+
+
+class IndexCache:
+    """Index arrays built once per (store content, parameters) and memory-mapped afterwards."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.path.abspath(os.fspath(directory))
+
+    def entry_path(self, key: str) -> str:
+        """The directory that holds entry `key` once it is published."""
+        return os.path.join(self.directory, key)
+
+    def get_or_build(
+        self,
+        store: IndexedDataset,
+        params: dict[str, Any],
+        build: Callable[[], dict[str, np.ndarray]],
+        *,
+        strict: bool = False,
+        distributed: bool = True,
+        shared_filesystem: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """The arrays cached for (store, params), calling `build` only when no entry exists yet.
+
+        With `distributed` and an initialized torch.distributed group, local rank 0 of each node
+        (global rank 0 when `shared_filesystem`) builds first, all ranks meet at a barrier, then
+        the rest load. Any rank that finds no entry after the barrier builds it itself under the
+        lock, so a wrong guess of the local rank costs time, never correctness.
+        """
+        identity = store_identity(store)
+        key = _key(identity, params)
+        description = {"store": store.prefix, "params": params, "identity": identity}
+        dist = _initialized_distributed() if distributed else None
+        if dist is None:
+            return self._get_or_build(key, description, build, strict)
+        first = int(dist.get_rank()) == 0 if shared_filesystem else _local_rank(dist) == 0
+        arrays = self._get_or_build(key, description, build, strict) if first else None
+        dist.barrier()
+        return arrays if arrays is not None else self._get_or_build(key, description, build, strict)
+
+    def _get_or_build(
+        self, key: str, description: dict[str, Any], build: Callable[[], dict[str, np.ndarray]], strict: bool
+    ) -> dict[str, np.ndarray]:
+        """Load entry `key`, or build and publish it while holding its lock."""
+        hit = self._load(key)
+        if hit is not None:
+            return hit
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            lock = os.open(os.path.join(self.directory, key + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            return self._in_memory(build, exc, strict)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            hit = self._load(key)
+            if hit is not None:
+                return hit
+            self._remove_temporaries(key)
+            arrays = _checked(build())
+            try:
+                self._publish(key, description, arrays)
+            except OSError as exc:
+                raced = self._load(key)  # a builder on another node, where flock is not shared
+                return raced if raced is not None else self._unpublished(arrays, exc, strict)
+            return self._map(key, list(arrays))
+        finally:
+            os.close(lock)  # releases the flock
+
+    def _load(self, key: str) -> dict[str, np.ndarray] | None:
+        """The arrays of a published entry, memory-mapped; None when there is no entry."""
+        entry = self.entry_path(key)
+        try:
+            with open(os.path.join(entry, DESCRIPTION), encoding="utf-8") as f:
+                names = json.load(f)["arrays"]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return self._map(key, list(names))
+
+    def _map(self, key: str, names: list[str]) -> dict[str, np.ndarray]:
+        """Arrays `names` of published entry `key`, memory-mapped read-only: O(1) in their size."""
+        entry = self.entry_path(key)
+        return {name: np.load(os.path.join(entry, name + ".npy"), mmap_mode="r", allow_pickle=False) for name in names}
+
+    def _publish(self, key: str, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Write the arrays and description to a temporary directory, then rename it to the entry."""
+        staging = tempfile.mkdtemp(prefix=f".{key}.{os.getpid()}.", suffix=".tmp", dir=self.directory)
+        try:
+            for name, array in arrays.items():
+                path = os.path.join(staging, name + ".npy")
+                _write_synced(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
+            text = json.dumps(
+                {
+                    "format": CACHE_FORMAT,
+                    **description,
+                    "arrays": {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in arrays.items()},
+                },
+                indent=2,
+                sort_keys=True,
+                default=_json_scalar,
+            )
+            _write_synced(os.path.join(staging, DESCRIPTION), lambda f: f.write(text.encode("utf-8")))
+            _fsync_directory(staging)
+            os.rename(staging, self.entry_path(key))
+            _fsync_directory(self.directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def _remove_temporaries(self, key: str) -> None:
+        """Delete staging directories of `key` left by builders that died (the lock holder owns all others)."""
+        for leftover in glob.glob(os.path.join(glob.escape(self.directory), f".{key}.*.tmp")):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def _in_memory(
+        self, build: Callable[[], dict[str, np.ndarray]], exc: OSError, strict: bool
+    ) -> dict[str, np.ndarray]:
+        """Build without caching because the directory cannot be used (or raise, when strict)."""
+        self._refuse_or_warn(exc, strict)
+        return _checked(build())
+
+    def _unpublished(self, arrays: dict[str, np.ndarray], exc: OSError, strict: bool) -> dict[str, np.ndarray]:
+        """Return built arrays that could not be written (or raise, when strict)."""
+        self._refuse_or_warn(exc, strict)
+        return arrays
+
+    def _refuse_or_warn(self, exc: OSError, strict: bool) -> None:
+        """Raise ConfigError when strict; otherwise log that the indices live in memory only."""
+        reason = exc.strerror or str(exc)
+        if strict:
+            raise ConfigError(
+                f"index cache directory {self.directory}: cannot write ({reason}); "
+                "pass a writable directory, or strict=False to build in memory"
+            ) from exc
+        logger.warning(
+            "index cache directory %s cannot be written (%s): building the indices in memory, uncached",
+            self.directory,
+            reason,
+        )
+
+
+def _checked(arrays: Any) -> dict[str, np.ndarray]:
+    """The build result as numpy arrays with safe file names, or ConfigError naming the fault."""
+    if not isinstance(arrays, dict) or not arrays:
+        raise ConfigError(f"build returned {type(arrays).__name__}: expected a non-empty dict of name -> numpy array")
+    for name, array in arrays.items():
+        if not isinstance(name, str) or not _ARRAY_NAME.match(name):
+            raise ConfigError(f"build returned array name {name!r}: use letters, digits, '_', '.' or '-'")
+        if not isinstance(array, np.ndarray) or array.dtype.hasobject:
+            raise ConfigError(f"build returned {name!r} as {type(array).__name__}: expected a numeric numpy array")
+    return arrays
+
+
+def _write_synced(path: str, write: Callable[[Any], Any]) -> None:
+    """Write a file through `write(file)` and fsync it before it can be published."""
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_directory(path: str) -> None:
+    """Make renames in `path` durable where the filesystem allows fsync of a directory."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+# -- rank coordination ----------------------------------------------------------------------------
+
+
+def _initialized_distributed() -> Any:
+    """torch.distributed when its default group is initialized, else None; never imports torch itself."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
+
+
+def _local_rank(dist: Any) -> int:
+    """This process's rank on its node: LOCAL_RANK as torchrun sets it, else the global rank."""
+    text = os.environ.get("LOCAL_RANK")
+    return int(text) if text is not None and text.isdigit() else int(dist.get_rank())
