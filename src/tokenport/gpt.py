@@ -1,16 +1,21 @@
-"""Documents to fixed-length GPT samples: the document, sample and shuffle indices.
+"""Documents to fixed-length GPT samples: the document, sample and shuffle indices, and the samples.
 
 The indices equal, element for element and dtype for dtype, those that Megatron-LM's
 ``GPTDataset`` builds for the same split, sample count, sequence length and seed.
 Megatron walks the token stream one sample at a time in C++; here the walk is a
 search of every sample boundary in the cumulative document lengths at once.
+``GPTDataset`` turns them into Megatron's sample fields plus flash-attn style cu_seqlens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, InputDataError
+from .indexed import IndexedDataset
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
@@ -167,3 +172,220 @@ def _shuffle_index(num_samples: int, total: int, random_state: np.random.RandomS
     rest = np.arange(num_samples, total, dtype=dtype)
     random_state.shuffle(rest)
     return np.concatenate((first, rest))
+
+
+_NO_PAD = -1  # Megatron's pad id when the tokenizer has none: no stored token equals it
+
+
+@dataclass(frozen=True)
+class GPTSampleConfig:
+    """How a window of tokens becomes a training sample, Megatron's GPTDatasetConfig fields by name.
+
+    ``pad_id`` fills a short final sample and the last label when ``add_extra_token`` is off;
+    as in Megatron, any token equal to it is masked from the loss and replaced by 0. ``None``
+    means no pad id: those positions still hold 0 with no loss. ``cu_seqlens_length`` is the
+    fixed length of ``cu_seqlens`` (default ``seq_length + 1``, which always fits: every
+    token an EOD); a smaller value saves memory and raises InputDataError on a sample holding
+    more documents than it fits.
+    """
+
+    seq_length: int
+    eod_id: int
+    pad_id: int | None = None
+    add_extra_token: bool = True
+    reset_position_ids: bool = False
+    reset_attention_mask: bool = False
+    eod_mask_loss: bool = False
+    create_attention_mask: bool = False
+    cu_seqlens_length: int | None = None
+
+    def __post_init__(self) -> None:
+        """Validate every field, naming the one at fault; fill the cu_seqlens_length default."""
+        _check_positive("seq_length", self.seq_length)
+        _check_token_id("eod_id", self.eod_id)
+        if self.pad_id is not None:
+            _check_token_id("pad_id", self.pad_id)
+            if self.pad_id == self.eod_id:
+                raise ConfigError(
+                    f"pad_id={self.pad_id} equals eod_id: pass a pad id no document ends with, or None"
+                )
+        for name in ("add_extra_token", "reset_position_ids", "reset_attention_mask",
+                     "eod_mask_loss", "create_attention_mask"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: pass True or False")
+        if self.cu_seqlens_length is None:
+            object.__setattr__(self, "cu_seqlens_length", int(self.seq_length) + 1)
+        elif (isinstance(self.cu_seqlens_length, bool) or not isinstance(self.cu_seqlens_length, (int, np.integer))
+              or not 2 <= self.cu_seqlens_length <= self.seq_length + 1):
+            raise ConfigError(
+                f"cu_seqlens_length={self.cu_seqlens_length!r} is invalid: pass an integer in "
+                f"[2, seq_length + 1 = {self.seq_length + 1}] or None for the upper bound"
+            )
+
+
+def _check_token_id(name: str, value: object) -> None:
+    """Raise ConfigError unless ``value`` is a non-negative integer token id."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ConfigError(f"{name}={value!r} is invalid: pass a token id, an integer of at least 0")
+
+
+class GPTDataset:
+    """Fixed-length samples of one split of a token store, sample for sample Megatron's GPTDataset.
+
+    Every sequence of the store is a document, as in Megatron. ``indices`` are the split's
+    sequence ids; ``self.document_index`` holds sequence ids (Megatron's layout), the sample
+    and shuffle indices are those of ``build_indices``. ``ds[i]`` and ``get_batch`` return
+    numpy arrays: Megatron's tokens, labels, loss_mask, position_ids (and attention_mask,
+    bool, True = masked, when asked), plus ``cu_seqlens`` (int32 document boundaries in the
+    window, flash-attn varlen style, padded to ``cu_seqlens_length`` by repeating
+    ``seq_length``: empty trailing documents) and ``max_seqlen``.
+    """
+
+    def __init__(
+        self,
+        dataset: IndexedDataset,
+        indices: np.ndarray,
+        num_samples: int,
+        config: GPTSampleConfig,
+        seed: int,
+        *,
+        drop_last_partial: bool = True,
+    ) -> None:
+        self.dataset = dataset
+        self.config = config
+        self.indices = _check_indices(indices, len(dataset))
+        positions, self.sample_index, self.shuffle_index = build_indices(
+            dataset.sequence_lengths[self.indices], num_samples, config.seq_length, seed,
+            add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
+        )
+        self.document_index = self.indices[positions]
+        self._lengths = dataset.sequence_lengths
+
+    def __len__(self) -> int:
+        return len(self.shuffle_index)
+
+    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
+        """Sample ``idx`` as a dict of arrays, each a row of ``get_batch([idx])``."""
+        return {name: array[0] for name, array in self.get_batch([idx]).items()}
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` as a dict of arrays stacked on a leading batch axis, built in one pass."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        return _sample_arrays(self._texts(ids), self.config)
+
+    def _texts(self, ids: np.ndarray) -> np.ndarray:
+        """The (B, seq_length + extra) int64 token windows of samples ``ids``, pad-filled at the end."""
+        extra = int(self.config.add_extra_token)
+        width = self.config.seq_length + extra
+        pad = _NO_PAD if self.config.pad_id is None else self.config.pad_id
+        out = np.full((len(ids), width), pad, dtype=np.int64)
+        rows = self.shuffle_index[ids].astype(np.int64)
+        first_pos, first_off = self.sample_index[rows].astype(np.int64).T
+        last_pos, last_off = self.sample_index[rows + 1].astype(np.int64).T
+        counts = last_pos - first_pos + 1
+        sample = np.repeat(np.arange(len(ids)), counts)
+        starts_at = np.repeat(np.cumsum(counts) - counts, counts)
+        position = np.repeat(first_pos, counts) + np.arange(len(sample)) - starts_at
+        docs = self.document_index[position].astype(np.int64)
+        is_first = position == first_pos[sample]
+        begin = np.where(is_first, first_off[sample], 0)
+        end = np.where(position == last_pos[sample], last_off[sample] + extra, self._lengths[docs])
+        size = end - begin
+        column = np.cumsum(size) - size
+        column -= np.repeat(column[np.cumsum(counts) - counts], counts)
+        get = self.dataset.get
+        for row, doc, offset, length, col in zip(
+            sample.tolist(), docs.tolist(), begin.tolist(), size.tolist(), column.tolist()
+        ):
+            out[row, col : col + length] = get(doc, offset, length)
+        return out
+
+
+def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:
+    """Return the split's sequence ids as a 1-D int64 array, or raise ConfigError."""
+    array = np.asarray(indices)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ConfigError(
+            f"indices must be a 1-D integer array of sequence ids, got shape {array.shape} dtype {array.dtype}"
+        )
+    if len(array) and (int(array.min()) < 0 or int(array.max()) >= count):
+        raise ConfigError(f"indices hold sequence ids outside [0, {count}): pass ids of this token store")
+    return array.astype(np.int64)
+
+
+def _sample_arrays(text: np.ndarray, config: GPTSampleConfig) -> dict[str, np.ndarray]:
+    """Megatron's sample fields and cu_seqlens for (B, width) token windows, vectorized over B."""
+    seq_length = config.seq_length
+    pad = _NO_PAD if config.pad_id is None else config.pad_id
+    tokens = text[:, :seq_length].copy()
+    if config.add_extra_token:
+        labels = text[:, 1:].copy()
+    else:
+        labels = np.empty_like(tokens)
+        labels[:, :-1] = tokens[:, 1:]
+        labels[:, -1] = pad
+    is_eod = tokens == config.eod_id
+    resets = config.reset_position_ids or (config.reset_attention_mask and config.create_attention_mask)
+    starts = _document_starts(is_eod) if resets else None
+    arange = np.arange(seq_length, dtype=np.int64)
+    loss_mask = np.ones(tokens.shape, dtype=np.float32)
+    if config.eod_mask_loss:
+        loss_mask[is_eod] = 0.0
+    loss_mask[labels == pad] = 0.0
+    sample = {
+        "tokens": tokens,
+        "labels": labels,
+        "loss_mask": loss_mask,
+        "position_ids": arange - starts if config.reset_position_ids else np.tile(arange, (len(text), 1)),
+    }
+    if config.create_attention_mask:
+        sample["attention_mask"] = _attention_masks(
+            starts if config.reset_attention_mask else None, len(text), seq_length
+        )
+    tokens[tokens == pad] = 0
+    labels[labels == pad] = 0
+    sample["cu_seqlens"] = _cu_seqlens(is_eod, config.cu_seqlens_length)
+    sample["max_seqlen"] = np.diff(sample["cu_seqlens"], axis=1).max(axis=1).astype(np.int32)
+    return sample
+
+
+def _attention_masks(starts: np.ndarray | None, batch: int, seq_length: int) -> np.ndarray:
+    """(B, 1, S, S) bool masks, True = masked: the future, and before each query's document when ``starts``."""
+    causal = np.triu(np.ones((seq_length, seq_length), dtype=bool), 1)
+    masks = np.empty((batch, 1, seq_length, seq_length), dtype=bool)
+    if starts is None:
+        masks[:] = causal
+        return masks
+    keys = np.arange(seq_length)[None, :]
+    for row in range(batch):  # one row at a time keeps the temporaries at S x S
+        np.less(keys, starts[row][:, None], out=masks[row, 0])
+        masks[row, 0] |= causal
+    return masks
+
+
+def _document_starts(is_eod: np.ndarray) -> np.ndarray:
+    """For each position, where its document starts: one past the last EOD before it, else 0."""
+    marks = np.zeros(is_eod.shape, dtype=np.int64)
+    marks[:, 1:] = np.where(is_eod[:, :-1], np.arange(1, is_eod.shape[1]), 0)
+    return np.maximum.accumulate(marks, axis=1)
+
+
+def _cu_seqlens(is_eod: np.ndarray, width: int) -> np.ndarray:
+    """(B, width) int32 document boundaries: 0, one past each EOD before the last token, then seq_length."""
+    batch, seq_length = is_eod.shape
+    inner = is_eod[:, :-1]
+    counts = inner.sum(axis=1)
+    if len(counts) and int(counts.max()) + 2 > width:
+        raise InputDataError(
+            f"a sample holds {int(counts.max()) + 1} documents but cu_seqlens_length={width} fits "
+            f"{width - 1}: raise cu_seqlens_length (seq_length + 1 always fits)"
+        )
+    cu = np.full((batch, width), seq_length, dtype=np.int32)
+    cu[:, 0] = 0
+    flat = np.flatnonzero(inner)
+    row, col = np.divmod(flat, max(seq_length - 1, 1))
+    rank = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
+    cu[row, rank + 1] = col + 1
+    return cu
