@@ -9,6 +9,7 @@ search of every sample boundary in the cumulative document lengths at once.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -265,8 +266,32 @@ class GPTDataset:
         return len(self.shuffle_index)
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        """Sample ``idx`` as a dict of arrays, each a row of ``get_batch([idx])``."""
-        return {name: array[0] for name, array in self.get_batch([idx]).items()}
+        """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
+        return {name: array[0] for name, array in _sample_arrays(self._text(idx)[None], self.config).items()}
+
+    def _text(self, idx: int) -> np.ndarray:
+        """The int64 token window of one sample, pad-filled at the end: scalar reads, few numpy calls."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        extra = int(self.config.add_extra_token)
+        row = self.shuffle_index.item(index)
+        first_pos, first_off = self.sample_index[row].tolist()
+        last_pos, last_off = self.sample_index[row + 1].tolist()
+        documents, get = self.document_index, self.dataset.get
+        if first_pos == last_pos:
+            pieces = [get(documents.item(first_pos), first_off, last_off - first_off + extra)]
+        else:
+            pieces = [get(documents.item(first_pos), first_off)]
+            pieces += [get(documents.item(p)) for p in range(first_pos + 1, last_pos)]
+            pieces.append(get(documents.item(last_pos), 0, last_off + extra))
+        out = np.empty(self.config.seq_length + extra, dtype=np.int64)
+        filled = 0
+        for piece in pieces:
+            out[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        out[filled:] = _NO_PAD if self.config.pad_id is None else self.config.pad_id
+        return out
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis, built in one pass."""
