@@ -9,7 +9,7 @@ from tokenport.cli import main
 def test_demo_runs_every_stage(tmp_path, capsys):
     assert main(["demo", "--workdir", str(tmp_path), "--limit", "40", "--workers", "2"]) == 0
     out = capsys.readouterr().out
-    for stage in ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read"):
+    for stage in ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read", "6. samples"):
         assert stage in out
     assert "checksums verified" in out
     assert "(equal to the parts' sum)" in out

@@ -14,10 +14,13 @@ from typing import Callable
 
 import numpy as np
 
+from .build import split_document_ranges
 from .corpus import build_demo_corpus
+from .gpt import GPTDataset, GPTSampleConfig
 from .indexed import IndexedDataset, merge, verify
 from .inspection import render, summarize
 from .prepare import PrepareConfig, prepare
+from .tokenizers import load_tokenizer
 
 Echo = Callable[[str], None]
 
@@ -77,8 +80,30 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     echo(f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
          f" ({'equal to' if ds.num_tokens == expected else 'DIFFERENT FROM'} the parts' sum)")
     _time_reads(ds, echo)
+    _gpt_samples(ds, echo)
     ds.close()
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
+
+
+def _gpt_samples(ds: IndexedDataset, echo: Echo) -> None:
+    """Cut the merged store into Megatron-exact GPT samples and show what one sample carries."""
+    echo("\n== 6. samples: documents -> fixed-length GPT samples (Megatron's split and indices)")
+    tokenizer = load_tokenizer("byte")
+    train, valid, _ = split_document_ranges("969,30,1", len(ds))
+    config = GPTSampleConfig(seq_length=1024, eod_id=tokenizer.eod_id, reset_position_ids=True, eod_mask_loss=True)
+    begin = time.perf_counter()
+    samples = GPTDataset(ds, np.arange(*train), 2 * ds.num_tokens // 1024, config, seed=1234)
+    built = time.perf_counter() - begin
+    epochs = len(samples.document_index) // (train[1] - train[0])
+    echo(f"train split: documents {train[0]:,}..{train[1]:,} of {len(ds):,}; valid {valid[0]:,}..{valid[1]:,}")
+    echo(f"{len(samples):,} samples of 1024+1 tokens over {epochs} epochs; indices built in {built * 1000:.0f} ms")
+    batch = samples.get_batch(np.arange(min(256, len(samples))))
+    pick = int(np.argmax((batch["cu_seqlens"] < 1024).sum(axis=1)))  # the sample with most documents
+    sample = samples[pick]
+    boundaries = sample["cu_seqlens"][: int(np.argmax(sample["cu_seqlens"] == 1024)) + 1]
+    echo(f"sample {pick}: tokens {sample['tokens'].shape}, loss on {int(sample['loss_mask'].sum())} positions "
+         f"(EOD masked), documents at cu_seqlens {boundaries.tolist()}, max_seqlen {int(sample['max_seqlen'])}")
+    echo(f"sample {pick} position_ids restart at each document: {sample['position_ids'][boundaries[1:-1]].tolist()}")
 
 
 def _time_reads(ds: IndexedDataset, echo: Echo) -> None:
