@@ -365,3 +365,35 @@ def test_without_a_process_group_distributed_is_a_no_op(tmp_path) -> None:
     for shared in (False, True):
         cache.get_or_build(store, PARAMS, gpt_build(store, PARAMS, marker), shared_filesystem=shared)
     assert len(marker_lines(marker)) == 1
+
+
+# -- GPT datasets through the cache ----------------------------------------------------------------
+
+
+def test_build_gpt_dataset_uses_the_cache_and_matches_a_direct_build(tmp_path):
+    from tokenport.build import build_gpt_dataset
+    from tokenport.gpt import GPTDataset, GPTSampleConfig
+
+    rng = np.random.default_rng(7)
+    with IndexedDatasetWriter(tmp_path / "s", dtype=np.uint16) as writer:
+        for _ in range(300):
+            tokens = rng.integers(3, 1000, int(rng.integers(5, 120)))
+            tokens[-1] = 2
+            writer.add_document(tokens)
+    store = IndexedDataset(tmp_path / "s")
+    config = GPTSampleConfig(seq_length=64, eod_id=2, pad_id=1, reset_position_ids=True)
+    cache = IndexCache(tmp_path / "cache")
+    first = build_gpt_dataset(store, 500, config, 5, split="90,10,0", which="valid", cache=cache)
+    entries = [name for name in os.listdir(tmp_path / "cache") if not name.endswith(".lock")]
+    again = build_gpt_dataset(store, 500, config, 5, split="90,10,0", which="valid", cache=cache)
+    assert len(entries) == 1
+    assert isinstance(again.shuffle_index, np.memmap)  # loaded from the entry, not rebuilt
+    begin, end = split_document_ranges("90,10,0", len(store))[1]
+    direct = GPTDataset(store, np.arange(begin, end), 500, config, 5)
+    assert len(first) == len(again) == len(direct)
+    for i in range(0, len(direct), 7):
+        for name, value in direct[i].items():
+            assert np.array_equal(again[i][name], value), name
+    assert build_gpt_dataset(store, 500, config, 5, split="90,10,0", which="test", cache=cache) is None
+    with pytest.raises(ConfigError, match="which='dev'"):
+        build_gpt_dataset(store, 500, config, 5, which="dev")

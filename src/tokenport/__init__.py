@@ -3,6 +3,8 @@
 __version__ = "0.1.0"
 
 from .errors import ConfigError, CorruptStoreError, InputDataError, StorageError, TokenizerError, TokenportError
+from .build import IndexCache, build_gpt_dataset
+from .gpt import GPTDataset, GPTSampleConfig
 from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
 from .prepare import PrepareConfig, PrepareResult, prepare
 from .tokenizers import Tokenizer, load_tokenizer
@@ -10,6 +12,9 @@ from .tokenizers import Tokenizer, load_tokenizer
 __all__ = [
     "ConfigError",
     "CorruptStoreError",
+    "GPTDataset",
+    "GPTSampleConfig",
+    "IndexCache",
     "IndexedDataset",
     "IndexedDatasetWriter",
     "InputDataError",
@@ -21,6 +26,7 @@ __all__ = [
     "TokenizerError",
     "TokenportError",
     "__version__",
+    "build_gpt_dataset",
     "load_tokenizer",
     "merge",
     "prepare",

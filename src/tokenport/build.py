@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import ConfigError
+from .gpt import GPTDataset, GPTSampleConfig, build_indices
 from .indexed import IndexedDataset
 from .storage import is_remote, local_path
 
@@ -324,3 +325,52 @@ def _local_rank(dist: Any) -> int:
     """This process's rank on its node: LOCAL_RANK as torchrun sets it, else the global rank."""
     text = os.environ.get("LOCAL_RANK")
     return int(text) if text is not None and text.isdigit() else int(dist.get_rank())
+
+
+# -- datasets ---------------------------------------------------------------------------------------
+
+
+def build_gpt_dataset(
+    store: IndexedDataset,
+    num_samples: int,
+    config: GPTSampleConfig,
+    seed: int,
+    *,
+    split: str = "1",
+    which: str = "train",
+    cache: IndexCache | None = None,
+    drop_last_partial: bool = True,
+) -> GPTDataset | None:
+    """The `which` split of `store` as a GPTDataset, its indices taken from `cache` when given.
+
+    Returns None when the split has zero weight (Megatron builds no dataset for it). The cache
+    key holds every parameter that changes the indices, so a hit is always the right entry.
+    """
+    if which not in SPLIT_NAMES:
+        raise ConfigError(f"which={which!r}: expected one of {', '.join(SPLIT_NAMES)}")
+    bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
+    if bounds is None:
+        return None
+    indices = np.arange(*bounds, dtype=np.int64)
+    params = {
+        "kind": "gpt",
+        "documents": list(bounds),
+        "num_samples": num_samples,
+        "seq_length": config.seq_length,
+        "seed": seed,
+        "add_extra_token": config.add_extra_token,
+        "drop_last_partial": drop_last_partial,
+    }
+
+    def build() -> dict[str, np.ndarray]:
+        positions, sample_index, shuffle_index = build_indices(
+            store.sequence_lengths[indices], num_samples, config.seq_length, seed,
+            add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
+        )
+        return {"document_index": indices[positions], "sample_index": sample_index,
+                "shuffle_index": shuffle_index}
+
+    arrays = cache.get_or_build(store, params, build) if cache is not None else build()
+    return GPTDataset.from_indices(
+        store, indices, arrays["document_index"], arrays["sample_index"], arrays["shuffle_index"], config
+    )

@@ -252,14 +252,44 @@ class GPTDataset:
         *,
         drop_last_partial: bool = True,
     ) -> None:
-        self.dataset = dataset
-        self.config = config
-        self.indices = _check_indices(indices, len(dataset))
-        positions, self.sample_index, self.shuffle_index = build_indices(
-            dataset.sequence_lengths[self.indices], num_samples, config.seq_length, seed,
+        checked = _check_indices(indices, len(dataset))
+        positions, sample_index, shuffle_index = build_indices(
+            dataset.sequence_lengths[checked], num_samples, config.seq_length, seed,
             add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
         )
-        self.document_index = self.indices[positions]
+        self._adopt(dataset, checked, checked[positions], sample_index, shuffle_index, config)
+
+    @classmethod
+    def from_indices(
+        cls,
+        dataset: IndexedDataset,
+        indices: np.ndarray,
+        document_index: np.ndarray,
+        sample_index: np.ndarray,
+        shuffle_index: np.ndarray,
+        config: GPTSampleConfig,
+    ) -> "GPTDataset":
+        """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
+        holds store sequence ids, as ``self.document_index`` does."""
+        self = cls.__new__(cls)
+        self._adopt(dataset, _check_indices(indices, len(dataset)), document_index, sample_index, shuffle_index, config)
+        return self
+
+    def _adopt(
+        self,
+        dataset: IndexedDataset,
+        indices: np.ndarray,
+        document_index: np.ndarray,
+        sample_index: np.ndarray,
+        shuffle_index: np.ndarray,
+        config: GPTSampleConfig,
+    ) -> None:
+        self.dataset = dataset
+        self.config = config
+        self.indices = indices
+        self.document_index = document_index
+        self.sample_index = sample_index
+        self.shuffle_index = shuffle_index
         self._lengths = dataset.sequence_lengths
 
     def __len__(self) -> int:
