@@ -29,18 +29,16 @@ import gc
 import logging
 import os
 import shutil
-import sys
-import tempfile
 import time
 import types
 import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 import tokenport as tp
 from tokenport.gpt import GPTDataset, GPTSampleConfig, build_indices
+
+from _harness import Row, best_of_each, lognormal_lengths, print_table, scratch_directory
 
 EOD = 2
 SEQ_LENGTH = 4096
@@ -61,86 +59,6 @@ def import_megatron():
         from megatron.core.datasets.utils import Split
     logging.getLogger("megatron").setLevel(logging.ERROR)
     return types.SimpleNamespace(gpt_dataset=gpt_dataset, IndexedDataset=IndexedDataset, Split=Split)
-
-
-def best_of_each(fns: list[Callable[[], object]], repeat: int, setups: list[Callable[[], object] | None] | None = None) -> list[float]:
-    """The fastest of `repeat` timed calls of each function, run in turns (A B A B ...), so that
-    load from elsewhere on the machine hits every side alike. `setups[k]`, if given, runs untimed
-    before each call of `fns[k]`."""
-    setups = setups or [None] * len(fns)
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for k, fn in enumerate(fns):
-            if setups[k] is not None:
-                setups[k]()
-            gc.collect()
-            t0 = time.perf_counter()
-            fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
-    return best
-
-
-def lognormal_lengths(rng: np.random.Generator, count: int, mean: float, sigma: float) -> np.ndarray:
-    """`count` lengths >= 1 drawn from a lognormal with the given mean and log-space sigma."""
-    mu = np.log(mean) - sigma**2 / 2
-    return np.maximum(1, np.rint(rng.lognormal(mu, sigma, count))).astype(np.int64)
-
-
-@dataclass
-class Row:
-    section: str
-    case: str
-    metric: str
-    ours: float
-    theirs: float
-    theirs_name: str
-    goal: float | None = None  # ratio wanted (rates: ours/theirs; times: theirs/ours)
-    goal_text: str | None = None  # how to print the goal, when not ">=goal x"
-    lower_is_better: bool = False
-
-    @property
-    def ratio(self) -> float:
-        if self.lower_is_better:
-            return self.theirs / self.ours if self.ours else float("inf")
-        return self.ours / self.theirs if self.theirs else float("inf")
-
-    @property
-    def met(self) -> bool | None:
-        return None if self.goal is None else self.ratio >= self.goal
-
-
-def human(value: float, metric: str) -> str:
-    if metric.endswith("/s"):
-        for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-            if value >= scale:
-                return f"{value / scale:,.2f}{unit}"
-        return f"{value:,.0f}"
-    if metric.startswith("s"):
-        if value < 1e-3:
-            return f"{value * 1e6:,.1f} us"
-        if value < 1:
-            return f"{value * 1e3:,.2f} ms"
-        return f"{value:,.2f} s"
-    return f"{value:,.3g}"
-
-
-def print_table(rows: list[Row]) -> None:
-    header = ("section", "case", "metric", "tokenport", "baseline", "vs", "ratio", "goal")
-    lines = [header]
-    for r in rows:
-        if r.goal is None:
-            goal = ""
-        else:
-            goal = (r.goal_text or f">={r.goal:g}x") + (" met" if r.met else " NOT met")
-        lines.append(
-            (r.section, r.case, r.metric, human(r.ours, r.metric), human(r.theirs, r.metric), r.theirs_name,
-             f"{r.ratio:,.2f}x", goal)
-        )
-    widths = [max(len(line[k]) for line in lines) for k in range(len(header))]
-    for n, line in enumerate(lines):
-        print("  ".join(cell.ljust(w) if k < 3 or k == 5 or k == 7 else cell.rjust(w) for k, (cell, w) in enumerate(zip(line, widths))))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
 
 
 # -- stores -----------------------------------------------------------------------------------------
@@ -383,41 +301,33 @@ def main(argv: list[str] | None = None) -> None:
     sections = set(args.sections.split(","))
 
     megatron = import_megatron()
-    directory = args.dir or tempfile.mkdtemp(prefix="bench_gpt_")
-    os.makedirs(directory, exist_ok=True)
-    made_directory = args.dir is None
     rows: list[Row] = []
-    print(
-        f"tokenport {tp.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} cpus, scratch {directory}{' (quick)' if quick else ''}"
-    )
-    prefix = os.path.join(directory, "big")
-    try:
-        rng = np.random.default_rng(args.seed)
-        base = rng.integers(EOD + 1, VOCAB, 1 << 25, dtype=np.uint16)
-        lengths = lognormal_lengths(rng, args.docs, MEAN_LENGTH, SIGMA)
-        if sections & {"index", "samples"}:
-            t0 = time.perf_counter()
-            write_store(prefix, lengths, base)
-            stored = tp.IndexedDataset(prefix).sequence_lengths
-            print(f"  big store: {len(stored):,} docs, {int(stored.sum(dtype=np.int64)):,} tokens, "
-                  f"mean {stored.mean():.1f}; written in {time.perf_counter() - t0:.1f} s", flush=True)
-        if "index" in sections:
-            t0 = time.perf_counter()
-            bench_index(rows, megatron, tp.IndexedDataset(prefix).sequence_lengths, args)
-            print(f"  index done in {time.perf_counter() - t0:.1f} s", flush=True)
-        if "stores" in sections:
-            t0 = time.perf_counter()
-            bench_stores(rows, megatron, directory, args, base)
-            print(f"  stores done in {time.perf_counter() - t0:.1f} s", flush=True)
-        if "samples" in sections:
-            t0 = time.perf_counter()
-            bench_samples(rows, megatron, prefix, args)
-            print(f"  samples done in {time.perf_counter() - t0:.1f} s", flush=True)
-    finally:
-        remove_store(prefix)
-        if made_directory:
-            shutil.rmtree(directory, ignore_errors=True)
+    with scratch_directory(args.dir, "bench_gpt_", quick) as directory:
+        prefix = os.path.join(directory, "big")
+        try:
+            rng = np.random.default_rng(args.seed)
+            base = rng.integers(EOD + 1, VOCAB, 1 << 25, dtype=np.uint16)
+            lengths = lognormal_lengths(rng, args.docs, MEAN_LENGTH, SIGMA)
+            if sections & {"index", "samples"}:
+                t0 = time.perf_counter()
+                write_store(prefix, lengths, base)
+                stored = tp.IndexedDataset(prefix).sequence_lengths
+                print(f"  big store: {len(stored):,} docs, {int(stored.sum(dtype=np.int64)):,} tokens, "
+                      f"mean {stored.mean():.1f}; written in {time.perf_counter() - t0:.1f} s", flush=True)
+            if "index" in sections:
+                t0 = time.perf_counter()
+                bench_index(rows, megatron, tp.IndexedDataset(prefix).sequence_lengths, args)
+                print(f"  index done in {time.perf_counter() - t0:.1f} s", flush=True)
+            if "stores" in sections:
+                t0 = time.perf_counter()
+                bench_stores(rows, megatron, directory, args, base)
+                print(f"  stores done in {time.perf_counter() - t0:.1f} s", flush=True)
+            if "samples" in sections:
+                t0 = time.perf_counter()
+                bench_samples(rows, megatron, prefix, args)
+                print(f"  samples done in {time.perf_counter() - t0:.1f} s", flush=True)
+        finally:
+            remove_store(prefix)
     print()
     print_table(rows)
     print()

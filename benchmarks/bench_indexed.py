@@ -17,19 +17,19 @@ import argparse
 import gc
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 import tokenport as tp
 from tokenport.indexed.format import IndexHeader
+
+from _harness import Row, best_of, best_of_each, lognormal_lengths, print_table, scratch_directory
 
 # -- helpers ----------------------------------------------------------------------------------------
 
@@ -43,98 +43,12 @@ def import_megatron():
     return megatron
 
 
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    """The fastest of `repeat` timed calls, in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def best_of_each(fns: list[Callable[[], object]], repeat: int) -> list[float]:
-    """The fastest of `repeat` timed calls of each function, run in turns (A B C A B C ...), so
-    that load from elsewhere on the machine, or page-cache writeback, hits every side alike."""
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for k, fn in enumerate(fns):
-            best[k] = min(best[k], best_of(fn, 1))
-    return best
-
-
-def lognormal_lengths(rng: np.random.Generator, count: int, mean: float, sigma: float) -> np.ndarray:
-    """`count` lengths >= 1 drawn from a lognormal with the given mean and log-space sigma."""
-    mu = np.log(mean) - sigma**2 / 2
-    return np.maximum(1, np.rint(rng.lognormal(mu, sigma, count))).astype(np.int64)
-
-
 @dataclass(frozen=True)
 class Case:
     name: str  # "realistic" or "short"
     mean: float
     sigma: float
     documents: int
-
-
-@dataclass
-class Row:
-    section: str
-    case: str
-    metric: str
-    ours: float
-    theirs: float
-    theirs_name: str
-    goal: float | None = None  # ratio ours/theirs wanted (for "lower is better" rows: theirs/ours)
-    lower_is_better: bool = False
-
-    @property
-    def ratio(self) -> float:
-        if self.lower_is_better:
-            return self.theirs / self.ours if self.ours else float("inf")
-        return self.ours / self.theirs if self.theirs else float("inf")
-
-
-def human(value: float, metric: str) -> str:
-    if metric.endswith("/s"):
-        for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-            if value >= scale:
-                return f"{value / scale:,.2f}{unit}"
-        return f"{value:,.0f}"
-    if metric == "s":
-        if value < 1e-3:
-            return f"{value * 1e6:,.1f} us"
-        if value < 1:
-            return f"{value * 1e3:,.2f} ms"
-        return f"{value:,.2f} s"
-    if metric == "MB":
-        return f"{value:,.1f} MB"
-    return f"{value:,.3g}"
-
-
-def print_table(rows: list[Row]) -> None:
-    header = ("section", "case", "metric", "tokenport", "baseline", "vs", "ratio", "goal")
-    lines = [header]
-    for r in rows:
-        goal = "" if r.goal is None else (f">={r.goal:g}x " + ("met" if r.ratio >= r.goal else "NOT met"))
-        lines.append(
-            (
-                r.section,
-                r.case,
-                r.metric,
-                human(r.ours, r.metric),
-                human(r.theirs, r.metric),
-                r.theirs_name,
-                f"{r.ratio:,.2f}x",
-                goal,
-            )
-        )
-    widths = [max(len(line[k]) for line in lines) for k in range(len(header))]
-    for n, line in enumerate(lines):
-        print("  ".join(cell.ljust(w) if k < 3 or k == 5 or k == 7 else cell.rjust(w) for k, (cell, w) in enumerate(zip(line, widths))))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
 
 
 # -- stores -----------------------------------------------------------------------------------------
@@ -503,15 +417,8 @@ def main(argv: list[str] | None = None) -> None:
     sections = set(args.sections.split(","))
 
     megatron = import_megatron()
-    directory = args.dir or tempfile.mkdtemp(prefix="bench_indexed_")
-    os.makedirs(directory, exist_ok=True)
-    made_directory = args.dir is None
     rows: list[Row] = []
-    print(
-        f"tokenport {tp.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} cpus, scratch {directory}{' (quick)' if quick else ''}"
-    )
-    try:
+    with scratch_directory(args.dir, "bench_indexed_", quick) as directory:
         rng = np.random.default_rng(args.seed)
         if sections & {"read", "scan"}:
             for case in cases:
@@ -547,9 +454,6 @@ def main(argv: list[str] | None = None) -> None:
             bench_memory(rows, memory_docs, directory)
         if "open" in sections:
             bench_open(rows, huge_sequences, directory, megatron, args)
-    finally:
-        if made_directory:
-            shutil.rmtree(directory, ignore_errors=True)
     print()
     print_table(rows)
     print()

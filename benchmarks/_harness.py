@@ -1,0 +1,140 @@
+"""Helpers shared by the benchmark scripts: timing, synthetic document lengths and the results table.
+
+The scripts are run as ``python benchmarks/bench_X.py``, so this directory is on sys.path and they
+import from here with ``from _harness import ...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+import tokenport as tp
+
+
+def best_of(fn: Callable[[], object], repeat: int) -> float:
+    """The fastest of `repeat` timed calls, in seconds (gc.collect() before each, so that one
+    call's garbage does not bill the next)."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def best_of_each(
+    fns: list[Callable[[], object]], repeat: int, setups: list[Callable[[], object] | None] | None = None
+) -> list[float]:
+    """The fastest of `repeat` timed calls of each function, run in turns (A B C A B C ...), so
+    that load from elsewhere on the machine, or page-cache writeback, hits every side alike.
+    `setups[k]`, if given, runs untimed before each call of `fns[k]`."""
+    setups = setups or [None] * len(fns)
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for k, fn in enumerate(fns):
+            if setups[k] is not None:
+                setups[k]()
+            best[k] = min(best[k], best_of(fn, 1))
+    return best
+
+
+def lognormal_lengths(rng: np.random.Generator, count: int, mean: float, sigma: float) -> np.ndarray:
+    """`count` lengths >= 1 drawn from a lognormal with the given mean and log-space sigma, for
+    synthetic documents whose lengths look like real ones."""
+    mu = np.log(mean) - sigma**2 / 2
+    return np.maximum(1, np.rint(rng.lognormal(mu, sigma, count))).astype(np.int64)
+
+
+@dataclass
+class Row:
+    """One line of the results table: tokenport's figure against a baseline's, with an optional goal."""
+
+    section: str
+    case: str
+    metric: str
+    ours: float
+    theirs: float
+    theirs_name: str
+    goal: float | None = None  # ratio wanted (rates: ours/theirs; "lower is better" rows: theirs/ours)
+    goal_text: str | None = None  # how to print the goal, when not ">=goal x"
+    lower_is_better: bool = False
+
+    @property
+    def ratio(self) -> float:
+        if self.lower_is_better:
+            return self.theirs / self.ours if self.ours else float("inf")
+        return self.ours / self.theirs if self.theirs else float("inf")
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.goal is None else self.ratio >= self.goal
+
+
+def human(value: float, metric: str) -> str:
+    """`value` printed for a person in the unit `metric` names: rates ("x/s") with a G/M/k
+    suffix, times ("s", "s/sample") in us/ms/s, "MB" as megabytes, anything else in 3 digits."""
+    if metric.endswith("/s"):
+        for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if value >= scale:
+                return f"{value / scale:,.2f}{unit}"
+        return f"{value:,.0f}"
+    if metric == "MB":
+        return f"{value:,.1f} MB"
+    if metric.startswith("s"):
+        if value < 1e-3:
+            return f"{value * 1e6:,.1f} us"
+        if value < 1:
+            return f"{value * 1e3:,.2f} ms"
+        return f"{value:,.2f} s"
+    return f"{value:,.3g}"
+
+
+def print_table(rows: list[Row]) -> None:
+    """Print the rows as an aligned table (text columns left, figures right), each goal marked
+    met or NOT met, so that every benchmark reports in the same shape."""
+    header = ("section", "case", "metric", "tokenport", "baseline", "vs", "ratio", "goal")
+    lines = [header]
+    for r in rows:
+        if r.goal is None:
+            goal = ""
+        else:
+            goal = (r.goal_text or f">={r.goal:g}x") + (" met" if r.met else " NOT met")
+        lines.append(
+            (r.section, r.case, r.metric, human(r.ours, r.metric), human(r.theirs, r.metric), r.theirs_name,
+             f"{r.ratio:,.2f}x", goal)
+        )
+    widths = [max(len(line[k]) for line in lines) for k in range(len(header))]
+    for n, line in enumerate(lines):
+        print("  ".join(cell.ljust(w) if k < 3 or k == 5 or k == 7 else cell.rjust(w) for k, (cell, w) in enumerate(zip(line, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+@contextlib.contextmanager
+def scratch_directory(directory: str | None, prefix: str, quick: bool) -> Iterator[str]:
+    """The scratch directory to work in: `directory` if given (created if missing, kept), else a
+    new temporary one named `prefix...` (removed afterwards); prints the versions line that heads
+    every benchmark's output, so runs can be compared knowing what they ran on."""
+    made_directory = directory is None
+    directory = directory or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(directory, exist_ok=True)
+    print(
+        f"tokenport {tp.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cpus, scratch {directory}{' (quick)' if quick else ''}"
+    )
+    try:
+        yield directory
+    finally:
+        if made_directory:
+            shutil.rmtree(directory, ignore_errors=True)
