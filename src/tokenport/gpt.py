@@ -9,6 +9,7 @@ search of every sample boundary in the cumulative document lengths at once.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -408,7 +409,7 @@ def _sample_arrays(text: np.ndarray, config: GPTSampleConfig) -> dict[str, np.nd
 
 def _attention_masks(starts: np.ndarray | None, batch: int, seq_length: int) -> np.ndarray:
     """(B, 1, S, S) bool masks, True = masked: the future, and before each query's document when ``starts``."""
-    causal = np.triu(np.ones((seq_length, seq_length), dtype=bool), 1)
+    causal = _causal_mask(seq_length)
     masks = np.empty((batch, 1, seq_length, seq_length), dtype=bool)
     if starts is None:
         masks[:] = causal
@@ -418,6 +419,14 @@ def _attention_masks(starts: np.ndarray | None, batch: int, seq_length: int) -> 
         np.less(keys, starts[row][:, None], out=masks[row, 0])
         masks[row, 0] |= causal
     return masks
+
+
+@functools.lru_cache(maxsize=4)
+def _causal_mask(seq_length: int) -> np.ndarray:
+    """The read-only (S, S) bool mask of future positions, built once per sequence length."""
+    mask = np.triu(np.ones((seq_length, seq_length), dtype=bool), 1)
+    mask.flags.writeable = False
+    return mask
 
 
 def _document_starts(is_eod: np.ndarray) -> np.ndarray:
