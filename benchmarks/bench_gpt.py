@@ -255,8 +255,9 @@ def bench_samples(rows, megatron, prefix: str, args) -> None:
 
             return run
 
+        get = ours.get_batch
+
         def batched():
-            get = ours.get_batch
             for b in batches:
                 get(b)
 

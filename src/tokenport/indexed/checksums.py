@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from typing import Callable, Protocol
 
 from ..errors import CorruptStoreError
@@ -28,11 +29,7 @@ def _xxh3() -> Hasher:
 
 def available_algorithm() -> str:
     """The fastest checksum algorithm installed here."""
-    try:
-        import xxhash  # noqa: F401
-    except ImportError:
-        return "blake2b-128"
-    return "xxh3-64"
+    return "xxh3-64" if importlib.util.find_spec("xxhash") is not None else "blake2b-128"
 
 
 _FACTORIES: dict[str, Callable[[], Hasher]] = {"blake2b-128": _blake2b, "xxh3-64": _xxh3}

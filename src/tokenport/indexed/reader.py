@@ -88,8 +88,7 @@ class IndexedDataset:
         self._itemsize = self.dtype.itemsize
         self._check_bin_size()
         self._index = LazyHandle(lambda: _IndexArrays(self._idx, self.header), _forget)
-        self._zero_copy = isinstance(self._bin, MmapSource)
-        self._tokens = LazyHandle(self._map_tokens, _forget) if self._zero_copy else None
+        self._tokens = LazyHandle(self._map_tokens, _forget) if isinstance(self._bin, MmapSource) else None
 
     def _check_bin_size(self) -> None:
         n = self.header.sequence_count
@@ -127,6 +126,11 @@ class IndexedDataset:
     def document_indices(self) -> np.ndarray:
         """int64 sequence index where each document starts (leading 0, trailing len(self))."""
         return self._index.get().documents
+
+    @property
+    def bin_size(self) -> int:
+        """Size of the .bin file in bytes."""
+        return self._bin.size
 
     @property
     def num_documents(self) -> int:

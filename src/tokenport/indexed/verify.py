@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CorruptStoreError
+from ..storage import ByteSource
 from .checksums import new_hasher
 from .reader import IndexedDataset
 
@@ -77,9 +78,9 @@ def _check_structure(ds: IndexedDataset) -> int:
         if (steps < 0).any():
             bad = start + int(np.argmax(steps < 0)) + 1
             raise _fault(ds, f"document index {bad} ({int(documents[bad])}) is below the one before it")
-    if ds._bin.size != position:
+    if ds.bin_size != position:
         raise CorruptStoreError(
-            f"{ds.prefix}.bin: has {ds._bin.size} bytes but the index describes {position}; "
+            f"{ds.prefix}.bin: has {ds.bin_size} bytes but the index describes {position}; "
             "the .bin does not belong to this .idx or is damaged: rebuild it"
         )
     return position // itemsize
@@ -105,14 +106,14 @@ def _check_manifest(ds: IndexedDataset, tokens: int, checksums: bool) -> str:
     digest = _digest(ds._idx, 0, ds._idx.size, sums.algorithm, where)
     if digest != sums.idx:
         raise CorruptStoreError(f"{ds.prefix}.idx: checksum {digest} does not match the manifest's {sums.idx}")
-    blocks = -(-ds._bin.size // sums.bin_block_size) if ds._bin.size else 0
+    blocks = -(-ds.bin_size // sums.bin_block_size) if ds.bin_size else 0
     if blocks != len(sums.bin_blocks):
         raise CorruptStoreError(
             f"{where}: lists {len(sums.bin_blocks)} .bin block checksums but the .bin has {blocks} blocks"
         )
     for block, expected in enumerate(sums.bin_blocks):
         start = block * sums.bin_block_size
-        digest = _digest(ds._bin, start, min(sums.bin_block_size, ds._bin.size - start), sums.algorithm, where)
+        digest = _digest(ds._bin, start, min(sums.bin_block_size, ds.bin_size - start), sums.algorithm, where)
         if digest != expected:
             raise CorruptStoreError(
                 f"{ds.prefix}.bin: block {block} (bytes {start}..{start + sums.bin_block_size}) fails its checksum"
@@ -120,7 +121,7 @@ def _check_manifest(ds: IndexedDataset, tokens: int, checksums: bool) -> str:
     return f"verified ({sums.algorithm})"
 
 
-def _digest(source, start: int, length: int, algorithm: str, where: str) -> str:  # type: ignore[no-untyped-def]
+def _digest(source: ByteSource, start: int, length: int, algorithm: str, where: str) -> str:
     hasher = new_hasher(algorithm, where)
     for offset in range(start, start + length, _READ_BYTES):
         hasher.update(source.read(offset, min(_READ_BYTES, start + length - offset)))

@@ -195,17 +195,7 @@ class IndexedDatasetWriter:
                 )
             self._lengths.pending.extend(sizes)
             self._sequences += len(sizes)
-        if n < self._stage_items:  # the common case, inlined: stage the bytes, write them per MiB
-            stage = self._stage
-            try:
-                stage.extend(array)
-            except (TypeError, BufferError):  # not contiguous
-                stage.extend(np.ascontiguousarray(array))
-            self._tokens += n
-            if len(stage) >= _STAGE_BYTES:
-                self._flush_stage()
-        else:
-            self._write(array)
+        self._write(array)
         self._documents.pending.append(self._sequences)
         if len(self._lengths.pending) >= _SPILL_ITEMS:
             self._lengths.spill()
@@ -306,22 +296,17 @@ class IndexedDatasetWriter:
         return mode, (None, high)
 
     def _as_tokens_generic(self, array: np.ndarray) -> np.ndarray:
-        if array.dtype == self.dtype:
-            if self.vocab_size is not None and len(array) and self._exceeds_vocab(array):
-                self._raise_out_of_range(array)
-            return array
-        if array.ndim != 1:
-            array = array.reshape(-1)
-        if len(array) == 0:
-            return array.astype(self.dtype)
-        if array.dtype.kind not in "iub":
+        """Any other input: refuse non-integers, check the range with min/max, cast if needed."""
+        if len(array) == 0 or (array.dtype == self.dtype and self.vocab_size is None):
+            return array.astype(self.dtype, copy=False)
+        if array.dtype.kind not in "iub" and array.dtype != self.dtype:
             raise TokenizerError(
                 f"{self.prefix}: token ids must be integers, got dtype {array.dtype}"
             )
         low, high = self._limits
         if int(array.min()) < low or int(array.max()) > high:
             self._raise_out_of_range(array)
-        return array.astype(self.dtype)
+        return array.astype(self.dtype, copy=False)
 
     def _id_limits(self) -> tuple[int, int]:
         info = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
@@ -330,10 +315,6 @@ class IndexedDatasetWriter:
         if self.vocab_size is not None:
             high = min(high, self.vocab_size - 1)
         return low, high
-
-    def _exceeds_vocab(self, array: np.ndarray) -> bool:
-        low, high = self._limits
-        return int(array.max()) > high or int(array.min()) < low
 
     def _raise_out_of_range(self, array: np.ndarray) -> None:
         low, high = self._limits
