@@ -208,3 +208,10 @@ def test_bad_input_raises_config_error_naming_the_argument(arguments, named) -> 
 def test_bad_threshold_raises_config_error() -> None:
     with pytest.raises(tp.ConfigError, match="separate_final_epoch_threshold"):
         build_indices(np.array([5, 6]), 10, 2, 0, separate_final_epoch_threshold=1.5)
+
+
+def test_partial_sample_ending_in_an_empty_document_raises_instead_of_offset_minus_one() -> None:
+    lengths = np.array([3, 0, 4], dtype=np.int32)  # seed 1 shuffles the empty document last
+    assert _megatron_indices(lengths, 1, 4, 1, True, False, Split.valid)[1][-1, 1] == -1
+    with pytest.raises(tp.InputDataError, match="empty"):
+        build_indices(lengths, 1, 4, 1, add_extra_token=True, drop_last_partial=False)

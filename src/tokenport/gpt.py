@@ -2,8 +2,8 @@
 
 The indices equal, element for element and dtype for dtype, those that Megatron-LM's
 ``GPTDataset`` builds for the same split, sample count, sequence length and seed.
-Megatron walks the token stream one sample at a time in C++; here the walk is a
-search of every sample boundary in the cumulative document lengths at once.
+The shuffles are numpy's own draws (run by ``legacy_shuffle`` in numba) and the sample walk is
+Megatron's C++ loop in numba, so exactness costs nothing in speed.
 ``GPTDataset`` turns them into Megatron's sample fields plus flash-attn style cu_seqlens.
 """
 
@@ -14,10 +14,12 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from .errors import ConfigError, InputDataError
 from .indexed import IndexedDataset
+from .legacy_shuffle import shuffle
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
@@ -122,7 +124,7 @@ def _document_index(
     """Return the split positions repeated per epoch and shuffled, the final epoch apart if asked."""
     if not separate_final_epoch or num_epochs == 1:
         index = np.tile(np.arange(num_documents, dtype=np.int32), num_epochs)
-        random_state.shuffle(index)
+        shuffle(random_state, index)
         return index
     first = _document_index(num_documents, num_epochs - 1, random_state, False)
     return np.concatenate((first, _document_index(num_documents, 1, random_state, False)))
@@ -144,35 +146,67 @@ def _sample_index(
     extra: int,
     drop_last_partial: bool,
 ) -> np.ndarray:
-    """Return the (N + 1) x 2 start positions of the samples in the shuffled token stream.
+    """Return the (N + 1) x 2 (document_index position, token offset) where each sample starts.
 
-    Sample ``j`` starts at stream token ``j * seq_length`` and is read through token
-    ``(j + 1) * seq_length + extra``; a boundary belongs to the document holding that last
-    token, and past the end of the stream it stays at the last document's final start.
+    Sample ``j`` is read from row ``j`` through row ``j + 1`` plus ``extra`` tokens, so
+    consecutive samples share ``extra`` tokens; a kept partial last sample ends at the last
+    document's final token.
     """
     num_samples = _sample_count(total_tokens, seq_length, extra, drop_last_partial)
-    ends = np.zeros(len(document_index) + 1, dtype=np.int64)
-    np.cumsum(lengths[document_index], dtype=np.int64, out=ends[1:])
-    starts = np.arange(1, num_samples + 1, dtype=np.int64) * seq_length
-    position = np.searchsorted(ends[1:], starts + extra, side="left")
-    np.minimum(position, len(document_index) - 1, out=position)
-    offset = np.minimum(starts, total_tokens - extra) - ends[position]
     largest = max(len(document_index), int(lengths.max()))
-    sample_index = np.zeros((num_samples + 1, 2), dtype=np.int32 if largest <= _INT32_MAX else np.int64)
-    sample_index[1:, 0] = position
-    sample_index[1:, 1] = offset
+    sample_index = np.empty((num_samples + 1, 2), dtype=np.int32 if largest <= _INT32_MAX else np.int64)
+    if _walk_samples(lengths, document_index, seq_length, extra, sample_index) < 0:
+        raise InputDataError(
+            "drop_last_partial=False: the last document of the shuffled order is empty, so the kept "
+            "partial last sample has no final token (Megatron writes offset -1 here); remove empty "
+            "documents from the split or keep drop_last_partial=True"
+        )
     return sample_index
+
+
+@numba.njit(cache=True)
+def _walk_samples(
+    lengths: np.ndarray, document_index: np.ndarray, seq_length: int, extra: int, out: np.ndarray
+) -> int:
+    """Fill ``out`` walking the shuffled documents one sample at a time, as Megatron's C++ does.
+
+    Returns 0, or -1 when a partial last sample would end before its last (empty) document.
+    """
+    last = document_index.shape[0] - 1
+    position = 0
+    offset = 0
+    out[0, 0] = 0
+    out[0, 1] = 0
+    for sample in range(1, out.shape[0]):
+        remaining = seq_length + extra
+        while remaining != 0:
+            length = np.int64(lengths[document_index[position]]) - offset
+            remaining -= length
+            if remaining <= 0:
+                offset += remaining + length - extra
+                remaining = 0
+            elif position == last:  # only the kept partial last sample runs out of documents
+                offset = np.int64(lengths[document_index[position]]) - extra
+                if offset < 0:
+                    return -1
+                break
+            else:
+                position += 1
+                offset = 0
+        out[sample, 0] = position
+        out[sample, 1] = offset
+    return 0
 
 
 def _shuffle_index(num_samples: int, total: int, random_state: np.random.RandomState) -> np.ndarray:
     """Return a permutation of [0, total) that shuffles [0, num_samples) and the rest apart."""
     dtype = np.int64 if total >= _UINT32_MAX - 1 else np.uint32
     first = np.arange(num_samples, dtype=dtype)
-    random_state.shuffle(first)
+    shuffle(random_state, first)
     if num_samples == total:
         return first
     rest = np.arange(num_samples, total, dtype=dtype)
-    random_state.shuffle(rest)
+    shuffle(random_state, rest)
     return np.concatenate((first, rest))
 
 
