@@ -190,6 +190,25 @@ def test_get_batch_equals_stacked_samples(store, create_mask):
         ours.get_batch([len(ours)])
 
 
+@pytest.mark.parametrize("flags", [(False, False, False), (True, True, True), (True, False, True)])
+@pytest.mark.parametrize("add_extra", (True, False))
+@pytest.mark.parametrize("create_mask", (False, True))
+def test_pread_stores_give_the_memory_mapped_samples(store, flags, add_extra, create_mask):
+    """Without a memory map the windows are read piece by piece; every field is the same."""
+    config = _config(48, flags, add_extra, PAD, create_mask)
+    mapped = GPTDataset(tp.IndexedDataset(store), VALID, 30, config, 3, drop_last_partial=False)
+    read = GPTDataset(tp.IndexedDataset(store, mode="pread"), VALID, 30, config, 3, drop_last_partial=False)
+    assert read.dataset.token_array() is None and mapped.dataset.token_array() is not None
+    ids = np.arange(len(mapped))
+    expected, batch = mapped.get_batch(ids), read.get_batch(ids)
+    assert set(batch) == set(expected)
+    for name, value in expected.items():
+        assert batch[name].dtype == value.dtype and np.array_equal(batch[name], value), name
+    for i in (0, len(read) - 1):
+        for name, value in read[i].items():
+            assert np.array_equal(value, expected[name][i]), (i, name)
+
+
 @pytest.mark.parametrize(
     ("field", "kwargs"),
     [

@@ -9,7 +9,6 @@ Megatron's C++ loop in numba, so exactness costs nothing in speed.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ import numpy as np
 
 from .errors import ConfigError, InputDataError
 from .indexed import IndexedDataset
-from .legacy_shuffle import shuffle
+from .legacy_shuffle import LegacyShuffler
+from .sample_fields import FieldOptions, fields_from_store, fields_from_windows
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
@@ -64,7 +64,7 @@ def build_indices(
     sans_final = _samples_before_final_epoch(
         tokens_per_epoch, int(num_samples), int(seq_length), extra, num_epochs, separate_final_epoch_threshold
     )
-    random_state = np.random.RandomState(int(seed))
+    random_state = LegacyShuffler(int(seed))
     document_index = _document_index(len(lengths), num_epochs, random_state, sans_final is not None)
     sample_index = _sample_index(
         lengths, document_index, int(seq_length), num_epochs * tokens_per_epoch, extra, drop_last_partial
@@ -119,12 +119,12 @@ def _samples_before_final_epoch(
 
 
 def _document_index(
-    num_documents: int, num_epochs: int, random_state: np.random.RandomState, separate_final_epoch: bool
+    num_documents: int, num_epochs: int, random_state: LegacyShuffler, separate_final_epoch: bool
 ) -> np.ndarray:
     """Return the split positions repeated per epoch and shuffled, the final epoch apart if asked."""
     if not separate_final_epoch or num_epochs == 1:
         index = np.tile(np.arange(num_documents, dtype=np.int32), num_epochs)
-        shuffle(random_state, index)
+        random_state.shuffle(index)
         return index
     first = _document_index(num_documents, num_epochs - 1, random_state, False)
     return np.concatenate((first, _document_index(num_documents, 1, random_state, False)))
@@ -198,15 +198,15 @@ def _walk_samples(
     return 0
 
 
-def _shuffle_index(num_samples: int, total: int, random_state: np.random.RandomState) -> np.ndarray:
+def _shuffle_index(num_samples: int, total: int, random_state: LegacyShuffler) -> np.ndarray:
     """Return a permutation of [0, total) that shuffles [0, num_samples) and the rest apart."""
     dtype = np.int64 if total >= _UINT32_MAX - 1 else np.uint32
     first = np.arange(num_samples, dtype=dtype)
-    shuffle(random_state, first)
+    random_state.shuffle(first)
     if num_samples == total:
         return first
     rest = np.arange(num_samples, total, dtype=dtype)
-    shuffle(random_state, rest)
+    random_state.shuffle(rest)
     return np.concatenate((first, rest))
 
 
@@ -326,61 +326,53 @@ class GPTDataset:
         self.sample_index = sample_index
         self.shuffle_index = shuffle_index
         self._lengths = dataset.sequence_lengths
+        self._options = FieldOptions(
+            seq_length=config.seq_length, extra=int(config.add_extra_token), eod=config.eod_id,
+            pad=_NO_PAD if config.pad_id is None else config.pad_id, eod_mask_loss=config.eod_mask_loss,
+            reset_position_ids=config.reset_position_ids, reset_attention_mask=config.reset_attention_mask,
+            create_attention_mask=config.create_attention_mask, cu_seqlens_length=config.cu_seqlens_length,
+        )
 
     def __len__(self) -> int:
         return len(self.shuffle_index)
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        return {name: array[0] for name, array in _sample_arrays(self._text(idx)[None], self.config).items()}
-
-    def _text(self, idx: int) -> np.ndarray:
-        """The int64 token window of one sample, pad-filled at the end: scalar reads, few numpy calls."""
         index = operator.index(idx)
         if not 0 <= index < len(self):
             raise IndexError(f"sample id {index} is outside [0, {len(self)})")
-        extra = int(self.config.add_extra_token)
-        row = self.shuffle_index.item(index)
-        first_pos, first_off = self.sample_index[row].tolist()
-        last_pos, last_off = self.sample_index[row + 1].tolist()
-        documents, get = self.document_index, self.dataset.get
-        if first_pos == last_pos:
-            pieces = [get(documents.item(first_pos), first_off, last_off - first_off + extra)]
-        else:
-            pieces = [get(documents.item(first_pos), first_off)]
-            pieces += [get(documents.item(p)) for p in range(first_pos + 1, last_pos)]
-            pieces.append(get(documents.item(last_pos), 0, last_off + extra))
-        out = np.empty(self.config.seq_length + extra, dtype=np.int64)
-        filled = 0
-        for piece in pieces:
-            out[filled : filled + len(piece)] = piece
-            filled += len(piece)
-        out[filled:] = _NO_PAD if self.config.pad_id is None else self.config.pad_id
-        return out
+        rows = np.array([self.shuffle_index.item(index)], dtype=np.int64)
+        return {name: array[0] for name, array in self._fields(rows).items()}
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis, built in one pass."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
-        return _sample_arrays(self._texts(ids), self.config)
+        return self._fields(self.shuffle_index[ids].astype(np.int64))
 
-    def _texts(self, ids: np.ndarray) -> np.ndarray:
-        """The (B, seq_length + extra) int64 token windows of samples ``ids``, pad-filled at the end."""
+    def _fields(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Fields of samples ``rows`` (sample_index rows): straight from a memory map, else from read windows."""
+        tokens = self.dataset.token_array()
+        if tokens is None:
+            return fields_from_windows(self._windows(rows), self._options)
+        return fields_from_store(
+            tokens, self.dataset.sequence_pointers, self._lengths, self.document_index, self.sample_index,
+            rows, self._options,
+        )
+
+    def _windows(self, rows: np.ndarray) -> np.ndarray:
+        """The (B, seq_length + extra) int64 token windows of samples ``rows``, pad-filled at the end."""
         extra = int(self.config.add_extra_token)
-        width = self.config.seq_length + extra
-        pad = _NO_PAD if self.config.pad_id is None else self.config.pad_id
-        out = np.full((len(ids), width), pad, dtype=np.int64)
-        rows = self.shuffle_index[ids].astype(np.int64)
+        out = np.full((len(rows), self.config.seq_length + extra), self._options.pad, dtype=np.int64)
         first_pos, first_off = self.sample_index[rows].astype(np.int64).T
         last_pos, last_off = self.sample_index[rows + 1].astype(np.int64).T
         counts = last_pos - first_pos + 1
-        sample = np.repeat(np.arange(len(ids)), counts)
+        sample = np.repeat(np.arange(len(rows)), counts)
         starts_at = np.repeat(np.cumsum(counts) - counts, counts)
         position = np.repeat(first_pos, counts) + np.arange(len(sample)) - starts_at
         docs = self.document_index[position].astype(np.int64)
-        is_first = position == first_pos[sample]
-        begin = np.where(is_first, first_off[sample], 0)
+        begin = np.where(position == first_pos[sample], first_off[sample], 0)
         end = np.where(position == last_pos[sample], last_off[sample] + extra, self._lengths[docs])
         size = end - begin
         column = np.cumsum(size) - size
@@ -403,87 +395,3 @@ def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:
     if len(array) and (int(array.min()) < 0 or int(array.max()) >= count):
         raise ConfigError(f"indices hold sequence ids outside [0, {count}): pass ids of this token store")
     return array.astype(np.int64)
-
-
-def _sample_arrays(text: np.ndarray, config: GPTSampleConfig) -> dict[str, np.ndarray]:
-    """Megatron's sample fields and cu_seqlens for (B, width) token windows, vectorized over B."""
-    seq_length = config.seq_length
-    pad = _NO_PAD if config.pad_id is None else config.pad_id
-    tokens = text[:, :seq_length].copy()
-    if config.add_extra_token:
-        labels = text[:, 1:].copy()
-    else:
-        labels = np.empty_like(tokens)
-        labels[:, :-1] = tokens[:, 1:]
-        labels[:, -1] = pad
-    is_eod = tokens == config.eod_id
-    resets = config.reset_position_ids or (config.reset_attention_mask and config.create_attention_mask)
-    starts = _document_starts(is_eod) if resets else None
-    arange = np.arange(seq_length, dtype=np.int64)
-    loss_mask = np.ones(tokens.shape, dtype=np.float32)
-    if config.eod_mask_loss:
-        loss_mask[is_eod] = 0.0
-    loss_mask[labels == pad] = 0.0
-    sample = {
-        "tokens": tokens,
-        "labels": labels,
-        "loss_mask": loss_mask,
-        "position_ids": arange - starts if config.reset_position_ids else np.tile(arange, (len(text), 1)),
-    }
-    if config.create_attention_mask:
-        sample["attention_mask"] = _attention_masks(
-            starts if config.reset_attention_mask else None, len(text), seq_length
-        )
-    tokens[tokens == pad] = 0
-    labels[labels == pad] = 0
-    sample["cu_seqlens"] = _cu_seqlens(is_eod, config.cu_seqlens_length)
-    sample["max_seqlen"] = np.diff(sample["cu_seqlens"], axis=1).max(axis=1).astype(np.int32)
-    return sample
-
-
-def _attention_masks(starts: np.ndarray | None, batch: int, seq_length: int) -> np.ndarray:
-    """(B, 1, S, S) bool masks, True = masked: the future, and before each query's document when ``starts``."""
-    causal = _causal_mask(seq_length)
-    masks = np.empty((batch, 1, seq_length, seq_length), dtype=bool)
-    if starts is None:
-        masks[:] = causal
-        return masks
-    keys = np.arange(seq_length)[None, :]
-    for row in range(batch):  # one row at a time keeps the temporaries at S x S
-        np.less(keys, starts[row][:, None], out=masks[row, 0])
-        masks[row, 0] |= causal
-    return masks
-
-
-@functools.lru_cache(maxsize=4)
-def _causal_mask(seq_length: int) -> np.ndarray:
-    """The read-only (S, S) bool mask of future positions, built once per sequence length."""
-    mask = np.triu(np.ones((seq_length, seq_length), dtype=bool), 1)
-    mask.flags.writeable = False
-    return mask
-
-
-def _document_starts(is_eod: np.ndarray) -> np.ndarray:
-    """For each position, where its document starts: one past the last EOD before it, else 0."""
-    marks = np.zeros(is_eod.shape, dtype=np.int64)
-    marks[:, 1:] = np.where(is_eod[:, :-1], np.arange(1, is_eod.shape[1]), 0)
-    return np.maximum.accumulate(marks, axis=1)
-
-
-def _cu_seqlens(is_eod: np.ndarray, width: int) -> np.ndarray:
-    """(B, width) int32 document boundaries: 0, one past each EOD before the last token, then seq_length."""
-    batch, seq_length = is_eod.shape
-    inner = is_eod[:, :-1]
-    counts = inner.sum(axis=1)
-    if len(counts) and int(counts.max()) + 2 > width:
-        raise InputDataError(
-            f"a sample holds {int(counts.max()) + 1} documents but cu_seqlens_length={width} fits "
-            f"{width - 1}: raise cu_seqlens_length (seq_length + 1 always fits)"
-        )
-    cu = np.full((batch, width), seq_length, dtype=np.int32)
-    cu[:, 0] = 0
-    flat = np.flatnonzero(inner)
-    row, col = np.divmod(flat, max(seq_length - 1, 1))
-    rank = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
-    cu[row, rank + 1] = col + 1
-    return cu

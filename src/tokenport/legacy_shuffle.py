@@ -5,8 +5,8 @@ Megatron-exact indices mean sharing Megatron's shuffles, and those dominate an i
 ``random_interval(i)``: MT19937 32-bit outputs (64-bit above 2**32 - 1) masked to the smallest
 all-ones mask covering ``i``, redrawn while above ``i``. Here the same generator runs in numba,
 and the draws are made a block ahead of the swaps, so the random memory accesses of the swaps
-overlap instead of waiting on the generator one by one. The generator state is read from and
-written back to the ``RandomState``, so later draws from it continue exactly as numpy's would.
+overlap instead of waiting on the generator one by one. Seeding is MT19937's
+init_genrand, as ``RandomState(int)`` does, so a sequence of shuffles matches numpy's.
 """
 
 from __future__ import annotations
@@ -19,26 +19,56 @@ _SHIFT_WORDS = 397  # MT19937 middle word offset (M)
 _BLOCK = 4096  # swaps whose targets are drawn ahead at once
 
 
-def shuffle(random_state: np.random.RandomState, array: np.ndarray) -> None:
-    """Shuffle the 1-D ``array`` in place exactly as ``random_state.shuffle(array)`` would."""
-    if array.ndim != 1 or random_state.get_state()[0] != "MT19937":
-        random_state.shuffle(array)  # not a case the kernel handles: let numpy do it
-        return
-    name, key, position, has_gauss, cached_gaussian = random_state.get_state()
-    key = np.array(key, dtype=np.uint32)
-    position = _shuffle(array, key, int(position))
-    random_state.set_state((name, key, position, has_gauss, cached_gaussian))
+class LegacyShuffler:
+    """``numpy.random.RandomState(seed)``, seeded the same way, for its ``shuffle`` calls only.
+
+    Consecutive ``shuffle`` calls permute exactly as consecutive ``RandomState(seed).shuffle``
+    calls do. Seeding and state live here, not in a RandomState, because reading and writing a
+    RandomState's state costs ~0.2 ms a call, more than shuffling a small split.
+    """
+
+    def __init__(self, seed: int) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= 0xFFFFFFFF:
+            raise ValueError(f"seed={seed!r}: expected an integer in [0, 2**32 - 1], as RandomState does")
+        self._key = np.empty(_STATE_WORDS, dtype=np.uint32)
+        _seed(self._key, int(seed))
+        self._position = _STATE_WORDS
+
+    def shuffle(self, array: np.ndarray) -> None:
+        """Shuffle the 1-D ``array`` in place, as the RandomState's next ``shuffle(array)`` would."""
+        if array.ndim != 1:
+            raise ValueError(f"shuffle takes a 1-D array, got shape {array.shape}")
+        self._position = _shuffle(array, self._key, self._position)
+
+
+@numba.njit(cache=True)
+def _seed(key: np.ndarray, seed: int) -> None:
+    """MT19937's init_genrand, which RandomState(int) uses."""
+    value = np.uint64(seed)  # uint64 with explicit masks: numba widens uint32 products
+    key[0] = value
+    for i in range(1, _STATE_WORDS):
+        value = (np.uint64(1812433253) * (value ^ (value >> np.uint64(30))) + np.uint64(i)) & np.uint64(0xFFFFFFFF)
+        key[i] = value
+
+
+@numba.njit(cache=True, inline="always")
+def _twist(key: np.ndarray, i: int, following: int, shifted: int) -> None:
+    """One word of MT19937's twist: mix word i with its follower and the word M ahead."""
+    y = (key[i] & np.uint32(0x80000000)) | (key[following] & np.uint32(0x7FFFFFFF))
+    value = key[shifted] ^ (y >> np.uint32(1))
+    if y & np.uint32(1):
+        value ^= np.uint32(0x9908B0DF)
+    key[i] = value
 
 
 @numba.njit(cache=True, inline="always")
 def _regenerate(key: np.ndarray) -> None:
-    """Refill the 624 state words (MT19937's twist)."""
-    for i in range(_STATE_WORDS):
-        y = (key[i] & np.uint32(0x80000000)) | (key[(i + 1) % _STATE_WORDS] & np.uint32(0x7FFFFFFF))
-        value = key[(i + _SHIFT_WORDS) % _STATE_WORDS] ^ (y >> np.uint32(1))
-        if y & np.uint32(1):
-            value ^= np.uint32(0x9908B0DF)
-        key[i] = value
+    """Refill the 624 state words (MT19937's twist), in three runs so no index needs a modulo."""
+    for i in range(_STATE_WORDS - _SHIFT_WORDS):
+        _twist(key, i, i + 1, i + _SHIFT_WORDS)
+    for i in range(_STATE_WORDS - _SHIFT_WORDS, _STATE_WORDS - 1):
+        _twist(key, i, i + 1, i + _SHIFT_WORDS - _STATE_WORDS)
+    _twist(key, _STATE_WORDS - 1, 0, _SHIFT_WORDS - 1)
 
 
 @numba.njit(cache=True, inline="always")

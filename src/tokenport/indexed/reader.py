@@ -127,6 +127,18 @@ class IndexedDataset:
         """int64 sequence index where each document starts (leading 0, trailing len(self))."""
         return self._index.get().documents
 
+    def token_array(self) -> np.ndarray | None:
+        """The whole .bin as one read-only token array when memory-mapped (None in pread and remote
+        modes), for kernels that gather many ranges in one call; sequence_pointers // itemsize index it."""
+        handle = self._tokens
+        if handle is None:
+            return None
+        tokens = handle.value
+        if tokens is None:
+            return handle.get()
+        handle.referenced = True
+        return tokens
+
     @property
     def bin_size(self) -> int:
         """Size of the .bin file in bytes."""
