@@ -73,6 +73,22 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_cache(args: argparse.Namespace) -> int:
+    from .precompute import build_cache, load_cache_plan
+
+    plan = load_cache_plan(args.plan)
+
+    def report(entry) -> None:
+        action = "built" if entry.built else "found"
+        print(f"{action} {entry.dataset} [{entry.split}] {entry.samples:,} samples "
+              f"in {entry.seconds * 1000:,.1f} ms -> {entry.key[:16]}")
+
+    entries = build_cache(plan, report=report)
+    built = sum(entry.built for entry in entries)
+    print(f"{len(entries)} index sets in {plan.cache_dir}: {built} built, {len(entries) - built} already there")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.")
     parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
@@ -109,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 on the first fault")
     ver.add_argument("prefixes", nargs="+")
     ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
+
+    cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
+    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets, split, samples, seq_length, seed")
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")

@@ -1,0 +1,170 @@
+"""`tokenport build-cache`: build every index a training run will need, offline, into the index cache.
+
+A plan file (JSON, or YAML with PyYAML installed) names the token stores, the split string, the
+samples per split and the sample geometry; every (store, split) pair with samples gets its GPT
+indices built once and published to the cache, so the training job's ranks only memory-map them.
+
+    {"cache_dir": "index-cache", "datasets": ["data/wiki", "data/code"], "split": "969,30,1",
+     "samples": {"train": 1000000, "valid": 10000, "test": 1000}, "seq_length": 4096, "seed": 1234}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .build import SPLIT_NAMES, IndexCache, cache_key, gpt_index_request, parse_split
+from .errors import ConfigError
+from .indexed import IndexedDataset
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """The indices of one run: each store's train/valid/test split at the given sample counts."""
+
+    datasets: tuple[str, ...]
+    cache_dir: str
+    seq_length: int
+    seed: int
+    samples: tuple[int, int, int]
+    split: str = "969,30,1"
+    add_extra_token: bool = True
+    drop_last_partial_validation: bool = True
+    source: str = field(default="<plan>", compare=False)
+
+    def __post_init__(self) -> None:
+        """Check every field, naming the plan file and the field at fault."""
+        where = self.source
+        if not self.datasets or not all(isinstance(d, str) and d for d in self.datasets):
+            raise ConfigError(f"{where}: 'datasets' must be a non-empty list of store prefixes or URLs")
+        if not isinstance(self.cache_dir, str) or not self.cache_dir:
+            raise ConfigError(f"{where}: 'cache_dir' must name a directory")
+        for name in ("seq_length", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "seq_length" else 0):
+                raise ConfigError(f"{where}: '{name}' = {value!r} is invalid: pass a non-negative integer"
+                                  + (" of at least 1" if name == "seq_length" else ""))
+        if len(self.samples) != len(SPLIT_NAMES) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.samples
+        ):
+            raise ConfigError(f"{where}: 'samples' = {self.samples!r}: give train/valid/test counts, integers >= 0")
+        try:
+            parse_split(self.split)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        for name in ("add_extra_token", "drop_last_partial_validation"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{where}: '{name}' must be true or false")
+
+
+_FIELDS = {"datasets", "cache_dir", "seq_length", "seed", "samples", "split", "add_extra_token",
+           "drop_last_partial_validation"}
+
+
+def load_cache_plan(path: str | os.PathLike) -> CachePlan:
+    """Read a plan file; ConfigError naming the file and the field for anything unreadable or wrong."""
+    where = os.fspath(path)
+    try:
+        with open(where, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the plan ({exc.strerror})") from None
+    data = _parse(text, where)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of plan fields at the top level")
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    missing = sorted({"datasets", "cache_dir", "seq_length", "seed", "samples"} - set(data))
+    if missing:
+        raise ConfigError(f"{where}: missing field(s) {', '.join(missing)}")
+    values = dict(data)
+    values["datasets"] = tuple(values["datasets"]) if isinstance(values["datasets"], list) else ()
+    values["samples"] = _samples(values["samples"], where)
+    values["cache_dir"] = _relative_to(where, values["cache_dir"])
+    values["datasets"] = tuple(_relative_to(where, d) for d in values["datasets"])
+    return CachePlan(**values, source=where)
+
+
+def _parse(text: str, where: str) -> Any:
+    """JSON, or YAML for .yaml/.yml files."""
+    if where.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError(f"{where}: reading YAML needs PyYAML: pip install 'tokenport[yaml]', or write JSON") from None
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: not valid YAML ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+
+
+def _samples(value: Any, where: str) -> tuple[int, ...]:
+    """Train/valid/test counts from a {"train": n, ...} mapping (absent = 0) or a list."""
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(SPLIT_NAMES))
+        if unknown:
+            raise ConfigError(f"{where}: 'samples' has unknown split(s) {', '.join(unknown)}; use train, valid, test")
+        return tuple(value.get(name, 0) for name in SPLIT_NAMES)
+    if isinstance(value, list):
+        return tuple(value) + (0,) * (len(SPLIT_NAMES) - len(value))
+    raise ConfigError(f"{where}: 'samples' must be a mapping of split to count or a list of counts")
+
+
+def _relative_to(plan: str, path: Any) -> Any:
+    """Local paths in a plan are relative to the plan file; URLs and absolute paths stay as they are."""
+    if not isinstance(path, str) or "://" in path or os.path.isabs(path):
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(plan)), path)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """What happened to one (store, split): its cache key, built now or found, and the seconds it took."""
+
+    dataset: str
+    split: str
+    samples: int
+    key: str
+    built: bool
+    seconds: float
+
+
+def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None) -> list[CacheEntry]:
+    """Build (or find) every index of the plan in its cache; `report` sees each entry as it completes."""
+    cache = IndexCache(plan.cache_dir)
+    entries = []
+    for prefix in plan.datasets:
+        store = IndexedDataset(prefix)
+        for which, num_samples in zip(SPLIT_NAMES, plan.samples):
+            if num_samples == 0:
+                continue
+            drop_last = which != "valid" or plan.drop_last_partial_validation
+            request = gpt_index_request(
+                store, num_samples, plan.seq_length, plan.seed, split=plan.split, which=which,
+                add_extra_token=plan.add_extra_token, drop_last_partial=drop_last,
+            )
+            if request is None:
+                continue
+            built = []
+
+            def build(request=request, built=built) -> dict:
+                built.append(True)
+                return request.build()
+
+            started = time.perf_counter()
+            cache.get_or_build(store, request.params, build, strict=True, distributed=False)
+            entry = CacheEntry(prefix, which, num_samples, cache_key(store, request.params), bool(built),
+                               time.perf_counter() - started)
+            entries.append(entry)
+            if report is not None:
+                report(entry)
+        store.close()
+    return entries
