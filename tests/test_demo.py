@@ -13,6 +13,8 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         assert stage in out
     assert "checksums verified" in out
     assert "(equal to the parts' sum)" in out
+    assert "reopened from the cache" in out and "samples/s" in out
+    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
     assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()

@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from .build import split_document_ranges
+from .build import IndexCache, build_gpt_dataset, split_document_ranges
 from .corpus import build_demo_corpus
-from .gpt import GPTDataset, GPTSampleConfig
+from .gpt import GPTSampleConfig
 from .indexed import IndexedDataset, merge, verify
 from .inspection import render, summarize
 from .prepare import PrepareConfig, prepare
@@ -81,23 +81,36 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     echo(f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
          f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)")
     _time_reads(ds, echo)
-    _gpt_samples(ds, echo)
+    _gpt_samples(ds, os.path.join(stores, "index-cache"), echo)
     ds.close()
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
-def _gpt_samples(ds: IndexedDataset, echo: Echo) -> None:
-    """Cut the merged store into Megatron-exact GPT samples and show what one sample carries."""
-    echo("\n== 6. samples: documents -> fixed-length GPT samples (Megatron's split and indices)")
+def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
+    """Cut the merged store into Megatron-exact GPT samples through the index cache; show one sample."""
+    echo("\n== 6. samples: documents -> fixed-length GPT samples (Megatron's split and indices, cached)")
     tokenizer = load_tokenizer("byte")
     train, valid, _ = split_document_ranges("969,30,1", len(ds))
     config = GPTSampleConfig(seq_length=1024, eod_id=tokenizer.eod_id, reset_position_ids=True, eod_mask_loss=True)
+    cache = IndexCache(cache_dir)
+    num_samples = 2 * ds.num_tokens // 1024
     begin = time.perf_counter()
-    samples = GPTDataset(ds, np.arange(*train), 2 * ds.num_tokens // 1024, config, seed=1234)
+    build_gpt_dataset(ds, num_samples, config, 1234, split="969,30,1", which="train", cache=cache)
     built = time.perf_counter() - begin
+    begin = time.perf_counter()
+    samples = build_gpt_dataset(IndexedDataset(ds.prefix), num_samples, config, 1234, split="969,30,1",
+                                which="train", cache=cache)
+    reopened = time.perf_counter() - begin
     epochs = len(samples.document_index) // (train[1] - train[0])
     echo(f"train split: documents {train[0]:,}..{train[1]:,} of {len(ds):,}; valid {valid[0]:,}..{valid[1]:,}")
-    echo(f"{len(samples):,} samples of 1024+1 tokens over {epochs} epochs; indices built in {built * 1000:.0f} ms")
+    echo(f"{len(samples):,} samples of 1024+1 tokens over {epochs} epochs; indices built and cached in "
+         f"{built * 1000:.0f} ms, reopened from the cache in {reopened * 1000:.1f} ms")
+    ids = np.random.default_rng(1).integers(0, len(samples), 2000).tolist()
+    begin = time.perf_counter()
+    for i in ids:
+        samples[i]
+    echo(f"random samples[i]:   {len(ids) / (time.perf_counter() - begin):12,.0f} samples/s "
+         "(tokens, labels, loss_mask, position_ids, cu_seqlens)")
     batch = samples.get_batch(np.arange(min(256, len(samples))))
     pick = int(np.argmax((batch["cu_seqlens"] < 1024).sum(axis=1)))  # the sample with most documents
     sample = samples[pick]
