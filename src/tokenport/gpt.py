@@ -394,4 +394,4 @@ def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:
         )
     if len(array) and (int(array.min()) < 0 or int(array.max()) >= count):
         raise ConfigError(f"indices hold sequence ids outside [0, {count}): pass ids of this token store")
-    return array.astype(np.int64)
+    return array.astype(np.int64, copy=False)

@@ -1,15 +1,14 @@
-"""Splits of a store into train/valid/test, and the on-disk cache of the indices built over them.
+"""The on-disk cache of built indices: content-addressed, atomic, locked, and rank-aware.
 
-Splits follow Megatron-LM's arithmetic exactly (``parse_and_normalize_split``,
-``convert_split_vector_to_split_matrix`` and the rounding of each book-end to a document).
-
-The index cache keeps each built index set as ``.npy`` files in ``DIRECTORY/KEY/``, where KEY
-is a sha256 of the store's content identity, every parameter of the build, and the cache format
-version. An entry is written under a temporary name and published by one atomic directory
-rename, so only complete entries are ever seen. A ``fcntl.flock`` on ``DIRECTORY/KEY.lock``
-makes the processes of one machine build an entry once; under ``torch.distributed`` one rank
-per node (or one rank in all, on a shared filesystem) builds before a barrier. Lock files are
-left in place on purpose: deleting them would race with processes about to take them.
+Each built index set is kept as ``.npy`` files in ``DIRECTORY/KEY/``, where KEY is a sha256 of
+the store's content identity, every parameter of the build, and the cache format version. An
+entry is written under a temporary name and published by one atomic directory rename, so only
+complete entries are ever seen; its description records each array's dtype, shape and data
+offset, so a hit maps the files without parsing .npy headers. A ``fcntl.flock`` on
+``DIRECTORY/KEY.lock`` makes the processes of one machine build an entry once; under
+``torch.distributed`` one rank per node (or one rank in all, on a shared filesystem) builds
+before a barrier. Lock files are left in place on purpose: deleting them would race with
+processes about to take them.
 
 An unwritable cache directory is not fatal unless asked: the indices are built in memory and a
 warning is logged (``strict=True`` raises ConfigError instead).
@@ -28,60 +27,20 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from .errors import ConfigError, CorruptStoreError
-from .gpt import GPTDataset, GPTSampleConfig, build_indices
-from .indexed import IndexedDataset
-from .storage import is_remote, local_path
+from ..errors import ConfigError, CorruptStoreError
+from ..indexed import IndexedDataset
+from ..storage import is_remote, local_path
 
 logger = logging.getLogger(__name__)
 
-SPLIT_NAMES = ("train", "valid", "test")
 CACHE_FORMAT = "tokenport.index-cache/2"
 DESCRIPTION = "description.json"
 
-_SPLIT_FIELD = re.compile(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 _ARRAY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-# -- splits ---------------------------------------------------------------------------------------
-
-
-def parse_split(split: str) -> tuple[float, ...]:
-    """Normalized (train, valid, test) weights of a split string such as "969,30,1", as Megatron does."""
-    fields = [text.strip() for text in str(split).split(",")]
-    if len(fields) > len(SPLIT_NAMES) or not all(_SPLIT_FIELD.match(text) for text in fields):
-        raise ConfigError(
-            f"split={split!r}: expected up to {len(SPLIT_NAMES)} comma-separated non-negative numbers "
-            "(train,valid,test), such as '969,30,1' or '98,2,0'"
-        )
-    weights = [float(text) for text in fields] + [0.0] * (len(SPLIT_NAMES) - len(fields))
-    total = np.sum(np.array(weights, dtype=np.float64))
-    if not np.isfinite(total) or total <= 0.0:
-        raise ConfigError(f"split={split!r}: the weights must be finite and sum to more than zero")
-    return tuple((np.array(weights, dtype=np.float64) / total).tolist())
-
-
-def split_document_ranges(split: str, num_documents: int) -> list[tuple[int, int] | None]:
-    """[begin, end) document range of train, valid and test (None for a zero-weight split), as Megatron rounds them."""
-    if isinstance(num_documents, bool) or not isinstance(num_documents, (int, np.integer)) or num_documents < 0:
-        raise ConfigError(f"num_documents={num_documents!r}: expected a non-negative integer")
-    bounds = [0.0]
-    for weight in parse_split(split):
-        bounds.append(bounds[-1] + weight)
-    ranges: list[tuple[int, int] | None] = []
-    for begin, end in zip(bounds[:-1], bounds[1:]):
-        if end <= begin:
-            ranges.append(None)
-        else:
-            ranges.append((int(round(begin * float(num_documents))), int(round(end * float(num_documents)))))
-    return ranges
-
-
-# -- content identity and keys --------------------------------------------------------------------
 
 
 def store_identity(store: IndexedDataset) -> dict[str, Any]:
@@ -135,9 +94,6 @@ def _key(identity: dict[str, Any], params: dict[str, Any]) -> str:
         raise ConfigError(f"params={params!r}: expected a dict of every parameter that changes the indices")
     text = canonical_json({"format": CACHE_FORMAT, "store": identity, "params": params})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# -- the cache ------------------------------------------------------------------------------------
 
 
 class IndexCache:
@@ -334,9 +290,6 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
-# -- rank coordination ----------------------------------------------------------------------------
-
-
 def _initialized_distributed() -> Any:
     """torch.distributed when its default group is initialized, else None; never imports torch itself."""
     dist = sys.modules.get("torch.distributed")
@@ -349,82 +302,3 @@ def _local_rank(dist: Any) -> int:
     """This process's rank on its node: LOCAL_RANK as torchrun sets it, else the global rank."""
     text = os.environ.get("LOCAL_RANK")
     return int(text) if text is not None and text.isdigit() else int(dist.get_rank())
-
-
-# -- datasets ---------------------------------------------------------------------------------------
-
-
-def build_gpt_dataset(
-    store: IndexedDataset,
-    num_samples: int,
-    config: GPTSampleConfig,
-    seed: int,
-    *,
-    split: str = "1",
-    which: str = "train",
-    cache: IndexCache | None = None,
-    drop_last_partial: bool = True,
-) -> GPTDataset | None:
-    """The `which` split of `store` as a GPTDataset, its indices taken from `cache` when given.
-
-    Returns None when the split has zero weight (Megatron builds no dataset for it). The cache
-    key holds every parameter that changes the indices, so a hit is always the right entry.
-    """
-    request = gpt_index_request(
-        store, num_samples, config.seq_length, seed, split=split, which=which,
-        add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
-    )
-    if request is None:
-        return None
-    arrays = cache.get_or_build(store, request.params, request.build) if cache is not None else request.build()
-    return GPTDataset.from_indices(
-        store, request.indices, arrays["document_index"], arrays["sample_index"], arrays["shuffle_index"], config
-    )
-
-
-@dataclass(frozen=True)
-class IndexRequest:
-    """One split's GPT indices to build or load: its sequence ids, its cache parameters and its builder."""
-
-    indices: np.ndarray
-    params: dict[str, Any]
-    build: Callable[[], dict[str, np.ndarray]]
-
-
-def gpt_index_request(
-    store: IndexedDataset,
-    num_samples: int,
-    seq_length: int,
-    seed: int,
-    *,
-    split: str = "1",
-    which: str = "train",
-    add_extra_token: bool = True,
-    drop_last_partial: bool = True,
-) -> IndexRequest | None:
-    """What building the `which` split's indices takes (None for a zero-weight split)."""
-    if which not in SPLIT_NAMES:
-        raise ConfigError(f"which={which!r}: expected one of {', '.join(SPLIT_NAMES)}")
-    bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
-    if bounds is None:
-        return None
-    indices = np.arange(*bounds, dtype=np.int64)
-    params = {
-        "kind": "gpt",
-        "documents": list(bounds),
-        "num_samples": num_samples,
-        "seq_length": seq_length,
-        "seed": seed,
-        "add_extra_token": add_extra_token,
-        "drop_last_partial": drop_last_partial,
-    }
-
-    def build() -> dict[str, np.ndarray]:
-        positions, sample_index, shuffle_index = build_indices(
-            store.sequence_lengths[indices], num_samples, seq_length, seed,
-            add_extra_token=add_extra_token, drop_last_partial=drop_last_partial,
-        )
-        return {"document_index": indices[positions], "sample_index": sample_index,
-                "shuffle_index": shuffle_index}
-
-    return IndexRequest(indices, params, build)
