@@ -38,3 +38,16 @@ def test_seeds_numpy_refuses_are_refused(seed) -> None:
 def test_only_1d_arrays() -> None:
     with pytest.raises(ValueError, match="1-D"):
         LegacyShuffler(0).shuffle(np.arange(6).reshape(2, 3))
+
+
+def test_draws_above_32_bits_follow_numpy() -> None:
+    """Arrays past 2**32 elements draw 64-bit targets (high word first); numpy's masked randint draws the same."""
+    from tokenport.legacy_shuffle import _STATE_WORDS, _random_interval_64, _seed
+
+    numpy_state = np.random.RandomState(5)
+    key, outputs = np.empty(_STATE_WORDS, np.uint32), np.empty(_STATE_WORDS, np.uint32)
+    _seed(key, 5)
+    position = _STATE_WORDS
+    for bound in (2**32, 2**32 + 12_345, 3 * 2**33 + 1, 2**40 - 1) * 50:
+        ours, position = _random_interval_64(bound, key, outputs, position)
+        assert ours == int(numpy_state.randint(0, bound + 1, dtype=np.int64))
