@@ -10,13 +10,13 @@ indices built once and published to the cache, so the training job's ranks only 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .build import SPLIT_NAMES, IndexCache, cache_key, gpt_index_request, parse_split
+from .config_files import parse_structured, read_text
 from .errors import ConfigError
 from .indexed import IndexedDataset
 
@@ -67,12 +67,7 @@ _FIELDS = {"datasets", "cache_dir", "seq_length", "seed", "samples", "split", "a
 def load_cache_plan(path: str | os.PathLike) -> CachePlan:
     """Read a plan file; ConfigError naming the file and the field for anything unreadable or wrong."""
     where = os.fspath(path)
-    try:
-        with open(where, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read the plan ({exc.strerror})") from None
-    data = _parse(text, where)
+    data = parse_structured(read_text(where, "plan"), where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of plan fields at the top level")
     unknown = sorted(set(data) - _FIELDS)
@@ -87,23 +82,6 @@ def load_cache_plan(path: str | os.PathLike) -> CachePlan:
     values["cache_dir"] = _relative_to(where, values["cache_dir"])
     values["datasets"] = tuple(_relative_to(where, d) for d in values["datasets"])
     return CachePlan(**values, source=where)
-
-
-def _parse(text: str, where: str) -> Any:
-    """JSON, or YAML for .yaml/.yml files."""
-    if where.endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(f"{where}: reading YAML needs PyYAML: pip install 'tokenport[yaml]', or write JSON") from None
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: not valid YAML ({exc})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
 
 
 def _samples(value: Any, where: str) -> tuple[int, ...]:
