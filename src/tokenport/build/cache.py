@@ -123,9 +123,26 @@ class IndexCache:
         the rest load. Any rank that finds no entry after the barrier builds it itself under the
         lock, so a wrong guess of the local rank costs time, never correctness.
         """
-        identity = store_identity(store)
+        return self.get_or_build_for(
+            store_identity(store), params, build, source=store.prefix, strict=strict,
+            distributed=distributed, shared_filesystem=shared_filesystem,
+        )
+
+    def get_or_build_for(
+        self,
+        identity: dict[str, Any],
+        params: dict[str, Any],
+        build: Callable[[], dict[str, np.ndarray]],
+        *,
+        source: str = "",
+        strict: bool = False,
+        distributed: bool = True,
+        shared_filesystem: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """``get_or_build`` for indices whose inputs are not one store: ``identity`` says what they
+        were built from (e.g. the children's keys of a blend, or nothing), ``source`` names it."""
         key = _key(identity, params)
-        description = {"store": store.prefix, "params": params, "identity": identity}
+        description = {"store": source, "params": params, "identity": identity}
         dist = _initialized_distributed() if distributed else None
         if dist is None:
             return self._get_or_build(key, description, build, strict)

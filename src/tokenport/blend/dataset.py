@@ -1,0 +1,141 @@
+"""BlendedDataset: many datasets read as one stream, sample ``t`` taken from the dataset the blend names."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .checkpoints import SampleIndexCheckpoints
+from .indices import build_blending_indices, build_dataset_index
+
+logger = logging.getLogger(__name__)
+
+# Above this many samples the int64 dataset_sample_index (8 bytes a sample) gives way to checkpoints.
+FULL_SAMPLE_INDEX_LIMIT = 1 << 27
+
+
+class BlendedDataset:
+    """Sample ``t`` is ``datasets[d][k]`` with ``d = dataset_index[t]`` and ``k`` the samples of ``d`` before ``t``.
+
+    ``weights`` are relative (normalized here); ``size`` is the number of samples, or None to
+    take every sample of every dataset once (then the weights are ignored and each dataset's
+    length is its count). Items are the child's sample dict plus ``dataset_id``, as in
+    megatron-core. A child shorter than the samples the blend takes from it is read around
+    (``k`` modulo its length) with a warning; build children with ``samples_per_dataset()``
+    samples to avoid that (``tokenport.build_datasets`` does).
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[float] | np.ndarray | None,
+        size: int | None,
+        *,
+        algorithm: str = "tijdeman",
+    ) -> None:
+        if not len(datasets):
+            raise ConfigError("datasets is empty: a blend needs at least one dataset")
+        counts = np.array([len(d) for d in datasets], dtype=np.int64)
+        if size is None:
+            target = counts
+        else:
+            if weights is None or len(weights) != len(datasets):
+                raise ConfigError(
+                    f"weights: expected {len(datasets)} weights, one per dataset, "
+                    f"got {'none' if weights is None else len(weights)}"
+                )
+            target = np.asarray(weights, dtype=np.float64)
+        if size is not None and size > FULL_SAMPLE_INDEX_LIMIT:
+            dataset_index = build_dataset_index(target, size, algorithm=algorithm)
+            sample_index: np.ndarray | SampleIndexCheckpoints = SampleIndexCheckpoints(dataset_index, len(datasets))
+        else:
+            dataset_index, sample_index = build_blending_indices(target, size, algorithm=algorithm)
+        self._adopt(datasets, dataset_index, sample_index)
+
+    @classmethod
+    def from_indices(
+        cls,
+        datasets: Sequence[Any],
+        dataset_index: np.ndarray,
+        dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
+    ) -> "BlendedDataset":
+        """A blend over indices built earlier (from the index cache, or Megatron's own)."""
+        self = cls.__new__(cls)
+        if len(dataset_index) != len(dataset_sample_index):
+            raise ConfigError(
+                f"dataset_index has {len(dataset_index)} entries but dataset_sample_index {len(dataset_sample_index)}: "
+                "pass the two arrays of one build"
+            )
+        self._adopt(datasets, np.asarray(dataset_index), dataset_sample_index)
+        return self
+
+    def _adopt(
+        self, datasets: Sequence[Any], dataset_index: np.ndarray, sample_index: np.ndarray | SampleIndexCheckpoints
+    ) -> None:
+        self.datasets = list(datasets)
+        self.dataset_index = dataset_index
+        self.dataset_sample_index = sample_index
+        self._lengths = [len(d) for d in self.datasets]
+        taken = self.samples_per_dataset()
+        self._wraps = [int(n) > length for n, length in zip(taken.tolist(), self._lengths)]
+        for d, wraps in enumerate(self._wraps):
+            if wraps:
+                logger.warning(
+                    "dataset %d supplies %d samples to the blend but holds %d: its samples repeat "
+                    "(read modulo its length); build it with at least %d samples",
+                    d, int(taken[d]), self._lengths[d], int(taken[d]),
+                )
+        self._full = isinstance(sample_index, np.ndarray)
+
+    def __len__(self) -> int:
+        return len(self.dataset_index)
+
+    def samples_per_dataset(self) -> np.ndarray:
+        """How many samples the blend takes from each dataset (int64, one per dataset)."""
+        if len(self.dataset_index) and int(self.dataset_index.max()) >= len(self.datasets):
+            raise ConfigError(
+                f"dataset_index names dataset {int(self.dataset_index.max())} of {len(self.datasets)}: "
+                "pass the datasets the indices were built for"
+            )
+        return np.bincount(self.dataset_index, minlength=len(self.datasets)).astype(np.int64)
+
+    def locate(self, idx: int) -> tuple[int, int]:
+        """(dataset, sample within it) of blended sample ``idx``."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self.dataset_index):
+            raise IndexError(f"sample id {index} is outside [0, {len(self.dataset_index)})")
+        dataset = self.dataset_index.item(index)
+        sample = self.dataset_sample_index.item(index) if self._full else self.dataset_sample_index[index]
+        if self._wraps[dataset]:
+            sample %= self._lengths[dataset]
+        return dataset, sample
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        """The child's sample with its ``dataset_id``."""
+        dataset, sample = self.locate(idx)
+        return {"dataset_id": dataset, **self.datasets[dataset][sample]}
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` stacked on a leading axis: one ``get_batch`` per child dataset involved."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        datasets = self.dataset_index[ids].astype(np.int64)
+        samples = (self.dataset_sample_index[ids] if self._full else self.dataset_sample_index.take(ids)).astype(np.int64)
+        lengths = np.array(self._lengths, dtype=np.int64)
+        samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
+        batch: dict[str, np.ndarray] = {}
+        for dataset in np.unique(datasets).tolist():
+            rows = np.flatnonzero(datasets == dataset)
+            part = self.datasets[dataset].get_batch(samples[rows])
+            for name, values in part.items():
+                if name not in batch:
+                    batch[name] = np.empty((len(ids),) + values.shape[1:], dtype=values.dtype)
+                batch[name][rows] = values
+        batch["dataset_id"] = datasets
+        return batch
