@@ -89,6 +89,23 @@ def _build_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _blend(args: argparse.Namespace) -> int:
+    from .build import blend_from_list, load_blend_spec
+    from .build.report import blend_report, plot_blend
+    from .build.specs import BlendSpec
+
+    if len(args.spec) == 1 and args.spec[0].endswith((".yaml", ".yml", ".json")):
+        spec = load_blend_spec(args.spec[0])
+    else:
+        spec = BlendSpec(blend=blend_from_list(args.spec))
+    for report in blend_report(spec, args.size, seq_length=args.seq_length, algorithm=args.algorithm):
+        print(report.render())
+    if args.plot:
+        plot_blend(spec, args.size, args.plot, algorithm=args.algorithm)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.")
     parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
@@ -128,6 +145,13 @@ def _parser() -> argparse.ArgumentParser:
 
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
     cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets, split, samples, seq_length, seed")
+
+    blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation")
+    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.json), or Megatron's list: W1 PREFIX1 W2 PREFIX2 ...")
+    blend.add_argument("--size", type=int, required=True, help="samples to blend")
+    blend.add_argument("--seq-length", type=int, default=4096, help="tokens per sample, for the epochs column")
+    blend.add_argument("--algorithm", choices=("tijdeman", "greedy", "megatron"), default="tijdeman")
+    blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")

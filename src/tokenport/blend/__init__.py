@@ -27,7 +27,13 @@ For very large blends ``build_dataset_index`` plus
 
 from .checkpoints import SampleIndexCheckpoints
 from .dataset import BlendedDataset
-from .indices import ALGORITHMS, build_blending_indices, build_dataset_index, max_prefix_deviation
+from .indices import (
+    ALGORITHMS,
+    build_blending_indices,
+    build_dataset_index,
+    max_prefix_deviation,
+    prefix_deviations,
+)
 
 __all__ = [
     "ALGORITHMS",
@@ -36,4 +42,5 @@ __all__ = [
     "build_blending_indices",
     "build_dataset_index",
     "max_prefix_deviation",
+    "prefix_deviations",
 ]

@@ -38,6 +38,11 @@ def max_prefix_deviation(dataset_index: np.ndarray, weights: np.ndarray) -> floa
     One pass over ``dataset_index`` with O(n) memory: a dataset's deviation peaks just after
     it is taken (above its share), or just before it is taken or at the end (below it).
     """
+    return float(prefix_deviations(dataset_index, weights).max())
+
+
+def prefix_deviations(dataset_index: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Return each dataset's largest ``|C_i(t) - t * w_i|`` over the prefixes ``t`` (float64, one per dataset)."""
     raw = _check_weights(weights)
     index = np.asarray(dataset_index)
     if index.ndim != 1 or index.dtype.kind not in "iu":
@@ -49,7 +54,7 @@ def max_prefix_deviation(dataset_index: np.ndarray, weights: np.ndarray) -> floa
         raise ConfigError(
             f"dataset_index holds values outside [0, {len(raw)}): pass the weights it was built with"
         )
-    return float(_deviation_kernel(index, raw / raw.sum()))
+    return _deviation_kernel(index, raw / raw.sum())
 
 
 def _build(weights: object, size: object, algorithm: object, samples: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -151,16 +156,16 @@ def _check_size(size: object) -> None:
 
 @numba.njit(cache=True)
 def _deviation_kernel(dataset_index, weights):
-    """Return max over i, t of ``|C_i(t) - t * w_i|`` in one pass with per-dataset counts."""
+    """Return each dataset's max over t of ``|C_i(t) - t * w_i|``, in one pass with per-dataset counts."""
     counts = np.zeros(weights.shape[0], np.int64)
-    worst = 0.0
+    worst = np.zeros(weights.shape[0], np.float64)
     for t in range(dataset_index.shape[0]):
         d = dataset_index[t]
         below = t * weights[d] - counts[d]  # just before it is taken: t * w_d - C_d(t)
         counts[d] += 1
         above = counts[d] - (t + 1) * weights[d]  # just after: C_d(t + 1) - (t + 1) * w_d
-        worst = max(worst, below, above)
+        worst[d] = max(worst[d], below, above)
     size = dataset_index.shape[0]
     for i in range(weights.shape[0]):
-        worst = max(worst, size * weights[i] - counts[i])  # below its share at the end
+        worst[i] = max(worst[i], size * weights[i] - counts[i])  # below its share at the end
     return worst

@@ -1,0 +1,137 @@
+"""What a blend does, per dataset: target and achieved share, samples taken, epochs implied, deviation.
+
+``tokenport blend SPEC --size N`` prints this; ``plot_blend`` draws achieved against target share
+over the run (matplotlib, the ``plot`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..blend import build_blending_indices, prefix_deviations
+from ..errors import ConfigError
+from .specs import Blend, BlendSpec, store_tokens
+from .splits import SPLIT_NAMES
+
+
+@dataclass(frozen=True)
+class BlendRow:
+    """One dataset of a blend: its weight, what it got, and how often that reads it whole."""
+
+    prefix: str
+    target: float
+    achieved: float
+    samples: int
+    epochs: float
+    deviation: float
+
+
+@dataclass(frozen=True)
+class BlendReport:
+    """One blend of ``size`` samples, dataset by dataset, with its worst prefix deviation."""
+
+    name: str
+    size: int
+    seq_length: int
+    algorithm: str
+    rows: tuple[BlendRow, ...]
+    bound: float
+
+    @property
+    def max_deviation(self) -> float:
+        """The largest ``|C_i(t) - t * w_i|`` of any dataset at any prefix."""
+        return max(row.deviation for row in self.rows)
+
+    def render(self) -> str:
+        """The report as an aligned text table."""
+        width = max(len("dataset"), *(len(row.prefix) for row in self.rows))
+        lines = [
+            f"{self.name}: {self.size:,} samples of {self.seq_length} tokens, algorithm {self.algorithm}",
+            f"{'dataset':<{width}}  {'target':>9}  {'achieved':>9}  {'samples':>13}  {'epochs':>9}  {'max dev':>8}",
+        ]
+        for row in self.rows:
+            lines.append(
+                f"{row.prefix:<{width}}  {row.target:>9.5f}  {row.achieved:>9.5f}  {row.samples:>13,}  "
+                f"{row.epochs:>9.3f}  {row.deviation:>8.3f}"
+            )
+        bound = f" (Tijdeman's bound {self.bound:.3f})" if self.algorithm == "tijdeman" else ""
+        lines.append(f"largest prefix deviation: {self.max_deviation:.3f} samples{bound}")
+        return "\n".join(lines)
+
+
+def blend_report(
+    spec: BlendSpec,
+    size: int,
+    *,
+    seq_length: int = 4096,
+    algorithm: str = "tijdeman",
+    size_of: Callable[[str], int] = store_tokens,
+) -> list[BlendReport]:
+    """One report per blend of ``spec`` (the shared one, or each split's), each of ``size`` samples.
+
+    Epochs are samples × seq_length over the store's tokens (the whole store; a split reads a
+    share of it, so its epochs are that much higher). A blend weighted by size uses token counts.
+    """
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ConfigError(f"size={size!r} is invalid: pass the number of samples to blend, at least 1")
+    if isinstance(seq_length, bool) or not isinstance(seq_length, (int, np.integer)) or seq_length < 1:
+        raise ConfigError(f"seq_length={seq_length!r} is invalid: pass an integer of at least 1")
+    named = [("blend", spec.blend)] if spec.blend is not None else [
+        (name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split) if blend is not None
+    ]
+    return [_report(name, blend.without_zero_weights(), int(size), int(seq_length), algorithm, size_of)
+            for name, blend in named]
+
+
+def _report(name: str, blend: Blend, size: int, seq_length: int, algorithm: str,
+            size_of: Callable[[str], int]) -> BlendReport:
+    """The report of one blend."""
+    tokens = np.array([size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
+    weights = np.array(blend.weights if blend.weights is not None else tokens, dtype=np.float64)
+    dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
+    counts = np.bincount(dataset_index, minlength=len(weights))
+    deviations = prefix_deviations(dataset_index, weights)
+    target = weights / weights.sum()
+    rows = tuple(
+        BlendRow(prefix, float(t), float(c) / size, int(c), float(c) * seq_length / max(k, 1.0), float(d))
+        for prefix, t, c, k, d in zip(blend.prefixes, target, counts, tokens, deviations)
+    )
+    n = len(weights)
+    return BlendReport(name, size, seq_length, algorithm, rows, 1 - 1 / (2 * n - 2) if n > 1 else 0.0)
+
+
+def plot_blend(spec: BlendSpec, size: int, path: str | os.PathLike, *, algorithm: str = "tijdeman",
+               size_of: Callable[[str], int] = store_tokens, points: int = 400) -> None:
+    """Draw each dataset's achieved share ``C_i(t) / t`` against its target over the run into ``path`` (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'tokenport[plot]'") from None
+    named = [("blend", spec.blend)] if spec.blend is not None else [
+        (name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split) if blend is not None
+    ]
+    figure, axes = plt.subplots(len(named), 1, figsize=(9, 3.5 * len(named)), squeeze=False)
+    for (name, blend), axis in zip(named, axes[:, 0]):
+        blend = blend.without_zero_weights()
+        weights = np.array(blend.weights if blend.weights is not None else
+                           [size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
+        dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
+        at = np.unique(np.geomspace(1, size, min(points, size)).astype(np.int64))
+        for d, (prefix, share) in enumerate(zip(blend.prefixes, weights / weights.sum())):
+            taken = np.cumsum(dataset_index == d)[at - 1]
+            line, = axis.plot(at, taken / at, label=os.path.basename(prefix))
+            axis.axhline(share, color=line.get_color(), linestyle=":", linewidth=0.8)
+        axis.set_xscale("log")
+        axis.set_title(f"{name}: achieved share (solid) vs target (dotted), {algorithm}")
+        axis.set_xlabel("samples")
+        axis.legend(fontsize="small", loc="upper right")
+    figure.tight_layout()
+    figure.savefig(os.fspath(path), dpi=100)
+    plt.close(figure)
