@@ -169,8 +169,11 @@ class _Builder:
         if num_samples is None:
             num_samples = self._one_epoch(store, split, which)
         drop_last = which != "valid" or self.drop_last_partial_validation
-        return build_gpt_dataset(store, num_samples, self.config, self.seed, split=split, which=which,
-                                 cache=self.cache, drop_last_partial=drop_last)
+        try:
+            return build_gpt_dataset(store, num_samples, self.config, self.seed, split=split, which=which,
+                                     cache=self.cache, drop_last_partial=drop_last)
+        except ConfigError as exc:
+            raise ConfigError(f"{prefix}, {which} split of {split!r}: {exc}") from None
 
     def _one_epoch(self, store: IndexedDataset, split: str, which: str) -> int:
         """The samples in one epoch of a store's split: what Megatron builds when given no count."""

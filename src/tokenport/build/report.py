@@ -46,16 +46,18 @@ class BlendReport:
         """The largest ``|C_i(t) - t * w_i|`` of any dataset at any prefix."""
         return max(row.deviation for row in self.rows)
 
-    def render(self) -> str:
-        """The report as an aligned text table."""
-        width = max(len("dataset"), *(len(row.prefix) for row in self.rows))
+    def render(self, root: str | None = None) -> str:
+        """The report as an aligned text table; local prefixes shown relative to ``root`` when given."""
+        names = [row.prefix if root is None or "://" in row.prefix else os.path.relpath(row.prefix, root)
+                 for row in self.rows]
+        width = max(len("dataset"), *(len(name) for name in names))
         lines = [
             f"{self.name}: {self.size:,} samples of {self.seq_length} tokens, algorithm {self.algorithm}",
             f"{'dataset':<{width}}  {'target':>9}  {'achieved':>9}  {'samples':>13}  {'epochs':>9}  {'max dev':>8}",
         ]
-        for row in self.rows:
+        for name, row in zip(names, self.rows):
             lines.append(
-                f"{row.prefix:<{width}}  {row.target:>9.5f}  {row.achieved:>9.5f}  {row.samples:>13,}  "
+                f"{name:<{width}}  {row.target:>9.5f}  {row.achieved:>9.5f}  {row.samples:>13,}  "
                 f"{row.epochs:>9.3f}  {row.deviation:>8.3f}"
             )
         bound = f" (Tijdeman's bound {self.bound:.3f})" if self.algorithm == "tijdeman" else ""
