@@ -15,7 +15,8 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "(equal to the parts' sum)" in out
     assert "reopened from the cache" in out and "samples/s" in out
     assert "largest prefix deviation" in out and "train/valid/test: 20,000 / 200 / 20 samples" in out
-    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1
+    # stage 6's dataset, then 2 stores x 3 splits and one blend per split
+    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
     assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()
