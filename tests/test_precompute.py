@@ -99,3 +99,28 @@ def test_unparsable_plan_and_missing_store(tmp_path, capsys):
     plan = _plan_file(tmp_path, cache_dir="c", datasets=["nowhere"], samples=[5], seq_length=8, seed=1)
     assert main(["build-cache", plan]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_spec_plan_builds_every_index_a_blend_needs(tmp_path, stores, capsys):
+    spec = tmp_path / "blend.json"
+    spec.write_text(json.dumps({"blend": [{"path": "wiki", "weight": 0.25}, {"path": "code", "weight": 0.75}]}))
+    plan = _plan_file(tmp_path, cache_dir="cache", spec="blend.json", split="90,10,0",
+                      samples={"train": 300, "valid": 20}, seq_length=16, seed=5)
+    assert main(["build-cache", plan]) == 0
+    assert "2 built, 0 already there" in capsys.readouterr().out
+    entries = sorted(os.listdir(tmp_path / "cache"))
+    assert main(["build-cache", plan]) == 0
+    assert "0 built, 2 already there" in capsys.readouterr().out
+
+    # the run itself finds every index in the cache: nothing new is written
+    config = tp.GPTSampleConfig(seq_length=16, eod_id=0)
+    train, valid, _ = tp.build_datasets(tp.load_blend_spec(spec), sizes=(300, 20, 0), config=config, seed=5,
+                                        split="90,10,0", cache=tmp_path / "cache")
+    assert len(train) == 300 and len(valid) == 20
+    assert sorted(os.listdir(tmp_path / "cache")) == entries
+
+
+def test_plan_with_both_datasets_and_spec_is_refused(tmp_path):
+    path = _plan_file(tmp_path, cache_dir="c", datasets=["wiki"], spec="b.json", samples=[1], seq_length=8, seed=1)
+    with pytest.raises(tp.ConfigError, match="not both"):
+        load_cache_plan(path)

@@ -80,8 +80,9 @@ def _build_cache(args: argparse.Namespace) -> int:
 
     def report(entry) -> None:
         action = "built" if entry.built else "found"
+        target = f" -> {entry.key[:16]}" if entry.key else ""
         print(f"{action} {entry.dataset} [{entry.split}] {entry.samples:,} samples "
-              f"in {entry.seconds * 1000:,.1f} ms -> {entry.key[:16]}")
+              f"in {entry.seconds * 1000:,.1f} ms{target}")
 
     entries = build_cache(plan, report=report)
     built = sum(entry.built for entry in entries)
@@ -144,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
 
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
-    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets, split, samples, seq_length, seed")
+    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed")
 
     blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation")
     blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.json), or Megatron's list: W1 PREFIX1 W2 PREFIX2 ...")

@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .build import SPLIT_NAMES, IndexCache, cache_key, gpt_index_request, parse_split
+from .blend import ALGORITHMS
+from .build import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index_request, load_blend_spec, parse_split
+from .gpt import GPTSampleConfig
 from .config_files import parse_structured, read_text
 from .errors import ConfigError
 from .indexed import IndexedDataset
@@ -23,7 +25,8 @@ from .indexed import IndexedDataset
 
 @dataclass(frozen=True)
 class CachePlan:
-    """The indices of one run: each store's train/valid/test split at the given sample counts."""
+    """The indices of one run: each store's train/valid/test split at the given sample counts, or
+    (with ``spec``, a blend spec file) every index ``build_datasets`` needs for that blend."""
 
     datasets: tuple[str, ...]
     cache_dir: str
@@ -33,13 +36,22 @@ class CachePlan:
     split: str = "969,30,1"
     add_extra_token: bool = True
     drop_last_partial_validation: bool = True
+    spec: str | None = None
+    algorithm: str = "tijdeman"
     source: str = field(default="<plan>", compare=False)
 
     def __post_init__(self) -> None:
         """Check every field, naming the plan file and the field at fault."""
         where = self.source
-        if not self.datasets or not all(isinstance(d, str) and d for d in self.datasets):
-            raise ConfigError(f"{where}: 'datasets' must be a non-empty list of store prefixes or URLs")
+        if (self.spec is None) != bool(self.datasets):
+            raise ConfigError(f"{where}: give either 'datasets' (a list of store prefixes or URLs) or 'spec' "
+                              "(a blend spec file), not " + ("both" if self.datasets else "neither"))
+        if not all(isinstance(d, str) and d for d in self.datasets):
+            raise ConfigError(f"{where}: 'datasets' must be a list of store prefixes or URLs")
+        if self.spec is not None and (not isinstance(self.spec, str) or not self.spec):
+            raise ConfigError(f"{where}: 'spec' must name a blend spec file")
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"{where}: 'algorithm' = {self.algorithm!r}: use one of {', '.join(ALGORITHMS)}")
         if not isinstance(self.cache_dir, str) or not self.cache_dir:
             raise ConfigError(f"{where}: 'cache_dir' must name a directory")
         for name in ("seq_length", "seed"):
@@ -61,7 +73,7 @@ class CachePlan:
 
 
 _FIELDS = {"datasets", "cache_dir", "seq_length", "seed", "samples", "split", "add_extra_token",
-           "drop_last_partial_validation"}
+           "drop_last_partial_validation", "spec", "algorithm"}
 
 
 def load_cache_plan(path: str | os.PathLike) -> CachePlan:
@@ -73,14 +85,17 @@ def load_cache_plan(path: str | os.PathLike) -> CachePlan:
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
-    missing = sorted({"datasets", "cache_dir", "seq_length", "seed", "samples"} - set(data))
+    missing = sorted({"cache_dir", "seq_length", "seed", "samples"} - set(data))
     if missing:
         raise ConfigError(f"{where}: missing field(s) {', '.join(missing)}")
     values = dict(data)
-    values["datasets"] = tuple(values["datasets"]) if isinstance(values["datasets"], list) else ()
+    if not isinstance(values.get("datasets", []), list):
+        raise ConfigError(f"{where}: 'datasets' must be a list of store prefixes or URLs")
     values["samples"] = _samples(values["samples"], where)
     values["cache_dir"] = _relative_to(where, values["cache_dir"])
-    values["datasets"] = tuple(_relative_to(where, d) for d in values["datasets"])
+    values["datasets"] = tuple(_relative_to(where, d) for d in values.get("datasets", []))
+    if "spec" in values:
+        values["spec"] = _relative_to(where, values["spec"])
     return CachePlan(**values, source=where)
 
 
@@ -110,13 +125,15 @@ class CacheEntry:
     dataset: str
     split: str
     samples: int
-    key: str
+    key: str  # the entry's cache key; empty for a blend's split, which spans several entries
     built: bool
     seconds: float
 
 
 def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None) -> list[CacheEntry]:
     """Build (or find) every index of the plan in its cache; `report` sees each entry as it completes."""
+    if plan.spec is not None:
+        return _build_blend_cache(plan, report)
     cache = IndexCache(plan.cache_dir)
     entries = []
     for prefix in plan.datasets:
@@ -146,3 +163,37 @@ def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None 
                 report(entry)
         store.close()
     return entries
+
+
+def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | None) -> list[CacheEntry]:
+    """Every index of the plan's blend spec: one entry per split, built when the cache grew."""
+    spec = load_blend_spec(plan.spec)
+    # eod_id changes no index; the sample geometry (seq_length, extra token) does
+    config = GPTSampleConfig(seq_length=plan.seq_length, eod_id=0, add_extra_token=plan.add_extra_token)
+    cache = IndexCache(plan.cache_dir)
+    entries = []
+    for i, which in enumerate(SPLIT_NAMES):
+        if not plan.samples[i]:
+            continue
+        sizes = tuple(n if k == i else 0 for k, n in enumerate(plan.samples))
+        before = _entry_count(cache)
+        started = time.perf_counter()
+        dataset = build_datasets(spec, sizes=sizes, config=config, seed=plan.seed, split=plan.split, cache=cache,
+                                 algorithm=plan.algorithm,
+                                 drop_last_partial_validation=plan.drop_last_partial_validation)[i]
+        if dataset is None:
+            continue
+        entry = CacheEntry(plan.spec, which, len(dataset), "", _entry_count(cache) > before,
+                           time.perf_counter() - started)
+        entries.append(entry)
+        if report is not None:
+            report(entry)
+    return entries
+
+
+def _entry_count(cache: IndexCache) -> int:
+    """How many published entries the cache directory holds."""
+    try:
+        return sum(1 for name in os.listdir(cache.directory) if not name.startswith(".") and "." not in name)
+    except FileNotFoundError:
+        return 0
