@@ -15,6 +15,8 @@ Sections:
           build_dataset_index plus SampleIndexCheckpoints (the memory-lean pair), its peak RSS
           (getrusage ru_maxrss) against a 6 GiB limit. megatron's time is extrapolated from a
           run at 10^5 samples: its cost is linear in size x n.
+  getitem BlendedDataset.__getitem__ against the child's own __getitem__ on the same (dataset,
+          sample) pairs: the blend's overhead per sample (goal <= 2 us).
 """
 
 from __future__ import annotations
@@ -124,10 +126,49 @@ def bench_huge(rows: list[Row], helpers, normalize, args) -> None:
           f"x{size // EXTRAPOLATE_FROM:,} (linear in size x n) = {t_theirs:,.0f} s", flush=True)
 
 
+def bench_getitem(rows: list[Row], directory: str, args) -> None:
+    """BlendedDataset.__getitem__ against reading the same (dataset, sample) from the child directly."""
+    import tokenport as tp
+
+    rng = np.random.default_rng(args.seed)
+    prefixes = []
+    for k in range(3):
+        prefix = f"{directory}/store{k}"
+        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+            lengths = np.maximum(1, rng.lognormal(5.5, 1.0, 20_000)).astype(np.int64)
+            tokens = rng.integers(3, 50_000, int(lengths.sum()))
+            tokens[np.cumsum(lengths) - 1] = 2
+            writer.add_documents(tokens, lengths)
+        prefixes.append(prefix)
+    config = tp.GPTSampleConfig(seq_length=256, eod_id=2)
+    blend, _, _ = tp.build_datasets(tp.Blend(tuple(prefixes), (0.5, 0.3, 0.2)), sizes=(200_000, 0, 0),
+                                    config=config, seed=args.seed, split="1")
+    ids = rng.integers(0, len(blend), args.getitem_samples).tolist()
+    located = [blend.locate(i) for i in ids]
+    children = blend.datasets
+
+    def through_blend():
+        for i in ids:
+            blend[i]
+
+    def direct():
+        for d, k in located:
+            children[d][k]
+
+    through_blend()
+    direct()
+    t_blend, t_direct = best_of_each([through_blend, direct], 5)
+    overhead = max(t_blend - t_direct, 0.0) / len(ids)
+    rows.append(Row("BlendedDataset[i] overhead", f"3 GPT children, seq 256, {len(ids):,} ids", "s/sample",
+                    overhead, 2e-6, "the 2 us budget", 1.0, "<=2 us", lower_is_better=True))
+    print(f"  getitem: blend {t_blend / len(ids) * 1e6:.2f} us, child directly {t_direct / len(ids) * 1e6:.2f} us "
+          "per sample", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small run (10^7 and 10^8 samples)")
-    parser.add_argument("--sections", default="speed,huge", help="comma-separated: speed,huge")
+    parser.add_argument("--sections", default="speed,huge,getitem", help="comma-separated: speed,huge,getitem")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--huge-child", nargs=3, type=int, metavar=("SIZE", "N", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -138,14 +179,17 @@ def main(argv: list[str] | None = None) -> None:
     args.size = 10**7 if args.quick else 10**8
     args.huge_size = 10**8 if args.quick else 10**9
     args.repeat = 2 if args.quick else 3
+    args.getitem_samples = 20_000 if args.quick else 100_000
     sections = set(args.sections.split(","))
     helpers, normalize = import_megatron()
     rows: list[Row] = []
-    with scratch_directory(None, "bench_blend_", args.quick):
+    with scratch_directory(None, "bench_blend_", args.quick) as directory:
         if "speed" in sections:
             bench_speed(rows, helpers, normalize, args)
         if "huge" in sections:
             bench_huge(rows, helpers, normalize, args)
+        if "getitem" in sections:
+            bench_getitem(rows, directory, args)
     print()
     print_table(rows)
     print()

@@ -172,3 +172,25 @@ def test_megatron_shortfall_is_a_clear_error(stores):
 def test_bad_arguments(stores, kwargs, named):
     with pytest.raises(tp.ConfigError, match=named):
         build_datasets(Blend(tuple(stores[:2]), (0.5, 0.5)), config=CONFIG, seed=1, split="1", **kwargs)
+
+
+def test_scheduled_blend_follows_its_schedule_for_train_and_ends_its_mixture_for_eval(stores, tmp_path):
+    from tokenport.blend import MixtureSchedule, build_scheduled_indices
+
+    schedule = MixtureSchedule.from_data([
+        {"at": 0, "weights": [0.8, 0.2, 0.0]},
+        {"at": 400, "ramp_to": [0.2, 0.3, 0.5], "until": 900},
+    ])
+    blend = Blend(tuple(stores[:3]), None, schedule)
+    train, valid, _ = build_datasets(blend, sizes=(1200, 100, 0), config=CONFIG, seed=9, split="90,10,0",
+                                     cache=tmp_path)
+    expected, _ = build_scheduled_indices(schedule, 1200)
+    assert np.array_equal(train.dataset_index, expected)
+    assert train.samples_per_dataset()[2] == np.count_nonzero(expected == 2) > 0
+    assert not np.any(train.dataset_index[:400] == 2)  # weight 0 in the first phase
+    for child, n in zip(train.datasets, train.samples_per_dataset().tolist()):
+        assert len(child) >= n
+    taken = valid.samples_per_dataset() / len(valid)
+    assert taken == pytest.approx([0.2, 0.3, 0.5], abs=0.02)  # the mixture training ends with
+    again = build_datasets(blend, sizes=(1200, 100, 0), config=CONFIG, seed=9, split="90,10,0", cache=tmp_path)
+    assert np.array_equal(again[0].dataset_index, train.dataset_index)

@@ -470,3 +470,23 @@ def test_parts_without_tokens(tmp_path):
     with pytest.raises(ConfigError) as excinfo:
         load_blend_spec(bad_size, size_of=lambda prefix: -1)
     _error(excinfo, bad_size, "blend[0].parts", "token count >= 0")
+
+
+def test_schedule_key_gives_the_shared_blend_a_mixture_schedule(tmp_path, stores):
+    text = """
+blend:
+  - {path: data/wiki, weight: 1}
+  - {path: data/python, weight: 1}
+schedule:
+  - {at: 0, weights: [0.9, 0.1]}
+  - {at: 1000, ramp_to: [0.5, 0.5], until: 2000}
+"""
+    spec = load_blend_spec(_spec(tmp_path, text))
+    assert spec.blend.schedule is not None and spec.blend.schedule.num_datasets == 2
+    assert spec.blend.schedule.phases[1].end_weights == (0.5, 0.5)
+    wrong = text.replace("[0.9, 0.1]", "[0.9, 0.05, 0.05]").replace("[0.5, 0.5]", "[0.4, 0.3, 0.3]")
+    with pytest.raises(ConfigError, match="spec.yaml: schedule: its phases weigh 3 datasets but the blend has 2"):
+        load_blend_spec(_spec(tmp_path, wrong))
+    per_split = "train: [{path: data/wiki, weight: 1}]\nschedule: [{at: 0, weights: [1]}]\n"
+    with pytest.raises(ConfigError, match="'schedule' goes with a shared 'blend'"):
+        load_blend_spec(_spec(tmp_path, per_split))

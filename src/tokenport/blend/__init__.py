@@ -21,12 +21,14 @@ every dataset at every prefix (``max_prefix_deviation``). Three algorithms:
 ``size=None`` blends exhaustively: the weights are per-dataset sample counts and every sample
 of every dataset is taken exactly once (Megatron's ``build_exhaustive_blending_indices``).
 A weight of 0 drops its dataset. ``BlendedDataset`` (``dataset.py``) reads the blended stream.
-For very large blends ``build_dataset_index`` plus
+``MixtureSchedule`` (``schedule.py``) changes the weights over training: constant phases and
+linear ramps, each dataset's samples numbered across phases. For very large blends ``build_dataset_index`` plus
 ``SampleIndexCheckpoints`` (``checkpoints.py``) stand in for the int64 ``dataset_sample_index``.
 """
 
 from .checkpoints import SampleIndexCheckpoints
 from .dataset import BlendedDataset
+from .schedule import MixtureSchedule, Phase, build_scheduled_indices, samples_per_dataset
 from .indices import (
     ALGORITHMS,
     build_blending_indices,
@@ -38,9 +40,13 @@ from .indices import (
 __all__ = [
     "ALGORITHMS",
     "BlendedDataset",
+    "MixtureSchedule",
+    "Phase",
     "SampleIndexCheckpoints",
     "build_blending_indices",
     "build_dataset_index",
+    "build_scheduled_indices",
     "max_prefix_deviation",
     "prefix_deviations",
+    "samples_per_dataset",
 ]

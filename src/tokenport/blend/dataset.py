@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..gpt import GPTDataset
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index
 
@@ -91,6 +92,7 @@ class BlendedDataset:
                     d, int(taken[d]), self._lengths[d], int(taken[d]),
                 )
         self._full = isinstance(sample_index, np.ndarray)
+        self._fresh = [isinstance(d, (GPTDataset, BlendedDataset)) for d in self.datasets]
 
     def __len__(self) -> int:
         return len(self.dataset_index)
@@ -116,9 +118,18 @@ class BlendedDataset:
         return dataset, sample
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
-        """The child's sample with its ``dataset_id``."""
-        dataset, sample = self.locate(idx)
-        return {"dataset_id": dataset, **self.datasets[dataset][sample]}
+        """The child's sample with its ``dataset_id``; ``locate`` inlined, as this is every training step's path."""
+        if idx < 0:
+            raise IndexError(f"sample id {idx} is outside [0, {len(self.dataset_index)})")
+        dataset = self.dataset_index.item(idx)  # IndexError past the end
+        sample = self.dataset_sample_index.item(idx) if self._full else self.dataset_sample_index[idx]
+        if self._wraps[dataset]:
+            sample %= self._lengths[dataset]
+        item = self.datasets[dataset][sample]
+        if self._fresh[dataset]:  # a new dict every call: adding the key is safe and saves a copy
+            item["dataset_id"] = dataset
+            return item
+        return {"dataset_id": dataset, **item}
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` stacked on a leading axis: one ``get_batch`` per child dataset involved."""

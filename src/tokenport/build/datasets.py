@@ -8,7 +8,9 @@ With ``algorithm="megatron"`` the children are sized as Megatron sizes them
 (``ceil(ceil(size * w) * (1 + surplus))``; the blend takes ``sum(ceil(size * w))`` samples), since
 a child's size changes its own indices and exactness needs the same ones; a blend that would
 then read past a child's end is refused, naming the dataset and the surplus that would do.
-Every index goes through the index cache when one is given.
+Every index goes through the index cache when one is given. A blend with a mixture schedule
+follows it over the training stream; its valid and test blends hold the mixture training ends
+with.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..blend import BlendedDataset, build_blending_indices
+from ..blend import BlendedDataset, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
 from ..gpt import GPTDataset, GPTSampleConfig
 from ..indexed import IndexedDataset
@@ -116,6 +118,11 @@ class _Builder:
         """One split's dataset: a single GPTDataset, or a blend of one per store."""
         if size == 0:
             return None
+        if blend.schedule is not None:
+            if which == "train":
+                return self._blend_scheduled(blend, split, which, size)
+            # evaluation blends hold the mixture training ends with
+            blend = Blend(blend.prefixes, blend.schedule.phases[-1].end_weights)
         blend = blend.without_zero_weights()
         if len(blend.prefixes) == 1 and blend.weights is None:
             return self.child(blend.prefixes[0], split, which, size)
@@ -133,6 +140,22 @@ class _Builder:
         counts = np.bincount(dataset_index, minlength=len(weights)).tolist()
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
         return BlendedDataset.from_indices(children, dataset_index, sample_index)
+
+    def _blend_scheduled(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
+        """A blend whose weights follow its schedule over the training stream; children sized exactly."""
+        if size is None:
+            raise ConfigError(f"sizes: the {which} blend has a schedule but no size; give its sample count")
+        schedule = blend.schedule
+
+        def build() -> dict[str, np.ndarray]:
+            dataset_index, sample_index = build_scheduled_indices(schedule, size, algorithm=self.algorithm)
+            return {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
+
+        params = {"kind": "scheduled-blend", "schedule": schedule.to_data(), "size": size, "algorithm": self.algorithm}
+        arrays = self._cached(params, build)
+        counts = np.bincount(arrays["dataset_index"], minlength=len(blend.prefixes)).tolist()
+        children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
+        return BlendedDataset.from_indices(children, arrays["dataset_index"], arrays["dataset_sample_index"])
 
     def _blend_by_size(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
         """Megatron's blend without weights: each child one epoch, weighted by its sample count."""
@@ -195,13 +218,16 @@ class _Builder:
             dataset_index, sample_index = build_blending_indices(np.asarray(weights), size, algorithm=algorithm)
             return {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
 
-        if self.cache is None:
-            arrays = build()
-        else:
-            params = {"kind": "blend", "weights": [float(w) for w in weights], "size": size, "algorithm": algorithm}
-            canonical_json(params)  # refuse what cannot be a key before building
-            arrays = self.cache.get_or_build_for({}, params, build, source="blend")
+        params = {"kind": "blend", "weights": [float(w) for w in weights], "size": size, "algorithm": algorithm}
+        arrays = self._cached(params, build)
         return arrays["dataset_index"], arrays["dataset_sample_index"]
+
+    def _cached(self, params: dict[str, Any], build: Any) -> dict[str, np.ndarray]:
+        """Arrays that depend on ``params`` alone: from the cache when there is one, else built."""
+        if self.cache is None:
+            return build()
+        canonical_json(params)  # refuse what cannot be a key before building
+        return self.cache.get_or_build_for({}, params, build, source=params["kind"])
 
 
 class _Unused:

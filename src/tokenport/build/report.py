@@ -92,6 +92,11 @@ def blend_report(
 def _report(name: str, blend: Blend, size: int, seq_length: int, algorithm: str,
             size_of: Callable[[str], int]) -> BlendReport:
     """The report of one blend."""
+    if blend.schedule is not None:
+        raise ConfigError(
+            f"{name}: the blend follows a mixture schedule; this report measures constant weights "
+            "only: report each phase's weights as a blend of its own"
+        )
     tokens = np.array([size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
     weights = np.array(blend.weights if blend.weights is not None else tokens, dtype=np.float64)
     dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)

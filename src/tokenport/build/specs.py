@@ -35,6 +35,7 @@ from ..config_files import parse_structured, read_text
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset, strip_suffix
 from ..storage import is_remote, local_path
+from ..blend.schedule import MixtureSchedule
 from .splits import SPLIT_NAMES
 
 
@@ -59,6 +60,7 @@ class Blend:
 
     prefixes: tuple[str, ...]
     weights: tuple[float, ...] | None = None
+    schedule: MixtureSchedule | None = None
 
     def __post_init__(self) -> None:
         """Check the prefixes and weights; ConfigError naming the entry at fault."""
@@ -70,10 +72,18 @@ class Blend:
                 raise ConfigError(f"{_entry(i, prefix)}: a prefix must be a non-empty string (a store path or URL)")
         if self.weights is not None:
             object.__setattr__(self, "weights", _checked_weights(self.prefixes, self.weights))
+        if self.schedule is not None:
+            if not isinstance(self.schedule, MixtureSchedule):
+                raise ConfigError(f"schedule: expected a MixtureSchedule, got {type(self.schedule).__name__}")
+            if self.schedule.num_datasets != len(self.prefixes):
+                raise ConfigError(
+                    f"schedule: its phases weigh {self.schedule.num_datasets} datasets but the blend has "
+                    f"{len(self.prefixes)}; give one weight per store, in the blend's (flattened) order"
+                )
 
     def without_zero_weights(self) -> Blend:
-        """This blend without its zero-weight datasets (itself when there are none)."""
-        if self.weights is None or all(self.weights):
+        """This blend without its zero-weight datasets (itself when there are none, or when scheduled)."""
+        if self.weights is None or all(self.weights) or self.schedule is not None:
             return self
         kept = [(p, w) for p, w in zip(self.prefixes, self.weights) if w]
         return Blend(tuple(p for p, _ in kept), tuple(w for _, w in kept))
@@ -258,14 +268,33 @@ def load_blend_spec(path: str | os.PathLike, *, size_of: Callable[[str], int] = 
     data = parse_structured(read_text(where, "blend spec"), where)
     if not isinstance(data, dict) or not data:
         raise ConfigError(f"{where}: expected a mapping with 'blend' or any of {', '.join(SPLIT_NAMES)}")
-    _reject_unknown(data, ("blend",) + SPLIT_NAMES, where)
+    _reject_unknown(data, ("blend", "schedule") + SPLIT_NAMES, where)
     loader = _Loader(where, os.path.dirname(os.path.abspath(where)), size_of)
     if "blend" in data:
-        if len(data) > 1:
+        if set(data) - {"blend", "schedule"}:
             raise ConfigError(f"{where}: give 'blend' (shared by all splits) or per-split keys, not both")
-        return BlendSpec(blend=loader.split_blend(data["blend"], "blend"), source=where)
+        blend = loader.split_blend(data["blend"], "blend")
+        if "schedule" in data:
+            blend = _scheduled(blend, data["schedule"], where)
+        return BlendSpec(blend=blend, source=where)
+    if "schedule" in data:
+        raise ConfigError(f"{where}: 'schedule' goes with a shared 'blend' (it orders the training stream)")
     blends = {name: loader.split_blend(value, name) for name, value in data.items() if value is not None}
     return BlendSpec(per_split=blends, source=where)
+
+
+def _scheduled(blend: Blend, phases: Any, where: str) -> Blend:
+    """The blend with a mixture schedule whose weights are per store, in the flattened order."""
+    if not isinstance(phases, list):
+        raise ConfigError(f"{where}: schedule: expected a list of phases such as {{at: 0, weights: [...]}}")
+    try:
+        schedule = MixtureSchedule.from_data(phases)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    try:
+        return Blend(blend.prefixes, blend.weights, schedule)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 _KINDS = ("path", "parts", "blend")
