@@ -121,6 +121,16 @@ def print_table(rows: list[Row]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
+def print_goals(rows: list[Row]) -> None:
+    """Print how many goals were met, then each goal row as met or NOT met with its ratio."""
+    goals = [r for r in rows if r.goal is not None]
+    print(f"goals met: {sum(bool(r.met) for r in goals)} of {len(goals)}")
+    for r in goals:
+        what = f"tokenport takes {1 / r.ratio:,.2f}x megatron's time" if r.goal < 1 else f"{r.ratio:,.2f}x"
+        print(f"  {'met    ' if r.met else 'NOT met'}  {r.section} [{r.case}]: {what}, "
+              f"goal {r.goal_text or f'>={r.goal:g}x'}")
+
+
 @contextlib.contextmanager
 def scratch_directory(directory: str | None, prefix: str, quick: bool) -> Iterator[str]:
     """The scratch directory to work in: `directory` if given (created if missing, kept), else a

@@ -34,7 +34,7 @@ import numpy as np
 
 from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
 
-from _harness import Row, best_of_each, print_table, scratch_directory
+from _harness import Row, best_of_each, print_goals, print_table, scratch_directory
 
 SPEED_DATASETS = (2, 16, 256)
 HUGE_DATASETS = 10_000
@@ -228,12 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
     print()
     print("ratio: baseline / tokenport (time, deviation, memory: higher is better).")
-    goals = [r for r in rows if r.goal is not None]
-    met = [r for r in goals if r.met]
-    print(f"goals met: {len(met)} of {len(goals)}")
-    for r in goals:
-        print(f"  {'met    ' if r.met else 'NOT met'}  {r.section} [{r.case}]: {r.ratio:,.2f}x, "
-              f"goal {r.goal_text or f'>={r.goal:g}x'}")
+    print_goals(rows)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import numpy as np
 import tokenport as tp
 from tokenport.gpt import GPTDataset, GPTSampleConfig, build_indices
 
-from _harness import Row, best_of_each, lognormal_lengths, print_table, scratch_directory
+from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 
 EOD = 2
 SEQ_LENGTH = 4096
@@ -383,12 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
     print()
     print("ratio: baseline / tokenport time (higher is better).")
-    goals = [r for r in rows if r.goal is not None]
-    met = [r for r in goals if r.met]
-    print(f"goals met: {len(met)} of {len(goals)}")
-    for r in goals:
-        what = f"tokenport takes {1 / r.ratio:,.2f}x megatron's time" if r.goal < 1 else f"{r.ratio:,.2f}x"
-        print(f"  {'met    ' if r.met else 'NOT met'}  {r.section} [{r.case}]: {what}, goal {r.goal_text or f'>={r.goal:g}x'}")
+    print_goals(rows)
 
 
 if __name__ == "__main__":
