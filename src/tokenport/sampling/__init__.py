@@ -1,0 +1,24 @@
+"""Sampling: the global sample order turned into what a trainer iterates over.
+
+This package holds the order-level tools that sit between the datasets (``gpt``, ``blend``)
+and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it, only numpy
+(torch lazily, where a torch generator is asked for).
+
+Length grouping (``length_grouping``): transformers-compatible ``get_length_grouped_indices``
+and its samplers, index for index equal to transformers' given a torch generator, numpy-only
+given a seed.
+"""
+
+from .length_grouping import (
+    DistributedLengthGroupedSampler,
+    LengthGroupedSampler,
+    get_length_grouped_indices,
+    length_grouped_order,
+)
+
+__all__ = [
+    "DistributedLengthGroupedSampler",
+    "LengthGroupedSampler",
+    "get_length_grouped_indices",
+    "length_grouped_order",
+]

@@ -1,0 +1,319 @@
+"""Length grouping: a random order in which each batch holds samples of similar length.
+
+The algorithm is that of ``transformers.trainer_pt_utils.get_length_grouped_indices``:
+permute the indices at random, cut the permutation into megabatches of
+``mega_batch_mult * batch_size`` indices, sort each megabatch by length, longest first (ties
+keep their permuted order, as Python's stable ``sorted(..., reverse=True)`` does), then swap
+the single longest sample to the very front, so that an out-of-memory error shows at the first
+step rather than hours in.
+
+Given a ``torch.Generator`` (or neither a generator nor a seed: torch's global RNG, as in
+transformers) the permutation is ``torch.randperm(n, generator=generator)``, drawn exactly as
+transformers draws it, and the result equals transformers' index for index. Given ``seed=``
+the permutation is ``numpy.random.default_rng(seed).permutation(n)`` and torch is never
+imported; that stream differs from torch's, so the order is a valid length grouping but not
+transformers' order. Everything after the draw is vectorized numpy: the megabatches are the
+rows of one array sorted row by row with a stable argsort on a narrow unsigned key.
+
+Lengths are token counts, e.g. ``IndexedDataset.sequence_lengths``: no tokens are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = [
+    "DistributedLengthGroupedSampler",
+    "LengthGroupedSampler",
+    "get_length_grouped_indices",
+    "length_grouped_order",
+]
+
+# Rows of megabatches sorted per call: bounds the temporaries at ~2^22 indices whatever n is.
+_CHUNK = 1 << 22
+_RNGS = ("torch", "numpy")
+
+
+def get_length_grouped_indices(
+    lengths: Sequence[int] | np.ndarray,
+    batch_size: int,
+    mega_batch_mult: int | None = None,
+    generator: Any = None,
+    seed: int | Sequence[int] | None = None,
+) -> list[int]:
+    """Return indices such that each run of ``batch_size`` consecutive ones has similar lengths.
+
+    Same signature and meaning as transformers' ``get_length_grouped_indices``, plus ``seed``.
+    ``mega_batch_mult`` defaults to ``min(len(lengths) // (4 * batch_size), 50)``, at least 1.
+    With ``generator`` (a ``torch.Generator``), or with neither ``generator`` nor ``seed``
+    (torch's global RNG), the list equals transformers' for the same generator state.
+    With ``seed`` (an integer >= 0, or a sequence of them, as ``numpy.random.default_rng``
+    takes) torch is not needed and the order is not transformers'. Empty ``lengths`` give
+    ``[]`` (transformers raises). Bad arguments raise ConfigError naming the field.
+    See ``length_grouped_order`` for the same order as a numpy array.
+    """
+    return length_grouped_order(lengths, batch_size, mega_batch_mult, generator=generator, seed=seed).tolist()
+
+
+def length_grouped_order(
+    lengths: Sequence[int] | np.ndarray,
+    batch_size: int,
+    mega_batch_mult: int | None = None,
+    generator: Any = None,
+    seed: int | Sequence[int] | None = None,
+) -> np.ndarray:
+    """Return ``get_length_grouped_indices``' order as an int64 numpy array.
+
+    For large datasets (10^8 lengths) this skips building a list of Python ints.
+    """
+    array = _check_lengths(lengths)
+    _check_positive("batch_size", batch_size)
+    if mega_batch_mult is not None:
+        _check_positive("mega_batch_mult", mega_batch_mult)
+    if generator is not None and seed is not None:
+        raise ConfigError(
+            "generator and seed are both given: pass a torch generator for transformers' exact order, "
+            "or a seed for numpy's (no torch), not both"
+        )
+    if seed is not None:
+        _check_seed("seed", seed)
+    elif generator is None:
+        _import_torch("generator=None and seed=None draw from torch's global RNG, as transformers does")
+    return _group(array, int(batch_size), mega_batch_mult, generator, seed)
+
+
+class LengthGroupedSampler:
+    """Indices grouped by length, one pass per iteration, like transformers' LengthGroupedSampler.
+
+    ``lengths`` (1-D non-negative integers, e.g. a token store's ``sequence_lengths``) are
+    kept as given, without copying. Each ``iter()`` yields ``len(lengths)`` Python ints:
+
+    - ``generator`` given: drawn from the generator, which advances with every pass, exactly as
+      transformers' sampler does (equal output for equal generator state); ``set_epoch`` has no
+      effect on the order.
+    - ``seed`` given: pass ``e`` (``e`` set with ``set_epoch``, 0 by default) is
+      ``get_length_grouped_indices(lengths, batch_size, mega_batch_mult, seed=(seed, e))``,
+      i.e. numpy's ``default_rng((seed, e))``: reproducible, a fresh order each epoch, no torch,
+      not transformers' order.
+    - neither: torch's global RNG, as transformers does when it gets no generator.
+
+    Usable as a ``torch.utils.data.DataLoader`` ``sampler``.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        batch_size: int,
+        mega_batch_mult: int | None = None,
+        generator: Any = None,
+        seed: int | None = None,
+    ) -> None:
+        self.lengths = _check_lengths(lengths)
+        _check_positive("batch_size", batch_size)
+        if mega_batch_mult is not None:
+            _check_positive("mega_batch_mult", mega_batch_mult)
+        if generator is not None and seed is not None:
+            raise ConfigError(
+                "generator and seed are both given: pass a torch generator for transformers' exact order, "
+                "or a seed for numpy's (no torch), not both"
+            )
+        if seed is not None:
+            _check_seed("seed", seed, sequence_allowed=False)
+        elif generator is None:
+            _import_torch("LengthGroupedSampler without generator or seed draws from torch's global RNG")
+        self.batch_size = int(batch_size)
+        self.mega_batch_mult = mega_batch_mult
+        self.generator = generator
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that, with ``seed``, picks the order of the next pass."""
+        _check_seed("epoch", epoch, sequence_allowed=False)
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        seed = None if self.seed is None else (int(self.seed), self.epoch)
+        order = _group(self.lengths, self.batch_size, self.mega_batch_mult, self.generator, seed)
+        return iter(order.tolist())
+
+
+class DistributedLengthGroupedSampler:
+    """This rank's share of one length-grouped order, like transformers' DistributedLengthGroupedSampler.
+
+    Every rank computes the same global order for the epoch, pads it by repeating its head until
+    it divides by ``num_replicas`` (or, with ``drop_last``, cuts its tail), and keeps positions
+    ``rank, rank + num_replicas, ...``: ``len(self)`` indices per pass.
+
+    ``rng="torch"`` (default): the order is drawn with a ``torch.Generator`` seeded with
+    ``seed + epoch``, and equals transformers' sampler for the same arguments and epoch.
+    ``rng="numpy"``: drawn with numpy's ``default_rng((seed, epoch))``; no torch needed, not
+    transformers' order. ``mega_batch_mult`` defaults as in ``get_length_grouped_indices``
+    (transformers' sampler always uses that default). Where transformers fails (fewer lengths
+    than ``num_replicas - 1`` padding needs) the head is repeated as often as needed.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        batch_size: int,
+        num_replicas: int,
+        rank: int,
+        seed: int = 0,
+        drop_last: bool = False,
+        mega_batch_mult: int | None = None,
+        rng: str = "torch",
+    ) -> None:
+        self.lengths = _check_lengths(lengths)
+        _check_positive("batch_size", batch_size)
+        _check_positive("num_replicas", num_replicas)
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
+            raise ConfigError(f"rank={rank!r} is invalid: pass an integer in [0, num_replicas={num_replicas})")
+        if mega_batch_mult is not None:
+            _check_positive("mega_batch_mult", mega_batch_mult)
+        _check_seed("seed", seed, sequence_allowed=False)
+        if rng not in _RNGS:
+            raise ConfigError(f"rng={rng!r} is invalid: pass 'torch' (transformers' order) or 'numpy' (no torch)")
+        if rng == "torch":
+            _import_torch("rng='torch' seeds a torch.Generator", "pass rng='numpy' to draw with numpy instead")
+        self.batch_size = int(batch_size)
+        self.num_replicas = int(num_replicas)
+        self.rank = int(rank)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.mega_batch_mult = mega_batch_mult
+        self.rng = rng
+        self.epoch = 0
+        n = len(self.lengths)
+        self.num_samples = n // self.num_replicas if self.drop_last else -(-n // self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch; the next pass's order is drawn from ``seed`` and ``epoch``."""
+        _check_seed("epoch", epoch, sequence_allowed=False)
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        if self.rng == "torch":
+            torch = _import_torch("rng='torch'")
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = _group(self.lengths, self.batch_size, self.mega_batch_mult, generator, None)
+        else:
+            order = _group(self.lengths, self.batch_size, self.mega_batch_mult, None, (self.seed, self.epoch))
+        if len(order) != self.total_size:
+            order = np.resize(order, self.total_size)  # pads by repeating the head; or cuts the tail
+        return iter(order[self.rank :: self.num_replicas].tolist())
+
+
+# -- the core ---------------------------------------------------------------------------------------
+
+
+def _group(
+    lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, generator: Any, seed: Any
+) -> np.ndarray:
+    """The length-grouped order of checked arguments (see the module docstring)."""
+    n = len(lengths)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if mega_batch_mult is None:
+        mega_batch_mult = max(1, min(n // (batch_size * 4), 50))
+    size = int(mega_batch_mult) * batch_size
+    if seed is not None:
+        perm = np.random.default_rng(seed).permutation(n).astype(np.int64, copy=False)
+    else:
+        torch = _import_torch("drawing the permutation")
+        perm = torch.randperm(n, generator=generator).numpy()
+    order = np.empty(n, dtype=np.int64)
+    full = n - n % size
+    rows = max(1, _CHUNK // size)
+    for start in range(0, full, rows * size):
+        stop = min(full, start + rows * size)
+        order[start:stop] = _sort_megabatches(lengths, perm[start:stop], size)
+    if full < n:
+        order[full:] = _sort_megabatches(lengths, perm[full:], n - full)
+    # The longest element of each megabatch is its first; the first megabatch holding the
+    # overall longest (np.argmax, like torch.argmax, takes the first maximum) gives it to the front.
+    starts = np.arange(0, n, size)
+    longest = int(starts[int(np.argmax(lengths[order[starts]]))])
+    order[0], order[longest] = order[longest], order[0]
+    return order
+
+
+def _sort_megabatches(lengths: np.ndarray, perm: np.ndarray, size: int) -> np.ndarray:
+    """``perm`` (a whole number of megabatches of ``size``) with each megabatch sorted longest first.
+
+    A stable ascending argsort of ``top - length`` is a descending sort of length that keeps
+    ties in permuted order, which is what ``sorted(megabatch, key=..., reverse=True)`` does.
+    The key is the narrowest unsigned type that holds it (numpy radix-sorts 16-bit keys).
+    """
+    values = lengths[perm]
+    top = int(values.max())
+    dtype = np.uint16 if top <= 0xFFFF else np.uint32 if top <= 0xFFFF_FFFF else np.uint64
+    key = (np.asarray(top, dtype=values.dtype) - values).astype(dtype, copy=False)
+    rank = np.argsort(key.reshape(-1, size), axis=1, kind="stable")
+    return np.take_along_axis(perm.reshape(-1, size), rank, axis=1).reshape(-1)
+
+
+# -- checks -----------------------------------------------------------------------------------------
+
+
+def _check_lengths(lengths: Any) -> np.ndarray:
+    """Return the lengths as a 1-D non-negative integer array (no copy when already one), or raise."""
+    array = np.asarray(lengths)
+    if array.ndim == 1 and array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ConfigError(
+            f"lengths must be a 1-D array of integer token counts, got shape {array.shape} dtype {array.dtype}: "
+            "pass e.g. IndexedDataset.sequence_lengths"
+        )
+    if array.dtype.kind == "i" and int(array.min()) < 0:
+        raise ConfigError(f"lengths holds a negative length ({int(array.min())}): lengths are token counts, >= 0")
+    return array
+
+
+def _check_positive(name: str, value: object) -> None:
+    """Raise ConfigError unless ``value`` is an integer above zero."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least 1")
+
+
+def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None:
+    """Raise ConfigError unless ``value`` is an integer >= 0 (or, if allowed, a non-empty sequence of them)."""
+
+    def ok(item: object) -> bool:
+        return not isinstance(item, bool) and isinstance(item, (int, np.integer)) and item >= 0
+
+    if ok(value):
+        return
+    if (
+        sequence_allowed
+        and isinstance(value, (tuple, list))
+        and len(value) > 0
+        and all(ok(item) for item in value)
+    ):
+        return
+    what = "an integer >= 0" + (" or a sequence of them" if sequence_allowed else "")
+    raise ConfigError(f"{name}={value!r} is invalid: pass {what}")
+
+
+def _import_torch(why: str, instead: str = "pass seed= to draw with numpy instead") -> Any:
+    """Return the torch module, or raise ConfigError saying why it was needed and how to do without."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError(f"torch is not installed, and {why}: install torch, or {instead}") from None
+    return torch
+
