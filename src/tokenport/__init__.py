@@ -7,7 +7,9 @@ from .blend import BlendedDataset
 from .build import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
 from .gpt import GPTDataset, GPTSampleConfig
 from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
+from .packing import karmarkar_karp, pack_best_fit
 from .prepare import PrepareConfig, PrepareResult, prepare
+from .sampling import DistributedLengthGroupedSampler, LengthGroupedSampler, PretrainingSampler, RandomSampler
 from .tokenizers import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -16,15 +18,19 @@ __all__ = [
     "BlendedDataset",
     "ConfigError",
     "CorruptStoreError",
+    "DistributedLengthGroupedSampler",
     "GPTDataset",
     "GPTSampleConfig",
     "IndexCache",
     "IndexedDataset",
     "IndexedDatasetWriter",
     "InputDataError",
+    "LengthGroupedSampler",
     "Manifest",
     "PrepareConfig",
     "PrepareResult",
+    "PretrainingSampler",
+    "RandomSampler",
     "StorageError",
     "Tokenizer",
     "TokenizerError",
@@ -32,9 +38,11 @@ __all__ = [
     "__version__",
     "build_datasets",
     "build_gpt_dataset",
+    "karmarkar_karp",
     "load_blend_spec",
     "load_tokenizer",
     "merge",
+    "pack_best_fit",
     "prepare",
     "verify",
 ]

@@ -4,6 +4,9 @@ This package holds the order-level tools that sit between the datasets (``gpt``,
 and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it, only numpy
 (torch lazily, where a torch generator is asked for).
 
+Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch samplers, exact
+with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
+
 Length grouping (``length_grouping``): transformers-compatible ``get_length_grouped_indices``
 and its samplers, index for index equal to transformers' given a torch generator, numpy-only
 given a seed.
@@ -15,10 +18,13 @@ from .length_grouping import (
     get_length_grouped_indices,
     length_grouped_order,
 )
+from .pretraining import PretrainingSampler, RandomSampler
 
 __all__ = [
     "DistributedLengthGroupedSampler",
     "LengthGroupedSampler",
+    "PretrainingSampler",
+    "RandomSampler",
     "get_length_grouped_indices",
     "length_grouped_order",
 ]

@@ -1,0 +1,407 @@
+"""Pretraining samplers: Megatron-LM's sequential and cyclic batch samplers, with exact and elastic resume.
+
+Both are batch samplers for ``torch.utils.data.DataLoader(dataset, batch_sampler=...)``: each
+yields, on data-parallel rank ``r``, lists of int sample ids (``micro_batch_size`` of them).
+The ranks together walk *global batches* of ``global_batch_size = micro_batch_size *
+data_parallel_size`` samples; rank ``r``'s micro-batch is its part of each global batch.
+
+``PretrainingSampler`` is Megatron-LM's ``MegatronPretrainingSampler`` (``dataloader_type
+'single'``): the ids ``consumed_samples, consumed_samples + 1, ... total_samples - 1`` in order,
+rank ``r`` taking slice ``[r * mbs, (r + 1) * mbs)`` of each global batch.
+
+``RandomSampler`` is Megatron-LM's ``MegatronPretrainingRandomSampler`` (``'cyclic'``): the
+data is seen epoch after epoch, each epoch in a fresh random order; one ``__iter__`` walks the
+rest of the current epoch (Megatron's ``cyclic_iter`` simply iterates it again). Only
+``active = total_samples - total_samples % global_batch_size`` samples are used per epoch, the
+epoch is ``consumed_samples // active`` and the position in it ``consumed_samples % active``.
+
+Modes of ``RandomSampler``:
+
+- ``megatron_compat=True`` yields exactly Megatron-LM's ids (a ``torch.Generator`` seeded with
+  the epoch, ``torch.randperm``; ``seed`` must stay 0 since Megatron has none). With
+  ``data_sharding`` each rank shuffles its own contiguous bucket of ``(total // gbs) * mbs``
+  ids; without it one global permutation of ``(total // mbs) * mbs`` ids is dealt to the ranks
+  with a stride of ``data_parallel_size`` (when ``mbs < dp`` that deal can give low ranks one
+  micro-batch more per epoch than the others, and so a larger consumed count; compat mode
+  reproduces it). Both depend on ``micro_batch_size`` and ``data_parallel_size`` themselves, not
+  only on their product, so a compat state resumes only on the same layout: an elastic resume
+  raises ConfigError.
+- By default numpy draws the order from ``(seed, epoch)`` (torch is not imported), every rank
+  yields the same number of batches, and the order depends only on ``total_samples``,
+  ``global_batch_size`` and ``seed``: it is *elastic*. The global batch is ``gbs`` slots and
+  rank ``r`` owns slots ``[r * mbs, (r + 1) * mbs)``, so the concatenation of the ranks'
+  micro-batches in rank order is the same global batch for any ``mbs * dp == gbs``.
+  Without ``data_sharding`` slot ``s`` of global batch ``j`` holds ``perm[j * gbs + s]`` with
+  ``perm`` a permutation of all ``total_samples`` ids. With ``data_sharding`` slot ``s`` owns the
+  contiguous bucket ``[s * B, (s + 1) * B)`` (``B = total // gbs``) and walks its own
+  permutation of it, drawn from ``(seed, epoch, s)``: rank ``r`` reads only
+  ``[r * mbs * B, (r + 1) * mbs * B)``, the very bucket Megatron gives it, yet the buckets are
+  defined by the global batch, not by ``dp``. The price: a micro-batch holds one sample from each
+  of its slots' buckets (a stratified shuffle) rather than ``mbs`` draws from one bucket.
+
+Consumed samples: as in Megatron's cyclic sampler, iterating advances ``consumed_samples`` by
+one global batch just before each micro-batch is yielded (for ``PretrainingSampler`` too, where
+Megatron leaves the count to the training loop). A DataLoader fetches batches ahead of training;
+to count only what was trained on, pass ``auto_advance=False`` and call ``advance()`` after each
+optimizer step. ``state_dict()`` holds a few ints; ``load_state_dict`` rejects a state of another
+configuration with a ConfigError naming the fields that differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = ["PretrainingSampler", "RandomSampler"]
+
+# Sampler kinds, stored in the state so that one kind's state is not loaded into the other.
+_KINDS = {1: "PretrainingSampler", 2: "RandomSampler"}
+# Rows converted to Python lists at a time: keeps the per-batch cost low without a huge list.
+_CHUNK_ROWS = 4096
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    """Return ``value`` as an int, or raise ConfigError unless it is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least {minimum}")
+    return int(value)
+
+
+def _fingerprint(identity: Mapping[str, int]) -> int:
+    """Return a 63-bit hash of the fields that fix a sampler's global order (fits an int64)."""
+    text = ",".join(f"{key}={int(identity[key])}" for key in sorted(identity))
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+class _PretrainingBase:
+    """Shared layout checks, consumed-sample counting and state handling of both samplers."""
+
+    _kind = 0
+
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        auto_advance: bool,
+    ) -> None:
+        self.total_samples = _check_int("total_samples", total_samples, 1)
+        self.micro_batch_size = _check_int("micro_batch_size", micro_batch_size, 1)
+        self.data_parallel_size = _check_int("data_parallel_size", data_parallel_size, 1)
+        self.data_parallel_rank = _check_int("data_parallel_rank", data_parallel_rank, 0)
+        if self.data_parallel_rank >= self.data_parallel_size:
+            raise ConfigError(
+                f"data_parallel_rank={data_parallel_rank} is invalid: pass a rank in "
+                f"[0, data_parallel_size={self.data_parallel_size})"
+            )
+        self.global_batch_size = self.micro_batch_size * self.data_parallel_size
+        self.auto_advance = bool(auto_advance)
+        self.consumed_samples = self._check_consumed(_check_int("consumed_samples", consumed_samples, 0))
+
+    def _check_consumed(self, consumed: int) -> int:
+        """Return ``consumed`` if this sampler can start there, else raise ConfigError."""
+        return consumed
+
+    def _identity(self) -> dict[str, int]:
+        """Return the fields that fix the global sample order (never dp size or rank)."""
+        return {"sampler": self._kind, "total_samples": self.total_samples, "global_batch_size": self.global_batch_size}
+
+    def advance(self, num_samples: int | None = None) -> None:
+        """Count ``num_samples`` more samples as consumed (default: one global batch, one training step)."""
+        step = self._default_step() if num_samples is None else _check_int("num_samples", num_samples, 0)
+        self.consumed_samples = self._check_consumed(self.consumed_samples + step)
+
+    def _default_step(self) -> int:
+        """Return the samples one training step consumes from the current position."""
+        return self.global_batch_size
+
+    def state_dict(self) -> dict[str, int]:
+        """Return the resume state: consumed samples, the order-defining fields, layout and fingerprint."""
+        identity = self._identity()
+        return {
+            "consumed_samples": self.consumed_samples,
+            **identity,
+            "micro_batch_size": self.micro_batch_size,
+            "data_parallel_size": self.data_parallel_size,
+            "fingerprint": _fingerprint(identity),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()``'s output; raise ConfigError if it belongs to another configuration."""
+        if not isinstance(state, Mapping):
+            raise ConfigError(f"state must be a mapping from state_dict(), got {type(state).__name__}")
+        mine = self._identity()
+        for key in (*mine, "consumed_samples", "micro_batch_size", "data_parallel_size", "fingerprint"):
+            if key not in state:
+                raise ConfigError(f"state has no {key!r}: pass the dict returned by {type(self).__name__}.state_dict()")
+        theirs = {key: int(state[key]) for key in mine}
+        if theirs["sampler"] != mine["sampler"]:
+            raise ConfigError(
+                f"state is from a {_KINDS.get(theirs['sampler'], 'unknown sampler')}, not a {_KINDS[self._kind]}"
+            )
+        if _fingerprint(theirs) != int(state["fingerprint"]):
+            raise ConfigError("state fingerprint does not match its fields: the state is corrupt or was edited")
+        differ = [f"{key} (state {theirs[key]}, this sampler {mine[key]})" for key in mine if theirs[key] != mine[key]]
+        if differ:
+            raise ConfigError(
+                "state is from a different sampler configuration: "
+                + ", ".join(differ)
+                + "; build the sampler with the configuration the state was saved with"
+            )
+        self._check_layout(int(state["micro_batch_size"]), int(state["data_parallel_size"]))
+        consumed = _check_int("state['consumed_samples']", state["consumed_samples"], 0)
+        self._check_state_extra(state, consumed)
+        self.consumed_samples = self._check_consumed(consumed)
+
+    def _check_layout(self, micro_batch_size: int, data_parallel_size: int) -> None:
+        """Raise ConfigError if the order cannot continue on this layout (both default modes are elastic)."""
+
+    def _check_state_extra(self, state: Mapping[str, Any], consumed: int) -> None:
+        """Raise ConfigError if fields beyond the identity are inconsistent."""
+
+
+class PretrainingSampler(_PretrainingBase):
+    """Megatron-LM's sequential batch sampler: consecutive ids from ``consumed_samples``, one slice per rank.
+
+    Yields, per global batch of ``micro_batch_size * data_parallel_size`` consecutive ids, this
+    rank's ``micro_batch_size`` of them. With ``drop_last`` a final incomplete global batch is
+    dropped; without it the partial batch is sliced per rank as Megatron does, so a rank past the
+    remaining ids gets an empty list (every rank still takes the same number of steps).
+    ``consumed_samples`` need not be a multiple of the global batch; it may be at most
+    ``total_samples`` (there, nothing is left to yield; Megatron asserts instead).
+    Elastic: the order is the id order, so a state resumes on any layout of the same global batch.
+    """
+
+    _kind = 1
+
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        drop_last: bool = True,
+        *,
+        auto_advance: bool = True,
+    ) -> None:
+        self.drop_last = bool(drop_last)
+        super().__init__(
+            total_samples, consumed_samples, micro_batch_size, data_parallel_rank, data_parallel_size, auto_advance
+        )
+
+    def _check_consumed(self, consumed: int) -> int:
+        """Return ``consumed`` unless it lies past the end of the data."""
+        if consumed > self.total_samples:
+            raise ConfigError(
+                f"consumed_samples={consumed} is past the end: total_samples={self.total_samples}; "
+                "the sequential sampler does not cycle (use RandomSampler for epochs)"
+            )
+        return consumed
+
+    def _default_step(self) -> int:
+        """Return one global batch, or what is left of the data if less."""
+        return min(self.global_batch_size, self.total_samples - self.consumed_samples)
+
+    def __len__(self) -> int:
+        """Return the number of micro-batches the next ``__iter__`` yields (Megatron returns total_samples)."""
+        left = self.total_samples - self.consumed_samples
+        return left // self.global_batch_size + (0 if self.drop_last or left % self.global_batch_size == 0 else 1)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        """Yield this rank's micro-batches from ``consumed_samples`` to the end of the data."""
+        gbs, mbs = self.global_batch_size, self.micro_batch_size
+        lo = self.data_parallel_rank * mbs
+        start = self.consumed_samples
+        full, partial = divmod(self.total_samples - start, gbs)
+        for base in range(start + lo, start + lo + full * gbs, gbs):
+            if self.auto_advance:
+                self.consumed_samples += gbs
+            yield list(range(base, base + mbs))
+        if partial and not self.drop_last:
+            base = start + full * gbs
+            if self.auto_advance:
+                self.consumed_samples += partial
+            # Megatron slices the partial batch list: batch[lo:lo + mbs], possibly short or empty.
+            yield list(range(base + min(lo, partial), base + min(lo + mbs, partial)))
+
+
+class RandomSampler(_PretrainingBase):
+    """Megatron-LM's cyclic random batch sampler; elastic and numpy-seeded unless ``megatron_compat``.
+
+    See the module docstring for the modes. ``consumed_samples`` must be a multiple of the global
+    batch (Megatron asserts the same); it may exceed ``total_samples``: the epoch follows from it.
+    ``__iter__`` yields the rest of the current epoch; iterate again for the next one.
+    """
+
+    _kind = 2
+
+    def __init__(
+        self,
+        total_samples: int,
+        consumed_samples: int,
+        micro_batch_size: int,
+        data_parallel_rank: int,
+        data_parallel_size: int,
+        seed: int = 0,
+        data_sharding: bool = True,
+        megatron_compat: bool = False,
+        *,
+        auto_advance: bool = True,
+    ) -> None:
+        self.seed = _check_int("seed", seed, 0)
+        self.data_sharding = bool(data_sharding)
+        self.megatron_compat = bool(megatron_compat)
+        if self.megatron_compat and self.seed != 0:
+            raise ConfigError(
+                f"seed={seed!r} is invalid with megatron_compat=True: Megatron-LM seeds its sampler with the "
+                "epoch only; leave seed=0, or pass megatron_compat=False to shuffle with your seed"
+            )
+        total = _check_int("total_samples", total_samples, 1)
+        gbs = _check_int("micro_batch_size", micro_batch_size, 1) * _check_int(
+            "data_parallel_size", data_parallel_size, 1
+        )
+        if total < gbs:
+            raise ConfigError(
+                f"total_samples={total} is smaller than one global batch (micro_batch_size * data_parallel_size "
+                f"= {gbs}): an epoch would hold no batch; use more samples or a smaller batch"
+            )
+        # Samples per epoch: the tail that does not fill a global batch is never used (as in Megatron).
+        self.active_samples = total - total % gbs
+        self._cache: tuple[int, np.ndarray] | None = None
+        super().__init__(
+            total_samples, consumed_samples, micro_batch_size, data_parallel_rank, data_parallel_size, auto_advance
+        )
+
+    @property
+    def epoch(self) -> int:
+        """Return the epoch the next batch comes from."""
+        return self.consumed_samples // self.active_samples
+
+    def _check_consumed(self, consumed: int) -> int:
+        """Return ``consumed`` if it is a whole number of global batches."""
+        if consumed % self.global_batch_size:
+            raise ConfigError(
+                f"consumed_samples={consumed} is not a multiple of the global batch "
+                f"(micro_batch_size * data_parallel_size = {self.global_batch_size}): the random sampler resumes "
+                "only at a global-batch boundary"
+            )
+        return consumed
+
+    def _identity(self) -> dict[str, int]:
+        """Return the order-defining fields: sampler, total_samples, global batch, seed and modes."""
+        return {
+            **super()._identity(),
+            "seed": self.seed,
+            "data_sharding": int(self.data_sharding),
+            "megatron_compat": int(self.megatron_compat),
+        }
+
+    def state_dict(self) -> dict[str, int]:
+        """Return the resume state, with the current epoch."""
+        return {**super().state_dict(), "epoch": self.epoch}
+
+    def _check_layout(self, micro_batch_size: int, data_parallel_size: int) -> None:
+        """Reject an elastic resume of Megatron's order, whose buckets/stride depend on mbs and dp."""
+        if self.megatron_compat and (micro_batch_size, data_parallel_size) != (
+            self.micro_batch_size,
+            self.data_parallel_size,
+        ):
+            what = "each rank's bucket" if self.data_sharding else "the permutation length and the rank stride"
+            raise ConfigError(
+                f"state was saved with micro_batch_size={micro_batch_size}, data_parallel_size={data_parallel_size}, "
+                f"this sampler has {self.micro_batch_size}, {self.data_parallel_size}: with megatron_compat=True "
+                f"{what} depends on them, so Megatron-LM's order cannot resume elastically; resume on the saved "
+                "layout, or use megatron_compat=False (elastic) for new runs"
+            )
+
+    def _check_state_extra(self, state: Mapping[str, Any], consumed: int) -> None:
+        """Raise ConfigError unless the state's epoch agrees with its consumed samples."""
+        if "epoch" not in state:
+            raise ConfigError("state has no 'epoch': pass the dict returned by RandomSampler.state_dict()")
+        if int(state["epoch"]) != consumed // self.active_samples:
+            raise ConfigError(
+                f"state epoch={state['epoch']} disagrees with consumed_samples={consumed} "
+                f"(epoch {consumed // self.active_samples} at {self.active_samples} samples per epoch)"
+            )
+
+    def __len__(self) -> int:
+        """Return the number of micro-batches the next ``__iter__`` yields (the rest of this epoch)."""
+        return max(0, self._rows_per_epoch() - self.consumed_samples % self.active_samples // self.global_batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        """Yield this rank's micro-batches for the rest of the current epoch."""
+        epoch, offset = divmod(self.consumed_samples, self.active_samples)
+        rows = self.epoch_batches(epoch)
+        gbs = self.global_batch_size
+        for first in range(offset // gbs, len(rows), _CHUNK_ROWS):
+            for batch in rows[first : first + _CHUNK_ROWS].tolist():
+                if self.auto_advance:
+                    self.consumed_samples += gbs
+                yield batch
+
+    def epoch_batches(self, epoch: int) -> np.ndarray:
+        """Return this rank's micro-batches of a whole epoch as an int64 array of shape (batches, mbs)."""
+        epoch = _check_int("epoch", epoch, 0)
+        if self._cache is None or self._cache[0] != epoch:
+            make = self._megatron_rows if self.megatron_compat else self._numpy_rows
+            rows = make(epoch)
+            rows.setflags(write=False)
+            self._cache = (epoch, rows)
+        return self._cache[1]
+
+    def _numpy_rows(self, epoch: int) -> np.ndarray:
+        """Return the elastic order: global-batch slots, this rank's mbs of them, from numpy."""
+        mbs, gbs = self.micro_batch_size, self.global_batch_size
+        per_slot = self.active_samples // gbs  # batches per epoch == ids per slot bucket
+        first_slot = self.data_parallel_rank * mbs
+        if self.data_sharding:
+            rows = np.empty((per_slot, mbs), dtype=np.int64)
+            for column, slot in enumerate(range(first_slot, first_slot + mbs)):
+                order = np.random.default_rng([self.seed, epoch, slot]).permutation(per_slot)
+                rows[:, column] = order + slot * per_slot
+            return rows
+        perm = np.random.default_rng([self.seed, epoch]).permutation(self.total_samples)
+        slots = perm[: self.active_samples].reshape(per_slot, gbs)
+        return np.ascontiguousarray(slots[:, first_slot : first_slot + mbs])
+
+    def _megatron_rows(self, epoch: int) -> np.ndarray:
+        """Return Megatron-LM's order for this rank (torch.randperm seeded with the epoch)."""
+        import torch  # lazily: only Megatron's exact order needs torch
+
+        mbs, dp, rank = self.micro_batch_size, self.data_parallel_size, self.data_parallel_rank
+        batches = self.active_samples // self.global_batch_size
+        generator = torch.Generator()
+        generator.manual_seed(epoch)
+        if self.data_sharding:
+            # Rank r shuffles bucket [r * size, (r + 1) * size), size = (total // gbs) * mbs; resuming at
+            # c consumed samples skips c // dp = (c // gbs) * mbs ids of it, i.e. c // gbs whole rows.
+            size = batches * mbs
+            perm = torch.randperm(size, generator=generator).numpy().astype(np.int64)
+            return (perm + rank * size).reshape(batches, mbs)
+        # One permutation of (total // mbs) * mbs ids (longer than the active samples when total % gbs
+        # >= mbs); Megatron takes perm[c:][rank::dp], which equals perm[rank::dp][c // dp:] since dp divides
+        # c, and drops its last incomplete micro-batch. See _rows_per_epoch for the extra row.
+        size = (self.total_samples // mbs) * mbs
+        perm = torch.randperm(size, generator=generator).numpy().astype(np.int64)
+        rows = self._rows_per_epoch()
+        return np.ascontiguousarray(perm[rank::dp][: rows * mbs]).reshape(rows, mbs)
+
+    def _rows_per_epoch(self) -> int:
+        """Return this rank's micro-batches in a whole epoch."""
+        mbs, dp, rank = self.micro_batch_size, self.data_parallel_size, self.data_parallel_rank
+        if not (self.megatron_compat and not self.data_sharding):
+            return self.active_samples // self.global_batch_size
+        # Megatron's strided deal of (total // mbs) * mbs ids gives rank r ceil((size - r) / dp) of them: when
+        # mbs < dp - r and total % gbs is large enough, that is one whole micro-batch more than the epoch's
+        # active samples hold, so low ranks yield one extra micro-batch per epoch (and count it as consumed).
+        size = (self.total_samples // mbs) * mbs
+        return max(0, -(-(size - rank) // dp)) // mbs
