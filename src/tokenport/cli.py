@@ -107,6 +107,16 @@ def _blend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pack_report(args: argparse.Namespace) -> int:
+    from .inspection import lengths_of
+    from .sampling.report import batching_report, render_batching_report
+
+    report = batching_report(lengths_of(args.prefixes), args.batch_size, capacity=args.capacity,
+                             num_ranks=args.ranks, seed=args.seed)
+    print(render_batching_report(report))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.")
     parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
@@ -153,6 +163,14 @@ def _parser() -> argparse.ArgumentParser:
     blend.add_argument("--seq-length", type=int, default=4096, help="tokens per sample, for the epochs column")
     blend.add_argument("--algorithm", choices=("tijdeman", "greedy", "megatron"), default="tijdeman")
     blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
+
+    pack = verb("pack-report", _pack_report,
+                "padding of random vs length-grouped batches, packing efficiency and rank balance of stores")
+    pack.add_argument("prefixes", nargs="+", help="store prefixes whose sequence lengths to batch")
+    pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size")
+    pack.add_argument("--capacity", type=int, default=4096, help="tokens per packed bin")
+    pack.add_argument("--ranks", type=int, default=8, help="data-parallel ranks to balance across")
+    pack.add_argument("--seed", type=int, default=0)
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import ConfigError
 from .indexed import IndexedDataset
 
 PERCENTILES = (0, 10, 50, 90, 99, 100)
@@ -112,3 +114,14 @@ def render(summary: StoreSummary, width: int = 40) -> str:
         flat = " ".join(text.split())
         lines.append(f"document {k}: {flat}")
     return "\n".join(lines)
+
+
+def lengths_of(prefixes: Sequence[str]) -> np.ndarray:
+    """The sequence lengths of the token stores at ``prefixes``, concatenated in order, as int64."""
+    if isinstance(prefixes, str) or not len(prefixes):
+        raise ConfigError(f"prefixes={prefixes!r}: give a list of one or more token store prefixes")
+    parts = []
+    for prefix in prefixes:
+        with IndexedDataset(prefix) as dataset:
+            parts.append(np.asarray(dataset.sequence_lengths, dtype=np.int64).copy())
+    return np.concatenate(parts)
