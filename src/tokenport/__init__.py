@@ -9,7 +9,15 @@ from .gpt import GPTDataset, GPTSampleConfig
 from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
 from .packing import karmarkar_karp, pack_best_fit
 from .prepare import PrepareConfig, PrepareResult, prepare
-from .sampling import DistributedLengthGroupedSampler, LengthGroupedSampler, PretrainingSampler, RandomSampler
+from .packed import PackedDataset
+from .sampling import (
+    DistributedLengthGroupedSampler,
+    LengthGroupedSampler,
+    PaddingCollator,
+    PaddingFreeCollator,
+    PretrainingSampler,
+    RandomSampler,
+)
 from .tokenizers import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -27,6 +35,9 @@ __all__ = [
     "InputDataError",
     "LengthGroupedSampler",
     "Manifest",
+    "PackedDataset",
+    "PaddingCollator",
+    "PaddingFreeCollator",
     "PrepareConfig",
     "PrepareResult",
     "PretrainingSampler",

@@ -7,11 +7,17 @@ and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it,
 Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch samplers, exact
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
+Micro-batches (``budget``): cut an order under a token budget; balance a global batch across
+ranks (Karmarkar-Karp). Collators (``collate``): padding, and padding-free with cu_seqlens.
+``report``: padding, packing and balance of one set of lengths (``tokenport pack-report``).
+
 Length grouping (``length_grouping``): transformers-compatible ``get_length_grouped_indices``
 and its samplers, index for index equal to transformers' given a torch generator, numpy-only
 given a seed.
 """
 
+from .budget import balanced_micro_batches, token_budget_batches
+from .collate import PaddingCollator, PaddingFreeCollator
 from .length_grouping import (
     DistributedLengthGroupedSampler,
     LengthGroupedSampler,
@@ -23,8 +29,12 @@ from .pretraining import PretrainingSampler, RandomSampler
 __all__ = [
     "DistributedLengthGroupedSampler",
     "LengthGroupedSampler",
+    "PaddingCollator",
+    "PaddingFreeCollator",
     "PretrainingSampler",
     "RandomSampler",
+    "balanced_micro_batches",
     "get_length_grouped_indices",
     "length_grouped_order",
+    "token_budget_batches",
 ]
