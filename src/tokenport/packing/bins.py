@@ -50,7 +50,7 @@ def _check_capacity(capacity: int) -> int:
     return int(capacity)
 
 
-def _check_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+def check_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     """The lengths as a 1-D int64 array, or a ConfigError naming the first bad item."""
     array = np.asarray(lengths)
     if array.ndim != 1:
@@ -101,7 +101,7 @@ def _by_bin(bin_of: np.ndarray, item: np.ndarray, offset: np.ndarray, length: np
 def _pack(kernel, lengths, capacity: int, split: bool) -> PackArrays:
     """Validate, cut into sorted pieces, place them with `kernel`, regroup by bin."""
     capacity = _check_capacity(capacity)
-    item, offset, length = _pieces(_check_lengths(lengths), capacity, split)
+    item, offset, length = _pieces(check_lengths(lengths), capacity, split)
     if kernel is _best_fit and capacity > MAX_BEST_FIT_CAPACITY:
         raise ConfigError(
             f"capacity={capacity}: best fit keeps state per token of capacity, at most "

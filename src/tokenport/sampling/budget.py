@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment
+from ..packing.bins import check_lengths
 from ..packing import workload as workload_of
 
 __all__ = ["balanced_micro_batches", "token_budget_batches"]
@@ -115,23 +116,6 @@ def _budget_cuts(walked: np.ndarray, budget: int, pad_to_longest: bool) -> np.nd
 
 
 # -- checks -----------------------------------------------------------------------------------------
-
-
-def check_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
-    """The lengths as a 1-D int64 array, or a ConfigError naming the first bad item."""
-    array = np.asarray(lengths)
-    if array.ndim != 1:
-        raise ConfigError(f"lengths: expected a 1-D sequence of token counts, got shape {array.shape}")
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if array.dtype.kind not in "iu":
-        raise ConfigError(f"lengths: expected integer token counts, got dtype {array.dtype}")
-    array = array.astype(np.int64, copy=False)
-    negative = np.flatnonzero(array < 0)
-    if negative.size:
-        item = int(negative[0])
-        raise ConfigError(f"lengths[{item}] = {int(array[item])}: lengths must be >= 0")
-    return array
 
 
 def check_positive(name: str, value: object) -> int:

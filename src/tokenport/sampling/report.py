@@ -30,7 +30,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment, pack_best_fit_arrays, packing_metrics
-from .budget import check_lengths, check_positive
+from ..packing.bins import check_lengths
+from .budget import check_positive
 from .length_grouping import length_grouped_order
 
 __all__ = ["batching_report", "padding_ratio", "render_batching_report"]
