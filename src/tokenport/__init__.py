@@ -17,6 +17,7 @@ from .sampling import (
     PaddingFreeCollator,
     PretrainingSampler,
     RandomSampler,
+    StatefulLoader,
 )
 from .tokenizers import Tokenizer, load_tokenizer
 
@@ -42,6 +43,7 @@ __all__ = [
     "PrepareResult",
     "PretrainingSampler",
     "RandomSampler",
+    "StatefulLoader",
     "StorageError",
     "Tokenizer",
     "TokenizerError",

@@ -7,6 +7,9 @@ and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it,
 Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch samplers, exact
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
+``StatefulLoader`` (``loader``): torch's DataLoader over those samplers, counting only the
+batches handed to training, so a checkpoint resumes exactly despite workers and prefetch.
+
 Micro-batches (``budget``): cut an order under a token budget; balance a global batch across
 ranks (Karmarkar-Karp). Collators (``collate``): padding, and padding-free with cu_seqlens.
 ``report``: padding, packing and balance of one set of lengths (``tokenport pack-report``).
@@ -24,6 +27,7 @@ from .length_grouping import (
     get_length_grouped_indices,
     length_grouped_order,
 )
+from .loader import StatefulLoader
 from .pretraining import PretrainingSampler, RandomSampler
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "PaddingFreeCollator",
     "PretrainingSampler",
     "RandomSampler",
+    "StatefulLoader",
     "balanced_micro_batches",
     "get_length_grouped_indices",
     "length_grouped_order",
