@@ -118,13 +118,8 @@ class BlendedDataset:
         return dataset, sample
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
-        """The child's sample with its ``dataset_id``; ``locate`` inlined, as this is every training step's path."""
-        if idx < 0:
-            raise IndexError(f"sample id {idx} is outside [0, {len(self.dataset_index)})")
-        dataset = self.dataset_index.item(idx)  # IndexError past the end
-        sample = self.dataset_sample_index.item(idx) if self._full else self.dataset_sample_index[idx]
-        if self._wraps[dataset]:
-            sample %= self._lengths[dataset]
+        """The child's sample with its ``dataset_id``."""
+        dataset, sample = self.locate(idx)
         item = self.datasets[dataset][sample]
         if self._fresh[dataset]:  # a new dict every call: adding the key is safe and saves a copy
             item["dataset_id"] = dataset

@@ -82,11 +82,22 @@ def blend_report(
         raise ConfigError(f"size={size!r} is invalid: pass the number of samples to blend, at least 1")
     if isinstance(seq_length, bool) or not isinstance(seq_length, (int, np.integer)) or seq_length < 1:
         raise ConfigError(f"seq_length={seq_length!r} is invalid: pass an integer of at least 1")
-    named = [("blend", spec.blend)] if spec.blend is not None else [
-        (name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split) if blend is not None
-    ]
     return [_report(name, blend.without_zero_weights(), int(size), int(seq_length), algorithm, size_of)
-            for name, blend in named]
+            for name, blend in _named_blends(spec)]
+
+
+def _named_blends(spec: BlendSpec) -> list[tuple[str, Blend]]:
+    """The spec's blends with their names: the shared one, or each split's."""
+    if spec.blend is not None:
+        return [("blend", spec.blend)]
+    return [(name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split) if blend is not None]
+
+
+def _weights(blend: Blend, size_of: Callable[[str], int]) -> np.ndarray:
+    """The blend's weights, or its stores' token counts when it is weighted by size."""
+    if blend.weights is not None:
+        return np.array(blend.weights, dtype=np.float64)
+    return np.array([size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
 
 
 def _report(name: str, blend: Blend, size: int, seq_length: int, algorithm: str,
@@ -98,7 +109,7 @@ def _report(name: str, blend: Blend, size: int, seq_length: int, algorithm: str,
             "only: report each phase's weights as a blend of its own"
         )
     tokens = np.array([size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
-    weights = np.array(blend.weights if blend.weights is not None else tokens, dtype=np.float64)
+    weights = np.array(blend.weights, dtype=np.float64) if blend.weights is not None else tokens
     dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
     counts = np.bincount(dataset_index, minlength=len(weights))
     deviations = prefix_deviations(dataset_index, weights)
@@ -121,14 +132,11 @@ def plot_blend(spec: BlendSpec, size: int, path: str | os.PathLike, *, algorithm
         import matplotlib.pyplot as plt
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'tokenport[plot]'") from None
-    named = [("blend", spec.blend)] if spec.blend is not None else [
-        (name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split) if blend is not None
-    ]
+    named = _named_blends(spec)
     figure, axes = plt.subplots(len(named), 1, figsize=(9, 3.5 * len(named)), squeeze=False)
     for (name, blend), axis in zip(named, axes[:, 0]):
         blend = blend.without_zero_weights()
-        weights = np.array(blend.weights if blend.weights is not None else
-                           [size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
+        weights = _weights(blend, size_of)
         dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
         at = np.unique(np.geomspace(1, size, min(points, size)).astype(np.int64))
         for d, (prefix, share) in enumerate(zip(blend.prefixes, weights / weights.sum())):

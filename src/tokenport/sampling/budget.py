@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment
 from ..packing.bins import check_lengths
+from .checks import check_int
 from ..packing import workload as workload_of
 
 __all__ = ["balanced_micro_batches", "token_budget_batches"]
@@ -41,7 +42,7 @@ def token_budget_batches(
     which puts it in a micro-batch of its own. Returns int64 arrays of item ids.
     """
     values = check_lengths(lengths)
-    budget = check_positive("max_tokens", max_tokens)
+    budget = check_int("max_tokens", max_tokens)
     ids = _check_order(order, values.size)
     if ids.size == 0:
         return []
@@ -73,7 +74,7 @@ def balanced_micro_batches(
     the heaviest rank first.
     """
     values = check_lengths(lengths)
-    ranks = check_positive("num_ranks", num_ranks)
+    ranks = check_int("num_ranks", num_ranks)
     linear, quadratic = _check_workload(workload)
     group = karmarkar_karp_assignment(workload_of(values, linear, quadratic), ranks, equal_size)
     by_group = np.argsort(group, kind="stable")
@@ -116,13 +117,6 @@ def _budget_cuts(walked: np.ndarray, budget: int, pad_to_longest: bool) -> np.nd
 
 
 # -- checks -----------------------------------------------------------------------------------------
-
-
-def check_positive(name: str, value: object) -> int:
-    """The value as an int, or a ConfigError unless it is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least 1")
-    return int(value)
 
 
 def _check_order(order: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray:

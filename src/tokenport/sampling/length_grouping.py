@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .checks import check_int
 
 __all__ = [
     "DistributedLengthGroupedSampler",
@@ -72,19 +73,27 @@ def length_grouped_order(
     For large datasets (10^8 lengths) this skips building a list of Python ints.
     """
     array = _check_lengths(lengths)
-    _check_positive("batch_size", batch_size)
+    _check_grouping(batch_size, mega_batch_mult, generator, seed, sequence_seed=True,
+                    global_rng="generator=None and seed=None draw from torch's global RNG, as transformers does")
+    return _group(array, int(batch_size), mega_batch_mult, generator, seed)
+
+
+def _check_grouping(
+    batch_size: object, mega_batch_mult: object, generator: Any, seed: object, *, sequence_seed: bool, global_rng: str
+) -> None:
+    """Check the grouping arguments; torch must import when neither generator nor seed is given."""
+    check_int("batch_size", batch_size)
     if mega_batch_mult is not None:
-        _check_positive("mega_batch_mult", mega_batch_mult)
+        check_int("mega_batch_mult", mega_batch_mult)
     if generator is not None and seed is not None:
         raise ConfigError(
             "generator and seed are both given: pass a torch generator for transformers' exact order, "
             "or a seed for numpy's (no torch), not both"
         )
     if seed is not None:
-        _check_seed("seed", seed)
+        _check_seed("seed", seed, sequence_allowed=sequence_seed)
     elif generator is None:
-        _import_torch("generator=None and seed=None draw from torch's global RNG, as transformers does")
-    return _group(array, int(batch_size), mega_batch_mult, generator, seed)
+        _import_torch(global_rng)
 
 
 class LengthGroupedSampler:
@@ -114,18 +123,8 @@ class LengthGroupedSampler:
         seed: int | None = None,
     ) -> None:
         self.lengths = _check_lengths(lengths)
-        _check_positive("batch_size", batch_size)
-        if mega_batch_mult is not None:
-            _check_positive("mega_batch_mult", mega_batch_mult)
-        if generator is not None and seed is not None:
-            raise ConfigError(
-                "generator and seed are both given: pass a torch generator for transformers' exact order, "
-                "or a seed for numpy's (no torch), not both"
-            )
-        if seed is not None:
-            _check_seed("seed", seed, sequence_allowed=False)
-        elif generator is None:
-            _import_torch("LengthGroupedSampler without generator or seed draws from torch's global RNG")
+        _check_grouping(batch_size, mega_batch_mult, generator, seed, sequence_seed=False,
+                        global_rng="LengthGroupedSampler without generator or seed draws from torch's global RNG")
         self.batch_size = int(batch_size)
         self.mega_batch_mult = mega_batch_mult
         self.generator = generator
@@ -173,12 +172,12 @@ class DistributedLengthGroupedSampler:
         rng: str = "torch",
     ) -> None:
         self.lengths = _check_lengths(lengths)
-        _check_positive("batch_size", batch_size)
-        _check_positive("num_replicas", num_replicas)
+        check_int("batch_size", batch_size)
+        check_int("num_replicas", num_replicas)
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
             raise ConfigError(f"rank={rank!r} is invalid: pass an integer in [0, num_replicas={num_replicas})")
         if mega_batch_mult is not None:
-            _check_positive("mega_batch_mult", mega_batch_mult)
+            check_int("mega_batch_mult", mega_batch_mult)
         _check_seed("seed", seed, sequence_allowed=False)
         if rng not in _RNGS:
             raise ConfigError(f"rng={rng!r} is invalid: pass 'torch' (transformers' order) or 'numpy' (no torch)")
@@ -282,12 +281,6 @@ def _check_lengths(lengths: Any) -> np.ndarray:
     if array.dtype.kind == "i" and int(array.min()) < 0:
         raise ConfigError(f"lengths holds a negative length ({int(array.min())}): lengths are token counts, >= 0")
     return array
-
-
-def _check_positive(name: str, value: object) -> None:
-    """Raise ConfigError unless ``value`` is an integer above zero."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least 1")
 
 
 def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None:

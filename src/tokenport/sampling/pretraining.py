@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .checks import check_int
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
 
@@ -63,13 +64,6 @@ __all__ = ["PretrainingSampler", "RandomSampler"]
 _KINDS = {1: "PretrainingSampler", 2: "RandomSampler"}
 # Rows converted to Python lists at a time: keeps the per-batch cost low without a huge list.
 _CHUNK_ROWS = 4096
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value`` as an int, or raise ConfigError unless it is an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least {minimum}")
-    return int(value)
 
 
 def _fingerprint(identity: Mapping[str, int]) -> int:
@@ -93,10 +87,10 @@ class _PretrainingBase:
         data_parallel_size: int,
         auto_advance: bool,
     ) -> None:
-        self.total_samples = _check_int("total_samples", total_samples, 1)
-        self.micro_batch_size = _check_int("micro_batch_size", micro_batch_size, 1)
-        self.data_parallel_size = _check_int("data_parallel_size", data_parallel_size, 1)
-        self.data_parallel_rank = _check_int("data_parallel_rank", data_parallel_rank, 0)
+        self.total_samples = check_int("total_samples", total_samples, 1)
+        self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, 1)
+        self.data_parallel_size = check_int("data_parallel_size", data_parallel_size, 1)
+        self.data_parallel_rank = check_int("data_parallel_rank", data_parallel_rank, 0)
         if self.data_parallel_rank >= self.data_parallel_size:
             raise ConfigError(
                 f"data_parallel_rank={data_parallel_rank} is invalid: pass a rank in "
@@ -104,7 +98,7 @@ class _PretrainingBase:
             )
         self.global_batch_size = self.micro_batch_size * self.data_parallel_size
         self.auto_advance = bool(auto_advance)
-        self.consumed_samples = self._check_consumed(_check_int("consumed_samples", consumed_samples, 0))
+        self.consumed_samples = self._check_consumed(check_int("consumed_samples", consumed_samples, 0))
 
     def _check_consumed(self, consumed: int) -> int:
         """Return ``consumed`` if this sampler can start there, else raise ConfigError."""
@@ -116,7 +110,7 @@ class _PretrainingBase:
 
     def advance(self, num_samples: int | None = None) -> None:
         """Count ``num_samples`` more samples as consumed (default: one global batch, one training step)."""
-        step = self._default_step() if num_samples is None else _check_int("num_samples", num_samples, 0)
+        step = self._default_step() if num_samples is None else check_int("num_samples", num_samples, 0)
         self.consumed_samples = self._check_consumed(self.consumed_samples + step)
 
     def _default_step(self) -> int:
@@ -157,7 +151,7 @@ class _PretrainingBase:
                 + "; build the sampler with the configuration the state was saved with"
             )
         self._check_layout(int(state["micro_batch_size"]), int(state["data_parallel_size"]))
-        consumed = _check_int("state['consumed_samples']", state["consumed_samples"], 0)
+        consumed = check_int("state['consumed_samples']", state["consumed_samples"], 0)
         self._check_state_extra(state, consumed)
         self.consumed_samples = self._check_consumed(consumed)
 
@@ -257,7 +251,7 @@ class RandomSampler(_PretrainingBase):
         *,
         auto_advance: bool = True,
     ) -> None:
-        self.seed = _check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0)
         self.data_sharding = bool(data_sharding)
         self.megatron_compat = bool(megatron_compat)
         if self.megatron_compat and self.seed != 0:
@@ -265,8 +259,8 @@ class RandomSampler(_PretrainingBase):
                 f"seed={seed!r} is invalid with megatron_compat=True: Megatron-LM seeds its sampler with the "
                 "epoch only; leave seed=0, or pass megatron_compat=False to shuffle with your seed"
             )
-        total = _check_int("total_samples", total_samples, 1)
-        gbs = _check_int("micro_batch_size", micro_batch_size, 1) * _check_int(
+        total = check_int("total_samples", total_samples, 1)
+        gbs = check_int("micro_batch_size", micro_batch_size, 1) * check_int(
             "data_parallel_size", data_parallel_size, 1
         )
         if total < gbs:
@@ -350,7 +344,7 @@ class RandomSampler(_PretrainingBase):
 
     def epoch_batches(self, epoch: int) -> np.ndarray:
         """Return this rank's micro-batches of a whole epoch as an int64 array of shape (batches, mbs)."""
-        epoch = _check_int("epoch", epoch, 0)
+        epoch = check_int("epoch", epoch, 0)
         if self._cache is None or self._cache[0] != epoch:
             make = self._megatron_rows if self.megatron_compat else self._numpy_rows
             rows = make(epoch)

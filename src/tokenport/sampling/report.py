@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment, pack_best_fit_arrays, packing_metrics
 from ..packing.bins import check_lengths
-from .budget import check_positive
+from .checks import check_int
 from .length_grouping import length_grouped_order
 
 __all__ = ["batching_report", "padding_ratio", "render_batching_report"]
@@ -43,7 +43,7 @@ def padding_ratio(lengths: Sequence[int] | np.ndarray, order: np.ndarray, batch_
     walked = values[np.asarray(order, dtype=np.int64)]
     if walked.size == 0:
         return 0.0
-    starts = np.arange(0, walked.size, check_positive("batch_size", batch_size))
+    starts = np.arange(0, walked.size, check_int("batch_size", batch_size))
     counts = np.diff(np.append(starts, walked.size))
     slots = int((np.maximum.reduceat(walked, starts) * counts).sum())
     return 1.0 - int(walked.sum()) / slots if slots else 0.0
@@ -59,9 +59,9 @@ def batching_report(
 ) -> dict[str, Any]:
     """Padding of random vs length-grouped batches, BFD packing and KK balance on the same lengths (see module)."""
     values = check_lengths(lengths)
-    batch_size = check_positive("batch_size", batch_size)
-    capacity = check_positive("capacity", capacity)
-    num_ranks = check_positive("num_ranks", num_ranks)
+    batch_size = check_int("batch_size", batch_size)
+    capacity = check_int("capacity", capacity)
+    num_ranks = check_int("num_ranks", num_ranks)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed={seed!r} is invalid: pass an integer >= 0")
     if values.size == 0:
