@@ -4,9 +4,9 @@ Megatron-exact indices mean sharing Megatron's shuffles, and those dominate an i
 ``RandomState.shuffle`` is a Fisher-Yates pass whose swap ``j`` for position ``i`` is drawn by
 ``random_interval(i)``: MT19937 32-bit outputs (64-bit above 2**32 - 1) masked to the smallest
 all-ones mask covering ``i``, redrawn while above ``i``. Here the same generator runs in numba,
-twisting and tempering 624 outputs at a time, and the draws are made a block ahead of the
-swaps, so the random memory accesses of the swaps overlap instead of waiting on the generator
-one by one. Seeding is MT19937's init_genrand, as ``RandomState(int)`` does, so a sequence of
+twisting and tempering 624 outputs at a time; the draws are made a block ahead of the swaps
+and each swap's target is prefetched a few dozen swaps ahead, so the random memory accesses
+overlap instead of waiting on memory one by one. Seeding is MT19937's init_genrand, as ``RandomState(int)`` does, so a sequence of
 shuffles matches numpy's.
 """
 
@@ -15,9 +15,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_STATE_WORDS = 624  # MT19937 state length (N)
-_SHIFT_WORDS = 397  # MT19937 middle word offset (M)
+from .mt19937 import STATE_WORDS as _STATE_WORDS
+from .mt19937 import refill as _refill
+from .mt19937 import seed as _seed
+from .prefetch import prefetch
+
 _BLOCK = 4096  # swaps whose targets are drawn ahead at once
+_AHEAD = 32  # swaps between prefetching a target and swapping it
 
 
 class LegacyShuffler:
@@ -41,40 +45,6 @@ class LegacyShuffler:
         if array.ndim != 1:
             raise ValueError(f"shuffle takes a 1-D array, got shape {array.shape}")
         self._position = _shuffle(array, self._key, self._outputs, self._position)
-
-
-@numba.njit(cache=True)
-def _seed(key: np.ndarray, seed: int) -> None:
-    """MT19937's init_genrand, which RandomState(int) uses."""
-    value = np.uint64(seed)  # uint64 with explicit masks: numba widens uint32 products
-    key[0] = value
-    for i in range(1, _STATE_WORDS):
-        value = (np.uint64(1812433253) * (value ^ (value >> np.uint64(30))) + np.uint64(i)) & np.uint64(0xFFFFFFFF)
-        key[i] = value
-
-
-@numba.njit(cache=True, inline="always")
-def _twist(key: np.ndarray, i: int, following: int, shifted: int) -> None:
-    """One word of MT19937's twist: mix word i with its follower and the word M ahead."""
-    y = (key[i] & np.uint32(0x80000000)) | (key[following] & np.uint32(0x7FFFFFFF))
-    key[i] = key[shifted] ^ (y >> np.uint32(1)) ^ (np.uint32(0x9908B0DF) * (y & np.uint32(1)))
-
-
-@numba.njit(cache=True)
-def _refill(key: np.ndarray, outputs: np.ndarray) -> None:
-    """Twist the 624 state words and temper all of them at once (branch-free, so LLVM vectorizes)."""
-    for i in range(_STATE_WORDS - _SHIFT_WORDS):  # three runs, so no index needs a modulo
-        _twist(key, i, i + 1, i + _SHIFT_WORDS)
-    for i in range(_STATE_WORDS - _SHIFT_WORDS, _STATE_WORDS - 1):
-        _twist(key, i, i + 1, i + _SHIFT_WORDS - _STATE_WORDS)
-    _twist(key, _STATE_WORDS - 1, 0, _SHIFT_WORDS - 1)
-    for i in range(_STATE_WORDS):
-        y = key[i]
-        y ^= y >> np.uint32(11)
-        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
-        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
-        y ^= y >> np.uint32(18)
-        outputs[i] = y
 
 
 @numba.njit(cache=True, inline="always")
@@ -139,7 +109,11 @@ def _shuffle(array: np.ndarray, key: np.ndarray, outputs: np.ndarray, position: 
                         break
                 targets[drawn] = np.int64(value)
             drawn += 1
+        for k in range(min(_AHEAD, drawn)):
+            prefetch(array, targets[k])
         for k in range(drawn):
+            if k + _AHEAD < drawn:
+                prefetch(array, targets[k + _AHEAD])
             j = targets[k]
             swap = array[i]
             array[i] = array[j]

@@ -57,6 +57,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .checks import check_int
+from .torch_randperm import randperm
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
 
@@ -368,7 +369,7 @@ class RandomSampler(_PretrainingBase):
         return np.ascontiguousarray(slots[:, first_slot : first_slot + mbs])
 
     def _megatron_rows(self, epoch: int) -> np.ndarray:
-        """Return Megatron-LM's order for this rank (torch.randperm seeded with the epoch)."""
+        """Return Megatron-LM's order for this rank (torch.randperm seeded with the epoch, drawn by the twin)."""
         import torch  # lazily: only Megatron's exact order needs torch
 
         mbs, dp, rank = self.micro_batch_size, self.data_parallel_size, self.data_parallel_rank
@@ -379,13 +380,13 @@ class RandomSampler(_PretrainingBase):
             # Rank r shuffles bucket [r * size, (r + 1) * size), size = (total // gbs) * mbs; resuming at
             # c consumed samples skips c // dp = (c // gbs) * mbs ids of it, i.e. c // gbs whole rows.
             size = batches * mbs
-            perm = torch.randperm(size, generator=generator).numpy().astype(np.int64)
+            perm = randperm(size, generator).astype(np.int64)
             return (perm + rank * size).reshape(batches, mbs)
         # One permutation of (total // mbs) * mbs ids (longer than the active samples when total % gbs
         # >= mbs); Megatron takes perm[c:][rank::dp], which equals perm[rank::dp][c // dp:] since dp divides
         # c, and drops its last incomplete micro-batch. See _rows_per_epoch for the extra row.
         size = (self.total_samples // mbs) * mbs
-        perm = torch.randperm(size, generator=generator).numpy().astype(np.int64)
+        perm = randperm(size, generator).astype(np.int64)
         rows = self._rows_per_epoch()
         return np.ascontiguousarray(perm[rank::dp][: rows * mbs]).reshape(rows, mbs)
 
