@@ -11,6 +11,7 @@ from .packing import karmarkar_karp, pack_best_fit
 from .prepare import PrepareConfig, PrepareResult, prepare
 from .packed import PackedDataset
 from .sampling import (
+    DatasetEpochs,
     DistributedLengthGroupedSampler,
     LengthGroupedSampler,
     PaddingCollator,
@@ -27,6 +28,7 @@ __all__ = [
     "BlendedDataset",
     "ConfigError",
     "CorruptStoreError",
+    "DatasetEpochs",
     "DistributedLengthGroupedSampler",
     "GPTDataset",
     "GPTSampleConfig",

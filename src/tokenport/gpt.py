@@ -336,6 +336,12 @@ class GPTDataset:
     def __len__(self) -> int:
         return len(self.shuffle_index)
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples one pass over the split's tokens makes (what an epoch of this dataset means)."""
+        tokens_per_epoch = int(self._lengths[self.indices].sum(dtype=np.int64))
+        return max(1, (tokens_per_epoch - self._options.extra) // self.config.seq_length)
+
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
         index = operator.index(idx)

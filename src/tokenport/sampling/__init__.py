@@ -8,7 +8,8 @@ Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch s
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
 ``StatefulLoader`` (``loader``): torch's DataLoader over those samplers, counting only the
-batches handed to training, so a checkpoint resumes exactly despite workers and prefetch.
+batches handed to training, so a checkpoint resumes exactly despite workers and prefetch;
+``progress``: how many epochs of each dataset of a blend the consumed samples cover.
 
 Micro-batches (``budget``): cut an order under a token budget; balance a global batch across
 ranks (Karmarkar-Karp). Collators (``collate``): padding, and padding-free with cu_seqlens.
@@ -16,7 +17,7 @@ ranks (Karmarkar-Karp). Collators (``collate``): padding, and padding-free with 
 
 Length grouping (``length_grouping``): transformers-compatible ``get_length_grouped_indices``
 and its samplers, index for index equal to transformers' given a torch generator, numpy-only
-given a seed.
+given a seed (``torch_randperm``: torch's permutation drawn in numba, same generator state).
 """
 
 from .budget import balanced_micro_batches, token_budget_batches
@@ -29,8 +30,10 @@ from .length_grouping import (
 )
 from .loader import StatefulLoader
 from .pretraining import PretrainingSampler, RandomSampler
+from .progress import DatasetEpochs, dataset_epochs
 
 __all__ = [
+    "DatasetEpochs",
     "DistributedLengthGroupedSampler",
     "LengthGroupedSampler",
     "PaddingCollator",
@@ -39,6 +42,7 @@ __all__ = [
     "RandomSampler",
     "StatefulLoader",
     "balanced_micro_batches",
+    "dataset_epochs",
     "get_length_grouped_indices",
     "length_grouped_order",
     "token_budget_batches",

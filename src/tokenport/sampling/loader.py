@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .pretraining import PretrainingSampler, RandomSampler
+from .progress import DatasetEpochs, dataset_epochs
 
 __all__ = ["StatefulLoader"]
 
@@ -27,7 +28,8 @@ class StatefulLoader:
     the loader counts). Keyword arguments go to the DataLoader (``num_workers``,
     ``prefetch_factor``, ``pin_memory``, ``persistent_workers``...). One ``for`` loop runs to the
     end of the data (PretrainingSampler) or of the current epoch (RandomSampler: loop again for
-    the next; ``epoch`` says which). ``state_dict()``/``load_state_dict()`` checkpoint between steps.
+    the next; ``epoch`` says which). ``state_dict()``/``load_state_dict()`` checkpoint between steps;
+    ``dataset_epochs()`` reports how far each dataset of a blend has got and where its epochs ended.
     """
 
     def __init__(
@@ -76,6 +78,12 @@ class StatefulLoader:
         for batch in loader:
             self.sampler.advance()
             yield batch
+
+    def dataset_epochs(self) -> tuple[DatasetEpochs, ...]:
+        """Per dataset (each child of a blend, else the one dataset): samples consumed by all ranks,
+        epochs so far and the consumed-sample count where each epoch ended. Recomputed from the
+        consumed samples (cost linear in them): call it when logging, not every step."""
+        return dataset_epochs(self.dataset, self.sampler.consumed_stream())
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the last batch handed over (a few integers)."""

@@ -65,6 +65,7 @@ __all__ = ["PretrainingSampler", "RandomSampler"]
 _KINDS = {1: "PretrainingSampler", 2: "RandomSampler"}
 # Rows converted to Python lists at a time: keeps the per-batch cost low without a huge list.
 _CHUNK_ROWS = 4096
+_STREAM_CHUNK = 1 << 22  # ids per array of PretrainingSampler.consumed_stream
 
 
 def _fingerprint(identity: Mapping[str, int]) -> int:
@@ -228,6 +229,11 @@ class PretrainingSampler(_PretrainingBase):
             # Megatron slices the partial batch list: batch[lo:lo + mbs], possibly short or empty.
             yield list(range(base + min(lo, partial), base + min(lo + mbs, partial)))
 
+    def consumed_stream(self) -> Iterator[np.ndarray]:
+        """The global sample ids consumed so far (all ranks), in order, in chunks: ``0 .. consumed - 1``."""
+        for start in range(0, self.consumed_samples, _STREAM_CHUNK):
+            yield np.arange(start, min(self.consumed_samples, start + _STREAM_CHUNK), dtype=np.int64)
+
 
 class RandomSampler(_PretrainingBase):
     """Megatron-LM's cyclic random batch sampler; elastic and numpy-seeded unless ``megatron_compat``.
@@ -342,6 +348,31 @@ class RandomSampler(_PretrainingBase):
                 if self.auto_advance:
                     self.consumed_samples += gbs
                 yield batch
+
+    def consumed_stream(self) -> Iterator[np.ndarray]:
+        """The global sample ids consumed so far (all ranks), in order: one array per epoch begun.
+
+        Megatron-compatible mode without data sharding counts the extra micro-batch some ranks
+        take per epoch (see the module docstring) in ``consumed_samples``; the stream leaves it out.
+        """
+        epoch, offset = divmod(self.consumed_samples, self.active_samples)
+        for past in range(epoch):
+            yield self.global_batches(past).reshape(-1)
+        if offset:
+            yield self.global_batches(epoch)[: offset // self.global_batch_size].reshape(-1)
+
+    def global_batches(self, epoch: int) -> np.ndarray:
+        """All ranks' micro-batches of an epoch, rank after rank in each global batch: (batches, gbs)."""
+        batches = self.active_samples // self.global_batch_size
+        if not self.megatron_compat:  # elastic: the order depends only on the global batch
+            whole = RandomSampler(self.total_samples, 0, self.global_batch_size, 0, 1, self.seed, self.data_sharding)
+            return whole.epoch_batches(epoch)
+        ranks = [
+            RandomSampler(self.total_samples, 0, self.micro_batch_size, rank, self.data_parallel_size,
+                          data_sharding=self.data_sharding, megatron_compat=True).epoch_batches(epoch)[:batches]
+            for rank in range(self.data_parallel_size)
+        ]
+        return np.concatenate(ranks, axis=1)
 
     def epoch_batches(self, epoch: int) -> np.ndarray:
         """Return this rank's micro-batches of a whole epoch as an int64 array of shape (batches, mbs)."""
