@@ -269,7 +269,8 @@ def test_kk_equals_reference():
         k, equal_size = int(rng.integers(1, 7)), bool(trial % 2)
         n = k * int(rng.integers(1, 15)) if equal_size else int(rng.integers(1, 60))
         w = rng.integers(0, 20, n).astype(float)  # many ties
-        assert karmarkar_karp_assignment(w, k, equal_size).tolist() == ref_karmarkar_karp(w.tolist(), k, equal_size)
+        plain = karmarkar_karp_assignment(w, k, equal_size, refine=False)
+        assert plain.tolist() == ref_karmarkar_karp(w.tolist(), k, equal_size)
 
 
 def test_kk_partitions_all_ids_largest_group_first():
@@ -295,6 +296,33 @@ def test_kk_equal_size_counts():
         assert {len(g) for g in groups} <= {n // k}
     w = workload(np.arange(1, 17), quadratic=0.01)
     assert balance_metrics(karmarkar_karp(w, 4, equal_size=True), w)["max_relative_deviation"] < 0.02
+
+
+def _spread(groups, w) -> float:
+    totals = [float(np.sum(w[g])) for g in groups]
+    return max(totals) - min(totals)
+
+
+def test_kk_equal_size_swaps_never_worsen_and_fix_heavy_tails():
+    rng = np.random.default_rng(9)
+    for trial in range(200):
+        k = int(rng.integers(2, 9))
+        n = k * int(rng.integers(1, 40))
+        w = workload(rng.lognormal(6, 1.2, n).astype(int) + 1, quadratic=1 / 1024) if trial % 2 else (
+            rng.integers(0, 30, n).astype(float))
+        refined = karmarkar_karp(w, k, equal_size=True)
+        check_partition(refined, n, k)
+        assert {len(g) for g in refined} == {n // k}
+        assert _spread(refined, w) <= _spread(karmarkar_karp(w, k, equal_size=True, refine=False), w) + 1e-9
+        totals = [float(np.sum(w[g])) for g in refined]
+        assert totals == sorted(totals, reverse=True)
+        assert karmarkar_karp(w, k, equal_size=True) == refined  # deterministic
+    # A heavy-tailed attention workload: plain KK leaves equal counts far apart, the swaps do not.
+    lengths = np.random.default_rng(0).lognormal(6, 1, 4096).astype(int) + 1
+    w = workload(lengths, quadratic=1 / 1024)
+    plain = balance_metrics(karmarkar_karp(w, 8, equal_size=True, refine=False), w)["max_relative_deviation"]
+    refined = balance_metrics(karmarkar_karp(w, 8, equal_size=True), w)["max_relative_deviation"]
+    assert refined < 0.01 < plain
 
 
 def test_kk_two_way_is_optimal_up_to_four_items_and_within_seven_sixths():
