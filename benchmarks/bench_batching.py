@@ -35,7 +35,8 @@ import numpy as np
 from tokenport.corpus import build_demo_corpus
 from tokenport.prepare import PrepareConfig, prepare
 from tokenport.sampling import PretrainingSampler, RandomSampler, length_grouped_order
-from tokenport.sampling.report import batching_report, lengths_of
+from tokenport.inspection import lengths_of
+from tokenport.sampling.report import batching_report
 
 from _harness import Row, best_of, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 

@@ -16,6 +16,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "reopened from the cache" in out and "samples/s" in out
     assert "packed:" in out and "the global stream continues with" in out
     assert "largest prefix deviation" in out and "train/valid/test: 20,000 / 200 / 20 samples" in out
+    assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
     # stage 6's dataset, then 2 stores x 3 splits and one blend per split
     assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")

@@ -23,7 +23,7 @@ from .indexed import IndexedDataset, merge, verify
 from .inspection import render, summarize
 from .packed import PackedDataset
 from .prepare import PrepareConfig, prepare
-from .sampling import RandomSampler
+from .sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from .sampling.report import batching_report, render_batching_report
 from .tokenizers import load_tokenizer
 
@@ -148,6 +148,14 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo
     sample = train[0]
     echo(f"train[0] comes from {os.path.relpath(train.datasets[sample['dataset_id']].dataset.prefix, workdir)}; "
          f"samples per store: {train.samples_per_dataset().tolist()}")
+    sampler = PretrainingSampler(len(train), 0, micro_batch_size=8, data_parallel_rank=0, data_parallel_size=4)
+    sampler.advance(16_000)  # as if 500 training steps of 32 samples had run
+    echo(f"after {sampler.consumed_samples:,} training samples, passes over each store's train split "
+         "(and where the first ended):")
+    for report in dataset_epochs(train, sampler.consumed_stream()):
+        name = os.path.relpath(train.datasets[report.dataset].dataset.prefix, workdir)
+        first = f", first at sample {report.boundaries[0]:,}" if report.boundaries else ""
+        echo(f"  {name}: {report.epochs:.2f} epochs{first}")
 
 
 def _sampling(prefix: str, echo: Echo) -> None:
