@@ -2,7 +2,16 @@
 
 __version__ = "0.1.0"
 
-from .errors import ConfigError, CorruptStoreError, InputDataError, StorageError, TokenizerError, TokenportError
+from .errors import (
+    ConfigError,
+    CorruptStoreError,
+    DockTimeout,
+    InputDataError,
+    StorageError,
+    TokenizerError,
+    TokenportError,
+)
+from .dock import Dock
 from .blend import BlendedDataset
 from .build import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
 from .gpt import GPTDataset, GPTSampleConfig
@@ -30,6 +39,8 @@ __all__ = [
     "CorruptStoreError",
     "DatasetEpochs",
     "DistributedLengthGroupedSampler",
+    "Dock",
+    "DockTimeout",
     "GPTDataset",
     "GPTSampleConfig",
     "IndexCache",

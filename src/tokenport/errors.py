@@ -28,3 +28,7 @@ class StorageError(TokenportError):
 
 class TokenizerError(TokenportError):
     """A tokenizer cannot be loaded, or produced ids that do not fit the store."""
+
+
+class DockTimeout(TokenportError, TimeoutError):
+    """A dock ``get`` waited its whole ``timeout`` without enough ready rows."""

@@ -1,0 +1,31 @@
+"""The experience dock: per-row RL data between rollout, scoring and training stages.
+
+``Dock`` (``dock``) holds columns of rows by partition with a readiness bit per cell and a
+consumption bit per consumer and row; ``put`` writes, ``get`` waits for ready rows and hands
+them out (optionally under a lease). ``samplers`` choose which rows: sequential, per-rank
+slices, seeded random, whole prompt groups, balanced across data-parallel ranks, or any
+callable. ``ragged``: packed (flat + lengths) and padded forms and the helpers between them.
+"""
+
+from .batch import Batch
+from .dock import Dock
+from .ragged import Packed, Padded, pack, pad, truncate
+from .samplers import Balanced, PromptGroups, RandomRows, RankSlices, SampleRequest, Sequential
+from .schema import Column
+
+__all__ = [
+    "Balanced",
+    "Batch",
+    "Column",
+    "Dock",
+    "Packed",
+    "Padded",
+    "PromptGroups",
+    "RandomRows",
+    "RankSlices",
+    "SampleRequest",
+    "Sequential",
+    "pack",
+    "pad",
+    "truncate",
+]

@@ -1,0 +1,81 @@
+"""What a ``get`` returns: the rows, their columns (arrays, or Packed for ragged ones), and the lease."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .ragged import Packed, Padded
+
+__all__ = ["Batch"]
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Rows of one partition. ``batch[name]`` is an array ``(rows, *shape)`` for a fixed column and
+    ``Packed`` (flat values + lengths) for a ragged one. ``lease_id`` is set when the rows were
+    handed out under a lease: ``Dock.ack(lease_id)`` consumes them, ``Dock.nack`` returns them."""
+
+    partition: str
+    rows: np.ndarray
+    columns: dict[str, np.ndarray | Packed]
+    lease_id: int | None = None
+    group_size: int = field(default=1, repr=False)
+
+    def __getitem__(self, name: str) -> np.ndarray | Packed:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise ConfigError(f"batch has no column {name!r}; it holds {sorted(self.columns)}") from None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def prompts(self) -> np.ndarray:
+        """The prompt (group) of each row: ``row // n_samples_per_prompt``."""
+        return self.rows // self.group_size
+
+    def padded(self, name: str, pad_value: Any = 0, *, multiple_of: int = 1) -> Padded:
+        """A ragged column padded to its longest row (rounded up to ``multiple_of``)."""
+        column = self[name]
+        if not isinstance(column, Packed):
+            raise ConfigError(f"column {name!r} is not ragged: it is already a {column.shape} array")
+        return column.padded(pad_value, multiple_of=multiple_of)
+
+    def split(self, parts: int) -> list["Batch"]:
+        """``parts`` consecutive batches of equal row count (the per-rank parts of a ``Balanced`` batch)."""
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1 or len(self) % parts:
+            raise ConfigError(f"parts={parts!r}: the batch's {len(self)} rows do not split into that many equal parts")
+        size = len(self) // parts
+        return [self.select(np.arange(k * size, (k + 1) * size)) for k in range(parts)]
+
+    def select(self, positions: np.ndarray) -> "Batch":
+        """The batch restricted to the rows at ``positions`` (indices into ``self.rows``), same lease."""
+        columns: dict[str, np.ndarray | Packed] = {}
+        for name, column in self.columns.items():
+            if isinstance(column, Packed):
+                offsets = column.offsets
+                pieces = [column.values[offsets[p] : offsets[p + 1]] for p in positions.tolist()]
+                values = np.concatenate(pieces) if pieces else column.values[:0]
+                columns[name] = Packed(values, column.lengths[positions])
+            else:
+                columns[name] = column[positions]
+        return Batch(self.partition, self.rows[positions], columns, self.lease_id, self.group_size)
+
+    def to_torch(self, pad_value: Any = 0) -> dict[str, Any]:
+        """Torch tensors: fixed columns as they are; ragged ones padded, with ``<name>_lengths``."""
+        import torch
+
+        tensors: dict[str, Any] = {"rows": torch.from_numpy(self.rows)}
+        for name, column in self.columns.items():
+            if isinstance(column, Packed):
+                padded = column.padded(pad_value)
+                tensors[name] = torch.from_numpy(padded.values)
+                tensors[f"{name}_lengths"] = torch.from_numpy(padded.lengths)
+            else:
+                tensors[name] = torch.from_numpy(np.ascontiguousarray(column))
+        return tensors

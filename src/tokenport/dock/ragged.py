@@ -1,0 +1,188 @@
+"""Variable-length rows without Python lists of small arrays: packed (flat + lengths) and padded forms.
+
+RL experience is ragged (responses of 12 to 4096 tokens). Moving it as a list of per-row arrays
+costs a Python object per row at every hop, and padding it before transport moves the padding
+too. ``Packed`` keeps one flat buffer and the row lengths; ``Padded`` is the 2-D form a model
+consumes. Conversions are single vectorized copies. Rows may hold vectors (``values`` of shape
+``(total, *inner)``), e.g. top-k log-probs per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = ["Packed", "Padded", "as_packed", "pack", "pad", "truncate"]
+
+
+@dataclass(frozen=True, eq=False)
+class Packed:
+    """Rows laid end to end: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``."""
+
+    values: np.ndarray
+    lengths: np.ndarray
+
+    def __post_init__(self) -> None:
+        lengths = np.asarray(self.lengths)
+        if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
+            raise ConfigError(f"lengths: expected a 1-D integer array, got shape {lengths.shape} dtype {lengths.dtype}")
+        lengths = lengths.astype(np.int64, copy=False)
+        if lengths.size and int(lengths.min()) < 0:
+            raise ConfigError(f"lengths: row {int(np.argmin(lengths))} has a negative length {int(lengths.min())}")
+        values = np.asarray(self.values)
+        if values.ndim == 0:
+            raise ConfigError("values: expected a flat array of the rows' items laid end to end, got a scalar")
+        if int(lengths.sum()) != len(values):
+            raise ConfigError(f"values holds {len(values)} items but the lengths add up to {int(lengths.sum())}")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "lengths", lengths)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Row starts plus the end: ``len(self) + 1`` int64 offsets into ``values``."""
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=offsets[1:])
+        return offsets
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i`` as a view of ``values``."""
+        start = int(self.lengths[:i].sum())
+        return self.values[start : start + int(self.lengths[i])]
+
+    def to_list(self) -> list[np.ndarray]:
+        """The rows as views of ``values``, one array per row."""
+        return np.split(self.values, self.offsets[1:-1])
+
+    def padded(self, pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> "Padded":
+        """The rows as a 2-D array padded to the longest row (rounded up to ``multiple_of``) or to ``length``."""
+        return pad(self, pad_value, multiple_of=multiple_of, length=length)
+
+    def __repr__(self) -> str:
+        return f"Packed({len(self)} rows, {len(self.values)} items of {self.values.dtype})"
+
+
+@dataclass(frozen=True, eq=False)
+class Padded:
+    """Rows as a ``(rows, width, *inner)`` array; row ``i`` is ``values[i, :lengths[i]]``, the rest padding."""
+
+    values: np.ndarray
+    lengths: np.ndarray
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values)
+        lengths = np.asarray(self.lengths)
+        if values.ndim < 2:
+            raise ConfigError(f"values: expected a 2-D (rows, width) array, got shape {values.shape}")
+        if lengths.shape != (values.shape[0],) or (lengths.size and lengths.dtype.kind not in "iu"):
+            raise ConfigError(
+                f"lengths: expected {values.shape[0]} integer lengths, one per row, got shape {lengths.shape}"
+            )
+        lengths = lengths.astype(np.int64, copy=False)
+        if lengths.size and (int(lengths.min()) < 0 or int(lengths.max()) > values.shape[1]):
+            bad = int(np.flatnonzero((lengths < 0) | (lengths > values.shape[1]))[0])
+            raise ConfigError(f"lengths[{bad}] = {int(lengths[bad])} is outside [0, width = {values.shape[1]}]")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "lengths", lengths)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """``(rows, width)`` bool, True on real items (an attention mask)."""
+        return np.arange(self.values.shape[1]) < self.lengths[:, None]
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def packed(self) -> Packed:
+        """The rows without their padding, end to end."""
+        return Packed(self.values[self.mask], self.lengths)
+
+    def __repr__(self) -> str:
+        return f"Padded({self.values.shape} of {self.values.dtype})"
+
+
+def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
+    """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end."""
+    arrays = [np.asarray(row, dtype=dtype) for row in rows]
+    for i, array in enumerate(arrays):
+        if array.ndim == 0:
+            raise ConfigError(f"rows[{i}] is a scalar: each row must be an array of items")
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    if not arrays:
+        return Packed(np.zeros(0, dtype=dtype or np.float64), lengths)
+    inner = {a.shape[1:] for a in arrays}
+    if len(inner) > 1:
+        raise ConfigError(f"rows have different item shapes {sorted(inner)}: every row's items must share one shape")
+    return Packed(np.concatenate(arrays), lengths)
+
+
+def pad(
+    rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None
+) -> Padded:
+    """Pad rows to the longest, rounded up to ``multiple_of`` (tensor/context parallel sizes), or to ``length``."""
+    packed = rows if isinstance(rows, Packed) else pack(rows)
+    if isinstance(multiple_of, bool) or not isinstance(multiple_of, (int, np.integer)) or multiple_of < 1:
+        raise ConfigError(f"multiple_of={multiple_of!r} is invalid: pass an integer >= 1")
+    longest = int(packed.lengths.max()) if len(packed) else 0
+    if length is None:
+        width = -(-longest // multiple_of) * multiple_of
+    elif isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < longest:
+        raise ConfigError(f"length={length!r} is invalid: the longest row has {longest} items; truncate first")
+    else:
+        width = int(length)
+    values = np.full((len(packed), width, *packed.values.shape[1:]), pad_value, dtype=packed.values.dtype)
+    values[np.arange(width) < packed.lengths[:, None]] = packed.values
+    return Padded(values, packed.lengths)
+
+
+def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
+    """Cut every row to at most ``max_length`` items, keeping its ``"head"`` or its ``"tail"``."""
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 0:
+        raise ConfigError(f"max_length={max_length!r} is invalid: pass an integer >= 0")
+    if keep not in ("head", "tail"):
+        raise ConfigError(f"keep={keep!r} is invalid: pass 'head' or 'tail'")
+    lengths = np.minimum(packed.lengths, max_length)
+    offsets = packed.offsets
+    starts = offsets[:-1] if keep == "head" else offsets[1:] - lengths
+    return Packed(packed.values[_ranges(starts, lengths)], lengths)
+
+
+def as_packed(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[int, ...] = ()) -> Packed:
+    """``value`` (Packed, Padded, or a sequence of arrays) as Packed of ``dtype``, or a ConfigError naming ``name``."""
+    if isinstance(value, Padded):
+        value = value.packed()
+    elif not isinstance(value, Packed):
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            raise ConfigError(
+                f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or Padded(values, lengths), "
+                f"not one {value.ndim}-D array"
+            )
+        value = pack(list(value))
+    if len(value) != rows:
+        raise ConfigError(f"column {name!r}: {len(value)} rows of data for {rows} row ids")
+    if value.values.shape[1:] != inner:
+        raise ConfigError(f"column {name!r}: items of shape {value.values.shape[1:]}, the column's are {inner}")
+    if not np.can_cast(value.values.dtype, dtype, casting="same_kind"):
+        raise ConfigError(f"column {name!r}: dtype {value.values.dtype} does not fit the column's {dtype}")
+    return value
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(start, start + length)`` for each pair, vectorized."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    nonempty = lengths > 0
+    starts, lengths = starts[nonempty], lengths[nonempty]
+    steps = np.ones(total, dtype=np.int64)
+    heads = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=heads[1:])
+    steps[heads] = starts - np.concatenate(([0], starts[:-1] + lengths[:-1] - 1))
+    return np.cumsum(steps)

@@ -1,0 +1,119 @@
+"""One partition's data and bits: fixed columns as arrays, ragged columns packed, readiness per cell.
+
+Not thread-safe on its own: the ``Dock`` holds its lock around every call. Ragged columns grow
+one flat buffer per partition (doubling, so appends cost amortized O(1)) with a start and a
+length per row; rewriting a row (``overwrite``) appends its new items and abandons the old ones
+until the partition is cleared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ragged import Packed
+from .schema import Column
+
+__all__ = ["Partition"]
+
+
+class _RaggedColumn:
+    """Packed rows of one ragged column of one partition."""
+
+    def __init__(self, column: Column, rows: int) -> None:
+        self.buffer = np.empty((1024, *column.shape), dtype=column.dtype)
+        self.used = 0
+        self.starts = np.zeros(rows, dtype=np.int64)
+        self.lengths = np.zeros(rows, dtype=np.int64)
+
+    def write(self, rows: np.ndarray, packed: Packed) -> None:
+        """Append the rows' items and point the rows at them."""
+        needed = self.used + len(packed.values)
+        if needed > len(self.buffer):
+            grown = np.empty((max(needed, 2 * len(self.buffer)), *self.buffer.shape[1:]), dtype=self.buffer.dtype)
+            grown[: self.used] = self.buffer[: self.used]
+            self.buffer = grown
+        self.buffer[self.used : needed] = packed.values
+        self.starts[rows] = self.used + packed.offsets[:-1]
+        self.lengths[rows] = packed.lengths
+        self.used = needed
+
+    def read(self, rows: np.ndarray) -> Packed:
+        """The rows' items, copied out in the order of ``rows``."""
+        starts, lengths = self.starts[rows], self.lengths[rows]
+        pieces = [self.buffer[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
+        values = np.concatenate(pieces) if pieces else self.buffer[:0].copy()
+        return Packed(values, lengths.copy())
+
+    @property
+    def nbytes(self) -> int:
+        return self.used * self.buffer.itemsize * int(np.prod(self.buffer.shape[1:], dtype=np.int64))
+
+
+class Partition:
+    """Rows ``0 .. rows - 1`` of one partition: data, readiness per column, consumption per consumer."""
+
+    def __init__(self, name: str, rows: int) -> None:
+        self.name = name
+        self.rows = rows
+        self.fixed: dict[str, np.ndarray] = {}
+        self.ragged: dict[str, _RaggedColumn] = {}
+        self.ready: dict[str, np.ndarray] = {}
+        self.consumed: dict[str, np.ndarray] = {}
+        self.leased: dict[str, np.ndarray] = {}  # lease id per row, 0 when not leased
+
+    def ready_of(self, name: str) -> np.ndarray:
+        """The readiness bits of a column (created empty on first use)."""
+        if name not in self.ready:
+            self.ready[name] = np.zeros(self.rows, dtype=bool)
+        return self.ready[name]
+
+    def consumed_of(self, consumer: str) -> np.ndarray:
+        """The consumption bits of a consumer (created empty on first use)."""
+        if consumer not in self.consumed:
+            self.consumed[consumer] = np.zeros(self.rows, dtype=bool)
+            self.leased[consumer] = np.zeros(self.rows, dtype=np.int64)
+        return self.consumed[consumer]
+
+    def leased_of(self, consumer: str) -> np.ndarray:
+        self.consumed_of(consumer)
+        return self.leased[consumer]
+
+    def write(self, column: Column, rows: np.ndarray, value: np.ndarray | Packed) -> None:
+        """Store a column's data for ``rows`` (already checked); readiness is flipped by the caller."""
+        if column.ragged:
+            if column.name not in self.ragged:
+                self.ragged[column.name] = _RaggedColumn(column, self.rows)
+            self.ragged[column.name].write(rows, value)
+        else:
+            if column.name not in self.fixed:
+                self.fixed[column.name] = np.zeros((self.rows, *column.shape), dtype=column.dtype)
+            self.fixed[column.name][rows] = value
+
+    def read(self, column: Column, rows: np.ndarray) -> np.ndarray | Packed:
+        """A copy of a column's data for ``rows``, in their order."""
+        if column.ragged:
+            return self.ragged[column.name].read(rows)
+        return self.fixed[column.name][rows]
+
+    def eligible(self, consumer: str, columns: list[str]) -> np.ndarray:
+        """Rows whose ``columns`` are all ready, not consumed by ``consumer`` and not leased to it."""
+        mask = ~self.consumed_of(consumer) & (self.leased_of(consumer) == 0)
+        for name in columns:
+            mask &= self.ready_of(name)
+        return np.flatnonzero(mask)
+
+    def remaining(self, consumer: str) -> int:
+        """Rows ``consumer`` has not consumed (leased ones included)."""
+        return self.rows - int(np.count_nonzero(self.consumed_of(consumer)))
+
+    def clear(self) -> None:
+        """Forget all data and bits."""
+        self.fixed.clear()
+        self.ragged.clear()
+        self.ready.clear()
+        self.consumed.clear()
+        self.leased.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.fixed.values()) + sum(c.nbytes for c in self.ragged.values())

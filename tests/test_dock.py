@@ -1,0 +1,422 @@
+"""The in-process experience dock: readiness, consumption, samplers, leases, concurrency, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+from tokenport.dock import (
+    Balanced,
+    Column,
+    Dock,
+    Packed,
+    Padded,
+    PromptGroups,
+    RandomRows,
+    RankSlices,
+    SampleRequest,
+)
+
+GROUP = 4
+
+
+def make_dock(prompts: int = 4, consumers=("ref", "train")) -> Dock:
+    dock = Dock(
+        [Column("responses", np.int32, ragged=True), Column("logp", np.float32, ragged=True),
+         Column("reward", np.float32), Column("embedding", np.float32, shape=(3,))],
+        consumers, n_samples_per_prompt=GROUP,
+    )
+    dock.add_partition("step-0", num_prompts=prompts)
+    return dock
+
+
+def responses(n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 50_000, int(rng.integers(0, 40))).astype(np.int32) for _ in range(n)]
+
+
+def put_all(dock: Dock, rows: list[np.ndarray], partition: str = "step-0") -> None:
+    n = len(rows)
+    dock.put(partition, {"responses": rows, "logp": [r.astype(np.float32) / 7 for r in rows],
+                         "reward": np.arange(n, dtype=np.float32), "embedding": np.ones((n, 3))}, rows=range(n))
+
+
+def snapshot(dock: Dock) -> dict:
+    stats = dock.stats()
+    for consumer in stats["consumers"].values():
+        consumer.pop("wait_seconds")
+    return stats
+
+
+# -- put and get ------------------------------------------------------------------------------------
+
+
+def test_round_trip_in_every_input_form_and_consumers_are_independent():
+    dock = make_dock()
+    rows = responses(16)
+    packed = tp.dock.pack(rows[4:8])
+    dock.put("step-0", {"responses": rows[:4]}, rows=[0, 1, 2, 3])
+    dock.put("step-0", {"responses": packed}, rows=np.arange(4, 8))
+    dock.put("step-0", {"responses": packed.padded(-1, multiple_of=8)}, rows=np.arange(8, 12))
+    dock.put("step-0", {"responses": Packed(np.concatenate(rows[12:]), [len(r) for r in rows[12:]])},
+             rows=range(12, 16))
+    expected = rows[:8] + rows[4:8] + rows[12:]
+    for consumer in ("ref", "train"):
+        batch = dock.get(consumer, ["responses"], 16, "step-0", timeout=1)
+        assert batch.rows.tolist() == list(range(16))
+        assert all(np.array_equal(a, b) for a, b in zip(batch["responses"].to_list(), expected))
+        assert batch["responses"].values.dtype == np.int32
+        assert dock.all_consumed(consumer, "step-0")
+
+
+def test_fixed_columns_shapes_and_padded_output():
+    dock = make_dock()
+    rows = responses(16, seed=1)
+    put_all(dock, rows)
+    batch = dock.get("train", ["reward", "embedding", "responses"], 5, "step-0", timeout=1)
+    assert batch["reward"].tolist() == [0, 1, 2, 3, 4] and batch["embedding"].shape == (5, 3)
+    padded = batch.padded("responses", multiple_of=8)
+    assert padded.values.shape[1] % 8 == 0 and padded.values.shape[1] >= max(len(r) for r in rows[:5])
+    assert np.array_equal(padded.values[2, : len(rows[2])], rows[2]) and not padded.values[2, len(rows[2]):].any()
+    assert batch.prompts.tolist() == [0, 0, 0, 0, 1]
+
+
+def test_get_waits_for_every_requested_column_then_wakes_without_polling():
+    dock = make_dock()
+    rows = responses(16)
+    dock.put("step-0", {"responses": rows}, rows=range(16))
+    woke = []
+
+    def late_reward():
+        time.sleep(0.15)
+        woke.append(time.monotonic())
+        dock.put("step-0", {"reward": np.zeros(16)}, rows=range(16))
+
+    threading.Thread(target=late_reward).start()
+    batch = dock.get("train", ["responses", "reward"], 8, "step-0", timeout=5)
+    assert time.monotonic() - woke[0] < 0.05  # woken by the put, not by a polling interval
+    assert batch.rows.tolist() == list(range(8))
+
+
+def test_end_of_partition_short_last_batch_and_any_partition():
+    dock = make_dock(prompts=3)  # 12 rows
+    put_all(dock, responses(12))
+    assert len(dock.get("train", ["reward"], 5, "step-0")) == 5
+    assert len(dock.get("train", ["reward"], 5, "step-0")) == 5
+    assert dock.get("train", ["reward"], 5, "step-0").rows.tolist() == [10, 11]
+    assert dock.get("train", ["reward"], 5, "step-0") is None
+    dock.add_partition("step-1", num_prompts=1)
+    put_all(dock, responses(4), partition="step-1")
+    batch = dock.get("train", ["reward"], 4)  # no partition named: any that can serve
+    assert batch.partition == "step-1"
+    with pytest.raises(tp.DockTimeout):
+        dock.get("train", ["reward"], 4, timeout=0.05)  # not closed: more partitions may come
+    dock.close()
+    assert dock.get("train", ["reward"], 4, timeout=1) is None
+
+
+def test_timeout_is_a_timeout_error_and_changes_nothing():
+    dock = make_dock()
+    put_all(dock, responses(8))
+    before = snapshot(dock)
+    with pytest.raises(TimeoutError, match="waited 0.05 s for 12 rows"):
+        dock.get("train", ["reward"], 12, "step-0", timeout=0.05)
+    after = snapshot(dock)
+    assert after["consumers"]["train"].pop("timeouts") == 1
+    before["consumers"]["train"].pop("timeouts")
+    assert after == before
+
+
+def test_schema_grows_while_running_and_partitions_clear_and_drop():
+    dock = make_dock()
+    put_all(dock, responses(16))
+    dock.add_column(Column("advantages", np.float32, ragged=True))
+    dock.add_consumer("critic")
+    dock.put("step-0", {"advantages": [np.ones(3)] * 16}, rows=range(16))
+    assert len(dock.get("critic", ["advantages", "reward"], 16, "step-0")) == 16
+    dock.clear("step-0")
+    assert dock.stats()["partitions"]["step-0"]["ready"]["reward"] == 0
+    put_all(dock, responses(16))  # writable again after clear
+    dock.drop_partition("step-0")
+    assert dock.partitions == {}
+
+
+def test_async_put_and_get():
+    dock = make_dock()
+
+    async def run():
+        getter = asyncio.create_task(dock.aget("train", ["reward"], 16, "step-0", timeout=5))
+        await asyncio.sleep(0.05)
+        await dock.aput("step-0", {"reward": np.arange(16)}, rows=np.arange(16))
+        return await getter
+
+    assert asyncio.run(run()).rows.tolist() == list(range(16))
+
+
+# -- samplers ---------------------------------------------------------------------------------------
+
+
+def test_rank_slices_keep_order_whatever_order_rows_arrive_in():
+    dock = make_dock(prompts=8)  # 32 rows; 2 ranks x 4 rows = global batches of 8
+    for row in reversed(range(32)):
+        dock.put("step-0", {"reward": [row]}, rows=[row])
+    seen = {0: [], 1: []}
+    for rank in (0, 1):
+        while (batch := dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(rank, 2), timeout=1)):
+            seen[rank].append(batch.rows.tolist())
+    assert seen[0] == [[0, 1, 2, 3], [8, 9, 10, 11], [16, 17, 18, 19], [24, 25, 26, 27]]
+    assert seen[1] == [[4, 5, 6, 7], [12, 13, 14, 15], [20, 21, 22, 23], [28, 29, 30, 31]]
+
+
+def test_rank_slice_waits_for_its_own_rows_only():
+    dock = make_dock(prompts=2)
+    dock.put("step-0", {"reward": np.zeros(4)}, rows=[4, 5, 6, 7])
+    assert dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(1, 2), timeout=1).rows.tolist() == [4, 5, 6, 7]
+    with pytest.raises(tp.DockTimeout):
+        dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(0, 2), timeout=0.05)
+
+
+def test_random_rows_reproducible_for_a_seed():
+    picks = []
+    for _ in range(2):
+        dock = make_dock(prompts=8)
+        put_all(dock, responses(32))
+        sampler = RandomRows(seed=3)
+        picks.append([dock.get("train", ["reward"], 8, "step-0", sampler=sampler).rows.tolist() for _ in range(4)])
+    assert picks[0] == picks[1]
+    assert sorted(sum(picks[0], [])) == list(range(32)) and picks[0][0] != list(range(8))
+
+
+def test_prompt_groups_hand_out_whole_groups_only():
+    dock = make_dock(prompts=4)
+    dock.put("step-0", {"reward": np.zeros(7)}, rows=range(7))  # group 1 is missing row 7
+    batch = dock.get("train", ["reward"], 4, "step-0", sampler=PromptGroups(), timeout=1)
+    assert batch.rows.tolist() == [0, 1, 2, 3]
+    with pytest.raises(tp.DockTimeout):
+        dock.get("train", ["reward"], 4, "step-0", sampler=PromptGroups(), timeout=0.05)
+    dock.put("step-0", {"reward": np.zeros(9)}, rows=range(7, 16))
+    batch = dock.get("train", ["reward"], 8, "step-0", sampler=PromptGroups(seed=1), timeout=1)
+    assert sorted(set(batch.prompts.tolist())) in ([1, 2], [1, 3], [2, 3]) and len(batch) == 8
+    with pytest.raises(tp.ConfigError, match="multiple of n_samples_per_prompt"):
+        dock.get("train", ["reward"], 6, "step-0", sampler=PromptGroups())
+
+
+def test_balanced_splits_equal_counts_of_near_equal_work():
+    dock = make_dock(prompts=16)  # 64 rows
+    rng = np.random.default_rng(2)
+    rows = [np.zeros(int(n), np.int32) for n in rng.lognormal(5, 1, 64).astype(int) + 1]
+    dock.put("step-0", {"responses": rows}, rows=range(64))
+    batch = dock.get("train", ["responses"], 64, "step-0", sampler=Balanced(4, "responses"))
+    parts = batch.split(4)
+    assert [len(p) for p in parts] == [16] * 4
+    loads = [int(p["responses"].lengths.sum()) for p in parts]
+    assert (max(loads) - min(loads)) / np.mean(loads) < 0.01
+    assert sorted(np.concatenate([p.rows for p in parts]).tolist()) == list(range(64))
+
+
+def test_callable_sampler_and_one_that_breaks_the_contract():
+    dock = make_dock()
+    put_all(dock, responses(16))
+
+    def evens_return_all_consume(request: SampleRequest):
+        evens = request.eligible[request.eligible % 2 == 0][:2]
+        return request.eligible[:4], evens
+
+    batch = dock.get("train", ["reward"], 4, "step-0", sampler=evens_return_all_consume)
+    assert batch.rows.tolist() == [0, 1, 2, 3]
+    assert dock.stats()["partitions"]["step-0"]["consumed"]["train"] == 2
+    with pytest.raises(tp.ConfigError, match="sampler returned row 99"):
+        dock.get("train", ["reward"], 4, "step-0", sampler=lambda r: (np.array([99]), np.array([99])))
+
+
+def test_exact_rows():
+    dock = make_dock()
+    put_all(dock, responses(16))
+    assert dock.get("ref", ["reward"], 3, "step-0", rows=[9, 2, 5]).rows.tolist() == [9, 2, 5]
+    with pytest.raises(tp.ConfigError, match="row 2 of partition 'step-0' is already consumed"):
+        dock.get("ref", ["reward"], 1, "step-0", rows=[2])
+
+
+# -- leases -----------------------------------------------------------------------------------------
+
+
+def test_lease_ack_consumes_and_nack_returns():
+    dock = make_dock()
+    put_all(dock, responses(16))
+    first = dock.get("train", ["reward"], 4, "step-0", lease=60)
+    assert first.lease_id is not None and not dock.all_consumed("train", "step-0")
+    second = dock.get("train", ["reward"], 4, "step-0", lease=60)
+    assert second.rows.tolist() == [4, 5, 6, 7]  # leased rows are not handed out twice
+    dock.nack(first.lease_id)
+    assert dock.get("train", ["reward"], 4, "step-0").rows.tolist() == [0, 1, 2, 3]
+    dock.ack(second.lease_id)
+    assert dock.stats()["partitions"]["step-0"]["consumed"]["train"] == 8
+    with pytest.raises(tp.ConfigError, match="lease .* is not held"):
+        dock.ack(second.lease_id)
+
+
+def test_rows_of_a_dead_consumer_are_redelivered_after_expiry():
+    dock = make_dock()
+    put_all(dock, responses(16))
+    taken = dock.get("train", ["reward"], 16, "step-0", lease=0.2)  # this worker then "dies"
+    began = time.monotonic()
+    again = dock.get("train", ["reward"], 16, "step-0", timeout=5)  # another worker waits for them
+    assert 0.15 < time.monotonic() - began < 2
+    assert again.rows.tolist() == taken.rows.tolist()
+    assert dock.stats()["consumers"]["train"]["redelivered"] == 16
+    with pytest.raises(tp.ConfigError, match="expired"):
+        dock.ack(taken.lease_id)
+    assert dock.get("train", ["reward"], 1, "step-0") is None  # consumed once, not twice
+
+
+def test_a_worker_that_dies_holding_a_lease_loses_no_rows():
+    dock = make_dock(prompts=8)
+    put_all(dock, responses(32))
+    delivered: list[int] = []
+    lock = threading.Lock()
+
+    def worker(dies: bool):
+        while (batch := dock.get("train", ["reward"], 4, "step-0", lease=0.3, timeout=5)) is not None:
+            if dies:
+                return  # holds its lease and never acknowledges
+            with lock:
+                delivered.extend(batch.rows.tolist())
+            dock.ack(batch.lease_id)
+
+    threads = [threading.Thread(target=worker, args=(i == 0,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(delivered) == list(range(32))
+
+
+# -- concurrency ------------------------------------------------------------------------------------
+
+
+def test_32_producers_8_consumers_every_row_exactly_once_to_every_consumer():
+    consumers = [f"stage-{i}" for i in range(8)]
+    dock = Dock([Column("tokens", np.int32, ragged=True), Column("value", np.int64)], consumers, n_samples_per_prompt=8)
+    rows_per_partition = 8 * 64
+    dock.add_partition("p", num_prompts=64)
+    rows = np.random.default_rng(0).permutation(rows_per_partition)
+    chunks = np.array_split(rows, 32 * 4)
+    producers = [chunks[i::32] for i in range(32)]
+    received = {c: [] for c in consumers}
+
+    def produce(mine):
+        for chunk in mine:
+            dock.put("p", {"tokens": [np.full(int(r % 17), r, np.int32) for r in chunk], "value": chunk}, rows=chunk)
+
+    def consume(name):
+        while (batch := dock.get(name, ["tokens", "value"], 24, "p", timeout=20)) is not None:
+            for row, value, tokens in zip(batch.rows.tolist(), batch["value"].tolist(), batch["tokens"].to_list()):
+                assert row == value and (tokens == row).all() and len(tokens) == row % 17
+            received[name].extend(batch.rows.tolist())
+
+    threads = [threading.Thread(target=produce, args=(m,)) for m in producers]
+    threads += [threading.Thread(target=consume, args=(c,)) for c in consumers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for name in consumers:
+        assert sorted(received[name]) == list(range(rows_per_partition)), name
+        assert dock.all_consumed(name, "p")
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda d: d.put("step-0", {"nope": np.zeros(2)}, rows=[0, 1]), "unknown column 'nope'"),
+        (lambda d: d.put("step-9", {"reward": np.zeros(2)}, rows=[0, 1]), "partition 'step-9' does not exist"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=[0, 16]), "row 16 is out of range"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=[3, 3]), "row id twice"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(3)}, rows=[0, 1]), r"shape \(3,\), expected \(2,\)"),
+        (lambda d: d.put("step-0", {"embedding": np.zeros((2, 4))}, rows=[0, 1]), r"expected \(2, 3\)"),
+        (lambda d: d.put("step-0", {"responses": [np.zeros(2, np.float64)] * 2}, rows=[0, 1]), "does not fit"),
+        (lambda d: d.put("step-0", {"responses": np.zeros((2, 5), np.int32)}, rows=[0, 1]), "is ragged"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2), "responses": [[1]]}, rows=[0, 1]), "1 rows of data"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=[4, 5]), "row 4: column 'reward' is already"),
+        (lambda d: d.get("nobody", ["reward"], 1, "step-0"), "unknown consumer 'nobody'"),
+        (lambda d: d.get("train", ["nope"], 1, "step-0"), "unknown column 'nope'"),
+        (lambda d: d.get("train", ["reward"], 17, "step-0"), "more than partition 'step-0' holds"),
+        (lambda d: d.get("train", ["reward"], 0, "step-0"), "count=0"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", timeout=-1), "timeout=-1"),
+        (lambda d: d.nack(12345), "lease 12345 is not held"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_leaves_the_dock_unchanged(call, match):
+    dock = make_dock()
+    dock.put("step-0", {"reward": np.zeros(4), "responses": [np.ones(2, np.int32)] * 4}, rows=[4, 5, 6, 7])
+    before = snapshot(dock)
+    data_before = dock.get("ref", ["reward", "responses"], 4, "step-0", rows=[4, 5, 6, 7])
+    dock = make_dock()
+    dock.put("step-0", {"reward": np.zeros(4), "responses": [np.ones(2, np.int32)] * 4}, rows=[4, 5, 6, 7])
+    with pytest.raises(tp.ConfigError, match=match):
+        call(dock)
+    assert snapshot(dock) == before
+    after = dock.get("ref", ["reward", "responses"], 4, "step-0", rows=[4, 5, 6, 7])
+    assert np.array_equal(after["reward"], data_before["reward"])
+    assert np.array_equal(after["responses"].values, data_before["responses"].values)
+
+
+def test_overwrite_replaces_a_written_cell():
+    dock = make_dock()
+    dock.put("step-0", {"responses": [np.ones(3, np.int32)]}, rows=[0])
+    dock.put("step-0", {"responses": [np.full(5, 7, np.int32)]}, rows=[0], overwrite=True)
+    assert dock.get("train", ["responses"], 1, "step-0", rows=[0])["responses"].values.tolist() == [7] * 5
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def test_pack_pad_truncate_round_trips():
+    rows = responses(9, seed=4) + [np.zeros(0, np.int32)]
+    packed = tp.dock.pack(rows)
+    assert [a.tolist() for a in packed.to_list()] == [r.tolist() for r in rows]
+    padded = tp.dock.pad(packed, pad_value=-1, multiple_of=16)
+    assert padded.values.shape == (10, 48) and padded.mask.sum() == len(packed.values)
+    assert [a.tolist() for a in padded.packed().to_list()] == [r.tolist() for r in rows]
+    assert tp.dock.pad(rows, length=50).values.shape == (10, 50)
+    head = tp.dock.truncate(packed, 5)
+    tail = tp.dock.truncate(packed, 5, keep="tail")
+    assert [a.tolist() for a in head.to_list()] == [r[:5].tolist() for r in rows]
+    assert [a.tolist() for a in tail.to_list()] == [r[max(0, len(r) - 5):].tolist() for r in rows]
+    vectors = tp.dock.pack([np.ones((2, 4)), np.zeros((3, 4))])
+    assert tp.dock.pad(vectors).values.shape == (2, 3, 4) and vectors.row(1).shape == (3, 4)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: Packed(np.zeros(3), [1, 1]), "lengths add up to 2"),
+        (lambda: Packed(np.zeros(3), [4, -1]), "negative length"),
+        (lambda: Padded(np.zeros((2, 3)), [1, 4]), r"lengths\[1\] = 4 is outside"),
+        (lambda: tp.dock.pad([np.zeros(5)], length=3), "truncate first"),
+        (lambda: tp.dock.pad([np.zeros(5)], multiple_of=0), "multiple_of=0"),
+        (lambda: tp.dock.pack([np.zeros((2, 2)), np.zeros((2, 3))]), "different item shapes"),
+        (lambda: tp.dock.truncate(tp.dock.pack([np.zeros(2)]), 1, keep="middle"), "keep='middle'"),
+    ],
+)
+def test_helpers_reject_bad_input(make, match):
+    with pytest.raises(tp.ConfigError, match=match):
+        make()
+
+
+def test_batch_to_torch():
+    torch = pytest.importorskip("torch")
+    dock = make_dock()
+    rows = responses(16)
+    put_all(dock, rows)
+    tensors = dock.get("train", ["responses", "reward"], 4, "step-0").to_torch()
+    assert tensors["responses"].dtype == torch.int32 and tensors["responses_lengths"].tolist() == [len(r) for r in rows[:4]]
+    assert tensors["reward"].tolist() == [0, 1, 2, 3]
