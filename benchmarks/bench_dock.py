@@ -165,6 +165,9 @@ def bl_put(td: TransferDockBaseline, chunks) -> None:
         td.put_padded(cols, rows)
 
 
+BASELINE_POLLS: list[int] = []  # per baseline get-all, its 0.1 s sleeps (0 expected when single-threaded)
+
+
 def bl_get(td: TransferDockBaseline, n: int, sink: list | None = None) -> int:
     got = 0
     for _ in range(n // BATCH):
@@ -172,6 +175,7 @@ def bl_get(td: TransferDockBaseline, n: int, sink: list | None = None) -> int:
         got += len(indexes)
         if sink is not None:
             sink.append((batch, indexes))
+    BASELINE_POLLS.append(td.polls)
     return got
 
 
@@ -193,6 +197,8 @@ def check(data, chunks_tp, chunks_bl, prompts: int) -> None:
     bl_get(td, n, sink=bl_batches)
     if not td.all_consumed(CONSUMER):
         fail("baseline: not every row consumed")
+    if not dock.all_consumed(CONSUMER, PARTITION):
+        fail("tokenport: not every row consumed")
     for side, ids in (("tokenport", [b.rows for b in tp_batches]),
                       ("baseline", [np.asarray(ix) for _, ix in bl_batches])):
         ids = np.concatenate(ids)
@@ -361,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(Row("get alone", case, "B/s", payload / g_tp, payload / g_bl, name))
         rows.append(Row("get alone, padded out", case, "B/s", payload / g_tp_pad, payload / g_bl, name))
 
+        if any(BASELINE_POLLS):
+            print(f"  warning: the baseline slept on its 0.1 s poll in single-thread runs: {BASELINE_POLLS}")
         bench_pipelined(rows, chunks_tp, chunks_bl, prompts, args)
     print()
     print_table(rows)

@@ -44,6 +44,7 @@ class TransferDockBaseline:
         self.data_status = {c: torch.zeros(self.max_len, dtype=torch.int32) for c in self.columns}
         self.consumer_status = {c: torch.zeros(self.max_len, dtype=torch.int32) for c in self.consumers}
         self.consumer_locks = {c: threading.Lock() for c in self.consumers}
+        self.polls = 0  # times a get slept 0.1 s waiting for rows (for the benchmark's report)
 
     # -- put -------------------------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ class TransferDockBaseline:
                 indexes = self._sample_ready(consumer, columns, count)
             if indexes is not None:
                 break
+            self.polls += 1
             time.sleep(POLL_SECONDS)
         batch = {}
         for name in columns:

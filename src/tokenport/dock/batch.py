@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .ragged import Packed, Padded
+from .ragged import Packed, Padded, take_rows
 
 __all__ = ["Batch"]
 
@@ -58,10 +58,7 @@ class Batch:
         columns: dict[str, np.ndarray | Packed] = {}
         for name, column in self.columns.items():
             if isinstance(column, Packed):
-                offsets = column.offsets
-                pieces = [column.values[offsets[p] : offsets[p + 1]] for p in positions.tolist()]
-                values = np.concatenate(pieces) if pieces else column.values[:0]
-                columns[name] = Packed(values, column.lengths[positions])
+                columns[name] = take_rows(column, positions)
             else:
                 columns[name] = column[positions]
         return Batch(self.partition, self.rows[positions], columns, self.lease_id, self.group_size)

@@ -160,19 +160,10 @@ class Dock:
             ids = _row_ids(rows, target)
             checked = [(self._column(name), _checked_values(self._column(name), value, len(ids)))
                        for name, value in columns.items()]
-            if not overwrite:
-                for column, _ in checked:
-                    again = ids[target.ready_of(column.name)[ids]]
-                    if len(again):
-                        raise ConfigError(
-                            f"partition {partition!r} row {int(again[0])}: column {column.name!r} is already "
-                            "written; pass overwrite=True to replace it"
-                        )
+            self._check_unwritten(target, [column.name for column, _ in checked], ids, overwrite)
             for column, value in checked:
                 target.write(column, ids, value)
-            for column, _ in checked:
-                target.ready_of(column.name)[ids] = True
-            self._lock.notify_all()
+            self._mark_ready(target, [column.name for column, _ in checked], ids)
 
     async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
                    overwrite: bool = False) -> None:
@@ -201,45 +192,17 @@ class Dock:
         once the dock is ``close``d); a partition's last batch may be short. Without ``lease``
         the rows are consumed at once; with it they come back unless ``ack``ed within ``lease`` s.
         """
-        count = _positive("count", count)
-        if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
-            raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
-        if lease is not None and (isinstance(lease, bool) or not lease > 0):
-            raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
         wanted = list(columns)
-        sampler = sampler or Sequential()
-        began = time.monotonic()
-        deadline = None if timeout is None else began + timeout
         with self._lock:
-            stats = self._consumer(consumer)
-            for name in wanted:
-                self._column(name)
-            if not wanted:
-                raise ConfigError("columns: ask for at least one column")
-            targets = self._targets(partition, count)
-            if rows is not None:
-                if partition is None:
-                    raise ConfigError("rows= needs partition=: row ids are local to a partition")
-                sampler = _exact_rows(_row_ids(rows, targets[0]), partition)
-            while True:
-                now = time.monotonic()
-                self._expire_leases(now)
-                found = self._select(consumer, wanted, count, partition, sampler)
-                if found is not _WAIT:
-                    stats.wait_seconds += time.monotonic() - began
-                    if found is None:
-                        return None
-                    target, give, consume = found
-                    return self._hand_out(consumer, target, wanted, give, consume, lease, now)
-                if deadline is not None and now >= deadline:
-                    stats.wait_seconds += now - began
-                    stats.timeouts += 1
-                    where = f"partition {partition!r}" if partition else "any partition"
-                    raise DockTimeout(
-                        f"consumer {consumer!r} waited {timeout} s for {count} rows of {where} with columns "
-                        f"{wanted} ready; increase timeout, or check that the producing stage is running"
-                    )
-                self._lock.wait(self._wait_time(now, deadline))
+            taken = self._take(consumer, wanted, count, partition, rows, timeout, sampler, lease)
+            if taken is None:
+                return None
+            target, give, lease_id = taken
+            data = {name: target.read(self._columns[name], give) for name in wanted}
+            self._consumers[consumer].bytes += sum(
+                v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values()
+            )
+            return Batch(target.name, give, data, lease_id, self.n_samples_per_prompt)
 
     async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,
                    **options: Any) -> Batch | None:
@@ -349,10 +312,48 @@ class Dock:
             return None
         return _WAIT
 
-    def _hand_out(self, consumer: str, target: Partition, wanted: list[str], give: np.ndarray,
-                  consume: np.ndarray, lease: float | None, now: float) -> Batch:
-        """Copy the rows out, mark them consumed (or leased), count them."""
-        data = {name: target.read(self._columns[name], give) for name in wanted}
+    def _take(self, consumer: str, wanted: list[str], count: int, partition: str | None,
+              rows: Sequence[int] | np.ndarray | None, timeout: float | None, sampler: Sampler | None,
+              lease: float | None) -> tuple[Partition, np.ndarray, int | None] | None:
+        """Wait for the sampler's rows, mark them consumed (or leased); ``(partition, rows, lease id)``
+        or None at the end. The caller holds the lock."""
+        count = _positive("count", count)
+        if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
+            raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
+        if lease is not None and (isinstance(lease, bool) or not lease > 0):
+            raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+        stats = self._consumer(consumer)
+        if not wanted:
+            raise ConfigError("columns: ask for at least one column")
+        for name in wanted:
+            self._column(name)
+        targets = self._targets(partition, count)
+        sampler = sampler or Sequential()
+        if rows is not None:
+            if partition is None:
+                raise ConfigError("rows= needs partition=: row ids are local to a partition")
+            sampler = _exact_rows(_row_ids(rows, targets[0]), partition)
+        began = time.monotonic()
+        deadline = None if timeout is None else began + timeout
+        while True:
+            now = time.monotonic()
+            self._expire_leases(now)
+            found = self._select(consumer, wanted, count, partition, sampler)
+            if found is not _WAIT:
+                break
+            if deadline is not None and now >= deadline:
+                stats.wait_seconds += now - began
+                stats.timeouts += 1
+                where = f"partition {partition!r}" if partition else "any partition"
+                raise DockTimeout(
+                    f"consumer {consumer!r} waited {timeout} s for {count} rows of {where} with columns "
+                    f"{wanted} ready; increase timeout, or check that the producing stage is running"
+                )
+            self._lock.wait(self._wait_time(now, deadline))
+        stats.wait_seconds += time.monotonic() - began
+        if found is None:
+            return None
+        target, give, consume = found
         lease_id = None
         if lease is None:
             target.consumed_of(consumer)[consume] = True
@@ -361,11 +362,27 @@ class Dock:
             self._next_lease += 1
             self._leases[lease_id] = _Lease(consumer, target.name, consume, now + lease)
             target.leased_of(consumer)[consume] = lease_id
-        stats = self._consumers[consumer]
         stats.rows += len(give)
         stats.batches += 1
-        stats.bytes += sum(v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values())
-        return Batch(target.name, give, data, lease_id, self.n_samples_per_prompt)
+        return target, give, lease_id
+
+    def _check_unwritten(self, target: Partition, names: list[str], ids: np.ndarray, overwrite: bool) -> None:
+        """Unless ``overwrite``, raise ConfigError if any of the cells is written already."""
+        if overwrite:
+            return
+        for name in names:
+            again = ids[target.ready_of(name)[ids]]
+            if len(again):
+                raise ConfigError(
+                    f"partition {target.name!r} row {int(again[0])}: column {name!r} is already written; "
+                    "pass overwrite=True to replace it"
+                )
+
+    def _mark_ready(self, target: Partition, names: list[str], ids: np.ndarray) -> None:
+        """Make the cells visible and wake the waiting getters."""
+        for name in names:
+            target.ready_of(name)[ids] = True
+        self._lock.notify_all()
 
     def _take_lease(self, lease_id: int) -> _Lease:
         try:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["Packed", "Padded", "as_packed", "pack", "pad", "truncate"]
+__all__ = ["Packed", "Padded", "as_packed", "pack", "pad", "take_rows", "truncate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,6 +152,13 @@ def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
     offsets = packed.offsets
     starts = offsets[:-1] if keep == "head" else offsets[1:] - lengths
     return Packed(packed.values[_ranges(starts, lengths)], lengths)
+
+
+def take_rows(packed: Packed, positions: np.ndarray) -> Packed:
+    """The rows at ``positions`` (any order, repeats allowed), as a new Packed."""
+    positions = np.asarray(positions, dtype=np.int64)
+    lengths = packed.lengths[positions]
+    return Packed(packed.values[_ranges(packed.offsets[positions], lengths)], lengths)
 
 
 def as_packed(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[int, ...] = ()) -> Packed:

@@ -89,6 +89,12 @@ class Partition:
                 self.fixed[column.name] = np.zeros((self.rows, *column.shape), dtype=column.dtype)
             self.fixed[column.name][rows] = value
 
+    def record_lengths(self, column: Column, rows: np.ndarray, lengths: np.ndarray) -> None:
+        """Keep only the row lengths of a ragged column (a dock that holds metadata, not data)."""
+        if column.name not in self.ragged:
+            self.ragged[column.name] = _RaggedColumn(column, self.rows)
+        self.ragged[column.name].lengths[rows] = lengths
+
     def read(self, column: Column, rows: np.ndarray) -> np.ndarray | Packed:
         """A copy of a column's data for ``rows``, in their order."""
         if column.ragged:

@@ -1,0 +1,276 @@
+"""The dock on Ray: a controller actor holding only metadata, K shard actors holding the data.
+
+TransferDock keeps everything in one actor, so every byte of every stage passes through it.
+Here the controller knows readiness, consumption, leases and ragged row lengths (for balancing)
+and nothing else; row ``r`` of a partition lives on shard ``(r // n_samples_per_prompt) % K``
+(a prompt group stays on one shard). A client writes the data to the shards first and then asks
+the controller to mark the cells ready, so no reader ever sees a cell before its data is stored;
+a get asks the controller which rows (waiting there, on a condition variable) and reads them
+from the shards in parallel. numpy payloads go through Ray's object store, read zero-copy.
+
+``RayDock`` has the ``Dock`` API and is picklable: pass it to any task or actor, which then
+talks to the same controller and shards. Errors raised in the actors reach the caller as the
+same TokenportError. Concurrent puts of the same cells without ``overwrite`` are a caller bug:
+one of them fails, and the cells hold one of the two writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from ..errors import ConfigError, TokenportError
+from .batch import Batch
+from .dock import Dock, Sampler, _checked_values, _positive, _row_ids
+from .ragged import Packed, take_rows
+from .schema import Column
+from .storage import Partition
+
+__all__ = ["RayDock"]
+
+_CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds one
+
+
+class _Controller:
+    """Metadata of every partition, in a ``Dock`` whose ragged columns keep lengths only."""
+
+    def __init__(self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int) -> None:
+        self.dock = Dock(columns, consumers, n_samples_per_prompt)
+        self.samplers: dict[str, Sampler] = {}
+
+    def schema(self) -> tuple[dict[str, Column], list[str], int]:
+        return self.dock.columns, self.dock.consumers, self.dock.n_samples_per_prompt
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run one of the plain Dock methods (partitions, consumers, acks, stats), or read a property."""
+        attribute = getattr(self.dock, method)
+        return attribute(*args) if callable(attribute) else attribute
+
+    def check_put(self, partition: str, names: list[str], rows: np.ndarray, overwrite: bool) -> int:
+        """Raise as ``Dock.put`` would for these rows and columns; return the partition's row count."""
+        dock = self.dock
+        with dock._lock:
+            target = dock._partition(partition)
+            ids = _row_ids(rows, target)
+            for name in names:
+                dock._column(name)
+            dock._check_unwritten(target, names, ids, overwrite)
+            return target.rows
+
+    def commit(self, partition: str, names: list[str], rows: np.ndarray, lengths: dict[str, np.ndarray],
+               overwrite: bool) -> None:
+        """The shards hold the data: record ragged lengths and make the cells ready."""
+        dock = self.dock
+        with dock._lock:
+            target = dock._partition(partition)
+            ids = _row_ids(rows, target)
+            dock._check_unwritten(target, names, ids, overwrite)
+            for name, row_lengths in lengths.items():
+                target.record_lengths(dock._column(name), ids, row_lengths)
+            dock._mark_ready(target, names, ids)
+
+    def take(self, consumer: str, wanted: list[str], count: int, partition: str | None, rows: Any,
+             timeout: float | None, sampler_key: str | None, sampler: Sampler | None,
+             lease: float | None) -> tuple[str, np.ndarray, int | None] | None:
+        """Choose and claim rows as ``Dock.get`` does; ``(partition, rows, lease id)`` or None."""
+        if sampler is not None:
+            self.samplers[sampler_key] = sampler
+        chosen = self.samplers.get(sampler_key) if sampler_key else None
+        with self.dock._lock:
+            taken = self.dock._take(consumer, wanted, count, partition, rows, timeout, chosen, lease)
+        if taken is None:
+            return None
+        target, give, lease_id = taken
+        return target.name, give, lease_id
+
+
+class _Shard:
+    """The data of the rows routed here, per partition."""
+
+    def __init__(self, columns: list[Column]) -> None:
+        self.columns = {column.name: column for column in columns}
+        self.partitions: dict[str, Partition] = {}
+
+    def add_column(self, column: Column) -> None:
+        self.columns[column.name] = column
+
+    def write(self, partition: str, rows_in_partition: int, ids: np.ndarray,
+              values: dict[str, np.ndarray | Packed]) -> None:
+        target = self.partitions.get(partition)
+        if target is None or target.rows != rows_in_partition:
+            target = self.partitions[partition] = Partition(partition, rows_in_partition)
+        for name, value in values.items():
+            target.write(self.columns[name], ids, value)
+
+    def read(self, partition: str, names: list[str], ids: np.ndarray) -> dict[str, np.ndarray | Packed]:
+        target = self.partitions[partition]
+        return {name: target.read(self.columns[name], ids) for name in names}
+
+    def forget(self, partition: str) -> None:
+        self.partitions.pop(partition, None)
+
+
+class RayDock:
+    """The ``Dock`` API over a controller actor and ``shards`` storage actors (see the module docstring).
+
+    ``ray.init`` must have run. ``shutdown()`` kills the actors; workers that received this
+    object through Ray share the same dock.
+    """
+
+    def __init__(self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1,
+                 *, shards: int = 1) -> None:
+        shards = _positive("shards", shards)
+        columns, consumers = list(columns), list(consumers)
+        Dock(columns, consumers, n_samples_per_prompt)  # the same checks, before any actor starts
+        self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
+            columns, consumers, n_samples_per_prompt
+        )
+        self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
+        self._columns = {column.name: column for column in columns}
+        self.n_samples_per_prompt = int(n_samples_per_prompt)
+        self._sampler_keys: dict[int, str] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_sampler_keys"] = {}  # samplers registered from this process stay with it
+        return state
+
+    # -- the Dock API -------------------------------------------------------------------------------
+
+    def add_partition(self, name: str, num_prompts: int) -> None:
+        _get(self._controller.call.remote("add_partition", name, num_prompts))
+
+    def clear(self, partition: str) -> None:
+        _get(self._controller.call.remote("clear", partition))
+        _get([shard.forget.remote(partition) for shard in self._shards])
+
+    def drop_partition(self, partition: str) -> None:
+        _get(self._controller.call.remote("drop_partition", partition))
+        _get([shard.forget.remote(partition) for shard in self._shards])
+
+    def add_column(self, column: Column) -> None:
+        _get(self._controller.call.remote("add_column", column))
+        _get([shard.add_column.remote(column) for shard in self._shards])
+        self._columns[column.name] = column
+
+    def add_consumer(self, name: str) -> None:
+        _get(self._controller.call.remote("add_consumer", name))
+
+    def close(self) -> None:
+        _get(self._controller.call.remote("close"))
+
+    def ack(self, lease_id: int) -> None:
+        _get(self._controller.call.remote("ack", lease_id))
+
+    def nack(self, lease_id: int) -> None:
+        _get(self._controller.call.remote("nack", lease_id))
+
+    def all_consumed(self, consumer: str, partition: str) -> bool:
+        return _get(self._controller.call.remote("all_consumed", consumer, partition))
+
+    def stats(self) -> dict[str, Any]:
+        return _get(self._controller.call.remote("stats"))
+
+    @property
+    def partitions(self) -> dict[str, int]:
+        """Partition names, oldest first, with their row counts."""
+        return _get(self._controller.call.remote("partitions"))
+
+    def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
+            overwrite: bool = False) -> None:
+        """As ``Dock.put``: data to the shards, then readiness at the controller."""
+        if not isinstance(columns, Mapping) or not columns:
+            raise ConfigError("columns: expected a non-empty dict of column name -> values")
+        self._refresh_columns(columns)
+        ids = np.asarray(rows)
+        checked = {name: _checked_values(self._column(name), value, len(ids)) for name, value in columns.items()}
+        names = list(checked)
+        rows_in_partition = _get(self._controller.check_put.remote(partition, names, ids, bool(overwrite)))
+        ids = ids.astype(np.int64)
+        shard_of = (ids // self.n_samples_per_prompt) % len(self._shards)
+        writes = []
+        for k, shard in enumerate(self._shards):
+            positions = np.flatnonzero(shard_of == k)
+            if len(positions):
+                values = {name: _subset(value, positions) for name, value in checked.items()}
+                writes.append(shard.write.remote(partition, rows_in_partition, ids[positions], values))
+        _get(writes)
+        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
+        _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite)))
+
+    def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
+            rows: Sequence[int] | np.ndarray | None = None, timeout: float | None = None,
+            sampler: Sampler | None = None, lease: float | None = None) -> Batch | None:
+        """As ``Dock.get``: rows chosen by the controller, data read from the shards in parallel."""
+        wanted = list(columns)
+        key, send = self._sampler_key(sampler)
+        taken = _get(self._controller.take.remote(
+            consumer, wanted, count, partition, None if rows is None else np.asarray(rows), timeout, key, send, lease
+        ))
+        if taken is None:
+            return None
+        name, give, lease_id = taken
+        shard_of = (give // self.n_samples_per_prompt) % len(self._shards)
+        parts, order = [], []
+        for k, shard in enumerate(self._shards):
+            positions = np.flatnonzero(shard_of == k)
+            if len(positions):
+                parts.append(shard.read.remote(name, wanted, give[positions]))
+                order.append(positions)
+        pieces = _get(parts)
+        merged = {column: _concatenate([piece[column] for piece in pieces]) for column in wanted}
+        positions = np.concatenate(order)
+        batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt)
+        return batch.select(np.argsort(positions, kind="stable"))
+
+    def shutdown(self) -> None:
+        """Kill the controller and the shards (the dock's data is gone)."""
+        for actor in (self._controller, *self._shards):
+            ray.kill(actor)
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _column(self, name: str) -> Column:
+        try:
+            return self._columns[name]
+        except (KeyError, TypeError):
+            raise ConfigError(f"unknown column {name!r}; the dock has {list(self._columns)}") from None
+
+    def _refresh_columns(self, columns: Mapping[str, Any]) -> None:
+        """Learn columns another client added since this one was made."""
+        if any(name not in self._columns for name in columns):
+            self._columns = _get(self._controller.schema.remote())[0]
+
+    def _sampler_key(self, sampler: Sampler | None) -> tuple[str | None, Sampler | None]:
+        """A key naming the sampler at the controller, and the sampler itself the first time."""
+        if sampler is None:
+            return None, None
+        key = self._sampler_keys.get(id(sampler))
+        if key is None:
+            key = self._sampler_keys[id(sampler)] = f"{id(self)}-{id(sampler)}-{len(self._sampler_keys)}"
+            return key, sampler
+        return key, None
+
+
+def _get(refs: Any) -> Any:
+    """``ray.get``, re-raising a TokenportError raised inside an actor as itself."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, TokenportError):
+            raise cause from None
+        raise
+
+
+def _subset(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
+    return take_rows(value, positions) if isinstance(value, Packed) else value[positions]
+
+
+def _concatenate(pieces: list[np.ndarray | Packed]) -> np.ndarray | Packed:
+    if isinstance(pieces[0], Packed):
+        return Packed(np.concatenate([p.values for p in pieces]), np.concatenate([p.lengths for p in pieces]))
+    return np.concatenate(pieces)

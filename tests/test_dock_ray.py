@@ -1,0 +1,182 @@
+"""The dock on a local Ray: a GRPO-shaped pipeline across processes, leases of killed actors, errors."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+from tokenport.dock import Balanced, Column, PromptGroups
+
+ray = pytest.importorskip("ray")
+from tokenport.dock.ray import RayDock  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
+
+GROUP = 4  # responses per prompt
+PROMPTS = 6  # prompts per step
+COLUMNS = [
+    Column("prompts", np.int32, ragged=True),
+    Column("responses", np.int32, ragged=True),
+    Column("ref_log_prob", np.float32, ragged=True),
+    Column("reward", np.float32),
+    Column("advantages", np.float32),
+]
+STAGES = ["rollout", "reference", "reward", "advantage", "train"]
+
+
+# -- the computation, shared by the pipeline and the single-process check ----------------------------
+
+
+def prompt_tokens(step: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(step)
+    prompts = [rng.integers(3, 1000, int(rng.integers(4, 30))).astype(np.int32) for _ in range(PROMPTS)]
+    return [p for p in prompts for _ in range(GROUP)]  # each prompt's row repeated for its group
+
+
+def respond(prompt: np.ndarray, row: int) -> np.ndarray:
+    rng = np.random.default_rng([int(prompt.sum()), row])
+    return rng.integers(3, 50_000, int(rng.integers(1, 300))).astype(np.int32)
+
+
+def reference_log_prob(response: np.ndarray) -> np.ndarray:
+    return (-np.log1p(response % 97) / 5).astype(np.float32)
+
+
+def reward_of(response: np.ndarray) -> np.float32:
+    return np.float32((int(response.sum()) % 13) / 13)
+
+
+def group_advantages(rewards: np.ndarray) -> np.ndarray:
+    return ((rewards - rewards.mean()) / (rewards.std() + 1e-6)).astype(np.float32)
+
+
+def objective(advantage: np.float32, log_prob: np.ndarray) -> float:
+    return float(advantage) * float(log_prob.astype(np.float64).sum())
+
+
+def single_process(step: int) -> dict[int, float]:
+    prompts = prompt_tokens(step)
+    responses = [respond(p, row) for row, p in enumerate(prompts)]
+    rewards = np.array([reward_of(r) for r in responses], dtype=np.float32)
+    advantages = np.concatenate([group_advantages(g) for g in rewards.reshape(-1, GROUP)])
+    return {row: objective(advantages[row], reference_log_prob(r)) for row, r in enumerate(responses)}
+
+
+# -- the stages, each a Ray actor in its own process ------------------------------------------------
+
+
+class Stage:
+    def __init__(self, dock: RayDock) -> None:
+        self.dock = dock
+
+    def rollout(self, partition: str) -> int:
+        served = 0
+        while (batch := self.dock.get("rollout", ["prompts"], 2 * GROUP, partition,
+                                      sampler=PromptGroups(), timeout=60)) is not None:
+            responses = [respond(p, row) for p, row in zip(batch["prompts"].to_list(), batch.rows.tolist())]
+            self.dock.put(partition, {"responses": responses}, rows=batch.rows)
+            served += len(batch)
+        return served
+
+    def reference(self, partition: str) -> int:
+        served = 0
+        while (batch := self.dock.get("reference", ["responses"], 5, partition, timeout=60)) is not None:
+            log_probs = [reference_log_prob(r) for r in batch["responses"].to_list()]
+            self.dock.put(partition, {"ref_log_prob": log_probs}, rows=batch.rows)
+            served += len(batch)
+        return served
+
+    def reward(self, partition: str) -> int:
+        served = 0
+        while (batch := self.dock.get("reward", ["responses"], 7, partition, timeout=60)) is not None:
+            rewards = np.array([reward_of(r) for r in batch["responses"].to_list()])
+            self.dock.put(partition, {"reward": rewards}, rows=batch.rows)
+            served += len(batch)
+        return served
+
+    def advantage(self, partition: str) -> int:
+        served = 0
+        while (batch := self.dock.get("advantage", ["reward"], GROUP, partition,
+                                      sampler=PromptGroups(), timeout=60)) is not None:
+            self.dock.put(partition, {"advantages": group_advantages(batch["reward"])}, rows=batch.rows)
+            served += len(batch)
+        return served
+
+
+@pytest.fixture(scope="module")
+def pipeline(ray_session):
+    dock = RayDock(COLUMNS, STAGES, n_samples_per_prompt=GROUP, shards=2)
+    actor = ray.remote(Stage)
+    stages = {name: actor.remote(dock) for name in ("rollout", "reference", "reward", "advantage")}
+    yield dock, stages
+    for handle in stages.values():
+        ray.kill(handle)
+    dock.shutdown()
+
+
+def test_grpo_pipeline_across_processes_equals_a_single_process_run(pipeline):
+    dock, stages = pipeline
+    for step in range(3):
+        partition = f"step-{step}"
+        dock.add_partition(partition, num_prompts=PROMPTS)
+        running = [getattr(stages[name], name).remote(partition) for name in stages]
+        dock.put(partition, {"prompts": prompt_tokens(step)}, rows=np.arange(PROMPTS * GROUP))
+        results: dict[int, float] = {}
+        columns = ["responses", "ref_log_prob", "advantages"]
+        while (batch := dock.get("train", columns, 8, partition, sampler=Balanced(2, "responses"), timeout=60)):
+            ranks = batch.split(2)  # one part per data-parallel rank, equal counts
+            assert len(ranks[0]) == len(ranks[1]) == 4
+            for part in ranks:
+                for row, advantage, log_prob in zip(part.rows.tolist(), part["advantages"],
+                                                    part["ref_log_prob"].to_list()):
+                    results[row] = objective(advantage, log_prob)
+        assert ray.get(running) == [PROMPTS * GROUP] * 4
+        expected = single_process(step)
+        assert results.keys() == expected.keys()
+        assert all(results[row] == expected[row] for row in expected)  # bit-identical values
+        assert dock.all_consumed("train", partition)
+        dock.drop_partition(partition)
+    assert dock.partitions == {}
+
+
+def test_rows_leased_by_a_killed_actor_are_redelivered(ray_session):
+    dock = RayDock([Column("x", np.int64)], ["train"], shards=2)
+    dock.add_partition("p", num_prompts=8)
+    dock.put("p", {"x": np.arange(8)}, rows=np.arange(8))
+
+    class Holder:
+        def take(self, dock: RayDock) -> list[int]:
+            return dock.get("train", ["x"], 8, "p", lease=1.0).rows.tolist()
+
+    holder = ray.remote(Holder).remote()
+    assert ray.get(holder.take.remote(dock)) == list(range(8))
+    ray.kill(holder)  # dies without acknowledging
+    began = time.monotonic()
+    batch = dock.get("train", ["x"], 8, "p", timeout=10)
+    assert batch["x"].tolist() == list(range(8)) and time.monotonic() - began < 5
+    assert dock.get("train", ["x"], 8, "p", timeout=1) is None
+    dock.shutdown()
+
+
+def test_errors_from_the_actors_arrive_as_tokenport_errors(ray_session):
+    dock = RayDock([Column("x", np.int64), Column("t", np.int32, ragged=True)], ["train"], shards=2)
+    dock.add_partition("p", num_prompts=4)
+    dock.put("p", {"x": np.arange(4), "t": [np.ones(3, np.int32)] * 4}, rows=np.arange(4))
+    with pytest.raises(tp.ConfigError, match="row 0: column 'x' is already written"):
+        dock.put("p", {"x": np.arange(2)}, rows=[0, 1])
+    with pytest.raises(tp.ConfigError, match="row 9 is out of range"):
+        dock.put("p", {"x": np.arange(2)}, rows=[1, 9])
+    with pytest.raises(tp.ConfigError, match="unknown column 'y'"):
+        dock.put("p", {"y": np.arange(2)}, rows=[0, 1])
+    with pytest.raises(tp.ConfigError, match="more than partition 'p' holds"):
+        dock.get("train", ["x"], 5, "p")
+    dock.add_partition("empty", num_prompts=4)
+    with pytest.raises(tp.DockTimeout, match="waited 0.1 s for 2 rows of partition 'empty'"):
+        dock.get("train", ["x"], 2, "empty", timeout=0.1)
+    stats = dock.stats()
+    assert stats["partitions"]["p"]["ready"] == {"x": 4, "t": 4}
+    dock.shutdown()
