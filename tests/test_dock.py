@@ -420,3 +420,23 @@ def test_batch_to_torch():
     tensors = dock.get("train", ["responses", "reward"], 4, "step-0").to_torch()
     assert tensors["responses"].dtype == torch.int32 and tensors["responses_lengths"].tolist() == [len(r) for r in rows[:4]]
     assert tensors["reward"].tolist() == [0, 1, 2, 3]
+
+
+def test_reads_of_rows_end_to_end_are_read_only_views_that_later_writes_leave_intact():
+    dock = make_dock()
+    rows = responses(16, seed=5)
+    dock.put("step-0", {"responses": rows}, rows=range(16))
+    batch = dock.get("train", ["responses"], 8, "step-0")
+    values = batch["responses"].values
+    assert not values.flags.writeable and not values.flags.owndata  # no copy was made
+    with pytest.raises(ValueError):
+        values[:1] = 0
+    kept = values.copy()
+    dock.put("step-0", {"responses": [np.full(5000, 9, np.int32)] * 16}, rows=range(16), overwrite=True)  # grows
+    dock.clear("step-0")
+    assert np.array_equal(batch["responses"].values, kept)
+    shuffled = make_dock()
+    shuffled.put("step-0", {"responses": rows}, rows=range(16))
+    picked = shuffled.get("train", ["responses"], 3, "step-0", rows=[5, 1, 9])
+    assert picked["responses"].values.flags.writeable  # not end to end: a gathered copy
+    assert [a.tolist() for a in picked["responses"].to_list()] == [rows[5].tolist(), rows[1].tolist(), rows[9].tolist()]

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .copying import copy_runs, item_bytes
 
-__all__ = ["Packed", "Padded", "as_packed", "pack", "pad", "take_rows", "truncate"]
+__all__ = ["Packed", "Padded", "as_ragged", "pack", "pad", "take_rows", "truncate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +103,13 @@ class Padded:
 
     def packed(self) -> Packed:
         """The rows without their padding, end to end."""
-        return Packed(self.values[self.mask], self.lengths)
+        width = self.values.shape[1]
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=offsets[1:])
+        values = np.empty((int(offsets[-1]), *self.values.shape[2:]), dtype=self.values.dtype)
+        starts = np.arange(len(self.lengths), dtype=np.int64) * width
+        copy_runs(self.values, starts, values, offsets[:-1], self.lengths, item_bytes(self.values, 2))
+        return Packed(values, self.lengths)
 
     def __repr__(self) -> str:
         return f"Padded({self.values.shape} of {self.values.dtype})"
@@ -138,7 +145,8 @@ def pad(
     else:
         width = int(length)
     values = np.full((len(packed), width, *packed.values.shape[1:]), pad_value, dtype=packed.values.dtype)
-    values[np.arange(width) < packed.lengths[:, None]] = packed.values
+    starts = np.arange(len(packed), dtype=np.int64) * width
+    copy_runs(packed.values, packed.offsets[:-1], values, starts, packed.lengths, item_bytes(packed.values))
     return Padded(values, packed.lengths)
 
 
@@ -151,45 +159,44 @@ def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
     lengths = np.minimum(packed.lengths, max_length)
     offsets = packed.offsets
     starts = offsets[:-1] if keep == "head" else offsets[1:] - lengths
-    return Packed(packed.values[_ranges(starts, lengths)], lengths)
+    return _gather(packed.values, starts, lengths)
 
 
 def take_rows(packed: Packed, positions: np.ndarray) -> Packed:
     """The rows at ``positions`` (any order, repeats allowed), as a new Packed."""
     positions = np.asarray(positions, dtype=np.int64)
-    lengths = packed.lengths[positions]
-    return Packed(packed.values[_ranges(packed.offsets[positions], lengths)], lengths)
+    return _gather(packed.values, packed.offsets[positions], packed.lengths[positions])
 
 
-def as_packed(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[int, ...] = ()) -> Packed:
-    """``value`` (Packed, Padded, or a sequence of arrays) as Packed of ``dtype``, or a ConfigError naming ``name``."""
+def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[int, ...] = ()) -> Packed | Padded:
+    """``value`` (Packed, Padded, or a sequence of arrays) checked against a ragged column and cast
+    to its ``dtype``; Padded stays padded (the store un-pads it straight into place)."""
     if isinstance(value, Padded):
-        value = value.packed()
-    elif not isinstance(value, Packed):
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            raise ConfigError(
-                f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or Padded(values, lengths), "
-                f"not one {value.ndim}-D array"
-            )
-        value = pack(list(value))
+        shape, cast = value.values.shape[2:], Padded
+    else:
+        if not isinstance(value, Packed):
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                raise ConfigError(
+                    f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or "
+                    f"Padded(values, lengths), not one {value.ndim}-D array"
+                )
+            value = pack(list(value))
+        shape, cast = value.values.shape[1:], Packed
     if len(value) != rows:
         raise ConfigError(f"column {name!r}: {len(value)} rows of data for {rows} row ids")
-    if value.values.shape[1:] != inner:
-        raise ConfigError(f"column {name!r}: items of shape {value.values.shape[1:]}, the column's are {inner}")
+    if shape != inner:
+        raise ConfigError(f"column {name!r}: items of shape {shape}, the column's are {inner}")
     if not np.can_cast(value.values.dtype, dtype, casting="same_kind"):
         raise ConfigError(f"column {name!r}: dtype {value.values.dtype} does not fit the column's {dtype}")
+    if value.values.dtype != dtype:
+        value = cast(value.values.astype(dtype), value.lengths)
     return value
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(start, start + length)`` for each pair, vectorized."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    nonempty = lengths > 0
-    starts, lengths = starts[nonempty], lengths[nonempty]
-    steps = np.ones(total, dtype=np.int64)
-    heads = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=heads[1:])
-    steps[heads] = starts - np.concatenate(([0], starts[:-1] + lengths[:-1] - 1))
-    return np.cumsum(steps)
+def _gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Packed:
+    """Runs ``values[start : start + length]`` laid end to end, as a new Packed."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out = np.empty((int(offsets[-1]), *values.shape[1:]), dtype=values.dtype)
+    copy_runs(values, starts, out, offsets[:-1], lengths, item_bytes(values))
+    return Packed(out, lengths)

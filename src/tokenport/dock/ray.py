@@ -25,7 +25,7 @@ import ray
 from ..errors import ConfigError, TokenportError
 from .batch import Batch
 from .dock import Dock, Sampler, _checked_values, _positive, _row_ids
-from .ragged import Packed, take_rows
+from .ragged import Packed, Padded, take_rows
 from .schema import Column
 from .storage import Partition
 
@@ -198,7 +198,7 @@ class RayDock:
                 values = {name: _subset(value, positions) for name, value in checked.items()}
                 writes.append(shard.write.remote(partition, rows_in_partition, ids[positions], values))
         _get(writes)
-        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
+        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, (Packed, Padded))}
         _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite)))
 
     def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
@@ -266,8 +266,12 @@ def _get(refs: Any) -> Any:
         raise
 
 
-def _subset(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
-    return take_rows(value, positions) if isinstance(value, Packed) else value[positions]
+def _subset(value: np.ndarray | Packed | Padded, positions: np.ndarray) -> np.ndarray | Packed | Padded:
+    if isinstance(value, Packed):
+        return take_rows(value, positions)
+    if isinstance(value, Padded):
+        return Padded(value.values[positions], value.lengths[positions])
+    return value[positions]
 
 
 def _concatenate(pieces: list[np.ndarray | Packed]) -> np.ndarray | Packed:

@@ -48,6 +48,8 @@ def _tail_or_wait(request: SampleRequest) -> Selection:
 class Sequential:
     """The lowest eligible row ids (deterministic; the default)."""
 
+    trusted = True  # returns eligible rows only: the dock skips its check
+
     def __call__(self, request: SampleRequest) -> Selection:
         if len(request.eligible) >= request.count:
             chosen = request.eligible[: request.count]
@@ -57,6 +59,8 @@ class Sequential:
 
 class RandomRows:
     """``count`` eligible rows drawn at random from a seeded generator (the sequence of draws is reproducible)."""
+
+    trusted = True  # returns eligible rows only: the dock skips its check
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = np.random.default_rng(seed)
@@ -75,6 +79,8 @@ class RankSlices:
     its ``rank``-th ``count`` rows. The rank waits until its whole next slice is ready, so every
     rank sees the rows in their original order whatever order they were written in.
     """
+
+    trusted = True  # returns eligible rows only: the dock skips its check
 
     def __init__(self, rank: int, size: int) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -100,6 +106,8 @@ class PromptGroups:
     Takes the lowest-numbered groups whose rows are all eligible (or, with ``seed``, groups drawn
     at random among them).
     """
+
+    trusted = True  # returns eligible rows only: the dock skips its check
 
     def __init__(self, seed: int | None = None) -> None:
         self._rng = None if seed is None else np.random.default_rng(seed)
@@ -146,6 +154,11 @@ class Balanced:
         self.ranks, self.length_column = ranks, length_column
         self.pick = pick or Sequential()
         self.linear, self.quadratic = float(linear), float(quadratic)
+
+    @property
+    def trusted(self) -> bool:
+        """Balanced reorders its ``pick``'s rows, so it is as trustworthy as the pick."""
+        return getattr(self.pick, "trusted", False)
 
     def __call__(self, request: SampleRequest) -> Selection:
         if request.count % self.ranks:

@@ -10,43 +10,69 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ragged import Packed
+from .copying import copy_runs, item_bytes
+from .ragged import Packed, Padded
 from .schema import Column
 
 __all__ = ["Partition"]
 
 
 class _RaggedColumn:
-    """Packed rows of one ragged column of one partition."""
+    """Packed rows of one ragged column of one partition, in an append-only buffer.
+
+    Items once written are never written again (a rewrite appends), so a read of rows that lie
+    end to end in the buffer returns a read-only view instead of a copy: later writes, growth
+    (a new buffer) and clears leave it intact.
+    """
 
     def __init__(self, column: Column, rows: int) -> None:
-        self.buffer = np.empty((1024, *column.shape), dtype=column.dtype)
+        self.buffer = np.empty((0, *column.shape), dtype=column.dtype)
         self.used = 0
         self.starts = np.zeros(rows, dtype=np.int64)
         self.lengths = np.zeros(rows, dtype=np.int64)
 
-    def write(self, rows: np.ndarray, packed: Packed) -> None:
+    def write(self, rows: np.ndarray, value: Packed | Padded) -> None:
         """Append the rows' items and point the rows at them."""
-        needed = self.used + len(packed.values)
+        lengths = value.lengths
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        needed = self.used + int(offsets[-1])
         if needed > len(self.buffer):
-            grown = np.empty((max(needed, 2 * len(self.buffer)), *self.buffer.shape[1:]), dtype=self.buffer.dtype)
-            grown[: self.used] = self.buffer[: self.used]
-            self.buffer = grown
-        self.buffer[self.used : needed] = packed.values
-        self.starts[rows] = self.used + packed.offsets[:-1]
-        self.lengths[rows] = packed.lengths
+            self._grow(needed, int(offsets[-1]) / max(1, len(rows)))
+        if isinstance(value, Packed):
+            self.buffer[self.used : needed] = value.values
+        else:
+            width = value.values.shape[1]
+            starts = np.arange(len(lengths), dtype=np.int64) * width
+            copy_runs(value.values, starts, self.buffer, self.used + offsets[:-1], lengths, item_bytes(value.values, 2))
+        self.starts[rows] = self.used + offsets[:-1]
+        self.lengths[rows] = lengths
         self.used = needed
 
+    def _grow(self, needed: int, mean_length: float) -> None:
+        """A larger buffer: room for every row at this put's mean length, at least double, at least ``needed``."""
+        estimate = int(mean_length * len(self.starts) * 1.25)
+        capacity = max(needed, 2 * len(self.buffer), estimate, 1024)
+        grown = np.empty((capacity, *self.buffer.shape[1:]), dtype=self.buffer.dtype)
+        grown[: self.used] = self.buffer[: self.used]
+        self.buffer = grown
+
     def read(self, rows: np.ndarray) -> Packed:
-        """The rows' items, copied out in the order of ``rows``."""
+        """The rows' items in the order of ``rows``: a read-only view when they lie end to end, else a copy."""
         starts, lengths = self.starts[rows], self.lengths[rows]
-        pieces = [self.buffer[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
-        values = np.concatenate(pieces) if pieces else self.buffer[:0].copy()
-        return Packed(values, lengths.copy())
+        if len(rows) and np.array_equal(starts[1:], starts[:-1] + lengths[:-1]):
+            view = self.buffer[starts[0] : starts[0] + int(lengths.sum())]
+            view.flags.writeable = False
+            return Packed(view, lengths)
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.empty((int(offsets[-1]), *self.buffer.shape[1:]), dtype=self.buffer.dtype)
+        copy_runs(self.buffer, starts, values, offsets[:-1], lengths, item_bytes(self.buffer))
+        return Packed(values, lengths)
 
     @property
     def nbytes(self) -> int:
-        return self.used * self.buffer.itemsize * int(np.prod(self.buffer.shape[1:], dtype=np.int64))
+        return self.used * item_bytes(self.buffer)
 
 
 class Partition:
@@ -78,7 +104,7 @@ class Partition:
         self.consumed_of(consumer)
         return self.leased[consumer]
 
-    def write(self, column: Column, rows: np.ndarray, value: np.ndarray | Packed) -> None:
+    def write(self, column: Column, rows: np.ndarray, value: np.ndarray | Packed | Padded) -> None:
         """Store a column's data for ``rows`` (already checked); readiness is flipped by the caller."""
         if column.ragged:
             if column.name not in self.ragged:
