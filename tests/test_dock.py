@@ -440,3 +440,33 @@ def test_reads_of_rows_end_to_end_are_read_only_views_that_later_writes_leave_in
     picked = shuffled.get("train", ["responses"], 3, "step-0", rows=[5, 1, 9])
     assert picked["responses"].values.flags.writeable  # not end to end: a gathered copy
     assert [a.tolist() for a in picked["responses"].to_list()] == [rows[5].tolist(), rows[1].tolist(), rows[9].tolist()]
+
+
+# -- partial rollout --------------------------------------------------------------------------------
+
+
+def test_unfinished_rows_go_back_to_rollout_and_age_until_max_age():
+    dock = Dock([Column("prompts", np.int32, ragged=True), Column("responses", np.int32, ragged=True)],
+                ["rollout", "train"], n_samples_per_prompt=2, max_age=2)
+    dock.add_partition("p", num_prompts=2)
+    dock.put("p", {"prompts": [np.arange(3, dtype=np.int32)] * 4}, rows=range(4))
+    taken = dock.get("rollout", ["prompts"], 4, "p")
+    done = np.array([True, False, True, False])
+    dock.put("p", {"responses": [np.ones(k + 1, np.int32) for k in range(4)]}, rows=taken.rows, completed=done)
+    first = dock.get("train", ["responses"], 2, "p", timeout=1)  # only finished rows are visible
+    assert first.rows.tolist() == [0, 2] and first.ages.tolist() == [0, 0]
+    with pytest.raises(tp.DockTimeout):
+        dock.get("train", ["responses"], 2, "p", timeout=0.05)  # the rest is still being generated
+    again = dock.get("rollout", ["prompts", "responses"], 4, "p", unfinished=True)
+    assert again.rows.tolist() == [1, 3] and again.ages.tolist() == [1, 1]
+    assert dock.get("rollout", ["prompts"], 4, "p", unfinished=True) is None  # none left to continue
+    dock.put("p", {"responses": [np.ones(9, np.int32)] * 2}, rows=[1, 3], overwrite=True, completed=[True, False])
+    assert dock.get("train", ["responses"], 1, "p", timeout=1).rows.tolist() == [1]
+    row3 = dock.get("rollout", ["responses"], 4, "p", unfinished=True)
+    assert row3.rows.tolist() == [3] and row3.ages.tolist() == [2]
+    dock.put("p", {"responses": [np.ones(2, np.int32)]}, rows=[3], overwrite=True, completed=False)  # age 3 > 2
+    last = dock.get("train", ["responses"], 1, "p", timeout=1)
+    assert last.rows.tolist() == [3] and last.ages.tolist() == [3]  # counted as finished: never stale for ever
+    assert dock.all_consumed("train", "p")
+    with pytest.raises(tp.ConfigError, match="completed: expected True/False or 2 booleans"):
+        dock.put("p", {"responses": [np.ones(2, np.int32)] * 2}, rows=[0, 1], overwrite=True, completed=[True])

@@ -24,6 +24,7 @@ class Batch:
     columns: dict[str, np.ndarray | Packed]
     lease_id: int | None = None
     group_size: int = field(default=1, repr=False)
+    ages: np.ndarray | None = field(default=None, repr=False)  # unfinished puts per row (partial rollout)
 
     def __getitem__(self, name: str) -> np.ndarray | Packed:
         try:
@@ -61,7 +62,8 @@ class Batch:
                 columns[name] = take_rows(column, positions)
             else:
                 columns[name] = column[positions]
-        return Batch(self.partition, self.rows[positions], columns, self.lease_id, self.group_size)
+        ages = None if self.ages is None else self.ages[positions]
+        return Batch(self.partition, self.rows[positions], columns, self.lease_id, self.group_size, ages)
 
     def to_torch(self, pad_value: Any = 0) -> dict[str, Any]:
         """Torch tensors: fixed columns as they are; ragged ones padded, with ``<name>_lengths``."""

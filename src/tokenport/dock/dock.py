@@ -59,10 +59,17 @@ class Dock:
     Partitions (e.g. one per training step) are added with ``add_partition`` and cleared or
     dropped independently; row ids are local to a partition, ``0 .. rows - 1``, and row ``r``
     belongs to prompt ``r // n_samples_per_prompt``. Columns and consumers can be added at any time.
+
+    Partial rollout: a put with ``completed=False`` marks rows unfinished. Consumers do not see
+    them; the rollout stage takes them back with ``get(..., unfinished=True)``, continues them and
+    puts again (``overwrite=True``). Each unfinished put adds one to the row's age
+    (``Batch.ages``); past ``max_age`` unfinished puts the row counts as completed anyway, so no
+    row goes stale for ever.
     """
 
     def __init__(
-        self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1
+        self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1, *,
+        max_age: int | None = None,
     ) -> None:
         self._lock = threading.Condition()
         self._columns: dict[str, Column] = {}
@@ -72,6 +79,7 @@ class Dock:
         self._next_lease = 1
         self._closed = False
         self.n_samples_per_prompt = _positive("n_samples_per_prompt", n_samples_per_prompt)
+        self.max_age = None if max_age is None else _positive("max_age", max_age)
         for column in columns:
             self.add_column(column)
         for consumer in consumers:
@@ -146,12 +154,13 @@ class Dock:
     # -- put ----------------------------------------------------------------------------------------
 
     def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
-            overwrite: bool = False) -> None:
+            overwrite: bool = False, completed: bool | Sequence[bool] | np.ndarray = True) -> None:
         """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready.
 
         Fixed columns take an array of shape ``(len(rows), *shape)``; ragged ones a list of arrays,
         ``Packed(values, lengths)`` or ``Padded(values, lengths)``. Putting a ready cell again is
-        an error unless ``overwrite=True``. On any error nothing is written.
+        an error unless ``overwrite=True``. ``completed`` (one flag, or one per row) marks rows
+        finished or not (see the class docstring). On any error nothing is written.
         """
         if not isinstance(columns, Mapping) or not columns:
             raise ConfigError("columns: expected a non-empty dict of column name -> values")
@@ -160,15 +169,16 @@ class Dock:
             ids = _row_ids(rows, target)
             checked = [(self._column(name), _checked_values(self._column(name), value, len(ids)))
                        for name, value in columns.items()]
+            finished = _completed_flags(completed, len(ids))
             self._check_unwritten(target, [column.name for column, _ in checked], ids, overwrite)
             for column, value in checked:
                 target.write(column, ids, value)
-            self._mark_ready(target, [column.name for column, _ in checked], ids)
+            self._mark_ready(target, [column.name for column, _ in checked], ids, finished)
 
-    async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
-                   overwrite: bool = False) -> None:
+    async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
+                   **options: Any) -> None:
         """``put`` from asyncio code (runs in a worker thread)."""
-        await asyncio.to_thread(self.put, partition, columns, rows, overwrite=overwrite)
+        await asyncio.to_thread(self.put, partition, columns, rows, **options)
 
     # -- get ----------------------------------------------------------------------------------------
 
@@ -183,6 +193,7 @@ class Dock:
         timeout: float | None = None,
         sampler: Sampler | None = None,
         lease: float | None = None,
+        unfinished: bool = False,
     ) -> Batch | None:
         """Return ``count`` rows whose ``columns`` are ready and that ``consumer`` has not consumed.
 
@@ -191,10 +202,12 @@ class Dock:
         the consumer has consumed the whole partition (without ``partition``: every partition,
         once the dock is ``close``d); a partition's last batch may be short. Without ``lease``
         the rows are consumed at once; with it they come back unless ``ack``ed within ``lease`` s.
+        ``unfinished=True`` (the rollout stage) returns up to ``count`` unfinished rows without
+        waiting, or None when there are none.
         """
         wanted = list(columns)
         with self._lock:
-            taken = self._take(consumer, wanted, count, partition, rows, timeout, sampler, lease)
+            taken = self._take(consumer, wanted, count, partition, rows, timeout, sampler, lease, unfinished)
             if taken is None:
                 return None
             target, give, lease_id = taken
@@ -202,7 +215,7 @@ class Dock:
             self._consumers[consumer].bytes += sum(
                 v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values()
             )
-            return Batch(target.name, give, data, lease_id, self.n_samples_per_prompt)
+            return Batch(target.name, give, data, lease_id, self.n_samples_per_prompt, target.age[give])
 
     async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,
                    **options: Any) -> Batch | None:
@@ -282,14 +295,14 @@ class Dock:
         return [target]
 
     def _select(self, consumer: str, wanted: list[str], count: int, partition: str | None,
-                sampler: Sampler) -> Any:
+                sampler: Sampler, unfinished: bool = False) -> Any:
         """``(partition, give, consume)``, None at the end, or _WAIT."""
         targets = [self._partition(partition)] if partition is not None else list(self._partitions.values())
         for target in targets:
             leased = target.leased_of(consumer)
             request = SampleRequest(
                 consumer=consumer, partition=target.name, count=min(count, target.rows), rows=target.rows,
-                group_size=self.n_samples_per_prompt, eligible=target.eligible(consumer, wanted),
+                group_size=self.n_samples_per_prompt, eligible=target.eligible(consumer, wanted, unfinished),
                 unconsumed=target.remaining(consumer), leased=int(np.count_nonzero(leased)),
                 consumed=_read_only(target.consumed_of(consumer)),
                 lengths=lambda name, ids, target=target: _lengths(target, self._column(name), ids),
@@ -307,15 +320,15 @@ class Dock:
             if not getattr(sampler, "trusted", False):  # tokenport's own samplers pick eligible rows only
                 _check_selection(give, consume, request)
             return target, give, consume
-        if partition is None and self._closed and all(
+        if unfinished or (partition is None and self._closed and all(
             t.remaining(consumer) == 0 for t in self._partitions.values()
-        ):
+        )):
             return None
         return _WAIT
 
     def _take(self, consumer: str, wanted: list[str], count: int, partition: str | None,
               rows: Sequence[int] | np.ndarray | None, timeout: float | None, sampler: Sampler | None,
-              lease: float | None) -> tuple[Partition, np.ndarray, int | None] | None:
+              lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased); ``(partition, rows, lease id)``
         or None at the end. The caller holds the lock."""
         count = _positive("count", count)
@@ -329,7 +342,7 @@ class Dock:
         for name in wanted:
             self._column(name)
         targets = self._targets(partition, count)
-        sampler = sampler or Sequential()
+        sampler = sampler or (_Unfinished() if unfinished else Sequential())
         if rows is not None:
             if partition is None:
                 raise ConfigError("rows= needs partition=: row ids are local to a partition")
@@ -339,7 +352,7 @@ class Dock:
         while True:
             now = time.monotonic()
             self._expire_leases(now)
-            found = self._select(consumer, wanted, count, partition, sampler)
+            found = self._select(consumer, wanted, count, partition, sampler, unfinished)
             if found is not _WAIT:
                 break
             if deadline is not None and now >= deadline:
@@ -379,10 +392,23 @@ class Dock:
                     "pass overwrite=True to replace it"
                 )
 
-    def _mark_ready(self, target: Partition, names: list[str], ids: np.ndarray) -> None:
-        """Make the cells visible and wake the waiting getters."""
+    def _mark_ready(self, target: Partition, names: list[str], ids: np.ndarray, finished: np.ndarray) -> None:
+        """Make the cells visible, record which rows are finished, wake the waiting getters.
+
+        Rows put unfinished age by one and go back to every consumer unconsumed (the rollout
+        stage takes them again with ``unfinished=True``); past ``max_age`` they count as finished.
+        """
         for name in names:
             target.ready_of(name)[ids] = True
+        pending = ids[~finished]
+        if len(pending):
+            target.age[pending] += 1
+            if self.max_age is not None:
+                pending = pending[target.age[pending] <= self.max_age]
+            for consumer in self._consumers:
+                target.consumed_of(consumer)[pending] = False
+        target.completed[ids] = True
+        target.completed[pending] = False
         self._lock.notify_all()
 
     def _take_lease(self, lease_id: int) -> _Lease:
@@ -426,6 +452,24 @@ def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigError(f"{name}={value!r} is invalid: pass an integer >= 1")
     return int(value)
+
+
+def _completed_flags(completed: bool | Sequence[bool] | np.ndarray, rows: int) -> np.ndarray:
+    """One finished flag per row, from one flag or a sequence of them."""
+    flags = np.asarray(completed)
+    if flags.dtype != bool or flags.shape not in ((), (rows,)):
+        raise ConfigError(f"completed: expected True/False or {rows} booleans, one per row, got {completed!r:.60}")
+    return np.broadcast_to(flags, (rows,))
+
+
+class _Unfinished:
+    """Up to ``count`` unfinished rows, lowest ids first; nothing (not a wait) when there are none."""
+
+    trusted = True
+
+    def __call__(self, request: SampleRequest) -> Selection:
+        chosen = request.eligible[: request.count]
+        return chosen, chosen
 
 
 def _row_ids(rows: Sequence[int] | np.ndarray, target: Partition) -> np.ndarray:

@@ -24,7 +24,7 @@ import ray
 
 from ..errors import ConfigError, TokenportError
 from .batch import Batch
-from .dock import Dock, Sampler, _checked_values, _positive, _row_ids
+from .dock import Dock, Sampler, _checked_values, _completed_flags, _positive, _row_ids
 from .ragged import Packed, Padded, take_rows
 from .schema import Column
 from .storage import Partition
@@ -37,8 +37,9 @@ _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds on
 class _Controller:
     """Metadata of every partition, in a ``Dock`` whose ragged columns keep lengths only."""
 
-    def __init__(self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int) -> None:
-        self.dock = Dock(columns, consumers, n_samples_per_prompt)
+    def __init__(self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int,
+                 max_age: int | None) -> None:
+        self.dock = Dock(columns, consumers, n_samples_per_prompt, max_age=max_age)
         self.samplers: dict[str, Sampler] = {}
 
     def schema(self) -> tuple[dict[str, Column], list[str], int]:
@@ -61,7 +62,7 @@ class _Controller:
             return target.rows
 
     def commit(self, partition: str, names: list[str], rows: np.ndarray, lengths: dict[str, np.ndarray],
-               overwrite: bool) -> None:
+               overwrite: bool, finished: np.ndarray) -> None:
         """The shards hold the data: record ragged lengths and make the cells ready."""
         dock = self.dock
         with dock._lock:
@@ -70,21 +71,21 @@ class _Controller:
             dock._check_unwritten(target, names, ids, overwrite)
             for name, row_lengths in lengths.items():
                 target.record_lengths(dock._column(name), ids, row_lengths)
-            dock._mark_ready(target, names, ids)
+            dock._mark_ready(target, names, ids, finished)
 
     def take(self, consumer: str, wanted: list[str], count: int, partition: str | None, rows: Any,
              timeout: float | None, sampler_key: str | None, sampler: Sampler | None,
-             lease: float | None) -> tuple[str, np.ndarray, int | None] | None:
-        """Choose and claim rows as ``Dock.get`` does; ``(partition, rows, lease id)`` or None."""
+             lease: float | None, unfinished: bool) -> tuple[str, np.ndarray, int | None, np.ndarray] | None:
+        """Choose and claim rows as ``Dock.get`` does; ``(partition, rows, lease id, ages)`` or None."""
         if sampler is not None:
             self.samplers[sampler_key] = sampler
         chosen = self.samplers.get(sampler_key) if sampler_key else None
         with self.dock._lock:
-            taken = self.dock._take(consumer, wanted, count, partition, rows, timeout, chosen, lease)
-        if taken is None:
-            return None
-        target, give, lease_id = taken
-        return target.name, give, lease_id
+            taken = self.dock._take(consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished)
+            if taken is None:
+                return None
+            target, give, lease_id = taken
+            return target.name, give, lease_id, target.age[give]
 
 
 class _Shard:
@@ -121,12 +122,12 @@ class RayDock:
     """
 
     def __init__(self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1,
-                 *, shards: int = 1) -> None:
+                 *, shards: int = 1, max_age: int | None = None) -> None:
         shards = _positive("shards", shards)
         columns, consumers = list(columns), list(consumers)
-        Dock(columns, consumers, n_samples_per_prompt)  # the same checks, before any actor starts
+        Dock(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor starts
         self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
-            columns, consumers, n_samples_per_prompt
+            columns, consumers, n_samples_per_prompt, max_age
         )
         self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
         self._columns = {column.name: column for column in columns}
@@ -180,12 +181,13 @@ class RayDock:
         return _get(self._controller.call.remote("partitions"))
 
     def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
-            overwrite: bool = False) -> None:
+            overwrite: bool = False, completed: bool | Sequence[bool] | np.ndarray = True) -> None:
         """As ``Dock.put``: data to the shards, then readiness at the controller."""
         if not isinstance(columns, Mapping) or not columns:
             raise ConfigError("columns: expected a non-empty dict of column name -> values")
         self._refresh_columns(columns)
         ids = np.asarray(rows)
+        finished = _completed_flags(completed, len(ids))
         checked = {name: _checked_values(self._column(name), value, len(ids)) for name, value in columns.items()}
         names = list(checked)
         rows_in_partition = _get(self._controller.check_put.remote(partition, names, ids, bool(overwrite)))
@@ -199,20 +201,21 @@ class RayDock:
                 writes.append(shard.write.remote(partition, rows_in_partition, ids[positions], values))
         _get(writes)
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, (Packed, Padded))}
-        _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite)))
+        _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite), finished))
 
     def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
             rows: Sequence[int] | np.ndarray | None = None, timeout: float | None = None,
-            sampler: Sampler | None = None, lease: float | None = None) -> Batch | None:
+            sampler: Sampler | None = None, lease: float | None = None, unfinished: bool = False) -> Batch | None:
         """As ``Dock.get``: rows chosen by the controller, data read from the shards in parallel."""
         wanted = list(columns)
         key, send = self._sampler_key(sampler)
         taken = _get(self._controller.take.remote(
-            consumer, wanted, count, partition, None if rows is None else np.asarray(rows), timeout, key, send, lease
+            consumer, wanted, count, partition, None if rows is None else np.asarray(rows), timeout, key, send, lease,
+            bool(unfinished),
         ))
         if taken is None:
             return None
-        name, give, lease_id = taken
+        name, give, lease_id, ages = taken
         shard_of = (give // self.n_samples_per_prompt) % len(self._shards)
         parts, order = [], []
         for k, shard in enumerate(self._shards):
@@ -223,7 +226,7 @@ class RayDock:
         pieces = _get(parts)
         merged = {column: _concatenate([piece[column] for piece in pieces]) for column in wanted}
         positions = np.concatenate(order)
-        batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt)
+        batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
         return batch.select(np.argsort(positions, kind="stable"))
 
     def shutdown(self) -> None:

@@ -86,6 +86,8 @@ class Partition:
         self.ready: dict[str, np.ndarray] = {}
         self.consumed: dict[str, np.ndarray] = {}
         self.leased: dict[str, np.ndarray] = {}  # lease id per row, 0 when not leased
+        self.completed = np.zeros(rows, dtype=bool)  # set by puts; unfinished rollouts are False
+        self.age = np.zeros(rows, dtype=np.int64)  # times a row was put unfinished
 
     def ready_of(self, name: str) -> np.ndarray:
         """The readiness bits of a column (created empty on first use)."""
@@ -127,9 +129,11 @@ class Partition:
             return self.ragged[column.name].read(rows)
         return self.fixed[column.name][rows]
 
-    def eligible(self, consumer: str, columns: list[str]) -> np.ndarray:
-        """Rows whose ``columns`` are all ready, not consumed by ``consumer`` and not leased to it."""
+    def eligible(self, consumer: str, columns: list[str], unfinished: bool = False) -> np.ndarray:
+        """Rows whose ``columns`` are all ready, not consumed by ``consumer``, not leased to it, and
+        completed (or, with ``unfinished``, not completed)."""
         mask = ~self.consumed_of(consumer) & (self.leased_of(consumer) == 0)
+        mask &= ~self.completed if unfinished else self.completed
         for name in columns:
             mask &= self.ready_of(name)
         return np.flatnonzero(mask)
@@ -140,6 +144,8 @@ class Partition:
 
     def clear(self) -> None:
         """Forget all data and bits."""
+        self.completed[:] = False
+        self.age[:] = 0
         self.fixed.clear()
         self.ragged.clear()
         self.ready.clear()
