@@ -470,3 +470,37 @@ def test_unfinished_rows_go_back_to_rollout_and_age_until_max_age():
     assert dock.all_consumed("train", "p")
     with pytest.raises(tp.ConfigError, match="completed: expected True/False or 2 booleans"):
         dock.put("p", {"responses": [np.ones(2, np.int32)] * 2}, rows=[0, 1], overwrite=True, completed=[True])
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+
+
+def test_checkpoint_restores_data_and_progress_and_returns_leased_rows(tmp_path):
+    dock = make_dock(prompts=4)
+    rows = responses(16, seed=7)
+    put_all(dock, rows)
+    dock.add_partition("step-1", num_prompts=1)
+    dock.put("step-1", {"reward": np.ones(4)}, rows=range(4), completed=[True, False, True, True])
+    dock.get("train", ["reward"], 6, "step-0")
+    leased = dock.get("train", ["reward"], 2, "step-0", lease=60)
+    dock.save(tmp_path / "ckpt")
+    dock.save(tmp_path / "ckpt")  # saving again replaces it whole
+    restored = Dock.load(tmp_path / "ckpt")
+    assert restored.partitions == {"step-0": 16, "step-1": 4} and restored.max_age is None
+    rest = restored.get("train", ["responses", "logp", "reward", "embedding"], 10, "step-0")
+    assert rest.rows.tolist() == leased.rows.tolist() + list(range(8, 16))  # leased rows came back
+    assert [a.tolist() for a in rest["responses"].to_list()] == [rows[i].tolist() for i in rest.rows]
+    assert rest["reward"].tolist() == rest.rows.tolist() and rest["embedding"].shape == (10, 3)
+    assert restored.get("ref", ["reward"], 16, "step-0").rows.tolist() == list(range(16))
+    assert restored.get("train", ["reward"], 3, "step-1", timeout=1).rows.tolist() == [0, 2, 3]  # 1 is unfinished
+    assert not (tmp_path / "ckpt.old").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_checkpoint_errors_name_the_problem(tmp_path):
+    with pytest.raises(tp.ConfigError, match="no dock checkpoint here"):
+        Dock.load(tmp_path / "missing")
+    dock = make_dock()
+    dock.save(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "dock.json").write_text("{not json")
+    with pytest.raises(tp.CorruptStoreError, match="dock.json: not valid JSON"):
+        Dock.load(tmp_path / "ckpt")

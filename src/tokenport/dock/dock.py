@@ -15,6 +15,7 @@ that crashes mid-batch loses no rows and the same stage never consumes a row twi
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError, DockTimeout
 from .batch import Batch
+from .checkpoint import load_dock, save_dock
 from .ragged import Packed, Padded, as_ragged
 from .samplers import SampleRequest, Selection, Sequential
 from .schema import Column
@@ -260,6 +262,15 @@ class Dock:
                     "leased": {c: int(np.count_nonzero(p.leased_of(c))) for c in self._consumers},
                 }
             return {"consumers": consumers, "partitions": partitions, "leases": len(self._leases)}
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases)."""
+        save_dock(self, directory)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> "Dock":
+        """The dock saved in ``directory``; rows that were out on lease are available again."""
+        return load_dock(directory)
 
     # -- internals ----------------------------------------------------------------------------------
 
