@@ -9,13 +9,17 @@ from tokenport.cli import main
 def test_demo_runs_every_stage(tmp_path, capsys):
     assert main(["demo", "--workdir", str(tmp_path), "--limit", "40", "--workers", "2"]) == 0
     out = capsys.readouterr().out
-    for stage in ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read", "6. samples", "7. blend", "8. sampling"):
+    stages = ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read", "6. samples", "7. blend",
+              "8. sampling", "9. dock")
+    for stage in stages:
         assert stage in out
     assert "checksums verified" in out
     assert "(equal to the parts' sum)" in out
     assert "reopened from the cache" in out and "samples/s" in out
     assert "packed:" in out and "the global stream continues with" in out
     assert "largest prefix deviation" in out and "train/valid/test: 20,000 / 200 / 20 samples" in out
+    assert "rows served per stage: rollout 128, reward 128, advantage 128, train 128" in out
+    assert "all consumed by train: True" in out
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
     # stage 6's dataset, then 2 stores x 3 splits and one blend per split
     assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3

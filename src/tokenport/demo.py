@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from typing import Callable
 
@@ -18,6 +19,7 @@ import numpy as np
 from .build import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
 from .build.report import blend_report
 from .corpus import build_demo_corpus
+from .dock import Balanced, Column, Dock, PromptGroups
 from .gpt import GPTSampleConfig
 from .indexed import IndexedDataset, merge, verify
 from .inspection import render, summarize
@@ -90,6 +92,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     ds.close()
     _blend(parts, workdir, os.path.join(stores, "index-cache"), echo)
     _sampling(merged, echo)
+    _dock(merged, os.path.join(workdir, "dock-checkpoint"), echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
@@ -175,6 +178,57 @@ def _sampling(prefix: str, echo: Echo) -> None:
     resumed.load_state_dict(state)
     echo(f"rank 0 of 2 micro-batches {first}; state {state['consumed_samples']} samples consumed; "
          f"resumed on 1 rank, the global stream continues with {next(iter(resumed))}")
+    ds.close()
+
+
+def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
+    """A GRPO-shaped step through the experience dock: rollout, reward, advantages, balanced training."""
+    echo("\n== 9. dock: RL experience between stages (rollout -> reward -> advantages -> 2 training ranks)")
+    ds = IndexedDataset(prefix)
+    group, prompts = 8, 16
+    dock = Dock([Column("prompts", np.uint16, ragged=True), Column("responses", np.uint16, ragged=True),
+                 Column("reward", np.float32), Column("advantages", np.float32)],
+                ["rollout", "reward", "advantage", "train"], n_samples_per_prompt=group)
+    dock.add_partition("step-0", num_prompts=prompts)
+    dock.put("step-0", {"prompts": [ds[i % len(ds)][:64] for i in range(0, prompts * group, group)
+                                    for _ in range(group)]}, rows=range(prompts * group))
+
+    def rollout() -> None:  # a stand-in for generation: each response is a slice of another document
+        while (batch := dock.get("rollout", ["prompts"], 32, "step-0", timeout=30)) is not None:
+            responses = [ds[(7 * row + 3) % len(ds)][: 16 + 61 * (row % 23)] for row in batch.rows.tolist()]
+            dock.put("step-0", {"responses": responses}, rows=batch.rows)
+
+    def reward() -> None:  # a stand-in scorer: share of spaces among the response's bytes
+        while (batch := dock.get("reward", ["responses"], 16, "step-0", timeout=30)) is not None:
+            scores = [float(np.mean(r == 32)) if len(r) else 0.0 for r in batch["responses"].to_list()]
+            dock.put("step-0", {"reward": np.array(scores)}, rows=batch.rows)
+
+    def advantages() -> None:  # GRPO: reward normalized within each prompt's group
+        while (batch := dock.get("advantage", ["reward"], group, "step-0", sampler=PromptGroups(),
+                                 timeout=30)) is not None:
+            r = batch["reward"]
+            dock.put("step-0", {"advantages": (r - r.mean()) / (r.std() + 1e-6)}, rows=batch.rows)
+
+    stages = [threading.Thread(target=stage) for stage in (rollout, reward, advantages)]
+    begin = time.perf_counter()
+    for stage in stages:
+        stage.start()
+    loads = []
+    while (batch := dock.get("train", ["responses", "advantages"], 32, "step-0",
+                             sampler=Balanced(2, "responses"), timeout=30)) is not None:
+        loads.append([int(part["responses"].lengths.sum()) for part in batch.split(2)])
+    for stage in stages:
+        stage.join()
+    elapsed = time.perf_counter() - begin
+    stats = dock.stats()["consumers"]
+    echo(f"{prompts * group} rows ({prompts} prompts x {group}) through 3 stage threads and the trainer in "
+         f"{elapsed * 1000:.0f} ms; rows served per stage: "
+         + ", ".join(f"{name} {s['rows']}" for name, s in stats.items()))
+    echo(f"train batches of 32 split over 2 ranks by Karmarkar-Karp, response tokens per rank: {loads}")
+    dock.save(checkpoint)
+    restored = Dock.load(checkpoint)
+    echo(f"checkpoint {os.path.basename(checkpoint)}/ saved and reloaded: {restored.partitions['step-0']} rows, "
+         f"all consumed by train: {restored.all_consumed('train', 'step-0')}")
     ds.close()
 
 
