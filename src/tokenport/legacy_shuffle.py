@@ -18,10 +18,9 @@ import numpy as np
 from .mt19937 import STATE_WORDS as _STATE_WORDS
 from .mt19937 import refill as _refill
 from .mt19937 import seed as _seed
-from .prefetch import prefetch
+from .prefetch import swap_block
 
 _BLOCK = 4096  # swaps whose targets are drawn ahead at once
-_AHEAD = 32  # swaps between prefetching a target and swapping it
 
 
 class LegacyShuffler:
@@ -109,14 +108,5 @@ def _shuffle(array: np.ndarray, key: np.ndarray, outputs: np.ndarray, position: 
                         break
                 targets[drawn] = np.int64(value)
             drawn += 1
-        for k in range(min(_AHEAD, drawn)):
-            prefetch(array, targets[k])
-        for k in range(drawn):
-            if k + _AHEAD < drawn:
-                prefetch(array, targets[k + _AHEAD])
-            j = targets[k]
-            swap = array[i]
-            array[i] = array[j]
-            array[j] = swap
-            i -= 1
+        i = swap_block(array, i, -1, targets, drawn)
     return position

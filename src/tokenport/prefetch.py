@@ -3,17 +3,22 @@
 Random reads over arrays larger than the caches (Fisher-Yates swaps, gathers through a
 permutation) otherwise wait on memory nearly one at a time; issuing LLVM's prefetch hint a few
 dozen iterations ahead keeps several loads in flight. It is a hint: results never change.
+``swap_block`` is the Fisher-Yates inner loop both shuffle twins share, prefetching its targets.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-__all__ = ["prefetch"]
+__all__ = ["prefetch", "swap_block"]
+
+_AHEAD = 32  # swaps between prefetching a target and swapping it
 
 _WRITE = 1  # the element will be written too (a swap), so fetch the line for ownership
 _KEEP_IN_ALL_CACHES = 3
@@ -38,3 +43,20 @@ def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
         return context.get_dummy_value()
 
     return types.void(array, index), codegen
+
+
+@numba.njit(cache=True, inline="always")
+def swap_block(array: np.ndarray, position: int, step: int, targets: np.ndarray, count: int) -> int:
+    """Swap ``array[position]`` with ``array[targets[k]]`` for ``k < count``, moving ``position`` by
+    ``step`` after each swap; returns the final position. Targets are prefetched ``_AHEAD`` swaps early."""
+    for k in range(min(_AHEAD, count)):
+        prefetch(array, targets[k])
+    for k in range(count):
+        if k + _AHEAD < count:
+            prefetch(array, targets[k + _AHEAD])
+        j = targets[k]
+        swap = array[position]
+        array[position] = array[j]
+        array[j] = swap
+        position += step
+    return position

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from ..mt19937 import STATE_WORDS, refill, temper
-from ..prefetch import prefetch
+from ..prefetch import swap_block
 
 __all__ = ["randperm"]
 
@@ -34,7 +34,6 @@ _WORDS = slice(24, 24 + 8 * STATE_WORDS)
 _STATE_BYTES = 5056
 _LARGE = 0xFFFFFFFF // 20  # from here torch draws 64-bit numbers with another algorithm
 _BLOCK = 4096  # swap targets drawn ahead at once
-_AHEAD = 32  # swaps between prefetching a target and swapping it
 _CHECK_SIZES = (2, 3, 624, 625, 1000, 5003)
 
 _twin_checked: bool | None = None  # None: not yet checked in this process
@@ -94,16 +93,7 @@ def _permute(n: int, key: np.ndarray, outputs: np.ndarray, position: int) -> tup
             targets[drawn] = i + drawn + np.int64(outputs[position] % remaining)
             position += 1
             drawn += 1
-        for k in range(min(_AHEAD, drawn)):
-            prefetch(permutation, targets[k])
-        for k in range(drawn):
-            if k + _AHEAD < drawn:
-                prefetch(permutation, targets[k + _AHEAD])
-            j = targets[k]
-            swap = permutation[i]
-            permutation[i] = permutation[j]
-            permutation[j] = swap
-            i += 1
+        i = swap_block(permutation, i, 1, targets, drawn)
     return permutation, position
 
 
