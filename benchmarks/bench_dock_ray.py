@@ -270,7 +270,8 @@ def percentiles(times: list[float]) -> tuple[float, float]:
 
 
 def bench_shards(rows: list[Row], shards: int, data, chunks, chunks_packed, n: int, prompts: int, payload: int,
-                 holders, producer, consumer, args) -> None:
+                 holders, producer, consumer, args) -> float | None:
+    """Every measurement for one K (a new RayDock, killed at the end); returns the K=1 put+get rate."""
     case = f"{n:,} rows, {len(COLUMNS)} cols, {payload / 1e6:,.1f} MB"
     both = 2 * payload
     t0 = time.perf_counter()

@@ -180,3 +180,30 @@ def test_errors_from_the_actors_arrive_as_tokenport_errors(ray_session):
     stats = dock.stats()
     assert stats["partitions"]["p"]["ready"] == {"x": 4, "t": 4}
     dock.shutdown()
+
+
+class _Pick:
+    """A sampler returning one fixed row (a plain class, so instances can share an id after collection)."""
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+    def __call__(self, request):
+        chosen = np.array([self.row]) if self.row in request.eligible else np.zeros(0, np.int64)
+        return chosen, chosen
+
+
+def test_each_sampler_object_is_the_one_used_even_after_another_was_collected(ray_session):
+    import gc
+
+    dock = RayDock([Column("x", np.int64)], ["a"], shards=1)
+    dock.add_partition("p", num_prompts=16)
+    dock.put("p", {"x": np.arange(16)}, rows=np.arange(16))
+    seen = []
+    for row in (1, 15, 7, 3):
+        sampler = _Pick(row)
+        seen.append(dock.get("a", ["x"], 1, "p", sampler=sampler, timeout=5).rows.tolist())
+        del sampler
+        gc.collect()  # the next _Pick may reuse the id
+    assert seen == [[1], [15], [7], [3]]
+    dock.shutdown()

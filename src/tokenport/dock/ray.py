@@ -16,6 +16,8 @@ one of them fails, and the cells hold one of the two writes.
 
 from __future__ import annotations
 
+import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -132,12 +134,16 @@ class RayDock:
         self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
         self._columns = {column.name: column for column in columns}
         self.n_samples_per_prompt = int(n_samples_per_prompt)
-        self._sampler_keys: dict[int, str] = {}
+        self._sampler_keys: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_sampler_keys"] = {}  # samplers registered from this process stay with it
+        del state["_sampler_keys"]  # samplers registered here stay with this process
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._sampler_keys = weakref.WeakKeyDictionary()
 
     # -- the Dock API -------------------------------------------------------------------------------
 
@@ -192,15 +198,18 @@ class RayDock:
         names = list(checked)
         rows_in_partition = _get(self._controller.check_put.remote(partition, names, ids, bool(overwrite)))
         ids = ids.astype(np.int64)
+        checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
         shard_of = (ids // self.n_samples_per_prompt) % len(self._shards)
         writes = []
         for k, shard in enumerate(self._shards):
             positions = np.flatnonzero(shard_of == k)
-            if len(positions):
+            if len(positions) == len(ids):  # every row goes to this shard: send the data as it is
+                writes.append(shard.write.remote(partition, rows_in_partition, ids, checked))
+            elif len(positions):
                 values = {name: _subset(value, positions) for name, value in checked.items()}
                 writes.append(shard.write.remote(partition, rows_in_partition, ids[positions], values))
         _get(writes)
-        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, (Packed, Padded))}
+        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
         _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite), finished))
 
     def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
@@ -224,6 +233,8 @@ class RayDock:
                 parts.append(shard.read.remote(name, wanted, give[positions]))
                 order.append(positions)
         pieces = _get(parts)
+        if len(pieces) == 1:  # one shard holds every row, already in order
+            return Batch(name, give, pieces[0], lease_id, self.n_samples_per_prompt, ages)
         merged = {column: _concatenate([piece[column] for piece in pieces]) for column in wanted}
         positions = np.concatenate(order)
         batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
@@ -248,12 +259,17 @@ class RayDock:
             self._columns = _get(self._controller.schema.remote())[0]
 
     def _sampler_key(self, sampler: Sampler | None) -> tuple[str | None, Sampler | None]:
-        """A key naming the sampler at the controller, and the sampler itself the first time."""
+        """A key naming the sampler at the controller, and the sampler itself when it must be sent:
+        the first time, or every time for a sampler that cannot be weakly referenced (so a key is
+        never reused for another sampler after the first is garbage-collected)."""
         if sampler is None:
             return None, None
-        key = self._sampler_keys.get(id(sampler))
+        try:
+            key = self._sampler_keys.get(sampler)
+        except TypeError:
+            return uuid.uuid4().hex, sampler
         if key is None:
-            key = self._sampler_keys[id(sampler)] = f"{id(self)}-{id(sampler)}-{len(self._sampler_keys)}"
+            key = self._sampler_keys[sampler] = uuid.uuid4().hex
             return key, sampler
         return key, None
 
@@ -269,12 +285,8 @@ def _get(refs: Any) -> Any:
         raise
 
 
-def _subset(value: np.ndarray | Packed | Padded, positions: np.ndarray) -> np.ndarray | Packed | Padded:
-    if isinstance(value, Packed):
-        return take_rows(value, positions)
-    if isinstance(value, Padded):
-        return Padded(value.values[positions], value.lengths[positions])
-    return value[positions]
+def _subset(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
+    return take_rows(value, positions) if isinstance(value, Packed) else value[positions]
 
 
 def _concatenate(pieces: list[np.ndarray | Packed]) -> np.ndarray | Packed:
