@@ -207,3 +207,25 @@ def test_each_sampler_object_is_the_one_used_even_after_another_was_collected(ra
         gc.collect()  # the next _Pick may reuse the id
     assert seen == [[1], [15], [7], [3]]
     dock.shutdown()
+
+
+def test_checkpoint_of_a_ray_dock_restores_on_another_shard_count(ray_session, tmp_path):
+    dock = RayDock(COLUMNS, STAGES, n_samples_per_prompt=GROUP, shards=2, max_age=3)
+    dock.add_partition("p", num_prompts=PROMPTS)
+    prompts = prompt_tokens(0)
+    rows = np.arange(PROMPTS * GROUP)
+    dock.put("p", {"prompts": prompts, "reward": np.arange(len(rows), dtype=np.float32)}, rows=rows)
+    dock.put("p", {"responses": [respond(p, r) for r, p in enumerate(prompts)]}, rows=rows,
+             completed=rows % 5 != 0)
+    first = dock.get("train", ["responses", "reward"], 7, "p", timeout=5)
+    dock.save(tmp_path / "ckpt")
+    dock.shutdown()
+    restored = RayDock.load(tmp_path / "ckpt", shards=3)
+    rest = restored.get("train", ["responses", "reward", "prompts"], 12, "p", timeout=5)  # the finished rest
+    finished = rows[rows % 5 != 0]
+    assert sorted(first.rows.tolist() + rest.rows.tolist()) == finished.tolist()
+    for row, response, prompt in zip(rest.rows.tolist(), rest["responses"].to_list(), rest["prompts"].to_list()):
+        assert np.array_equal(response, respond(prompts[row], row)) and np.array_equal(prompt, prompts[row])
+    unfinished = restored.get("rollout", ["responses"], 24, "p", unfinished=True)
+    assert unfinished.rows.tolist() == rows[rows % 5 == 0].tolist() and set(unfinished.ages.tolist()) == {1}
+    restored.shutdown()

@@ -16,6 +16,7 @@ one of them fails, and the cells hold one of the two writes.
 
 from __future__ import annotations
 
+import os
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
@@ -75,6 +76,26 @@ class _Controller:
                 target.record_lengths(dock._column(name), ids, row_lengths)
             dock._mark_ready(target, names, ids, finished)
 
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Per partition: name, rows, and the bits (readiness, consumption, finished, age)."""
+        with self.dock._lock:
+            return [
+                {"name": p.name, "rows": p.rows, "ready": dict(p.ready), "consumed": dict(p.consumed),
+                 "completed": p.completed.copy(), "age": p.age.copy()}
+                for p in self.dock._partitions.values()
+            ]
+
+    def restore(self, partition: str, consumed: dict[str, np.ndarray], completed: np.ndarray,
+                age: np.ndarray) -> None:
+        """Set a partition's consumption, finished flags and ages (loading a checkpoint)."""
+        with self.dock._lock:
+            target = self.dock._partition(partition)
+            for consumer, bits in consumed.items():
+                target.consumed_of(consumer)[:] = bits
+            target.completed[:] = completed
+            target.age[:] = age
+            self.dock._lock.notify_all()
+
     def take(self, consumer: str, wanted: list[str], count: int, partition: str | None, rows: Any,
              timeout: float | None, sampler_key: str | None, sampler: Sampler | None,
              lease: float | None, unfinished: bool) -> tuple[str, np.ndarray, int | None, np.ndarray] | None:
@@ -107,6 +128,15 @@ class _Shard:
             target = self.partitions[partition] = Partition(partition, rows_in_partition)
         for name, value in values.items():
             target.write(self.columns[name], ids, value)
+            target.ready_of(name)[ids] = True  # this shard holds the cell (readiness is the controller's)
+
+    def snapshot(self, partition: str) -> dict[str, tuple[np.ndarray, np.ndarray | Packed]]:
+        """Per column, the rows this shard holds and their data (for a checkpoint)."""
+        target = self.partitions.get(partition)
+        if target is None:
+            return {}
+        held = {name: np.flatnonzero(ready) for name, ready in target.ready.items()}
+        return {name: (ids, target.read(self.columns[name], ids)) for name, ids in held.items() if len(ids)}
 
     def read(self, partition: str, names: list[str], ids: np.ndarray) -> dict[str, np.ndarray | Packed]:
         target = self.partitions[partition]
@@ -239,6 +269,52 @@ class RayDock:
         positions = np.concatenate(order)
         batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
         return batch.select(np.argsort(positions, kind="stable"))
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Checkpoint to ``directory`` in ``Dock.save``'s format (the data passes through this process)."""
+        self.to_dock().save(directory)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> "RayDock":
+        """A new RayDock (``shards`` data actors) in the state saved in ``directory``."""
+        return cls.from_dock(Dock.load(directory), shards=shards)
+
+    def to_dock(self) -> Dock:
+        """An in-process copy of this dock's data and progress (leases returned, stats reset)."""
+        columns, consumers, n_samples_per_prompt = _get(self._controller.schema.remote())
+        max_age = _get(self._controller.call.remote("max_age"))
+        dock = Dock(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age)
+        for entry in _get(self._controller.snapshot.remote()):
+            name = entry["name"]
+            dock.add_partition(name, entry["rows"] // n_samples_per_prompt)
+            for held in _get([shard.snapshot.remote(name) for shard in self._shards]):
+                for column, (ids, values) in held.items():
+                    ready = entry["ready"].get(column, np.zeros(entry["rows"], dtype=bool))[ids]
+                    if ready.any():
+                        kept = np.flatnonzero(ready)
+                        part = take_rows(values, kept) if isinstance(values, Packed) else values[kept]
+                        dock.put(name, {column: part}, rows=ids[kept])
+            target = dock._partitions[name]
+            for consumer, bits in entry["consumed"].items():
+                target.consumed_of(consumer)[:] = bits
+            target.completed[:] = entry["completed"]
+            target.age[:] = entry["age"]
+        return dock
+
+    @classmethod
+    def from_dock(cls, dock: Dock, *, shards: int = 1) -> "RayDock":
+        """A new RayDock holding a copy of an in-process dock's data and progress."""
+        copy = cls(list(dock.columns.values()), dock.consumers, dock.n_samples_per_prompt, shards=shards,
+                   max_age=dock.max_age)
+        for partition in dock._partitions.values():
+            copy.add_partition(partition.name, partition.rows // dock.n_samples_per_prompt)
+            for column, ready in partition.ready.items():
+                ids = np.flatnonzero(ready)
+                if len(ids):
+                    copy.put(partition.name, {column: partition.read(dock.columns[column], ids)}, rows=ids)
+            _get(copy._controller.restore.remote(partition.name, dict(partition.consumed), partition.completed,
+                                                 partition.age))
+        return copy
 
     def shutdown(self) -> None:
         """Kill the controller and the shards (the dock's data is gone)."""
