@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from tokenport.dock import Column, Dock, Padded, RandomRows
+from tokenport.dock import Column, Dock, Packed, Padded, RandomRows
 
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 from transfer_dock_baseline import TransferDockBaseline
@@ -185,6 +185,31 @@ def fail(message: str) -> None:
     raise SystemExit(f"check failed: {message}")
 
 
+def check_rows_once(side: str, ids: list[np.ndarray], n: int) -> None:
+    """Every row id 0..n-1 served exactly once."""
+    ids = np.concatenate(ids)
+    if ids.size != n or not np.array_equal(np.sort(ids), np.arange(n)):
+        fail(f"{side}: the rows served are not each row once")
+
+
+def check_tokenport_batches(side: str, batches: list, data, n: int) -> None:
+    """tokenport's batches (Dock or RayDock): each row once, every column equal to the source."""
+    check_rows_once(side, [b.rows for b in batches], n)
+    for b_no, batch in enumerate(batches):
+        rows = np.asarray(batch.rows)
+        for name in COLUMNS:
+            col = batch[name]
+            if name not in RAGGED:
+                if not np.array_equal(np.asarray(col), data[name][rows]):
+                    fail(f"{side} batch {b_no}: {name} differs")
+                continue
+            if not isinstance(col, Packed):
+                fail(f"{side} batch {b_no}: {name} is a {type(col).__name__}, not Packed")
+            got = col.to_list()
+            if len(got) != rows.size or any(not np.array_equal(g, data[name][r]) for g, r in zip(got, rows)):
+                fail(f"{side} batch {b_no}: {name} rows differ")
+
+
 def check(data, chunks_tp, chunks_bl, prompts: int) -> None:
     """Both sides, one full put + get: every row once, each row's contents and padding exact."""
     n = prompts * SAMPLES_PER_PROMPT
@@ -199,26 +224,13 @@ def check(data, chunks_tp, chunks_bl, prompts: int) -> None:
         fail("baseline: not every row consumed")
     if not dock.all_consumed(CONSUMER, PARTITION):
         fail("tokenport: not every row consumed")
-    for side, ids in (("tokenport", [b.rows for b in tp_batches]),
-                      ("baseline", [np.asarray(ix) for _, ix in bl_batches])):
-        ids = np.concatenate(ids)
-        if ids.size != n or not np.array_equal(np.sort(ids), np.arange(n)):
-            fail(f"{side}: the rows served are not each row once")
-    for b_no, batch in enumerate(tp_batches):
-        rows = np.asarray(batch.rows)
-        for name in COLUMNS:
-            col = batch[name]
-            if name not in RAGGED:
-                if not np.array_equal(np.asarray(col), data[name][rows]):
-                    fail(f"tokenport batch {b_no}: {name} differs")
-                continue
-            got = col.to_list()
-            if len(got) != rows.size or any(not np.array_equal(g, data[name][r]) for g, r in zip(got, rows)):
-                fail(f"tokenport batch {b_no}: {name} rows differ")
-            if b_no == 0:  # the padded form equals what pad_sequence makes of the same rows
-                want = pad_sequence([torch.from_numpy(data[name][r]) for r in rows], batch_first=True).numpy()
-                if not np.array_equal(np.asarray(col.padded(pad_value=0).values), want):
-                    fail(f"tokenport batch 0: {name}.padded() differs from pad_sequence")
+    check_rows_once("baseline", [np.asarray(ix) for _, ix in bl_batches], n)
+    check_tokenport_batches("tokenport", tp_batches, data, n)
+    for name in RAGGED:  # the padded form equals what pad_sequence makes of the same rows
+        rows = tp_batches[0].rows
+        want = pad_sequence([torch.from_numpy(data[name][r]) for r in rows], batch_first=True).numpy()
+        if not np.array_equal(np.asarray(tp_batches[0][name].padded(pad_value=0).values), want):
+            fail(f"tokenport batch 0: {name}.padded() differs from pad_sequence")
     for b_no, (batch, indexes) in enumerate(bl_batches):
         for name in COLUMNS:
             t = batch[name].numpy()

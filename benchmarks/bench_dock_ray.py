@@ -67,8 +67,8 @@ from tokenport.dock.ray import RayDock  # noqa: E402
 
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
 from bench_dock import (  # noqa: E402
-    BATCH, CHUNKS, COLUMNS, CONSUMER, DTYPES, RAGGED, SAMPLES_PER_PROMPT, make_chunks, make_rows, payload_bytes,
-    tokenport_chunks,
+    BATCH, CHUNKS, COLUMNS, CONSUMER, DTYPES, RAGGED, SAMPLES_PER_PROMPT, check_tokenport_batches, make_chunks,
+    make_rows, payload_bytes, tokenport_chunks,
 )
 
 SHARDS = (1, 2, 4)
@@ -227,22 +227,7 @@ def check(dock: RayDock, partition: str, data, chunks, n: int, shards: int) -> N
     dock_get(dock, partition, sink=batches)
     if not dock.all_consumed(CONSUMER, partition):
         fail(f"K={shards}: not every row consumed")
-    ids = np.concatenate([np.asarray(b.rows) for b in batches])
-    if ids.size != n or not np.array_equal(np.sort(ids), np.arange(n)):
-        fail(f"K={shards}: the rows served are not each row once")
-    for b_no, batch in enumerate(batches):
-        rows = np.asarray(batch.rows)
-        for name in COLUMNS:
-            col = batch[name]
-            if name not in RAGGED:
-                if not np.array_equal(np.asarray(col), data[name][rows]):
-                    fail(f"K={shards} batch {b_no}: {name} differs")
-                continue
-            if not isinstance(col, Packed):
-                fail(f"K={shards} batch {b_no}: {name} is a {type(col).__name__}, not Packed")
-            got = col.to_list()
-            if len(got) != rows.size or any(not np.array_equal(g, data[name][r]) for g, r in zip(got, rows)):
-                fail(f"K={shards} batch {b_no}: {name} rows differ")
+    check_tokenport_batches(f"K={shards}", batches, data, n)
     print(f"  checked K={shards}: each of the {n:,} rows served once, all {len(COLUMNS)} columns exact "
           f"({len(batches)} batches)", flush=True)
 
