@@ -7,6 +7,7 @@ worker processes, assembled into Megatron-compatible ``part-NNNNN.{bin,idx}`` st
 
 from .config import PrepareConfig
 from .documents import Document, DocumentStep
+from .pii import PII_KINDS, PIIScrubber
 from .pipeline import PrepareResult, prepare
 from .readers import read_slice
 from .stats import SKIP_KINDS
@@ -15,6 +16,8 @@ from .tokenize import Tokenize, TokenBatch, split_text
 __all__ = [
     "Document",
     "DocumentStep",
+    "PII_KINDS",
+    "PIIScrubber",
     "PrepareConfig",
     "PrepareResult",
     "SKIP_KINDS",
