@@ -8,6 +8,7 @@ import sys
 from typing import Callable, Sequence
 
 from . import __version__
+from .config_files import parse_structured, read_text
 from .errors import CorruptStoreError, TokenportError
 
 
@@ -32,6 +33,9 @@ def _prepare(args: argparse.Namespace) -> int:
         "max_chars_per_piece": args.max_chars_per_piece,
     }
     given = {name: value for name, value in options.items() if value is not None}
+    if args.steps:
+        steps = parse_structured(read_text(args.steps, "steps file"), args.steps)
+        given["steps"] = steps.get("steps", steps) if isinstance(steps, dict) else steps
     config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
     result = prepare(config, progress=not args.quiet)
     print(result.summary())
@@ -144,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--shard-tokens", type=int, default=None, help="tokens per output store (--shard-by tokens)")
     prep.add_argument("--max-chars-per-piece", type=int, default=None, help="split longer documents before tokenizing")
     prep.add_argument("--on-error", choices=("stop", "skip"), default="stop", help="what malformed input does")
+    prep.add_argument("--steps", default=None,
+                      help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
     prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")

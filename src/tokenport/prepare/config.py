@@ -6,17 +6,18 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError
 from ..storage import is_remote
+from .steps import check_steps
 
 SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
 OUTPUT_FORMAT = "tokenport.prepare/1"
 
 OUTPUT_FIELDS = ("inputs", "text_key", "append_eod", "shard_by", "shard_tokens", "max_chars_per_piece")
-"""Fields (with the tokenizer's identity) that decide the output bytes; a run resumes only
+"""Fields (with the tokenizer's identity, and the cleaning steps if any) that decide the output bytes; a run resumes only
 with the same values. workers, batch_size, unit_bytes and on_error change how the work is
 done, not what a finished unit holds, so they may differ between a run and its resumption."""
 
@@ -42,6 +43,9 @@ class PrepareConfig:
       about this size, parquet files between row groups, and small files packed together, so
       that workers get units of work of about this size.
     batch_size: documents per tokenizer call.
+    steps: cleaning steps run in order between reading and tokenizing, each a mapping
+      ``{"step": KIND, **options}`` (see ``tokenport.prepare.steps.STEP_KINDS``), e.g.
+      ``[{"step": "pii", "kinds": ["email", "phone"]}]``.
     """
 
     inputs: Sequence[str]
@@ -56,6 +60,7 @@ class PrepareConfig:
     max_chars_per_piece: int = 100_000
     unit_bytes: int = 16 << 20
     batch_size: int = 256
+    steps: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -85,17 +90,24 @@ class PrepareConfig:
             raise ConfigError(f"PrepareConfig.shard_by={self.shard_by!r}: must be one of {', '.join(SHARD_BY)}")
         if self.on_error not in ON_ERROR:
             raise ConfigError(f"PrepareConfig.on_error={self.on_error!r}: must be one of {', '.join(ON_ERROR)}")
+        try:
+            object.__setattr__(self, "steps", check_steps(self.steps))
+        except ConfigError as error:
+            raise ConfigError(f"PrepareConfig.{error}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able copy of every field (kept in the dataset manifest)."""
         data = asdict(self)
         data["inputs"] = list(self.inputs)
+        data["steps"] = [dict(spec) for spec in self.steps]
         return data
 
     def output_settings(self, tokenizer_identity: dict[str, Any]) -> dict[str, Any]:
         """What decides the output bytes: OUTPUT_FIELDS and the tokenizer's content identity."""
         settings = {name: getattr(self, name) for name in OUTPUT_FIELDS}
         settings["inputs"] = list(self.inputs)
+        if self.steps:  # runs without steps keep the fingerprints they always had
+            settings["steps"] = [dict(spec) for spec in self.steps]
         settings["tokenizer"] = {k: tokenizer_identity[k] for k in ("kind", "fingerprint", "vocab_size", "eod_id")}
         settings["format"] = OUTPUT_FORMAT
         return settings

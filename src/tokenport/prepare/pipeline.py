@@ -15,7 +15,7 @@ import datetime as _dt
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..indexed import IndexedDataset
@@ -52,6 +52,7 @@ class PrepareResult:
     workers: int
     units: int
     resumed_units: int
+    steps: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A few human-readable lines: totals and throughput (of a run that did all the work)."""
@@ -70,6 +71,10 @@ class PrepareResult:
             )
         if self.skipped:
             lines.append("skipped: " + ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.skipped.items())))
+        for label, counts in self.steps.items():
+            changes = ", ".join(f"{key} {n:,}" for key, n in counts.items() if not key.startswith("documents_"))
+            lines.append(f"step {label}: {counts.get('documents_in', 0):,} documents in, "
+                         f"{counts.get('documents_out', 0):,} out" + (f"; {changes}" if changes else ""))
         return "\n".join(lines)
 
 
@@ -116,6 +121,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
                 "units": len(units),
             },
             "skipped": dict(sorted(totals.skipped.items())),
+            "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
         }
         out.finish(manifest, len(parts))
     result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
@@ -143,6 +149,7 @@ def _run(
         max_chars_per_piece=config.max_chars_per_piece,
         batch_size=config.batch_size,
         on_error=config.on_error,
+        steps=config.steps,
     )
     bar = _progress_bar(progress, sum(u.size for u in units), sum(u.size for u in units if u.name in records))
 
@@ -200,6 +207,7 @@ def _result(output: str, manifest: dict[str, Any], workers: int, seconds: float,
         workers=workers,
         units=totals["units"],
         resumed_units=totals["units"] if resumed < 0 else resumed,
+        steps={label: dict(counts) for label, counts in manifest.get("steps", {}).items()},
     )
 
 

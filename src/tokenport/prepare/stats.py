@@ -27,6 +27,7 @@ class UnitStats:
     tokens: int = 0
     bytes_in: int = 0
     skipped: Counter = field(default_factory=Counter)
+    steps: dict[str, Counter] = field(default_factory=dict)  # per cleaning step ("N:kind"): its counters
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -34,11 +35,13 @@ class UnitStats:
             "tokens": self.tokens,
             "bytes_in": self.bytes_in,
             "skipped": dict(sorted(self.skipped.items())),
+            "steps": {label: dict(sorted(counts.items())) for label, counts in self.steps.items()},
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "UnitStats":
-        return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]))
+        steps = {label: Counter(counts) for label, counts in data.get("steps", {}).items()}
+        return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]), steps)
 
     @classmethod
     def total(cls, parts: Iterable["UnitStats"]) -> "UnitStats":
@@ -48,6 +51,8 @@ class UnitStats:
             out.tokens += part.tokens
             out.bytes_in += part.bytes_in
             out.skipped.update(part.skipped)
+            for label, counts in part.steps.items():
+                out.steps.setdefault(label, Counter()).update(counts)
         return out
 
 

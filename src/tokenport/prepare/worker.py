@@ -18,6 +18,7 @@ from ..tokenizers import Tokenizer
 from .readers import read_slice
 from .state import write_json
 from .stats import Problems, UnitStats
+from .steps import build_steps, run_steps
 from .tokenize import Tokenize
 from .units import Unit
 
@@ -36,6 +37,7 @@ class UnitJob:
     max_chars_per_piece: int
     batch_size: int
     on_error: str
+    steps: tuple = ()  # cleaning step specs, built afresh for every unit
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,19 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
         tokenizer, problems, append_eod=job.append_eod, max_chars_per_piece=job.max_chars_per_piece, batch_size=job.batch_size
     )
     prefix = unit_prefix(job.work_dir, unit)
+    steps = build_steps(job.steps)
     documents_per_slice = []
     with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance={"prepare_unit": unit.describe()}) as writer:
         for piece in unit.slices:
             before = stats.documents
-            for batch in tokenize(read_slice(piece, job.text_key, problems)):
+            documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps)
+            for batch in tokenize(documents):
                 if cancelled():
                     raise Cancelled(unit.name)
                 writer.add_documents(batch.tokens, batch.lengths)
             documents_per_slice.append(stats.documents - before)
+        for label, step in steps:
+            stats.steps[label].update(step.counts())
         write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
     return UnitRecord(prefix, stats, tuple(documents_per_slice))
 

@@ -1,0 +1,90 @@
+"""Cleaning steps between reading and tokenizing, built from plain specs a config file can hold.
+
+A spec is a mapping ``{"step": KIND, **options}`` (JSON/YAML-able); ``PrepareConfig.steps`` holds
+them in order. Each worker builds its own steps from the specs for every unit, so a step may
+keep state (counters) without sharing it. Every step reports counters — documents in and out,
+removals per reason, changes per kind — which add up per unit and then per run in the manifest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from ..errors import ConfigError
+from .documents import Document
+from .pii import PIIScrubber
+
+__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "run_steps"]
+
+
+class Step(Protocol):
+    """A pipeline step with counters: documents in, documents out, and ``counts()``."""
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]: ...
+
+    def counts(self) -> dict[str, int]: ...
+
+
+class _ScrubPII:
+    """``{"step": "pii", "kinds": [...], "replacements": {...}}``: replace personal data."""
+
+    def __init__(self, kinds: Sequence[str] | None = None, replacements: Mapping[str, str] | None = None) -> None:
+        options: dict[str, Any] = {"replacements": dict(replacements or {})}
+        if kinds is not None:
+            options["kinds"] = tuple(kinds)
+        self.scrubber = PIIScrubber(**options)
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
+        return self.scrubber(documents)
+
+    def counts(self) -> dict[str, int]:
+        return {f"replaced:{kind}": n for kind, n in self.scrubber.counts.items() if n}
+
+
+STEP_KINDS: dict[str, Callable[..., Step]] = {"pii": _ScrubPII}
+"""Step kinds by the name a spec gives in ``"step"``."""
+
+
+def _build(spec: Mapping[str, Any], position: int) -> Step:
+    if not isinstance(spec, Mapping) or "step" not in spec:
+        raise ConfigError(f"steps[{position}]: expected a mapping with a 'step' key, got {spec!r:.80}")
+    kind = spec["step"]
+    if kind not in STEP_KINDS:
+        raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {', '.join(STEP_KINDS)}")
+    options = {key: value for key, value in spec.items() if key != "step"}
+    try:
+        return STEP_KINDS[kind](**options)
+    except TypeError as error:
+        raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
+    except ConfigError as error:
+        raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
+
+
+def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The specs as plain dicts, each checked by building its step once (ConfigError naming it)."""
+    if isinstance(specs, (str, Mapping)) or not isinstance(specs, Sequence):
+        raise ConfigError(f"steps: expected a list of step specs, got {type(specs).__name__}")
+    for position, spec in enumerate(specs):
+        _build(spec, position)
+    return tuple(dict(spec) for spec in specs)
+
+
+def build_steps(specs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Step]]:
+    """Fresh steps for one unit, each with its label ``"N:kind"``."""
+    return [(f"{position}:{spec['step']}", _build(spec, position)) for position, spec in enumerate(specs)]
+
+
+def run_steps(documents: Iterable[Document], steps: list[tuple[str, Step]], tally: dict[str, Counter]) -> Iterator[Document]:
+    """``documents`` through every step in order, counting what goes in and out of each into ``tally``."""
+    for label, step in steps:
+        documents = step(_counting(documents, tally.setdefault(label, Counter()), "documents_in"))
+        documents = _counting(documents, tally[label], "documents_out")
+    return iter(documents)
+
+
+def _counting(documents: Iterable[Document], counter: Counter, key: str) -> Iterator[Document]:
+    for document in documents:
+        counter[key] += 1
+        yield document

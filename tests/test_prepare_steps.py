@@ -1,0 +1,81 @@
+"""Cleaning steps inside `prepare`: specs checked up front, counters per step, output and resume."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+import tokenport as tp
+from tokenport.indexed import IndexedDataset
+from tokenport.prepare import PrepareConfig, prepare
+
+TEXTS = [
+    "Write to jane.roe@example.org about the meeting.",
+    "No personal data in this one.",
+    "Call 555-123-4567 or mail bob@example.com, card 4111 1111 1111 1111.",
+]
+
+
+def corpus(tmp_path: pathlib.Path) -> str:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS), encoding="utf-8")
+    return str(path)
+
+
+def decoded(result) -> list[str]:
+    byte = tp.load_tokenizer("byte")
+    out = []
+    for prefix in result.parts:
+        with IndexedDataset(prefix) as ds:
+            out += [byte.decode([t for t in ds[i].tolist() if t != byte.eod_id]) for i in range(len(ds))]
+    return out
+
+
+def test_pii_step_scrubs_the_output_and_reports_counts(tmp_path):
+    steps = [{"step": "pii", "kinds": ["email", "phone"]}]
+    result = prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1, steps=steps))
+    assert decoded(result) == [
+        "Write to <EMAIL> about the meeting.",
+        "No personal data in this one.",
+        "Call <PHONE_NUMBER> or mail <EMAIL>, card 4111 1111 1111 1111.",
+    ]
+    assert result.steps == {"0:pii": {"documents_in": 3, "documents_out": 3, "replaced:email": 2, "replaced:phone": 1}}
+    assert "step 0:pii: 3 documents in, 3 out; replaced:email 2, replaced:phone 1" in result.summary()
+    manifest = json.loads((tmp_path / "out" / "tokenport.json").read_text())
+    assert manifest["steps"] == result.steps and manifest["config"]["steps"] == steps
+    again = prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1, steps=steps))
+    assert again.steps == result.steps and again.resumed_units == again.units  # finished: nothing rerun
+
+
+def test_other_steps_mean_another_output(tmp_path):
+    prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1))
+    with pytest.raises(tp.ConfigError):
+        prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1, steps=[{"step": "pii"}]))
+
+
+@pytest.mark.parametrize(
+    "steps, match",
+    [
+        ([{"kinds": ["email"]}], r"steps\[0\]: expected a mapping with a 'step' key"),
+        ([{"step": "pii"}, {"step": "magic"}], r"steps\[1\]: unknown step 'magic'"),
+        ([{"step": "pii", "kinds": ["ssn"]}], r"steps\[0\] \(pii\): PII kind 'ssn' is unknown"),
+        ([{"step": "pii", "colour": "red"}], r"steps\[0\] \(pii\): .*colour"),
+        ({"step": "pii"}, "expected a list of step specs"),
+    ],
+)
+def test_bad_step_specs_are_refused_before_any_work(tmp_path, steps, match):
+    with pytest.raises(tp.ConfigError, match=match):
+        PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), steps=steps)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_reads_steps_from_a_file(tmp_path, capsys):
+    from tokenport.cli import main
+
+    steps = tmp_path / "steps.json"
+    steps.write_text(json.dumps({"steps": [{"step": "pii", "kinds": ["email"]}]}))
+    assert main(["prepare", corpus(tmp_path), "-o", str(tmp_path / "out"), "--steps", str(steps), "-q",
+                 "--workers", "1"]) == 0
+    assert "step 0:pii: 3 documents in, 3 out; replaced:email 2" in capsys.readouterr().out
