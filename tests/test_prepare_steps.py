@@ -79,3 +79,16 @@ def test_cli_reads_steps_from_a_file(tmp_path, capsys):
     assert main(["prepare", corpus(tmp_path), "-o", str(tmp_path / "out"), "--steps", str(steps), "-q",
                  "--workers", "1"]) == 0
     assert "step 0:pii: 3 documents in, 3 out; replaced:email 2" in capsys.readouterr().out
+
+
+def test_quality_steps_drop_documents_and_count_reasons(tmp_path):
+    steps = [{"step": "gopher_quality", "min_words": 6}, {"step": "gopher_repetition"}, {"step": "pii"}]
+    result = prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1, steps=steps))
+    assert decoded(result) == ["Write to <EMAIL> about the meeting."]
+    assert result.steps["0:gopher_quality"] == {
+        "documents_in": 3, "documents_out": 1, "removed:few_alphabetic_words": 1, "removed:few_stop_words": 1}
+    assert result.steps["1:gopher_repetition"] == {"documents_in": 1, "documents_out": 1}
+    assert result.steps["2:pii"] == {"documents_in": 1, "documents_out": 1, "replaced:email": 1}
+    assert result.documents == 1
+    with pytest.raises(tp.ConfigError, match=r"steps\[0\] \(gopher_quality\): min_words=-3"):
+        PrepareConfig([corpus(tmp_path)], str(tmp_path / "x"), steps=[{"step": "gopher_quality", "min_words": -3}])

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ..errors import ConfigError
 from .documents import Document
 from .pii import PIIScrubber
+from .quality import GopherQuality, GopherRepetition
 
 __all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "run_steps"]
 
@@ -43,7 +44,11 @@ class _ScrubPII:
         return {f"replaced:{kind}": n for kind, n in self.scrubber.counts.items() if n}
 
 
-STEP_KINDS: dict[str, Callable[..., Step]] = {"pii": _ScrubPII}
+STEP_KINDS: dict[str, Callable[..., Step]] = {
+    "pii": _ScrubPII,
+    "gopher_quality": GopherQuality,
+    "gopher_repetition": GopherRepetition,
+}
 """Step kinds by the name a spec gives in ``"step"``."""
 
 

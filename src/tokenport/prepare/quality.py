@@ -1,0 +1,225 @@
+"""Quality filters with the published thresholds: Gopher quality and Gopher repetition (MassiveText).
+
+Each filter is a pipeline step that drops documents failing a rule and counts removals by
+reason (``removed:<rule>``). Thresholds default to Table A1 of the Gopher paper (Rae et al.,
+2021) and each can be overridden by name; ``None`` turns a rule off.
+
+Words come from one regular expression, not a tokenizer library: runs of letters, digits and
+apostrophes; each other non-space character (punctuation, symbols) is a token of its own; and
+each CJK ideograph or kana is a word by itself, since Chinese and Japanese are written without
+spaces. Punctuation tokens are not words, but they count in the alphabetic-word rule's
+numerator as words without letters would, as in the usual implementation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+
+from ..errors import ConfigError
+from .documents import Document
+
+__all__ = ["GopherQuality", "GopherRepetition", "split_words"]
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*|[^\w\s]|_")
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+_BULLETS = ("•", "●", "○", "◦", "▪", "▫", "‣", "⁃")
+
+
+def split_words(text: str) -> list[str]:
+    """Tokens of ``text``: words (letter/digit runs, CJK characters one by one) and single symbols."""
+    return _TOKEN.findall(text)
+
+
+def _is_word(token: str) -> bool:
+    return len(token) > 1 or token.isalnum()
+
+
+class _Filter:
+    """A dropping step: ``reject(text)`` names the first failed rule, or None to keep the document."""
+
+    def __init__(self) -> None:
+        self.removed: Counter = Counter()
+
+    def reject(self, text: str) -> str | None:
+        raise NotImplementedError
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
+        for document in documents:
+            reason = self.reject(document.text)
+            if reason is None:
+                yield document
+            else:
+                self.removed[reason] += 1
+
+    def counts(self) -> dict[str, int]:
+        return {f"removed:{reason}": n for reason, n in sorted(self.removed.items())}
+
+
+def _ratio(name: str, value: float | None) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+        raise ConfigError(f"{name}={value!r} is invalid: pass a number >= 0, or None to turn the rule off")
+    return value
+
+
+class GopherQuality(_Filter):
+    """Gopher's quality rules: word count, mean word length, '#' and ellipsis per word, bullet and
+    ellipsis lines, share of words with a letter, and stop words (English, case-insensitive)."""
+
+    def __init__(
+        self,
+        min_words: int | None = 50,
+        max_words: int | None = 100_000,
+        min_mean_word_length: float | None = 3,
+        max_mean_word_length: float | None = 10,
+        max_symbol_word_ratio: float | None = 0.1,
+        max_bullet_lines_ratio: float | None = 0.9,
+        max_ellipsis_lines_ratio: float | None = 0.3,
+        min_alpha_words_ratio: float | None = 0.8,
+        min_stop_words: int | None = 2,
+        stop_words: Sequence[str] = _STOP_WORDS,
+    ) -> None:
+        super().__init__()
+        self.min_words, self.max_words = _ratio("min_words", min_words), _ratio("max_words", max_words)
+        self.min_mean = _ratio("min_mean_word_length", min_mean_word_length)
+        self.max_mean = _ratio("max_mean_word_length", max_mean_word_length)
+        self.max_symbols = _ratio("max_symbol_word_ratio", max_symbol_word_ratio)
+        self.max_bullets = _ratio("max_bullet_lines_ratio", max_bullet_lines_ratio)
+        self.max_ellipsis_lines = _ratio("max_ellipsis_lines_ratio", max_ellipsis_lines_ratio)
+        self.min_alpha = _ratio("min_alpha_words_ratio", min_alpha_words_ratio)
+        self.min_stop_words = _ratio("min_stop_words", min_stop_words)
+        if isinstance(stop_words, str) or not all(isinstance(w, str) for w in stop_words):
+            raise ConfigError("stop_words: pass a list of words")
+        self.stop_words = frozenset(word.lower() for word in stop_words)
+
+    def reject(self, text: str) -> str | None:
+        tokens = split_words(text)
+        words = [token for token in tokens if _is_word(token)]
+        count = len(words)
+        if self.min_words is not None and count < self.min_words:
+            return "too_few_words"
+        if self.max_words is not None and count > self.max_words:
+            return "too_many_words"
+        if count == 0:
+            return "too_few_words"
+        mean = sum(len(word) for word in words) / count
+        if self.min_mean is not None and mean < self.min_mean:
+            return "short_words"
+        if self.max_mean is not None and mean > self.max_mean:
+            return "long_words"
+        if self.max_symbols is not None:
+            if text.count("#") / count > self.max_symbols:
+                return "too_many_hashes"
+            if (text.count("...") + text.count("…")) / count > self.max_symbols:
+                return "too_many_ellipses"
+        lines = text.splitlines() or [""]
+        if self.max_bullets is not None:
+            if sum(line.lstrip().startswith(_BULLETS) for line in lines) / len(lines) > self.max_bullets:
+                return "bullet_lines"
+        if self.max_ellipsis_lines is not None:
+            ending = sum(line.rstrip().endswith(("...", "…")) for line in lines)
+            if ending / len(lines) > self.max_ellipsis_lines:
+                return "ellipsis_lines"
+        if self.min_alpha is not None:
+            if sum(any(char.isalpha() for char in word) for word in words) / count < self.min_alpha:
+                return "few_alphabetic_words"
+        if self.min_stop_words is not None:
+            if sum(word.lower() in self.stop_words for word in words) < self.min_stop_words:
+                return "few_stop_words"
+        return None
+
+
+class GopherRepetition(_Filter):
+    """Gopher's repetition rules: duplicate lines (blank ones aside) and paragraphs (by count, and by
+    characters over the text's), then over the words' characters: the most frequent 2-4-gram's share (when it
+    repeats) and the share of words covered by any 5-10-gram occurring more than once (counting
+    every occurrence, the first too, as RedPajama's implementation of the rule does)."""
+
+    def __init__(
+        self,
+        max_duplicate_line_fraction: float | None = 0.30,
+        max_duplicate_paragraph_fraction: float | None = 0.30,
+        max_duplicate_line_char_fraction: float | None = 0.20,
+        max_duplicate_paragraph_char_fraction: float | None = 0.20,
+        max_top_ngram_char_fraction: Sequence[Sequence[float]] = ((2, 0.20), (3, 0.18), (4, 0.16)),
+        max_duplicate_ngram_char_fraction: Sequence[Sequence[float]] = (
+            (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
+        ),
+    ) -> None:
+        super().__init__()
+        self.line_fraction = _ratio("max_duplicate_line_fraction", max_duplicate_line_fraction)
+        self.paragraph_fraction = _ratio("max_duplicate_paragraph_fraction", max_duplicate_paragraph_fraction)
+        self.line_chars = _ratio("max_duplicate_line_char_fraction", max_duplicate_line_char_fraction)
+        self.paragraph_chars = _ratio("max_duplicate_paragraph_char_fraction", max_duplicate_paragraph_char_fraction)
+        self.top = _ngram_limits("max_top_ngram_char_fraction", max_top_ngram_char_fraction)
+        self.duplicated = _ngram_limits("max_duplicate_ngram_char_fraction", max_duplicate_ngram_char_fraction)
+
+    def reject(self, text: str) -> str | None:
+        length = len(text)
+        if length == 0:
+            return None
+        paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+        repeats, chars = _repeats(paragraphs)
+        if self.paragraph_fraction is not None and repeats / len(paragraphs) > self.paragraph_fraction:
+            return "duplicate_paragraphs"
+        if self.paragraph_chars is not None and chars / length > self.paragraph_chars:
+            return "duplicate_paragraph_chars"
+        lines = [line for line in text.splitlines() if line.strip()] or [""]  # blank lines are layout
+        repeats, chars = _repeats(lines)
+        if self.line_fraction is not None and repeats / len(lines) > self.line_fraction:
+            return "duplicate_lines"
+        if self.line_chars is not None and chars / length > self.line_chars:
+            return "duplicate_line_chars"
+        words = [token for token in split_words(text) if _is_word(token)]
+        word_chars = sum(len(word) for word in words)
+        if word_chars == 0:
+            return None
+        for n, limit in self.top:
+            grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+            if grams:
+                gram, times = grams.most_common(1)[0]
+                if times > 1 and sum(len(word) for word in gram) * times / word_chars > limit:
+                    return f"top_{n}_gram"
+        for n, limit in self.duplicated:
+            if _duplicated_chars(words, n) / word_chars > limit:
+                return f"duplicate_{n}_grams"
+        return None
+
+
+def _ngram_limits(name: str, limits: Sequence[Sequence[float]]) -> tuple[tuple[int, float], ...]:
+    try:
+        checked = tuple((int(n), float(limit)) for n, limit in limits)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: pass a list of [n, fraction] pairs") from None
+    if any(n < 1 or limit < 0 for n, limit in checked):
+        raise ConfigError(f"{name}: n must be >= 1 and fractions >= 0")
+    return checked
+
+
+def _repeats(items: list[str]) -> tuple[int, int]:
+    """Items equal to an earlier one, and their characters."""
+    seen: set[str] = set()
+    repeats = chars = 0
+    for item in items:
+        if item in seen:
+            repeats += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return repeats, chars
+
+
+def _duplicated_chars(words: list[str], n: int) -> int:
+    """Characters of the words covered by some n-gram that occurs more than once."""
+    if len(words) < n:
+        return 0
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    counts = Counter(grams)
+    covered = bytearray(len(words))
+    for start, gram in enumerate(grams):
+        if counts[gram] > 1:
+            covered[start : start + n] = b"\x01" * n
+    return sum(len(word) for word, hit in zip(words, covered) if hit)
