@@ -6,7 +6,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.prepare import Document
-from tokenport.prepare.quality import GopherQuality, GopherRepetition, split_words
+from tokenport.prepare.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition, split_words
 
 # A plain English paragraph: 60+ words, ordinary lengths, stop words, no repetition to speak of.
 GOOD = (
@@ -109,3 +109,68 @@ def test_the_steps_count_removals_by_reason():
     kept = list(quality([Document(GOOD, "a"), Document("too short", "b"), Document(GOOD + " #x" * 9, "c")]))
     assert [d.id for d in kept] == ["a"]
     assert quality.counts() == {"removed:too_few_words": 1, "removed:too_many_hashes": 1}
+
+
+# -- C4 ---------------------------------------------------------------------------------------------
+
+PAGE = """Home
+Welcome to our site. We write about gardens. Our blog has many posts. Roses need sun. Water them daily.
+This site uses cookies to improve your experience.
+Enable JavaScript to view the comments below, please.
+Read more...
+ok.
+Tomatoes grow fast in summer [1]. They like warm soil."""
+
+
+def test_c4_keeps_good_lines_and_counts_each_dropped_line():
+    c4 = C4Quality()
+    (kept,) = list(c4([Document(PAGE, "p")]))
+    assert kept.text == ("Welcome to our site. We write about gardens. Our blog has many posts. Roses need sun. "
+                         "Water them daily.\nTomatoes grow fast in summer . They like warm soil.")
+    assert c4.counts() == {
+        "lines_removed:few_words": 1,  # "ok."
+        "lines_removed:javascript": 1,
+        "lines_removed:no_terminal_punctuation": 2,  # "Home", "Read more..."
+        "lines_removed:policy": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("One sentence here. Two sentences here.\nThree short ones. Four now.", "few_sentences"),
+        (PAGE.replace("Roses need sun.", "Lorem ipsum dolor sit amet."), "lorem_ipsum"),
+        (PAGE.replace("Roses need sun.", "Use {braces} here."), "curly_bracket"),
+    ],
+)
+def test_c4_page_rules(text, reason):
+    c4 = C4Quality()
+    assert list(c4([Document(text, "p")])) == [] and c4.removed == {reason: 1}
+
+
+def test_c4_rules_turn_off():
+    assert C4Quality(min_sentences=None).clean("Just one line here.") == ("Just one line here.", None)
+    assert C4Quality(require_terminal_punctuation=False, min_words_per_line=None, min_sentences=1).clean("Home") == (
+        "Home", None)
+
+
+# -- FineWeb ----------------------------------------------------------------------------------------
+
+PROSE = "\n".join(f"This is line number {i} of a long article about the history of the town." for i in range(10))
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("\n".join(f"Menu entry {i} without a full stop at the end of it" for i in range(10)), "few_punctuated_lines"),
+        ("\n".join([f"Tiny {i}." for i in range(25)] + [PROSE]), "short_lines"),  # 25 of 35 lines short
+        (PROSE + "\nThis is line number 3 of a long article about the history of the town.", "duplicate_line_chars"),
+        (PROSE.replace("\n", "\n" * 6), "list_like"),  # 54 newlines for 160 tokens
+    ],
+)
+def test_fineweb_rules(text, reason):
+    assert FineWebQuality(**({"max_short_lines_ratio": None} if reason == "list_like" else {})).reject(text) == reason
+
+
+def test_fineweb_passes_prose():
+    assert FineWebQuality().reject(PROSE) is None

@@ -1,8 +1,10 @@
-"""Quality filters with the published thresholds: Gopher quality and Gopher repetition (MassiveText).
+"""Quality filters with the published thresholds: Gopher quality and repetition, C4, FineWeb.
 
 Each filter is a pipeline step that drops documents failing a rule and counts removals by
-reason (``removed:<rule>``). Thresholds default to Table A1 of the Gopher paper (Rae et al.,
-2021) and each can be overridden by name; ``None`` turns a rule off.
+reason (``removed:<rule>``); C4 also drops lines (``lines_removed:<rule>``). Thresholds default
+to the published ones — Table A1 of the Gopher paper (Rae et al., 2021), the C4 paper (Raffel
+et al., 2020) and FineWeb (Penedo et al., 2024) — and each can be overridden by name; ``None``
+turns a rule off.
 
 Words come from one regular expression, not a tokenizer library: runs of letters, digits and
 apostrophes; each other non-space character (punctuation, symbols) is a token of its own; and
@@ -16,11 +18,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from ..errors import ConfigError
 from .documents import Document
 
-__all__ = ["GopherQuality", "GopherRepetition", "split_words"]
+__all__ = ["C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words"]
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*|[^\w\s]|_")
@@ -223,3 +226,129 @@ def _duplicated_chars(words: list[str], n: int) -> int:
         if counts[gram] > 1:
             covered[start : start + n] = b"\x01" * n
     return sum(len(word) for word, hit in zip(words, covered) if hit)
+
+
+_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
+_SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)\]]*(?=\s|$)")
+_C4_TERMINAL = (".", "?", "!", '"', "'")
+_C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+class C4Quality(_Filter):
+    """C4's rules: keep only lines that end in terminal punctuation (not an ellipsis), have at least
+    3 words, no word over 1000 characters, and do not mention javascript or cookie/terms-of-use
+    policies (Wikipedia citation marks are removed first); drop the page if any line says
+    "lorem ipsum" or holds a curly bracket, or fewer than 5 sentences remain. Sentences are counted
+    by terminal punctuation followed by a space or the line's end."""
+
+    def __init__(
+        self,
+        remove_citations: bool = True,
+        require_terminal_punctuation: bool = True,
+        min_words_per_line: int | None = 3,
+        max_word_length: int | None = 1000,
+        min_sentences: int | None = 5,
+        drop_lorem_ipsum: bool = True,
+        drop_javascript_lines: bool = True,
+        drop_curly_brackets: bool = True,
+        drop_policy_lines: bool = True,
+    ) -> None:
+        super().__init__()
+        self.remove_citations = bool(remove_citations)
+        self.terminal = bool(require_terminal_punctuation)
+        self.min_words = _ratio("min_words_per_line", min_words_per_line)
+        self.max_word = _ratio("max_word_length", max_word_length)
+        self.min_sentences = _ratio("min_sentences", min_sentences)
+        self.lorem, self.javascript = bool(drop_lorem_ipsum), bool(drop_javascript_lines)
+        self.curly, self.policy = bool(drop_curly_brackets), bool(drop_policy_lines)
+        self.lines_removed: Counter = Counter()
+
+    def clean(self, text: str) -> tuple[str | None, str | None]:
+        """``(kept text, None)``, or ``(None, reason)`` when the whole page goes."""
+        kept, sentences = [], 0
+        for raw in text.splitlines():
+            line = raw.strip()
+            words = line.split()
+            if self.max_word is not None and any(len(word) > self.max_word for word in words):
+                self.lines_removed["long_word"] += 1
+                continue
+            if self.remove_citations:
+                line = _CITATION.sub("", line)
+            if self.terminal and (not line.endswith(_C4_TERMINAL) or line.endswith("...")):
+                self.lines_removed["no_terminal_punctuation"] += 1
+                continue
+            if self.min_words is not None and len(words) < self.min_words:
+                self.lines_removed["few_words"] += 1
+                continue
+            lowered = line.lower()
+            if self.lorem and "lorem ipsum" in lowered:
+                return None, "lorem_ipsum"
+            if self.javascript and "javascript" in lowered:
+                self.lines_removed["javascript"] += 1
+                continue
+            if self.curly and "{" in line:
+                return None, "curly_bracket"
+            if self.policy and any(phrase in lowered for phrase in _C4_POLICY):
+                self.lines_removed["policy"] += 1
+                continue
+            sentences += max(1, len(_SENTENCE_END.findall(line)))
+            kept.append(line)
+        if self.min_sentences is not None and sentences < self.min_sentences:
+            return None, "few_sentences"
+        return "\n".join(kept), None
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
+        for document in documents:
+            text, reason = self.clean(document.text)
+            if reason is not None:
+                self.removed[reason] += 1
+            elif text == document.text:
+                yield document
+            else:
+                yield replace(document, text=text)
+
+    def counts(self) -> dict[str, int]:
+        return {**super().counts(), **{f"lines_removed:{k}": n for k, n in sorted(self.lines_removed.items())}}
+
+
+_FINEWEB_STOPS = (".", "'", '"', "!", "?")
+
+
+class FineWebQuality(_Filter):
+    """FineWeb's rules: enough lines ending in punctuation (share > 0.12), not too many short lines
+    (share of lines of at most 30 characters < 0.67), few characters in duplicated lines (< 1% of
+    the non-newline characters), and not list-like (newlines per token <= 0.3)."""
+
+    def __init__(
+        self,
+        min_punctuated_lines_ratio: float | None = 0.12,
+        max_short_lines_ratio: float | None = 0.67,
+        short_line_length: int = 30,
+        max_duplicate_line_chars_ratio: float | None = 0.01,
+        max_newlines_per_word: float | None = 0.3,
+    ) -> None:
+        super().__init__()
+        self.min_punctuated = _ratio("min_punctuated_lines_ratio", min_punctuated_lines_ratio)
+        self.max_short = _ratio("max_short_lines_ratio", max_short_lines_ratio)
+        self.short_length = _ratio("short_line_length", short_line_length)
+        self.max_duplicate_chars = _ratio("max_duplicate_line_chars_ratio", max_duplicate_line_chars_ratio)
+        self.max_newlines = _ratio("max_newlines_per_word", max_newlines_per_word)
+
+    def reject(self, text: str) -> str | None:
+        lines = text.split("\n")
+        if self.min_punctuated is not None:
+            if sum(line.endswith(_FINEWEB_STOPS) for line in lines) / len(lines) <= self.min_punctuated:
+                return "few_punctuated_lines"
+        if self.max_short is not None:
+            if sum(len(line) <= self.short_length for line in lines) / len(lines) >= self.max_short:
+                return "short_lines"
+        if self.max_duplicate_chars is not None:
+            characters = len(text) - text.count("\n")
+            duplicated = _repeats([line for line in lines if line.strip()])[1]
+            if characters and duplicated / characters >= self.max_duplicate_chars:
+                return "duplicate_line_chars"
+        if self.max_newlines is not None:
+            tokens = len(split_words(text))
+            if tokens and text.count("\n") / tokens > self.max_newlines:
+                return "list_like"
+        return None

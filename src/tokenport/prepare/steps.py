@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ..errors import ConfigError
 from .documents import Document
 from .pii import PIIScrubber
-from .quality import GopherQuality, GopherRepetition
+from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 
 __all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "run_steps"]
 
@@ -48,6 +48,8 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
     "pii": _ScrubPII,
     "gopher_quality": GopherQuality,
     "gopher_repetition": GopherRepetition,
+    "c4": C4Quality,
+    "fineweb": FineWebQuality,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
 
