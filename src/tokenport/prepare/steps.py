@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..errors import ConfigError
+from .decontaminate import Decontaminate
 from .documents import Document
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
@@ -50,6 +51,7 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
     "gopher_repetition": GopherRepetition,
     "c4": C4Quality,
     "fineweb": FineWebQuality,
+    "decontaminate": Decontaminate,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
 
