@@ -92,3 +92,61 @@ def test_quality_steps_drop_documents_and_count_reasons(tmp_path):
     assert result.documents == 1
     with pytest.raises(tp.ConfigError, match=r"steps\[0\] \(gopher_quality\): min_words=-3"):
         PrepareConfig([corpus(tmp_path)], str(tmp_path / "x"), steps=[{"step": "gopher_quality", "min_words": -3}])
+
+
+def _dedup_corpus(tmp_path: pathlib.Path) -> list[str]:
+    base = [f"Paragraph {i}: " + " ".join(f"word{i}x{j}" for j in range(60)) for i in range(6)]
+    near = base[2].replace("word2x30", "changed").replace("word2x31", "words")  # one small edit
+    files = {
+        "a.jsonl": [base[0], base[1], base[2]],
+        "b.jsonl": [base[3], base[0].upper(), near],  # an exact duplicate (case aside) and a near one
+        "c.jsonl": [base[4], base[5], base[1] + "  "],
+    }
+    paths = []
+    for name, texts in files.items():
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        paths.append(str(path))
+    return paths
+
+
+def test_exact_and_minhash_dedup_across_units_keep_first_occurrences(tmp_path):
+    inputs = _dedup_corpus(tmp_path)
+    steps = [{"step": "exact_dedup"}, {"step": "minhash_dedup"}]
+    results = [prepare(PrepareConfig(inputs, str(tmp_path / f"out{w}"), workers=w, steps=steps, unit_bytes=100))
+               for w in (1, 2)]
+    for result in results:
+        texts = decoded(result)
+        assert len(texts) == 6 and [t.split(":")[0] for t in texts] == [f"Paragraph {i}" for i in (0, 1, 2, 3, 4, 5)]
+        assert result.steps["0:exact_dedup"] == {"documents_in": 9, "documents_out": 7, "removed:duplicate": 2}
+        assert result.steps["1:minhash_dedup"] == {"documents_in": 7, "documents_out": 6, "removed:duplicate": 1}
+    assert decoded(results[0]) == decoded(results[1])  # whatever the worker count
+
+
+def test_an_interrupted_dedup_resumes_without_redoing_its_passes(tmp_path, monkeypatch):
+    import importlib
+
+    pipeline = importlib.import_module("tokenport.prepare.pipeline")  # tp.prepare is the function
+    worker = importlib.import_module("tokenport.prepare.worker")
+
+    inputs = _dedup_corpus(tmp_path)
+    steps = [{"step": "minhash_dedup", "bands": 10, "rows": 5}]
+    expected = decoded(prepare(PrepareConfig(inputs, str(tmp_path / "clean"), workers=1, steps=steps, unit_bytes=100)))
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt  # the run dies after its dedup passes, before tokenizing
+
+    monkeypatch.setattr(pipeline, "_run", stop)
+    config = PrepareConfig(inputs, str(tmp_path / "out"), workers=1, steps=steps, unit_bytes=100)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(config)
+    dedup_dir = tmp_path / "out" / ".work" / "dedup-0"
+    assert len(list(dedup_dir.glob("*.drop.npy"))) == len(list(dedup_dir.glob("*.keys.npy"))) > 1
+    monkeypatch.undo()
+    signed = []
+    real_sign = worker.sign_unit
+    monkeypatch.setattr(worker, "sign_unit", lambda *a, **k: signed.append(1) or real_sign(*a, **k))
+    assert decoded(prepare(config)) == expected
+    assert signed == []  # keys and decisions were reused
+    with pytest.raises(tp.ConfigError, match=r"steps\[0\] \(minhash_dedup\): unexpected option 'band'"):
+        PrepareConfig(inputs, str(tmp_path / "x"), steps=[{"step": "minhash_dedup", "band": 3}])

@@ -18,16 +18,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..indexed import IndexedDataset
 from ..tokenizers import Tokenizer, load_tokenizer
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
+from .dedup import decide, drops_path, keys_path, save_atomically
 from .executor import LocalExecutor
 from .sources import expand_inputs
 from .state import OutputDir
+from .steps import dedup_positions
 from .stats import UnitStats
 from .units import Unit, plan_units
-from .worker import UnitJob, UnitRecord, finished_unit
+from .worker import UnitJob, UnitRecord, finished_unit, signed_unit
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +104,8 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         units = plan_units(files, config.unit_bytes)
         stack.enter_context(out.claim(settings, run_fingerprint))
         out.remove_stale_units(unit.name for unit in units)
+        for position in dedup_positions(config.steps):
+            _dedup_pass(config, executor, out.work, units, position)
         records, resumed = _run(config, executor, out.work, units, progress)
         executor.close()
         parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
@@ -165,6 +171,22 @@ def _run(
         if bar is not None:
             bar.close()
     return [records[unit.name] for unit in units], resumed
+
+
+def _dedup_pass(config: PrepareConfig, executor: LocalExecutor, work: str, units: list[Unit], position: int) -> None:
+    """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
+    the decisions; both kept in ``work`` so a rerun skips what is done."""
+    if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
+        return
+    job = UnitJob(work_dir=work, text_key=config.text_key, append_eod=config.append_eod,
+                  max_chars_per_piece=config.max_chars_per_piece, batch_size=config.batch_size,
+                  on_error=config.on_error, steps=config.steps, sign_position=position)
+    todo = [unit for unit in units if not signed_unit(work, position, unit)]
+    logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
+    executor.run(job, todo, lambda unit, record: None)
+    keys = [np.load(keys_path(work, position, unit.name)) for unit in units]
+    for unit, drop in zip(units, decide(config.steps[position]["step"], keys)):
+        save_atomically(drops_path(work, position, unit.name), drop)
 
 
 def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> list[dict[str, Any]]:

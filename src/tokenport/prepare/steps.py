@@ -12,13 +12,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..errors import ConfigError
 from .decontaminate import Decontaminate
+from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from .documents import Document
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 
-__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "run_steps"]
+__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps"]
 
 
 class Step(Protocol):
@@ -56,14 +59,19 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
 """Step kinds by the name a spec gives in ``"step"``."""
 
 
-def _build(spec: Mapping[str, Any], position: int) -> Step:
+def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> Step:
+    """The step of ``spec``; a dedup step reads its decisions from ``drops`` (or is only checked)."""
     if not isinstance(spec, Mapping) or "step" not in spec:
         raise ConfigError(f"steps[{position}]: expected a mapping with a 'step' key, got {spec!r:.80}")
     kind = spec["step"]
-    if kind not in STEP_KINDS:
-        raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {', '.join(STEP_KINDS)}")
+    if kind not in STEP_KINDS and kind not in DEDUP_KINDS:
+        known = ", ".join((*STEP_KINDS, *DEDUP_KINDS))
+        raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {known}")
     options = {key: value for key, value in spec.items() if key != "step"}
     try:
+        if kind in DEDUP_KINDS:
+            make_signer(kind, **options)
+            return DropDuplicates(np.load(drops) if drops else np.zeros(0, dtype=bool))
         return STEP_KINDS[kind](**options)
     except TypeError as error:
         raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
@@ -80,9 +88,20 @@ def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...
     return tuple(dict(spec) for spec in specs)
 
 
-def build_steps(specs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Step]]:
-    """Fresh steps for one unit, each with its label ``"N:kind"``."""
-    return [(f"{position}:{spec['step']}", _build(spec, position)) for position, spec in enumerate(specs)]
+def build_steps(specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str,
+                upto: int | None = None) -> list[tuple[str, Step]]:
+    """Fresh steps for one unit (those before position ``upto`` if given), each labelled ``"N:kind"``;
+    dedup steps load the unit's decisions from ``work_dir``."""
+    steps = []
+    for position, spec in enumerate(specs[:upto]):
+        drops = drops_path(work_dir, position, unit_name) if spec["step"] in DEDUP_KINDS else None
+        steps.append((f"{position}:{spec['step']}", _build(spec, position, drops)))
+    return steps
+
+
+def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Positions of the steps that need a pass over the whole run first (deduplication)."""
+    return [position for position, spec in enumerate(specs) if spec["step"] in DEDUP_KINDS]
 
 
 def run_steps(documents: Iterable[Document], steps: list[tuple[str, Step]], tally: dict[str, Counter]) -> Iterator[Document]:

@@ -12,12 +12,15 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from ..errors import StorageError
 from ..indexed import IndexedDataset, IndexedDatasetWriter
 from ..tokenizers import Tokenizer
 from .readers import read_slice
 from .state import write_json
 from .stats import Problems, UnitStats
+from .dedup import keys_path, make_signer, save_atomically
 from .steps import build_steps, run_steps
 from .tokenize import Tokenize
 from .units import Unit
@@ -38,6 +41,7 @@ class UnitJob:
     batch_size: int
     on_error: str
     steps: tuple = ()  # cleaning step specs, built afresh for every unit
+    sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
 
 
 @dataclass(frozen=True)
@@ -56,13 +60,15 @@ def unit_prefix(work_dir: str, unit: Unit) -> str:
 def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False) -> UnitRecord:
     """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
     raises Cancelled (leaving no store) once `cancelled()` is true."""
+    if job.sign_position is not None:
+        return sign_unit(job, unit, cancelled)
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
     tokenize = Tokenize(
         tokenizer, problems, append_eod=job.append_eod, max_chars_per_piece=job.max_chars_per_piece, batch_size=job.batch_size
     )
     prefix = unit_prefix(job.work_dir, unit)
-    steps = build_steps(job.steps)
+    steps = build_steps(job.steps, job.work_dir, unit.name)
     documents_per_slice = []
     with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance={"prepare_unit": unit.describe()}) as writer:
         for piece in unit.slices:
@@ -77,6 +83,31 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
             stats.steps[label].update(step.counts())
         write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
     return UnitRecord(prefix, stats, tuple(documents_per_slice))
+
+
+def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False) -> UnitRecord:
+    """Pass 1 of the dedup step at ``job.sign_position``: run the steps before it and save one key
+    row per document reaching it (``dedup.keys_path``)."""
+    position = job.sign_position
+    stats = UnitStats()
+    problems = Problems(job.on_error, stats)
+    spec = dict(job.steps[position])
+    sign = make_signer(spec.pop("step"), **spec)
+    steps = build_steps(job.steps, job.work_dir, unit.name, upto=position)
+    rows = []
+    for piece in unit.slices:
+        for document in run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps):
+            if len(rows) % 1024 == 0 and cancelled():
+                raise Cancelled(unit.name)
+            rows.append(sign(document.text))
+    path = keys_path(job.work_dir, position, unit.name)
+    save_atomically(path, np.stack(rows) if rows else np.zeros((0, 1), dtype=np.uint64))
+    return UnitRecord(path, stats, ())
+
+
+def signed_unit(work_dir: str, position: int, unit: Unit) -> bool:
+    """Whether pass 1 of the dedup step at ``position`` is done for ``unit``."""
+    return os.path.exists(keys_path(work_dir, position, unit.name))
 
 
 def finished_unit(work_dir: str, unit: Unit) -> UnitRecord | None:
