@@ -18,8 +18,10 @@ from ..errors import ConfigError
 from .decontaminate import Decontaminate
 from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from .documents import Document
+from .lines import LineCorrections
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from .urls import URLFilter
 
 __all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps"]
 
@@ -55,6 +57,8 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
     "c4": C4Quality,
     "fineweb": FineWebQuality,
     "decontaminate": Decontaminate,
+    "url_filter": URLFilter,
+    "line_corrections": LineCorrections,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
 
