@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from .decontaminate import Decontaminate
 from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from .documents import Document
+from .language import LanguageFilter
 from .lines import LineCorrections
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
@@ -59,6 +60,7 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
     "decontaminate": Decontaminate,
     "url_filter": URLFilter,
     "line_corrections": LineCorrections,
+    "language": LanguageFilter,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
 
