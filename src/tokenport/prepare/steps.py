@@ -19,6 +19,7 @@ from .decontaminate import Decontaminate
 from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from .documents import Document
 from .language import LanguageFilter
+from .licenses import LicenseFilter
 from .lines import LineCorrections
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
@@ -61,6 +62,7 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
     "url_filter": URLFilter,
     "line_corrections": LineCorrections,
     "language": LanguageFilter,
+    "license_filter": LicenseFilter,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
 
