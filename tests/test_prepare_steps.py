@@ -150,3 +150,21 @@ def test_an_interrupted_dedup_resumes_without_redoing_its_passes(tmp_path, monke
     assert signed == []  # keys and decisions were reused
     with pytest.raises(tp.ConfigError, match=r"steps\[0\] \(minhash_dedup\): unexpected option 'band'"):
         PrepareConfig(inputs, str(tmp_path / "x"), steps=[{"step": "minhash_dedup", "band": 3}])
+
+
+def test_rejected_documents_are_kept_for_audit_with_step_and_reason(tmp_path):
+    from tokenport.cli import main
+
+    steps = tmp_path / "steps.json"
+    steps.write_text(json.dumps([{"step": "gopher_quality", "min_words": 6}, {"step": "pii"}]))
+    out = tmp_path / "out"
+    assert main(["prepare", corpus(tmp_path), "-o", str(out), "--steps", str(steps), "--keep-rejected", "-q",
+                 "--workers", "1"]) == 0
+    manifest = json.loads((out / "tokenport.json").read_text())
+    records = [json.loads(line) for name in manifest["rejected"] for line in (out / name).read_text().splitlines()]
+    assert sorted((r["step"], r["reason"], r["text"]) for r in records) == sorted([
+        ("0:gopher_quality", "few_stop_words", TEXTS[1]),
+        ("0:gopher_quality", "few_alphabetic_words", TEXTS[2]),
+    ])
+    assert all(r["id"].startswith(corpus(tmp_path)) for r in records)
+    assert not (out / ".work").exists()

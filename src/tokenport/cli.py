@@ -36,6 +36,8 @@ def _prepare(args: argparse.Namespace) -> int:
     if args.steps:
         steps = parse_structured(read_text(args.steps, "steps file"), args.steps)
         given["steps"] = steps.get("steps", steps) if isinstance(steps, dict) else steps
+    if args.keep_rejected:
+        given["keep_rejected"] = True
     config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
     result = prepare(config, progress=not args.quiet)
     print(result.summary())
@@ -150,6 +152,8 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--on-error", choices=("stop", "skip"), default="stop", help="what malformed input does")
     prep.add_argument("--steps", default=None,
                       help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
+    prep.add_argument("--keep-rejected", action="store_true",
+                      help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
     prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")

@@ -46,6 +46,8 @@ class PrepareConfig:
     steps: cleaning steps run in order between reading and tokenizing, each a mapping
       ``{"step": KIND, **options}`` (see ``tokenport.prepare.steps.STEP_KINDS``), e.g.
       ``[{"step": "pii", "kinds": ["email", "phone"]}]``.
+    keep_rejected: write every document a step dropped, with the step and the reason, to
+      ``OUTPUT/rejected/*.jsonl`` for audit.
     """
 
     inputs: Sequence[str]
@@ -61,6 +63,7 @@ class PrepareConfig:
     unit_bytes: int = 16 << 20
     batch_size: int = 256
     steps: Sequence[Mapping[str, Any]] = ()
+    keep_rejected: bool = False
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -84,6 +87,8 @@ class PrepareConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"PrepareConfig.{name}={value!r}: must be a positive integer")
+        if not isinstance(self.keep_rejected, bool):
+            raise ConfigError(f"PrepareConfig.keep_rejected={self.keep_rejected!r}: must be True or False")
         if not isinstance(self.append_eod, bool):
             raise ConfigError(f"PrepareConfig.append_eod={self.append_eod!r}: must be True or False")
         if self.shard_by not in SHARD_BY:
@@ -108,6 +113,8 @@ class PrepareConfig:
         settings["inputs"] = list(self.inputs)
         if self.steps:  # runs without steps keep the fingerprints they always had
             settings["steps"] = [dict(spec) for spec in self.steps]
+        if self.keep_rejected:
+            settings["keep_rejected"] = True
         settings["tokenizer"] = {k: tokenizer_identity[k] for k in ("kind", "fingerprint", "vocab_size", "eod_id")}
         settings["format"] = OUTPUT_FORMAT
         return settings

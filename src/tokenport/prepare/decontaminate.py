@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from ..errors import ConfigError, InputDataError
 from .documents import Document
 from .quality import split_words
+from .rejects import Rejecting
 
 __all__ = ["Decontaminate"]
 
@@ -60,7 +61,7 @@ def _evaluation_ngrams(files: tuple[tuple[str, float], ...], n: int, text_key: s
     return frozenset(grams)
 
 
-class Decontaminate:
+class Decontaminate(Rejecting):
     """``{"step": "decontaminate", "eval_files": [...], "n": 13, "text_key": "text"}``: drop
     documents sharing a word n-gram with any evaluation document."""
 
@@ -84,7 +85,7 @@ class Decontaminate:
             if _ngrams(document.text, self.n).isdisjoint(self.grams):
                 yield document
             else:
-                self.removed["contaminated"] += 1
+                self.drop(document, "contaminated")
 
     def counts(self) -> dict[str, int]:
         return {f"removed:{reason}": n for reason, n in self.removed.items()}

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ConfigError
 from .documents import Document
 from .minhash import MinHasher, cluster_representatives, exact_key
+from .rejects import Rejecting
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
 
@@ -73,22 +74,22 @@ def decide(kind: str, keys: list[np.ndarray]) -> list[np.ndarray]:
     return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(keys))]
 
 
-class DropDuplicates:
+class DropDuplicates(Rejecting):
     """Pass 3 of a dedup step: drop the documents marked for this unit, by ordinal."""
 
-    def __init__(self, drop: np.ndarray) -> None:
-        self.drop = drop
+    def __init__(self, marked: np.ndarray) -> None:
+        self.marked = marked
         self.removed: Counter = Counter()
 
     def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
         for ordinal, document in enumerate(documents):
-            if ordinal >= len(self.drop):
+            if ordinal >= len(self.marked):
                 raise ConfigError(
                     "a dedup step saw more documents than when its keys were made: the steps before it "
                     "or the input changed; delete OUTPUT/.work/dedup-* and rerun"
                 )
-            if self.drop[ordinal]:
-                self.removed["duplicate"] += 1
+            if self.marked[ordinal]:
+                self.drop(document, "duplicate")
             else:
                 yield document
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .documents import Document
+from .rejects import Rejecting
 
 __all__ = ["LanguageFilter", "detect_language"]
 
@@ -45,7 +46,7 @@ def detect_language(text: str) -> tuple[str, float]:
     return (code, percent / 100.0) if code != "un" else ("un", 0.0)
 
 
-class LanguageFilter:
+class LanguageFilter(Rejecting):
     """``{"step": "language", "languages": ["en", "zh"], "min_score": 0.65}``."""
 
     def __init__(self, languages: Sequence[str] = (), min_score: float = 0.65) -> None:
@@ -66,9 +67,9 @@ class LanguageFilter:
         for document in documents:
             code, score = detect_language(document.text)
             if not self._wanted(code):
-                self.removed["other_language"] += 1
+                self.drop(document, "other_language")
             elif score < self.min_score:
-                self.removed["low_language_score"] += 1
+                self.drop(document, "low_language_score")
             else:
                 self.kept[code] += 1
                 yield replace(document, metadata={**document.metadata, "language": code, "language_score": score})

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from .documents import Document
+from .rejects import Rejecting
 
 __all__ = ["LicenseFilter", "detect_licenses"]
 
@@ -55,7 +56,7 @@ def detect_licenses(text: str, scan_chars: int = 3000) -> list[str]:
     return []
 
 
-class LicenseFilter:
+class LicenseFilter(Rejecting):
     """``{"step": "license_filter", "allowed": [...], "license_key": "license", "keep_unknown": true}``."""
 
     def __init__(self, allowed: Sequence[str] = PERMISSIVE, license_key: str = "license",
@@ -82,14 +83,14 @@ class LicenseFilter:
             licenses = self.licenses_of(document)
             if not licenses:
                 if not self.keep_unknown:
-                    self.removed["unknown_license"] += 1
+                    self.drop(document, "unknown_license")
                     continue
                 self.kept["unknown"] += 1
                 yield document
                 continue
             allowed = [name for name in licenses if name in self.allowed]
             if not allowed:
-                self.removed["disallowed_license"] += 1
+                self.drop(document, "disallowed_license")
                 continue
             self.kept[allowed[0]] += 1
             yield replace(document, metadata={**document.metadata, "license": allowed[0]})

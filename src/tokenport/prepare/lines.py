@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from .documents import Document
+from .rejects import Rejecting
 
 __all__ = ["LineCorrections"]
 
@@ -35,7 +36,7 @@ _COOKIES = ("accept cookies", "we use cookies", "cookie settings", "cookie prefe
 _WORD = re.compile(r"\S+")
 
 
-class LineCorrections:
+class LineCorrections(Rejecting):
     """``{"step": "line_corrections", "max_removed_fraction": 0.05, "max_navigation_words": 4, "patterns": [...]}``."""
 
     def __init__(self, max_removed_fraction: float | None = 0.05, max_navigation_words: int = 4,
@@ -89,7 +90,7 @@ class LineCorrections:
                 yield document
                 continue
             if self.max_removed is not None and total_words and removed_words / total_words > self.max_removed:
-                self.removed["too_many_lines_removed"] += 1
+                self.drop(document, "too_many_lines_removed")
                 continue
             self.lines_removed.update(found)
             yield replace(document, text="\n".join(kept))

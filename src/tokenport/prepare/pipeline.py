@@ -31,7 +31,7 @@ from .state import OutputDir
 from .steps import dedup_positions
 from .stats import UnitStats
 from .units import Unit, plan_units
-from .worker import UnitJob, UnitRecord, finished_unit, signed_unit
+from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +129,8 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             "skipped": dict(sorted(totals.skipped.items())),
             "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
         }
+        if config.keep_rejected:
+            manifest["rejected"] = _move_rejected(out, units)
         out.finish(manifest, len(parts))
     result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
     logger.info("prepared %s", result.summary().replace("\n", "; "))
@@ -156,6 +158,7 @@ def _run(
         batch_size=config.batch_size,
         on_error=config.on_error,
         steps=config.steps,
+        keep_rejected=config.keep_rejected,
     )
     bar = _progress_bar(progress, sum(u.size for u in units), sum(u.size for u in units if u.name in records))
 
@@ -171,6 +174,20 @@ def _run(
         if bar is not None:
             bar.close()
     return [records[unit.name] for unit in units], resumed
+
+
+def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
+    """Move the units' rejected-document files from the work directory to OUTPUT/rejected/."""
+    target = os.path.join(out.path, "rejected")
+    os.makedirs(target, exist_ok=True)
+    names = []
+    for unit in units:
+        source = rejected_path(out.work, unit)
+        if os.path.exists(source):
+            os.replace(source, os.path.join(target, f"{unit.name}.jsonl"))
+        if os.path.exists(os.path.join(target, f"{unit.name}.jsonl")):
+            names.append(f"rejected/{unit.name}.jsonl")
+    return names
 
 
 def _dedup_pass(config: PrepareConfig, executor: LocalExecutor, work: str, units: list[Unit], position: int) -> None:

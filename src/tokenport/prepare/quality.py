@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from .documents import Document
+from .rejects import Rejecting
 
 __all__ = ["C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words"]
 
@@ -41,7 +42,7 @@ def _is_word(token: str) -> bool:
     return len(token) > 1 or token.isalnum()
 
 
-class _Filter:
+class _Filter(Rejecting):
     """A dropping step: ``reject(text)`` names the first failed rule, or None to keep the document."""
 
     def __init__(self) -> None:
@@ -56,7 +57,7 @@ class _Filter:
             if reason is None:
                 yield document
             else:
-                self.removed[reason] += 1
+                self.drop(document, reason)
 
     def counts(self) -> dict[str, int]:
         return {f"removed:{reason}": n for reason, n in sorted(self.removed.items())}
@@ -301,7 +302,7 @@ class C4Quality(_Filter):
         for document in documents:
             text, reason = self.clean(document.text)
             if reason is not None:
-                self.removed[reason] += 1
+                self.drop(document, reason)
             elif text == document.text:
                 yield document
             else:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from .documents import Document
+from .rejects import Rejecting
 
 __all__ = ["URLFilter"]
 
@@ -38,7 +39,7 @@ def _entries(inline: Sequence[str] | None, path: str | None, what: str) -> list[
     return [x.strip().lower() for x in (inline or [])] + (_read_list(path, what) if path else [])
 
 
-class URLFilter:
+class URLFilter(Rejecting):
     """``{"step": "url_filter", "blocked_domains": [...], "blocked_domains_file": ..., "blocked_substrings": [...],
     "blocked_substrings_file": ..., "banned_words": [...], "banned_words_file": ..., "url_key": "url"}``."""
 
@@ -88,7 +89,7 @@ class URLFilter:
             if reason is None:
                 yield document
             else:
-                self.removed[reason] += 1
+                self.drop(document, reason)
 
     def counts(self) -> dict[str, int]:
         counts = {f"removed:{reason}": n for reason, n in sorted(self.removed.items())}

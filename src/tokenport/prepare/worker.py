@@ -21,6 +21,7 @@ from .readers import read_slice
 from .state import write_json
 from .stats import Problems, UnitStats
 from .dedup import keys_path, make_signer, save_atomically
+from .rejects import Rejecting, RejectedWriter
 from .steps import build_steps, run_steps
 from .tokenize import Tokenize
 from .units import Unit
@@ -42,6 +43,7 @@ class UnitJob:
     on_error: str
     steps: tuple = ()  # cleaning step specs, built afresh for every unit
     sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
+    keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
 
 
 @dataclass(frozen=True)
@@ -69,20 +71,38 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
     )
     prefix = unit_prefix(job.work_dir, unit)
     steps = build_steps(job.steps, job.work_dir, unit.name)
+    rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
     documents_per_slice = []
     with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance={"prepare_unit": unit.describe()}) as writer:
-        for piece in unit.slices:
-            before = stats.documents
-            documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps)
-            for batch in tokenize(documents):
-                if cancelled():
-                    raise Cancelled(unit.name)
-                writer.add_documents(batch.tokens, batch.lengths)
-            documents_per_slice.append(stats.documents - before)
+        sink_file = open(rejected + ".tmp", "w", encoding="utf-8") if rejected else None
+        try:
+            if sink_file is not None:
+                sinks = RejectedWriter(sink_file)
+                for label, step in steps:
+                    if isinstance(step, Rejecting):
+                        step.sink = sinks.sink_for(label)
+            for piece in unit.slices:
+                before = stats.documents
+                documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps)
+                for batch in tokenize(documents):
+                    if cancelled():
+                        raise Cancelled(unit.name)
+                    writer.add_documents(batch.tokens, batch.lengths)
+                documents_per_slice.append(stats.documents - before)
+        finally:
+            if sink_file is not None:
+                sink_file.close()
+        if rejected is not None:  # in place before the store is published: a finished unit has it
+            os.replace(rejected + ".tmp", rejected)
         for label, step in steps:
             stats.steps[label].update(step.counts())
         write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
     return UnitRecord(prefix, stats, tuple(documents_per_slice))
+
+
+def rejected_path(work_dir: str, unit: Unit) -> str:
+    """Where a unit's rejected documents go (moved beside the parts when the run finishes)."""
+    return os.path.join(work_dir, f"{unit.name}.rejected.jsonl")
 
 
 def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False) -> UnitRecord:

@@ -1,0 +1,449 @@
+"""tokenport.prepare cleaning steps: quality filters and MinHash against datatrove, and fuzzy dedup end to end.
+
+Corpus: real English text from the Python standard library on this machine. Web-like pages are
+built per module from its docstrings and comment paragraphs (runs of ``#`` lines), joined by
+blank lines into pages of a lognormal number of words (mean ~300); one page in eight is instead
+a 20-60 line slice of the module's code, the kind of page the filters exist to drop. The same
+texts go to both sides; each side runs in this one process on one core (docs/s = per core).
+
+    python benchmarks/bench_clean.py            # 2,000 pages; dedup of 10^5 docs (a few minutes)
+    python benchmarks/bench_clean.py --quick    # 400 pages; dedup of 10^4 docs (under a minute)
+    python benchmarks/bench_clean.py --dedup-docs 1000000   # the 10^6 run (see the timing below)
+
+Needs ``pip install datatrove nltk "xxhash<4" spacy``: datatrove 0.10.1 splits English words
+with spaCy's blank English tokenizer (``spacy.blank("en")`` plus its rule-based sentencizer; no
+model download); nltk is imported but its punkt data is not used for English.
+
+Rows:
+  filters      docs/s of each step over the same pages, timed in turns (A B A B ...), best of N:
+               tokenport ``list(step(documents))`` with ``Document``s vs datatrove
+               ``list(filter.run(documents))`` with its ``Document``s (made fresh, untimed, before
+               each call: its C4 filter rewrites ``doc.text``). GopherQuality, GopherRepetition,
+               C4Quality, FineWebQuality each alone, then all four chained in that order.
+               Goal: >= 10x datatrove's docs/s per core. The agreement of each filter's
+               keep/drop decisions on the same pages is printed (the word splitting differs:
+               a regular expression here, spaCy's tokenizer there).
+  minhash      docs/s over the same pages, 14 bands x 8 rows (112 hashes), word 5-grams, both sides.
+               "signature": tokenport ``MinHasher.signature(text)`` vs datatrove
+               ``MinhashDedupSignature.get_signature(get_shingles(text))`` (its own methods: text
+               normalization, spaCy words, xxhash64 of each 5-gram, numpy min over the (a*x+b) mod
+               2^61-1 permutations); goal >= 5x. "step": the whole first pass, tokenport's
+               band-key row of every document (what prepare's minhash_dedup pass 1 computes)
+               saved as one .npy, vs datatrove's ``MinhashDedupSignature.run`` on a list of its
+               Documents, which writes the 14 bucket files to a local folder and sorts them (no goal).
+  dedup        ``prepare(PrepareConfig(inputs=[corpus.jsonl], workers=2, tokenizer="byte",
+               steps=[{"step": "minhash_dedup"}]))`` run once in a fresh subprocess: wall time and
+               peak memory (the largest summed RSS of that process and its worker, sampled every
+               0.1 s from /proc; also the largest single process's max RSS from wait4). Documents
+               are 1-4 paragraphs sampled from the standard library's docstrings and comments; 5%
+               are exact copies and 10% near-duplicates (a few words deleted, replaced or inserted)
+               of an earlier document. Full run: 10^5 docs and the extrapolation to 10^6
+               (10^6 is too slow for the 5-minute budget here; pass --dedup-docs 1000000 for it);
+               --quick: 10^4. No peer (the goal is a figure for this machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+from tokenport.corpus import docstrings, read_source, stdlib_sources
+from tokenport.prepare import Document
+from tokenport.prepare.dedup import make_signer
+from tokenport.prepare.minhash import MinHasher
+from tokenport.prepare.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+
+from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+
+_COMMENT_LINE = re.compile(r"^\s*#\s?(.*)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus
+
+
+def stdlib_modules() -> list[str]:
+    """Source text of every standard library module (tests and third-party packages excluded)."""
+    return [s for s in (read_source(path) for path in stdlib_sources()) if s]
+
+
+def comment_paragraphs(source: str) -> list[str]:
+    """Runs of consecutive ``#`` comment lines (shebangs and coding lines aside), as paragraphs of
+    at least 8 words."""
+    paragraphs, current = [], []
+    for line in source.splitlines():
+        match = _COMMENT_LINE.match(line)
+        if match and not line.startswith("#!") and "coding" not in line[:30]:
+            current.append(match.group(1).rstrip())
+        else:
+            if current:
+                text = "\n".join(current).strip()
+                if len(text.split()) >= 8:
+                    paragraphs.append(text)
+            current = []
+    return paragraphs
+
+
+def module_paragraphs(source: str) -> list[str]:
+    """A module's prose: its docstrings, then its comment paragraphs."""
+    return list(docstrings(source)) + comment_paragraphs(source)
+
+
+def web_pages(modules: list[str], count: int, seed: int) -> list[str]:
+    """`count` web-like pages (see the module docstring): prose pages of consecutive paragraphs of
+    one module, ~300 words on average, and one in eight a slice of code."""
+    rng = np.random.default_rng(seed)
+    prose = [module_paragraphs(source) for source in modules]
+    pages: list[str] = []
+    order = rng.permutation(len(modules))
+    targets = lognormal_lengths(rng, count, 300, 0.6)
+    k = 0
+    while len(pages) < count:
+        m = int(order[k % len(order)])
+        k += 1
+        source, paragraphs = modules[m], prose[m]
+        if rng.random() < 1 / 8:
+            lines = source.splitlines()
+            if len(lines) > 60:
+                start = int(rng.integers(0, len(lines) - 60))
+                pages.append("\n".join(lines[start : start + int(rng.integers(20, 61))]))
+            continue
+        if not paragraphs:
+            continue
+        start = int(rng.integers(0, len(paragraphs)))
+        target = int(targets[len(pages)])
+        chosen, words = [], 0
+        for paragraph in paragraphs[start:] + paragraphs[:start]:
+            chosen.append(paragraph)
+            words += len(paragraph.split())
+            if words >= target:
+                break
+        pages.append("\n\n".join(chosen))
+    return pages
+
+
+def dedup_corpus(path: str, modules: list[str], count: int, seed: int) -> dict[str, int]:
+    """Write `count` jsonl documents of 1-4 sampled paragraphs; 5% exact copies and 10% edited
+    copies of an earlier document. Returns how many of each were planted."""
+    rng = np.random.default_rng(seed)
+    pool = [p for source in modules for p in module_paragraphs(source)]
+    vocabulary = sorted({w for p in pool[:2000] for w in p.split() if w.isalpha()})
+    sizes = rng.integers(1, 5, count)
+    kind = rng.random(count)  # < 0.05 exact copy, < 0.15 near copy, else original
+    planted = Counter()
+    texts: list[str] = []
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for i in range(count):
+            if i > 0 and kind[i] < 0.15:
+                source = texts[int(rng.integers(0, i))]
+                if kind[i] < 0.05:
+                    text = source
+                    planted["exact copies"] += 1
+                else:
+                    text = near_copy(source, rng, vocabulary)
+                    planted["near copies"] += 1
+            else:
+                picks = rng.integers(0, len(pool), int(sizes[i]))
+                text = "\n\n".join(pool[j] for j in picks)
+                planted["originals"] += 1
+            texts.append(text)
+            f.write(json.dumps({"text": text}) + "\n")
+    os.replace(path + ".tmp", path)
+    return dict(planted)
+
+
+def near_copy(text: str, rng: np.random.Generator, vocabulary: list[str]) -> str:
+    """`text` with about one word in 40 (at least one) deleted, replaced or inserted."""
+    words = text.split(" ")
+    for _ in range(max(1, len(words) // 40)):
+        at = int(rng.integers(0, len(words)))
+        action = rng.integers(0, 3)
+        if action == 0 and len(words) > 1:
+            del words[at]
+        elif action == 1:
+            words[at] = vocabulary[int(rng.integers(0, len(vocabulary)))]
+        else:
+            words.insert(at, vocabulary[int(rng.integers(0, len(vocabulary)))])
+    return " ".join(words)
+
+
+# ---------------------------------------------------------------------------------------------
+# filters
+
+
+def datatrove_filters():
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    return {
+        "Gopher quality": GopherQualityFilter,
+        "Gopher repetition": GopherRepetitionFilter,
+        "C4": C4QualityFilter,
+        "FineWeb": FineWebQualityFilter,
+    }
+
+
+OURS = {"Gopher quality": GopherQuality, "Gopher repetition": GopherRepetition, "C4": C4Quality,
+        "FineWeb": FineWebQuality}
+
+
+def ours_decision(name: str, step, text: str) -> tuple[bool, str | None]:
+    if name == "C4":
+        _, reason = step.clean(text)
+    else:
+        reason = step.reject(text)
+    return reason is None, reason
+
+
+def theirs_decision(step, document) -> tuple[bool, str | None]:
+    result = step.filter(document)
+    return (result, None) if isinstance(result, bool) else (bool(result[0]), result[1])
+
+
+def bench_filters(rows: list[Row], pages: list[str], args) -> None:
+    from datatrove.data import Document as DTDocument
+
+    theirs_classes = datatrove_filters()
+    ours_docs = [Document(text, str(i)) for i, text in enumerate(pages)]
+    fresh: list = []
+
+    def make_theirs_docs() -> None:
+        fresh[:] = [DTDocument(text=text, id=str(i)) for i, text in enumerate(pages)]
+
+    make_theirs_docs()
+    for step in theirs_classes.values():  # warm: spaCy's blank English loads on first use
+        list(step().run(iter(fresh[:20])))
+    case = f"{len(pages):,} pages"
+    print(f"  filters: agreement of keep/drop on the same {len(pages):,} pages")
+    for name in OURS:
+        # agreement, document by document
+        ours_step, theirs_step = OURS[name](), theirs_classes[name]()
+        make_theirs_docs()
+        ours = [ours_decision(name, ours_step, text) for text in pages]
+        theirs = [theirs_decision(theirs_step, doc) for doc in fresh]
+        same = sum(a[0] == b[0] for a, b in zip(ours, theirs))
+        kept_o, kept_t = sum(a[0] for a in ours), sum(b[0] for b in theirs)
+        only_o = Counter(b[1] for a, b in zip(ours, theirs) if a[0] and not b[0])
+        only_t = Counter(a[1] for a, b in zip(ours, theirs) if b[0] and not a[0])
+        line = (f"    {name}: {100 * same / len(pages):.1f}% agree; kept {kept_o:,} (tokenport) vs {kept_t:,} "
+                f"(datatrove)")
+        if only_o:
+            line += "; kept only by tokenport (datatrove's reason): " + ", ".join(f"{r} {n}" for r, n in only_o.most_common(4))
+        if only_t:
+            line += "; kept only by datatrove (tokenport's reason): " + ", ".join(f"{r} {n}" for r, n in only_t.most_common(4))
+        print(line, flush=True)
+        if name == "C4":
+            both = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0] and b[0]]
+            c4 = C4Quality()
+            equal = sum(c4.clean(pages[i])[0] == fresh[i].text for i in both)
+            print(f"    C4: of {len(both):,} pages both keep, {equal:,} have the same cleaned text", flush=True)
+
+        t_ours, t_theirs = best_of_each(
+            [lambda: list(OURS[name]()(ours_docs)), lambda: list(theirs_classes[name]().run(iter(fresh)))],
+            args.repeat, [None, make_theirs_docs])
+        rows.append(Row("filter docs/s", f"{name}, {case}", "docs/s", len(pages) / t_ours, len(pages) / t_theirs,
+                        f"datatrove {name}", 10.0))
+
+    def ours_chain():
+        documents = iter(ours_docs)
+        for cls in OURS.values():
+            documents = cls()(documents)
+        return list(documents)
+
+    def theirs_chain():
+        documents = iter(fresh)
+        for cls in theirs_classes.values():
+            documents = cls().run(documents)
+        return list(documents)
+
+    make_theirs_docs()
+    kept_o, kept_t = len(ours_chain()), len(theirs_chain())
+    print(f"    all four chained: kept {kept_o:,} (tokenport) vs {kept_t:,} (datatrove)", flush=True)
+    t_ours, t_theirs = best_of_each([ours_chain, theirs_chain], args.repeat, [None, make_theirs_docs])
+    rows.append(Row("filter docs/s", f"all 4 chained, {case}", "docs/s", len(pages) / t_ours,
+                    len(pages) / t_theirs, "datatrove, same chain", 10.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# minhash
+
+
+def bench_minhash(rows: list[Row], pages: list[str], directory: str, args) -> None:
+    from datatrove.data import Document as DTDocument
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+
+    hasher = MinHasher(bands=14, rows=8, ngram=5)
+    theirs = MinhashDedupSignature(output_folder=os.path.join(directory, "dt-sigs-warm"),
+                                   config=MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8))
+    hasher.signature(pages[0])  # warm (load numba's cache)
+    theirs.get_signature(theirs.get_shingles(pages[0]))
+
+    def ours_signatures():
+        return [hasher.signature(text) for text in pages]
+
+    def theirs_signatures():
+        out = []
+        for text in pages:
+            shingles = theirs.get_shingles(text)
+            if shingles.size:  # as its step does: documents without a 5-gram get no signature
+                out.append(theirs.get_signature(shingles))
+        return out
+
+    case = f"{len(pages):,} pages, 14x8"
+    t_ours, t_theirs = best_of_each([ours_signatures, theirs_signatures], args.repeat)
+    rows.append(Row("minhash docs/s", f"signature, {case}", "docs/s", len(pages) / t_ours, len(pages) / t_theirs,
+                    "datatrove get_signature", 5.0))
+
+    signer = make_signer("minhash_dedup")
+    fresh: list = []
+    runs = iter(range(10**9))
+
+    def make_theirs_docs() -> None:
+        fresh[:] = [DTDocument(text=text, id=str(i)) for i, text in enumerate(pages)]
+
+    def ours_step():
+        keys = np.stack([signer(text) for text in pages])
+        np.save(os.path.join(directory, "ours.keys.npy"), keys)
+
+    def theirs_step():
+        step = MinhashDedupSignature(output_folder=os.path.join(directory, f"dt-sigs-{next(runs)}"),
+                                     config=MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8))
+        step.run(iter(fresh), rank=0, world_size=1)
+
+    t_ours, t_theirs = best_of_each([ours_step, theirs_step], args.repeat, [None, make_theirs_docs])
+    rows.append(Row("minhash docs/s", f"step with output, {case}", "docs/s", len(pages) / t_ours,
+                    len(pages) / t_theirs, "datatrove MinhashDedupSignature.run"))
+
+
+# ---------------------------------------------------------------------------------------------
+# end-to-end fuzzy dedup
+
+_PREPARE = (
+    "import json, sys; from tokenport.prepare import PrepareConfig, prepare; "
+    "r = prepare(PrepareConfig(inputs=[sys.argv[1]], output=sys.argv[2], workers=2, tokenizer='byte', "
+    "steps=[{'step': 'minhash_dedup'}])); "
+    "print(json.dumps({'documents': r.documents, 'tokens': r.tokens, 'bytes_in': r.bytes_in, "
+    "'seconds': r.seconds, 'steps': r.steps}))"
+)
+
+
+def tree_rss(pid: int) -> int:
+    """Summed resident set size, in bytes, of `pid` and its descendants (0 when gone)."""
+    total, stack = 0, [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * page
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def run_prepare(corpus: str, output: str) -> tuple[dict, float, int, int]:
+    """(result, wall seconds, peak summed RSS of the process tree, largest single max RSS), in bytes."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen([sys.executable, "-c", _PREPARE, corpus, output], stdout=out)
+        peak = 0
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            peak = max(peak, tree_rss(process.pid))
+            time.sleep(0.1)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode:
+            raise SystemExit(f"prepare failed with exit code {process.returncode}")
+        out.seek(0)
+        result = json.loads(out.read().decode().strip().splitlines()[-1])
+    return result, wall, peak, usage.ru_maxrss * 1024  # wait4: the max over it and its reaped children
+
+
+def bench_dedup(rows: list[Row], modules: list[str], directory: str, args) -> None:
+    corpus = os.path.join(directory, f"dedup-{args.dedup_docs}.jsonl")
+    t0 = time.perf_counter()
+    planted = dedup_corpus(corpus, modules, args.dedup_docs, args.seed)
+    size = os.path.getsize(corpus)
+    print(f"  dedup corpus: {args.dedup_docs:,} docs, {size / 1e6:,.1f} MB, planted "
+          + ", ".join(f"{k} {v:,}" for k, v in planted.items()) + f" (written in {time.perf_counter() - t0:.1f} s)",
+          flush=True)
+    result, wall, peak, largest = run_prepare(corpus, os.path.join(directory, "dedup-out"))
+    counts = next((c for label, c in result["steps"].items() if label.endswith("minhash_dedup")), {})
+    removed = counts.get("removed:duplicate", 0)
+    copies = planted.get("exact copies", 0) + planted.get("near copies", 0)
+    print(f"  dedup: kept {result['documents']:,} of {args.dedup_docs:,} documents: removed {removed:,} "
+          f"({copies:,} copies planted); {result['tokens']:,} tokens; wall {wall:.1f} s "
+          f"(prepare's own {result['seconds']:.1f} s); peak memory {peak / 2**20:,.0f} MiB summed over the "
+          f"2 processes, largest single process max RSS {largest / 2**20:,.0f} MiB", flush=True)
+    case = f"{args.dedup_docs:,} docs, {size / 1e6:,.0f} MB, 2 workers"
+    rate = args.dedup_docs / wall
+    rows.append(Row("dedup e2e", case, "s", wall, wall, "(no peer)"))
+    rows.append(Row("dedup e2e", case, "docs/s", rate, rate, "(no peer)"))
+    rows.append(Row("dedup e2e", case, "MB", peak / 1e6, peak / 1e6, "(no peer) peak RSS"))
+    rows.append(Row("dedup e2e", case, "% removed", 100 * removed / args.dedup_docs,
+                    100 * copies / args.dedup_docs, "% planted copies"))
+    if args.dedup_docs < 10**6:
+        rows.append(Row("dedup e2e", "10^6 docs, extrapolated", "s", 10**6 / rate, 10**6 / rate, "(no peer)"))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="400 pages, dedup of 10^4 docs, fewer repeats")
+    parser.add_argument("--pages", type=int, default=None, help="pages for the filter and minhash rows")
+    parser.add_argument("--dedup-docs", type=int, default=None, help="documents for the end-to-end dedup")
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: filters,minhash,dedup")
+    parser.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args(argv)
+    args.pages = args.pages or (400 if args.quick else 2000)
+    args.dedup_docs = args.dedup_docs or (10**4 if args.quick else 10**5)
+    args.repeat = 2 if args.quick else 3
+    skip = set(filter(None, args.skip.split(",")))
+    rows: list[Row] = []
+    with scratch_directory(args.dir, "bench_clean_", args.quick) as directory:
+        import datatrove
+
+        print(f"datatrove {datatrove.__version__ if hasattr(datatrove, '__version__') else '?'}", flush=True)
+        modules = stdlib_modules()
+        pages = web_pages(modules, args.pages, args.seed)
+        words = np.array([len(p.split()) for p in pages])
+        print(f"  {len(pages):,} pages from {len(modules):,} stdlib modules: {sum(map(len, pages)) / 1e6:.2f} M chars, "
+              f"words per page mean {words.mean():.0f}, median {np.median(words):.0f}", flush=True)
+        if "dedup" not in skip:
+            bench_dedup(rows, modules, directory, args)
+        if "filters" not in skip:
+            bench_filters(rows, pages, args)
+        if "minhash" not in skip:
+            bench_minhash(rows, pages, directory, args)
+        gc.collect()
+    print()
+    print_table(rows)
+    print()
+    print("ratio: tokenport / baseline (docs/s; higher is better). Both sides on one core of this process.")
+    print_goals(rows)
+
+
+if __name__ == "__main__":
+    main()
