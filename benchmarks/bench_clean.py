@@ -99,11 +99,10 @@ def module_paragraphs(source: str) -> list[str]:
     return list(docstrings(source)) + comment_paragraphs(source)
 
 
-def web_pages(modules: list[str], count: int, seed: int) -> list[str]:
+def web_pages(modules: list[str], prose: list[list[str]], count: int, seed: int) -> list[str]:
     """`count` web-like pages (see the module docstring): prose pages of consecutive paragraphs of
-    one module, ~300 words on average, and one in eight a slice of code."""
+    one module (`prose[m]` are module m's), ~300 words on average, and one in eight a slice of code."""
     rng = np.random.default_rng(seed)
-    prose = [module_paragraphs(source) for source in modules]
     pages: list[str] = []
     order = rng.permutation(len(modules))
     targets = lognormal_lengths(rng, count, 300, 0.6)
@@ -132,34 +131,48 @@ def web_pages(modules: list[str], count: int, seed: int) -> list[str]:
     return pages
 
 
-def dedup_corpus(path: str, modules: list[str], count: int, seed: int) -> dict[str, int]:
-    """Write `count` jsonl documents of 1-4 sampled paragraphs; 5% exact copies and 10% edited
-    copies of an earlier document. Returns how many of each were planted."""
+def dedup_corpus(path: str, prose: list[list[str]], count: int, seed: int) -> tuple[list[str], np.ndarray]:
+    """Write `count` jsonl documents of 1-4 paragraphs sampled from the distinct ones of `prose`;
+    5% are exact copies and 10% edited copies (`near_copy`) of an earlier document. Returns the
+    texts and each one's kind: 0 original, 1 exact copy, 2 near copy."""
     rng = np.random.default_rng(seed)
-    pool = [p for source in modules for p in module_paragraphs(source)]
+    pool = list(dict.fromkeys(p for paragraphs in prose for p in paragraphs))
     vocabulary = sorted({w for p in pool[:2000] for w in p.split() if w.isalpha()})
     sizes = rng.integers(1, 5, count)
-    kind = rng.random(count)  # < 0.05 exact copy, < 0.15 near copy, else original
-    planted = Counter()
+    draw = rng.random(count)
+    kinds = np.where(draw < 0.05, 1, np.where(draw < 0.15, 2, 0)).astype(np.int8)
+    kinds[0] = 0
     texts: list[str] = []
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         for i in range(count):
-            if i > 0 and kind[i] < 0.15:
+            if kinds[i]:
                 source = texts[int(rng.integers(0, i))]
-                if kind[i] < 0.05:
-                    text = source
-                    planted["exact copies"] += 1
-                else:
-                    text = near_copy(source, rng, vocabulary)
-                    planted["near copies"] += 1
+                text = source if kinds[i] == 1 else near_copy(source, rng, vocabulary)
             else:
-                picks = rng.integers(0, len(pool), int(sizes[i]))
-                text = "\n\n".join(pool[j] for j in picks)
-                planted["originals"] += 1
+                text = "\n\n".join(pool[j] for j in rng.integers(0, len(pool), int(sizes[i])))
             texts.append(text)
             f.write(json.dumps({"text": text}) + "\n")
     os.replace(path + ".tmp", path)
-    return dict(planted)
+    return texts, kinds
+
+
+def kept_mask(texts: list[str], parts: list[str]) -> np.ndarray:
+    """Which input documents survive in the output stores (byte tokenizer: ids are the UTF-8
+    bytes, then eod). Kept documents keep their order, and a dedup cluster keeps its first member,
+    so matching the output in order against the input finds each one."""
+    from tokenport.indexed import IndexedDataset
+
+    kept = np.zeros(len(texts), dtype=bool)
+    i = 0
+    for prefix in parts:
+        with IndexedDataset(prefix) as dataset:
+            for d in range(len(dataset)):
+                text = bytes(np.asarray(dataset[d][:-1], dtype=np.uint8)).decode("utf-8")
+                while texts[i] != text:
+                    i += 1
+                kept[i] = True
+                i += 1
+    return kept
 
 
 def near_copy(text: str, rng: np.random.Generator, vocabulary: list[str]) -> str:
@@ -337,7 +350,7 @@ _PREPARE = (
     "r = prepare(PrepareConfig(inputs=[sys.argv[1]], output=sys.argv[2], workers=2, tokenizer='byte', "
     "steps=[{'step': 'minhash_dedup'}])); "
     "print(json.dumps({'documents': r.documents, 'tokens': r.tokens, 'bytes_in': r.bytes_in, "
-    "'seconds': r.seconds, 'steps': r.steps}))"
+    "'seconds': r.seconds, 'steps': r.steps, 'parts': list(r.parts)}))"
 )
 
 
@@ -378,31 +391,35 @@ def run_prepare(corpus: str, output: str) -> tuple[dict, float, int, int]:
     return result, wall, peak, usage.ru_maxrss * 1024  # wait4: the max over it and its reaped children
 
 
-def bench_dedup(rows: list[Row], modules: list[str], directory: str, args) -> None:
+def bench_dedup(rows: list[Row], prose: list[list[str]], directory: str, args) -> None:
     corpus = os.path.join(directory, f"dedup-{args.dedup_docs}.jsonl")
     t0 = time.perf_counter()
-    planted = dedup_corpus(corpus, modules, args.dedup_docs, args.seed)
+    texts, kinds = dedup_corpus(corpus, prose, args.dedup_docs, args.seed)
     size = os.path.getsize(corpus)
-    print(f"  dedup corpus: {args.dedup_docs:,} docs, {size / 1e6:,.1f} MB, planted "
-          + ", ".join(f"{k} {v:,}" for k, v in planted.items()) + f" (written in {time.perf_counter() - t0:.1f} s)",
-          flush=True)
+    planted = np.bincount(kinds, minlength=3)
+    print(f"  dedup corpus: {args.dedup_docs:,} docs, {size / 1e6:,.1f} MB: {planted[0]:,} originals, {planted[1]:,} "
+          f"exact copies, {planted[2]:,} near copies (written in {time.perf_counter() - t0:.1f} s)", flush=True)
     result, wall, peak, largest = run_prepare(corpus, os.path.join(directory, "dedup-out"))
     counts = next((c for label, c in result["steps"].items() if label.endswith("minhash_dedup")), {})
     removed = counts.get("removed:duplicate", 0)
-    copies = planted.get("exact copies", 0) + planted.get("near copies", 0)
-    print(f"  dedup: kept {result['documents']:,} of {args.dedup_docs:,} documents: removed {removed:,} "
-          f"({copies:,} copies planted); {result['tokens']:,} tokens; wall {wall:.1f} s "
-          f"(prepare's own {result['seconds']:.1f} s); peak memory {peak / 2**20:,.0f} MiB summed over the "
-          f"2 processes, largest single process max RSS {largest / 2**20:,.0f} MiB", flush=True)
+    print(f"  dedup: wall {wall:.1f} s (prepare's own figure {result['seconds']:.1f} s), "
+          f"{args.dedup_docs / wall:,.0f} docs/s; peak memory {peak / 2**20:,.0f} MiB summed over the 2 processes "
+          f"(largest single process max RSS {largest / 2**20:,.0f} MiB); {result['tokens']:,} tokens out", flush=True)
+    kept = kept_mask(texts, result["parts"])
+    gone = ~kept
+    print(f"  dedup: removed {removed:,} of {args.dedup_docs:,} ({int(gone.sum()):,} missing from the output): "
+          f"exact copies {int(gone[kinds == 1].sum()):,} of {planted[1]:,}, near copies {int(gone[kinds == 2].sum()):,} "
+          f"of {planted[2]:,}, originals {int(gone[kinds == 0].sum()):,} of {planted[0]:,} (an original goes when it "
+          f"is close to an earlier one: short documents sharing a paragraph)", flush=True)
     case = f"{args.dedup_docs:,} docs, {size / 1e6:,.0f} MB, 2 workers"
     rate = args.dedup_docs / wall
     rows.append(Row("dedup e2e", case, "s", wall, wall, "(no peer)"))
     rows.append(Row("dedup e2e", case, "docs/s", rate, rate, "(no peer)"))
-    rows.append(Row("dedup e2e", case, "MB", peak / 1e6, peak / 1e6, "(no peer) peak RSS"))
-    rows.append(Row("dedup e2e", case, "% removed", 100 * removed / args.dedup_docs,
-                    100 * copies / args.dedup_docs, "% planted copies"))
+    rows.append(Row("dedup e2e", case, "MB", peak / 1e6, peak / 1e6, "(no peer) peak summed RSS"))
+    rows.append(Row("dedup e2e", case, "% near copies removed", 100 * gone[kinds == 2].mean(),
+                    100 * gone[kinds == 1].mean(), "% exact copies removed"))
     if args.dedup_docs < 10**6:
-        rows.append(Row("dedup e2e", "10^6 docs, extrapolated", "s", 10**6 / rate, 10**6 / rate, "(no peer)"))
+        rows.append(Row("dedup e2e", "10^6 docs, extrapolated linearly", "s", 10**6 / rate, 10**6 / rate, "(no peer)"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,16 +440,20 @@ def main(argv: list[str] | None = None) -> None:
     skip = set(filter(None, args.skip.split(",")))
     rows: list[Row] = []
     with scratch_directory(args.dir, "bench_clean_", args.quick) as directory:
-        import datatrove
+        from importlib.metadata import version
 
-        print(f"datatrove {datatrove.__version__ if hasattr(datatrove, '__version__') else '?'}", flush=True)
+        from loguru import logger
+
+        logger.disable("datatrove")  # its steps log at INFO ("Sorting buckets...")
+        print(f"  datatrove {version('datatrove')}, spacy {version('spacy')}, xxhash {version('xxhash')}", flush=True)
         modules = stdlib_modules()
-        pages = web_pages(modules, args.pages, args.seed)
+        prose = [module_paragraphs(source) for source in modules]
+        pages = web_pages(modules, prose, args.pages, args.seed)
         words = np.array([len(p.split()) for p in pages])
         print(f"  {len(pages):,} pages from {len(modules):,} stdlib modules: {sum(map(len, pages)) / 1e6:.2f} M chars, "
               f"words per page mean {words.mean():.0f}, median {np.median(words):.0f}", flush=True)
         if "dedup" not in skip:
-            bench_dedup(rows, modules, directory, args)
+            bench_dedup(rows, prose, directory, args)
         if "filters" not in skip:
             bench_filters(rows, pages, args)
         if "minhash" not in skip:

@@ -38,6 +38,8 @@ def _prepare(args: argparse.Namespace) -> int:
         given["steps"] = steps.get("steps", steps) if isinstance(steps, dict) else steps
     if args.keep_rejected:
         given["keep_rejected"] = True
+    if args.executor != "local":
+        given["executor"], given["ray_address"] = args.executor, args.address
     config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
     result = prepare(config, progress=not args.quiet)
     print(result.summary())
@@ -152,6 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--on-error", choices=("stop", "skip"), default="stop", help="what malformed input does")
     prep.add_argument("--steps", default=None,
                       help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
+    prep.add_argument("--executor", choices=("local", "ray"), default="local",
+                      help="local worker processes, or one Ray task per unit (the output directory must be shared)")
+    prep.add_argument("--address", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
     prep.add_argument("--keep-rejected", action="store_true",
                       help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
     prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -14,6 +14,7 @@ from .steps import check_steps
 
 SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
+EXECUTORS = ("local", "ray")
 OUTPUT_FORMAT = "tokenport.prepare/1"
 
 OUTPUT_FIELDS = ("inputs", "text_key", "append_eod", "shard_by", "shard_tokens", "max_chars_per_piece")
@@ -48,6 +49,9 @@ class PrepareConfig:
       ``[{"step": "pii", "kinds": ["email", "phone"]}]``.
     keep_rejected: write every document a step dropped, with the step and the reason, to
       ``OUTPUT/rejected/*.jsonl`` for audit.
+    executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray
+      cluster at ``ray_address``, e.g. "auto"; the output directory must be shared by all nodes).
+      The output is the same either way.
     """
 
     inputs: Sequence[str]
@@ -64,6 +68,8 @@ class PrepareConfig:
     batch_size: int = 256
     steps: Sequence[Mapping[str, Any]] = ()
     keep_rejected: bool = False
+    executor: str = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -87,6 +93,8 @@ class PrepareConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"PrepareConfig.{name}={value!r}: must be a positive integer")
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"PrepareConfig.executor={self.executor!r}: must be one of {', '.join(EXECUTORS)}")
         if not isinstance(self.keep_rejected, bool):
             raise ConfigError(f"PrepareConfig.keep_rejected={self.keep_rejected!r}: must be True or False")
         if not isinstance(self.append_eod, bool):

@@ -26,6 +26,7 @@ from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
 from .dedup import decide, drops_path, keys_path, save_atomically
 from .executor import LocalExecutor
+from .ray_executor import RayExecutor
 from .sources import expand_inputs
 from .state import OutputDir
 from .steps import dedup_positions
@@ -99,7 +100,10 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         logger.info("%s is already prepared with these settings", out.path)
         return _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed=-1)
     with contextlib.ExitStack() as stack:
-        executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
+        if config.executor == "ray":
+            executor = stack.enter_context(RayExecutor(tokenizer, config.ray_address))
+        else:
+            executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
         files = expand_inputs(config.inputs, exclude=out.path)
         units = plan_units(files, config.unit_bytes)
         stack.enter_context(out.claim(settings, run_fingerprint))
@@ -138,7 +142,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
 
 
 def _run(
-    config: PrepareConfig, executor: LocalExecutor, work: str, units: list[Unit], progress: bool
+    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], progress: bool
 ) -> tuple[list[UnitRecord], int]:
     """Records of every unit, in unit order (finished earlier, or run now on the workers), and
     how many were finished earlier."""
@@ -190,7 +194,9 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
     return names
 
 
-def _dedup_pass(config: PrepareConfig, executor: LocalExecutor, work: str, units: list[Unit], position: int) -> None:
+def _dedup_pass(
+    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int
+) -> None:
     """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
     the decisions; both kept in ``work`` so a rerun skips what is done."""
     if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
