@@ -10,7 +10,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert main(["demo", "--workdir", str(tmp_path), "--limit", "40", "--workers", "2"]) == 0
     out = capsys.readouterr().out
     stages = ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read", "6. samples", "7. blend",
-              "8. sampling", "9. dock")
+              "8. sampling", "9. dock", "10. clean")
     for stage in stages:
         assert stage in out
     assert "checksums verified" in out
@@ -20,6 +20,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "largest prefix deviation" in out and "train/valid/test: 20,000 / 200 / 20 samples" in out
     assert "rows served per stage: rollout 128, reward 128, advantage 128, train 128" in out
     assert "all consumed by train: True" in out
+    assert "4:minhash_dedup" in out and "rejected documents kept for audit" in out
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
     # stage 6's dataset, then 2 stores x 3 splits and one blend per split
     assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3

@@ -168,3 +168,19 @@ def test_rejected_documents_are_kept_for_audit_with_step_and_reason(tmp_path):
     ])
     assert all(r["id"].startswith(corpus(tmp_path)) for r in records)
     assert not (out / ".work").exists()
+
+
+def test_report_renders_text_and_html(tmp_path, capsys):
+    from tokenport.cli import main
+
+    steps = [{"step": "gopher_quality", "min_words": 6}, {"step": "pii"}]
+    prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1, steps=steps))
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "out"), "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "1 documents" in text and "0:gopher_quality" in text and "removed:few_stop_words 1" in text
+    assert "tokens per document: mean" in text
+    body = page.read_text()
+    assert body.startswith("<!doctype html>") and "<svg" in body and "0:gopher_quality · few_alphabetic_words" in body
+    assert main(["report", str(tmp_path)]) != 0
+    assert "no tokenport.json here" in capsys.readouterr().err

@@ -46,6 +46,18 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .prepare.report import load_report
+
+    report = load_report(args.output)
+    print(report.render())
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(report.html())
+        print(f"HTML report written to {args.html}")
+    return 0
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from .inspection import render, summarize
 
@@ -160,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--keep-rejected", action="store_true",
                       help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
     prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")
+    rep.add_argument("output", help="the output directory of a finished prepare run")
+    rep.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
 
     insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")
     insp.add_argument("prefixes", nargs="+", help="store prefixes (PREFIX.bin/.idx) or URLs")

@@ -25,6 +25,7 @@ from .indexed import IndexedDataset, merge, verify
 from .inspection import render, summarize
 from .packed import PackedDataset
 from .prepare import PrepareConfig, prepare
+from .prepare.report import load_report
 from .sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from .sampling.report import batching_report, render_batching_report
 from .tokenizers import load_tokenizer
@@ -93,6 +94,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _blend(parts, workdir, os.path.join(stores, "index-cache"), echo)
     _sampling(merged, echo)
     _dock(merged, os.path.join(workdir, "dock-checkpoint"), echo)
+    _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
@@ -230,6 +232,21 @@ def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
     echo(f"checkpoint {os.path.basename(checkpoint)}/ saved and reloaded: {restored.partitions['step-0']} rows, "
          f"all consumed by train: {restored.all_consumed('train', 'step-0')}")
     ds.close()
+
+
+def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
+    """Prepare the docstrings again through cleaning steps; report what each removed and why."""
+    echo("\n== 10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare")
+    steps = [{"step": "line_corrections"}, {"step": "gopher_quality"}, {"step": "gopher_repetition"},
+             {"step": "exact_dedup"}, {"step": "minhash_dedup"}, {"step": "pii"}]
+    config = PrepareConfig(inputs=(prose,), output=output, steps=steps, keep_rejected=True,
+                           **({"workers": workers} if workers else {}))
+    result = prepare(config)
+    echo(load_report(output).render())
+    rejected = sum(1 for name in os.listdir(os.path.join(output, "rejected")) for _ in open(
+        os.path.join(output, "rejected", name), encoding="utf-8"))
+    echo(f"{rejected:,} rejected documents kept for audit under {os.path.basename(output)}/rejected/; "
+         f"{result.documents:,} documents remain")
 
 
 def _time_reads(ds: IndexedDataset, echo: Echo) -> None:
