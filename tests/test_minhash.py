@@ -142,3 +142,26 @@ def test_precision_and_recall_on_near_duplicates_of_real_text():
     correct = (same_cluster & same_source & upper).sum()
     assert correct / true_pairs >= 0.95  # recall
     assert correct / max(found, 1) >= 0.95  # precision
+
+
+def test_decide_from_key_files_equals_the_in_memory_answer(tmp_path):
+    from tokenport.prepare.dedup import decide
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 50, (300, 4)).astype(np.uint64)  # small alphabet: many shared band keys
+    exact = rng.integers(0, 40, (300, 2)).astype(np.uint64)
+    cuts = [0, 90, 90, 210, 300]  # one unit holds no document
+    files = {}
+    for name, array in (("band", keys), ("exact", exact)):
+        files[name] = []
+        for i in range(4):
+            path = tmp_path / f"{name}{i}.npy"
+            np.save(path, array[cuts[i] : cuts[i + 1]])
+            files[name].append(str(path))
+    band_drop = np.concatenate(decide("minhash_dedup", files["band"]))
+    assert band_drop.tolist() == (cluster_representatives(keys) != np.arange(300)).tolist()
+    seen, expected = set(), []
+    for row in map(tuple, exact.tolist()):
+        expected.append(row in seen)
+        seen.add(row)
+    assert np.concatenate(decide("exact_dedup", files["exact"])).tolist() == expected

@@ -4,11 +4,11 @@ A dedup step cannot decide document by document: whether a document is a duplica
 every other. So ``prepare`` runs it in three passes. (1) Every unit runs the steps before it and
 writes one key row per document that reaches it (``keys``) to ``.work/dedup-N/UNIT.keys.npy``.
 (2) The keys of all units, in unit order, are compared once: exact keys by equality, MinHash band
-keys by clustering; each group keeps its first document and the rest are marked, per unit, in
-``UNIT.drop.npy``. (3) The normal run drops the marked documents at that step, by their ordinal
+keys by clustering, read one band at a time from the memory-mapped key files; each group keeps
+its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run drops the marked documents at that step, by their ordinal
 among the documents reaching it (the steps before it are deterministic, so ordinals agree). Each
 file is written atomically, so an interrupted run resumes. Keys are 16 bytes (exact) or
-``bands * 8`` bytes (MinHash) per document, held in memory for pass 2.
+``bands * 8`` bytes (MinHash) per document on disk; pass 2 holds about 40 bytes per document.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .documents import Document
-from .minhash import MinHasher, cluster_representatives, exact_key
+from .minhash import MinHasher, exact_key, join_band, representatives
 from .rejects import Rejecting
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
@@ -58,18 +58,35 @@ def save_atomically(path: str, array: np.ndarray) -> None:
     os.replace(temporary, path)
 
 
-def decide(kind: str, keys: list[np.ndarray]) -> list[np.ndarray]:
-    """Per unit, a bool mask of its documents (at this step) that duplicate an earlier one."""
+def decide(kind: str, key_files: list[str]) -> list[np.ndarray]:
+    """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier one.
+
+    Memory stays at a few arrays of one column per document: MinHash keys are read one band at a
+    time from the memory-mapped key files (a union-find forest joins each band's equal keys);
+    exact keys (two 64-bit words per document) are sorted once.
+    """
+    keys = [np.load(path, mmap_mode="r") for path in key_files]
     counts = [len(k) for k in keys]
+    total = sum(counts)
     width = next((k.shape[1] for k in keys if k.ndim == 2 and len(k)), 1)
-    everything = np.concatenate([k.reshape(len(k), width) for k in keys]) if sum(counts) else np.zeros((0, width))
-    everything = everything.astype(np.uint64, copy=False)
+
+    def column(index: int) -> np.ndarray:
+        parts = [np.asarray(k[:, index], dtype=np.uint64) for k in keys if len(k)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
     if kind == "exact_dedup":
-        _, first = np.unique(everything, axis=0, return_index=True)
-        keep = np.zeros(len(everything), dtype=bool)
-        keep[first] = True
+        words = [column(index) for index in range(width)]
+        order = np.lexsort((np.arange(total), *reversed(words)))  # by key, then by position
+        ordered = np.stack([w[order] for w in words], axis=1) if total else np.zeros((0, width), dtype=np.uint64)
+        first = np.ones(total, dtype=bool)
+        first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+        keep = np.zeros(total, dtype=bool)
+        keep[order[first]] = True
     else:
-        keep = cluster_representatives(everything) == np.arange(len(everything))
+        parent = np.arange(total, dtype=np.int64)
+        for band in range(width):
+            join_band(parent, column(band))
+        keep = representatives(parent) == np.arange(total)
     bounds = np.cumsum([0, *counts])
     return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(keys))]
 

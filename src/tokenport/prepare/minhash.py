@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import ConfigError
 from .quality import split_words
 
-__all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "exact_key"]
+__all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "exact_key", "join_band",
+           "representatives"]
 
 _MERSENNE_61 = np.uint64((1 << 61) - 1)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -152,8 +153,18 @@ def cluster_representatives(band_keys: np.ndarray) -> np.ndarray:
         raise ConfigError(f"band_keys: expected a (documents, bands) array, got shape {keys.shape}")
     parent = np.arange(keys.shape[0], dtype=np.int64)
     for band in range(keys.shape[1]):
-        order = np.argsort(keys[:, band], kind="stable")
-        _join_runs(parent, keys[order, band], order)
+        join_band(parent, keys[:, band])
+    return representatives(parent)
+
+
+def join_band(parent: np.ndarray, column: np.ndarray) -> None:
+    """Join (in the union-find forest ``parent``) the documents whose keys in one band are equal."""
+    order = np.argsort(column, kind="stable")
+    _join_runs(parent, np.ascontiguousarray(column[order], dtype=np.uint64), order)
+
+
+def representatives(parent: np.ndarray) -> np.ndarray:
+    """Each document's cluster representative (its cluster's lowest index) in the forest ``parent``."""
     return _roots(parent)
 
 

@@ -18,8 +18,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..indexed import IndexedDataset
 from ..tokenizers import Tokenizer, load_tokenizer
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
@@ -207,8 +205,8 @@ def _dedup_pass(
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     executor.run(job, todo, lambda unit, record: None)
-    keys = [np.load(keys_path(work, position, unit.name)) for unit in units]
-    for unit, drop in zip(units, decide(config.steps[position]["step"], keys)):
+    key_files = [keys_path(work, position, unit.name) for unit in units]
+    for unit, drop in zip(units, decide(config.steps[position]["step"], key_files)):
         save_atomically(drops_path(work, position, unit.name), drop)
 
 
