@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Iterator
 
+from ..errors import ConfigError
 from .documents import Document
 from .sources import decode_errors, open_decoded, open_raw, parquet_module
 from .stats import Problems
@@ -133,7 +134,45 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
             problems.report("corrupt_input", f"{path}: row {row}", f"cannot be read as parquet ({exc})")
 
 
+def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
+    """One document per row of column `text_key` of an Arrow IPC stream (HF datasets' shards);
+    the row's other columns become the document's metadata."""
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:
+        raise ConfigError(f"inputs: {piece.path} is an Arrow file (an HF saved dataset's shard), which needs "
+                          "pyarrow: pip install 'tokenport[parquet]'") from None
+
+    path, row = piece.path, 0
+    with open_raw(path) as f:
+        try:
+            reader = pa.ipc.open_stream(f)
+            if text_key not in reader.schema.names:
+                problems.report("missing_text", path, f"has no column {text_key!r} (columns: "
+                                f"{', '.join(reader.schema.names)}); set text_key")
+                return
+            for batch in reader:
+                column = batch.column(batch.schema.get_field_index(text_key))
+                if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                    problems.report("not_text", f"{path}: row {row}", f"column {text_key!r} has type {column.type}, "
+                                    "not string", count=len(column))
+                    row += len(column)
+                    continue
+                problems.stats.bytes_in += int(pc.sum(pc.binary_length(column)).as_py() or 0)
+                for metadata in batch.to_pylist():
+                    text = metadata.pop(text_key)
+                    if text is None:
+                        problems.report("missing_text", f"{path}: row {row}", f"column {text_key!r} is null")
+                    else:
+                        yield Document(text, f"{path}:{row}", metadata)
+                    row += 1
+        except (pa.ArrowException, OSError) as exc:
+            problems.report("corrupt_input", f"{path}: row {row}", f"cannot be read as an Arrow stream ({exc})")
+
+
 _READERS: dict[str, Callable[[Slice, str, Problems], Iterator[Document]]] = {
+    "arrow": _arrow,
     "jsonl": _jsonl,
     "parquet": _parquet,
     "text": _text,

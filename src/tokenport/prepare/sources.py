@@ -12,6 +12,7 @@ import contextlib
 import glob
 import gzip
 import io
+import json
 import lzma
 import os
 import zlib
@@ -23,6 +24,7 @@ from ..storage import is_remote, local_path
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
+ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams, as HF datasets' save_to_disk writes them
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 _GLOB_CHARS = ("*", "?", "[")
 _READ_BUFFER = 1 << 20
@@ -48,6 +50,10 @@ def detect_format(path: str) -> tuple[str, str | None]:
         suffix = os.path.splitext(stem)[1]
     if suffix in JSONL_SUFFIXES:
         return "jsonl", compression
+    if suffix in ARROW_SUFFIXES:
+        if compression is not None:
+            raise ConfigError(f"inputs: {path}: read Arrow files uncompressed; decompress the outer {compression} first")
+        return "arrow", None
     if suffix in PARQUET_SUFFIXES:
         if compression is not None:
             raise ConfigError(f"inputs: {path}: parquet files compress internally; decompress the outer {compression} first")
@@ -95,10 +101,29 @@ def _expand_local(spec: str, exclude: str) -> list[InputFile]:
 
 def _walk(top: str, exclude: str) -> Iterator[str]:
     for directory, subdirs, names in os.walk(top):
+        subdirs.sort()
+        saved = _saved_dataset_files(directory, names)
+        if saved is not None:  # an HF dataset saved to disk: its Arrow shards, in its own order
+            subdirs[:] = []
+            yield from saved
+            continue
         subdirs[:] = [d for d in subdirs if not d.startswith(".") and not _inside(os.path.join(directory, d), exclude)]
         for name in names:
-            if not name.startswith("."):
+            if not name.startswith(".") and name != "dataset_dict.json":
                 yield os.path.join(directory, name)
+
+
+def _saved_dataset_files(directory: str, names: list[str]) -> list[str] | None:
+    """The Arrow shards of a directory written by HF ``Dataset.save_to_disk`` (state.json lists
+    them), or None when the directory is not one."""
+    if "state.json" not in names or "dataset_info.json" not in names:
+        return None
+    try:
+        with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
+            files = [entry["filename"] for entry in json.load(f)["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputDataError(f"{directory}/state.json: not an HF saved-dataset state ({exc})") from None
+    return [os.path.join(directory, name) for name in files]
 
 
 def _inside(path: str, directory: str) -> bool:
