@@ -184,3 +184,20 @@ def test_report_renders_text_and_html(tmp_path, capsys):
     assert body.startswith("<!doctype html>") and "<svg" in body and "0:gopher_quality · few_alphabetic_words" in body
     assert main(["report", str(tmp_path)]) != 0
     assert "no tokenport.json here" in capsys.readouterr().err
+
+
+def test_cross_dataset_dedup_against_a_saved_index(tmp_path):
+    inputs = _dedup_corpus(tmp_path)
+    index = str(tmp_path / "indexes" / "web")
+    first = prepare(PrepareConfig(inputs[:1], str(tmp_path / "first"), workers=1,
+                                  steps=[{"step": "minhash_dedup", "save_index": index}]))
+    assert decoded(first)[0].startswith("Paragraph 0")
+    second = prepare(PrepareConfig(inputs[1:], str(tmp_path / "second"), workers=1,
+                                   steps=[{"step": "minhash_dedup", "index": index}]))
+    # b.jsonl repeats paragraph 0 (upper-cased) and nearly repeats paragraph 2, both in a.jsonl; c.jsonl
+    # repeats paragraph 1: all three go, against the first run's index.
+    assert [t.split(":")[0] for t in decoded(second)] == ["Paragraph 3", "Paragraph 4", "Paragraph 5"]
+    with pytest.raises(tp.ConfigError, match="was made with .* this step uses"):
+        PrepareConfig(inputs, str(tmp_path / "x"), steps=[{"step": "minhash_dedup", "bands": 10, "index": index}])
+    with pytest.raises(tp.ConfigError, match="cannot be read"):
+        PrepareConfig(inputs, str(tmp_path / "x"), steps=[{"step": "exact_dedup", "index": str(tmp_path / "none")}])

@@ -18,11 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..indexed import IndexedDataset
 from ..tokenizers import Tokenizer, load_tokenizer
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
-from .dedup import decide, drops_path, keys_path, save_atomically
+from .dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from .executor import LocalExecutor
 from .ray_executor import RayExecutor
 from .sources import expand_inputs
@@ -205,8 +207,15 @@ def _dedup_pass(
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     executor.run(job, todo, lambda unit, record: None)
+    spec = config.steps[position]
+    identity = spec_identity(spec)
+    index = load_index(spec["index"], identity) if spec.get("index") else None
     key_files = [keys_path(work, position, unit.name) for unit in units]
-    for unit, drop in zip(units, decide(config.steps[position]["step"], key_files)):
+    drops = decide(spec["step"], key_files, index)
+    if spec.get("save_index"):  # this run's kept documents (after the index's) for later runs to dedup against
+        kept = [np.load(path)[~drop] for path, drop in zip(key_files, drops)]
+        save_index(spec["save_index"], identity, np.concatenate([*([] if index is None else [index]), *kept]))
+    for unit, drop in zip(units, drops):
         save_atomically(drops_path(work, position, unit.name), drop)
 
 
