@@ -18,9 +18,10 @@ EXECUTORS = ("local", "ray")
 OUTPUT_FORMAT = "tokenport.prepare/1"
 
 OUTPUT_FIELDS = ("inputs", "text_key", "append_eod", "shard_by", "shard_tokens", "max_chars_per_piece")
-"""Fields (with the tokenizer's identity, and the cleaning steps if any) that decide the output bytes; a run resumes only
-with the same values. workers, batch_size, unit_bytes and on_error change how the work is
-done, not what a finished unit holds, so they may differ between a run and its resumption."""
+"""Fields (with the tokenizer's identity, and the cleaning steps and keep_rejected if set) that
+decide the output bytes; a run resumes only with the same values. workers, batch_size,
+unit_bytes, on_error and the executor change how the work is done, not what a finished unit
+holds, so they may differ between a run and its resumption."""
 
 
 @dataclass(frozen=True)

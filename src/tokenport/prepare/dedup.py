@@ -5,9 +5,10 @@ every other. So ``prepare`` runs it in three passes. (1) Every unit runs the ste
 writes one key row per document that reaches it (``keys``) to ``.work/dedup-N/UNIT.keys.npy``.
 (2) The keys of all units, in unit order, are compared once: exact keys by equality, MinHash band
 keys by clustering, read one band at a time from the memory-mapped key files; each group keeps
-its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run drops the marked documents at that step, by their ordinal
-among the documents reaching it (the steps before it are deterministic, so ordinals agree). Each
-file is written atomically, so an interrupted run resumes. Keys are 16 bytes (exact) or
+its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run
+drops the marked documents at that step, by their ordinal among the documents reaching it (the
+steps before it are deterministic, so ordinals agree). Each file is written atomically, so an
+interrupted run resumes. Keys are 16 bytes (exact) or
 ``bands * 8`` bytes (MinHash) per document on disk; pass 2 holds about 40 bytes per document.
 """
 

@@ -44,7 +44,8 @@ class LineCorrections(Rejecting):
         if max_removed_fraction is not None and (isinstance(max_removed_fraction, bool)
                                                  or not 0 <= max_removed_fraction <= 1):
             raise ConfigError(f"max_removed_fraction={max_removed_fraction!r}: pass a fraction in [0, 1] or None")
-        if isinstance(max_navigation_words, bool) or not isinstance(max_navigation_words, int) or max_navigation_words < 0:
+        if (isinstance(max_navigation_words, bool) or not isinstance(max_navigation_words, int)
+                or max_navigation_words < 0):
             raise ConfigError(f"max_navigation_words={max_navigation_words!r}: pass an integer >= 0")
         if isinstance(patterns, str):
             raise ConfigError("patterns: pass a list of regular expressions")
@@ -64,7 +65,8 @@ class LineCorrections(Rejecting):
             return None
         if _COUNTER.match(stripped):
             return "counter"
-        words = [token.strip(":,.!|»«›‹<>·•") for token in stripped.lower().split() if any(c.isalnum() for c in token)]
+        tokens = stripped.lower().split()
+        words = [token.strip(":,.!|»«›‹<>·•") for token in tokens if any(c.isalnum() for c in token)]
         if 0 < len(words) <= self.max_navigation and all(word in _NAVIGATION for word in words):
             return "navigation"  # separators such as "|" or "»" are not words
         lowered = stripped.lower()

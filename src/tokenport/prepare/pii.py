@@ -36,7 +36,8 @@ _DEFAULT_REPLACEMENTS = {
 
 # Boundaries are ASCII (not \b or \w): in Chinese text a number sits right next to word characters.
 _EMAIL = re.compile(
-    r"(?<![0-9A-Za-z_.+-])[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![0-9A-Za-z_])"
+    r"(?<![0-9A-Za-z_.+-])[A-Za-z0-9._%+-]+@"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![0-9A-Za-z_])"
 )
 _IBAN = re.compile(r"(?<![0-9A-Za-z_])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![0-9A-Za-z_])")
 _CN_ID = re.compile(r"(?<![0-9A-Za-z_])\d{17}[\dXx](?![0-9A-Za-z_])")

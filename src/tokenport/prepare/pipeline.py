@@ -132,6 +132,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             },
             "skipped": dict(sorted(totals.skipped.items())),
             "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
+            "step_costs": {label: dict(sorted(counts.items())) for label, counts in totals.step_costs.items()},
         }
         if config.keep_rejected:
             manifest["rejected"] = _move_rejected(out, units)

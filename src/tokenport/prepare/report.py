@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ class RunReport:
     skipped: dict[str, int]
     steps: dict[str, dict[str, int]]
     lengths: np.ndarray  # tokens per kept document
+    costs: dict[str, dict[str, int]] = field(default_factory=dict)  # per step: chars_in, chars_out, time_ms
 
     def render(self) -> str:
         """Plain-text tables."""
@@ -40,12 +41,16 @@ class RunReport:
             lines.append("  skipped input: " + ", ".join(f"{k} {n:,}" for k, n in sorted(self.skipped.items())))
         if self.steps:
             lines.append("")
-            lines.append(f"  {'step':<24}{'in':>12}{'out':>12}{'kept':>8}  removed / changed")
+            lines.append(f"  {'step':<24}{'in':>12}{'out':>12}{'kept':>8}{'chars kept':>12}{'seconds':>9}"
+                         "  removed / changed")
             for label, counts in self.steps.items():
                 seen, out = counts.get("documents_in", 0), counts.get("documents_out", 0)
                 share = f"{out / seen:.1%}" if seen else "-"
+                cost = self.costs.get(label, {})
+                chars = f"{cost['chars_out'] / cost['chars_in']:.1%}" if cost.get("chars_in") else "-"
+                seconds = f"{cost.get('time_ms', 0) / 1000:.2f}"
                 details = ", ".join(f"{k} {n:,}" for k, n in counts.items() if not k.startswith("documents_"))
-                lines.append(f"  {label:<24}{seen:>12,}{out:>12,}{share:>8}  {details}")
+                lines.append(f"  {label:<24}{seen:>12,}{out:>12,}{share:>8}{chars:>12}{seconds:>9}  {details}")
         if len(self.lengths):
             p = np.percentile(self.lengths, [5, 50, 95, 99])
             lines.append("")
@@ -80,7 +85,9 @@ def load_report(output: str) -> RunReport:
         with open(path, encoding="utf-8") as f:
             manifest: dict[str, Any] = json.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"{output}: no tokenport.json here; pass the output directory of a finished prepare run") from None
+        raise ConfigError(
+            f"{output}: no tokenport.json here; pass the output directory of a finished prepare run"
+        ) from None
     except json.JSONDecodeError as error:
         raise CorruptStoreError(f"{path}: not valid JSON ({error})") from None
     lengths = []
@@ -93,6 +100,7 @@ def load_report(output: str) -> RunReport:
         skipped=dict(manifest.get("skipped", {})),
         steps={label: dict(counts) for label, counts in manifest.get("steps", {}).items()},
         lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
+        costs={label: dict(counts) for label, counts in manifest.get("step_costs", {}).items()},
     )
 
 

@@ -28,6 +28,7 @@ class UnitStats:
     bytes_in: int = 0
     skipped: Counter = field(default_factory=Counter)
     steps: dict[str, Counter] = field(default_factory=dict)  # per cleaning step ("N:kind"): its counters
+    step_costs: dict[str, Counter] = field(default_factory=dict)  # per step: chars in/out, time_ms
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,12 +37,14 @@ class UnitStats:
             "bytes_in": self.bytes_in,
             "skipped": dict(sorted(self.skipped.items())),
             "steps": {label: dict(sorted(counts.items())) for label, counts in self.steps.items()},
+            "step_costs": {label: dict(sorted(counts.items())) for label, counts in self.step_costs.items()},
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "UnitStats":
         steps = {label: Counter(counts) for label, counts in data.get("steps", {}).items()}
-        return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]), steps)
+        costs = {label: Counter(counts) for label, counts in data.get("step_costs", {}).items()}
+        return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]), steps, costs)
 
     @classmethod
     def total(cls, parts: Iterable["UnitStats"]) -> "UnitStats":
@@ -53,6 +56,8 @@ class UnitStats:
             out.skipped.update(part.skipped)
             for label, counts in part.steps.items():
                 out.steps.setdefault(label, Counter()).update(counts)
+            for label, counts in part.step_costs.items():
+                out.step_costs.setdefault(label, Counter()).update(counts)
         return out
 
 

@@ -8,6 +8,7 @@ removals per reason, changes per kind — which add up per unit and then per run
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -112,15 +113,46 @@ def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
     return [position for position, spec in enumerate(specs) if spec["step"] in DEDUP_KINDS]
 
 
-def run_steps(documents: Iterable[Document], steps: list[tuple[str, Step]], tally: dict[str, Counter]) -> Iterator[Document]:
-    """``documents`` through every step in order, counting what goes in and out of each into ``tally``."""
+def run_steps(documents: Iterable[Document], steps: list[tuple[str, Step]], tally: dict[str, Counter],
+              costs: dict[str, Counter] | None = None) -> Iterator[Document]:
+    """``documents`` through every step in order, counting what goes in and out of each into ``tally``,
+    and into ``costs`` the characters in and out and each step's own time in milliseconds (the time
+    spent pulling from a step, less the time spent pulling from the step before it)."""
+    costs = {} if costs is None else costs
+    timers = [_Timed(documents)]
+    stream: Iterable[Document] = timers[0]
     for label, step in steps:
-        documents = step(_counting(documents, tally.setdefault(label, Counter()), "documents_in"))
-        documents = _counting(documents, tally[label], "documents_out")
-    return iter(documents)
+        counts, cost = tally.setdefault(label, Counter()), costs.setdefault(label, Counter())
+        timers.append(_Timed(step(_counting(stream, counts, "documents_in", cost, "chars_in"))))
+        stream = _counting(timers[-1], counts, "documents_out", cost, "chars_out")
+    try:
+        yield from stream
+    finally:
+        for (label, _), inner, outer in zip(steps, timers, timers[1:]):
+            costs[label]["time_ms"] += round((outer.elapsed - inner.elapsed) * 1000)
 
 
-def _counting(documents: Iterable[Document], counter: Counter, key: str) -> Iterator[Document]:
+class _Timed:
+    """An iterator that adds up the time spent waiting for each of its items."""
+
+    def __init__(self, documents: Iterable[Document]) -> None:
+        self._it = iter(documents)
+        self.elapsed = 0.0
+
+    def __iter__(self) -> "_Timed":
+        return self
+
+    def __next__(self) -> Document:
+        start = time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.elapsed += time.perf_counter() - start
+
+
+def _counting(documents: Iterable[Document], counter: Counter, key: str, cost: Counter, chars: str
+              ) -> Iterator[Document]:
     for document in documents:
         counter[key] += 1
+        cost[chars] += len(document.text)
         yield document

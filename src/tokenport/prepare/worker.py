@@ -83,7 +83,7 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
                         step.sink = sinks.sink_for(label)
             for piece in unit.slices:
                 before = stats.documents
-                documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps)
+                documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps, stats.step_costs)
                 for batch in tokenize(documents):
                     if cancelled():
                         raise Cancelled(unit.name)
