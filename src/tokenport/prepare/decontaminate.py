@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..errors import ConfigError, InputDataError
 from .documents import Document
-from .quality import split_words
+from .quality import words_of
 from .rejects import Rejecting
 
 __all__ = ["Decontaminate"]
@@ -25,7 +25,7 @@ __all__ = ["Decontaminate"]
 
 def _ngrams(text: str, n: int) -> set[bytes]:
     """8-byte digests of the text's lower-cased word n-grams (punctuation aside)."""
-    words = [word.lower() for word in split_words(text) if len(word) > 1 or word.isalnum()]
+    words = [word.lower() for word in words_of(text)]
     return {
         hashlib.blake2b(" ".join(words[i : i + n]).encode(), digest_size=8).digest()
         for i in range(len(words) - n + 1)

@@ -19,7 +19,7 @@ import numba
 import numpy as np
 
 from ..errors import ConfigError
-from .quality import split_words
+from .quality import words_of
 
 __all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "exact_key", "join_band",
            "representatives"]
@@ -37,7 +37,7 @@ def candidate_probability(similarity: float | np.ndarray, bands: int, rows: int)
 
 def exact_key(text: str) -> bytes:
     """A 16-byte digest of the text with case, punctuation and whitespace differences removed."""
-    words = [word.lower() for word in split_words(text) if len(word) > 1 or word.isalnum()]
+    words = [word.lower() for word in words_of(text)]
     return hashlib.blake2b(" ".join(words).encode("utf-8"), digest_size=16).digest()
 
 
@@ -56,7 +56,7 @@ class MinHasher:
 
     def shingles(self, text: str) -> np.ndarray:
         """64-bit hashes of the text's distinct lower-cased word n-grams (one shingle if shorter)."""
-        words = [word.lower() for word in split_words(text) if len(word) > 1 or word.isalnum()]
+        words = [word.lower() for word in words_of(text)]
         if not words:
             return np.zeros(0, dtype=np.uint64)
         encoded = np.frombuffer("\x00".join(words).encode("utf-8"), dtype=np.uint8)

@@ -9,8 +9,10 @@ turns a rule off.
 Words come from one regular expression, not a tokenizer library: runs of letters, digits and
 apostrophes; each other non-space character (punctuation, symbols) is a token of its own; and
 each CJK ideograph or kana is a word by itself, since Chinese and Japanese are written without
-spaces. Punctuation tokens are not words, but they count in the alphabetic-word rule's
-numerator as words without letters would, as in the usual implementation.
+spaces. Punctuation tokens are not words: every rule counts words only (``words_of``), so the
+alphabetic-word share is words with a letter over all words. Implementations that count
+punctuation tokens (datatrove, through spaCy) reject more on that rule and on the top n-gram one;
+see BENCHMARKS.md for how often the two disagree.
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
+import numba
+import numpy as np
+
 from ..errors import ConfigError
 from .documents import Document
 from .rejects import Rejecting
 
-__all__ = ["C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words"]
+__all__ = ["C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words", "words_of"]
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*|[^\w\s]|_")
+_WORD = rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*"
+_TOKEN = re.compile(rf"{_WORD}|[^\w\s]|_")
+_WORDS = re.compile(_WORD)
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 _BULLETS = ("•", "●", "○", "◦", "▪", "▫", "‣", "⁃")
@@ -38,8 +45,9 @@ def split_words(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-def _is_word(token: str) -> bool:
-    return len(token) > 1 or token.isalnum()
+def words_of(text: str) -> list[str]:
+    """The words of ``text`` alone: ``split_words`` without its punctuation and symbol tokens."""
+    return _WORDS.findall(text)
 
 
 class _Filter(Rejecting):
@@ -100,8 +108,7 @@ class GopherQuality(_Filter):
         self.stop_words = frozenset(word.lower() for word in stop_words)
 
     def reject(self, text: str) -> str | None:
-        tokens = split_words(text)
-        words = [token for token in tokens if _is_word(token)]
+        words = words_of(text)
         count = len(words)
         if self.min_words is not None and count < self.min_words:
             return "too_few_words"
@@ -160,6 +167,8 @@ class GopherRepetition(_Filter):
         self.paragraph_chars = _ratio("max_duplicate_paragraph_char_fraction", max_duplicate_paragraph_char_fraction)
         self.top = _ngram_limits("max_top_ngram_char_fraction", max_top_ngram_char_fraction)
         self.duplicated = _ngram_limits("max_duplicate_ngram_char_fraction", max_duplicate_ngram_char_fraction)
+        self._top_n = np.array([n for n, _ in self.top], dtype=np.int64)
+        self._duplicated_n = np.array([n for n, _ in self.duplicated], dtype=np.int64)
 
     def reject(self, text: str) -> str | None:
         length = len(text)
@@ -177,20 +186,99 @@ class GopherRepetition(_Filter):
             return "duplicate_lines"
         if self.line_chars is not None and chars / length > self.line_chars:
             return "duplicate_line_chars"
-        words = [token for token in split_words(text) if _is_word(token)]
-        word_chars = sum(len(word) for word in words)
+        words = words_of(text)
+        vocabulary: dict[str, int] = {}
+        ids = np.array([vocabulary.setdefault(w, len(vocabulary)) for w in words], dtype=np.int64)
+        lengths = np.array(list(map(len, words)), dtype=np.int64)
+        word_chars = int(lengths.sum())
         if word_chars == 0:
             return None
-        for n, limit in self.top:
-            grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
-            if grams:
-                gram, times = grams.most_common(1)[0]
-                if times > 1 and sum(len(word) for word in gram) * times / word_chars > limit:
-                    return f"top_{n}_gram"
-        for n, limit in self.duplicated:
-            if _duplicated_chars(words, n) / word_chars > limit:
+        top, duplicated = _gram_stats(ids, lengths, self._top_n, self._duplicated_n)
+        for (n, limit), chars in zip(self.top, top):
+            if chars / word_chars > limit:
+                return f"top_{n}_gram"
+        for (n, limit), chars in zip(self.duplicated, duplicated):
+            if chars / word_chars > limit:
                 return f"duplicate_{n}_grams"
         return None
+
+
+@numba.njit(cache=True)
+def _gram_hashes(ids: np.ndarray, n: int) -> np.ndarray:
+    """A 64-bit polynomial hash of each word n-gram (word ids + 1, so no id hashes to zero)."""
+    count = ids.shape[0] - n + 1
+    out = np.zeros(max(count, 0), dtype=np.uint64)
+    for start in range(count):
+        h = np.uint64(0)
+        for k in range(start, start + n):
+            h = h * np.uint64(0x9E3779B97F4A7C15) + np.uint64(ids[k] + 1)
+        out[start] = h
+    return out
+
+
+@numba.njit(cache=True)
+def _gram_stats(ids: np.ndarray, lengths: np.ndarray, top_ns: np.ndarray, dup_ns: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """For each n of ``top_ns``: characters of the most frequent n-gram times its count (0 unless it
+    repeats; ties to the first occurring). For each n of ``dup_ns``: characters of the words covered
+    by an n-gram occurring more than once (a longer n-gram repeats only where a shorter one does)."""
+    m = ids.shape[0]
+    offsets = np.zeros(m + 1, dtype=np.int64)
+    for i in range(m):
+        offsets[i + 1] = offsets[i] + lengths[i]
+    top = np.zeros(top_ns.shape[0], dtype=np.int64)
+    for t in range(top_ns.shape[0]):
+        n = top_ns[t]
+        h = _gram_hashes(ids, n)
+        if h.shape[0] < 2:
+            continue
+        order = np.argsort(h, kind="mergesort")  # stable: runs list their positions ascending
+        best_times, best_first = 1, -1
+        run = 0
+        while run < order.shape[0]:
+            end = run + 1
+            while end < order.shape[0] and h[order[end]] == h[order[run]]:
+                end += 1
+            times, first = end - run, order[run]
+            if times > best_times or (times == best_times and times > 1 and first < best_first):
+                best_times, best_first = times, first
+            run = end
+        if best_times > 1:
+            top[t] = (offsets[best_first + n] - offsets[best_first]) * best_times
+    duplicated = np.zeros(dup_ns.shape[0], dtype=np.int64)
+    clear = 1 << 62  # the shortest n with no repeated n-gram
+    for d in range(dup_ns.shape[0]):
+        n = dup_ns[d]
+        if n > clear:
+            continue
+        h = _gram_hashes(ids, n)
+        if h.shape[0] < 2:
+            clear = min(clear, n)
+            continue
+        order = np.argsort(h, kind="mergesort")
+        edges = np.zeros(m + 1, dtype=np.int64)
+        found = False
+        run = 0
+        while run < order.shape[0]:
+            end = run + 1
+            while end < order.shape[0] and h[order[end]] == h[order[run]]:
+                end += 1
+            if end - run > 1:
+                found = True
+                for j in range(run, end):
+                    edges[order[j]] += 1
+                    edges[order[j] + n] -= 1
+            run = end
+        if not found:
+            clear = min(clear, n)
+            continue
+        depth, total = 0, 0
+        for i in range(m):
+            depth += edges[i]
+            if depth > 0:
+                total += lengths[i]
+        duplicated[d] = total
+    return top, duplicated
 
 
 def _ngram_limits(name: str, limits: Sequence[Sequence[float]]) -> tuple[tuple[int, float], ...]:
@@ -214,19 +302,6 @@ def _repeats(items: list[str]) -> tuple[int, int]:
         else:
             seen.add(item)
     return repeats, chars
-
-
-def _duplicated_chars(words: list[str], n: int) -> int:
-    """Characters of the words covered by some n-gram that occurs more than once."""
-    if len(words) < n:
-        return 0
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    counts = Counter(grams)
-    covered = bytearray(len(words))
-    for start, gram in enumerate(grams):
-        if counts[gram] > 1:
-            covered[start : start + n] = b"\x01" * n
-    return sum(len(word) for word, hit in zip(words, covered) if hit)
 
 
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
