@@ -3,13 +3,15 @@
 A dedup step cannot decide document by document: whether a document is a duplicate depends on
 every other. So ``prepare`` runs it in three passes. (1) Every unit runs the steps before it and
 writes one key row per document that reaches it (``keys``) to ``.work/dedup-N/UNIT.keys.npy``.
-(2) The keys of all units, in unit order, are compared once: exact keys by equality, MinHash band
-keys by clustering, read one band at a time from the memory-mapped key files; each group keeps
-its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run
+(2) The keys of all units, in unit order, are compared once: exact keys by equality; MinHash keys
+band by band, each band giving the pairs of documents that share a key (one Ray task per band
+under the Ray executor: a shuffle by band), joined into clusters by a union-find forest. Each
+cluster keeps its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run
 drops the marked documents at that step, by their ordinal among the documents reaching it (the
 steps before it are deterministic, so ordinals agree). Each file is written atomically, so an
 interrupted run resumes. Keys are 16 bytes (exact) or
-``bands * 8`` bytes (MinHash) per document on disk; pass 2 holds about 40 bytes per document.
+``bands * 8`` bytes (MinHash) per document on disk; pass 2 holds one band's column (or, with
+Ray, only the pairs) and the forest, about 40 bytes per document.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
 from ..errors import ConfigError
 from .documents import Document
-from .minhash import MinHasher, exact_key, join_band, representatives
+from .minhash import MinHasher, exact_key, join_pairs, representatives
 from .rejects import Rejecting
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
@@ -102,41 +104,62 @@ def save_atomically(path: str, array: np.ndarray) -> None:
     os.replace(temporary, path)
 
 
-def decide(kind: str, key_files: list[str], index: np.ndarray | None = None) -> list[np.ndarray]:
-    """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
-    one, or one of ``index`` (keys of earlier runs, which count as coming first).
+def _open_keys(key_files: list[str], index_file: str | None) -> list[np.ndarray]:
+    """The key arrays, memory-mapped, the index's (if any) first."""
+    return [np.load(path, mmap_mode="r") for path in ([index_file] if index_file else []) + list(key_files)]
 
-    Memory stays at a few arrays of one column per document: MinHash keys are read one band at a
-    time from the memory-mapped key files (a union-find forest joins each band's equal keys);
-    exact keys (two 64-bit words per document) are sorted once.
+
+def _column(keys: list[np.ndarray], position: int) -> np.ndarray:
+    parts = [np.asarray(k[:, position], dtype=np.uint64) for k in keys if len(k)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def band_edges(key_files: list[str], band: int, index_file: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of documents (positions over the index, then the units) with equal keys in ``band``:
+    each one joined to the previous of its key in sorted order. One band's work, runnable anywhere
+    the key files are (a Ray task per band is the shuffle by band)."""
+    column = _column(_open_keys(key_files, index_file), band)
+    order = np.argsort(column, kind="stable")
+    ordered = column[order]
+    same = ordered[1:] == ordered[:-1]
+    return order[:-1][same], order[1:][same]
+
+
+def decide(kind: str, key_files: list[str], index_file: str | None = None,
+           map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None) -> list[np.ndarray]:
+    """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
+    one, or one of the index's (``index_file``: keys of earlier runs, which count as coming first).
+
+    MinHash: each band yields the pairs of documents sharing a key (``band_edges``; ``map_bands``
+    may compute them elsewhere, e.g. one Ray task per band), and a union-find forest here joins
+    them; memory here is the forest and the pairs, not the signatures. Exact keys (two 64-bit words
+    per document) are sorted once.
     """
-    keys = [np.load(path, mmap_mode="r") for path in key_files]
-    if index is not None:
-        keys = [index, *keys]
+    keys = _open_keys(key_files, index_file)
     counts = [len(k) for k in keys]
     total = sum(counts)
     width = next((k.shape[1] for k in keys if k.ndim == 2 and len(k)), 1)
-
-    def column(position: int) -> np.ndarray:
-        parts = [np.asarray(k[:, position], dtype=np.uint64) for k in keys if len(k)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
-
     if kind == "exact_dedup":
-        words = [column(position) for position in range(width)]
+        words = [_column(keys, position) for position in range(width)]
         order = np.lexsort((np.arange(total), *reversed(words)))  # by key, then by position
         ordered = np.stack([w[order] for w in words], axis=1) if total else np.zeros((0, width), dtype=np.uint64)
         first = np.ones(total, dtype=bool)
         first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
         keep = np.zeros(total, dtype=bool)
         keep[order[first]] = True
+        cluster = np.arange(total)
     else:
+        bands = list(range(width))
+        pairs = map_bands(bands) if map_bands else [band_edges(key_files, band, index_file) for band in bands]
         parent = np.arange(total, dtype=np.int64)
-        for band in range(width):
-            join_band(parent, column(band))
-        keep = representatives(parent) == np.arange(total)
-    if index is not None:  # a document in a cluster with an index document is a duplicate
-        keep &= (representatives(parent) if kind != "exact_dedup" else np.arange(total)) >= len(index)
-        counts, keep = counts[1:], keep[len(index):]
+        for left, right in pairs:
+            join_pairs(parent, left, right)
+        cluster = representatives(parent)
+        keep = cluster == np.arange(total)
+    if index_file:  # a document in a cluster with an index document is a duplicate
+        indexed = counts[0]
+        keep &= cluster >= indexed
+        counts, keep = counts[1:], keep[indexed:]
     bounds = np.cumsum([0, *counts])
     return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(counts))]
 

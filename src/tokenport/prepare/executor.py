@@ -104,14 +104,14 @@ class _Worker:
         """Wait until the worker has loaded its tokenizer; a _Failure if it could not."""
         try:
             return pickle.load(self.process.stdout)  # type: ignore[arg-type]
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # ValueError: stop() closed the pipe
             return _Failure("TokenportError", "a worker process died while starting; see its error output above")
 
     def run(self, job: UnitJob, unit: Unit) -> UnitRecord | _Failure:
         try:
             self._send((job, unit))
             return pickle.load(self.process.stdout)  # type: ignore[arg-type]
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             return _Failure(
                 "TokenportError",
                 f"a worker process died (killed, or out of memory) while preparing {unit.name}; rerun the same "

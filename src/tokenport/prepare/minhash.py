@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from .quality import words_of
 
 __all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "exact_key", "join_band",
-           "representatives"]
+           "join_pairs", "representatives"]
 
 _MERSENNE_61 = np.uint64((1 << 61) - 1)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -163,6 +163,11 @@ def join_band(parent: np.ndarray, column: np.ndarray) -> None:
     _join_runs(parent, np.ascontiguousarray(column[order], dtype=np.uint64), order)
 
 
+def join_pairs(parent: np.ndarray, left: np.ndarray, right: np.ndarray) -> None:
+    """Join (in the union-find forest ``parent``) each document of ``left`` with the one of ``right``."""
+    _join_pairs(parent, np.ascontiguousarray(left, dtype=np.int64), np.ascontiguousarray(right, dtype=np.int64))
+
+
 def representatives(parent: np.ndarray) -> np.ndarray:
     """Each document's cluster representative (its cluster's lowest index) in the forest ``parent``."""
     return _roots(parent)
@@ -189,6 +194,17 @@ def _join_runs(parent: np.ndarray, sorted_keys: np.ndarray, order: np.ndarray) -
                     parent[b] = a
                 else:
                     parent[a] = b
+
+
+@numba.njit(cache=True)
+def _join_pairs(parent: np.ndarray, left: np.ndarray, right: np.ndarray) -> None:
+    for i in range(left.shape[0]):
+        a, b = _find(parent, left[i]), _find(parent, right[i])
+        if a != b:
+            if a < b:
+                parent[b] = a
+            else:
+                parent[a] = b
 
 
 @numba.njit(cache=True)

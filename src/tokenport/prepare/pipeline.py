@@ -212,7 +212,10 @@ def _dedup_pass(
     identity = spec_identity(spec)
     index = load_index(spec["index"], identity) if spec.get("index") else None
     key_files = [keys_path(work, position, unit.name) for unit in units]
-    drops = decide(spec["step"], key_files, index)
+    index_file = spec["index"] + ".npy" if spec.get("index") else None
+    map_bands = getattr(executor, "map_bands", None)
+    drops = decide(spec["step"], key_files, index_file,
+                   None if map_bands is None else lambda bands: map_bands(key_files, bands, index_file))
     if spec.get("save_index"):  # this run's kept documents (after the index's) for later runs to dedup against
         kept = [np.load(path)[~drop] for path, drop in zip(key_files, drops)]
         save_index(spec["save_index"], identity, np.concatenate([*([] if index is None else [index]), *kept]))

@@ -2,8 +2,9 @@
 
 Each unit is one task (one CPU); a task loads the tokenizer once per worker process and runs the
 unit exactly as a local worker would, writing under ``OUTPUT/.work/``, so the output directory
-must be on a filesystem every node shares. Finished units stay finished, and the dedup passes
-run their key pass on the cluster too. ``ray.init`` is called with ``address`` unless the caller
+must be on a filesystem every node shares. Finished units stay finished; the dedup passes run
+their key pass on the cluster too, and MinHash decisions group the signatures by band there (one
+task per band), returning only the pairs of documents that share a band key. ``ray.init`` is called with ``address`` unless the caller
 has connected already.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..tokenizers import Tokenizer, load_tokenizer
+from .dedup import band_edges
 from .executor import OnDone, _attempt, _Failure
 from .units import Unit
 from .worker import UnitJob, UnitRecord
@@ -54,6 +56,13 @@ class RayExecutor:
 
     def close(self) -> None:
         """Nothing to stop: tasks end with their units (the Ray connection stays the caller's)."""
+
+    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
+                  ) -> list[tuple[Any, Any]]:
+        """A dedup step's band pairs, one task per band: the signatures are grouped by band on the
+        cluster (the key files are on the shared filesystem) and only the pairs come back."""
+        task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)
+        return self._ray.get([task.remote(key_files, band, index_file) for band in bands])
 
     def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone) -> None:
         """Run every unit as a task, calling ``on_done`` here as each finishes; the first failure
