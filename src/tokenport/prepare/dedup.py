@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .documents import Document
-from .minhash import MinHasher, exact_key, join_pairs, representatives
+from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 from .rejects import Rejecting
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
@@ -118,11 +118,7 @@ def band_edges(key_files: list[str], band: int, index_file: str | None = None) -
     """Pairs of documents (positions over the index, then the units) with equal keys in ``band``:
     each one joined to the previous of its key in sorted order. One band's work, runnable anywhere
     the key files are (a Ray task per band is the shuffle by band)."""
-    column = _column(_open_keys(key_files, index_file), band)
-    order = np.argsort(column, kind="stable")
-    ordered = column[order]
-    same = ordered[1:] == ordered[:-1]
-    return order[:-1][same], order[1:][same]
+    return equal_key_pairs(_column(_open_keys(key_files, index_file), band))
 
 
 def decide(kind: str, key_files: list[str], index_file: str | None = None,

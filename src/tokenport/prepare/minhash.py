@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import ConfigError
 from .quality import words_of
 
-__all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "exact_key", "join_band",
-           "join_pairs", "representatives"]
+__all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "equal_key_pairs", "exact_key",
+           "join_band", "join_pairs", "representatives"]
 
 _MERSENNE_61 = np.uint64((1 << 61) - 1)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -157,10 +157,18 @@ def cluster_representatives(band_keys: np.ndarray) -> np.ndarray:
     return representatives(parent)
 
 
+def equal_key_pairs(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of documents with equal keys in one band: each joined to the previous of its key in
+    sorted order (enough to connect every group)."""
+    order = np.argsort(column, kind="stable")
+    ordered = column[order]
+    same = ordered[1:] == ordered[:-1]
+    return order[:-1][same], order[1:][same]
+
+
 def join_band(parent: np.ndarray, column: np.ndarray) -> None:
     """Join (in the union-find forest ``parent``) the documents whose keys in one band are equal."""
-    order = np.argsort(column, kind="stable")
-    _join_runs(parent, np.ascontiguousarray(column[order], dtype=np.uint64), order)
+    join_pairs(parent, *equal_key_pairs(column))
 
 
 def join_pairs(parent: np.ndarray, left: np.ndarray, right: np.ndarray) -> None:
@@ -181,19 +189,6 @@ def _find(parent: np.ndarray, x: int) -> int:
     while parent[x] != root:  # path compression
         parent[x], x = root, parent[x]
     return root
-
-
-@numba.njit(cache=True)
-def _join_runs(parent: np.ndarray, sorted_keys: np.ndarray, order: np.ndarray) -> None:
-    """Union every document with the previous one of an equal key (keys sorted, ``order`` their ids)."""
-    for i in range(1, sorted_keys.shape[0]):
-        if sorted_keys[i] == sorted_keys[i - 1]:
-            a, b = _find(parent, order[i - 1]), _find(parent, order[i])
-            if a != b:
-                if a < b:
-                    parent[b] = a
-                else:
-                    parent[a] = b
 
 
 @numba.njit(cache=True)
