@@ -34,6 +34,7 @@ _NAVIGATION = frozenset(
 _COOKIES = ("accept cookies", "we use cookies", "cookie settings", "cookie preferences", "this website uses cookies",
             "accept all cookies")
 _WORD = re.compile(r"\S+")
+_SHORT_LINE = 80  # longer lines are never counters or navigation
 
 
 class LineCorrections(Rejecting):
@@ -63,14 +64,16 @@ class LineCorrections(Rejecting):
         stripped = line.strip()
         if not stripped:
             return None
-        if _COUNTER.match(stripped):
-            return "counter"
-        tokens = stripped.lower().split()
-        words = [token.strip(":,.!|»«›‹<>·•") for token in tokens if any(c.isalnum() for c in token)]
-        if 0 < len(words) <= self.max_navigation and all(word in _NAVIGATION for word in words):
-            return "navigation"  # separators such as "|" or "»" are not words
         lowered = stripped.lower()
-        if any(phrase in lowered for phrase in _COOKIES):
+        short = len(stripped) <= _SHORT_LINE
+        if short and _COUNTER.match(stripped):  # counters and navigation are short: skip the rest fast
+            return "counter"
+        tokens = lowered.split() if short else ()
+        if 0 < len(tokens) <= 2 * self.max_navigation:
+            words = [token.strip(":,.!|»«›‹<>·•") for token in tokens if any(c.isalnum() for c in token)]
+            if 0 < len(words) <= self.max_navigation and all(word in _NAVIGATION for word in words):
+                return "navigation"  # separators such as "|" or "»" are not words
+        if "cookie" in lowered and any(phrase in lowered for phrase in _COOKIES):
             return "cookie_notice"
         if any(pattern.search(stripped) for pattern in self.patterns):
             return "pattern"
