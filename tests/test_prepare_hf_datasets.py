@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tokenport.indexed import IndexedDataset
+from test_prepare_steps import decoded
 from tokenport.prepare import PrepareConfig, prepare
-from tokenport.tokenizers import load_tokenizer
 
 datasets = pytest.importorskip("datasets")
-
-
-def _texts(result) -> list[str]:
-    byte = load_tokenizer("byte")
-    out = []
-    for prefix in result.parts:
-        with IndexedDataset(prefix) as ds:
-            out += [byte.decode([t for t in ds[i].tolist() if t != byte.eod_id]) for i in range(len(ds))]
-    return out
 
 
 def test_saved_dataset_and_dataset_dict_are_read_in_order_with_metadata(tmp_path):
@@ -26,14 +16,14 @@ def test_saved_dataset_and_dataset_dict_are_read_in_order_with_metadata(tmp_path
     single = tmp_path / "single"
     datasets.Dataset.from_dict(rows).save_to_disk(str(single), num_shards=3)
     result = prepare(PrepareConfig([str(single)], str(tmp_path / "out"), workers=1))
-    assert _texts(result) == rows["text"]  # three shards, in the dataset's order; no json file read as text
+    assert decoded(result) == rows["text"]  # three shards, in the dataset's order; no json file read as text
     filtered = prepare(PrepareConfig([str(single)], str(tmp_path / "filtered"), workers=1,
                                      steps=[{"step": "url_filter"}]))  # the url column reaches the step
-    assert _texts(filtered) == [t for i, t in enumerate(rows["text"]) if i % 10 != 3]
+    assert decoded(filtered) == [t for i, t in enumerate(rows["text"]) if i % 10 != 3]
     both = tmp_path / "dict"
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["t1", "t2"]}),
                           "test": datasets.Dataset.from_dict({"text": ["e1"]})}).save_to_disk(str(both))
-    assert _texts(prepare(PrepareConfig([str(both)], str(tmp_path / "out2"), workers=1))) == ["e1", "t1", "t2"]
+    assert decoded(prepare(PrepareConfig([str(both)], str(tmp_path / "out2"), workers=1))) == ["e1", "t1", "t2"]
 
 
 def test_a_missing_text_column_is_named(tmp_path):

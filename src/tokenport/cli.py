@@ -52,8 +52,9 @@ def _report(args: argparse.Namespace) -> int:
     report = load_report(args.output)
     print(report.render())
     if args.html:
+        page = report.html()  # rendered first: a failure leaves no half-written file
         with open(args.html, "w", encoding="utf-8") as f:
-            f.write(report.html())
+            f.write(page)
         print(f"HTML report written to {args.html}")
     return 0
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from .copying import copy_runs, item_bytes
 
-__all__ = ["Packed", "Padded", "as_ragged", "pack", "pad", "take_rows", "truncate"]
+__all__ = ["Packed", "Padded", "as_ragged", "gather_runs", "pack", "pad", "take_rows", "truncate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,13 +103,9 @@ class Padded:
 
     def packed(self) -> Packed:
         """The rows without their padding, end to end."""
-        width = self.values.shape[1]
-        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
-        np.cumsum(self.lengths, out=offsets[1:])
-        values = np.empty((int(offsets[-1]), *self.values.shape[2:]), dtype=self.values.dtype)
-        starts = np.arange(len(self.lengths), dtype=np.int64) * width
-        copy_runs(self.values, starts, values, offsets[:-1], self.lengths, item_bytes(self.values, 2))
-        return Packed(values, self.lengths)
+        rows, width = self.values.shape[:2]
+        items = self.values.reshape(rows * width, *self.values.shape[2:])  # row i starts at item i * width
+        return gather_runs(items, np.arange(rows, dtype=np.int64) * width, self.lengths)
 
     def __repr__(self) -> str:
         return f"Padded({self.values.shape} of {self.values.dtype})"
@@ -159,13 +155,13 @@ def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
     lengths = np.minimum(packed.lengths, max_length)
     offsets = packed.offsets
     starts = offsets[:-1] if keep == "head" else offsets[1:] - lengths
-    return _gather(packed.values, starts, lengths)
+    return gather_runs(packed.values, starts, lengths)
 
 
 def take_rows(packed: Packed, positions: np.ndarray) -> Packed:
     """The rows at ``positions`` (any order, repeats allowed), as a new Packed."""
     positions = np.asarray(positions, dtype=np.int64)
-    return _gather(packed.values, packed.offsets[positions], packed.lengths[positions])
+    return gather_runs(packed.values, packed.offsets[positions], packed.lengths[positions])
 
 
 def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[int, ...] = ()) -> Packed | Padded:
@@ -193,8 +189,8 @@ def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[in
     return value
 
 
-def _gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Packed:
-    """Runs ``values[start : start + length]`` laid end to end, as a new Packed."""
+def gather_runs(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Packed:
+    """Runs ``values[start : start + length]`` (first axis) laid end to end, as a new Packed."""
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     out = np.empty((int(offsets[-1]), *values.shape[1:]), dtype=values.dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .copying import copy_runs, item_bytes
-from .ragged import Packed, Padded
+from .ragged import Packed, Padded, gather_runs
 from .schema import Column
 
 __all__ = ["Partition"]
@@ -64,11 +64,7 @@ class _RaggedColumn:
             view = self.buffer[starts[0] : starts[0] + int(lengths.sum())]
             view.flags.writeable = False
             return Packed(view, lengths)
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        values = np.empty((int(offsets[-1]), *self.buffer.shape[1:]), dtype=self.buffer.dtype)
-        copy_runs(self.buffer, starts, values, offsets[:-1], lengths, item_bytes(self.buffer))
-        return Packed(values, lengths)
+        return gather_runs(self.buffer, starts, lengths)
 
     @property
     def nbytes(self) -> int:

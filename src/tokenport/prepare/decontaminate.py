@@ -86,6 +86,3 @@ class Decontaminate(Rejecting):
                 yield document
             else:
                 self.drop(document, "contaminated")
-
-    def counts(self) -> dict[str, int]:
-        return {f"removed:{reason}": n for reason, n in self.removed.items()}

@@ -182,6 +182,3 @@ class DropDuplicates(Rejecting):
                 self.drop(document, "duplicate")
             else:
                 yield document
-
-    def counts(self) -> dict[str, int]:
-        return {f"removed:{reason}": n for reason, n in self.removed.items()}

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .documents import Document
-from .rejects import Rejecting
+from .rejects import Rejecting, prefixed
 
 __all__ = ["LanguageFilter", "detect_language"]
 
@@ -75,5 +75,4 @@ class LanguageFilter(Rejecting):
                 yield replace(document, metadata={**document.metadata, "language": code, "language_score": score})
 
     def counts(self) -> dict[str, int]:
-        return {**{f"removed:{k}": n for k, n in sorted(self.removed.items())},
-                **{f"kept:{k}": n for k, n in sorted(self.kept.items())}}
+        return {**super().counts(), **prefixed("kept", self.kept)}

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from .documents import Document
-from .rejects import Rejecting
+from .rejects import Rejecting, prefixed
 
 __all__ = ["LicenseFilter", "detect_licenses"]
 
@@ -96,5 +96,4 @@ class LicenseFilter(Rejecting):
             yield replace(document, metadata={**document.metadata, "license": allowed[0]})
 
     def counts(self) -> dict[str, int]:
-        return {**{f"removed:{k}": n for k, n in sorted(self.removed.items())},
-                **{f"kept:{k}": n for k, n in sorted(self.kept.items())}}
+        return {**super().counts(), **prefixed("kept", self.kept)}

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from .documents import Document
-from .rejects import Rejecting
+from .rejects import Rejecting, prefixed
 
 __all__ = ["LineCorrections"]
 
@@ -101,5 +101,4 @@ class LineCorrections(Rejecting):
             yield replace(document, text="\n".join(kept))
 
     def counts(self) -> dict[str, int]:
-        return {**{f"removed:{k}": n for k, n in sorted(self.removed.items())},
-                **{f"lines_removed:{k}": n for k, n in sorted(self.lines_removed.items())}}
+        return {**super().counts(), **prefixed("lines_removed", self.lines_removed)}

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .documents import Document
-from .rejects import Rejecting
+from .rejects import Rejecting, prefixed
 
 __all__ = ["C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words", "words_of"]
 
@@ -66,9 +66,6 @@ class _Filter(Rejecting):
                 yield document
             else:
                 self.drop(document, reason)
-
-    def counts(self) -> dict[str, int]:
-        return {f"removed:{reason}": n for reason, n in sorted(self.removed.items())}
 
 
 def _ratio(name: str, value: float | None) -> float | None:
@@ -384,7 +381,7 @@ class C4Quality(_Filter):
                 yield replace(document, text=text)
 
     def counts(self) -> dict[str, int]:
-        return {**super().counts(), **{f"lines_removed:{k}": n for k, n in sorted(self.lines_removed.items())}}
+        return {**super().counts(), **prefixed("lines_removed", self.lines_removed)}
 
 
 _FINEWEB_STOPS = (".", "'", '"', "!", "?")

@@ -14,7 +14,7 @@ from typing import IO
 
 from .documents import Document
 
-__all__ = ["Rejecting", "RejectedWriter"]
+__all__ = ["Rejecting", "RejectedWriter", "prefixed"]
 
 
 class Rejecting:
@@ -27,6 +27,15 @@ class Rejecting:
         self.removed[reason] += 1
         if self.sink is not None:
             self.sink(document, reason)
+
+    def counts(self) -> dict[str, int]:
+        """``removed:<reason>`` counters; steps with more to say add theirs."""
+        return prefixed("removed", self.removed)
+
+
+def prefixed(prefix: str, counter: Counter) -> dict[str, int]:
+    """``{"prefix:key": n}`` for a counter, keys sorted."""
+    return {f"{prefix}:{key}": n for key, n in sorted(counter.items())}
 
 
 class RejectedWriter:

@@ -92,7 +92,7 @@ class URLFilter(Rejecting):
                 self.drop(document, reason)
 
     def counts(self) -> dict[str, int]:
-        counts = {f"removed:{reason}": n for reason, n in sorted(self.removed.items())}
+        counts = super().counts()
         if self.without_url:
             counts["kept_without_url"] = self.without_url
         return counts
