@@ -10,6 +10,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.cli import main
+from tokenport.indexed import resolve_stores
 
 
 @pytest.fixture
@@ -72,3 +73,63 @@ def test_prepare_verb_and_bad_input(tmp_path, capsys):
     assert main(["prepare", str(corpus), "-o", str(tmp_path / "skip"), "--workers", "1", "-q", "--on-error", "skip"]) == 0
     out = capsys.readouterr().out
     assert "1 documents" in out and "skipped: bad_json 1" in out
+
+
+def _files(prefix) -> list[str]:
+    """What a shell glob such as ``prefix*`` expands to: the store's three files, sorted."""
+    return sorted(str(prefix) + suffix for suffix in (".bin", ".idx", ".json"))
+
+
+def test_merge_of_a_glob_takes_each_store_once(stores, capsys):
+    # `tokenport merge out stores/*`: the .bin, .idx and .json of one store are one input, not three
+    assert main(["merge", str(stores / "ab"), *_files(stores / "a"), *_files(stores / "b")]) == 0
+    assert "merged 2 stores" in capsys.readouterr().out
+    merged = tp.IndexedDataset(stores / "ab")
+    assert len(merged) == 40
+    assert np.array_equal(merged[20], tp.IndexedDataset(stores / "b")[0])
+
+
+def test_inspect_and_verify_of_a_glob_show_each_store_once(stores, capsys):
+    assert main(["verify", *_files(stores / "a")]) == 0
+    assert capsys.readouterr().out.count("ok ") == 1
+    assert main(["inspect", *_files(stores / "a"), "--documents", "0"]) == 0
+    assert capsys.readouterr().out.count("documents  20") == 1
+    assert main(["pack-report", *_files(stores / "a"), "--ranks", "2"]) == 0
+
+
+@pytest.mark.parametrize("verb", ["merge", "verify", "inspect", "pack-report"])
+@pytest.mark.parametrize("repeat", [["a", "a"], ["a", "a.bin"], ["a.bin", "b", "a.bin"]])
+def test_a_store_named_twice_is_refused(stores, capsys, verb, repeat):
+    head = [verb, str(stores / "out")] if verb == "merge" else [verb]
+    assert main(head + [str(stores / name) for name in repeat]) == 2
+    err = capsys.readouterr().err
+    assert "given twice" in err and str(stores / "a") in err
+    assert not (stores / "out.bin").exists()
+
+
+def test_a_prepare_output_directory_means_its_parts_in_order(tmp_path, capsys):
+    for name, text in (("x", "first"), ("y", "second")):
+        (tmp_path / f"{name}.jsonl").write_text(f'{{"text": "{text}"}}\n')
+    out = tmp_path / "web"
+    assert main(["prepare", str(tmp_path / "x.jsonl"), str(tmp_path / "y.jsonl"), "-o", str(out), "--workers", "1", "-q"]) == 0
+    assert resolve_stores([out]) == [str(out / "part-00000"), str(out / "part-00001")]
+    assert main(["merge", str(tmp_path / "all"), str(out)]) == 0
+    capsys.readouterr()
+    merged = tp.IndexedDataset(tmp_path / "all")
+    assert [bytes(merged[i][:-1].astype("uint8")) for i in range(len(merged))] == [b"first", b"second"]
+    assert main(["verify", str(out)]) == 0
+    assert capsys.readouterr().out.count("ok ") == 2
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "without tokenport.json" in capsys.readouterr().err
+
+
+def test_merge_refuses_to_overwrite_without_force(stores, capsys):
+    assert main(["merge", str(stores / "ab"), str(stores / "a")]) == 0
+    assert main(["merge", str(stores / "ab"), str(stores / "a"), str(stores / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "ab already exists" in err and "--force" in err
+    assert len(tp.IndexedDataset(stores / "ab")) == 20
+    assert main(["merge", str(stores / "ab"), str(stores / "a"), str(stores / "b"), "--force"]) == 0
+    assert len(tp.IndexedDataset(stores / "ab")) == 40
+    assert main(["merge", str(stores / "a"), str(stores / "a.bin"), str(stores / "b"), "--force"]) == 2
+    assert "also an input" in capsys.readouterr().err

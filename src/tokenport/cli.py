@@ -60,18 +60,19 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from .indexed import resolve_stores
     from .inspection import render, summarize
 
-    for prefix in args.prefixes:
+    for prefix in resolve_stores(args.prefixes):
         print(render(summarize(prefix, documents=args.documents)))
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .indexed import verify
+    from .indexed import resolve_stores, verify
 
     status = 0
-    for prefix in args.prefixes:
+    for prefix in resolve_stores(args.prefixes):
         try:
             report = verify(prefix, checksums=not args.no_checksums)
         except CorruptStoreError as exc:
@@ -88,9 +89,12 @@ def _verify(args: argparse.Namespace) -> int:
 def _merge(args: argparse.Namespace) -> int:
     from .indexed import IndexedDataset, merge
 
-    prefix = merge(args.output, args.inputs)
-    ds = IndexedDataset(prefix)
-    print(f"merged {len(args.inputs)} stores into {prefix}: {len(ds):,} sequences, {ds.num_tokens:,} tokens")
+    from .indexed import resolve_stores
+
+    inputs = resolve_stores(args.inputs, what="merge input")
+    prefix = merge(args.output, inputs, overwrite=args.force)
+    with IndexedDataset(prefix) as ds:
+        print(f"merged {len(inputs)} stores into {prefix}: {len(ds):,} sequences, {ds.num_tokens:,} tokens")
     return 0
 
 
@@ -129,13 +133,18 @@ def _blend(args: argparse.Namespace) -> int:
 
 
 def _pack_report(args: argparse.Namespace) -> int:
+    from .indexed import resolve_stores
     from .inspection import lengths_of
     from .sampling.report import batching_report, render_batching_report
 
-    report = batching_report(lengths_of(args.prefixes), args.batch_size, capacity=args.capacity,
+    report = batching_report(lengths_of(resolve_stores(args.prefixes)), args.batch_size, capacity=args.capacity,
                              num_ranks=args.ranks, seed=args.seed)
     print(render_batching_report(report))
     return 0
+
+
+_STORES_HELP = ("stores: prefixes, URLs, their .bin/.idx/.json files (a glob's files name one store) "
+                "or prepare output directories (their parts, in order); each store once")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -179,11 +188,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
 
     insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")
-    insp.add_argument("prefixes", nargs="+", help="store prefixes (PREFIX.bin/.idx) or URLs")
+    insp.add_argument("prefixes", nargs="+", help=_STORES_HELP)
     insp.add_argument("--documents", type=int, default=3, help="how many documents to show")
 
     ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 on the first fault")
-    ver.add_argument("prefixes", nargs="+")
+    ver.add_argument("prefixes", nargs="+", help=_STORES_HELP)
     ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
 
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
@@ -198,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
 
     pack = verb("pack-report", _pack_report,
                 "padding of random vs length-grouped batches, packing efficiency and rank balance of stores")
-    pack.add_argument("prefixes", nargs="+", help="store prefixes whose sequence lengths to batch")
+    pack.add_argument("prefixes", nargs="+", help=_STORES_HELP + ", whose sequence lengths to batch")
     pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size")
     pack.add_argument("--capacity", type=int, default=4096, help="tokens per packed bin")
     pack.add_argument("--ranks", type=int, default=8, help="data-parallel ranks to balance across")
@@ -206,7 +215,8 @@ def _parser() -> argparse.ArgumentParser:
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")
-    mer.add_argument("inputs", nargs="+", help="input prefixes, in order")
+    mer.add_argument("inputs", nargs="+", help=_STORES_HELP + ", in order")
+    mer.add_argument("--force", action="store_true", help="replace the output store if it exists")
     return parser
 
 
@@ -217,6 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except TokenportError as exc:
         print(f"tokenport: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path that cannot be read or written: one line, no traceback
+        path = exc.filename if exc.filename is not None else "?"
+        target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+        print(f"tokenport: error: {path}{target}: {exc.strerror or exc}; check the path and its permissions",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)

@@ -84,7 +84,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
         echo("")
 
     echo("== 5. merge and read: one store of both datasets, random and batched reads")
-    merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"])
+    merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"], overwrite=True)
     ds = IndexedDataset(merged)
     echo(f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
          f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)")

@@ -3,6 +3,7 @@
 from .format import DTYPE_BY_CODE, IndexHeader, dtype_for_vocab
 from .manifest import Manifest, read_manifest
 from .merge import merge
+from .prefixes import resolve_stores
 from .reader import IndexedDataset, strip_suffix
 from .verify import VerifyReport, verify
 from .writer import IndexedDatasetWriter
@@ -17,6 +18,7 @@ __all__ = [
     "dtype_for_vocab",
     "merge",
     "read_manifest",
+    "resolve_stores",
     "strip_suffix",
     "verify",
 ]

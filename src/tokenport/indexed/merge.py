@@ -8,7 +8,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .reader import IndexedDataset
+from ..storage import is_remote
+from .prefixes import resolve_stores
+from .reader import IndexedDataset, strip_suffix
 from .writer import IndexedDatasetWriter
 
 _WINDOW_DOCUMENTS = 1 << 20
@@ -20,11 +22,17 @@ def merge(
     input_prefixes: Sequence[str | os.PathLike],
     *,
     provenance: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> str:
-    """Concatenate stores (same dtype) into `output_prefix`, keeping sequence and document order."""
-    if not input_prefixes:
-        raise ConfigError("merge: give at least one input store")
-    inputs = [IndexedDataset(prefix) for prefix in input_prefixes]
+    """Concatenate stores (same dtype) into `output_prefix`, keeping sequence and document order.
+
+    Inputs may be prefixes, their file names or prepare output directories (see `resolve_stores`);
+    an existing output store is replaced only with ``overwrite=True``.
+    """
+    prefixes = resolve_stores(input_prefixes, what="merge input")
+    output = strip_suffix(output_prefix)
+    _check_output(output, prefixes, overwrite)
+    inputs = [IndexedDataset(prefix) for prefix in prefixes]
     dtypes = {ds.dtype for ds in inputs}
     if len(dtypes) != 1:
         names = ", ".join(f"{ds.prefix} ({ds.dtype})" for ds in inputs)
@@ -36,11 +44,26 @@ def merge(
             "merge: inputs were made with different tokenizers; their ids are not comparable"
         )
     record = {"merged_from": [ds.prefix for ds in inputs], **(provenance or {})}
-    with IndexedDatasetWriter(output_prefix, dtype=inputs[0].dtype, tokenizer=tokenizer, provenance=record) as out:
+    with IndexedDatasetWriter(output, dtype=inputs[0].dtype, tokenizer=tokenizer, provenance=record) as out:
         for ds in inputs:
             _append(out, ds)
             ds.close()
     return out.prefix
+
+
+def _check_output(output: str, inputs: list[str], overwrite: bool) -> None:
+    """Refuse an output that is one of the inputs, or an existing store unless ``overwrite``."""
+    if is_remote(output):
+        return
+    key = os.path.abspath(output)
+    if any(not is_remote(p) and os.path.abspath(p) == key for p in inputs):
+        raise ConfigError(f"merge: the output {output} is also an input; write the merged store to a new prefix")
+    existing = [output + suffix for suffix in (".bin", ".idx") if os.path.exists(output + suffix)]
+    if existing and not overwrite:
+        raise ConfigError(
+            f"merge: the output store {output} already exists ({', '.join(existing)}); "
+            "pass --force (overwrite=True) to replace it, or choose another output prefix"
+        )
 
 
 def _append(out: IndexedDatasetWriter, ds: IndexedDataset) -> None:

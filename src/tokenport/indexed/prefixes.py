@@ -1,0 +1,75 @@
+"""Store arguments as people type them -> store prefixes, each once, in order.
+
+A shell glob such as ``stores/web/part-*`` names each store by its three files (``.bin``,
+``.idx``, ``.json``); those collapse to one prefix. A prepare output directory expands to its
+parts, in the order its ``tokenport.json`` lists them. A store named twice (the same spelling
+again, or its bare prefix beside one of its files) is refused: merging or blending it twice
+would silently double its documents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from ..errors import ConfigError, CorruptStoreError
+from ..storage import is_remote, local_path
+from .reader import strip_suffix
+
+RUN_MANIFEST = "tokenport.json"  # a prepare output directory's listing of its parts
+
+
+def resolve_stores(args: Sequence[str | os.PathLike], *, what: str = "store") -> list[str]:
+    """The store prefixes ``args`` name, in order: file names mapped to their prefix, prepare
+    output directories expanded to their parts; ConfigError naming any store given twice."""
+    if isinstance(args, (str, os.PathLike)) or not len(args):
+        raise ConfigError(f"give one or more {what}s (prefixes, their .bin/.idx/.json files, or prepare outputs)")
+    prefixes: list[str] = []
+    forms: dict[str, tuple[str, list[str]]] = {}  # key -> (prefix, spellings seen)
+    for arg in args:
+        text = os.fspath(arg)
+        for prefix, spelling in _expand(text):
+            key = prefix if is_remote(prefix) else os.path.normpath(os.path.abspath(local_path(prefix)))
+            if key not in forms:
+                forms[key] = (prefix, [spelling])
+                prefixes.append(prefix)
+                continue
+            first, seen = forms[key]
+            suffix = spelling[len(strip_suffix(spelling)):]
+            if spelling in seen or not suffix or any(s == strip_suffix(s) for s in seen):
+                raise ConfigError(
+                    f"{what} {first} is given twice (as {seen[0]!r} and {spelling!r}); "
+                    "name each store once (its prefix, or its .bin/.idx/.json files)"
+                )
+            seen.append(spelling)
+    return prefixes
+
+
+def _expand(text: str) -> list[tuple[str, str]]:
+    """(prefix, spelling) pairs of one argument: its parts for a prepare output directory."""
+    path = local_path(text)
+    if not is_remote(text) and os.path.isdir(path):
+        return [(part, part) for part in run_parts(path)]
+    return [(strip_suffix(text), text)]
+
+
+def run_parts(directory: str) -> list[str]:
+    """The part prefixes of the prepare output ``directory``, in the order its manifest lists them."""
+    path = os.path.join(directory, RUN_MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{directory} is a directory without {RUN_MANIFEST}: pass store prefixes, or the output "
+            "directory of a finished prepare run"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise CorruptStoreError(f"{path}: not valid JSON ({exc}); rerun prepare to rebuild it") from None
+    parts = manifest.get("parts") if isinstance(manifest, dict) else None
+    if not isinstance(parts, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in parts):
+        raise CorruptStoreError(f"{path}: 'parts' is not a list of {{'name': ...}} entries; rerun prepare")
+    if not parts:
+        raise ConfigError(f"{directory}: the prepare run wrote no parts (no documents kept)")
+    return [os.path.join(directory, part["name"]) for part in parts]
