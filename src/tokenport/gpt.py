@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -222,11 +222,12 @@ class GPTSampleConfig:
     means no pad id: those positions still hold 0 with no loss. ``cu_seqlens_length`` is the
     fixed length of ``cu_seqlens`` (default ``seq_length + 1``, which always fits: every
     token an EOD); a smaller value saves memory and raises InputDataError on a sample holding
-    more documents than it fits.
+    more documents than it fits. ``eod_id`` None (the default) takes the EOD id the store's
+    manifest names; a given one must agree with it (ConfigError otherwise, see `resolve_eod`).
     """
 
     seq_length: int
-    eod_id: int
+    eod_id: int | None = None
     pad_id: int | None = None
     add_extra_token: bool = True
     reset_position_ids: bool = False
@@ -238,7 +239,8 @@ class GPTSampleConfig:
     def __post_init__(self) -> None:
         """Validate every field, naming the one at fault; fill the cu_seqlens_length default."""
         _check_positive("seq_length", self.seq_length)
-        _check_token_id("eod_id", self.eod_id)
+        if self.eod_id is not None:
+            _check_token_id("eod_id", self.eod_id)
         if self.pad_id is not None:
             _check_token_id("pad_id", self.pad_id)
             if self.pad_id == self.eod_id:
@@ -257,6 +259,36 @@ class GPTSampleConfig:
                 f"cu_seqlens_length={self.cu_seqlens_length!r} is invalid: pass an integer in "
                 f"[2, seq_length + 1 = {self.seq_length + 1}] or None for the upper bound"
             )
+
+
+def store_eod_id(dataset: IndexedDataset) -> int | None:
+    """The EOD id the store's manifest records for its tokenizer, or None when it names none."""
+    manifest = dataset.manifest
+    tokenizer = manifest.tokenizer if manifest is not None else None
+    eod = tokenizer.get("eod_id") if isinstance(tokenizer, dict) else None
+    return int(eod) if isinstance(eod, (int, np.integer)) and not isinstance(eod, bool) else None
+
+
+def resolve_eod(config: GPTSampleConfig, dataset: IndexedDataset) -> GPTSampleConfig:
+    """``config`` with the store's EOD id filled in; ConfigError when it is unknown or disagrees.
+
+    A wrong EOD id is silent otherwise: samples get no document boundaries (no position reset,
+    no loss masking), so a given ``eod_id`` must match the one the manifest names.
+    """
+    recorded = store_eod_id(dataset)
+    if config.eod_id is None:
+        if recorded is None:
+            raise ConfigError(
+                f"{dataset.prefix}: GPTSampleConfig(eod_id=None) takes the EOD id from the store's manifest, "
+                "but it names none (a store written without a tokenizer, or by Megatron); pass eod_id="
+            )
+        return replace(config, eod_id=recorded)
+    if recorded is not None and int(config.eod_id) != recorded:
+        raise ConfigError(
+            f"{dataset.prefix}: eod_id={config.eod_id} but the store's manifest says its tokenizer's EOD id is "
+            f"{recorded}; documents would get no boundaries. Pass eod_id={recorded}, or None to use the manifest's"
+        )
+    return config
 
 
 def _check_token_id(name: str, value: object) -> None:
@@ -319,6 +351,7 @@ class GPTDataset:
         shuffle_index: np.ndarray,
         config: GPTSampleConfig,
     ) -> None:
+        config = resolve_eod(config, dataset)
         self.dataset = dataset
         self.config = config
         self.indices = indices

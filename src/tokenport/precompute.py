@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .blend import ALGORITHMS
+from .build.specs import BlendSpec
 from .build import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index_request, load_blend_spec, parse_split
-from .gpt import GPTSampleConfig
+from .gpt import GPTSampleConfig, store_eod_id
 from .config_files import parse_structured, read_text
 from .errors import ConfigError
 from .indexed import IndexedDataset
@@ -168,8 +169,10 @@ def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None 
 def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | None) -> list[CacheEntry]:
     """Every index of the plan's blend spec: one entry per split, built when the cache grew."""
     spec = load_blend_spec(plan.spec)
-    # eod_id changes no index; the sample geometry (seq_length, extra token) does
-    config = GPTSampleConfig(seq_length=plan.seq_length, eod_id=0, add_extra_token=plan.add_extra_token)
+    # eod_id changes no index (the sample geometry does), but the stores' must agree: take the first
+    # one a manifest names, so build_datasets checks the others against it
+    config = GPTSampleConfig(seq_length=plan.seq_length, eod_id=_first_eod_id(spec),
+                             add_extra_token=plan.add_extra_token)
     cache = IndexCache(plan.cache_dir)
     entries = []
     for i, which in enumerate(SPLIT_NAMES):
@@ -189,6 +192,17 @@ def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | N
         if report is not None:
             report(entry)
     return entries
+
+
+def _first_eod_id(spec: BlendSpec) -> int:
+    """The EOD id the first store of ``spec`` with a manifest names (0 when none does: any id fits)."""
+    blends = [spec.blend] if spec.blend is not None else [b for b in spec.per_split if b is not None]
+    for prefix in (p for blend in blends for p in blend.prefixes):
+        with IndexedDataset(prefix) as store:
+            eod = store_eod_id(store)
+        if eod is not None:
+            return eod
+    return 0
 
 
 def _entry_count(cache: IndexCache) -> int:

@@ -107,6 +107,7 @@ class _Builder:
         self.surplus = surplus
         self.drop_last_partial_validation = drop_last_partial_validation
         self._stores: dict[str, IndexedDataset] = {}
+        self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
 
     def store(self, prefix: str) -> IndexedDataset:
         """Each store opened once per build."""
@@ -193,10 +194,24 @@ class _Builder:
             num_samples = self._one_epoch(store, split, which)
         drop_last = which != "valid" or self.drop_last_partial_validation
         try:
-            return build_gpt_dataset(store, num_samples, self.config, self.seed, split=split, which=which,
-                                     cache=self.cache, drop_last_partial=drop_last)
+            dataset = build_gpt_dataset(store, num_samples, self.config, self.seed, split=split, which=which,
+                                        cache=self.cache, drop_last_partial=drop_last)
         except ConfigError as exc:
             raise ConfigError(f"{prefix}, {which} split of {split!r}: {exc}") from None
+        if dataset is not None:
+            self._check_eod(prefix, dataset.config.eod_id)
+        return dataset
+
+    def _check_eod(self, prefix: str, eod_id: int) -> None:
+        """Every store of a run ends documents with one EOD id; ConfigError naming two that differ."""
+        if self._eod is None:
+            self._eod = (prefix, eod_id)
+        elif self._eod[1] != eod_id:
+            first, first_eod = self._eod
+            raise ConfigError(
+                f"{prefix} ends documents with EOD id {eod_id} but {first} with {first_eod}: their tokenizers "
+                "differ; blend stores made with one tokenizer"
+            )
 
     def _one_epoch(self, store: IndexedDataset, split: str, which: str) -> int:
         """The samples in one epoch of a store's split: what Megatron builds when given no count."""
