@@ -133,3 +133,48 @@ def test_merge_refuses_to_overwrite_without_force(stores, capsys):
     assert len(tp.IndexedDataset(stores / "ab")) == 40
     assert main(["merge", str(stores / "a"), str(stores / "a.bin"), str(stores / "b"), "--force"]) == 2
     assert "also an input" in capsys.readouterr().err
+
+
+@pytest.fixture
+def blocked(stores):
+    """``stores`` plus a plain file named ``file`` (paths under it cannot be created or read)."""
+    (stores / "file").write_text("not a directory")
+    (stores / "plan.json").write_text(
+        '{"cache_dir": "%s", "datasets": ["%s"], "split": "1,0,0", "samples": {"train": 4, "valid": 0, "test": 0},'
+        ' "seq_length": 16, "seed": 1}' % (stores / "file" / "cache", stores / "a")
+    )
+    corpus = stores / "in.jsonl"
+    corpus.write_text('{"text": "alpha"}\n')
+    assert main(["prepare", str(corpus), "-o", str(stores / "run"), "--workers", "1", "-q"]) == 0
+    return stores
+
+
+# (verb arguments, the path the one-line error must name); {d} is the fixture's directory
+_MISSING_OR_BLOCKED = [
+    (["inspect", "{d}/missing"], "missing.idx"),
+    (["inspect", "{d}/file/a"], "file/a"),
+    (["verify", "{d}/missing"], "missing.idx"),
+    (["verify", "{d}/file/a"], "file/a"),
+    (["merge", "{d}/out", "{d}/missing"], "missing.idx"),
+    (["merge", "{d}/file/out", "{d}/a"], "file/out"),
+    (["pack-report", "{d}/missing"], "missing.idx"),
+    (["pack-report", "{d}/file/a.bin"], "file/a"),
+    (["report", "{d}/missing"], "missing"),
+    (["report", "{d}/run", "--html", "{d}/file/page.html"], "file/page.html"),
+    (["report", "{d}/run", "--html", "{d}"], "{d}"),
+    (["build-cache", "{d}/missing.json"], "missing.json"),
+    (["build-cache", "{d}/plan.json"], "file/cache"),
+    (["blend", "{d}/missing.yaml", "--size", "4"], "missing.yaml"),
+    (["blend", "1", "{d}/missing", "--size", "4"], "missing.idx"),
+    (["demo", "--workdir", "{d}/file/demo", "--limit", "1"], "file/demo"),
+    (["prepare", "{d}/missing.jsonl", "-o", "{d}/out"], "missing.jsonl"),
+]
+
+
+@pytest.mark.parametrize("argv, names", _MISSING_OR_BLOCKED, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_every_verb_reports_a_bad_path_in_one_line(blocked, capsys, argv, names):
+    capsys.readouterr()
+    assert main([arg.format(d=blocked) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tokenport: error: ") and err.count("\n") == 1, err
+    assert names.format(d=blocked) in err
