@@ -28,7 +28,7 @@ from ..gpt import GPTDataset, GPTSampleConfig
 from ..indexed import IndexedDataset
 from .cache import IndexCache, canonical_json
 from .gpt_datasets import build_gpt_dataset
-from .specs import Blend, BlendSpec, blend_from_list, megatron_normalize
+from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
 
 Dataset = GPTDataset | BlendedDataset
@@ -48,7 +48,7 @@ def build_datasets(
 ) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
-    ``spec`` is a BlendSpec, a Blend, or Megatron's ``--data-path`` list (``["0.3", "a", "0.7",
+    ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path`` list (``["0.3", "a", "0.7",
     "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples wanted per split: 0 for
     none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
@@ -78,10 +78,13 @@ def _as_spec(spec: Any) -> BlendSpec:
         return spec
     if isinstance(spec, Blend):
         return BlendSpec(blend=spec)
+    if isinstance(spec, (str, os.PathLike)):
+        return load_blend_spec(spec)
     if isinstance(spec, (list, tuple)) and all(isinstance(item, str) for item in spec):
         return BlendSpec(blend=blend_from_list(spec))
     raise ConfigError(
-        f"spec: expected a BlendSpec, a Blend or a Megatron --data-path list of strings, got {type(spec).__name__}"
+        f"spec: expected a spec file path, a BlendSpec, a Blend or a Megatron --data-path list of strings, "
+        f"got {type(spec).__name__}"
     )
 
 

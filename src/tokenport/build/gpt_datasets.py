@@ -68,6 +68,12 @@ def gpt_index_request(
     bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
     if bounds is None:
         return None
+    if bounds[0] == bounds[1]:
+        raise ConfigError(
+            f"{store.prefix}: the {which} split of {split!r} holds none of its {len(store)} documents "
+            f"(Megatron's rounding gives it [{bounds[0]}, {bounds[1]})); give {which} a larger share of the "
+            f"split, ask 0 {which} samples, or use a store with more documents"
+        )
     indices = np.arange(*bounds, dtype=np.int64)
     params = {
         "kind": "gpt",
