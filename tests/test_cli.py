@@ -178,3 +178,26 @@ def test_every_verb_reports_a_bad_path_in_one_line(blocked, capsys, argv, names)
     err = capsys.readouterr().err
     assert err.startswith("tokenport: error: ") and err.count("\n") == 1, err
     assert names.format(d=blocked) in err
+
+
+def test_blend_of_a_glob_weighs_each_store_once(stores, capsys):
+    assert main(["blend", str(stores / "a"), str(stores / "b"), "--size", "100"]) == 0
+    by_prefix = capsys.readouterr().out
+    assert main(["blend", *_files(stores / "a"), *_files(stores / "b"), "--size", "100"]) == 0
+    assert capsys.readouterr().out == by_prefix
+    assert main(["blend", "1", str(stores / "a"), "2", str(stores / "a.bin"), "--size", "100"]) == 2
+    assert "given twice" in capsys.readouterr().err
+
+
+def test_build_cache_plan_datasets_take_each_store_once(stores, capsys):
+    plan = stores / "plan.json"
+    datasets = ", ".join(f'"{name}"' for name in ["a.bin", "a.idx", "a.json", "b"])
+    plan.write_text('{"cache_dir": "cache", "datasets": [%s], "split": "1,0,0", '
+                    '"samples": {"train": 4}, "seq_length": 16, "seed": 1}' % datasets)
+    assert main(["build-cache", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "2 index sets" in out and out.count("built ") == 2
+    plan.write_text('{"cache_dir": "cache", "datasets": ["a", "b", "a.bin"], "split": "1,0,0", '
+                    '"samples": {"train": 4}, "seq_length": 16, "seed": 1}')
+    assert main(["build-cache", str(plan)]) == 2
+    assert "plan.json: 'datasets' store" in capsys.readouterr().err

@@ -116,14 +116,14 @@ def _build_cache(args: argparse.Namespace) -> int:
 
 
 def _blend(args: argparse.Namespace) -> int:
-    from .build import blend_from_list, load_blend_spec
+    from .build import load_blend_spec
     from .build.report import blend_report, plot_blend
-    from .build.specs import BlendSpec
+    from .build.specs import BlendSpec, blend_from_arguments
 
     if len(args.spec) == 1 and args.spec[0].endswith((".yaml", ".yml", ".json")):
         spec = load_blend_spec(args.spec[0])
     else:
-        spec = BlendSpec(blend=blend_from_list(args.spec))
+        spec = BlendSpec(blend=blend_from_arguments(args.spec))
     for report in blend_report(spec, args.size, seq_length=args.seq_length, algorithm=args.algorithm):
         print(report.render())
     if args.plot:
@@ -199,7 +199,8 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed")
 
     blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation")
-    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.json), or Megatron's list: W1 PREFIX1 W2 PREFIX2 ...")
+    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.json), or Megatron's list: W1 STORE1 W2 STORE2 ..., "
+                       "or stores weighted by size (" + _STORES_HELP + ")")
     blend.add_argument("--size", type=int, required=True, help="samples to blend")
     blend.add_argument("--seq-length", type=int, default=4096, help="tokens per sample, for the epochs column")
     blend.add_argument("--algorithm", choices=("tijdeman", "greedy", "megatron"), default="tijdeman")

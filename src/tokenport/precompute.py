@@ -21,7 +21,7 @@ from .build import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index
 from .gpt import GPTSampleConfig, store_eod_id
 from .config_files import parse_structured, read_text
 from .errors import ConfigError
-from .indexed import IndexedDataset
+from .indexed import IndexedDataset, resolve_stores
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,10 @@ def load_cache_plan(path: str | os.PathLike) -> CachePlan:
         raise ConfigError(f"{where}: 'datasets' must be a list of store prefixes or URLs")
     values["samples"] = _samples(values["samples"], where)
     values["cache_dir"] = _relative_to(where, values["cache_dir"])
-    values["datasets"] = tuple(_relative_to(where, d) for d in values.get("datasets", []))
+    datasets = [_relative_to(where, d) for d in values.get("datasets", [])]
+    if datasets and all(isinstance(d, str) and d for d in datasets):  # else CachePlan names the fault
+        datasets = resolve_stores(datasets, what=f"{where}: 'datasets' store")
+    values["datasets"] = tuple(datasets)
     if "spec" in values:
         values["spec"] = _relative_to(where, values["spec"])
     return CachePlan(**values, source=where)

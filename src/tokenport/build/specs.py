@@ -33,7 +33,7 @@ import numpy as np
 
 from ..config_files import parse_structured, read_text
 from ..errors import ConfigError, TokenportError
-from ..indexed import IndexedDataset, strip_suffix
+from ..indexed import IndexedDataset, resolve_stores, strip_suffix
 from ..storage import is_remote, local_path
 from ..blend.schedule import MixtureSchedule
 from .splits import SPLIT_NAMES
@@ -161,6 +161,29 @@ def _split_tuple(value: Any, where: str) -> tuple[Blend | None, ...]:
 def blend_from_list(items: Sequence[str]) -> Blend:
     """Megatron's ``--data-path`` list: prefixes, or "weight prefix" pairs (get_blend_from_list semantics)."""
     return _blend_from_items(items, "items")
+
+
+def blend_from_arguments(items: Sequence[str]) -> Blend:
+    """Megatron's list as typed on a command line: each store named once, by prefix, file or directory.
+
+    Bare stores go through `resolve_stores` (a glob's .bin/.idx/.json files are one store, a
+    prepare output directory its parts); a weighted entry must name one store; a store named
+    twice is refused (`blend_from_list` keeps repeats, as Megatron does).
+    """
+    prefixes, weights = _parse_items(items, "stores")
+    if weights is None:
+        return Blend(tuple(resolve_stores(prefixes)))
+    stores = []
+    for prefix in prefixes:
+        resolved = resolve_stores([prefix])
+        if len(resolved) != 1:
+            raise ConfigError(
+                f"stores: {prefix} holds {len(resolved)} parts but has one weight; weigh each part, or use a "
+                "spec file entry {weight: W, parts: [...]} to share the weight by token counts"
+            )
+        stores.append(resolved[0])
+    resolve_stores(stores)  # refuses a store named twice
+    return Blend(tuple(stores), weights)
 
 
 def _blend_from_items(items: Sequence[str], name: str) -> Blend:
