@@ -230,10 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tokenport: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path that cannot be read or written: one line, no traceback
-        path = exc.filename if exc.filename is not None else "?"
-        target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
-        print(f"tokenport: error: {path}{target}: {exc.strerror or exc}; check the path and its permissions",
-              file=sys.stderr)
+        if exc.filename is None:
+            print(f"tokenport: error: {exc.strerror or exc}", file=sys.stderr)
+        else:
+            target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+            print(f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its "
+                  "permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)
