@@ -156,7 +156,7 @@ _MISSING_OR_BLOCKED = [
     (["verify", "{d}/missing"], "missing.idx"),
     (["verify", "{d}/file/a"], "file/a"),
     (["merge", "{d}/out", "{d}/missing"], "missing.idx"),
-    (["merge", "{d}/file/out", "{d}/a"], "file/out"),
+    (["merge", "{d}/file/out", "{d}/a"], "{d}/file"),  # the file in the way
     (["pack-report", "{d}/missing"], "missing.idx"),
     (["pack-report", "{d}/file/a.bin"], "file/a"),
     (["report", "{d}/missing"], "missing"),
