@@ -39,29 +39,30 @@ _DEFAULT_REPLACEMENTS = {
 
 # Boundaries are ASCII (not \b or \w): in Chinese text a number sits right next to word characters.
 # A full stop, colon or hyphen after a match ends it unless a word character follows ("listens on
-# 10.0.0.1." is an address; "1.2.3.4.5" and a decimal's integer part are not).
+# 10.0.0.1." is an address; "1.2.3.4.5" and a decimal's integer part are not). The look-behind on
+# the character before a match comes after the match's first character (looking back two), so that
+# re's search skips to the characters a match can start with instead of trying every position.
 _EMAIL = re.compile(
-    r"(?<![0-9A-Za-z_.+-])[A-Za-z0-9._%+-]+@"
+    r"[A-Za-z0-9._%+-](?<![0-9A-Za-z_.+-].)[A-Za-z0-9._%+-]*@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![0-9A-Za-z_])"
 )
-_IBAN = re.compile(r"(?<![0-9A-Za-z_])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![0-9A-Za-z_])")
-_CN_ID = re.compile(r"(?<![0-9A-Za-z_])\d{17}[\dXx](?![0-9A-Za-z_])")
+_IBAN = re.compile(r"[A-Z](?<![0-9A-Za-z_][A-Z])[A-Z]\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![0-9A-Za-z_])")
+_CN_ID = re.compile(r"\d(?<![0-9A-Za-z_]\d)\d{16}[\dXx](?![0-9A-Za-z_])")
 # A digit run glued to letters (inside a hash or a UUID) is not a card number.
-_CARD = re.compile(r"(?<![0-9A-Za-z_.+-])\d(?:[ -]?\d){11,18}(?![0-9A-Za-z_]|[.-]\d)")
-_IPV6 = re.compile(
-    r"(?<![0-9A-Za-z_:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?"
-    r"(?![0-9A-Za-z_]|[:.][0-9A-Za-z_])"
+_CARD = re.compile(r"\d(?<![0-9A-Za-z_.+-]\d)(?:[ -]?\d){11,18}(?![0-9A-Za-z_]|[.-]\d)")
+_IPV6 = re.compile(  # 2-7 groups of up to 4 hex digits and a colon, then the last group or an IPv4 address
+    r"[0-9A-Fa-f:](?<![0-9A-Za-z_:.].)(?:(?<=:)|(?<=[0-9A-Fa-f])[0-9A-Fa-f]{0,3}:)(?:[0-9A-Fa-f]{0,4}:){1,6}"
+    r"(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![0-9A-Za-z_]|[:.][0-9A-Za-z_])"
 )
-_IPV4 = re.compile(r"(?<![0-9A-Za-z_.])(?:\d{1,3}\.){3}\d{1,3}(?![0-9A-Za-z_]|\.[0-9A-Za-z_])")
+_IPV4 = re.compile(r"\d(?<![0-9A-Za-z_.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?![0-9A-Za-z_]|\.[0-9A-Za-z_])")
 _PHONE = re.compile(
-    r"(?<![0-9A-Za-z_+])(?<!\d[.,])(?:"
-    r"\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}"  # international: +CC ...
-    r"|\(\d{3}\)[ .-]?\d{3}[ .-]?\d{4}"  # North American: (555) 123-4567
-    r"|\d{3}[ .-]\d{3}[ .-]\d{4}"  # North American: 555-123-4567
-    r"|1[3-9]\d{9}"  # Chinese mobile: 11 digits starting 13-19
+    r"[+(\d](?<![0-9A-Za-z_+].)(?<!\d[.,].)(?:"  # not after a word character, a plus or a decimal point
+    r"(?<=\+)\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}"  # international: +CC ...
+    r"|(?<=\()\d{3}\)[ .-]?\d{3}[ .-]?\d{4}"  # North American: (555) 123-4567
+    r"|(?<=\d)\d{2}[ .-]\d{3}[ .-]\d{4}"  # North American: 555-123-4567
+    r"|(?<=1)[3-9]\d{9}"  # Chinese mobile: 11 digits starting 13-19
     r")(?![0-9A-Za-z_]|[.,]\d)"  # not the digits of a decimal
 )
-
 _CN_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _CN_ID_CHECK = "10X98765432"
 
@@ -170,16 +171,20 @@ def _is_phone(match: str) -> bool:
 @dataclass(frozen=True)
 class _Rule:
     """How one kind is found: its pattern, the check a match must pass (None: the pattern is
-    enough) and the characters before which a rejected match may end instead."""
+    enough), the characters before which a rejected match may end instead, and a character every
+    match holds (a text without it is not searched)."""
 
     pattern: re.Pattern[str]
     valid: Callable[[str], bool] | None = None
     cuts: str = ""
+    needs: str = ""
 
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
         """(start, end) of each match in ``text`` that passes the check. A rejected match is cut
         short before each of its cut characters, longest first (an IBAN followed by a currency,
         a card number by its expiry); failing all, the search resumes one character later."""
+        if self.needs not in text:
+            return
         position = 0
         while (match := self.pattern.search(text, position)) is not None:
             start, end = match.span()
@@ -194,12 +199,12 @@ class _Rule:
 
 
 _RULES = {
-    "email": _Rule(_EMAIL),
+    "email": _Rule(_EMAIL, needs="@"),
     "iban": _Rule(_IBAN, _is_iban, cuts=" "),
     "cn_id": _Rule(_CN_ID, _is_cn_id),
     "credit_card": _Rule(_CARD, _is_card, cuts=" -"),
-    "ipv6": _Rule(_IPV6, _is_ipv6, cuts=":"),
-    "ipv4": _Rule(_IPV4, _is_ipv4),
+    "ipv6": _Rule(_IPV6, _is_ipv6, cuts=":", needs=":"),
+    "ipv4": _Rule(_IPV4, _is_ipv4, needs="."),
     "phone": _Rule(_PHONE, _is_phone),
 }
 
