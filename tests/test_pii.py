@@ -21,7 +21,8 @@ FOUND = {
     "ipv6": ["2001:db8::8a2e:370:7334", "fe80::1ff:fe23:4567:890a", "2001:0db8:0000:0000:0000:ff00:0042:8329"],
     "ipv4": ["192.168.1.20", "8.8.8.8", "10.0.0.1"],
     "phone": ["+1 (555) 123-4567", "555-123-4567", "+44 20 7946 0958", "13812345678", "(212) 555-0100",
-              "+86 138 1234 5678"],
+              "+86 138 1234 5678", "(030) 1234567", "04 20 00 57 56", "0580-730215", "0151 496 0091",  # national
+              "+1-647-511-2201x868", "(460)648-7647x5938", "555-123-4567 ext. 12"],  # extensions
 }
 
 KEPT = {
@@ -32,7 +33,8 @@ KEPT = {
                     "d4374784663678794f57a6cb25f89722d7389101",  # a SHA-1 holding a Luhn-valid Visa-like run
                     "b9596404-1053-4872-a240-850071880049",  # a UUID ending in a Luhn-valid 15-digit run
                     "1234567890123452", "411111111111111118", "411111111117"],  # Luhn-valid: no issuer; Visa of 18, 12
-    "phone": ["2024-01-15", "3.14159265", "order 123456", "ISBN 978-3-16-148410-0", "503.14510136972"],
+    "phone": ["2024-01-15", "3.14159265", "order 123456", "ISBN 978-3-16-148410-0", "503.14510136972",
+              "05-12-2024", "0000 0000 0000", "1234abcd-0412-4567-8901-23456789abcd", "0-306-40615-2"],
     "ipv6": ["12:30:45", "std::vector", "a::b", "::1"],  # a time; C++; no digit; loopback
     "ipv4": ["999.1.1.1", "1.2.3.4.5", "v1.2.3"],  # not an address; a version number
     "email": ["user@localhost", "@handle", "a@b"],
@@ -82,6 +84,12 @@ def test_recall_on_faker_values_in_prose(kind):
     """400 faker values of each kind (8 locales; resident IDs zh_CN), placed at sentence ends, before
     commas, in parentheses and quotes: each must be replaced whole, as its own kind."""
     assert _recall(SCRUB, kind) >= 0.98
+
+
+def test_phone_recall_on_faker_values_in_prose():
+    """No goal for phones (numbers written without separators, such as Italian ones, look like any
+    other number), but national numbers with their trunk 0 and extensions are found: 0.62 before."""
+    assert _recall(SCRUB, "phone") >= 0.85
 
 
 def test_false_positives_on_hard_negatives():

@@ -60,9 +60,14 @@ _PHONE = re.compile(
     r"(?<=\+)\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}"  # international: +CC ...
     r"|(?<=\()\d{3}\)[ .-]?\d{3}[ .-]?\d{4}"  # North American: (555) 123-4567
     r"|(?<=\d)\d{2}[ .-]\d{3}[ .-]\d{4}"  # North American: 555-123-4567
+    r"|(?<=\()0[1-9]\d{0,3}\)[ -]?\d{2,8}(?:[ -]\d{2,4}){0,3}"  # national, trunk prefix 0: (030) 1234567
+    r"|(?<=0)[1-9]\d{0,3}[ -]\d{2,8}(?:[ -]\d{2,4}){0,3}"  # national: 030 1234567, 04 20 00 57 56, 0580-730215
     r"|(?<=1)[3-9]\d{9}"  # Chinese mobile: 11 digits starting 13-19
-    r")(?![0-9A-Za-z_]|[.,]\d)"  # not the digits of a decimal
+    r")(?: ?(?:x|ext\.? ?)\d{1,5})?"  # an extension
+    r"(?![0-9A-Za-z_]|[.,-]\d)"  # not the digits of a decimal or of a longer code
 )
+_PHONE_EXTENSION = re.compile(r" ?(?:x|ext\.? ?)\d+$")
+
 _CN_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _CN_ID_CHECK = "10X98765432"
 
@@ -165,7 +170,10 @@ def _is_ipv6(match: str) -> bool:
 
 
 def _is_phone(match: str) -> bool:
-    return 8 <= len(_digits(match)) <= 15
+    """8-15 digits with a country code, 9-15 without (a national number with its trunk 0 or a North
+    American one), an extension aside."""
+    digits = len(_digits(_PHONE_EXTENSION.sub("", match)))
+    return (8 if match[0] == "+" else 9) <= digits <= 15
 
 
 @dataclass(frozen=True)
