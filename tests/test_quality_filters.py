@@ -174,3 +174,20 @@ def test_fineweb_rules(text, reason):
 
 def test_fineweb_passes_prose():
     assert FineWebQuality().reject(PROSE) is None
+
+
+def test_fineweb_sets_blank_lines_aside():
+    # Paragraphs apart by blank lines: counted as lines, the 12 blank ones made the page "short_lines".
+    paragraphs = "\n\n\n\n".join(f"Paragraph {i} tells how the town built its library with the money." for i in range(5))
+    assert FineWebQuality().reject(paragraphs) is None
+    assert FineWebQuality().reject(paragraphs.replace("money.", "money")) == "few_punctuated_lines"
+    assert FineWebQuality().reject(" \n\n\t\n") == "empty"
+
+
+def test_stop_words_are_counted_once_each():
+    # "at least two of the following English words": one of them many times is not enough.
+    only_the = (GOOD.replace(" to ", " for ").replace(" and ", " plus ").replace(" with ", " plus ")
+                .replace(" that ", " so ").replace(" of ", " in "))
+    assert only_the.lower().count("the ") > 5
+    assert GopherQuality().reject(only_the) == "few_stop_words"
+    assert GopherQuality().reject(only_the + " And so on.") is None

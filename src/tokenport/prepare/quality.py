@@ -13,6 +13,10 @@ spaces. Punctuation tokens are not words: every rule counts words only (``words_
 alphabetic-word share is words with a letter over all words. Implementations that count
 punctuation tokens (datatrove, through spaCy) reject more on that rule and on the top n-gram one;
 see BENCHMARKS.md for how often the two disagree.
+
+``compat="datatrove"`` makes a filter take datatrove 0.10's decisions instead (its word splitting,
+spaCy's English tokenizer, reproduced in ``spacy_words``; and its reading of each rule, in
+``datatrove_compat``); the thresholds keep their names and defaults.
 """
 
 from __future__ import annotations
@@ -26,18 +30,23 @@ import numba
 import numpy as np
 
 from ..errors import ConfigError
+from . import datatrove_compat as dt
 from .documents import Document
 from .rejects import Rejecting, prefixed
+from .spacy_words import english_words
 
-__all__ = ["C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words", "words_of"]
+__all__ = ["COMPAT_MODES", "C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words",
+           "words_of"]
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _WORD = rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*"
 _TOKEN = re.compile(rf"{_WORD}|[^\w\s]|_")
 _WORDS = re.compile(_WORD)
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_NEWLINES = re.compile("\n+")
 _STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 _BULLETS = ("•", "●", "○", "◦", "▪", "▫", "‣", "⁃")
+COMPAT_MODES = ("tokenport", "datatrove")
 
 
 def split_words(text: str) -> list[str]:
@@ -68,6 +77,15 @@ class _Filter(Rejecting):
                 self.drop(document, reason)
 
 
+def _compat(value: str) -> bool:
+    """True for datatrove's decisions; ``value`` must be one of ``COMPAT_MODES``."""
+    if value not in COMPAT_MODES:
+        raise ConfigError(f"compat={value!r} is not a mode: pass one of {', '.join(map(repr, COMPAT_MODES))}")
+    if value == "datatrove":
+        english_words()  # loads spaCy's rules now: a missing spaCy is a config error, not a mid-run one
+    return value == "datatrove"
+
+
 def _ratio(name: str, value: float | None) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
         raise ConfigError(f"{name}={value!r} is invalid: pass a number >= 0, or None to turn the rule off")
@@ -76,7 +94,8 @@ def _ratio(name: str, value: float | None) -> float | None:
 
 class GopherQuality(_Filter):
     """Gopher's quality rules: word count, mean word length, '#' and ellipsis per word, bullet and
-    ellipsis lines, share of words with a letter, and stop words (English, case-insensitive)."""
+    ellipsis lines, share of words with a letter, and at least ``min_stop_words`` of the stop words
+    (distinct ones: "at least two of the following English words"; case-insensitive)."""
 
     def __init__(
         self,
@@ -90,8 +109,10 @@ class GopherQuality(_Filter):
         min_alpha_words_ratio: float | None = 0.8,
         min_stop_words: int | None = 2,
         stop_words: Sequence[str] = _STOP_WORDS,
+        compat: str = "tokenport",
     ) -> None:
         super().__init__()
+        self.datatrove = _compat(compat)
         self.min_words, self.max_words = _ratio("min_words", min_words), _ratio("max_words", max_words)
         self.min_mean = _ratio("min_mean_word_length", min_mean_word_length)
         self.max_mean = _ratio("max_mean_word_length", max_mean_word_length)
@@ -102,9 +123,11 @@ class GopherQuality(_Filter):
         self.min_stop_words = _ratio("min_stop_words", min_stop_words)
         if isinstance(stop_words, str) or not all(isinstance(w, str) for w in stop_words):
             raise ConfigError("stop_words: pass a list of words")
-        self.stop_words = frozenset(word.lower() for word in stop_words)
+        self.stop_words = frozenset(word if self.datatrove else word.lower() for word in stop_words)
 
     def reject(self, text: str) -> str | None:
+        if self.datatrove:
+            return self._datatrove(text)
         words = words_of(text)
         count = len(words)
         if self.min_words is not None and count < self.min_words:
@@ -135,8 +158,46 @@ class GopherQuality(_Filter):
             if sum(any(char.isalpha() for char in word) for word in words) / count < self.min_alpha:
                 return "few_alphabetic_words"
         if self.min_stop_words is not None:
-            if sum(word.lower() in self.stop_words for word in words) < self.min_stop_words:
+            if len(self.stop_words.intersection(word.lower() for word in words)) < self.min_stop_words:
                 return "few_stop_words"
+        return None
+
+    def _datatrove(self, text: str) -> str | None:
+        """datatrove's reading: all tokens count as words for the symbol and letter ratios, those not
+        made only of punctuation for the word count and mean length; stop words are case-sensitive;
+        a threshold of 0 turns its rule off."""
+        words = english_words()(text)
+        count = len(words)
+        kept, chars, alpha = dt.word_stats(words)
+        if self.min_words and kept < self.min_words:
+            return "too_few_words"
+        if self.max_words and kept > self.max_words:
+            return "too_many_words"
+        if count == 0:  # datatrove divides by zero here (only with min_words off)
+            return "too_few_words"
+        if kept:
+            mean = chars / kept
+            if self.min_mean and mean < self.min_mean:
+                return "short_words"
+            if self.max_mean and mean > self.max_mean:
+                return "long_words"
+        if self.max_symbols and text.count("#") / count > self.max_symbols:
+            return "too_many_hashes"
+        if self.max_symbols and (text.count("...") + text.count("…")) / count > self.max_symbols:
+            return "too_many_ellipses"
+        lines = text.splitlines()
+        if self.max_bullets:
+            bullets = sum(line.lstrip().startswith(("•", "-")) for line in lines)
+            if bullets / len(lines) > self.max_bullets:
+                return "bullet_lines"
+        if self.max_ellipsis_lines:
+            ending = sum(line.rstrip().endswith(("...", "…")) for line in lines)
+            if ending / len(lines) > self.max_ellipsis_lines:
+                return "ellipsis_lines"
+        if self.min_alpha and alpha / count < self.min_alpha:
+            return "few_alphabetic_words"
+        if self.min_stop_words and len(self.stop_words.intersection(words)) < self.min_stop_words:
+            return "few_stop_words"
         return None
 
 
@@ -156,8 +217,10 @@ class GopherRepetition(_Filter):
         max_duplicate_ngram_char_fraction: Sequence[Sequence[float]] = (
             (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
         ),
+        compat: str = "tokenport",
     ) -> None:
         super().__init__()
+        self.datatrove = _compat(compat)
         self.line_fraction = _ratio("max_duplicate_line_fraction", max_duplicate_line_fraction)
         self.paragraph_fraction = _ratio("max_duplicate_paragraph_fraction", max_duplicate_paragraph_fraction)
         self.line_chars = _ratio("max_duplicate_line_char_fraction", max_duplicate_line_char_fraction)
@@ -168,6 +231,8 @@ class GopherRepetition(_Filter):
         self._duplicated_n = np.array([n for n, _ in self.duplicated], dtype=np.int64)
 
     def reject(self, text: str) -> str | None:
+        if self.datatrove:
+            return self._datatrove(text)
         length = len(text)
         if length == 0:
             return None
@@ -197,6 +262,41 @@ class GopherRepetition(_Filter):
         for (n, limit), chars in zip(self.duplicated, duplicated):
             if chars / word_chars > limit:
                 return f"duplicate_{n}_grams"
+        return None
+
+    def _datatrove(self, text: str) -> str | None:
+        """datatrove's reading: an empty page is dropped; lines are split on runs of newlines (blank
+        ones collapse, none is set aside); every fraction is over the text's characters; the top
+        n-gram counts even when it occurs once; duplicate n-grams by a greedy scan; a line or
+        paragraph limit of 0 turns its rule off."""
+        length = len(text)
+        if length == 0:
+            return "empty"
+        paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+        repeats, chars = _repeats(paragraphs)
+        if self.paragraph_fraction and repeats / len(paragraphs) > self.paragraph_fraction:
+            return "duplicate_paragraphs"
+        if self.paragraph_chars and chars / length > self.paragraph_chars:
+            return "duplicate_paragraph_chars"
+        lines = _NEWLINES.split(text)
+        repeats, chars = _repeats(lines)
+        if self.line_fraction and repeats / len(lines) > self.line_fraction:
+            return "duplicate_lines"
+        if self.line_chars and chars / length > self.line_chars:
+            return "duplicate_line_chars"
+        words = english_words()(text)
+        vocabulary: dict[str, int] = {}
+        ids = np.array([vocabulary.setdefault(w, len(vocabulary)) for w in words], dtype=np.int64)
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        for n, limit in self.top:
+            chars = dt.top_gram_chars(ids, lengths, n)
+            if chars >= 0 and chars / length > limit:
+                return f"top_{n}_gram"
+        if self.duplicated:
+            codes = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
+            for n, limit in self.duplicated:
+                if dt.duplicate_gram_chars(codes, lengths, n) / length > limit:
+                    return f"duplicate_{n}_grams"
         return None
 
 
@@ -312,7 +412,8 @@ class C4Quality(_Filter):
     3 words, no word over 1000 characters, and do not mention javascript or cookie/terms-of-use
     policies (Wikipedia citation marks are removed first); drop the page if any line says
     "lorem ipsum" or holds a curly bracket, or fewer than 5 sentences remain. Sentences are counted
-    by terminal punctuation followed by a space or the line's end."""
+    by terminal punctuation followed by a space or the line's end (with ``compat="datatrove"``, by
+    spaCy's sentencizer over spaCy's tokens, as datatrove counts them)."""
 
     def __init__(
         self,
@@ -325,8 +426,10 @@ class C4Quality(_Filter):
         drop_javascript_lines: bool = True,
         drop_curly_brackets: bool = True,
         drop_policy_lines: bool = True,
+        compat: str = "tokenport",
     ) -> None:
         super().__init__()
+        self.datatrove = _compat(compat)
         self.remove_citations = bool(remove_citations)
         self.terminal = bool(require_terminal_punctuation)
         self.min_words = _ratio("min_words_per_line", min_words_per_line)
@@ -364,7 +467,10 @@ class C4Quality(_Filter):
             if self.policy and any(phrase in lowered for phrase in _C4_POLICY):
                 self.lines_removed["policy"] += 1
                 continue
-            sentences += max(1, len(_SENTENCE_END.findall(line)))
+            if self.datatrove:
+                sentences += english_words().sentences(line)
+            else:
+                sentences += max(1, len(_SENTENCE_END.findall(line)))
             kept.append(line)
         if self.min_sentences is not None and sentences < self.min_sentences:
             return None, "few_sentences"
@@ -388,9 +494,13 @@ _FINEWEB_STOPS = (".", "'", '"', "!", "?")
 
 
 class FineWebQuality(_Filter):
-    """FineWeb's rules: enough lines ending in punctuation (share > 0.12), not too many short lines
-    (share of lines of at most 30 characters < 0.67), few characters in duplicated lines (< 1% of
-    the non-newline characters), and not list-like (newlines per token <= 0.3)."""
+    """FineWeb's rules over the non-blank lines (blank ones are layout, as FineWeb's reference
+    drops them first; a page without any is dropped as ``empty``): enough lines ending in
+    punctuation (share > 0.12), not too many short lines (share of lines of at most 30 characters
+    < 0.67), few characters in duplicated lines (< 1% of the non-newline characters), and not
+    list-like (newlines per token <= 0.3). ``compat="datatrove"`` takes datatrove 0.10's reading:
+    its terminal punctuation (no quote marks), strict comparisons (a share of exactly 0.12 or
+    0.67 passes), spaCy's tokens for the newline ratio."""
 
     def __init__(
         self,
@@ -399,8 +509,10 @@ class FineWebQuality(_Filter):
         short_line_length: int = 30,
         max_duplicate_line_chars_ratio: float | None = 0.01,
         max_newlines_per_word: float | None = 0.3,
+        compat: str = "tokenport",
     ) -> None:
         super().__init__()
+        self.datatrove = _compat(compat)
         self.min_punctuated = _ratio("min_punctuated_lines_ratio", min_punctuated_lines_ratio)
         self.max_short = _ratio("max_short_lines_ratio", max_short_lines_ratio)
         self.short_length = _ratio("short_line_length", short_line_length)
@@ -408,7 +520,11 @@ class FineWebQuality(_Filter):
         self.max_newlines = _ratio("max_newlines_per_word", max_newlines_per_word)
 
     def reject(self, text: str) -> str | None:
-        lines = text.split("\n")
+        lines = [line for line in text.split("\n") if line.strip()]
+        if not lines:
+            return "empty"
+        if self.datatrove:
+            return self._datatrove(text, lines)
         if self.min_punctuated is not None:
             if sum(line.endswith(_FINEWEB_STOPS) for line in lines) / len(lines) <= self.min_punctuated:
                 return "few_punctuated_lines"
@@ -417,11 +533,25 @@ class FineWebQuality(_Filter):
                 return "short_lines"
         if self.max_duplicate_chars is not None:
             characters = len(text) - text.count("\n")
-            duplicated = _repeats([line for line in lines if line.strip()])[1]
-            if characters and duplicated / characters >= self.max_duplicate_chars:
+            if _repeats(lines)[1] / characters >= self.max_duplicate_chars:
                 return "duplicate_line_chars"
         if self.max_newlines is not None:
             tokens = len(split_words(text))
             if tokens and text.count("\n") / tokens > self.max_newlines:
+                return "list_like"
+        return None
+
+    def _datatrove(self, text: str, lines: list[str]) -> str | None:
+        if self.min_punctuated is not None:
+            if sum(map(dt.ends_a_sentence, lines)) / len(lines) < self.min_punctuated:
+                return "few_punctuated_lines"
+        if self.max_short is not None:
+            if sum(len(line) <= self.short_length for line in lines) / len(lines) > self.max_short:
+                return "short_lines"
+        if self.max_duplicate_chars is not None:
+            if _repeats(lines)[1] / (len(text) - text.count("\n")) > self.max_duplicate_chars:
+                return "duplicate_line_chars"
+        if self.max_newlines is not None:
+            if text.count("\n") / len(english_words()(text)) > self.max_newlines:
                 return "list_like"
         return None
