@@ -49,3 +49,11 @@ def test_the_step_keeps_chosen_languages_and_records_them():
     assert step.counts() == {"removed:other_language": 2, "kept:en": 2, "kept:zh": 1}
     with pytest.raises(tp.ConfigError, match="min_score=2"):
         LanguageFilter(min_score=2)
+
+
+def test_a_language_ranked_after_unknown_is_read():
+    # CLD2 answers (('Unknown', 'un', 1), ('RUSSIAN', 'ru', 32), ('Unknown', 'un', 0)) on this text.
+    text = ("😀 😀 😀 во вечером. for 🙂 😀 for 👍 библиотеки 👍 😀 🙂 дебатов новой дебатов 😀 🙂 😀 😀 council "
+            "Городской 🙂 вторник 😀 утвердил")
+    assert detect_language(text) == ("ru", 0.32)
+    assert detect_language("12345 67890") == ("un", 0.0)

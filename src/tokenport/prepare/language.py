@@ -36,14 +36,19 @@ def _cld2() -> Any:
 
 
 def detect_language(text: str) -> tuple[str, float]:
-    """``(code, score)`` of the text's main language by CLD2; ``("un", 0.0)`` when unknown."""
+    """``(code, score)`` of the text's main language by CLD2 (the known language with the largest
+    share among its three results); ``("un", 0.0)`` when it finds none."""
     cld2 = _cld2()
     try:
         _, _, details = cld2.detect(_UNSUPPORTED.sub(" ", text))
     except cld2.error:
         return "un", 0.0
-    name, code, percent, _ = details[0]
-    return (code, percent / 100.0) if code != "un" else ("un", 0.0)
+    # CLD2 may rank "Unknown" first (on a sliver of unreliable text) above the language it found
+    known = [(percent, -rank, code) for rank, (_, code, percent, _) in enumerate(details) if code != "un" and percent]
+    if not known:
+        return "un", 0.0
+    percent, _, code = max(known)
+    return code, percent / 100.0
 
 
 class LanguageFilter(Rejecting):
