@@ -163,3 +163,17 @@ def test_the_step_runs_from_a_spec_and_refuses_unknown_modes(tmp_path):
 
 def test_the_copied_punctuation_tables_are_datatroves():
     assert dt.PUNCTUATION_SET == PUNCTUATION_SET and dt.TERMINAL_PUNCTUATION == TERMINAL_PUNCTUATION
+
+
+def test_the_suffix_search_started_near_the_end_finds_what_spacys_finds():
+    import spacy
+
+    search = spacy.blank("en").tokenizer.suffix_search
+    ours = english_words()._suffixes
+    rng = np.random.default_rng(3)
+    pool = list("aZ9.…,'\"’)-:km%$€°F#!?") + ["km²", "US$", "...", "'s"]
+    strings = ["word......", "10km", "U.S.A.", "abc….", "5°F.", "x" * 30 + "."]
+    strings += ["".join(rng.choice(pool, size=int(rng.integers(1, 12)))) for _ in range(3000)]
+    for s in strings:
+        match = search(s)
+        assert ours.length(s) == (match.end() - match.start() if match else 0), s

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["PUNCTUATION_SET", "TERMINAL_PUNCTUATION", "duplicate_gram_chars", "top_gram_chars", "word_stats"]
+__all__ = ["PUNCTUATION_SET", "TERMINAL_PUNCTUATION", "clear_cache", "duplicate_gram_chars", "ends_a_sentence",
+           "top_gram_chars", "word_stats"]
 
 _PUNCTUATION = (
     "!/\u2014\u201d:\uff05\uff11\u3008&(\u3001\u2501\\\u3010#%\u300c\u300d\uff0c\u3011\uff1b+^]~\u201c\u300a"
@@ -39,6 +40,11 @@ PUNCTUATION_SET = frozenset(_PUNCTUATION) | TERMINAL_PUNCTUATION
 _TERMINAL = tuple(TERMINAL_PUNCTUATION)
 
 _token_stats: dict[str, tuple[int, int, int]] = {}
+
+
+def clear_cache() -> None:
+    """Forget the words seen so far (for timing a cold start)."""
+    _token_stats.clear()
 
 
 def ends_a_sentence(line: str) -> bool:

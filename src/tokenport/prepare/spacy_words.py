@@ -10,6 +10,7 @@ cache of chunks already split: words repeat, so most chunks cost one dict lookup
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable
 from functools import lru_cache
@@ -26,9 +27,10 @@ class EnglishWords:
     """Splits text into the words datatrove's English ``split_into_words`` returns."""
 
     def __init__(self) -> None:
-        tokenizer = _spacy_tokenizer()
+        nlp = _blank_english()
+        tokenizer = nlp.tokenizer
         self._prefix: Callable[[str], Any] = tokenizer.prefix_search
-        self._suffix: Callable[[str], Any] = tokenizer.suffix_search
+        self._suffixes = _SuffixSearch(nlp.Defaults.suffixes)
         self._infixes: Callable[[str], Any] = tokenizer.infix_finditer
         self._token_match = tokenizer.token_match
         self._url_match = tokenizer.url_match
@@ -43,7 +45,7 @@ class EnglishWords:
         for chunk in self._specials:
             if any(c.isspace() for c in chunk):
                 continue
-            if self._prefix(chunk) or self._suffix(chunk) or list(self._infixes(chunk)):
+            if self._prefix(chunk) or self._suffixes.length(chunk) or list(self._infixes(chunk)):
                 pattern = self._split(chunk, False)
                 self._matched.setdefault(pattern[0], []).append((pattern, chunk))
         from spacy.pipeline.sentencizer import Sentencizer
@@ -90,6 +92,8 @@ class EnglishWords:
         return count
 
     def _chunk(self, chunk: str) -> tuple[str, ...]:
+        if chunk.isascii() and chunk.isalpha():  # no affix or infix rule matches ASCII letters alone
+            return self._specials.get(chunk, (chunk,))
         tokens = self._split(chunk, True)
         if len(tokens) > 1 and any(token in self._matched for token in tokens):
             tokens = self._rejoin(tokens)
@@ -117,8 +121,7 @@ class EnglishWords:
                     string = minus_pre
                     prefixes.append(prefix)
                     break
-            match = self._suffix(string[pre:])
-            suf = match.end() - match.start() if match else 0
+            suf = self._suffixes.length(string[pre:])
             if suf:
                 suffix, minus_suf = string[-suf:], string[:-suf]
                 if minus_suf and minus_suf in table:
@@ -184,19 +187,46 @@ class EnglishWords:
         return tuple(out)
 
 
+class _SuffixSearch:
+    """spaCy's suffix search (the leftmost of its ``$``-anchored patterns that matches), started
+    near the end: patterns of bounded width cannot match further left, and the unbounded ones
+    (``\\.\\.+``) get a search of their own."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        try:
+            from re import _parser as parser  # type: ignore[attr-defined]
+        except ImportError:  # Python < 3.11
+            import sre_parse as parser  # type: ignore[no-redef]
+        patterns = [p for p in patterns if p.strip()]  # as spacy.util.compile_suffix_regex
+        widths = [parser.parse(p).getwidth()[1] for p in patterns]
+        self._width = max([w for w in widths if w < 64] or [0])
+        self._bounded = re.compile("|".join(p + "$" for p, w in zip(patterns, widths) if w < 64) or "(?!)")
+        self._unbounded = re.compile("|".join(p + "$" for p, w in zip(patterns, widths) if w >= 64) or "(?!)")
+
+    def length(self, string: str) -> int:
+        """The length of the suffix spaCy would split off ``string`` (0 if none)."""
+        end = len(string)
+        match = self._bounded.search(string, max(0, end - self._width))
+        start = match.start() if match else end
+        match = self._unbounded.search(string)
+        if match:
+            start = min(start, match.start())
+        return end - start
+
+
 def _is_punct(token: str) -> bool:
     """spaCy's ``is_punct``: every character is in a Unicode punctuation category."""
     return all(unicodedata.category(char).startswith("P") for char in token)
 
 
-def _spacy_tokenizer() -> Any:
+def _blank_english() -> Any:
     try:
         import spacy
     except ImportError:
         raise ConfigError(
             "compat='datatrove' splits words as datatrove does, with spaCy's English rules: pip install spacy"
         ) from None
-    return spacy.blank("en").tokenizer
+    return spacy.blank("en")
 
 
 @lru_cache(maxsize=1)
