@@ -105,10 +105,24 @@ def spam_pages(count: int, rng: np.random.Generator) -> list[str]:
     return pages + ["", "\n\n", "   ", "word", "#", "..."]
 
 
+def other_scripts_and_odd_whitespace(rng: np.random.Generator) -> list[str]:
+    """The standard library's CJK test texts, and prose whose words are joined by unusual
+    whitespace (tabs, CR LF, no-break and ideographic spaces, form feeds, line separators)."""
+    folder = os.path.join(sysconfig.get_paths()["stdlib"], "test", "cjkencodings")
+    texts = [open(path, encoding="utf-8").read() for path in sorted(glob.glob(os.path.join(folder, "*-utf8.txt")))]
+    prose = [d for path in stdlib_sources()[40:80] for d in docstrings(read_source(path) or "")]
+    gaps = [" ", "  ", "\t", "\r\n", "\xa0", "\u3000", "\x0c", "\u2028", " \t ", "\n\n", "\u200b"]
+    for _ in range(60):
+        words = " ".join(str(rng.choice(prose)) for _ in range(3)).split()
+        texts.append("".join(w + str(rng.choice(gaps)) for w in words))
+    return texts
+
+
 @pytest.fixture(scope="module")
 def pages() -> list[str]:
     rng = np.random.default_rng(12)
-    return man_pages(250) + license_texts(120) + stdlib_pages(300, rng) + spam_pages(300, rng)
+    return (man_pages(250) + license_texts(120) + stdlib_pages(300, rng) + spam_pages(300, rng)
+            + other_scripts_and_odd_whitespace(rng))
 
 
 def datatrove_decisions(step, texts: list[str]) -> list[bool]:
@@ -151,6 +165,15 @@ def test_words_are_spacys(pages):
     words = english_words()
     for text in pages:
         assert words(text) == split_into_words(text)
+
+
+def test_sentences_are_those_of_spacys_sentencizer(pages):
+    from datatrove.utils.text import split_into_sentences
+
+    lines = [line.strip() for text in pages for line in text.splitlines() if len(line.split()) >= 3]
+    assert len(lines) > 5000
+    for line in lines[::3]:
+        assert english_words().sentences(line) == len(split_into_sentences(line)), line
 
 
 def test_the_step_runs_from_a_spec_and_refuses_unknown_modes(tmp_path):
