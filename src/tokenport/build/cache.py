@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import ConfigError, CorruptStoreError
 from ..indexed import IndexedDataset
+from ..indexed.commit import publish_mode
 from ..storage import is_remote, local_path
 
 logger = logging.getLogger(__name__)
@@ -212,6 +213,7 @@ class IndexCache:
             )
             _write_synced(os.path.join(staging, DESCRIPTION), lambda f: f.write(text.encode("utf-8")))
             _fsync_directory(staging)
+            publish_mode(staging, directory=True)  # mkdtemp made it 0700; published, it takes the umask
             os.rename(staging, self.entry_path(key))
             _fsync_directory(self.directory)
         except BaseException:

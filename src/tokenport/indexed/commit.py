@@ -2,13 +2,16 @@
 
 A store is several files, and POSIX renames one at a time. So the writer first records the
 planned renames in a journal (itself written atomically), then renames, then deletes the
-journal. Anyone who opens the prefix and finds a journal rolls it forward first. Either the
-old store or the whole new one is visible; never a mix, never a half-written file.
+journal. Whoever touches the prefix next (reader, writer, merge, verify) calls `recover`: it
+rolls the journal forward first, then deletes what dead writers left. Either the old store or
+the whole new one is visible; never a mix, never a half-written file, never a leftover.
+
+Published files take the process umask, as open() would; temporaries stay private until then.
+`fault_point` lets tests kill a process at a chosen step (TOKENPORT_FAULT_AT=NAME:N).
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import tempfile
@@ -16,10 +19,60 @@ import tempfile
 from ..errors import CorruptStoreError
 
 JOURNAL_SUFFIX = ".tokenport-commit"
+FAULT_ENV = "TOKENPORT_FAULT_AT"
+FAULT_EXIT_CODE = 86
+
+_fault_hits: dict[str, int] = {}
+
+
+def fault_point(step: str) -> None:
+    """Exit the process at once (os._exit, as a kill would) at the Nth step named like NAME.
+
+    TOKENPORT_FAULT_AT=NAME:N counts the calls whose `step` starts with NAME ("commit" for every
+    step of a publication, "commit.rename" for renames only) and dies at the Nth. Unset: a no-op.
+    """
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    name, _, count = spec.rpartition(":")
+    if not step.startswith(name):
+        return
+    _fault_hits[spec] = hits = _fault_hits.get(spec, 0) + 1
+    if hits == int(count):
+        os._exit(FAULT_EXIT_CODE)
 
 
 def journal_path(prefix: str) -> str:
     return prefix + JOURNAL_SUFFIX
+
+
+def store_paths(prefix: str) -> tuple[str, str, str]:
+    """The published files of a store: PREFIX.bin, PREFIX.idx, PREFIX.json."""
+    return prefix + ".bin", prefix + ".idx", prefix + ".json"
+
+
+def umask() -> int:
+    """The process umask, read without changing it where Linux allows (else set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_mode(path: str, directory: bool = False) -> None:
+    """Give a private temporary the mode open() (or mkdir) would have given it under the umask."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+
+
+def make_parents(prefix: str) -> None:
+    """Create the missing directories above `prefix` (with the umask, as mkdir -p would)."""
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
 
 
 def temp_path(final_path: str) -> str:
@@ -30,16 +83,38 @@ def temp_path(final_path: str) -> str:
     return path
 
 
-def remove_stale_temporaries(final_path: str) -> None:
-    """Delete temporaries of `final_path` left by writers that died (their process is gone)."""
-    directory, name = os.path.split(os.path.abspath(final_path))
-    for leftover in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(name)}.*.tmp")):
-        pid_text = leftover[len(os.path.join(directory, f".{name}.")) :].split(".", 1)[0]
+def remove_stale_temporaries(prefix: str) -> None:
+    """Delete the temporaries of a store's files and journal left by writers that died.
+
+    One directory scan; a temporary is ``.NAME.PID.XXXX.tmp`` and is stale when PID is gone.
+    """
+    directory, base = os.path.split(os.path.abspath(prefix))
+    heads = tuple(f".{os.path.basename(path)}." for path in (*store_paths(base), journal_path(base)))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not (name.endswith(".tmp") and name.startswith(heads)):
+            continue
+        head = next(h for h in heads if name.startswith(h))
+        pid_text = name[len(head) :].split(".", 1)[0]
         if pid_text.isdigit() and not _process_alive(int(pid_text)):
             try:
-                os.unlink(leftover)
-            except FileNotFoundError:
-                pass
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass  # gone already, or a directory we may only read: leave it
+
+
+def recover(prefix: str, *, clean: bool = False) -> None:
+    """Finish an interrupted publication at `prefix`, then delete what dead writers left there.
+
+    Temporaries are deleted only after the journal is rolled forward (they may be the very files
+    it still has to rename), and only when a journal was found or `clean` is asked (by writers):
+    readers of an intact store do not scan its directory.
+    """
+    if _replay_journal(prefix) or clean:
+        remove_stale_temporaries(prefix)
 
 
 def _process_alive(pid: int) -> bool:
@@ -61,6 +136,7 @@ def fsync_path(path: str) -> None:
 
 
 def _fsync_dir(directory: str) -> None:
+    fault_point("commit.fsync_dir")
     try:
         fsync_path(directory or ".")
     except OSError:
@@ -70,35 +146,48 @@ def _fsync_dir(directory: str) -> None:
 def publish(prefix: str, renames: list[tuple[str, str]]) -> None:
     """Move every (temporary, final) pair into place as one unit, via a journal."""
     for temporary, _ in renames:
+        publish_mode(temporary)
+        fault_point("commit.fsync")
         fsync_path(temporary)
     journal = journal_path(prefix)
     staged = temp_path(journal)
     with open(staged, "w", encoding="utf-8") as f:
         json.dump({"renames": renames}, f)
+        fault_point("commit.journal")
         f.flush()
         os.fsync(f.fileno())
+    fault_point("commit.rename")
     os.replace(staged, journal)
     _fsync_dir(os.path.dirname(os.path.abspath(prefix)))
     roll_forward(prefix)
 
 
-def roll_forward(prefix: str) -> None:
-    """Finish a publication that was interrupted; a no-op (one stat) when there is none."""
+def roll_forward(prefix: str) -> bool:
+    """Finish a publication that was interrupted (True), or do nothing but one stat (False)."""
+    return _replay_journal(prefix)
+
+
+def _replay_journal(prefix: str) -> bool:
+    """roll_forward's work (recover calls it directly, so tests that wrap publish's call see only that)."""
     journal = journal_path(prefix)
     if not os.path.exists(journal):
-        return
+        return False
     try:
         with open(journal, encoding="utf-8") as f:
             renames = json.load(f)["renames"]
-    except (OSError, ValueError, KeyError) as exc:
+        pairs = [(str(temporary), str(final)) for temporary, final in renames]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CorruptStoreError(
             f"{journal}: unreadable commit journal ({exc}); delete it and rebuild the store"
         ) from None
-    for temporary, final in renames:
+    for temporary, final in pairs:
         if os.path.exists(temporary):
+            fault_point("commit.rename")
             os.replace(temporary, final)
     _fsync_dir(os.path.dirname(os.path.abspath(prefix)))
+    fault_point("commit.unlink")
     try:
         os.unlink(journal)
     except FileNotFoundError:
         pass  # a concurrent reader finished it first
+    return True

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ConfigError, CorruptStoreError
 from ..storage import MODES, ByteSource, MmapSource, PreadSource, is_remote, local_path, open_source
 from ..storage.handles import LazyHandle
-from .commit import roll_forward
+from .commit import recover
 from .format import HEADER_SIZE, IndexHeader, parse_header
 from .manifest import Manifest, manifest_path, read_manifest
 
@@ -77,7 +77,7 @@ class IndexedDataset:
             self._idx: ByteSource = PreadSource(idx_path) if mode == "pread" else MmapSource(idx_path)
             self._bin = open_source(self.prefix + ".bin", "remote", options=remote_options)
         else:
-            roll_forward(local_path(self.prefix))
+            recover(local_path(self.prefix))
             base = local_path(self.prefix)
             self._idx = PreadSource(base + ".idx") if mode == "pread" else MmapSource(base + ".idx")
             self._bin = open_source(base + ".bin", "pread" if mode == "pread" else "mmap")

@@ -146,11 +146,8 @@ class IndexedDatasetWriter:
         self._tokenizer = identity
         self._provenance = dict(provenance or {})
         self._limits = self._id_limits()
-        directory = os.path.dirname(os.path.abspath(self.prefix))
-        if not os.path.isdir(directory):
-            raise ConfigError(f"{self.prefix}: directory {directory} does not exist; create it first")
-        for final in (self.prefix + ".bin", self.prefix + ".idx", manifest_path(self.prefix)):
-            commit.remove_stale_temporaries(final)
+        commit.make_parents(self.prefix)
+        commit.recover(self.prefix, clean=True)  # finish a dead writer's publication before anything else
         self._bin_path = commit.temp_path(self.prefix + ".bin")
         # writes come staged (>= _STAGE_BYTES) or large: a buffer of that size passes them through
         self._bin = open(self._bin_path, "wb", buffering=_STAGE_BYTES)
@@ -377,6 +374,8 @@ class IndexedDatasetWriter:
             staged.append(json_path)
             with open(json_path, "w", encoding="utf-8") as f:
                 f.write(self._manifest(idx_digest).to_json())
+            self._lengths.discard()  # composed into the .idx: a kill from here on leaves no spill file
+            self._documents.discard()
             commit.publish(
                 self.prefix,
                 [
@@ -393,8 +392,6 @@ class IndexedDatasetWriter:
                     os.unlink(path)
             self.abort()
             raise
-        self._lengths.discard()
-        self._documents.discard()
         self._state = "done"
         return self.prefix
 
