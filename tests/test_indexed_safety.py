@@ -79,6 +79,92 @@ def test_missing_files(tmp_path, store):
         tp.IndexedDataset(store)
 
 
+def _offsets(store):
+    with tp.IndexedDataset(store) as ds:
+        return ds.header.lengths_offset, ds.header.pointers_offset, ds.header.documents_offset
+
+
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+@pytest.mark.parametrize(
+    "field, index, value, message",
+    [
+        ("lengths", 3, -2, "sequence_lengths: sequence 3 has negative length -2"),
+        ("lengths", 7, 2**31 - 1, "sequence_pointers: sequence 8 points at byte"),
+        ("pointers", 5, 10**12, "sequence_pointers: sequence 5 points at byte 1000000000000"),
+        ("pointers", 0, -4, "sequence_pointers: sequence 0 points at byte -4"),
+        ("documents", 4, 10**6, "document_indices: document index 5 .* below"),
+        ("documents", 0, 1, "document_indices must start with 0"),
+    ],
+)
+def test_a_bad_pointer_or_length_is_refused_on_first_use(store, mode, field, index, value, message):
+    """Every read path (ds[i], get, get_many, GPT samples) refuses an index whose pointers and
+    lengths disagree; before, a negative length returned other tokens and 2**31-1 crashed the kernel."""
+    lengths_at, pointers_at, documents_at = _offsets(store)
+    at, size = {"lengths": (lengths_at, 4), "pointers": (pointers_at, 8), "documents": (documents_at, 8)}[field]
+    _patch(f"{store}.idx", at + size * index, int(value).to_bytes(size, "little", signed=True))
+    reads = [
+        lambda ds: ds[index],
+        lambda ds: ds.get(index),
+        lambda ds: ds.get_many([index, 1]),
+        lambda ds: tp.GPTDataset(ds, np.arange(len(ds)), 20, tp.GPTSampleConfig(seq_length=8, eod_id=0), 1)[0],
+        lambda ds: tp.verify(ds.prefix),
+    ]
+    for read in reads:
+        with pytest.raises(tp.CorruptStoreError, match=rf"s\.idx: {message}"):
+            read(tp.IndexedDataset(store, mode=mode))
+
+
+def test_gpt_kernel_refuses_sample_indices_of_another_store(store):
+    """Cached sample indices that point past the store's documents are refused, not read out of bounds."""
+    ds = tp.IndexedDataset(store)
+    config = tp.GPTSampleConfig(seq_length=8, eod_id=0)
+    good = tp.GPTDataset(ds, np.arange(len(ds)), 20, config, 1)
+    bad_documents = good.document_index.copy()
+    bad_documents[:] = len(ds) + 1000
+    bad_samples = good.sample_index.copy()
+    bad_samples[1, 1] = 10**6
+    for document_index, sample_index, shuffle_index in [
+        (bad_documents, good.sample_index, good.shuffle_index),
+        (good.document_index, bad_samples, good.shuffle_index),
+        (good.document_index, good.sample_index, good.shuffle_index + 10**6),
+    ]:
+        gpt = tp.GPTDataset.from_indices(ds, good.indices, document_index, sample_index, shuffle_index, config)
+        with pytest.raises(tp.CorruptStoreError, match="sample_index row .* reads outside"):
+            gpt.get_batch(np.arange(len(gpt)))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m["checksums"].update(bin_block_size=0), "bin_block_size=0 must be a positive integer"),
+        (lambda m: m["checksums"].update(algorithm=["x"]), "checksums.algorithm and checksums.idx must be strings"),
+        (lambda m: m.update(tokens="12"), "tokens='12' must be a non-negative integer"),
+        (lambda m: m.update(sequences=-1), "sequences=-1 must be a non-negative integer"),
+        (lambda m: m["checksums"].update(bin_blocks=None), "bin_blocks must be a list"),
+        (lambda m: m.clear() or m.update(checksums=[]), "a 'checksums' object"),
+    ],
+)
+def test_manifest_fields_of_the_wrong_type_are_refused(store, edit, message):
+    """Before, these raised ZeroDivisionError, TypeError or AttributeError from verify or the parser."""
+    import json
+
+    with open(f"{store}.json") as f:
+        manifest = json.load(f)
+    edit(manifest)
+    with open(f"{store}.json", "w") as f:
+        json.dump(manifest, f)
+    with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest \(.*" + message):
+        tp.verify(store)
+
+
+def test_manifest_that_is_not_utf8_or_not_an_object_is_refused(store):
+    for content in (b'{"a": "\xff\xfe"}', b"[1, 2]", b"null"):
+        with open(f"{store}.json", "wb") as f:
+            f.write(content)
+        with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest"):
+            tp.IndexedDataset(store).manifest
+
+
 def test_verify_finds_pointer_document_and_checksum_faults(store):
     assert tp.verify(store).checksums.startswith("verified")
     ds = tp.IndexedDataset(store)

@@ -397,7 +397,7 @@ class GPTDataset:
             return fields_from_windows(self._windows(rows), self._options)
         return fields_from_store(
             tokens, self.dataset.sequence_pointers, self._lengths, self.document_index, self.sample_index,
-            rows, self._options,
+            rows, self._options, self.dataset.prefix,
         )
 
     def _windows(self, rows: np.ndarray) -> np.ndarray:

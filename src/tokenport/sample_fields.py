@@ -16,7 +16,9 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from .errors import InputDataError
+from .errors import CorruptStoreError, InputDataError
+
+_BAD_ROW = -2  # the store kernel returns _BAD_ROW - b when sample b's indices point outside the store
 
 FIELDS = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "max_seqlen", "attention_mask")
 
@@ -43,9 +45,22 @@ def fields_from_store(
     sample_index: np.ndarray,
     rows: np.ndarray,
     options: FieldOptions,
+    store: str = "the token store",
 ) -> dict[str, np.ndarray]:
-    """Fields of samples ``rows`` (sample_index rows) read straight from a memory-mapped store."""
-    return _as_dict(_store_kernel(tokens, pointers, lengths, document_index, sample_index, rows, *options), options)
+    """Fields of samples ``rows`` (sample_index rows) read straight from a memory-mapped store.
+
+    The kernel trusts the store's pointers and lengths (checked when its index was first used)
+    but not the sample indices: a row that would read outside its documents is a CorruptStoreError.
+    """
+    result = _store_kernel(tokens, pointers, lengths, document_index, sample_index, rows, *options)
+    if result[-1] <= _BAD_ROW:
+        row = int(rows[_BAD_ROW - result[-1]])
+        raise CorruptStoreError(
+            f"{store}: sample_index row {row} reads outside the documents of the store (document_index "
+            "or sample_index out of range); the sample indices do not belong to this store or are damaged: "
+            "delete their cache entry and rebuild them"
+        )
+    return _as_dict(result, options)
 
 
 def fields_from_windows(windows: np.ndarray, options: FieldOptions) -> dict[str, np.ndarray]:
@@ -74,19 +89,32 @@ def _store_kernel(
     seq_length, extra, eod, pad, eod_mask_loss, reset_position_ids, reset_attention_mask,
     create_attention_mask, cu_seqlens_length,
 ):
-    """Gather each row's window from the store's token array, then fill its fields."""
+    """Gather each row's window from the store's token array, then fill its fields.
+
+    Every index read from ``rows``, ``sample_index`` and ``document_index`` is range-checked once
+    per document piece (a few compares, not per token); a bad one returns _BAD_ROW - b.
+    """
     itemsize = tokens.itemsize
-    window = np.empty((1, seq_length + extra), dtype=np.int64)
+    width = seq_length + extra
+    window = np.empty((1, width), dtype=np.int64)
     out = _allocate(len(rows), seq_length, cu_seqlens_length, create_attention_mask)
     for b in range(len(rows)):
         row = rows[b]
+        if row < 0 or row + 1 >= sample_index.shape[0]:
+            return out + (_BAD_ROW - b,)
         first, first_offset = sample_index[row, 0], sample_index[row, 1]
         last, last_offset = sample_index[row + 1, 0], sample_index[row + 1, 1]
+        if first < 0 or last < first or last >= len(document_index):
+            return out + (_BAD_ROW - b,)
         filled = 0
         for position in range(first, last + 1):
             document = document_index[position]
+            if document < 0 or document >= len(lengths):
+                return out + (_BAD_ROW - b,)
             begin = first_offset if position == first else 0
             end = last_offset + extra if position == last else lengths[document]
+            if begin < 0 or end > lengths[document] or filled + max(end - begin, 0) > width:
+                return out + (_BAD_ROW - b,)
             base = pointers[document] // itemsize
             for k in range(begin, end):
                 window[0, filled] = tokens[base + k]

@@ -45,13 +45,18 @@ class Manifest:
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, path: str) -> "Manifest":
+    def from_json(cls, text: str | bytes, path: str) -> "Manifest":
         try:
             data = json.loads(text)
-            checks = data.pop("checksums")
+            if not isinstance(data, dict) or not isinstance(data.get("checksums"), dict):
+                raise ValueError("expected a JSON object with a 'checksums' object")
+            checks = dict(data.pop("checksums"))
+            if not isinstance(checks.get("bin_blocks"), list):
+                raise ValueError("checksums.bin_blocks must be a list")
             checks["bin_blocks"] = tuple(checks["bin_blocks"])
             manifest = cls(checksums=Checksums(**checks), **data)
-        except (ValueError, KeyError, TypeError) as exc:
+            _check_types(manifest)
+        except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
             raise CorruptStoreError(
                 f"{path}: not a valid tokenport manifest ({exc}); delete it or rebuild the store"
             ) from None
@@ -63,6 +68,31 @@ class Manifest:
         return manifest
 
 
+_COUNTS = ("sequences", "documents", "tokens")
+
+
+def _check_types(manifest: Manifest) -> None:
+    """Every field has the type (and sign) the readers and verify rely on; ValueError names the first that does not."""
+    for name in ("dtype", "created", "format"):
+        if not isinstance(getattr(manifest, name), str):
+            raise ValueError(f"{name} must be a string")
+    for name in _COUNTS:
+        value = getattr(manifest, name)
+        if type(value) is not int or value < 0:
+            raise ValueError(f"{name}={value!r} must be a non-negative integer")
+    if manifest.tokenizer is not None and not isinstance(manifest.tokenizer, dict):
+        raise ValueError("tokenizer must be an object or null")
+    if not isinstance(manifest.provenance, dict):
+        raise ValueError("provenance must be an object")
+    sums = manifest.checksums
+    if not isinstance(sums.algorithm, str) or not isinstance(sums.idx, str):
+        raise ValueError("checksums.algorithm and checksums.idx must be strings")
+    if type(sums.bin_block_size) is not int or sums.bin_block_size <= 0:
+        raise ValueError(f"checksums.bin_block_size={sums.bin_block_size!r} must be a positive integer")
+    if not all(isinstance(block, str) for block in sums.bin_blocks):
+        raise ValueError("checksums.bin_blocks must be strings")
+
+
 def manifest_path(prefix: str) -> str:
     return prefix + ".json"
 
@@ -71,7 +101,7 @@ def read_manifest(prefix: str) -> Manifest | None:
     """The manifest of a local store, or None when it has none."""
     path = manifest_path(prefix)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             text = f.read()
     except FileNotFoundError:
         return None

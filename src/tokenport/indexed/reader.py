@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import ConfigError, CorruptStoreError
 from ..storage import MODES, ByteSource, MmapSource, PreadSource, is_remote, local_path, open_source
 from ..storage.handles import LazyHandle
+from .bounds import check_index
 from .commit import recover
 from .format import HEADER_SIZE, IndexHeader, parse_header
 from .manifest import Manifest, manifest_path, read_manifest
@@ -87,21 +88,36 @@ class IndexedDataset:
         self.dtype = self.header.dtype
         self._itemsize = self.dtype.itemsize
         self._check_bin_size()
-        self._index = LazyHandle(lambda: _IndexArrays(self._idx, self.header), _forget)
+        self._index_checked = False
+        self._index = LazyHandle(self._load_index, _forget)
         self._tokens = LazyHandle(self._map_tokens, _forget) if isinstance(self._bin, MmapSource) else None
 
     def _check_bin_size(self) -> None:
+        """O(1) at open: the last sequence must end exactly at the end of the .bin."""
         n = self.header.sequence_count
         if n == 0:
-            return
-        last_pointer = int(self._idx.read_array(self.header.pointers_offset + 8 * (n - 1), 1, np.int64)[0])
-        last_length = int(self._idx.read_array(self.header.lengths_offset + 4 * (n - 1), 1, np.int32)[0])
-        needed = last_pointer + last_length * self._itemsize
-        if last_pointer < 0 or last_length < 0 or self._bin.size < needed:
+            needed = 0
+        else:
+            last_pointer = int(self._idx.read_array(self.header.pointers_offset + 8 * (n - 1), 1, np.int64)[0])
+            last_length = int(self._idx.read_array(self.header.lengths_offset + 4 * (n - 1), 1, np.int32)[0])
+            needed = last_pointer + last_length * self._itemsize
+        if self._bin.size != needed:
             raise CorruptStoreError(
                 f"{self._bin.url}: has {self._bin.size} bytes but the index needs {needed}; "
-                "the .bin is truncated or belongs to another .idx: rebuild or re-download it"
+                "the .bin is truncated, has junk appended or does not belong to this .idx: rebuild or re-download it"
             )
+
+    def _load_index(self) -> _IndexArrays:
+        """The index arrays; the first time, every pointer and length is checked against the .bin
+        (one vectorized pass), so no read after it can leave the file or return another's tokens."""
+        arrays = _IndexArrays(self._idx, self.header)
+        if not self._index_checked:
+            check_index(
+                arrays.lengths, arrays.pointers, arrays.documents, self._itemsize, self._bin.size,
+                self._idx.url, self._bin.url,
+            )
+            self._index_checked = True
+        return arrays
 
     def _map_tokens(self) -> np.ndarray:
         buffer = self._bin.buffer()  # type: ignore[attr-defined]
@@ -167,7 +183,7 @@ class IndexedDataset:
         from ..storage.remote import read_small_object
 
         text = read_small_object(manifest_path(self.prefix), options=self._remote_options)
-        return None if text is None else Manifest.from_json(text.decode("utf-8"), manifest_path(self.prefix))
+        return None if text is None else Manifest.from_json(text, manifest_path(self.prefix))
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -224,11 +240,7 @@ class IndexedDataset:
         total = int(offsets[-1])
         if self._tokens is not None:
             starts, counts = _runs(pointers // self._itemsize, lengths, offsets)
-            source = self._tokens.get()
-            if int(starts.min()) < 0 or int((starts + counts).max()) > len(source):
-                tokens = source[:0]  # _gather trusts its ranges: a bad pointer is reported below
-            else:
-                tokens = _gather(source, starts, counts, total)
+            tokens = _gather(self._tokens.get(), starts, counts, total)  # the index was checked
         else:
             starts, counts = _runs(pointers, lengths * self._itemsize, offsets * self._itemsize)
             chunks = self._bin.read_ranges(list(zip(starts.tolist(), counts.tolist())))
@@ -308,7 +320,7 @@ def _runs(starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> tuple
 
 def _gather(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray:
     """A new array of tokens[s:s+n] for each (s, n), concatenated; `total` is the sum of the n.
-    Every range must lie inside `tokens` (the caller checks).
+    Every range must lie inside `tokens` (check_index made sure when the index was first used).
 
     Short ranges (mean <= _GATHER_MAX_MEAN_LENGTH tokens): fancy indexing, 16Ki positions at a
     time. Longer ranges: one C-level pass (bytearray.join over memoryview slices), about 0.2 us a
