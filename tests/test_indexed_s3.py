@@ -99,3 +99,16 @@ def test_transient_faults_are_retried_through_a_real_proxy(s3, fault_proxy, loca
     for i in range(0, len(local), 7):
         assert np.array_equal(remote[i], local[i])
     assert remote._bin.stats.retries > 0
+
+
+def test_cached_index_follows_the_umask(s3, local_store, tmp_path):
+    """The downloaded .idx is staged privately but published with the umask, like any file."""
+    url = _upload(s3, local_store, "stores/umask")
+    previous = os.umask(0o022)
+    try:
+        tp.IndexedDataset(url, remote_options=_options(s3), cache_dir=tmp_path / "cache")
+    finally:
+        os.umask(previous)
+    cached = os.listdir(tmp_path / "cache")
+    assert len(cached) == 1 and cached[0].endswith("umask.idx")
+    assert os.stat(tmp_path / "cache" / cached[0]).st_mode & 0o777 == 0o644

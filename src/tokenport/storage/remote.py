@@ -594,6 +594,8 @@ def fetch_cached(
         )
     if len(data) != size:
         raise StorageError(f"{url}: downloaded {len(data)} bytes, expected {size}; the object changed, retry")
+    from ..indexed.commit import publish_mode
+
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
@@ -602,6 +604,7 @@ def fetch_cached(
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            publish_mode(tmp)  # mkstemp made it 0600; the published copy takes the umask
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
