@@ -84,6 +84,7 @@ def _offsets(store):
         return ds.header.lengths_offset, ds.header.pointers_offset, ds.header.documents_offset
 
 
+@pytest.mark.parametrize("numba_pass", [False, True])
 @pytest.mark.parametrize("mode", ["mmap", "pread"])
 @pytest.mark.parametrize(
     "field, index, value, message",
@@ -96,9 +97,14 @@ def _offsets(store):
         ("documents", 0, 1, "document_indices must start with 0"),
     ],
 )
-def test_a_bad_pointer_or_length_is_refused_on_first_use(store, mode, field, index, value, message):
+def test_a_bad_pointer_or_length_is_refused_on_first_use(store, mode, field, index, value, message, numba_pass, monkeypatch):
     """Every read path (ds[i], get, get_many, GPT samples) refuses an index whose pointers and
-    lengths disagree; before, a negative length returned other tokens and 2**31-1 crashed the kernel."""
+    lengths disagree; before, a negative length returned other tokens and 2**31-1 crashed the kernel.
+    Small indexes are checked with numpy, large ones with numba: both passes are tried here."""
+    from tokenport.indexed import bounds
+
+    if numba_pass:
+        monkeypatch.setattr(bounds, "KERNEL_FROM", 0)
     lengths_at, pointers_at, documents_at = _offsets(store)
     at, size = {"lengths": (lengths_at, 4), "pointers": (pointers_at, 8), "documents": (documents_at, 8)}[field]
     _patch(f"{store}.idx", at + size * index, int(value).to_bytes(size, "little", signed=True))
@@ -112,6 +118,24 @@ def test_a_bad_pointer_or_length_is_refused_on_first_use(store, mode, field, ind
     for read in reads:
         with pytest.raises(tp.CorruptStoreError, match=rf"s\.idx: {message}"):
             read(tp.IndexedDataset(store, mode=mode))
+
+
+def test_numpy_and_numba_index_checks_agree(monkeypatch):
+    """The two passes of bounds.check_index find the same first fault (or none) on random damage,
+    with chunks small enough that faults fall on and across chunk boundaries."""
+    from tokenport.indexed import bounds
+    from tokenport.indexed.bounds_kernels import first_bad_sequence
+
+    monkeypatch.setattr(bounds, "_CHUNK", 64)
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        lengths = rng.integers(0, 50, int(rng.integers(1, 3000))).astype(np.int32)
+        pointers = np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64) * 2))
+        for _ in range(int(rng.integers(0, 3))):
+            target = lengths if rng.random() < 0.5 else pointers
+            target[int(rng.integers(0, len(target)))] = int(rng.integers(-5, 100))
+        expected = first_bad_sequence(lengths, pointers, 2)
+        assert bounds._first_bad_sequence(lengths, pointers, 2) == tuple(map(int, expected)), trial
 
 
 def test_gpt_kernel_refuses_sample_indices_of_another_store(store):
