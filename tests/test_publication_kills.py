@@ -33,7 +33,7 @@ CHILD = textwrap.dedent(
             for _ in range(30 + seed):
                 writer.add_document(rng.integers(0, 5000, int(rng.integers(1, 60))))
     else:
-        tp.merge(out, inputs)
+        tp.merge(out, inputs, overwrite=True)
     """
 )
 
@@ -150,18 +150,36 @@ def test_killed_merge_then_reopen_and_rerun(tmp_path):
     prefix = directory / "m"
 
     def start():
-        tp.merge(prefix, inputs[:1])  # an earlier merge the new one replaces
+        tp.merge(prefix, inputs[:1], overwrite=True)  # an earlier merge the new one replaces
 
     start()
     old = _sequences(prefix)
-    tp.merge(prefix, inputs)
+    tp.merge(prefix, inputs, overwrite=True)
     new = _sequences(prefix)
     reference = _snapshot(directory)
     assert old != new
     _kill_at_every_step(
-        start, lambda step: _run("merge", prefix, 0, inputs, fault=step), lambda: tp.merge(prefix, inputs),
+        start, lambda step: _run("merge", prefix, 0, inputs, fault=step), lambda: tp.merge(prefix, inputs, overwrite=True),
         reference, old, new, prefix, directory,
     )
+
+
+def test_a_rerun_merge_finishes_the_killed_one_before_refusing_to_overwrite(tmp_path):
+    """Killed between its renames, a merge leaves a journal; the rerun (without --force) rolls it
+    forward first, so it refuses a whole store, not a mixed one, and leaves no journal behind."""
+    inputs = [tmp_path / "in" / "a", tmp_path / "in" / "b"]
+    for seed, prefix in enumerate(inputs, start=3):
+        _write_in_process(prefix, seed)
+    reference_prefix = tmp_path / "reference" / "m"
+    tp.merge(reference_prefix, inputs)
+    prefix = tmp_path / "out" / "m"
+    step = 6  # 3 fsyncs, the journal, its rename, then the directory fsync: journal in place, no file renamed
+    assert _run("merge", prefix, 0, inputs, fault=step) == commit.FAULT_EXIT_CODE
+    assert os.path.exists(commit.journal_path(str(prefix)))
+    with pytest.raises(tp.ConfigError, match="already exists"):
+        tp.merge(prefix, inputs)
+    assert sorted(os.listdir(prefix.parent)) == ["m.bin", "m.idx", "m.json"]
+    assert _sequences(prefix) == _sequences(reference_prefix)
 
 
 def test_fault_point_counts_only_matching_steps(monkeypatch):

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..storage import is_remote
+from .commit import recover
 from .prefixes import resolve_stores
 from .reader import IndexedDataset, strip_suffix
 from .writer import IndexedDatasetWriter
@@ -55,6 +56,7 @@ def _check_output(output: str, inputs: list[str], overwrite: bool) -> None:
     """Refuse an output that is one of the inputs, or an existing store unless ``overwrite``."""
     if is_remote(output):
         return
+    recover(output)  # finish an interrupted publication at the output before judging what exists
     key = os.path.abspath(output)
     if any(not is_remote(p) and os.path.abspath(p) == key for p in inputs):
         raise ConfigError(f"merge: the output {output} is also an input; write the merged store to a new prefix")
