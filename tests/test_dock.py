@@ -376,6 +376,65 @@ def test_overwrite_replaces_a_written_cell():
     assert dock.get("train", ["responses"], 1, "step-0", rows=[0])["responses"].values.tolist() == [7] * 5
 
 
+def typed_dock() -> Dock:
+    """One column per dtype family: int32 fixed, uint8 vectors, int32 and float16 ragged, float32, bool."""
+    dock = Dock([Column("x", np.int32), Column("u", np.uint8, shape=(2,)), Column("t", np.int32, ragged=True),
+                 Column("h", np.float16, ragged=True), Column("f", np.float32), Column("b", bool)], ["c"])
+    dock.add_partition("p", num_prompts=2)
+    return dock
+
+
+BIG = 2**40  # numpy's same_kind cast stores it in an int32 as 0
+
+
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        ({"x": np.array([BIG, 1])}, "value 1099511627776 does not fit its dtype int32 .its range is -2147483648"),
+        ({"x": np.array([2**64 - 1, 1], np.uint64)}, "value 18446744073709551615 does not fit its dtype int32"),
+        ({"x": [7, 2**31]}, "value 2147483648 does not fit its dtype int32"),
+        ({"x": [7, 2**70]}, "dtype object does not fit the column's int32 .integers beyond 64 bits"),
+        ({"x": [1.0, 2.0]}, "dtype float64 does not fit the column's int32; pass integers"),
+        ({"x": np.array([np.nan, 1.0])}, "dtype float64 does not fit the column's int32"),
+        ({"x": ["1", "2"]}, "dtype <U1 does not fit the column's int32"),
+        ({"b": [1, 0]}, "dtype int64 does not fit the column's bool; pass booleans"),
+        ({"u": [[1, 2], [3, -1]]}, r"column 'u': value -1 does not fit its dtype uint8 .its range is 0\.\.255"),
+        ({"u": np.full((2, 2), 256, np.uint16)}, r"value 256 does not fit its dtype uint8 .its range is 0\.\.255; 4 value"),
+        ({"t": [np.array([1, BIG]), np.array([2])]}, "column 't': value 1099511627776 does not fit its dtype int32"),
+        ({"t": Packed(np.array([1, 2, -BIG]), [2, 1])}, "column 't': value -1099511627776 does not fit"),
+        ({"t": Padded(np.array([[1, 0], [BIG, 0]]), [1, 1])}, "column 't': value 1099511627776 does not fit"),
+        ({"f": np.array([1e300, 0.0])}, "column 'f': value 1e\\+300 does not fit its dtype float32 .it would overflow"),
+        ({"h": [np.array([70000]), np.array([1])]}, "column 'h': value 70000 does not fit its dtype float16"),
+        ({"h": Padded(np.array([[1.0, 0.0], [-1e6, 0.0]]), [1, 2])}, "value -1000000.0 does not fit its dtype float16"),
+    ],
+)
+def test_values_that_do_not_fit_the_column_are_refused_and_change_nothing(values, match):
+    dock = typed_dock()
+    with pytest.raises(tp.ConfigError, match=match):
+        dock.put("p", {"x": np.array([5, 6], np.int32), **values}, rows=[0, 1])
+    assert all(count == 0 for count in dock.stats()["partitions"]["p"]["ready"].values())
+
+
+def test_values_that_fit_are_stored_exactly_whatever_their_dtype():
+    dock = typed_dock()
+    low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    dock.put("p", {
+        "x": np.array([low, high], np.int64),
+        "u": [[0, 255], [True, 7]],  # Python ints (int64) and a bool, all within uint8
+        "t": Padded(np.array([[1, BIG], [2**31 - 1, -1]]), [1, 2]),  # padding may hold anything
+        "h": [np.array([65504.0, -np.inf, np.nan]), np.array([1e-9])],  # rounding, inf and nan are kept
+        "f": np.array([1 / 3, 2**24 + 1]),  # float64 and beyond-24-bit values round to float32
+        "b": np.array([True, False]),
+    }, rows=[0, 1])
+    batch = dock.get("c", ["x", "u", "t", "h", "f", "b"], 2, "p")
+    assert batch["x"].tolist() == [low, high] and batch["x"].dtype == np.int32
+    assert batch["u"].tolist() == [[0, 255], [1, 7]]
+    assert batch["t"].values.tolist() == [1, 2**31 - 1, -1] and batch["t"].lengths.tolist() == [1, 2]
+    assert np.array_equal(batch["h"].values, np.array([65504, -np.inf, np.nan, 1e-9], np.float16), equal_nan=True)
+    assert batch["f"].tolist() == [np.float32(1 / 3), np.float32(2**24)]
+    assert batch["b"].tolist() == [True, False]
+
+
 # -- helpers ----------------------------------------------------------------------------------------
 
 

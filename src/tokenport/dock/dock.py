@@ -15,6 +15,8 @@ that crashes mid-batch loses no rows and the same stage never consumes a row twi
 from __future__ import annotations
 
 import asyncio
+import math
+import numbers
 import os
 import threading
 import time
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..errors import ConfigError, DockTimeout
 from .batch import Batch
+from .casting import fitted
 from .checkpoint import load_dock, save_dock
 from .ragged import Packed, Padded, as_ragged
 from .samplers import SampleRequest, Selection, Sequential
@@ -164,18 +167,14 @@ class Dock:
         an error unless ``overwrite=True``. ``completed`` (one flag, or one per row) marks rows
         finished or not (see the class docstring). On any error nothing is written.
         """
-        if not isinstance(columns, Mapping) or not columns:
-            raise ConfigError("columns: expected a non-empty dict of column name -> values")
+        ids, checked, finished = _checked_put(self._column, columns, rows, completed)
         with self._lock:
             target = self._partition(partition)
-            ids = _row_ids(rows, target)
-            checked = [(self._column(name), _checked_values(self._column(name), value, len(ids)))
-                       for name, value in columns.items()]
-            finished = _completed_flags(completed, len(ids))
-            self._check_unwritten(target, [column.name for column, _ in checked], ids, overwrite)
-            for column, value in checked:
-                target.write(column, ids, value)
-            self._mark_ready(target, [column.name for column, _ in checked], ids, finished)
+            _in_range(ids, target)
+            self._check_unwritten(target, list(checked), ids, overwrite)
+            for name, value in checked.items():
+                target.write(self._columns[name], ids, value)
+            self._mark_ready(target, list(checked), ids, finished)
 
     async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
                    **options: Any) -> None:
@@ -207,7 +206,7 @@ class Dock:
         ``unfinished=True`` (the rollout stage) returns up to ``count`` unfinished rows without
         waiting, or None when there are none.
         """
-        wanted = list(columns)
+        wanted = _wanted(columns)
         with self._lock:
             taken = self._take(consumer, wanted, count, partition, rows, timeout, sampler, lease, unfinished)
             if taken is None:
@@ -342,14 +341,8 @@ class Dock:
               lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased); ``(partition, rows, lease id)``
         or None at the end. The caller holds the lock."""
-        count = _positive("count", count)
-        if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
-            raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
-        if lease is not None and (isinstance(lease, bool) or not lease > 0):
-            raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+        count = _checked_get(wanted, count, timeout, sampler, lease)
         stats = self._consumer(consumer)
-        if not wanted:
-            raise ConfigError("columns: ask for at least one column")
         for name in wanted:
             self._column(name)
         targets = self._targets(partition, count)
@@ -357,7 +350,7 @@ class Dock:
         if rows is not None:
             if partition is None:
                 raise ConfigError("rows= needs partition=: row ids are local to a partition")
-            sampler = _exact_rows(_row_ids(rows, targets[0]), partition)
+            sampler = _exact_rows(_in_range(_row_ids(rows), targets[0]), partition)
         began = time.monotonic()
         deadline = None if timeout is None else began + timeout
         while True:
@@ -483,21 +476,67 @@ class _Unfinished:
         return chosen, chosen
 
 
-def _row_ids(rows: Sequence[int] | np.ndarray, target: Partition) -> np.ndarray:
-    """Row ids as int64, checked: 1-D integers, in range, no repeats."""
+def _checked_put(column_of: Callable[[str], Column], columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
+                 completed: bool | Sequence[bool] | np.ndarray) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+    """The checks of a put that need no partition (Dock and RayDock both run them, so they fail
+    alike): ``(row ids, each column's values cast to its dtype, finished flags)``."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise ConfigError("columns: expected a non-empty dict of column name -> values")
+    ids = _row_ids(rows)
+    checked = {name: _checked_values(column_of(name), value, len(ids)) for name, value in columns.items()}
+    return ids, checked, _completed_flags(completed, len(ids))
+
+
+def _wanted(columns: Sequence[str]) -> list[str]:
+    """The column names a get asks for."""
+    if isinstance(columns, str) or not isinstance(columns, (Sequence, np.ndarray)):
+        raise ConfigError(f"columns={columns!r:.60}: pass a list of column names")
+    if not len(columns):
+        raise ConfigError("columns: ask for at least one column")
+    return list(columns)
+
+
+def _checked_get(wanted: list[str], count: int, timeout: float | None, sampler: Sampler | None,
+                 lease: float | None) -> int:
+    """The checks of a get that need no partition (shared with RayDock); returns ``count``."""
+    count = _positive("count", count)
+    if timeout is not None and not (_seconds(timeout) and timeout >= 0):
+        raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
+    if lease is not None and not (_seconds(lease) and lease > 0):
+        raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+    if sampler is not None and not callable(sampler):
+        raise ConfigError(f"sampler={sampler!r:.60} is not callable: pass a SampleRequest -> rows function")
+    _wanted(wanted)
+    return count
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _row_ids(rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Row ids as int64, checked: 1-D integers, no repeats."""
     ids = np.asarray(rows)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
         raise ConfigError(f"rows: expected a 1-D sequence of integer row ids, got shape {ids.shape} dtype {ids.dtype}")
-    ids = ids.astype(np.int64, copy=False)
     if ids.size == 0:
         raise ConfigError("rows is empty: name at least one row")
+    if ids.dtype.kind == "u" and int(ids.max()) > np.iinfo(np.int64).max:
+        raise ConfigError(f"row {int(ids.max())} is out of range: row ids are at most 2**63 - 1")
+    ids = ids.astype(np.int64, copy=False)
+    if len(np.unique(ids)) != len(ids):
+        raise ConfigError("rows holds a row id twice: each row is written once per put")
+    return ids
+
+
+def _in_range(ids: np.ndarray, target: Partition) -> np.ndarray:
+    """``ids``, checked to be rows of ``target``."""
     bad = np.flatnonzero((ids < 0) | (ids >= target.rows))
     if bad.size:
         raise ConfigError(
             f"row {int(ids[bad[0]])} is out of range: partition {target.name!r} has rows 0..{target.rows - 1}"
         )
-    if len(np.unique(ids)) != len(ids):
-        raise ConfigError("rows holds a row id twice: each row is written once per put")
     return ids
 
 
@@ -514,9 +553,7 @@ def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packe
             f"column {column.name!r}: values of shape {array.shape}, expected {(rows, *column.shape)} "
             f"({rows} rows of shape {column.shape})"
         )
-    if not np.can_cast(array.dtype, column.dtype, casting="same_kind"):
-        raise ConfigError(f"column {column.name!r}: dtype {array.dtype} does not fit the column's {column.dtype}")
-    return array.astype(column.dtype, copy=False)
+    return fitted(array, column.dtype, column.name)
 
 
 def _lengths(target: Partition, column: Column, ids: np.ndarray) -> np.ndarray:

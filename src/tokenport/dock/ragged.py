@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .casting import fitted
 from .copying import copy_runs, item_bytes
 
 __all__ = ["Packed", "Padded", "as_ragged", "gather_runs", "pack", "pad", "take_rows", "truncate"]
@@ -182,10 +183,9 @@ def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[in
         raise ConfigError(f"column {name!r}: {len(value)} rows of data for {rows} row ids")
     if shape != inner:
         raise ConfigError(f"column {name!r}: items of shape {shape}, the column's are {inner}")
-    if not np.can_cast(value.values.dtype, dtype, casting="same_kind"):
-        raise ConfigError(f"column {name!r}: dtype {value.values.dtype} does not fit the column's {dtype}")
     if value.values.dtype != dtype:
-        value = cast(value.values.astype(dtype), value.lengths)
+        value = cast(fitted(value.values, dtype, name, lengths=value.lengths if cast is Padded else None),
+                     value.lengths)
     return value
 
 
