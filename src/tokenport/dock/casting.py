@@ -16,34 +16,35 @@ from ..errors import ConfigError
 __all__ = ["fitted"]
 
 
-def fitted(values: np.ndarray, dtype: np.dtype, column: str, *, lengths: np.ndarray | None = None) -> np.ndarray:
-    """``values`` cast to ``dtype``, or a ConfigError naming ``column``, the value that does not fit
-    and the dtype's range. ``lengths``: ``values`` is padded ``(rows, width, ...)`` and only each
-    row's first ``lengths[i]`` items are data (the padding may hold anything)."""
+def fitted(values: np.ndarray, dtype: np.dtype, what: str, *, lengths: np.ndarray | None = None) -> np.ndarray:
+    """``values`` cast to ``dtype``, or a ConfigError naming ``what`` (e.g. "column 'x'"), the value
+    that does not fit and the dtype's range. ``lengths``: ``values`` is padded ``(rows, width, ...)``
+    and only each row's first ``lengths[i]`` items are data (the padding may hold anything)."""
     source = values.dtype
     if source == dtype or np.can_cast(source, dtype, "safe"):
         return values.astype(dtype, copy=False)
     if dtype.kind == "b" or source.kind not in "iuf" or (dtype.kind in "iu" and source.kind == "f"):
         raise ConfigError(
-            f"column {column!r}: dtype {source} does not fit the column's {dtype}"
+            f"{what}: dtype {source} does not fit {dtype}"
             + (" (integers beyond 64 bits, None or other Python objects?)" if source.kind == "O" else "")
             + f"; pass {_wanted(dtype)}"
         )
     if dtype.kind in "iu":  # integers into a narrower or other-signed integer type: check the range
         info = np.iinfo(dtype)
         if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
-            _refuse(values, (values < info.min) | (values > info.max), lengths, column, dtype,
+            _refuse(values, (values < info.min) | (values > info.max), lengths, what, dtype,
                     f"its range is {info.min}..{info.max}")
         return values.astype(dtype)
     with np.errstate(over="ignore"):  # into a narrower float: rounding is fine, overflowing to inf is not
         cast = values.astype(dtype)
     if cast.size and not (np.isfinite(cast.min()) and np.isfinite(cast.max())):
         overflowed = np.isinf(cast) & ~np.isinf(values) if source.kind == "f" else np.isinf(cast)
-        _refuse(values, overflowed, lengths, column, dtype, f"it would overflow to inf beyond ±{float(np.finfo(dtype).max):.6g}")
+        largest = float(np.finfo(dtype).max)
+        _refuse(values, overflowed, lengths, what, dtype, f"it would overflow to inf beyond ±{largest:.6g}")
     return cast
 
 
-def _refuse(values: np.ndarray, bad: np.ndarray, lengths: np.ndarray | None, column: str, dtype: np.dtype,
+def _refuse(values: np.ndarray, bad: np.ndarray, lengths: np.ndarray | None, what: str, dtype: np.dtype,
             why: str) -> None:
     """Raise for the first bad item that is data (not padding); return if there is none."""
     if lengths is not None:
@@ -53,8 +54,8 @@ def _refuse(values: np.ndarray, bad: np.ndarray, lengths: np.ndarray | None, col
     if len(where):
         value = values.reshape(-1)[where[0]].item()
         raise ConfigError(
-            f"column {column!r}: value {value!r} does not fit its dtype {dtype} ({why}; {len(where)} value(s) "
-            "of this put do not fit): use a wider column dtype or fix the data"
+            f"{what}: value {value!r} does not fit its dtype {dtype} ({why}; {len(where)} value(s) "
+            "do not fit): use a wider dtype or fix the data"
         )
 
 

@@ -553,7 +553,7 @@ def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packe
             f"column {column.name!r}: values of shape {array.shape}, expected {(rows, *column.shape)} "
             f"({rows} rows of shape {column.shape})"
         )
-    return fitted(array, column.dtype, column.name)
+    return fitted(array, column.dtype, f"column {column.name!r}")
 
 
 def _lengths(target: Partition, column: Column, ids: np.ndarray) -> np.ndarray:

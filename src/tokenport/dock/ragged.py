@@ -113,8 +113,9 @@ class Padded:
 
 
 def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
-    """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end."""
-    arrays = [np.asarray(row, dtype=dtype) for row in rows]
+    """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end, cast to
+    ``dtype`` if given (a value that does not fit it is refused)."""
+    arrays = [np.asarray(row) for row in rows]
     for i, array in enumerate(arrays):
         if array.ndim == 0:
             raise ConfigError(f"rows[{i}] is a scalar: each row must be an array of items")
@@ -124,7 +125,8 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     inner = {a.shape[1:] for a in arrays}
     if len(inner) > 1:
         raise ConfigError(f"rows have different item shapes {sorted(inner)}: every row's items must share one shape")
-    return Packed(np.concatenate(arrays), lengths)
+    values = np.concatenate(arrays)
+    return Packed(values if dtype is None else fitted(values, np.dtype(dtype), "pack(rows, dtype)"), lengths)
 
 
 def pad(
@@ -141,7 +143,8 @@ def pad(
         raise ConfigError(f"length={length!r} is invalid: the longest row has {longest} items; truncate first")
     else:
         width = int(length)
-    values = np.full((len(packed), width, *packed.values.shape[1:]), pad_value, dtype=packed.values.dtype)
+    fill = fitted(np.asarray(pad_value), packed.values.dtype, "pad_value")
+    values = np.full((len(packed), width, *packed.values.shape[1:]), fill, dtype=packed.values.dtype)
     starts = np.arange(len(packed), dtype=np.int64) * width
     copy_runs(packed.values, packed.offsets[:-1], values, starts, packed.lengths, item_bytes(packed.values))
     return Padded(values, packed.lengths)
@@ -184,7 +187,7 @@ def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[in
     if shape != inner:
         raise ConfigError(f"column {name!r}: items of shape {shape}, the column's are {inner}")
     if value.values.dtype != dtype:
-        value = cast(fitted(value.values, dtype, name, lengths=value.lengths if cast is Padded else None),
+        value = cast(fitted(value.values, dtype, f"column {name!r}", lengths=value.lengths if cast is Padded else None),
                      value.lengths)
     return value
 
