@@ -567,3 +567,26 @@ def test_checkpoint_errors_name_the_problem(tmp_path):
     (tmp_path / "ckpt" / "dock.json").write_text("{not json")
     with pytest.raises(tp.CorruptStoreError, match="dock.json: not valid JSON"):
         Dock.load(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize(
+    "key, damage, match",
+    [
+        ("fixed/reward", lambda a: a.astype(np.float64), r"fixed/reward has dtype float64 and shape \(16,\), the dock"),
+        ("ragged/responses/values", lambda a: a.astype(np.int64) + 2**40, "ragged/responses/values has dtype int64"),
+        ("ragged/responses/lengths", lambda a: a[:-1], r"ragged/responses/lengths has dtype int64 and shape \(15,\)"),
+        ("ready/reward", lambda a: a.astype(np.uint8), "ready/reward has dtype uint8"),
+        ("age", lambda a: a.astype(np.int32), "age has dtype int32"),
+    ],
+)
+def test_a_checkpoint_array_of_another_dtype_or_shape_is_refused_not_cast(tmp_path, key, damage, match):
+    dock = make_dock()
+    put_all(dock, responses(16))
+    dock.save(tmp_path / "ckpt")
+    file = tmp_path / "ckpt" / "partition-00000.npz"
+    with np.load(file) as saved:
+        arrays = dict(saved)
+    arrays[key] = damage(arrays[key])
+    np.savez(file, **arrays)
+    with pytest.raises(tp.CorruptStoreError, match="partition-00000.npz: " + match):
+        Dock.load(tmp_path / "ckpt")
