@@ -2,10 +2,12 @@
 
 Producers ``put`` columns for rows; a consumer ``get``s a batch of rows whose requested columns
 are all ready and which it has not consumed yet, and those rows become consumed for it (other
-consumers still see them). One lock guards everything: a put checks all its input first, then
-writes the data, then flips readiness, so a reader never sees half a put, and a rejected put
-changes nothing. Getters wait on a condition variable (no polling) that every put, ack, nack,
-clear and lease expiry notifies.
+consumers still see them). One lock guards everything: a put checks and converts all its input
+first (before taking the lock), then writes the data, then flips readiness, so a reader never
+sees half a put, and a rejected put changes nothing. A value the column's dtype cannot hold
+(2**40 in an int32 column, -1 in a uint8 one, 1e300 in a float32 one) is refused, never wrapped.
+Getters wait on a condition variable (no polling) that every put, ack, nack, clear and lease
+expiry notifies.
 
 Leases: ``get(..., lease=seconds)`` hands rows out without consuming them; ``ack`` consumes them,
 ``nack`` or the lease running out (the consumer died) makes them available again, so a stage
@@ -163,7 +165,8 @@ class Dock:
         """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready.
 
         Fixed columns take an array of shape ``(len(rows), *shape)``; ragged ones a list of arrays,
-        ``Packed(values, lengths)`` or ``Padded(values, lengths)``. Putting a ready cell again is
+        ``Packed(values, lengths)`` or ``Padded(values, lengths)``, of any dtype whose values the
+        column's dtype holds (floats are rounded; see ``casting``). Putting a ready cell again is
         an error unless ``overwrite=True``. ``completed`` (one flag, or one per row) marks rows
         finished or not (see the class docstring). On any error nothing is written.
         """

@@ -9,8 +9,9 @@ a get asks the controller which rows (waiting there, on a condition variable) an
 from the shards in parallel. numpy payloads go through Ray's object store, read zero-copy.
 
 ``RayDock`` has the ``Dock`` API and is picklable: pass it to any task or actor, which then
-talks to the same controller and shards. Errors raised in the actors reach the caller as the
-same TokenportError. Concurrent puts of the same cells without ``overwrite`` are a caller bug:
+talks to the same controller and shards. ``put`` and ``get`` check their arguments in the calling
+process with ``Dock``'s own code before any actor call, and errors raised in the actors reach the
+caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent puts of the same cells without ``overwrite`` are a caller bug:
 one of them fails, and the cells hold one of the two writes.
 """
 
