@@ -27,7 +27,7 @@ def fitted(values: np.ndarray, dtype: np.dtype, what: str, *, lengths: np.ndarra
         raise ConfigError(
             f"{what}: dtype {source} does not fit {dtype}"
             + (" (integers beyond 64 bits, None or other Python objects?)" if source.kind == "O" else "")
-            + f"; pass {_wanted(dtype)}"
+            + f"; pass {_kinds(dtype)}"
         )
     if dtype.kind in "iu":  # integers into a narrower or other-signed integer type: check the range
         info = np.iinfo(dtype)
@@ -59,7 +59,7 @@ def _refuse(values: np.ndarray, bad: np.ndarray, lengths: np.ndarray | None, wha
         )
 
 
-def _wanted(dtype: np.dtype) -> str:
+def _kinds(dtype: np.dtype) -> str:
     if dtype.kind == "b":
         return "booleans"
     return "integers" if dtype.kind in "iu" else "integers or floats"

@@ -344,7 +344,7 @@ class Dock:
               lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased); ``(partition, rows, lease id)``
         or None at the end. The caller holds the lock."""
-        count = _checked_get(wanted, count, timeout, sampler, lease)
+        count = _checked_get(count, timeout, sampler, lease)
         stats = self._consumer(consumer)
         for name in wanted:
             self._column(name)
@@ -491,16 +491,19 @@ def _checked_put(column_of: Callable[[str], Column], columns: Mapping[str, Any],
 
 
 def _wanted(columns: Sequence[str]) -> list[str]:
-    """The column names a get asks for."""
-    if isinstance(columns, str) or not isinstance(columns, (Sequence, np.ndarray)):
+    """The column names a get asks for (a list, not one name: a string would be read letter by letter)."""
+    try:
+        wanted = None if isinstance(columns, str) else list(columns)
+    except TypeError:
+        wanted = None
+    if wanted is None:
         raise ConfigError(f"columns={columns!r:.60}: pass a list of column names")
-    if not len(columns):
+    if not wanted:
         raise ConfigError("columns: ask for at least one column")
-    return list(columns)
+    return wanted
 
 
-def _checked_get(wanted: list[str], count: int, timeout: float | None, sampler: Sampler | None,
-                 lease: float | None) -> int:
+def _checked_get(count: int, timeout: float | None, sampler: Sampler | None, lease: float | None) -> int:
     """The checks of a get that need no partition (shared with RayDock); returns ``count``."""
     count = _positive("count", count)
     if timeout is not None and not (_seconds(timeout) and timeout >= 0):
@@ -509,7 +512,6 @@ def _checked_get(wanted: list[str], count: int, timeout: float | None, sampler: 
         raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
     if sampler is not None and not callable(sampler):
         raise ConfigError(f"sampler={sampler!r:.60} is not callable: pass a SampleRequest -> rows function")
-    _wanted(wanted)
     return count
 
 

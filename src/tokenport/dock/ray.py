@@ -245,7 +245,7 @@ class RayDock:
             sampler: Sampler | None = None, lease: float | None = None, unfinished: bool = False) -> Batch | None:
         """As ``Dock.get`` (the same checks): rows chosen by the controller, data read from the shards."""
         wanted = _wanted(columns)
-        _checked_get(wanted, count, timeout, sampler, lease)
+        _checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
         taken = _get(self._controller.take.remote(
             consumer, wanted, count, partition, None if rows is None else np.asarray(rows), timeout, key, send, lease,
