@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 
@@ -351,6 +352,11 @@ def test_32_producers_8_consumers_every_row_exactly_once_to_every_consumer():
         (lambda d: d.get("train", ["reward"], 17, "step-0"), "more than partition 'step-0' holds"),
         (lambda d: d.get("train", ["reward"], 0, "step-0"), "count=0"),
         (lambda d: d.get("train", ["reward"], 1, "step-0", timeout=-1), "timeout=-1"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", timeout="1"), "timeout='1' is invalid"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", lease=float("inf")), "lease=inf is invalid"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", sampler=5), "sampler=5 is not callable"),
+        (lambda d: d.get("train", "reward", 1, "step-0"), "columns='reward': pass a list of column names"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=5), r"rows: expected a 1-D sequence .* shape \(\)"),
         (lambda d: d.nack(12345), "lease 12345 is not held"),
     ],
 )
@@ -433,6 +439,73 @@ def test_values_that_fit_are_stored_exactly_whatever_their_dtype():
     assert np.array_equal(batch["h"].values, np.array([65504, -np.inf, np.nan, 1e-9], np.float16), equal_nan=True)
     assert batch["f"].tolist() == [np.float32(1 / 3), np.float32(2**24)]
     assert batch["b"].tolist() == [True, False]
+
+
+DTYPES = [np.dtype(t) for t in (bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+                                 np.uint64, np.float16, np.float32, np.float64)]
+
+
+def edge_values(source: np.dtype, target: np.dtype) -> np.ndarray:
+    """Values of ``source`` at and around its own and ``target``'s limits (those ``source`` holds)."""
+    if source.kind == "b":
+        return np.array([False, True])
+    if source.kind == "f":
+        candidates = [0.0, 0.5, -1.0, np.nan, np.inf, -np.inf, float(np.finfo(source).max), 1e300, 70000.0]
+    else:
+        candidates = [0, 1, -1, 2**40, -(2**40), int(np.iinfo(source).min), int(np.iinfo(source).max)]
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        candidates += [int(info.min) - 1, int(info.min), int(info.max), int(info.max) + 1]
+    elif target.kind == "f":
+        candidates += [float(np.finfo(target).max), float(np.finfo(target).max) * 2]
+    kept = []
+    for value in candidates:
+        with np.errstate(all="ignore"):
+            try:
+                array = np.array([value], dtype=source)
+            except OverflowError:
+                continue
+            if array[0] == value or (isinstance(value, float) and np.isnan(value)):
+                kept.append(array[0])
+    return np.array(kept, dtype=source)
+
+
+def fits(value, source: np.dtype, target: np.dtype) -> bool:
+    """Whether ``target`` holds ``value`` (an item of ``source``), judged in Python numbers."""
+    if target.kind == "b" or source.kind not in "biuf":
+        return source.kind == "b" and target.kind == "b"
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        return source.kind != "f" and info.min <= int(value) <= info.max
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        return True
+    largest = float(np.finfo(target).max)
+    ulp = largest - float(np.nextafter(np.array(largest, target), np.array(0, target)))
+    return abs(number) < largest + ulp / 2  # rounds to the largest finite value, not to inf
+
+
+@pytest.mark.parametrize("target", DTYPES, ids=str)
+def test_every_dtype_pair_stores_the_value_put_or_refuses_it(target):
+    dock = Dock([Column("v", target), Column("r", target, ragged=True)], ["c"])
+    dock.add_partition("p", num_prompts=1)
+    for source in DTYPES:
+        for value in edge_values(source, target):
+            for name, data in (("v", np.array([value])), ("r", [np.array([value])])):
+                expected = fits(value, source, target)
+                try:
+                    dock.put("p", {name: data}, rows=[0], overwrite=True)
+                except tp.ConfigError:
+                    assert not expected, (source, target, value)
+                    continue
+                assert expected, (source, target, value)
+                stored = dock.get("c", [name], 1, "p", rows=[0])[name]
+                stored = (stored.values if name == "r" else stored)[0]
+                dock.clear("p")
+                if target.kind in "iub":
+                    assert int(stored) == int(value), (source, target, value)
+                else:
+                    assert np.array_equal(stored, target.type(value), equal_nan=True), (source, target, value)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
