@@ -357,6 +357,12 @@ def test_32_producers_8_consumers_every_row_exactly_once_to_every_consumer():
         (lambda d: d.get("train", ["reward"], 1, "step-0", sampler=5), "sampler=5 is not callable"),
         (lambda d: d.get("train", "reward", 1, "step-0"), "columns='reward': pass a list of column names"),
         (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=5), r"rows: expected a 1-D sequence .* shape \(\)"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=[[0], [1, 2]]), "rows: not a regular array"),
+        (lambda d: d.put("step-0", {"responses": None}, rows=[0]), "column 'responses' is ragged: pass a list"),
+        (lambda d: d.put("step-0", {"responses": [[1, [2]]]}, rows=[0]), r"'responses': rows\[0\]: not a regular"),
+        (lambda d: d.put("step-0", {"embedding": [[1, 2, [3]]]}, rows=[0]), "column 'embedding': not a regular"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", sampler=lambda r: (np.array([4.5]),) * 2),
+         r"returned \(array\(\[4.5\]\).*1-D integer row ids"),
         (lambda d: d.nack(12345), "lease 12345 is not held"),
     ],
 )

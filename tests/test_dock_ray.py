@@ -237,8 +237,15 @@ PARITY_COLUMNS = [Column("x", np.int32), Column("e", np.float32, shape=(3,)), Co
                   Column("u", np.uint8)]
 TWO = np.arange(2)
 
+def _float_rows(request):
+    """A sampler that breaks the contract: row ids as floats (5.5 was read as row 5)."""
+    return np.array([5.5]), np.array([5.5])
+
+
 BAD_CALLS = {  # each a call that both docks must refuse with the same exception and message
     "rows=5": lambda d: d.put("p", {"x": np.zeros(1, np.int32)}, rows=5),
+    "rows ragged": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[[0], [1, 2]]),
+    "ragged None": lambda d: d.put("p", {"t": None}, rows=TWO),
     "rows 2-D": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[[0, 1]]),
     "rows floats": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[0.0, 1.0]),
     "rows empty": lambda d: d.put("p", {"x": np.zeros(0, np.int32)}, rows=[]),
@@ -277,6 +284,7 @@ BAD_CALLS = {  # each a call that both docks must refuse with the same exception
     "lease 0": lambda d: d.get("train", ["x"], 1, "p", lease=0),
     "lease infinite": lambda d: d.get("train", ["x"], 1, "p", lease=float("inf")),
     "sampler not callable": lambda d: d.get("train", ["x"], 1, "p", sampler=5),
+    "sampler returns floats": lambda d: d.get("train", ["x"], 1, "p", sampler=_float_rows),
     "get rows=5": lambda d: d.get("train", ["x"], 1, "p", rows=5),
     "get row out of range": lambda d: d.get("train", ["x"], 1, "p", rows=[9]),
     "get rows without partition": lambda d: d.get("train", ["x"], 1, rows=[0]),

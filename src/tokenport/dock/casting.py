@@ -9,11 +9,22 @@ refused. Bool columns take bools only; strings and Python objects go nowhere.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["fitted"]
+__all__ = ["as_array", "fitted"]
+
+
+def as_array(value: Any, what: str) -> np.ndarray:
+    """``np.asarray(value)``, or a ConfigError naming ``what`` when it is no regular array (e.g. nested
+    lists of unequal lengths), instead of numpy's bare ValueError."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{what}: not a regular array ({error})") from None
 
 
 def fitted(values: np.ndarray, dtype: np.dtype, what: str, *, lengths: np.ndarray | None = None) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError, DockTimeout
 from .batch import Batch
-from .casting import fitted
+from .casting import as_array, fitted
 from .checkpoint import load_dock, save_dock
 from .ragged import Packed, Padded, as_ragged
 from .samplers import SampleRequest, Selection, Sequential
@@ -325,7 +325,7 @@ class Dock:
                 if partition is not None:
                     return _WAIT
                 continue
-            give, consume = (np.asarray(part, dtype=np.int64) for part in selection)
+            give, consume = _selected(selection, sampler)
             if len(give) == 0:
                 if partition is not None:
                     return None
@@ -522,7 +522,7 @@ def _seconds(value: object) -> bool:
 
 def _row_ids(rows: Sequence[int] | np.ndarray) -> np.ndarray:
     """Row ids as int64, checked: 1-D integers, no repeats."""
-    ids = np.asarray(rows)
+    ids = as_array(rows, "rows")
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
         raise ConfigError(f"rows: expected a 1-D sequence of integer row ids, got shape {ids.shape} dtype {ids.dtype}")
     if ids.size == 0:
@@ -550,9 +550,9 @@ def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packe
     if column.ragged:
         return as_ragged(value, column.name, rows, column.dtype, column.shape)
     if isinstance(value, (Packed, Padded)) or (isinstance(value, (list, tuple)) and value and
-                                     {np.shape(v) for v in value} - {column.shape}):
+                                     {as_array(v, f"column {column.name!r}").shape for v in value} - {column.shape}):
         raise ConfigError(f"column {column.name!r} is not ragged: pass one array of shape (rows, *{column.shape})")
-    array = np.asarray(value)
+    array = as_array(value, f"column {column.name!r}")
     if array.shape != (rows, *column.shape):
         raise ConfigError(
             f"column {column.name!r}: values of shape {array.shape}, expected {(rows, *column.shape)} "
@@ -587,6 +587,20 @@ def _exact_rows(ids: np.ndarray, partition: str) -> Sampler:
 
     sample.trusted = True  # type: ignore[attr-defined]
     return sample
+
+
+def _selected(selection: Any, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
+    """A sampler's ``(rows to return, rows to consume)`` as int64 arrays; anything else is refused."""
+    name = getattr(sampler, "__qualname__", None) or type(sampler).__qualname__
+    parts = None
+    if isinstance(selection, (tuple, list)) and len(selection) == 2:
+        parts = [as_array(part, f"sampler {name}") for part in selection]
+    if parts is None or any(p.ndim != 1 or (p.size and p.dtype.kind not in "iu") for p in parts):
+        raise ConfigError(
+            f"sampler {name} returned {selection!r:.80}: return None (wait) or a pair (rows to return, "
+            "rows to consume) of 1-D integer row ids"
+        )
+    return parts[0].astype(np.int64), parts[1].astype(np.int64)
 
 
 def _check_selection(give: np.ndarray, consume: np.ndarray, request: SampleRequest) -> None:

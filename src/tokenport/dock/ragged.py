@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .casting import fitted
+from .casting import as_array, fitted
 from .copying import copy_runs, item_bytes
 
 __all__ = ["Packed", "Padded", "as_ragged", "gather_runs", "pack", "pad", "take_rows", "truncate"]
@@ -115,7 +115,7 @@ class Padded:
 def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end, cast to
     ``dtype`` if given (a value that does not fit it is refused)."""
-    arrays = [np.asarray(row) for row in rows]
+    arrays = [as_array(row, f"rows[{i}]") for i, row in enumerate(rows)]
     for i, array in enumerate(arrays):
         if array.ndim == 0:
             raise ConfigError(f"rows[{i}] is a scalar: each row must be an array of items")
@@ -180,7 +180,15 @@ def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[in
                     f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or "
                     f"Padded(values, lengths), not one {value.ndim}-D array"
                 )
-            value = pack(list(value))
+            try:
+                value = pack(list(value))
+            except TypeError:
+                raise ConfigError(
+                    f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or "
+                    f"Padded(values, lengths), not {type(value).__name__}"
+                ) from None
+            except ConfigError as error:
+                raise ConfigError(f"column {name!r}: {error}") from None
         shape, cast = value.values.shape[1:], Packed
     if len(value) != rows:
         raise ConfigError(f"column {name!r}: {len(value)} rows of data for {rows} row ids")

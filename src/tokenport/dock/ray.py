@@ -11,8 +11,9 @@ from the shards in parallel. numpy payloads go through Ray's object store, read 
 ``RayDock`` has the ``Dock`` API and is picklable: pass it to any task or actor, which then
 talks to the same controller and shards. ``put`` and ``get`` check their arguments in the calling
 process with ``Dock``'s own code before any actor call, and errors raised in the actors reach the
-caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent puts of the same cells without ``overwrite`` are a caller bug:
-one of them fails, and the cells hold one of the two writes.
+caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent
+puts of the same cells without ``overwrite`` are a caller bug: one of them fails, and the cells
+hold one of the two writes.
 """
 
 from __future__ import annotations
