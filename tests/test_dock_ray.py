@@ -286,6 +286,7 @@ BAD_CALLS = {  # each a call that both docks must refuse with the same exception
     "sampler not callable": lambda d: d.get("train", ["x"], 1, "p", sampler=5),
     "sampler returns floats": lambda d: d.get("train", ["x"], 1, "p", sampler=_float_rows),
     "get rows=5": lambda d: d.get("train", ["x"], 1, "p", rows=5),
+    "get rows ragged": lambda d: d.get("train", ["x"], 1, "p", rows=[[0], [1, 2]]),
     "get row out of range": lambda d: d.get("train", ["x"], 1, "p", rows=[9]),
     "get rows without partition": lambda d: d.get("train", ["x"], 1, rows=[0]),
     "timed out": lambda d: d.get("train", ["e"], 2, "p", timeout=0.05),

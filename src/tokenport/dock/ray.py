@@ -29,6 +29,7 @@ import ray
 
 from ..errors import ConfigError, TokenportError
 from .batch import Batch
+from .casting import as_array
 from .dock import Dock, Sampler, _checked_get, _checked_put, _in_range, _positive, _row_ids, _wanted
 from .ragged import Packed, Padded, take_rows
 from .schema import Column
@@ -248,9 +249,9 @@ class RayDock:
         wanted = _wanted(columns)
         _checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
+        exact = None if rows is None else as_array(rows, "rows")
         taken = _get(self._controller.take.remote(
-            consumer, wanted, count, partition, None if rows is None else np.asarray(rows), timeout, key, send, lease,
-            bool(unfinished),
+            consumer, wanted, count, partition, exact, timeout, key, send, lease, bool(unfinished),
         ))
         if taken is None:
             return None
