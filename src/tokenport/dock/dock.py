@@ -325,12 +325,16 @@ class Dock:
                 if partition is not None:
                     return _WAIT
                 continue
-            give, consume = _selected(selection, sampler)
+            trusted = getattr(sampler, "trusted", False)  # tokenport's own samplers pick eligible rows only
+            if trusted:
+                give, consume = (np.asarray(part, dtype=np.int64) for part in selection)
+            else:
+                give, consume = _selected(selection, sampler)
             if len(give) == 0:
                 if partition is not None:
                     return None
                 continue
-            if not getattr(sampler, "trusted", False):  # tokenport's own samplers pick eligible rows only
+            if not trusted:
                 _check_selection(give, consume, request)
             return target, give, consume
         if unfinished or (partition is None and self._closed and all(
@@ -549,10 +553,11 @@ def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packe
     """A column's values for ``rows`` rows, converted to its dtype, or a ConfigError naming it."""
     if column.ragged:
         return as_ragged(value, column.name, rows, column.dtype, column.shape)
+    what = f"column {column.name!r}"
     if isinstance(value, (Packed, Padded)) or (isinstance(value, (list, tuple)) and value and
-                                     {as_array(v, f"column {column.name!r}").shape for v in value} - {column.shape}):
-        raise ConfigError(f"column {column.name!r} is not ragged: pass one array of shape (rows, *{column.shape})")
-    array = as_array(value, f"column {column.name!r}")
+                                     {as_array(v, what).shape for v in value} - {column.shape}):
+        raise ConfigError(f"{what} is not ragged: pass one array of shape (rows, *{column.shape})")
+    array = as_array(value, what)
     if array.shape != (rows, *column.shape):
         raise ConfigError(
             f"column {column.name!r}: values of shape {array.shape}, expected {(rows, *column.shape)} "
@@ -591,16 +596,18 @@ def _exact_rows(ids: np.ndarray, partition: str) -> Sampler:
 
 def _selected(selection: Any, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
     """A sampler's ``(rows to return, rows to consume)`` as int64 arrays; anything else is refused."""
-    name = getattr(sampler, "__qualname__", None) or type(sampler).__qualname__
-    parts = None
     if isinstance(selection, (tuple, list)) and len(selection) == 2:
-        parts = [as_array(part, f"sampler {name}") for part in selection]
-    if parts is None or any(p.ndim != 1 or (p.size and p.dtype.kind not in "iu") for p in parts):
-        raise ConfigError(
-            f"sampler {name} returned {selection!r:.80}: return None (wait) or a pair (rows to return, "
-            "rows to consume) of 1-D integer row ids"
-        )
-    return parts[0].astype(np.int64), parts[1].astype(np.int64)
+        try:
+            give, consume = np.asarray(selection[0]), np.asarray(selection[1])
+        except (ValueError, TypeError):  # not regular arrays
+            give = consume = np.zeros((0, 0))
+        if all(p.ndim == 1 and (p.dtype.kind in "iu" or not p.size) for p in (give, consume)):
+            return give.astype(np.int64, copy=False), consume.astype(np.int64, copy=False)
+    name = getattr(sampler, "__qualname__", None) or type(sampler).__qualname__
+    raise ConfigError(
+        f"sampler {name} returned {selection!r:.80}: return None (wait) or a pair (rows to return, "
+        "rows to consume) of 1-D integer row ids"
+    )
 
 
 def _check_selection(give: np.ndarray, consume: np.ndarray, request: SampleRequest) -> None:

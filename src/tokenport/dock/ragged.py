@@ -115,7 +115,10 @@ class Padded:
 def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end, cast to
     ``dtype`` if given (a value that does not fit it is refused)."""
-    arrays = [as_array(row, f"rows[{i}]") for i, row in enumerate(rows)]
+    try:
+        arrays = [np.asarray(row) for row in rows]
+    except (ValueError, TypeError):  # a row that is no regular array: name it
+        arrays = [as_array(row, f"rows[{i}]") for i, row in enumerate(rows)]
     for i, array in enumerate(arrays):
         if array.ndim == 0:
             raise ConfigError(f"rows[{i}] is a scalar: each row must be an array of items")
