@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 
@@ -351,6 +352,17 @@ def test_32_producers_8_consumers_every_row_exactly_once_to_every_consumer():
         (lambda d: d.get("train", ["reward"], 17, "step-0"), "more than partition 'step-0' holds"),
         (lambda d: d.get("train", ["reward"], 0, "step-0"), "count=0"),
         (lambda d: d.get("train", ["reward"], 1, "step-0", timeout=-1), "timeout=-1"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", timeout="1"), "timeout='1' is invalid"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", lease=float("inf")), "lease=inf is invalid"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", sampler=5), "sampler=5 is not callable"),
+        (lambda d: d.get("train", "reward", 1, "step-0"), "columns='reward': pass a list of column names"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=5), r"rows: expected a 1-D sequence .* shape \(\)"),
+        (lambda d: d.put("step-0", {"reward": np.zeros(2)}, rows=[[0], [1, 2]]), "rows: not a regular array"),
+        (lambda d: d.put("step-0", {"responses": None}, rows=[0]), "column 'responses' is ragged: pass a list"),
+        (lambda d: d.put("step-0", {"responses": [[1, [2]]]}, rows=[0]), r"'responses': rows\[0\]: not a regular"),
+        (lambda d: d.put("step-0", {"embedding": [[1, 2, [3]]]}, rows=[0]), "column 'embedding': not a regular"),
+        (lambda d: d.get("train", ["reward"], 1, "step-0", sampler=lambda r: (np.array([4.5]),) * 2),
+         r"returned \(array\(\[4.5\]\).*1-D integer row ids"),
         (lambda d: d.nack(12345), "lease 12345 is not held"),
     ],
 )
@@ -374,6 +386,132 @@ def test_overwrite_replaces_a_written_cell():
     dock.put("step-0", {"responses": [np.ones(3, np.int32)]}, rows=[0])
     dock.put("step-0", {"responses": [np.full(5, 7, np.int32)]}, rows=[0], overwrite=True)
     assert dock.get("train", ["responses"], 1, "step-0", rows=[0])["responses"].values.tolist() == [7] * 5
+
+
+def typed_dock() -> Dock:
+    """One column per dtype family: int32 fixed, uint8 vectors, int32 and float16 ragged, float32, bool."""
+    dock = Dock([Column("x", np.int32), Column("u", np.uint8, shape=(2,)), Column("t", np.int32, ragged=True),
+                 Column("h", np.float16, ragged=True), Column("f", np.float32), Column("b", bool)], ["c"])
+    dock.add_partition("p", num_prompts=2)
+    return dock
+
+
+BIG = 2**40  # numpy's same_kind cast stores it in an int32 as 0
+
+
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        ({"x": np.array([BIG, 1])}, "value 1099511627776 does not fit its dtype int32 .its range is -2147483648"),
+        ({"x": np.array([2**64 - 1, 1], np.uint64)}, "value 18446744073709551615 does not fit its dtype int32"),
+        ({"x": [7, 2**31]}, "value 2147483648 does not fit its dtype int32"),
+        ({"x": [7, 2**70]}, "dtype object does not fit int32 .integers beyond 64 bits"),
+        ({"x": [1.0, 2.0]}, "dtype float64 does not fit int32; pass integers"),
+        ({"x": np.array([np.nan, 1.0])}, "dtype float64 does not fit int32"),
+        ({"x": ["1", "2"]}, "dtype <U1 does not fit int32"),
+        ({"b": [1, 0]}, "dtype int64 does not fit bool; pass booleans"),
+        ({"u": [[1, 2], [3, -1]]}, r"column 'u': value -1 does not fit its dtype uint8 .its range is 0\.\.255"),
+        ({"u": np.full((2, 2), 256, np.uint16)}, r"value 256 does not fit its dtype uint8 .its range is 0\.\.255; 4 "),
+        ({"t": [np.array([1, BIG]), np.array([2])]}, "column 't': value 1099511627776 does not fit its dtype int32"),
+        ({"t": Packed(np.array([1, 2, -BIG]), [2, 1])}, "column 't': value -1099511627776 does not fit"),
+        ({"t": Padded(np.array([[1, 0], [BIG, 0]]), [1, 1])}, "column 't': value 1099511627776 does not fit"),
+        ({"f": np.array([1e300, 0.0])}, "column 'f': value 1e\\+300 does not fit its dtype float32 .it would overflow"),
+        ({"h": [np.array([70000]), np.array([1])]}, "column 'h': value 70000 does not fit its dtype float16"),
+        ({"h": Padded(np.array([[1.0, 0.0], [-1e6, 0.0]]), [1, 2])}, "value -1000000.0 does not fit its dtype float16"),
+    ],
+)
+def test_values_that_do_not_fit_the_column_are_refused_and_change_nothing(values, match):
+    dock = typed_dock()
+    with pytest.raises(tp.ConfigError, match=match):
+        dock.put("p", {"x": np.array([5, 6], np.int32), **values}, rows=[0, 1])
+    assert all(count == 0 for count in dock.stats()["partitions"]["p"]["ready"].values())
+
+
+def test_values_that_fit_are_stored_exactly_whatever_their_dtype():
+    dock = typed_dock()
+    low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    dock.put("p", {
+        "x": np.array([low, high], np.int64),
+        "u": [[0, 255], [True, 7]],  # Python ints (int64) and a bool, all within uint8
+        "t": Padded(np.array([[1, BIG], [2**31 - 1, -1]]), [1, 2]),  # padding may hold anything
+        "h": [np.array([65504.0, -np.inf, np.nan]), np.array([1e-9])],  # rounding, inf and nan are kept
+        "f": np.array([1 / 3, 2**24 + 1]),  # float64 and beyond-24-bit values round to float32
+        "b": np.array([True, False]),
+    }, rows=[0, 1])
+    batch = dock.get("c", ["x", "u", "t", "h", "f", "b"], 2, "p")
+    assert batch["x"].tolist() == [low, high] and batch["x"].dtype == np.int32
+    assert batch["u"].tolist() == [[0, 255], [1, 7]]
+    assert batch["t"].values.tolist() == [1, 2**31 - 1, -1] and batch["t"].lengths.tolist() == [1, 2]
+    assert np.array_equal(batch["h"].values, np.array([65504, -np.inf, np.nan, 1e-9], np.float16), equal_nan=True)
+    assert batch["f"].tolist() == [np.float32(1 / 3), np.float32(2**24)]
+    assert batch["b"].tolist() == [True, False]
+
+
+DTYPES = [np.dtype(t) for t in (bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+                                 np.uint64, np.float16, np.float32, np.float64)]
+
+
+def edge_values(source: np.dtype, target: np.dtype) -> np.ndarray:
+    """Values of ``source`` at and around its own and ``target``'s limits (those ``source`` holds)."""
+    if source.kind == "b":
+        return np.array([False, True])
+    if source.kind == "f":
+        candidates = [0.0, 0.5, -1.0, np.nan, np.inf, -np.inf, float(np.finfo(source).max), 1e300, 70000.0]
+    else:
+        candidates = [0, 1, -1, 2**40, -(2**40), int(np.iinfo(source).min), int(np.iinfo(source).max)]
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        candidates += [int(info.min) - 1, int(info.min), int(info.max), int(info.max) + 1]
+    elif target.kind == "f":
+        candidates += [float(np.finfo(target).max), float(np.finfo(target).max) * 2]
+    kept = []
+    for value in candidates:
+        with np.errstate(all="ignore"):
+            try:
+                array = np.array([value], dtype=source)
+            except OverflowError:
+                continue
+            if array[0] == value or (isinstance(value, float) and np.isnan(value)):
+                kept.append(array[0])
+    return np.array(kept, dtype=source)
+
+
+def fits(value, source: np.dtype, target: np.dtype) -> bool:
+    """Whether ``target`` holds ``value`` (an item of ``source``), judged in Python numbers."""
+    if target.kind == "b" or source.kind not in "biuf":
+        return source.kind == "b" and target.kind == "b"
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        return source.kind != "f" and info.min <= int(value) <= info.max
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        return True
+    largest = float(np.finfo(target).max)
+    ulp = largest - float(np.nextafter(np.array(largest, target), np.array(0, target)))
+    return abs(number) < largest + ulp / 2  # rounds to the largest finite value, not to inf
+
+
+@pytest.mark.parametrize("target", DTYPES, ids=str)
+def test_every_dtype_pair_stores_the_value_put_or_refuses_it(target):
+    dock = Dock([Column("v", target), Column("r", target, ragged=True)], ["c"])
+    dock.add_partition("p", num_prompts=1)
+    for source in DTYPES:
+        for value in edge_values(source, target):
+            for name, data in (("v", np.array([value])), ("r", [np.array([value])])):
+                expected = fits(value, source, target)
+                try:
+                    dock.put("p", {name: data}, rows=[0], overwrite=True)
+                except tp.ConfigError:
+                    assert not expected, (source, target, value)
+                    continue
+                assert expected, (source, target, value)
+                stored = dock.get("c", [name], 1, "p", rows=[0])[name]
+                stored = (stored.values if name == "r" else stored)[0]
+                dock.clear("p")
+                if target.kind in "iub":
+                    assert int(stored) == int(value), (source, target, value)
+                else:
+                    assert np.array_equal(stored, target.type(value), equal_nan=True), (source, target, value)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -405,6 +543,10 @@ def test_pack_pad_truncate_round_trips():
         (lambda: tp.dock.pad([np.zeros(5)], multiple_of=0), "multiple_of=0"),
         (lambda: tp.dock.pack([np.zeros((2, 2)), np.zeros((2, 3))]), "different item shapes"),
         (lambda: tp.dock.truncate(tp.dock.pack([np.zeros(2)]), 1, keep="middle"), "keep='middle'"),
+        (lambda: tp.dock.pack([np.array([1, BIG])], dtype=np.int32), r"pack\(rows, dtype\): value 1099511627776 does"),
+        (lambda: tp.dock.pad([np.ones(2, np.uint8)], pad_value=-1), "pad_value: value -1 does not fit its dtype uint8"),
+        (lambda: tp.dock.pad([np.ones(2, np.uint8)], pad_value=np.int64(BIG)), "pad_value: value 1099511627776"),
+        (lambda: tp.dock.pad([np.ones(2, np.int32)], pad_value=np.nan), "pad_value: dtype float64 does not fit int32"),
     ],
 )
 def test_helpers_reject_bad_input(make, match):
@@ -503,4 +645,27 @@ def test_checkpoint_errors_name_the_problem(tmp_path):
     dock.save(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "dock.json").write_text("{not json")
     with pytest.raises(tp.CorruptStoreError, match="dock.json: not valid JSON"):
+        Dock.load(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize(
+    "key, damage, match",
+    [
+        ("fixed/reward", lambda a: a.astype(np.float64), r"fixed/reward has dtype float64 and shape \(16,\), the dock"),
+        ("ragged/responses/values", lambda a: a.astype(np.int64) + 2**40, "ragged/responses/values has dtype int64"),
+        ("ragged/responses/lengths", lambda a: a[:-1], r"ragged/responses/lengths has dtype int64 and shape \(15,\)"),
+        ("ready/reward", lambda a: a.astype(np.uint8), "ready/reward has dtype uint8"),
+        ("age", lambda a: a.astype(np.int32), "age has dtype int32"),
+    ],
+)
+def test_a_checkpoint_array_of_another_dtype_or_shape_is_refused_not_cast(tmp_path, key, damage, match):
+    dock = make_dock()
+    put_all(dock, responses(16))
+    dock.save(tmp_path / "ckpt")
+    file = tmp_path / "ckpt" / "partition-00000.npz"
+    with np.load(file) as saved:
+        arrays = dict(saved)
+    arrays[key] = damage(arrays[key])
+    np.savez(file, **arrays)
+    with pytest.raises(tp.CorruptStoreError, match="partition-00000.npz: " + match):
         Dock.load(tmp_path / "ckpt")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.dock import Balanced, Column, PromptGroups
+from tokenport.dock import Balanced, Column, Dock, PromptGroups
 
 ray = pytest.importorskip("ray")
 from tokenport.dock.ray import RayDock  # noqa: E402
@@ -229,3 +229,117 @@ def test_checkpoint_of_a_ray_dock_restores_on_another_shard_count(ray_session, t
     unfinished = restored.get("rollout", ["responses"], 24, "p", unfinished=True)
     assert unfinished.rows.tolist() == rows[rows % 5 == 0].tolist() and set(unfinished.ages.tolist()) == {1}
     restored.shutdown()
+
+
+# -- the same errors as Dock --------------------------------------------------------------------------
+
+PARITY_COLUMNS = [Column("x", np.int32), Column("e", np.float32, shape=(3,)), Column("t", np.int32, ragged=True),
+                  Column("u", np.uint8)]
+TWO = np.arange(2)
+
+def _float_rows(request):
+    """A sampler that breaks the contract: row ids as floats (5.5 was read as row 5)."""
+    return np.array([5.5]), np.array([5.5])
+
+
+BAD_CALLS = {  # each a call that both docks must refuse with the same exception and message
+    "rows=5": lambda d: d.put("p", {"x": np.zeros(1, np.int32)}, rows=5),
+    "rows ragged": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[[0], [1, 2]]),
+    "ragged None": lambda d: d.put("p", {"t": None}, rows=TWO),
+    "rows 2-D": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[[0, 1]]),
+    "rows floats": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[0.0, 1.0]),
+    "rows empty": lambda d: d.put("p", {"x": np.zeros(0, np.int32)}, rows=[]),
+    "row out of range": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[0, 8]),
+    "row negative": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[-1, 0]),
+    "row twice": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[3, 3]),
+    "unknown column": lambda d: d.put("p", {"nope": np.zeros(2)}, rows=TWO),
+    "no columns": lambda d: d.put("p", {}, rows=TWO),
+    "columns not a dict": lambda d: d.put("p", [("x", np.zeros(2))], rows=TWO),
+    "unknown partition": lambda d: d.put("q", {"x": np.zeros(2, np.int32)}, rows=TWO),
+    "wrong row count": lambda d: d.put("p", {"x": np.zeros(3, np.int32)}, rows=TWO),
+    "wrong shape": lambda d: d.put("p", {"e": np.zeros((2, 4))}, rows=TWO),
+    "ragged given 2-D": lambda d: d.put("p", {"t": np.zeros((2, 5), np.int32)}, rows=TWO),
+    "ragged row count": lambda d: d.put("p", {"t": [np.ones(2, np.int32)]}, rows=TWO),
+    "fixed given ragged": lambda d: d.put("p", {"x": [np.ones(2, np.int32)] * 2}, rows=TWO),
+    "out of range": lambda d: d.put("p", {"x": np.array([1, 2**40])}, rows=TWO),
+    "uint64 out of range": lambda d: d.put("p", {"x": np.array([2**64 - 1, 0], np.uint64)}, rows=TWO),
+    "negative unsigned": lambda d: d.put("p", {"u": [3, -3]}, rows=TWO),
+    "ragged out of range": lambda d: d.put("p", {"t": [np.array([2**40]), np.array([1])]}, rows=TWO),
+    "floats into ints": lambda d: d.put("p", {"x": [0.5, 1.0]}, rows=TWO),
+    "strings into ints": lambda d: d.put("p", {"x": ["a", "b"]}, rows=TWO),
+    "float overflow": lambda d: d.put("p", {"e": np.full((2, 3), 1e39)}, rows=TWO),
+    "bad completed": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=TWO, completed=[True]),
+    "already written": lambda d: d.put("p", {"x": np.zeros(2, np.int32)}, rows=[5, 6]),
+    "get unknown consumer": lambda d: d.get("nobody", ["x"], 1, "p"),
+    "get unknown column": lambda d: d.get("train", ["nope"], 1, "p"),
+    "get no columns": lambda d: d.get("train", [], 1, "p"),
+    "get columns a string": lambda d: d.get("train", "x", 1, "p"),
+    "get unknown partition": lambda d: d.get("train", ["x"], 1, "q"),
+    "count 0": lambda d: d.get("train", ["x"], 0, "p"),
+    "count a float": lambda d: d.get("train", ["x"], 1.5, "p"),
+    "count past the partition": lambda d: d.get("train", ["x"], 9, "p"),
+    "timeout negative": lambda d: d.get("train", ["x"], 1, "p", timeout=-1),
+    "timeout a string": lambda d: d.get("train", ["x"], 1, "p", timeout="1"),
+    "timeout nan": lambda d: d.get("train", ["x"], 1, "p", timeout=float("nan")),
+    "lease 0": lambda d: d.get("train", ["x"], 1, "p", lease=0),
+    "lease infinite": lambda d: d.get("train", ["x"], 1, "p", lease=float("inf")),
+    "sampler not callable": lambda d: d.get("train", ["x"], 1, "p", sampler=5),
+    "sampler returns floats": lambda d: d.get("train", ["x"], 1, "p", sampler=_float_rows),
+    "get rows=5": lambda d: d.get("train", ["x"], 1, "p", rows=5),
+    "get rows ragged": lambda d: d.get("train", ["x"], 1, "p", rows=[[0], [1, 2]]),
+    "get row out of range": lambda d: d.get("train", ["x"], 1, "p", rows=[9]),
+    "get rows without partition": lambda d: d.get("train", ["x"], 1, rows=[0]),
+    "timed out": lambda d: d.get("train", ["e"], 2, "p", timeout=0.05),
+    "ack unknown lease": lambda d: d.ack(12345),
+    "nack a list": lambda d: d.nack([1]),
+    "partition exists": lambda d: d.add_partition("p", 1),
+    "partition unnamed": lambda d: d.add_partition("", 1),
+    "no prompts": lambda d: d.add_partition("q", 0),
+    "clear unknown": lambda d: d.clear("q"),
+    "drop unknown": lambda d: d.drop_partition("q"),
+    "column exists": lambda d: d.add_column(Column("x", np.int64)),
+    "column not a Column": lambda d: d.add_column("y"),
+    "consumer exists": lambda d: d.add_consumer("train"),
+    "consumer unnamed": lambda d: d.add_consumer(""),
+    "all_consumed unknown consumer": lambda d: d.all_consumed("nobody", "p"),
+}
+
+
+def refusal(call, dock) -> tuple[type, str]:
+    """The type and message of the exception ``call(dock)`` raises."""
+    try:
+        call(dock)
+    except Exception as error:  # noqa: BLE001 (any exception is compared, not only the expected one)
+        return type(error), str(error)
+    return type(None), "did not raise"
+
+
+def test_ray_dock_refuses_bad_input_exactly_as_dock_does_and_changes_nothing(ray_session):
+    docks = [Dock(PARITY_COLUMNS, ["train"], n_samples_per_prompt=2),
+             RayDock(PARITY_COLUMNS, ["train"], n_samples_per_prompt=2, shards=2)]
+    for dock in docks:
+        dock.add_partition("p", num_prompts=4)
+        dock.put("p", {"x": np.array([5, 6], np.int32), "t": [np.arange(3, dtype=np.int32)] * 2}, rows=[5, 6])
+    differ = {}
+    for case, call in BAD_CALLS.items():
+        raised = [refusal(call, dock) for dock in docks]
+        if raised[0] != raised[1] or not issubclass(raised[0][0], tp.TokenportError):
+            differ[case] = raised
+    assert not differ
+    for args in [(PARITY_COLUMNS, ["a", "a"]), (PARITY_COLUMNS, ["a"], 0), ([Column("x", np.int8)] * 2, ["a"])]:
+        raised = []
+        for make in (Dock, RayDock):
+            with pytest.raises(tp.ConfigError) as error:
+                make(*args)
+            raised.append(str(error.value))
+        assert raised[0] == raised[1], args
+    stats = [dock.stats() for dock in docks]
+    for counts in stats:
+        for consumer in counts["consumers"].values():
+            consumer.pop("wait_seconds")
+        counts["partitions"]["p"].pop("bytes")  # a RayDock's controller holds no data
+    assert stats[0] == stats[1] and stats[0]["partitions"]["p"]["ready"] == {"x": 2, "e": 0, "t": 2, "u": 0}
+    for dock in docks:
+        batch = dock.get("train", ["x", "t"], 2, "p", rows=[5, 6])
+        assert batch["x"].tolist() == [5, 6] and batch["t"].values.tolist() == [0, 1, 2] * 2
+    docks[1].shutdown()

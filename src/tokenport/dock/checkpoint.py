@@ -85,7 +85,7 @@ def load_dock(directory: str | os.PathLike[str]) -> "Dock":
         file = os.path.join(source, entry["file"])
         try:
             with np.load(file) as arrays:
-                _restore(dock, partition, dict(arrays))
+                _restore(dock, partition, dict(arrays), file)
         except (OSError, ValueError, KeyError) as error:
             raise CorruptStoreError(f"{file}: cannot be read ({error}); the checkpoint is damaged") from None
         dock._partitions[partition.name] = partition
@@ -114,22 +114,37 @@ def _arrays(dock: "Dock", partition: Partition) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _restore(dock: "Dock", partition: Partition, arrays: dict[str, np.ndarray]) -> None:
-    partition.completed[:] = arrays["completed"]
-    partition.age[:] = arrays["age"]
+def _restore(dock: "Dock", partition: Partition, arrays: dict[str, np.ndarray], file: str) -> None:
+    """Fill ``partition`` from its saved arrays, each checked to have the dtype and shape it was saved
+    with (assigning another dtype would cast, and could wrap, silently)."""
+    rows = (partition.rows,)
+
+    def saved(key: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        array = arrays[key]
+        if array.dtype != dtype or array.shape != shape:
+            raise CorruptStoreError(
+                f"{file}: {key} has dtype {array.dtype} and shape {array.shape}, the dock saves dtype {dtype} "
+                f"and shape {shape}; the checkpoint is damaged"
+            )
+        return array
+
+    partition.completed[:] = saved("completed", np.dtype(bool), rows)
+    partition.age[:] = saved("age", np.dtype(np.int64), rows)
     everything = np.arange(partition.rows)
-    for key, array in arrays.items():
+    for key in arrays:
         kind, _, name = key.partition("/")
         if kind == "ready":
-            partition.ready_of(name)[:] = array
+            partition.ready_of(name)[:] = saved(key, np.dtype(bool), rows)
         elif kind == "consumed":
-            partition.consumed_of(name)[:] = array
+            partition.consumed_of(name)[:] = saved(key, np.dtype(bool), rows)
         elif kind == "fixed":
-            partition.write(dock._columns[name], everything, array)
+            column = dock._columns[name]
+            partition.write(column, everything, saved(key, column.dtype, rows + column.shape))
         elif kind == "ragged" and name.endswith("/values"):
-            column = name[: -len("/values")]
-            lengths = arrays[f"ragged/{column}/lengths"]
-            partition.write(dock._columns[column], everything, Packed(array, lengths))
+            column = dock._columns[name[: -len("/values")]]
+            lengths = saved(f"ragged/{column.name}/lengths", np.dtype(np.int64), rows)
+            values = saved(key, column.dtype, (len(arrays[key]), *column.shape))
+            partition.write(column, everything, Packed(values, lengths))
 
 
 def _swap_in(staging: str, target: str) -> None:

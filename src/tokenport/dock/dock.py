@@ -2,10 +2,12 @@
 
 Producers ``put`` columns for rows; a consumer ``get``s a batch of rows whose requested columns
 are all ready and which it has not consumed yet, and those rows become consumed for it (other
-consumers still see them). One lock guards everything: a put checks all its input first, then
-writes the data, then flips readiness, so a reader never sees half a put, and a rejected put
-changes nothing. Getters wait on a condition variable (no polling) that every put, ack, nack,
-clear and lease expiry notifies.
+consumers still see them). One lock guards everything: a put checks and converts all its input
+first (before taking the lock), then writes the data, then flips readiness, so a reader never
+sees half a put, and a rejected put changes nothing. A value the column's dtype cannot hold
+(2**40 in an int32 column, -1 in a uint8 one, 1e300 in a float32 one) is refused, never wrapped.
+Getters wait on a condition variable (no polling) that every put, ack, nack, clear and lease
+expiry notifies.
 
 Leases: ``get(..., lease=seconds)`` hands rows out without consuming them; ``ack`` consumes them,
 ``nack`` or the lease running out (the consumer died) makes them available again, so a stage
@@ -15,6 +17,8 @@ that crashes mid-batch loses no rows and the same stage never consumes a row twi
 from __future__ import annotations
 
 import asyncio
+import math
+import numbers
 import os
 import threading
 import time
@@ -26,6 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError, DockTimeout
 from .batch import Batch
+from .casting import as_array, fitted
 from .checkpoint import load_dock, save_dock
 from .ragged import Packed, Padded, as_ragged
 from .samplers import SampleRequest, Selection, Sequential
@@ -160,22 +165,19 @@ class Dock:
         """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready.
 
         Fixed columns take an array of shape ``(len(rows), *shape)``; ragged ones a list of arrays,
-        ``Packed(values, lengths)`` or ``Padded(values, lengths)``. Putting a ready cell again is
+        ``Packed(values, lengths)`` or ``Padded(values, lengths)``, of any dtype whose values the
+        column's dtype holds (floats are rounded; see ``casting``). Putting a ready cell again is
         an error unless ``overwrite=True``. ``completed`` (one flag, or one per row) marks rows
         finished or not (see the class docstring). On any error nothing is written.
         """
-        if not isinstance(columns, Mapping) or not columns:
-            raise ConfigError("columns: expected a non-empty dict of column name -> values")
+        ids, checked, finished = _checked_put(self._column, columns, rows, completed)
         with self._lock:
             target = self._partition(partition)
-            ids = _row_ids(rows, target)
-            checked = [(self._column(name), _checked_values(self._column(name), value, len(ids)))
-                       for name, value in columns.items()]
-            finished = _completed_flags(completed, len(ids))
-            self._check_unwritten(target, [column.name for column, _ in checked], ids, overwrite)
-            for column, value in checked:
-                target.write(column, ids, value)
-            self._mark_ready(target, [column.name for column, _ in checked], ids, finished)
+            _in_range(ids, target)
+            self._check_unwritten(target, list(checked), ids, overwrite)
+            for name, value in checked.items():
+                target.write(self._columns[name], ids, value)
+            self._mark_ready(target, list(checked), ids, finished)
 
     async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
                    **options: Any) -> None:
@@ -207,7 +209,7 @@ class Dock:
         ``unfinished=True`` (the rollout stage) returns up to ``count`` unfinished rows without
         waiting, or None when there are none.
         """
-        wanted = list(columns)
+        wanted = _wanted(columns)
         with self._lock:
             taken = self._take(consumer, wanted, count, partition, rows, timeout, sampler, lease, unfinished)
             if taken is None:
@@ -323,12 +325,16 @@ class Dock:
                 if partition is not None:
                     return _WAIT
                 continue
-            give, consume = (np.asarray(part, dtype=np.int64) for part in selection)
+            trusted = getattr(sampler, "trusted", False)  # tokenport's own samplers pick eligible rows only
+            if trusted:
+                give, consume = (np.asarray(part, dtype=np.int64) for part in selection)
+            else:
+                give, consume = _selected(selection, sampler)
             if len(give) == 0:
                 if partition is not None:
                     return None
                 continue
-            if not getattr(sampler, "trusted", False):  # tokenport's own samplers pick eligible rows only
+            if not trusted:
                 _check_selection(give, consume, request)
             return target, give, consume
         if unfinished or (partition is None and self._closed and all(
@@ -342,14 +348,8 @@ class Dock:
               lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased); ``(partition, rows, lease id)``
         or None at the end. The caller holds the lock."""
-        count = _positive("count", count)
-        if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
-            raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
-        if lease is not None and (isinstance(lease, bool) or not lease > 0):
-            raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+        count = _checked_get(count, timeout, sampler, lease)
         stats = self._consumer(consumer)
-        if not wanted:
-            raise ConfigError("columns: ask for at least one column")
         for name in wanted:
             self._column(name)
         targets = self._targets(partition, count)
@@ -357,7 +357,7 @@ class Dock:
         if rows is not None:
             if partition is None:
                 raise ConfigError("rows= needs partition=: row ids are local to a partition")
-            sampler = _exact_rows(_row_ids(rows, targets[0]), partition)
+            sampler = _exact_rows(_in_range(_row_ids(rows), targets[0]), partition)
         began = time.monotonic()
         deadline = None if timeout is None else began + timeout
         while True:
@@ -483,21 +483,69 @@ class _Unfinished:
         return chosen, chosen
 
 
-def _row_ids(rows: Sequence[int] | np.ndarray, target: Partition) -> np.ndarray:
-    """Row ids as int64, checked: 1-D integers, in range, no repeats."""
-    ids = np.asarray(rows)
+def _checked_put(column_of: Callable[[str], Column], columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
+                 completed: bool | Sequence[bool] | np.ndarray) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+    """The checks of a put that need no partition (Dock and RayDock both run them, so they fail
+    alike): ``(row ids, each column's values cast to its dtype, finished flags)``."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise ConfigError("columns: expected a non-empty dict of column name -> values")
+    ids = _row_ids(rows)
+    checked = {name: _checked_values(column_of(name), value, len(ids)) for name, value in columns.items()}
+    return ids, checked, _completed_flags(completed, len(ids))
+
+
+def _wanted(columns: Sequence[str]) -> list[str]:
+    """The column names a get asks for (a list, not one name: a string would be read letter by letter)."""
+    try:
+        wanted = None if isinstance(columns, str) else list(columns)
+    except TypeError:
+        wanted = None
+    if wanted is None:
+        raise ConfigError(f"columns={columns!r:.60}: pass a list of column names")
+    if not wanted:
+        raise ConfigError("columns: ask for at least one column")
+    return wanted
+
+
+def _checked_get(count: int, timeout: float | None, sampler: Sampler | None, lease: float | None) -> int:
+    """The checks of a get that need no partition (shared with RayDock); returns ``count``."""
+    count = _positive("count", count)
+    if timeout is not None and not (_seconds(timeout) and timeout >= 0):
+        raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
+    if lease is not None and not (_seconds(lease) and lease > 0):
+        raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+    if sampler is not None and not callable(sampler):
+        raise ConfigError(f"sampler={sampler!r:.60} is not callable: pass a SampleRequest -> rows function")
+    return count
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _row_ids(rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Row ids as int64, checked: 1-D integers, no repeats."""
+    ids = as_array(rows, "rows")
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
         raise ConfigError(f"rows: expected a 1-D sequence of integer row ids, got shape {ids.shape} dtype {ids.dtype}")
-    ids = ids.astype(np.int64, copy=False)
     if ids.size == 0:
         raise ConfigError("rows is empty: name at least one row")
+    if ids.dtype.kind == "u" and int(ids.max()) > np.iinfo(np.int64).max:
+        raise ConfigError(f"row {int(ids.max())} is out of range: row ids are at most 2**63 - 1")
+    ids = ids.astype(np.int64, copy=False)
+    if len(np.unique(ids)) != len(ids):
+        raise ConfigError("rows holds a row id twice: each row is written once per put")
+    return ids
+
+
+def _in_range(ids: np.ndarray, target: Partition) -> np.ndarray:
+    """``ids``, checked to be rows of ``target``."""
     bad = np.flatnonzero((ids < 0) | (ids >= target.rows))
     if bad.size:
         raise ConfigError(
             f"row {int(ids[bad[0]])} is out of range: partition {target.name!r} has rows 0..{target.rows - 1}"
         )
-    if len(np.unique(ids)) != len(ids):
-        raise ConfigError("rows holds a row id twice: each row is written once per put")
     return ids
 
 
@@ -505,18 +553,17 @@ def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packe
     """A column's values for ``rows`` rows, converted to its dtype, or a ConfigError naming it."""
     if column.ragged:
         return as_ragged(value, column.name, rows, column.dtype, column.shape)
+    what = f"column {column.name!r}"
     if isinstance(value, (Packed, Padded)) or (isinstance(value, (list, tuple)) and value and
-                                     {np.shape(v) for v in value} - {column.shape}):
-        raise ConfigError(f"column {column.name!r} is not ragged: pass one array of shape (rows, *{column.shape})")
-    array = np.asarray(value)
+                                     {as_array(v, what).shape for v in value} - {column.shape}):
+        raise ConfigError(f"{what} is not ragged: pass one array of shape (rows, *{column.shape})")
+    array = as_array(value, what)
     if array.shape != (rows, *column.shape):
         raise ConfigError(
             f"column {column.name!r}: values of shape {array.shape}, expected {(rows, *column.shape)} "
             f"({rows} rows of shape {column.shape})"
         )
-    if not np.can_cast(array.dtype, column.dtype, casting="same_kind"):
-        raise ConfigError(f"column {column.name!r}: dtype {array.dtype} does not fit the column's {column.dtype}")
-    return array.astype(column.dtype, copy=False)
+    return fitted(array, column.dtype, f"column {column.name!r}")
 
 
 def _lengths(target: Partition, column: Column, ids: np.ndarray) -> np.ndarray:
@@ -545,6 +592,22 @@ def _exact_rows(ids: np.ndarray, partition: str) -> Sampler:
 
     sample.trusted = True  # type: ignore[attr-defined]
     return sample
+
+
+def _selected(selection: Any, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
+    """A sampler's ``(rows to return, rows to consume)`` as int64 arrays; anything else is refused."""
+    if isinstance(selection, (tuple, list)) and len(selection) == 2:
+        try:
+            give, consume = np.asarray(selection[0]), np.asarray(selection[1])
+        except (ValueError, TypeError):  # not regular arrays
+            give = consume = np.zeros((0, 0))
+        if all(p.ndim == 1 and (p.dtype.kind in "iu" or not p.size) for p in (give, consume)):
+            return give.astype(np.int64, copy=False), consume.astype(np.int64, copy=False)
+    name = getattr(sampler, "__qualname__", None) or type(sampler).__qualname__
+    raise ConfigError(
+        f"sampler {name} returned {selection!r:.80}: return None (wait) or a pair (rows to return, "
+        "rows to consume) of 1-D integer row ids"
+    )
 
 
 def _check_selection(give: np.ndarray, consume: np.ndarray, request: SampleRequest) -> None:

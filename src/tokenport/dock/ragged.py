@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .casting import as_array, fitted
 from .copying import copy_runs, item_bytes
 
 __all__ = ["Packed", "Padded", "as_ragged", "gather_runs", "pack", "pad", "take_rows", "truncate"]
@@ -112,8 +113,12 @@ class Padded:
 
 
 def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
-    """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end."""
-    arrays = [np.asarray(row, dtype=dtype) for row in rows]
+    """Lay a sequence of arrays (rows of any lengths, equal inner shapes) end to end, cast to
+    ``dtype`` if given (a value that does not fit it is refused)."""
+    try:
+        arrays = [np.asarray(row) for row in rows]
+    except (ValueError, TypeError):  # a row that is no regular array: name it
+        arrays = [as_array(row, f"rows[{i}]") for i, row in enumerate(rows)]
     for i, array in enumerate(arrays):
         if array.ndim == 0:
             raise ConfigError(f"rows[{i}] is a scalar: each row must be an array of items")
@@ -123,7 +128,8 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     inner = {a.shape[1:] for a in arrays}
     if len(inner) > 1:
         raise ConfigError(f"rows have different item shapes {sorted(inner)}: every row's items must share one shape")
-    return Packed(np.concatenate(arrays), lengths)
+    values = np.concatenate(arrays)
+    return Packed(values if dtype is None else fitted(values, np.dtype(dtype), "pack(rows, dtype)"), lengths)
 
 
 def pad(
@@ -140,7 +146,8 @@ def pad(
         raise ConfigError(f"length={length!r} is invalid: the longest row has {longest} items; truncate first")
     else:
         width = int(length)
-    values = np.full((len(packed), width, *packed.values.shape[1:]), pad_value, dtype=packed.values.dtype)
+    fill = fitted(np.asarray(pad_value), packed.values.dtype, "pad_value")
+    values = np.full((len(packed), width, *packed.values.shape[1:]), fill, dtype=packed.values.dtype)
     starts = np.arange(len(packed), dtype=np.int64) * width
     copy_runs(packed.values, packed.offsets[:-1], values, starts, packed.lengths, item_bytes(packed.values))
     return Padded(values, packed.lengths)
@@ -176,16 +183,23 @@ def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[in
                     f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or "
                     f"Padded(values, lengths), not one {value.ndim}-D array"
                 )
-            value = pack(list(value))
+            try:
+                value = pack(list(value))
+            except TypeError:
+                raise ConfigError(
+                    f"column {name!r} is ragged: pass a list of arrays, Packed(values, lengths) or "
+                    f"Padded(values, lengths), not {type(value).__name__}"
+                ) from None
+            except ConfigError as error:
+                raise ConfigError(f"column {name!r}: {error}") from None
         shape, cast = value.values.shape[1:], Packed
     if len(value) != rows:
         raise ConfigError(f"column {name!r}: {len(value)} rows of data for {rows} row ids")
     if shape != inner:
         raise ConfigError(f"column {name!r}: items of shape {shape}, the column's are {inner}")
-    if not np.can_cast(value.values.dtype, dtype, casting="same_kind"):
-        raise ConfigError(f"column {name!r}: dtype {value.values.dtype} does not fit the column's {dtype}")
     if value.values.dtype != dtype:
-        value = cast(value.values.astype(dtype), value.lengths)
+        value = cast(fitted(value.values, dtype, f"column {name!r}", lengths=value.lengths if cast is Padded else None),
+                     value.lengths)
     return value
 
 

@@ -9,9 +9,11 @@ a get asks the controller which rows (waiting there, on a condition variable) an
 from the shards in parallel. numpy payloads go through Ray's object store, read zero-copy.
 
 ``RayDock`` has the ``Dock`` API and is picklable: pass it to any task or actor, which then
-talks to the same controller and shards. Errors raised in the actors reach the caller as the
-same TokenportError. Concurrent puts of the same cells without ``overwrite`` are a caller bug:
-one of them fails, and the cells hold one of the two writes.
+talks to the same controller and shards. ``put`` and ``get`` check their arguments in the calling
+process with ``Dock``'s own code before any actor call, and errors raised in the actors reach the
+caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent
+puts of the same cells without ``overwrite`` are a caller bug: one of them fails, and the cells
+hold one of the two writes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import ray
 
 from ..errors import ConfigError, TokenportError
 from .batch import Batch
-from .dock import Dock, Sampler, _checked_values, _completed_flags, _positive, _row_ids
+from .casting import as_array
+from .dock import Dock, Sampler, _checked_get, _checked_put, _in_range, _positive, _row_ids, _wanted
 from .ragged import Packed, Padded, take_rows
 from .schema import Column
 from .storage import Partition
@@ -58,7 +61,7 @@ class _Controller:
         dock = self.dock
         with dock._lock:
             target = dock._partition(partition)
-            ids = _row_ids(rows, target)
+            ids = _in_range(rows, target)
             for name in names:
                 dock._column(name)
             dock._check_unwritten(target, names, ids, overwrite)
@@ -70,7 +73,7 @@ class _Controller:
         dock = self.dock
         with dock._lock:
             target = dock._partition(partition)
-            ids = _row_ids(rows, target)
+            ids = _in_range(_row_ids(rows), target)
             dock._check_unwritten(target, names, ids, overwrite)
             for name, row_lengths in lengths.items():
                 target.record_lengths(dock._column(name), ids, row_lengths)
@@ -218,16 +221,13 @@ class RayDock:
 
     def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
             overwrite: bool = False, completed: bool | Sequence[bool] | np.ndarray = True) -> None:
-        """As ``Dock.put``: data to the shards, then readiness at the controller."""
-        if not isinstance(columns, Mapping) or not columns:
-            raise ConfigError("columns: expected a non-empty dict of column name -> values")
-        self._refresh_columns(columns)
-        ids = np.asarray(rows)
-        finished = _completed_flags(completed, len(ids))
-        checked = {name: _checked_values(self._column(name), value, len(ids)) for name, value in columns.items()}
+        """As ``Dock.put`` (the same checks, here, before any actor call): data to the shards, then
+        readiness at the controller."""
+        if isinstance(columns, Mapping):
+            self._refresh_columns(columns)
+        ids, checked, finished = _checked_put(self._column, columns, rows, completed)
         names = list(checked)
         rows_in_partition = _get(self._controller.check_put.remote(partition, names, ids, bool(overwrite)))
-        ids = ids.astype(np.int64)
         checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
         shard_of = (ids // self.n_samples_per_prompt) % len(self._shards)
         writes = []
@@ -245,12 +245,13 @@ class RayDock:
     def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
             rows: Sequence[int] | np.ndarray | None = None, timeout: float | None = None,
             sampler: Sampler | None = None, lease: float | None = None, unfinished: bool = False) -> Batch | None:
-        """As ``Dock.get``: rows chosen by the controller, data read from the shards in parallel."""
-        wanted = list(columns)
+        """As ``Dock.get`` (the same checks): rows chosen by the controller, data read from the shards."""
+        wanted = _wanted(columns)
+        _checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
+        exact = None if rows is None else as_array(rows, "rows")
         taken = _get(self._controller.take.remote(
-            consumer, wanted, count, partition, None if rows is None else np.asarray(rows), timeout, key, send, lease,
-            bool(unfinished),
+            consumer, wanted, count, partition, exact, timeout, key, send, lease, bool(unfinished),
         ))
         if taken is None:
             return None
