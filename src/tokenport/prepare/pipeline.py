@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputDataError
 from ..indexed import IndexedDataset
 from ..tokenizers import Tokenizer, load_tokenizer
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
@@ -112,9 +113,13 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             _dedup_pass(config, executor, out.work, units, position)
         records, resumed = _run(config, executor, out.work, units, progress)
         executor.close()
+        totals = UnitStats.total(r.stats for r in records)
+        _warn_of_steps_that_removed_everything(totals)
+        if totals.documents == 0 and not config.allow_empty:
+            out.abandon()
+            raise InputDataError(_nothing_left(config, totals, len(files)))
         parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
         described = _assemble(parts, tokenizer, [f.path for f in files])
-        totals = UnitStats.total(r.stats for r in records)
         manifest = {
             "format": DATASET_FORMAT,
             "tokenport_version": _version(),
@@ -179,6 +184,31 @@ def _run(
         if bar is not None:
             bar.close()
     return [records[unit.name] for unit in units], resumed
+
+
+def _warn_of_steps_that_removed_everything(totals: UnitStats) -> None:
+    """A loud warning for each step that dropped every document it saw: almost always a wrong option."""
+    for label, counts in totals.steps.items():
+        if counts.get("documents_in", 0) and not counts.get("documents_out", 0):
+            reasons = ", ".join(f"{key[8:]} {n:,}" for key, n in sorted(counts.items()) if key.startswith("removed:"))
+            logger.warning("step %s removed all %s documents it saw (%s); check its options", label,
+                           f"{counts['documents_in']:,}", reasons or "no reason counted")
+
+
+def _nothing_left(config: PrepareConfig, totals: UnitStats, files: int) -> str:
+    """Why a run produced no documents, and what to do (the message of its InputDataError)."""
+    why = []
+    if totals.skipped:
+        why.append("input was skipped as malformed (" + ", ".join(
+            f"{kind} {n:,}" for kind, n in sorted(totals.skipped.items())) + ")")
+    emptied = [label for label, counts in totals.steps.items()
+               if counts.get("documents_in", 0) and not counts.get("documents_out", 0)]
+    if emptied:
+        why.append(f"cleaning step {emptied[0]} removed every document it saw (check its options)")
+    if not why:
+        why.append(f"the {files} input file(s) ({totals.bytes_in:,} bytes) hold no documents; check the inputs")
+    return (f"{config.output}: prepare produced no documents: {'; '.join(why)}. Nothing was written; pass "
+            "allow_empty=True (--allow-empty) if an empty output is what you want")
 
 
 def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:

@@ -7,6 +7,7 @@ So two different runs are never mixed in one directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -120,6 +121,13 @@ class OutputDir:
         write_json(self.manifest_path, manifest)
         self.release()
         shutil.rmtree(self.work, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """Release the directory and delete this run's work, leaving no output behind."""
+        self.release()
+        shutil.rmtree(self.work, ignore_errors=True)
+        with contextlib.suppress(OSError):  # kept if anything else is in it
+            os.rmdir(self.path)
 
     def release(self) -> None:
         if self._lock is not None:
