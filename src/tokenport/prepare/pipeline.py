@@ -29,7 +29,7 @@ from .dedup import decide, drops_path, keys_path, load_index, save_atomically, s
 from .executor import LocalExecutor
 from .ray_executor import RayExecutor
 from .sources import expand_inputs
-from .state import OutputDir
+from .state import OutputDir, replace_atomically
 from .steps import dedup_positions
 from .stats import UnitStats
 from .units import Unit, plan_units
@@ -219,7 +219,7 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
     for unit in units:
         source = rejected_path(out.work, unit)
         if os.path.exists(source):
-            os.replace(source, os.path.join(target, f"{unit.name}.jsonl"))
+            replace_atomically(source, os.path.join(target, f"{unit.name}.jsonl"))
         if os.path.exists(os.path.join(target, f"{unit.name}.jsonl")):
             names.append(f"rejected/{unit.name}.jsonl")
     return names

@@ -18,7 +18,7 @@ from ..errors import StorageError
 from ..indexed import IndexedDataset, IndexedDatasetWriter
 from ..tokenizers import Tokenizer
 from .readers import read_slice
-from .state import write_json
+from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
 from .dedup import keys_path, make_signer, save_atomically
 from .rejects import Rejecting, RejectedWriter
@@ -93,7 +93,7 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
             if sink_file is not None:
                 sink_file.close()
         if rejected is not None:  # in place before the store is published: a finished unit has it
-            os.replace(rejected + ".tmp", rejected)
+            replace_atomically(rejected + ".tmp", rejected)
         for label, step in steps:
             stats.steps[label].update(step.counts())
         write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
