@@ -143,6 +143,9 @@ def _pack_report(args: argparse.Namespace) -> int:
     from .indexed import resolve_stores
     from .inspection import lengths_of
     from .sampling.report import batching_report, render_batching_report
+    from ._jit import announce_compilation
+
+    announce_compilation()
 
     report = batching_report(lengths_of(resolve_stores(args.prefixes)), args.batch_size, capacity=args.capacity,
                              num_ranks=args.ranks, seed=args.seed)

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._jit import announce_compilation
 from .build import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
 from .build.report import blend_report
 from .corpus import build_demo_corpus
@@ -46,6 +47,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     started = time.perf_counter()
     workdir = os.path.abspath(workdir)
     echo(f"tokenport demo in {workdir}")
+    announce_compilation()  # the stages below use most kernels: a first run compiles them
 
     echo("\n== 1. corpus: the Python standard library's source files and docstrings")
     corpus = build_demo_corpus(os.path.join(workdir, "corpus"), limit=limit)

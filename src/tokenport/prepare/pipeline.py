@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._jit import announce_compilation
 from ..errors import InputDataError
 from ..indexed import IndexedDataset
 from ..tokenizers import Tokenizer, load_tokenizer
@@ -30,7 +31,7 @@ from .executor import LocalExecutor
 from .ray_executor import RayExecutor
 from .sources import expand_inputs
 from .state import OutputDir, replace_atomically
-from .steps import dedup_positions
+from .steps import dedup_positions, step_modules
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
@@ -91,6 +92,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     when the output is already finished with them; raises ConfigError for other settings.
     """
     started = time.perf_counter()
+    announce_compilation(step_modules(config.steps))
     tokenizer = load_tokenizer(config.tokenizer)
     identity = tokenizer.identity()
     settings = config.output_settings(identity)
@@ -268,14 +270,11 @@ def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> lis
 
 
 def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
-    """A tqdm bar over input bytes when asked for and tqdm is installed, else None."""
+    """A tqdm bar over input bytes when asked for, else None."""
     if not enabled:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        logger.info("progress needs tqdm: pip install 'tokenport[fast]'")
-        return None
+    from tqdm.auto import tqdm
+
     return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc="prepare")
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,11 +26,13 @@ from .documents import Document
 from .language import LanguageFilter
 from .licenses import LicenseFilter
 from .lines import LineCorrections
+from .minhash import MinHasher
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from .urls import URLFilter
 
-__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps", "step_options"]
+__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps", "step_modules",
+           "step_options"]
 
 
 class Step(Protocol):
@@ -135,6 +139,12 @@ def build_steps(specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: st
         drops = drops_path(work_dir, position, unit_name) if spec["step"] in DEDUP_KINDS else None
         steps.append((f"{position}:{spec['step']}", _build(spec, position, drops)))
     return steps
+
+
+def step_modules(specs: Sequence[Mapping[str, Any]]) -> list[ModuleType]:
+    """The modules whose code the steps of ``specs`` run (to say when their kernels compile)."""
+    classes = [MinHasher if spec["step"] in DEDUP_KINDS else STEP_KINDS[spec["step"]] for spec in specs]
+    return [sys.modules[name] for name in dict.fromkeys(c.__module__ for c in classes)]
 
 
 def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
