@@ -123,3 +123,20 @@ def test_config_messages_name_field_and_flag(tmp_path):
         config(tmp_path, ["x.jsonl"], on_error="ignore")
     with pytest.raises(ConfigError, match=r"PrepareConfig\.allow_empty='yes' \(--allow-empty\)"):
         config(tmp_path, ["x.jsonl"], allow_empty="yes")
+
+
+# -- parts --------------------------------------------------------------------------------------------
+
+
+def test_a_directory_of_small_text_files_is_not_one_part_per_file(tmp_path):
+    tree = tmp_path / "docs"
+    tree.mkdir()
+    for i in range(30):
+        (tree / f"note{i:02d}.txt").write_text(f"{ENGLISH[i % 2]} ({i})")
+    (tree / "z.jsonl").write_text(json.dumps({"text": ENGLISH[0]}) + "\n")  # a jsonl file keeps its own part
+    result = prepare(config(tmp_path, [str(tree)], unit_bytes=1000))
+    assert result.documents == 31 and len(result.parts) == 2
+    manifest = json.loads((tmp_path / "out" / "tokenport.json").read_text())
+    assert [len(part["inputs"]) for part in manifest["parts"]] == [30, 1]
+    small = prepare(PrepareConfig([str(tree)], str(tmp_path / "small"), workers=1, shard_tokens=1000))
+    assert len(small.parts) > 3 and small.documents == 31  # text files share parts of up to shard_tokens

@@ -36,8 +36,9 @@ class PrepareConfig:
     text_key: the jsonl field or parquet column holding the text.
     workers: worker processes (default: one per CPU).
     append_eod: append the tokenizer's end-of-document id to every document.
-    shard_by: "file" (one store per input file) or "tokens" (stores of about `shard_tokens`
-      tokens, cut between documents).
+    shard_by: "file" (one store per input file; consecutive text files, one document each, share
+      stores of up to `shard_tokens` tokens) or "tokens" (stores of about `shard_tokens` tokens,
+      cut between documents).
     on_error: "stop" at the first malformed document, or "skip" it and count it by kind.
     max_chars_per_piece: longer documents are tokenized in pieces of at most this many
       characters (cut at whitespace), so tokenizing cost stays linear in length.
