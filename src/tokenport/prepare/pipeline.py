@@ -28,6 +28,7 @@ from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
 from .dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from .executor import LocalExecutor
+from .inflate import discard_chunk
 from .ray_executor import RayExecutor
 from .sources import expand_inputs
 from .state import OutputDir, replace_atomically
@@ -108,8 +109,8 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         else:
             executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
         files = expand_inputs(config.inputs, exclude=out.path)
-        units = plan_units(files, config.unit_bytes)
         stack.enter_context(out.claim(settings, run_fingerprint))
+        units = plan_units(files, config.unit_bytes, inflate_dir=os.path.join(out.work, "inflated"))
         out.remove_stale_units(unit.name for unit in units)
         for position in dedup_positions(config.steps):
             _dedup_pass(config, executor, out.work, units, position)
@@ -176,6 +177,9 @@ def _run(
 
     def on_done(unit: Unit, record: UnitRecord) -> None:
         records[unit.name] = record
+        for piece in unit.slices:
+            if piece.inflated:
+                discard_chunk(piece.inflated)
         if bar is not None:
             bar.update(unit.size)
             bar.set_postfix(documents=sum(r.stats.documents for r in records.values()), refresh=False)

@@ -32,7 +32,7 @@ def _jsonl(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
     line = piece.first
     remaining = None if piece.stop is None else piece.stop - piece.start
     try:
-        with open_decoded(path, piece.compression) as f:
+        with open_decoded(piece.inflated or path, None if piece.inflated else piece.compression) as f:
             if piece.start:
                 f.seek(piece.start)
             for raw in f:
