@@ -70,3 +70,57 @@ def test_a_truncated_compressed_input_keeps_what_it_can_and_reports_the_break(tm
     assert result.skipped == {"corrupt_input": 1} and 1000 < result.documents < 3000
     with IndexedDataset(result.parts[0]) as ds:
         assert len(ds) == result.documents
+
+
+def units_of(tmp_path, unit_bytes):
+    from tokenport.prepare.sources import expand_inputs
+    from tokenport.prepare.units import plan_units
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(lines(texts(3000)))
+    return plan_units(expand_inputs([str(path)], exclude=str(tmp_path / "out")), unit_bytes)
+
+
+def job(tmp_path):
+    from tokenport.prepare.worker import UnitJob
+
+    (tmp_path / "work").mkdir(exist_ok=True)
+    return UnitJob(work_dir=str(tmp_path / "work"), text_key="text", append_eod=True, max_chars_per_piece=100_000,
+                   batch_size=16, on_error="stop")
+
+
+def test_progress_moves_within_a_unit(tmp_path, monkeypatch):
+    from tokenport.prepare import worker
+    from tokenport.prepare.executor import LocalExecutor
+    from tokenport.tokenizers import load_tokenizer
+
+    monkeypatch.setattr(worker._Meter, "_EVERY", 0.0)  # report after every batch of 16 documents
+    (unit,) = units_of(tmp_path, 1 << 30)
+    reports, done = [], []
+    with LocalExecutor(load_tokenizer("byte"), 1) as executor:
+        executor.run(job(tmp_path), [unit], lambda u, record: done.append(reports[:]),
+                     lambda u, more: reports.append(more))
+    assert len(done[0]) > 100 and sum(done[0]) == unit.size  # many steps, all of it before the unit ends
+    assert all(more > 0 for more in reports)
+
+
+def test_worker_processes_report_progress_over_their_pipe(tmp_path):
+    from collections import Counter
+
+    from tokenport.prepare.executor import LocalExecutor
+    from tokenport.tokenizers import load_tokenizer
+
+    units = units_of(tmp_path, 40_000)
+    shown, finished = Counter(), []
+    with LocalExecutor(load_tokenizer("byte"), 2) as executor:
+        executor.run(job(tmp_path), units, lambda u, record: finished.append(shown[u.name] == u.size),
+                     lambda u, more: shown.update({u.name: more}))
+    assert len(finished) == len(units) > 3 and all(finished)  # each unit's progress, all of it, before its record
+
+
+def test_a_run_with_a_progress_bar_ends_full(tmp_path, capsys):
+    path = tmp_path / "corpus.jsonl.gz"
+    path.write_bytes(gzip.compress(lines(texts(3000))))
+    result = prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=2, unit_bytes=60_000), progress=True)
+    err = capsys.readouterr().err
+    assert result.documents == 3000 and "prepare: 100%" in err

@@ -175,17 +175,23 @@ def _run(
     )
     bar = _progress_bar(progress, sum(u.size for u in units), sum(u.size for u in units if u.name in records))
 
+    shown: dict[str, int] = {}  # of each running unit's size, how much the bar shows done
+
+    def on_progress(unit: Unit, more: int) -> None:
+        shown[unit.name] = shown.get(unit.name, 0) + more
+        bar.update(more)
+
     def on_done(unit: Unit, record: UnitRecord) -> None:
         records[unit.name] = record
         for piece in unit.slices:
             if piece.inflated:
                 discard_chunk(piece.inflated)
         if bar is not None:
-            bar.update(unit.size)
+            bar.update(unit.size - shown.pop(unit.name, 0))
             bar.set_postfix(documents=sum(r.stats.documents for r in records.values()), refresh=False)
 
     try:
-        executor.run(job, todo, on_done)
+        executor.run(job, todo, on_done, None if bar is None else on_progress)
     finally:
         if bar is not None:
             bar.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -59,9 +60,11 @@ def unit_prefix(work_dir: str, unit: Unit) -> str:
     return os.path.join(work_dir, unit.name)
 
 
-def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False) -> UnitRecord:
+def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False,
+             progress: Callable[[int], None] | None = None) -> UnitRecord:
     """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
-    raises Cancelled (leaving no store) once `cancelled()` is true."""
+    raises Cancelled (leaving no store) once `cancelled()` is true, and passes `progress` how
+    much more of the unit's `size` is done (a few times a second at most)."""
     if job.sign_position is not None:
         return sign_unit(job, unit, cancelled)
     stats = UnitStats()
@@ -81,13 +84,17 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
                 for label, step in steps:
                     if isinstance(step, Rejecting):
                         step.sink = sinks.sink_for(label)
+            meter = _Meter(stats, progress)
             for piece in unit.slices:
                 before = stats.documents
+                meter.start(piece.size)
                 documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps, stats.step_costs)
                 for batch in tokenize(documents):
                     if cancelled():
                         raise Cancelled(unit.name)
                     writer.add_documents(batch.tokens, batch.lengths)
+                    meter.tick()
+                meter.tick(finished=True)
                 documents_per_slice.append(stats.documents - before)
         finally:
             if sink_file is not None:
@@ -98,6 +105,30 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
             stats.steps[label].update(step.counts())
         write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
     return UnitRecord(prefix, stats, tuple(documents_per_slice))
+
+
+class _Meter:
+    """Progress within a unit, in the units of its slices' `size`: input bytes read so far in the
+    current slice (at most its size; all of it once the slice is done), reported as increments."""
+
+    _EVERY = 0.25  # seconds between reports
+
+    def __init__(self, stats: UnitStats, progress: Callable[[int], None] | None) -> None:
+        self.stats, self.progress = stats, progress
+        self.size = self.reported = self.read_before = 0
+        self.last = time.monotonic()
+
+    def start(self, size: int) -> None:
+        self.size, self.reported, self.read_before = size, 0, self.stats.bytes_in
+
+    def tick(self, finished: bool = False) -> None:
+        if self.progress is None or not (finished or time.monotonic() - self.last >= self._EVERY):
+            return
+        done = self.size if finished else min(self.stats.bytes_in - self.read_before, self.size)
+        if done > self.reported:
+            self.progress(done - self.reported)
+            self.reported = done
+        self.last = time.monotonic()
 
 
 def rejected_path(work_dir: str, unit: Unit) -> str:
