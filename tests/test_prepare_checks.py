@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pathlib
 
 import pytest
@@ -75,6 +76,10 @@ def test_an_empty_input_is_an_error_and_leaves_no_output(tmp_path):
                                              r"documents.*allow_empty=True \(--allow-empty\)"):
         prepare(config(tmp_path, [str(empty)]))
     assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()  # a directory the user made is left, empty
+    with pytest.raises(InputDataError, match="produced no documents"):
+        prepare(config(tmp_path, [str(empty)]))
+    assert os.listdir(tmp_path / "out") == []
     result = prepare(config(tmp_path, [str(empty)], allow_empty=True))
     assert result.documents == 0 and result.parts == ()
 

@@ -84,6 +84,7 @@ class OutputDir:
         self.work = os.path.join(self.path, WORK_DIR)
         self.manifest_path = os.path.join(self.path, MANIFEST_NAME)
         self._lock: IO[str] | None = None
+        self._created = False
 
     def finished(self, fingerprint: str) -> dict[str, Any] | None:
         """The manifest of a finished run with these settings, None if unfinished; else ConfigError."""
@@ -110,6 +111,7 @@ class OutputDir:
                     f"{self.path}: directory is not empty ({', '.join(others[:3])}...) and holds no unfinished "
                     "prepare run; choose a new or empty output directory"
                 )
+        self._created = not os.path.exists(self.path)
         os.makedirs(self.work, exist_ok=True)
         self._lock = open(os.path.join(self.work, "lock"), "w")
         try:
@@ -156,11 +158,12 @@ class OutputDir:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def abandon(self) -> None:
-        """Release the directory and delete this run's work, leaving no output behind."""
+        """Release the directory and delete this run's work, and the directory if this run made it."""
         self.release()
         shutil.rmtree(self.work, ignore_errors=True)
-        with contextlib.suppress(OSError):  # kept if anything else is in it
-            os.rmdir(self.path)
+        if self._created:
+            with contextlib.suppress(OSError):  # kept if anything else is in it
+                os.rmdir(self.path)
 
     def release(self) -> None:
         if self._lock is not None:
