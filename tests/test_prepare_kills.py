@@ -3,6 +3,7 @@ directory exactly as an uninterrupted run leaves it (names and bytes)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import pathlib
@@ -42,13 +43,13 @@ CHILD = textwrap.dedent(
 
 
 def settings(tmp_path: pathlib.Path) -> dict:
-    """Two input files (two units, two parts), a dedup step and rejected documents kept: every kind
-    of file prepare publishes."""
+    """Two input files (a compressed one decompressed into chunks; units, two parts), a dedup step
+    and rejected documents kept: every kind of file prepare publishes."""
     inputs = []
-    for name, texts in (("a", TEXTS[:3]), ("b", TEXTS[1:])):  # TEXTS[1:3] repeat across the files
-        path = tmp_path / f"{name}.jsonl"
-        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-        inputs.append(str(path))
+    for name, texts in (("a.jsonl", TEXTS[:3]), ("b.jsonl.gz", TEXTS[1:])):  # TEXTS[1:3] repeat across the files
+        data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+        (tmp_path / name).write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
+        inputs.append(str(tmp_path / name))
     return {"inputs": inputs, "output": str(tmp_path / "out"), "workers": 1, "unit_bytes": 200,
             "steps": [{"step": "exact_dedup"}], "keep_rejected": True}
 
@@ -88,4 +89,4 @@ def test_a_kill_at_every_rename_then_a_rerun_leaves_the_uninterrupted_output(tmp
         prepare(PrepareConfig(**config))
         assert snapshot(out) == reference, f"after a kill at rename {point}, the rerun left another output"
         shutil.rmtree(out)
-    assert point > 20  # state, dedup keys and decisions, unit stores and counts, parts, rejected, manifest
+    assert point > 30  # state, chunks, dedup keys and decisions, unit stores and counts, parts, rejected, manifest

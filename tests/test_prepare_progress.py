@@ -123,4 +123,4 @@ def test_a_run_with_a_progress_bar_ends_full(tmp_path, capsys):
     path.write_bytes(gzip.compress(lines(texts(3000))))
     result = prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=2, unit_bytes=60_000), progress=True)
     err = capsys.readouterr().err
-    assert result.documents == 3000 and "prepare: 100%" in err
+    assert result.documents == 3000 and "prepare: 100%" in err and "decompress corpus.jsonl.gz" in err

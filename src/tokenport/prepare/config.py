@@ -44,7 +44,9 @@ class PrepareConfig:
       characters (cut at whitespace), so tokenizing cost stays linear in length.
     unit_bytes: uncompressed jsonl files larger than this are cut into line-aligned ranges of
       about this size, parquet files between row groups, and small files packed together, so
-      that workers get units of work of about this size.
+      that workers get units of work of about this size. Compressed jsonl is decompressed once
+      into line-aligned chunks of this size under ``OUTPUT/.work/`` (so the output's disk needs
+      room for it, each chunk deleted when its unit is done) and shared out the same way.
     batch_size: documents per tokenizer call.
     steps: cleaning steps run in order between reading and tokenizing, each a mapping
       ``{"step": KIND, **options}`` (see ``tokenport.prepare.steps.STEP_KINDS``), e.g.

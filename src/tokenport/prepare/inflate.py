@@ -25,10 +25,10 @@ Chunk = tuple[str, int, int]
 """(path of the chunk, lines of the file before it, its size in bytes)."""
 
 
-def inflate(f: InputFile, unit_bytes: int, root: str) -> list[Chunk] | None:
-    """The chunks of compressed jsonl `f` under `root` (made now, or by an earlier run); None when
-    the stream cannot be decompressed to its end (the file is then read whole, as one unit, so
-    the reader reports where it breaks)."""
+def inflate(f: InputFile, unit_bytes: int, root: str, progress: bool = False) -> list[Chunk] | None:
+    """The chunks of compressed jsonl `f` under `root` (made now, or by an earlier run, with a
+    progress bar if asked for); None when the stream cannot be decompressed to its end (the file
+    is then read whole, as one unit, so the reader reports where it breaks)."""
     directory = os.path.join(root, hashlib.sha256(f"{f.path}\0{f.version}".encode()).hexdigest()[:24])
     plan_path = os.path.join(directory, "plan.json")
     plan = read_json(plan_path)
@@ -36,13 +36,17 @@ def inflate(f: InputFile, unit_bytes: int, root: str) -> list[Chunk] | None:
         return [tuple(chunk) for chunk in plan["chunks"]] or None  # type: ignore[misc]
     os.makedirs(directory, exist_ok=True)
     logger.info("decompressing %s once into chunks of about %d bytes for the workers", f.path, unit_bytes)
+    from tqdm.auto import tqdm
+
     chunks: list[Chunk] = []
+    bar = tqdm(unit="B", unit_scale=True, desc=f"decompress {os.path.basename(f.path)}", disable=not progress)
     try:
-        with open_decoded(f.path, f.compression) as stream:
+        with bar, open_decoded(f.path, f.compression) as stream:
             lines, pending, searched = 0, bytearray(), unit_bytes - 1
             while True:
                 block = stream.read(max(unit_bytes - len(pending), 1 << 16))
                 pending += block
+                bar.update(len(block))
                 if not pending:
                     break
                 cut = pending.find(b"\n", searched) + 1 if len(pending) >= unit_bytes else 0

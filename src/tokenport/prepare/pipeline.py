@@ -110,7 +110,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
         files = expand_inputs(config.inputs, exclude=out.path)
         stack.enter_context(out.claim(settings, run_fingerprint))
-        units = plan_units(files, config.unit_bytes, inflate_dir=os.path.join(out.work, "inflated"))
+        units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
         out.remove_stale_units(unit.name for unit in units)
         for position in dedup_positions(config.steps):
             _dedup_pass(config, executor, out.work, units, position)

@@ -58,10 +58,12 @@ class Unit:
         return {"name": self.name, "slices": [asdict(s) for s in self.slices]}
 
 
-def plan_units(files: Sequence[InputFile], unit_bytes: int, inflate_dir: str | None = None) -> list[Unit]:
+def plan_units(files: Sequence[InputFile], unit_bytes: int, inflate_dir: str | None = None,
+               progress: bool = False) -> list[Unit]:
     """Cut `files` into slices and pack them, in input order, into units of about `unit_bytes`;
-    compressed jsonl files are decompressed once into chunks under `inflate_dir`, if given."""
-    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, unit_bytes, inflate_dir)]
+    compressed jsonl files are decompressed once into chunks under `inflate_dir`, if given (with a
+    progress bar if asked for)."""
+    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, unit_bytes, inflate_dir, progress)]
     groups: list[list[Slice]] = []
     size = 0
     for piece in slices:
@@ -79,10 +81,10 @@ def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
     return f"unit-{index:06d}-{digest}"
 
 
-def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None) -> list[Slice]:
+def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, progress: bool) -> list[Slice]:
     whole = Slice(index, f.path, f.format, f.compression, 0, None, 0, f.size)
     if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _RATIO > unit_bytes:
-        chunks = inflate(f, unit_bytes, inflate_dir)
+        chunks = inflate(f, unit_bytes, inflate_dir, progress)
         if chunks is not None:
             return [Slice(index, f.path, f.format, f.compression, 0, None, first, size, path)
                     for path, first, size in chunks]
