@@ -140,10 +140,10 @@ def _blend(args: argparse.Namespace) -> int:
 
 
 def _pack_report(args: argparse.Namespace) -> int:
+    from ._jit import announce_compilation
     from .indexed import resolve_stores
     from .inspection import lengths_of
     from .sampling.report import batching_report, render_batching_report
-    from ._jit import announce_compilation
 
     announce_compilation()
 
