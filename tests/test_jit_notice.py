@@ -10,9 +10,9 @@ KERNEL = "import numba\n\n@numba.njit(cache=True)\ndef twice(x):\n    return 2 *
 
 RUN = (
     "import logging, sys; logging.basicConfig(format='%(message)s'); sys.path.insert(0, sys.argv[1]); "
-    "import importlib, kernels; plain = importlib.import_module('tokenport.prepare.config'); "
-    "from tokenport._jit import announce_compilation; "
-    "print(announce_compilation([kernels, plain]), announce_compilation([kernels])); kernels.twice(21)"
+    "import kernels; from tokenport._jit import announce_compilation; "
+    "print(announce_compilation(['kernels', 'tokenport.prepare.config']), announce_compilation(['kernels'])); "
+    "kernels.twice(21)"
 )
 
 
@@ -36,3 +36,19 @@ def test_the_cache_numba_uses_is_the_one_checked(tmp_path):
     run(tmp_path)  # cached beside the module
     elsewhere = run(tmp_path, NUMBA_CACHE_DIR=str(tmp_path / "cache"))  # numba now looks only here: cold
     assert "first run: compiling numba kernels of kernels" in elsewhere.stderr
+
+
+def test_pack_report_names_the_kernels_it_compiles_and_only_those(tmp_path):
+    import numpy as np
+
+    from tokenport.indexed import IndexedDatasetWriter
+
+    with IndexedDatasetWriter(str(tmp_path / "store"), dtype=np.uint16) as writer:
+        for length in range(1, 200):
+            writer.add_document(np.arange(length, dtype=np.uint16))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "tokenport", "pack-report", str(tmp_path / "store")]
+    first = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    assert "first run: compiling numba kernels of packing.balance, packing.bins" in first.stderr
+    again = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    assert "compiling" not in again.stderr and again.stdout == first.stdout  # a warm cache: no false notice

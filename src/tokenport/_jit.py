@@ -8,9 +8,9 @@ holds no index file (``MODULE.*.nbi``) for it, where numba's own locators would 
 from __future__ import annotations
 
 import glob
+import importlib
 import logging
 import os
-import sys
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -19,17 +19,17 @@ logger = logging.getLogger(__name__)
 _announced: set[str] = set()
 
 
-def announce_compilation(modules: Iterable[ModuleType] | None = None) -> list[str]:
-    """Log once per process which of `modules` (default: every loaded tokenport module) hold
-    kernels that numba has not cached yet, so will compile on first use; returns their names."""
-    if modules is None:
-        modules = [m for name, m in list(sys.modules.items()) if name.startswith("tokenport.") and m is not None]
-    cold = [m.__name__ for m in modules if m.__name__ not in _announced and _has_kernels(m) and not _cached(m)]
-    _announced.update(m.__name__ for m in modules)
+def announce_compilation(names: Iterable[str]) -> list[str]:
+    """Log once per process which of the modules `names` (those whose kernels the caller is about
+    to run) hold kernels numba has not cached yet, so will compile first; returns their names."""
+    fresh = [name for name in dict.fromkeys(names) if name not in _announced]
+    _announced.update(fresh)
+    modules = [importlib.import_module(name) for name in fresh]
+    cold = [m.__name__ for m in modules if _has_kernels(m) and not _cached(m)]
     if cold:
         logger.warning(
             "first run: compiling numba kernels of %s (up to a few tens of seconds, once; later runs load them "
-            "from numba's cache)", ", ".join(name.removeprefix("tokenport.") for name in sorted(cold))
+            "from numba's cache)", ", ".join(name.removeprefix("tokenport.") for name in cold)
         )
     return cold
 

@@ -145,7 +145,7 @@ def _pack_report(args: argparse.Namespace) -> int:
     from .inspection import lengths_of
     from .sampling.report import batching_report, render_batching_report
 
-    announce_compilation()
+    announce_compilation(["tokenport.packing.balance", "tokenport.packing.bins", "tokenport.sampling.length_grouping"])
 
     report = batching_report(lengths_of(resolve_stores(args.prefixes)), args.batch_size, capacity=args.capacity,
                              num_ranks=args.ranks, seed=args.seed)

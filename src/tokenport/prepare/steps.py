@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -141,10 +139,10 @@ def build_steps(specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: st
     return steps
 
 
-def step_modules(specs: Sequence[Mapping[str, Any]]) -> list[ModuleType]:
-    """The modules whose code the steps of ``specs`` run (to say when their kernels compile)."""
+def step_modules(specs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Names of the modules whose code the steps of ``specs`` run (to say when their kernels compile)."""
     classes = [MinHasher if spec["step"] in DEDUP_KINDS else STEP_KINDS[spec["step"]] for spec in specs]
-    return [sys.modules[name] for name in dict.fromkeys(c.__module__ for c in classes)]
+    return [c.__module__ for c in classes]
 
 
 def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
