@@ -124,3 +124,12 @@ def test_a_run_with_a_progress_bar_ends_full(tmp_path, capsys):
     result = prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=2, unit_bytes=60_000), progress=True)
     err = capsys.readouterr().err
     assert result.documents == 3000 and "prepare: 100%" in err and "decompress corpus.jsonl.gz" in err
+
+
+def test_the_dedup_key_pass_shows_progress_too(tmp_path, capsys):
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(lines(texts(3000) * 2))
+    result = prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=2, unit_bytes=60_000,
+                                   steps=[{"step": "exact_dedup"}]), progress=True)
+    assert result.documents == len(set(texts(3000)))
+    assert "dedup step 0: keys: 100%" in capsys.readouterr().err

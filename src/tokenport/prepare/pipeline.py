@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
         out.remove_stale_units(unit.name for unit in units)
         for position in dedup_positions(config.steps):
-            _dedup_pass(config, executor, out.work, units, position)
+            _dedup_pass(config, executor, out.work, units, position, progress)
         records, resumed = _run(config, executor, out.work, units, progress)
         executor.close()
         totals = UnitStats.total(r.stats for r in records)
@@ -173,28 +173,17 @@ def _run(
         steps=config.steps,
         keep_rejected=config.keep_rejected,
     )
-    bar = _progress_bar(progress, sum(u.size for u in units), sum(u.size for u in units if u.name in records))
-
-    shown: dict[str, int] = {}  # of each running unit's size, how much the bar shows done
-
-    def on_progress(unit: Unit, more: int) -> None:
-        shown[unit.name] = shown.get(unit.name, 0) + more
-        bar.update(more)
+    bar = _Bar(progress, "prepare", units, records)
 
     def on_done(unit: Unit, record: UnitRecord) -> None:
         records[unit.name] = record
         for piece in unit.slices:
             if piece.inflated:
                 discard_chunk(piece.inflated)
-        if bar is not None:
-            bar.update(unit.size - shown.pop(unit.name, 0))
-            bar.set_postfix(documents=sum(r.stats.documents for r in records.values()), refresh=False)
+        bar.finish(unit, documents=sum(r.stats.documents for r in records.values()))
 
-    try:
-        executor.run(job, todo, on_done, None if bar is None else on_progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    with bar:
+        executor.run(job, todo, on_done, bar.on_progress)
     return [records[unit.name] for unit in units], resumed
 
 
@@ -238,7 +227,8 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
 
 
 def _dedup_pass(
-    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int
+    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int,
+    progress: bool
 ) -> None:
     """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
     the decisions; both kept in ``work`` so a rerun skips what is done."""
@@ -249,7 +239,8 @@ def _dedup_pass(
                   on_error=config.on_error, steps=config.steps, sign_position=position)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
-    executor.run(job, todo, lambda unit, record: None)
+    with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
+        executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
     spec = config.steps[position]
     identity = spec_identity(spec)
     index = load_index(spec["index"], identity) if spec.get("index") else None
@@ -279,13 +270,32 @@ def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> lis
     return described
 
 
-def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
-    """A tqdm bar over input bytes when asked for, else None."""
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
+class _Bar:
+    """A tqdm bar over the input bytes of `units` (those in `done` already counted) when asked for:
+    it moves as running units report progress, and to each unit's full size when it finishes."""
 
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc="prepare")
+    def __init__(self, enabled: bool, label: str, units: list[Unit], done: Iterable[str]) -> None:
+        from tqdm.auto import tqdm
+
+        finished = set(done)
+        self.shown: dict[str, int] = {}  # of each running unit's size, how much the bar shows done
+        self.tqdm = tqdm(total=sum(u.size for u in units), initial=sum(u.size for u in units if u.name in finished),
+                         unit="B", unit_scale=True, desc=label, disable=not enabled)
+
+    def on_progress(self, unit: Unit, more: int) -> None:
+        self.shown[unit.name] = self.shown.get(unit.name, 0) + more
+        self.tqdm.update(more)
+
+    def finish(self, unit: Unit, **postfix: int) -> None:
+        self.tqdm.update(unit.size - self.shown.pop(unit.name, 0))
+        if postfix:
+            self.tqdm.set_postfix(postfix, refresh=False)
+
+    def __enter__(self) -> "_Bar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.tqdm.close()
 
 
 def _result(output: str, manifest: dict[str, Any], workers: int, seconds: float, resumed: int) -> PrepareResult:

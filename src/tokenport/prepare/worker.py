@@ -66,7 +66,7 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
     raises Cancelled (leaving no store) once `cancelled()` is true, and passes `progress` how
     much more of the unit's `size` is done (a few times a second at most)."""
     if job.sign_position is not None:
-        return sign_unit(job, unit, cancelled)
+        return sign_unit(job, unit, cancelled, progress)
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
     tokenize = Tokenize(
@@ -136,9 +136,10 @@ def rejected_path(work_dir: str, unit: Unit) -> str:
     return os.path.join(work_dir, f"{unit.name}.rejected.jsonl")
 
 
-def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False) -> UnitRecord:
+def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False,
+              progress: Callable[[int], None] | None = None) -> UnitRecord:
     """Pass 1 of the dedup step at ``job.sign_position``: run the steps before it and save one key
-    row per document reaching it (``dedup.keys_path``)."""
+    row per document reaching it (``dedup.keys_path``); progress as in ``run_unit``."""
     position = job.sign_position
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
@@ -146,11 +147,16 @@ def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: 
     sign = make_signer(spec.pop("step"), **spec)
     steps = build_steps(job.steps, job.work_dir, unit.name, upto=position)
     rows = []
+    meter = _Meter(stats, progress)
     for piece in unit.slices:
+        meter.start(piece.size)
         for document in run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps):
-            if len(rows) % 1024 == 0 and cancelled():
-                raise Cancelled(unit.name)
+            if len(rows) % 1024 == 0:
+                if cancelled():
+                    raise Cancelled(unit.name)
+                meter.tick()
             rows.append(sign(document.text))
+        meter.tick(finished=True)
     path = keys_path(job.work_dir, position, unit.name)
     save_atomically(path, np.stack(rows) if rows else np.zeros((0, 1), dtype=np.uint64))
     return UnitRecord(path, stats, ())
