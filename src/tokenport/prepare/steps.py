@@ -82,7 +82,7 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
         raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {known}")
     options = {key: value for key, value in spec.items() if key != "step"}
     valid = step_options(kind)
-    unknown = sorted(set(options) - set(valid))
+    unknown = [name for name in options if name not in valid]
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), valid, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
