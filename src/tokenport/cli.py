@@ -20,7 +20,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from .errors import ConfigError
     from .prepare import PrepareConfig, prepare
+
+    if args.shard_tokens is not None and args.shard_by != "tokens":
+        raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
+                          "or drop --shard-tokens to get one part per input file")
 
     options = {
         "tokenizer": args.tokenizer,
@@ -38,6 +43,8 @@ def _prepare(args: argparse.Namespace) -> int:
         given["steps"] = steps.get("steps", steps) if isinstance(steps, dict) else steps
     if args.keep_rejected:
         given["keep_rejected"] = True
+    if args.allow_empty:
+        given["allow_empty"] = True
     if args.executor != "local":
         given["executor"], given["ray_address"] = args.executor, args.address
     config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
@@ -133,9 +140,12 @@ def _blend(args: argparse.Namespace) -> int:
 
 
 def _pack_report(args: argparse.Namespace) -> int:
+    from ._jit import announce_compilation
     from .indexed import resolve_stores
     from .inspection import lengths_of
     from .sampling.report import batching_report, render_batching_report
+
+    announce_compilation(["tokenport.packing.balance", "tokenport.packing.bins", "tokenport.sampling.length_grouping"])
 
     report = batching_report(lengths_of(resolve_stores(args.prefixes)), args.batch_size, capacity=args.capacity,
                              num_ranks=args.ranks, seed=args.seed)
@@ -181,6 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--address", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
     prep.add_argument("--keep-rejected", action="store_true",
                       help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
+    prep.add_argument("--allow-empty", action="store_true",
+                      help="succeed even when no document is left (by default that is an error)")
     prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")

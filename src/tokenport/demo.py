@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._jit import announce_compilation
 from .build import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
 from .build.report import blend_report
 from .corpus import build_demo_corpus
@@ -41,11 +42,19 @@ def _fresh(directory: str) -> str:
     return directory
 
 
+DEMO_KERNELS = tuple(f"tokenport.{name}" for name in (
+    "blend.indices", "blend.tijdeman", "dock.copying", "gpt", "legacy_shuffle", "mt19937", "packing.balance",
+    "packing.bins", "prepare.minhash", "prepare.quality", "sample_fields", "sampling.length_grouping",
+    "sampling.torch_randperm"))
+"""Modules whose kernels the demo runs (those a cold numba cache holds after a demo)."""
+
+
 def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = None, echo: Echo = print) -> None:
     """Run every stage on the stdlib corpus under `workdir`, echoing a report."""
     started = time.perf_counter()
     workdir = os.path.abspath(workdir)
     echo(f"tokenport demo in {workdir}")
+    announce_compilation(DEMO_KERNELS)
 
     echo("\n== 1. corpus: the Python standard library's source files and docstrings")
     corpus = build_demo_corpus(os.path.join(workdir, "corpus"), limit=limit)

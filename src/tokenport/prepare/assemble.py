@@ -46,17 +46,22 @@ class Part:
 
 
 def plan_parts(units: Sequence[Unit], records: Sequence[UnitRecord], shard_by: str, shard_tokens: int) -> list[list[Segment]]:
-    """The segments of each part, in order: one part per input file, or per ~`shard_tokens` tokens."""
+    """The segments of each part, in order: per ~`shard_tokens` tokens, or one part per input file,
+    except that consecutive text files (one document each) share parts of up to `shard_tokens`
+    tokens, so a directory of many small files does not become as many parts."""
     runs = _file_runs(units, records)
-    if shard_by == "file":
-        parts: list[list[Segment]] = []
-        for run in runs:
-            if parts and parts[-1][-1].file == run.file:
-                parts[-1].append(run)
-            else:
-                parts.append([run])
-        return parts
-    return _cut_by_tokens(runs, shard_tokens)
+    if shard_by == "tokens":
+        return _cut_by_tokens(runs, shard_tokens)
+    whole = {piece.file for unit in units for piece in unit.slices if piece.format == "text"}
+    groups: list[list[Segment]] = []
+    for run in runs:
+        last = groups[-1][-1] if groups else None
+        if last is not None and (last.file == run.file or (last.file in whole and run.file in whole)):
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return [part for group in groups
+            for part in (_cut_by_tokens(group, shard_tokens) if group[0].file in whole else [group])]
 
 
 def name_parts(output: str, plans: list[list[Segment]], run_fingerprint: str) -> list[Part]:

@@ -36,14 +36,17 @@ class PrepareConfig:
     text_key: the jsonl field or parquet column holding the text.
     workers: worker processes (default: one per CPU).
     append_eod: append the tokenizer's end-of-document id to every document.
-    shard_by: "file" (one store per input file) or "tokens" (stores of about `shard_tokens`
-      tokens, cut between documents).
+    shard_by: "file" (one store per input file; consecutive text files, one document each, share
+      stores of up to `shard_tokens` tokens) or "tokens" (stores of about `shard_tokens` tokens,
+      cut between documents).
     on_error: "stop" at the first malformed document, or "skip" it and count it by kind.
     max_chars_per_piece: longer documents are tokenized in pieces of at most this many
       characters (cut at whitespace), so tokenizing cost stays linear in length.
     unit_bytes: uncompressed jsonl files larger than this are cut into line-aligned ranges of
       about this size, parquet files between row groups, and small files packed together, so
-      that workers get units of work of about this size.
+      that workers get units of work of about this size. Compressed jsonl is decompressed once
+      into line-aligned chunks of this size under ``OUTPUT/.work/`` (so the output's disk needs
+      room for it, each chunk deleted when its unit is done) and shared out the same way.
     batch_size: documents per tokenizer call.
     steps: cleaning steps run in order between reading and tokenizing, each a mapping
       ``{"step": KIND, **options}`` (see ``tokenport.prepare.steps.STEP_KINDS``), e.g.
@@ -53,6 +56,8 @@ class PrepareConfig:
     executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray
       cluster at ``ray_address``, e.g. "auto"; the output directory must be shared by all nodes).
       The output is the same either way.
+    allow_empty: accept a run that produces no documents; otherwise it raises InputDataError
+      and leaves the output directory as it found it.
     """
 
     inputs: Sequence[str]
@@ -71,6 +76,7 @@ class PrepareConfig:
     keep_rejected: bool = False
     executor: str = "local"
     ray_address: str | None = None
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -89,21 +95,17 @@ class PrepareConfig:
         for name in ("tokenizer", "text_key"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise ConfigError(f"PrepareConfig.{name}={value!r}: must be a non-empty string")
+                raise ConfigError(f"{_named(name, value)}: must be a non-empty string")
         for name in ("workers", "shard_tokens", "max_chars_per_piece", "unit_bytes", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"PrepareConfig.{name}={value!r}: must be a positive integer")
-        if self.executor not in EXECUTORS:
-            raise ConfigError(f"PrepareConfig.executor={self.executor!r}: must be one of {', '.join(EXECUTORS)}")
-        if not isinstance(self.keep_rejected, bool):
-            raise ConfigError(f"PrepareConfig.keep_rejected={self.keep_rejected!r}: must be True or False")
-        if not isinstance(self.append_eod, bool):
-            raise ConfigError(f"PrepareConfig.append_eod={self.append_eod!r}: must be True or False")
-        if self.shard_by not in SHARD_BY:
-            raise ConfigError(f"PrepareConfig.shard_by={self.shard_by!r}: must be one of {', '.join(SHARD_BY)}")
-        if self.on_error not in ON_ERROR:
-            raise ConfigError(f"PrepareConfig.on_error={self.on_error!r}: must be one of {', '.join(ON_ERROR)}")
+                raise ConfigError(f"{_named(name, value)}: must be a positive integer")
+        for name, choices in (("executor", EXECUTORS), ("shard_by", SHARD_BY), ("on_error", ON_ERROR)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
+        for name in ("keep_rejected", "append_eod", "allow_empty"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{_named(name, getattr(self, name))}: must be True or False")
         try:
             object.__setattr__(self, "steps", check_steps(self.steps))
         except ConfigError as error:
@@ -127,6 +129,19 @@ class PrepareConfig:
         settings["tokenizer"] = {k: tokenizer_identity[k] for k in ("kind", "fingerprint", "vocab_size", "eod_id")}
         settings["format"] = OUTPUT_FORMAT
         return settings
+
+
+FLAGS = {
+    "tokenizer": "--tokenizer", "text_key": "--text-key", "workers": "--workers", "append_eod": "--no-eod",
+    "shard_by": "--shard-by", "shard_tokens": "--shard-tokens", "on_error": "--on-error",
+    "max_chars_per_piece": "--max-chars-per-piece", "steps": "--steps", "keep_rejected": "--keep-rejected",
+    "executor": "--executor", "ray_address": "--address", "allow_empty": "--allow-empty",
+}
+"""The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
+
+
+def _named(name: str, value: Any) -> str:
+    return f"PrepareConfig.{name}={value!r} ({FLAGS[name]})" if name in FLAGS else f"PrepareConfig.{name}={value!r}"
 
 
 def fingerprint(settings: dict[str, Any]) -> str:

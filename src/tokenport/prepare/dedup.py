@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from .documents import Document
 from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 from .rejects import Rejecting
+from .state import replace_atomically, temporary_path
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
 
@@ -82,10 +83,10 @@ def save_index(path: str, identity: dict[str, object], keys: np.ndarray) -> None
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     save_atomically(path + ".npy", keys)
-    temporary = f"{path}.json.{os.getpid()}.tmp"
+    temporary = temporary_path(path + ".json")
     with open(temporary, "w", encoding="utf-8") as f:
         json.dump(identity, f)
-    os.replace(temporary, path + ".json")
+    replace_atomically(temporary, path + ".json")
 
 
 def keys_path(work_dir: str, position: int, unit_name: str) -> str:
@@ -99,9 +100,10 @@ def drops_path(work_dir: str, position: int, unit_name: str) -> str:
 def save_atomically(path: str, array: np.ndarray) -> None:
     """``np.save`` to a temporary file beside ``path``, then rename."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.tmp.npy"
-    np.save(temporary, array)
-    os.replace(temporary, path)
+    temporary = temporary_path(path)
+    with open(temporary, "wb") as f:
+        np.save(f, array)
+    replace_atomically(temporary, path)
 
 
 def _open_keys(key_files: list[str], index_file: str | None) -> list[np.ndarray]:

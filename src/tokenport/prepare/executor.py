@@ -12,6 +12,7 @@ stops at once, and units already finished stay finished for a rerun to reuse.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import queue
@@ -34,6 +35,14 @@ _BOOTSTRAP = (
 )
 
 OnDone = Callable[[Unit, UnitRecord], None]
+OnProgress = Callable[[Unit, int], None]
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """A worker's report that `done` more of its unit's size is read (sent before its record)."""
+
+    done: int
 
 
 @dataclass(frozen=True)
@@ -51,10 +60,11 @@ class _Failure:
         return TokenportError(self.message)
 
 
-def _attempt(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool]) -> UnitRecord | _Failure:
+def _attempt(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool],
+             progress: Callable[[int], None] | None = None) -> UnitRecord | _Failure:
     """Run one unit; any error comes back as a _Failure (a TokenportError's class and message)."""
     try:
-        return run_unit(job, unit, tokenizer, cancelled)
+        return run_unit(job, unit, tokenizer, cancelled, progress)
     except TokenportError as exc:
         return _Failure(type(exc).__name__, str(exc))
     except Cancelled:
@@ -65,7 +75,7 @@ def _attempt(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
 
 def serve() -> None:
     """A worker's main loop: a tokenizer spec, then (job, unit) pickles in on stdin;
-    a None (ready), then a UnitRecord or _Failure per unit, out."""
+    a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out."""
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe
@@ -82,8 +92,14 @@ def serve() -> None:
             job, unit = pickle.load(requests)
         except EOFError:
             return
-        pickle.dump(_attempt(job, unit, tokenizer, lambda: False), replies)
+        pickle.dump(_attempt(job, unit, tokenizer, lambda: False, lambda done: _reply(replies, _Progress(done))),
+                    replies)
         replies.flush()
+
+
+def _reply(replies: IO[bytes], message: object) -> None:
+    pickle.dump(message, replies)
+    replies.flush()
 
 
 class _Worker:
@@ -107,10 +123,12 @@ class _Worker:
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # ValueError: stop() closed the pipe
             return _Failure("TokenportError", "a worker process died while starting; see its error output above")
 
-    def run(self, job: UnitJob, unit: Unit) -> UnitRecord | _Failure:
+    def run(self, job: UnitJob, unit: Unit, progress: Callable[[int], None]) -> UnitRecord | _Failure:
         try:
             self._send((job, unit))
-            return pickle.load(self.process.stdout)  # type: ignore[arg-type]
+            while isinstance(reply := pickle.load(self.process.stdout), _Progress):  # type: ignore[arg-type]
+                progress(reply.done)
+            return reply
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             return _Failure(
                 "TokenportError",
@@ -150,16 +168,18 @@ class LocalExecutor:
             worker.stop()
         self._pool = []
 
-    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone) -> None:
-        """Run every unit, calling `on_done(unit, record)` in this process as each one finishes."""
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
+        """Run every unit, calling `on_done(unit, record)` in this process as each one finishes, and
+        `on_progress(unit, more)` as more of a running unit's size is done."""
         if not self._pool:
             for unit in units:
-                on_done(unit, run_unit(job, unit, self.tokenizer))
+                on_done(unit, run_unit(job, unit, self.tokenizer,
+                                       progress=None if on_progress is None else functools.partial(on_progress, unit)))
             return
         todo: queue.SimpleQueue[Unit] = queue.SimpleQueue()
         for unit in sorted(units, key=lambda u: (-u.size, u.index)):
             todo.put(unit)
-        results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure]] = queue.SimpleQueue()
+        results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]] = queue.SimpleQueue()
         stop = threading.Event()
 
         def drive(worker: _Worker | None) -> None:
@@ -174,13 +194,14 @@ class LocalExecutor:
                     unit = todo.get_nowait()
                 except queue.Empty:
                     return
+                progress = functools.partial(lambda unit, done: results.put((unit, _Progress(done))), unit)
                 if worker is None:
                     try:
-                        outcome = _attempt(job, unit, self.tokenizer, stop.is_set)
+                        outcome = _attempt(job, unit, self.tokenizer, stop.is_set, progress)
                     except Cancelled:
                         return
                 else:
-                    outcome = worker.run(job, unit)
+                    outcome = worker.run(job, unit, progress)
                 results.put((unit, outcome))
                 if isinstance(outcome, _Failure):
                     return
@@ -190,11 +211,17 @@ class LocalExecutor:
         for thread in threads:
             thread.start()
         try:
-            for _ in range(len(units)):
+            finished = 0
+            while finished < len(units):
                 unit, outcome = results.get()
                 if isinstance(outcome, _Failure):
                     raise outcome.error()
+                if isinstance(outcome, _Progress):
+                    if on_progress is not None:
+                        on_progress(unit, outcome.done)  # type: ignore[arg-type]
+                    continue
                 on_done(unit, outcome)  # type: ignore[arg-type]
+                finished += 1
         except BaseException:
             stop.set()
             self.close()

@@ -51,6 +51,17 @@ def detect_language(text: str) -> tuple[str, float]:
     return code, percent / 100.0
 
 
+def _check_codes(languages: Sequence[str]) -> None:
+    """ConfigError for a code CLD2 never reports (it would silently drop every document)."""
+    names = {name.lower(): code for name, code in _cld2().LANGUAGES}
+    known = {part for code in names.values() for part in (code.lower(), code.split("-")[0].lower())}
+    for code in languages:
+        if code.lower() not in known:
+            hint = f"; {code!r} is a language name, its code is {names[code.lower()]!r}" if code.lower() in names else ""
+            raise ConfigError(f"languages: {code!r} is not a language code CLD2 knows{hint}; valid codes: "
+                              f"{', '.join(sorted(known))}")
+
+
 class LanguageFilter(Rejecting):
     """``{"step": "language", "languages": ["en", "zh"], "min_score": 0.65}``."""
 
@@ -58,6 +69,7 @@ class LanguageFilter(Rejecting):
         _cld2()
         if isinstance(languages, str) or not all(isinstance(code, str) and code for code in languages):
             raise ConfigError("languages: pass a list of language codes such as ['en', 'zh']")
+        _check_codes(languages)
         if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not 0 <= min_score <= 1:
             raise ConfigError(f"min_score={min_score!r}: pass a share of the text in [0, 1]")
         self.languages = frozenset(code.lower() for code in languages)

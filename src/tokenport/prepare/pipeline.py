@@ -16,20 +16,23 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
+from .._jit import announce_compilation
+from ..errors import InputDataError
 from ..indexed import IndexedDataset
 from ..tokenizers import Tokenizer, load_tokenizer
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
 from .dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from .executor import LocalExecutor
+from .inflate import discard_chunk
 from .ray_executor import RayExecutor
 from .sources import expand_inputs
-from .state import OutputDir
-from .steps import dedup_positions
+from .state import OutputDir, replace_atomically
+from .steps import dedup_positions, step_modules
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
@@ -90,6 +93,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     when the output is already finished with them; raises ConfigError for other settings.
     """
     started = time.perf_counter()
+    announce_compilation(step_modules(config.steps))
     tokenizer = load_tokenizer(config.tokenizer)
     identity = tokenizer.identity()
     settings = config.output_settings(identity)
@@ -105,16 +109,20 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         else:
             executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
         files = expand_inputs(config.inputs, exclude=out.path)
-        units = plan_units(files, config.unit_bytes)
         stack.enter_context(out.claim(settings, run_fingerprint))
+        units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
         out.remove_stale_units(unit.name for unit in units)
         for position in dedup_positions(config.steps):
-            _dedup_pass(config, executor, out.work, units, position)
+            _dedup_pass(config, executor, out.work, units, position, progress)
         records, resumed = _run(config, executor, out.work, units, progress)
         executor.close()
+        totals = UnitStats.total(r.stats for r in records)
+        _warn_of_steps_that_removed_everything(totals)
+        if totals.documents == 0 and not config.allow_empty:
+            out.abandon()
+            raise InputDataError(_nothing_left(config, totals, len(files)))
         parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
         described = _assemble(parts, tokenizer, [f.path for f in files])
-        totals = UnitStats.total(r.stats for r in records)
         manifest = {
             "format": DATASET_FORMAT,
             "tokenport_version": _version(),
@@ -165,20 +173,43 @@ def _run(
         steps=config.steps,
         keep_rejected=config.keep_rejected,
     )
-    bar = _progress_bar(progress, sum(u.size for u in units), sum(u.size for u in units if u.name in records))
+    bar = _Bar(progress, "prepare", units, records)
 
     def on_done(unit: Unit, record: UnitRecord) -> None:
         records[unit.name] = record
-        if bar is not None:
-            bar.update(unit.size)
-            bar.set_postfix(documents=sum(r.stats.documents for r in records.values()), refresh=False)
+        for piece in unit.slices:
+            if piece.inflated:
+                discard_chunk(piece.inflated)
+        bar.finish(unit, documents=sum(r.stats.documents for r in records.values()))
 
-    try:
-        executor.run(job, todo, on_done)
-    finally:
-        if bar is not None:
-            bar.close()
+    with bar:
+        executor.run(job, todo, on_done, bar.on_progress)
     return [records[unit.name] for unit in units], resumed
+
+
+def _warn_of_steps_that_removed_everything(totals: UnitStats) -> None:
+    """A loud warning for each step that dropped every document it saw: almost always a wrong option."""
+    for label, counts in totals.steps.items():
+        if counts.get("documents_in", 0) and not counts.get("documents_out", 0):
+            reasons = ", ".join(f"{key[8:]} {n:,}" for key, n in sorted(counts.items()) if key.startswith("removed:"))
+            logger.warning("step %s removed all %s documents it saw (%s); check its options", label,
+                           f"{counts['documents_in']:,}", reasons or "no reason counted")
+
+
+def _nothing_left(config: PrepareConfig, totals: UnitStats, files: int) -> str:
+    """Why a run produced no documents, and what to do (the message of its InputDataError)."""
+    why = []
+    if totals.skipped:
+        why.append("input was skipped as malformed (" + ", ".join(
+            f"{kind} {n:,}" for kind, n in sorted(totals.skipped.items())) + ")")
+    emptied = [label for label, counts in totals.steps.items()
+               if counts.get("documents_in", 0) and not counts.get("documents_out", 0)]
+    if emptied:
+        why.append(f"cleaning step {emptied[0]} removed every document it saw (check its options)")
+    if not why:
+        why.append(f"the {files} input file(s) ({totals.bytes_in:,} bytes) hold no documents; check the inputs")
+    return (f"{config.output}: prepare produced no documents: {'; '.join(why)}. Nothing was written; pass "
+            "allow_empty=True (--allow-empty) if an empty output is what you want")
 
 
 def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
@@ -189,14 +220,15 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
     for unit in units:
         source = rejected_path(out.work, unit)
         if os.path.exists(source):
-            os.replace(source, os.path.join(target, f"{unit.name}.jsonl"))
+            replace_atomically(source, os.path.join(target, f"{unit.name}.jsonl"))
         if os.path.exists(os.path.join(target, f"{unit.name}.jsonl")):
             names.append(f"rejected/{unit.name}.jsonl")
     return names
 
 
 def _dedup_pass(
-    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int
+    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int,
+    progress: bool
 ) -> None:
     """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
     the decisions; both kept in ``work`` so a rerun skips what is done."""
@@ -207,7 +239,8 @@ def _dedup_pass(
                   on_error=config.on_error, steps=config.steps, sign_position=position)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
-    executor.run(job, todo, lambda unit, record: None)
+    with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
+        executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
     spec = config.steps[position]
     identity = spec_identity(spec)
     index = load_index(spec["index"], identity) if spec.get("index") else None
@@ -237,16 +270,32 @@ def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> lis
     return described
 
 
-def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
-    """A tqdm bar over input bytes when asked for and tqdm is installed, else None."""
-    if not enabled:
-        return None
-    try:
+class _Bar:
+    """A tqdm bar over the input bytes of `units` (those in `done` already counted) when asked for:
+    it moves as running units report progress, and to each unit's full size when it finishes."""
+
+    def __init__(self, enabled: bool, label: str, units: list[Unit], done: Iterable[str]) -> None:
         from tqdm.auto import tqdm
-    except ImportError:
-        logger.info("progress needs tqdm: pip install 'tokenport[fast]'")
-        return None
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc="prepare")
+
+        finished = set(done)
+        self.shown: dict[str, int] = {}  # of each running unit's size, how much the bar shows done
+        self.tqdm = tqdm(total=sum(u.size for u in units), initial=sum(u.size for u in units if u.name in finished),
+                         unit="B", unit_scale=True, desc=label, disable=not enabled)
+
+    def on_progress(self, unit: Unit, more: int) -> None:
+        self.shown[unit.name] = self.shown.get(unit.name, 0) + more
+        self.tqdm.update(more)
+
+    def finish(self, unit: Unit, **postfix: int) -> None:
+        self.tqdm.update(unit.size - self.shown.pop(unit.name, 0))
+        if postfix:
+            self.tqdm.set_postfix(postfix, refresh=False)
+
+    def __enter__(self) -> "_Bar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.tqdm.close()
 
 
 def _result(output: str, manifest: dict[str, Any], workers: int, seconds: float, resumed: int) -> PrepareResult:

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..tokenizers import Tokenizer, load_tokenizer
 from .dedup import band_edges
-from .executor import OnDone, _attempt, _Failure
+from .executor import OnDone, OnProgress, _attempt, _Failure
 from .units import Unit
 from .worker import UnitJob, UnitRecord
 
@@ -64,9 +64,11 @@ class RayExecutor:
         task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)
         return self._ray.get([task.remote(key_files, band, index_file) for band in bands])
 
-    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone) -> None:
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None
+            ) -> None:
         """Run every unit as a task, calling ``on_done`` here as each finishes; the first failure
-        cancels the rest and is raised as the TokenportError it was."""
+        cancels the rest and is raised as the TokenportError it was. A task reports no progress
+        before it finishes (``on_progress`` is not called), so progress moves unit by unit."""
         ray = self._ray
         spec = self.tokenizer.spec()
         pending: dict[Any, Unit] = {

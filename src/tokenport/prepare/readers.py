@@ -32,7 +32,7 @@ def _jsonl(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
     line = piece.first
     remaining = None if piece.stop is None else piece.stop - piece.start
     try:
-        with open_decoded(path, piece.compression) as f:
+        with open_decoded(piece.inflated or path, None if piece.inflated else piece.compression) as f:
             if piece.start:
                 f.seek(piece.start)
             for raw in f:
@@ -68,9 +68,9 @@ def _record(record: object, text_key: str, path: str, line: int, problems: Probl
     if isinstance(text, str):
         return Document(text, f"{path}:{line}", record)
     if text is None:
-        problems.report(
-            "missing_text", f"{path}: line {line}", f"has no {text_key!r} field (or it is null); set text_key to the field holding the text"
-        )
+        fields = ", ".join(map(repr, record)) or "none"
+        problems.report("missing_text", f"{path}: line {line}", f"has no {text_key!r} field (or it is null; fields: "
+                        f"{fields}); set text_key / --text-key to the field holding the text")
     else:
         problems.report("not_text", f"{path}: line {line}", f"field {text_key!r} is a JSON {type(text).__name__}, not a string")
     return None
@@ -111,7 +111,7 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
                 problems.report(
                     "missing_text",
                     path,
-                    f"has no column {text_key!r} (columns: {', '.join(parquet.schema_arrow.names)}); set text_key",
+                    f"has no column {text_key!r} (columns: {', '.join(parquet.schema_arrow.names)}); set text_key / --text-key",
                     count=rows,
                 )
                 return
@@ -150,7 +150,7 @@ def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
             reader = pa.ipc.open_stream(f)
             if text_key not in reader.schema.names:
                 problems.report("missing_text", path, f"has no column {text_key!r} (columns: "
-                                f"{', '.join(reader.schema.names)}); set text_key")
+                                f"{', '.join(reader.schema.names)}); set text_key / --text-key")
                 return
             for batch in reader:
                 column = batch.column(batch.schema.get_field_index(text_key))

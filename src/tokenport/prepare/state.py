@@ -7,7 +7,9 @@ So two different runs are never mixed in one directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import glob
 import json
 import os
 import re
@@ -19,17 +21,48 @@ from ..errors import ConfigError, CorruptStoreError
 WORK_DIR = ".work"
 MANIFEST_NAME = "tokenport.json"
 _PART_FILE = re.compile(r"^part-(\d+)\.(bin|idx|json|tokenport-commit)$")
+_PART_TEMPORARY = re.compile(r"^\.part-\d+\..*\.tmp$")  # a part writer's, left if it was killed
+
+
+KILL_AT = "TOKENPORT_PREPARE_KILL_AT"
+"""Directed-kill tests set this to N: the process ends at the N-th rename of a file prepare publishes."""
+_renames = 0
+
+
+def temporary_path(path: str) -> str:
+    """The name this process writes `path` under before renaming it into place."""
+    return f"{path}.{os.getpid()}.tmp"
+
+
+def replace_atomically(temporary: str, path: str) -> None:
+    """Rename `temporary` over `path`, then delete temporaries of `path` that killed runs left
+    (one process writes a given path at a time, under the output directory's lock)."""
+    kill_point()
+    os.replace(temporary, path)
+    kill_point()
+    for leftover in glob.glob(glob.escape(path) + ".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
+
+
+def kill_point() -> None:
+    """End the process here if this is the rename `KILL_AT` names (directed-kill tests)."""
+    global _renames
+    if KILL_AT in os.environ:
+        _renames += 1
+        if _renames == int(os.environ[KILL_AT]):
+            os._exit(137)
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Write `data` to `path` atomically: a temporary file beside it, fsync, rename."""
-    temporary = f"{path}.{os.getpid()}.tmp"
+    temporary = temporary_path(path)
     with open(temporary, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(temporary, path)
+    replace_atomically(temporary, path)
 
 
 def read_json(path: str) -> dict[str, Any] | None:
@@ -51,6 +84,7 @@ class OutputDir:
         self.work = os.path.join(self.path, WORK_DIR)
         self.manifest_path = os.path.join(self.path, MANIFEST_NAME)
         self._lock: IO[str] | None = None
+        self._created = False
 
     def finished(self, fingerprint: str) -> dict[str, Any] | None:
         """The manifest of a finished run with these settings, None if unfinished; else ConfigError."""
@@ -77,6 +111,7 @@ class OutputDir:
                     f"{self.path}: directory is not empty ({', '.join(others[:3])}...) and holds no unfinished "
                     "prepare run; choose a new or empty output directory"
                 )
+        self._created = not os.path.exists(self.path)
         os.makedirs(self.work, exist_ok=True)
         self._lock = open(os.path.join(self.work, "lock"), "w")
         try:
@@ -112,14 +147,23 @@ class OutputDir:
                 os.unlink(os.path.join(self.work, entry))
 
     def finish(self, manifest: dict[str, Any], parts: int) -> None:
-        """Delete part files beyond the first `parts`, publish the manifest, and drop .work/."""
+        """Delete part files beyond the first `parts` and temporaries of killed part writers (every
+        writer here has finished), publish the manifest, and drop .work/."""
         for entry in os.listdir(self.path):
             match = _PART_FILE.match(entry)
-            if match and int(match.group(1)) >= parts:
+            if (match and int(match.group(1)) >= parts) or _PART_TEMPORARY.match(entry):
                 os.unlink(os.path.join(self.path, entry))
         write_json(self.manifest_path, manifest)
         self.release()
         shutil.rmtree(self.work, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """Release the directory and delete this run's work, and the directory if this run made it."""
+        self.release()
+        shutil.rmtree(self.work, ignore_errors=True)
+        if self._created:
+            with contextlib.suppress(OSError):  # kept if anything else is in it
+                os.rmdir(self.path)
 
     def release(self) -> None:
         if self._lock is not None:

@@ -71,6 +71,8 @@ class Problems:
     def report(self, kind: str, where: str, problem: str, count: int = 1) -> None:
         """`where` (file and line or row) has `problem`; stop, or skip `count` documents of `kind`."""
         if not self.skip:
-            raise InputDataError(f"{where}: {problem}; fix the input or pass on_error='skip' to skip such documents")
+            raise InputDataError(
+                f"{where}: {problem}; fix the input, or skip such documents with on_error='skip' (--on-error skip)"
+            )
         self.stats.skipped[kind] += count
         logger.debug("skipped %s (%s): %s", where, kind, problem)

@@ -8,6 +8,8 @@ removals per reason, changes per kind — which add up per unit and then per run
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,11 +24,13 @@ from .documents import Document
 from .language import LanguageFilter
 from .licenses import LicenseFilter
 from .lines import LineCorrections
+from .minhash import MinHasher
 from .pii import PIIScrubber
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from .urls import URLFilter
 
-__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps"]
+__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps", "step_modules",
+           "step_options"]
 
 
 class Step(Protocol):
@@ -77,6 +81,16 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
         known = ", ".join((*STEP_KINDS, *DEDUP_KINDS))
         raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {known}")
     options = {key: value for key, value in spec.items() if key != "step"}
+    valid = step_options(kind)
+    unknown = [name for name in options if name not in valid]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"steps[{position}] ({kind}): unexpected option {unknown[0]!r}{hint}; valid options of "
+                          f"{kind}: {', '.join(valid) or 'none'}")
+    missing = [name for name in _required_options(kind) if name not in options]
+    if missing:
+        raise ConfigError(f"steps[{position}] ({kind}): option {missing[0]!r} is required")
     try:
         if kind in DEDUP_KINDS:
             make_signer(kind, **options)
@@ -86,6 +100,23 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
         raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
     except ConfigError as error:
         raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
+
+
+def step_options(kind: str) -> tuple[str, ...]:
+    """The option names a step kind takes: the keyword parameters of its constructor (of
+    ``make_signer`` for dedup kinds), so an option a step gains is accepted with no edit here."""
+    return tuple(p.name for p in _parameters(kind))
+
+
+def _required_options(kind: str) -> tuple[str, ...]:
+    return tuple(p.name for p in _parameters(kind) if p.default is inspect.Parameter.empty)
+
+
+def _parameters(kind: str) -> list[inspect.Parameter]:
+    build = make_signer if kind in DEDUP_KINDS else STEP_KINDS[kind]
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p for p in inspect.signature(build).parameters.values()
+            if p.kind in named and not (build is make_signer and p.name == "kind")]
 
 
 def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -106,6 +137,12 @@ def build_steps(specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: st
         drops = drops_path(work_dir, position, unit_name) if spec["step"] in DEDUP_KINDS else None
         steps.append((f"{position}:{spec['step']}", _build(spec, position, drops)))
     return steps
+
+
+def step_modules(specs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Names of the modules whose code the steps of ``specs`` run (to say when their kernels compile)."""
+    classes = [MinHasher if spec["step"] in DEDUP_KINDS else STEP_KINDS[spec["step"]] for spec in specs]
+    return [c.__module__ for c in classes]
 
 
 def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:

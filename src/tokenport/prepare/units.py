@@ -15,17 +15,20 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from .inflate import inflate
 from .sources import InputFile, open_raw, parquet_module
 
 logger = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 16 << 20
+_RATIO = 4  # compressed jsonl inflates about this much or more: worth cutting when it then exceeds a unit
 
 
 @dataclass(frozen=True)
 class Slice:
     """Part of one input file: bytes [start, stop) of a jsonl file, row groups [start, stop) of a
-    parquet file, or the whole file when `stop` is None; `first` lines or rows come before it."""
+    parquet file, or the whole file (or its decompressed chunk `inflated`) when `stop` is None;
+    `first` lines or rows come before it."""
 
     file: int
     path: str
@@ -35,6 +38,7 @@ class Slice:
     stop: int | None
     first: int
     size: int
+    inflated: str | None = None  # a decompressed chunk of a compressed jsonl file, read instead (see inflate)
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,12 @@ class Unit:
         return {"name": self.name, "slices": [asdict(s) for s in self.slices]}
 
 
-def plan_units(files: Sequence[InputFile], unit_bytes: int) -> list[Unit]:
-    """Cut `files` into slices and pack them, in input order, into units of about `unit_bytes`."""
-    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, unit_bytes)]
+def plan_units(files: Sequence[InputFile], unit_bytes: int, inflate_dir: str | None = None,
+               progress: bool = False) -> list[Unit]:
+    """Cut `files` into slices and pack them, in input order, into units of about `unit_bytes`;
+    compressed jsonl files are decompressed once into chunks under `inflate_dir`, if given (with a
+    progress bar if asked for)."""
+    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, unit_bytes, inflate_dir, progress)]
     groups: list[list[Slice]] = []
     size = 0
     for piece in slices:
@@ -74,8 +81,13 @@ def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
     return f"unit-{index:06d}-{digest}"
 
 
-def _slices(index: int, f: InputFile, unit_bytes: int) -> list[Slice]:
+def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, progress: bool) -> list[Slice]:
     whole = Slice(index, f.path, f.format, f.compression, 0, None, 0, f.size)
+    if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _RATIO > unit_bytes:
+        chunks = inflate(f, unit_bytes, inflate_dir, progress)
+        if chunks is not None:
+            return [Slice(index, f.path, f.format, f.compression, 0, None, first, size, path)
+                    for path, first, size in chunks]
     if f.format == "jsonl" and f.compression is None and f.size > unit_bytes:
         return [
             Slice(index, f.path, f.format, None, start, stop, lines, stop - start)
