@@ -138,22 +138,27 @@ def test_numpy_and_numba_index_checks_agree(monkeypatch):
         assert bounds._first_bad_sequence(lengths, pointers, 2) == tuple(map(int, expected)), trial
 
 
-def test_gpt_kernel_refuses_sample_indices_of_another_store(store):
-    """Cached sample indices that point past the store's documents are refused, not read out of bounds."""
-    ds = tp.IndexedDataset(store)
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+def test_gpt_samples_refuse_sample_indices_of_another_store(store, mode):
+    """Cached sample indices that point past the store's documents are refused, not read out of
+    bounds: by the memory-map kernel and by the windowed path of pread and remote stores alike."""
+    ds = tp.IndexedDataset(store, mode=mode)
     config = tp.GPTSampleConfig(seq_length=8, eod_id=0)
     good = tp.GPTDataset(ds, np.arange(len(ds)), 20, config, 1)
     bad_documents = good.document_index.copy()
     bad_documents[:] = len(ds) + 1000
     bad_samples = good.sample_index.copy()
     bad_samples[1, 1] = 10**6
+    backwards = good.sample_index.copy()
+    backwards[2, 0] = -1
     for document_index, sample_index, shuffle_index in [
         (bad_documents, good.sample_index, good.shuffle_index),
         (good.document_index, bad_samples, good.shuffle_index),
+        (good.document_index, backwards, good.shuffle_index),
         (good.document_index, good.sample_index, good.shuffle_index + 10**6),
     ]:
         gpt = tp.GPTDataset.from_indices(ds, good.indices, document_index, sample_index, shuffle_index, config)
-        with pytest.raises(tp.CorruptStoreError, match="sample_index row .* reads outside"):
+        with pytest.raises(tp.CorruptStoreError, match="outside the documents of the store"):
             gpt.get_batch(np.arange(len(gpt)))
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from typing import NoReturn
 from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
 
-from .errors import ConfigError, InputDataError
+from .errors import ConfigError, CorruptStoreError, InputDataError
 from .indexed import IndexedDataset
 from .legacy_shuffle import LegacyShuffler
 from .sample_fields import FieldOptions, fields_from_store, fields_from_windows
@@ -403,17 +404,28 @@ class GPTDataset:
     def _windows(self, rows: np.ndarray) -> np.ndarray:
         """The (B, seq_length + extra) int64 token windows of samples ``rows``, pad-filled at the end."""
         extra = int(self.config.add_extra_token)
-        out = np.full((len(rows), self.config.seq_length + extra), self._options.pad, dtype=np.int64)
+        width = self.config.seq_length + extra
+        out = np.full((len(rows), width), self._options.pad, dtype=np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) + 1 >= len(self.sample_index)):
+            self._bad_indices("shuffle_index")
         first_pos, first_off = self.sample_index[rows].astype(np.int64).T
         last_pos, last_off = self.sample_index[rows + 1].astype(np.int64).T
+        if len(rows) and (int(first_pos.min()) < 0 or bool((last_pos < first_pos).any())
+                          or int(last_pos.max()) >= len(self.document_index)):
+            self._bad_indices("sample_index")
         counts = last_pos - first_pos + 1
         sample = np.repeat(np.arange(len(rows)), counts)
         starts_at = np.repeat(np.cumsum(counts) - counts, counts)
         position = np.repeat(first_pos, counts) + np.arange(len(sample)) - starts_at
         docs = self.document_index[position].astype(np.int64)
+        if len(docs) and (int(docs.min()) < 0 or int(docs.max()) >= len(self._lengths)):
+            self._bad_indices("document_index")
         begin = np.where(position == first_pos[sample], first_off[sample], 0)
         end = np.where(position == last_pos[sample], last_off[sample] + extra, self._lengths[docs])
         size = end - begin
+        if len(size) and (bool((begin < 0).any()) or bool((end > self._lengths[docs]).any())
+                          or bool((size < 0).any()) or int(np.bincount(sample, size).max()) > width):
+            self._bad_indices("sample_index")
         column = np.cumsum(size) - size
         column -= np.repeat(column[np.cumsum(counts) - counts], counts)
         get = self.dataset.get
@@ -423,6 +435,13 @@ class GPTDataset:
             out[row, col : col + length] = get(doc, offset, length)
         return out
 
+
+    def _bad_indices(self, field: str) -> NoReturn:
+        """Refuse sample indices that would read outside the store (the memory-map kernel's check)."""
+        raise CorruptStoreError(
+            f"{self.dataset.prefix}: {field} points outside the documents of the store; the sample "
+            "indices do not belong to this store or are damaged: delete their cache entry and rebuild them"
+        )
 
 def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:
     """Return the split's sequence ids as a 1-D int64 array, or raise ConfigError."""
