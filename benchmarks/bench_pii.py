@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
 from pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
 
-from tokenport.prepare.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
+from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
 
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
 
@@ -57,15 +57,16 @@ DATATROVE_KINDS = ("email", "ipv4")
 
 def scrubber_at(rev: str):
     """PIIScrubber as src/tokenport/prepare/pii.py was at git revision ``rev`` (imported as a
-    sibling module so that its relative imports resolve), or None when git cannot show it."""
+    module of tokenport.corpus so that its relative imports resolve), or None when git cannot show it."""
     try:
         source = subprocess.run(["git", "show", f"{rev}:src/tokenport/prepare/pii.py"], cwd=HERE,
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    source = source.replace("from .documents import", "from .inputs.documents import")  # moved since
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as file:
         file.write(source)
-    spec = importlib.util.spec_from_file_location("tokenport.prepare._pii_before", file.name)
+    spec = importlib.util.spec_from_file_location("tokenport.corpus._pii_before", file.name)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

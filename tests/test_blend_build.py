@@ -12,9 +12,9 @@ import pytest
 
 import tokenport as tp
 from tokenport.blend import BlendedDataset, max_prefix_deviation
-from tokenport.build.datasets import build_datasets
-from tokenport.build.specs import Blend, BlendSpec
-from tokenport.gpt import GPTDataset, GPTSampleConfig
+from tokenport.builder.datasets import build_datasets
+from tokenport.builder.specs import Blend, BlendSpec
+from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 
 pytest.importorskip("torch")
 with warnings.catch_warnings():

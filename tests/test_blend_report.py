@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.build.report import blend_report
+from tokenport.builder.report import blend_report
 from tokenport.cli import main
 
 

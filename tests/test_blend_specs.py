@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.build.specs import (
+from tokenport.builder.specs import (
     Blend,
     BlendSpec,
     blend_from_args_file,

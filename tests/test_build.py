@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from tokenport import gpt
-from tokenport.build import (
+from tokenport.samples import gpt
+from tokenport.builder import (
     CACHE_FORMAT,
     IndexCache,
     cache_key,
@@ -271,7 +271,7 @@ def test_unwritable_directory_builds_in_memory_with_a_warning(tmp_path, caplog) 
     store = IndexedDataset(make_store(str(tmp_path / "wiki")))
     (tmp_path / "a_file").write_text("not a directory")
     cache = IndexCache(tmp_path / "a_file" / "cache")
-    with caplog.at_level(logging.WARNING, logger="tokenport.build"):
+    with caplog.at_level(logging.WARNING, logger="tokenport.builder"):
         arrays = cache.get_or_build(store, PARAMS, gpt_build(store, PARAMS))
     assert "building the indices in memory" in caplog.text and str(tmp_path / "a_file") in caplog.text
     assert not _mapped(arrays["sample_index"])
@@ -381,8 +381,8 @@ def test_without_a_process_group_distributed_is_a_no_op(tmp_path) -> None:
 
 
 def test_build_gpt_dataset_uses_the_cache_and_matches_a_direct_build(tmp_path):
-    from tokenport.build import build_gpt_dataset
-    from tokenport.gpt import GPTDataset, GPTSampleConfig
+    from tokenport.builder import build_gpt_dataset
+    from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 
     rng = np.random.default_rng(7)
     with IndexedDatasetWriter(tmp_path / "s", dtype=np.uint16) as writer:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import tokenport as tp
-from tokenport.prepare import Document
-from tokenport.prepare.decontaminate import Decontaminate
+from tokenport.corpus import Document
+from tokenport.corpus.steps.decontaminate import Decontaminate
 
 QUESTION = ("Which element has the chemical symbol Au and has been prized by people across the world for "
             "thousands of years?")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.build import build_datasets
+from tokenport.builder import build_datasets
 from tokenport.errors import ConfigError
 
 

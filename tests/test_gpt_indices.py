@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.gpt import build_indices
+from tokenport.samples.gpt import build_indices
 
 pytest.importorskip("torch")
 with warnings.catch_warnings():

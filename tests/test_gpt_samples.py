@@ -11,7 +11,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.errors import InputDataError
-from tokenport.gpt import GPTDataset, GPTSampleConfig
+from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 
 pytest.importorskip("torch")
 with warnings.catch_warnings():

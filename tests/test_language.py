@@ -8,10 +8,10 @@ import sysconfig
 import pytest
 
 import tokenport as tp
-from tokenport.prepare import Document
+from tokenport.corpus import Document
 
 pytest.importorskip("pycld2")
-from tokenport.prepare.language import LanguageFilter, detect_language  # noqa: E402
+from tokenport.corpus.steps.language import LanguageFilter, detect_language  # noqa: E402
 
 CJK = os.path.join(sysconfig.get_paths()["stdlib"], "test", "cjkencodings")
 

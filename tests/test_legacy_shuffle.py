@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenport.legacy_shuffle import LegacyShuffler
+from tokenport.rng.legacy_shuffle import LegacyShuffler
 
 
 @pytest.mark.parametrize("seed", [0, 1, 1234, 2**32 - 1])
@@ -42,7 +42,7 @@ def test_only_1d_arrays() -> None:
 
 def test_draws_above_32_bits_follow_numpy() -> None:
     """Arrays past 2**32 elements draw 64-bit targets (high word first); numpy's masked randint draws the same."""
-    from tokenport.legacy_shuffle import _STATE_WORDS, _random_interval_64, _seed
+    from tokenport.rng.legacy_shuffle import _STATE_WORDS, _random_interval_64, _seed
 
     numpy_state = np.random.RandomState(5)
     key, outputs = np.empty(_STATE_WORDS, np.uint32), np.empty(_STATE_WORDS, np.uint32)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tokenport as tp
-from tokenport.prepare import Document
-from tokenport.prepare.licenses import LicenseFilter, detect_licenses
+from tokenport.corpus import Document
+from tokenport.corpus.steps.licenses import LicenseFilter, detect_licenses
 
 MIT_HEADER = """# Copyright (c) 2020 Someone
 #

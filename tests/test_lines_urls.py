@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import tokenport as tp
-from tokenport.prepare import Document
-from tokenport.prepare.lines import LineCorrections
-from tokenport.prepare.urls import URLFilter
+from tokenport.corpus import Document
+from tokenport.corpus.steps.lines import LineCorrections
+from tokenport.corpus.steps.urls import URLFilter
 
 ARTICLE = "\n".join(
     f"Paragraph {i} of the article explains how the town council planned the new bridge over the river."

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.prepare.minhash import (
+from tokenport.corpus.steps.minhash import (
     MinHasher,
     _mulmod61,
     _signature,
@@ -145,7 +145,7 @@ def test_precision_and_recall_on_near_duplicates_of_real_text():
 
 
 def test_decide_from_key_files_equals_the_in_memory_answer(tmp_path):
-    from tokenport.prepare.dedup import decide
+    from tokenport.corpus.steps.dedup import decide
 
     rng = np.random.default_rng(3)
     keys = rng.integers(0, 50, (300, 4)).astype(np.uint64)  # small alphabet: many shared band keys

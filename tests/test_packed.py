@@ -7,7 +7,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.errors import ConfigError
-from tokenport.packed import PackedDataset
+from tokenport.samples.packed import PackedDataset
 
 CAPACITY = 64
 

@@ -7,8 +7,8 @@ import pytest
 
 import tokenport as tp
 from pii_sentences import MEASURED_KINDS, negatives, positives
-from tokenport.prepare import Document
-from tokenport.prepare.pii import _DEFAULT_REPLACEMENTS, PII_KINDS, PIIScrubber, luhn_valid
+from tokenport.corpus import Document
+from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PII_KINDS, PIIScrubber, luhn_valid
 
 SCRUB = PIIScrubber()
 

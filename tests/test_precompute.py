@@ -10,7 +10,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.cli import main
-from tokenport.precompute import CachePlan, build_cache, load_cache_plan
+from tokenport.builder.plan import CachePlan, build_cache, load_cache_plan
 
 
 @pytest.fixture()

@@ -20,8 +20,8 @@ import pytest
 
 from tokenport.errors import ConfigError, InputDataError
 from tokenport.indexed import IndexedDataset
-from tokenport.prepare import PrepareConfig, prepare, split_text
-from tokenport.prepare.sources import expand_inputs
+from tokenport.corpus import PrepareConfig, prepare, split_text
+from tokenport.corpus.inputs.sources import expand_inputs
 from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
 
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
@@ -345,7 +345,7 @@ def test_inputs_inside_the_output_are_not_read(tmp_path, texts):
 CHILD = textwrap.dedent(
     """
     import sys
-    from tokenport.prepare import PrepareConfig, prepare
+    from tokenport.corpus import PrepareConfig, prepare
     inputs, output, tokenizer, die_after_parts = sys.argv[1].split(","), sys.argv[2], sys.argv[3], int(sys.argv[4])
     if die_after_parts:
         import os, signal

@@ -11,8 +11,8 @@ import pytest
 
 from tokenport.cli import main
 from tokenport.errors import ConfigError, InputDataError
-from tokenport.prepare import PrepareConfig, prepare
-from tokenport.prepare.steps import step_options
+from tokenport.corpus import PrepareConfig, prepare
+from tokenport.corpus.steps.registry import step_options
 
 ENGLISH = [
     "The committee met on Tuesday to discuss the budget for the coming year and agreed on most points.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from test_prepare_steps import decoded
-from tokenport.prepare import PrepareConfig, prepare
+from tokenport.corpus import PrepareConfig, prepare
 
 datasets = pytest.importorskip("datasets")
 

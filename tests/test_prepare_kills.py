@@ -12,8 +12,8 @@ import subprocess
 import sys
 import textwrap
 
-from tokenport.prepare import PrepareConfig, prepare
-from tokenport.prepare.state import KILL_AT
+from tokenport.corpus import PrepareConfig, prepare
+from tokenport.corpus.run.state import KILL_AT
 
 TEXTS = [
     "The committee met on Tuesday to discuss the budget for the coming year.",
@@ -26,7 +26,8 @@ CHILD = textwrap.dedent(
     """
     import json, os, sys
     from tokenport.indexed import commit
-    from tokenport.prepare import PrepareConfig, prepare, state
+    from tokenport.corpus import PrepareConfig, prepare
+    from tokenport.corpus.run import state
 
     original = commit.roll_forward
 

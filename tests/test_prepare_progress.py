@@ -11,7 +11,7 @@ import pytest
 
 from tokenport.errors import InputDataError
 from tokenport.indexed import IndexedDataset
-from tokenport.prepare import PrepareConfig, prepare
+from tokenport.corpus import PrepareConfig, prepare
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 
@@ -73,8 +73,8 @@ def test_a_truncated_compressed_input_keeps_what_it_can_and_reports_the_break(tm
 
 
 def units_of(tmp_path, unit_bytes):
-    from tokenport.prepare.sources import expand_inputs
-    from tokenport.prepare.units import plan_units
+    from tokenport.corpus.inputs.sources import expand_inputs
+    from tokenport.corpus.run.units import plan_units
 
     path = tmp_path / "corpus.jsonl"
     path.write_bytes(lines(texts(3000)))
@@ -82,7 +82,7 @@ def units_of(tmp_path, unit_bytes):
 
 
 def job(tmp_path):
-    from tokenport.prepare.worker import UnitJob
+    from tokenport.corpus.run.worker import UnitJob
 
     (tmp_path / "work").mkdir(exist_ok=True)
     return UnitJob(work_dir=str(tmp_path / "work"), text_key="text", append_eod=True, max_chars_per_piece=100_000,
@@ -90,8 +90,8 @@ def job(tmp_path):
 
 
 def test_progress_moves_within_a_unit(tmp_path, monkeypatch):
-    from tokenport.prepare import worker
-    from tokenport.prepare.executor import LocalExecutor
+    from tokenport.corpus.run import worker
+    from tokenport.corpus.run.executor import LocalExecutor
     from tokenport.tokenizers import load_tokenizer
 
     monkeypatch.setattr(worker._Meter, "_EVERY", 0.0)  # report after every batch of 16 documents
@@ -107,7 +107,7 @@ def test_progress_moves_within_a_unit(tmp_path, monkeypatch):
 def test_worker_processes_report_progress_over_their_pipe(tmp_path):
     from collections import Counter
 
-    from tokenport.prepare.executor import LocalExecutor
+    from tokenport.corpus.run.executor import LocalExecutor
     from tokenport.tokenizers import load_tokenizer
 
     units = units_of(tmp_path, 40_000)

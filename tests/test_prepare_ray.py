@@ -10,7 +10,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.indexed import IndexedDataset
-from tokenport.prepare import PrepareConfig, prepare
+from tokenport.corpus import PrepareConfig, prepare
 
 pytest.importorskip("ray")
 

@@ -9,7 +9,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.indexed import IndexedDataset
-from tokenport.prepare import PrepareConfig, prepare
+from tokenport.corpus import PrepareConfig, prepare
 
 TEXTS = [
     "Write to jane.roe@example.org about the meeting.",
@@ -126,8 +126,8 @@ def test_exact_and_minhash_dedup_across_units_keep_first_occurrences(tmp_path):
 def test_an_interrupted_dedup_resumes_without_redoing_its_passes(tmp_path, monkeypatch):
     import importlib
 
-    pipeline = importlib.import_module("tokenport.prepare.pipeline")  # tp.prepare is the function
-    worker = importlib.import_module("tokenport.prepare.worker")
+    pipeline = importlib.import_module("tokenport.corpus.run.pipeline")  # tp.prepare is the function
+    worker = importlib.import_module("tokenport.corpus.run.worker")
 
     inputs = _dedup_corpus(tmp_path)
     steps = [{"step": "minhash_dedup", "bands": 10, "rows": 5}]

@@ -221,8 +221,8 @@ def test_writer_creates_missing_directories(tmp_path):
 
 def test_index_cache_entries_follow_the_umask(tmp_path):
     """A cache entry is staged in a private mkdtemp directory but published with the umask."""
-    from tokenport.build import IndexCache, build_gpt_dataset
-    from tokenport.gpt import GPTSampleConfig
+    from tokenport.builder import IndexCache, build_gpt_dataset
+    from tokenport.samples.gpt import GPTSampleConfig
 
     _write_in_process(tmp_path / "s", 1)
     previous = os.umask(0o022)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tokenport as tp
-from tokenport.prepare import Document
-from tokenport.prepare.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition, split_words
+from tokenport.corpus import Document
+from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition, split_words
 
 # A plain English paragraph: 60+ words, ordinary lengths, stop words, no repetition to speak of.
 GOOD = (

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tokenport.sampling import torch_randperm  # noqa: E402
+from tokenport.rng import torch_randperm  # noqa: E402
 
 
 def generator_pair(seed: int, warm_up: int) -> tuple:
