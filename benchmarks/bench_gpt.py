@@ -113,7 +113,7 @@ def megatron_config(megatron, prefix: str, config: GPTSampleConfig, seed: int, t
 
 
 class _Peer:
-    """Exactly what megatron's GPTDataset index builder reads (as in tests/test_gpt_indices.py), no cache."""
+    """Exactly what megatron's GPTDataset index builder reads (as in tests/samples/test_gpt_indices.py), no cache."""
 
     def __init__(self, megatron, lengths: np.ndarray, num_samples: int, seq_length: int, seed: int) -> None:
         cls = megatron.gpt_dataset.GPTDataset

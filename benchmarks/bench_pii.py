@@ -4,7 +4,7 @@ scrubber before issue 12 and datatrove's PIIFormatter, on the same text.
     python benchmarks/bench_pii.py            # 100 values per kind and locale, 5,000 negatives, 1,000 pages
     python benchmarks/bench_pii.py --quick    # 25, 1,000 and 200
 
-Sentences: tests/pii_sentences.py (the same generator tests/test_pii.py asserts the goals on, other
+Sentences: tests/_support/pii_sentences.py (the same generator tests/corpus/test_pii.py asserts the goals on, other
 seeds here): faker values of each kind in 8 locales (en_US, de_DE, fr_FR, es_ES, it_IT, nl_NL,
 zh_CN, en_GB; Chinese resident IDs from zh_CN) set in prose at sentence ends, before commas, in
 parentheses and quotes; negatives hold ISBN-10/13 (many Luhn-valid), SHA-1/SHA-256 hashes and
@@ -40,10 +40,10 @@ import tempfile
 from faker import Faker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
-from pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
+from tests._support.pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
 
 from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
 

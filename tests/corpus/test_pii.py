@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tokenport as tp
-from pii_sentences import MEASURED_KINDS, negatives, positives
+from tests._support.pii_sentences import MEASURED_KINDS, negatives, positives
 from tokenport.corpus import Document
 from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PII_KINDS, PIIScrubber, luhn_valid
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from s3_server import FaultProxy, MotoS3
+from tests._support.s3_server import FaultProxy, MotoS3
 from tokenport.errors import ConfigError, StorageError
 from tokenport.storage import MmapSource, open_source
 from tokenport.storage.remote import (

@@ -1,7 +1,7 @@
 """Deterministic sentences for measuring the PII scrubber: faker values of each kind (several
 locales) set in ordinary prose, and hard negatives (ISBNs, hashes, UUIDs, versions, dates...).
 
-Shared by tests/test_pii.py (the recall and false-positive goals) and benchmarks/bench_pii.py.
+Shared by tests/corpus/test_pii.py (the recall and false-positive goals) and benchmarks/bench_pii.py.
 """
 
 from __future__ import annotations

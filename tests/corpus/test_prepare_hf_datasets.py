@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_prepare_steps import decoded
+from tests.corpus.test_prepare_steps import decoded
 from tokenport.corpus import PrepareConfig, prepare
 
 datasets = pytest.importorskip("datasets")
