@@ -1,7 +1,6 @@
 """tokenport: the data layer for LLM training."""
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .errors import (
     ConfigError,
     CorruptStoreError,

@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Callable, Sequence
 
-from . import __version__
+from ._version import __version__
 from ._files import parse_structured, read_text
 from .errors import CorruptStoreError, TokenportError
 

@@ -317,6 +317,6 @@ def _result(output: str, manifest: dict[str, Any], workers: int, seconds: float,
 
 
 def _version() -> str:
-    from ... import __version__
+    from ..._version import __version__
 
     return __version__
