@@ -1,7 +1,7 @@
 """tokenport.sampling batching: padding of length grouping, BFD packing, KK balance, sampler overhead.
 
 Two sets of lengths: the demo corpus (the Python stdlib's source files and docstrings, built with
-tokenport.corpus.build_demo_corpus and prepared into token stores with the byte-level tokenizer;
+tokenport.demo.corpus.build_demo_corpus and prepared into token stores with the byte-level tokenizer;
 the lengths are the stores' sequence_lengths) and synthetic lognormal lengths (mean 600 tokens,
 log-space sigma 1.0; 10^6 of them, 10^5 with --quick). Figures come from
 tokenport.sampling.report.batching_report, so they are what `tokenport pack-report` prints.
@@ -32,10 +32,10 @@ import time
 
 import numpy as np
 
-from tokenport.corpus import build_demo_corpus
-from tokenport.prepare import PrepareConfig, prepare
+from tokenport.demo.corpus import build_demo_corpus
+from tokenport.corpus import PrepareConfig, prepare
 from tokenport.sampling import PretrainingSampler, RandomSampler, length_grouped_order
-from tokenport.inspection import lengths_of
+from tokenport.indexed.inspect import lengths_of
 from tokenport.sampling.report import batching_report
 
 from _harness import Row, best_of, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory

@@ -68,11 +68,11 @@ from collections import Counter
 
 import numpy as np
 
-from tokenport.corpus import docstrings, read_source, stdlib_sources
-from tokenport.prepare import Document
-from tokenport.prepare.dedup import make_signer
-from tokenport.prepare.minhash import MinHasher
-from tokenport.prepare.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
+from tokenport.corpus import Document
+from tokenport.corpus.steps.dedup import make_signer
+from tokenport.corpus.steps.minhash import MinHasher
+from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 
@@ -310,8 +310,8 @@ def bench_filters(rows: list[Row], pages: list[str], args) -> None:
 
 def bench_compat_filters(rows: list[Row], pages: list[str], args, ours_docs, theirs_classes, fresh,
                          make_theirs_docs) -> None:
-    from tokenport.prepare import datatrove_compat
-    from tokenport.prepare.spacy_words import english_words
+    from tokenport.corpus.steps import datatrove_compat
+    from tokenport.corpus.steps.spacy_words import english_words
 
     def cold() -> None:
         english_words().clear_cache()
@@ -402,7 +402,7 @@ def bench_minhash(rows: list[Row], pages: list[str], directory: str, args) -> No
 # end-to-end fuzzy dedup
 
 _PREPARE = (
-    "import json, sys; from tokenport.prepare import PrepareConfig, prepare; "
+    "import json, sys; from tokenport.corpus import PrepareConfig, prepare; "
     "r = prepare(PrepareConfig(inputs=[sys.argv[1]], output=sys.argv[2], workers=2, tokenizer='byte', "
     "steps=[{'step': 'minhash_dedup'}])); "
     "print(json.dumps({'documents': r.documents, 'tokens': r.tokens, 'bytes_in': r.bytes_in, "

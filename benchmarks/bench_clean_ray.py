@@ -22,7 +22,7 @@ from bench_clean import dedup_corpus, module_paragraphs, stdlib_modules
 
 from _harness import Row, print_table, scratch_directory
 
-from tokenport.prepare import PrepareConfig, prepare
+from tokenport.corpus import PrepareConfig, prepare
 
 STEPS = [{"step": "gopher_quality", "min_words": 20}, {"step": "exact_dedup"}, {"step": "minhash_dedup"},
          {"step": "pii"}]

@@ -9,7 +9,7 @@ best of N runs timed with time.perf_counter, the two sides timed in turns (A B A
 
 Sections:
   index   one store of 10^6 documents (lognormal lengths, mean ~1000 tokens, each ending in an
-          EOD), seq_length 4096, ~2.5 epochs of samples: tokenport.gpt.build_indices vs
+          EOD), seq_length 4096, ~2.5 epochs of samples: tokenport.samples.gpt.build_indices vs
           megatron's GPTDataset._build_document_sample_shuffle_indices (no cache path).
   open    opening the big store's train dataset when its indices are cached (goal: <= 50 ms).
   stores  many small stores (~2,000 documents each), end to end: open the store and build its
@@ -38,7 +38,7 @@ import warnings
 import numpy as np
 
 import tokenport as tp
-from tokenport.gpt import GPTDataset, GPTSampleConfig, build_indices
+from tokenport.samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 
@@ -113,7 +113,7 @@ def megatron_config(megatron, prefix: str, config: GPTSampleConfig, seed: int, t
 
 
 class _Peer:
-    """Exactly what megatron's GPTDataset index builder reads (as in tests/test_gpt_indices.py), no cache."""
+    """Exactly what megatron's GPTDataset index builder reads (as in tests/samples/test_gpt_indices.py), no cache."""
 
     def __init__(self, megatron, lengths: np.ndarray, num_samples: int, seq_length: int, seed: int) -> None:
         cls = megatron.gpt_dataset.GPTDataset

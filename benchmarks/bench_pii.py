@@ -4,7 +4,7 @@ scrubber before issue 12 and datatrove's PIIFormatter, on the same text.
     python benchmarks/bench_pii.py            # 100 values per kind and locale, 5,000 negatives, 1,000 pages
     python benchmarks/bench_pii.py --quick    # 25, 1,000 and 200
 
-Sentences: tests/pii_sentences.py (the same generator tests/test_pii.py asserts the goals on, other
+Sentences: tests/_support/pii_sentences.py (the same generator tests/corpus/test_pii.py asserts the goals on, other
 seeds here): faker values of each kind in 8 locales (en_US, de_DE, fr_FR, es_ES, it_IT, nl_NL,
 zh_CN, en_GB; Chinese resident IDs from zh_CN) set in prose at sentence ends, before commas, in
 parentheses and quotes; negatives hold ISBN-10/13 (many Luhn-valid), SHA-1/SHA-256 hashes and
@@ -40,12 +40,12 @@ import tempfile
 from faker import Faker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
-from pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
+from tests._support.pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
 
-from tokenport.prepare.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
+from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
 
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
 
@@ -57,15 +57,16 @@ DATATROVE_KINDS = ("email", "ipv4")
 
 def scrubber_at(rev: str):
     """PIIScrubber as src/tokenport/prepare/pii.py was at git revision ``rev`` (imported as a
-    sibling module so that its relative imports resolve), or None when git cannot show it."""
+    module of tokenport.corpus so that its relative imports resolve), or None when git cannot show it."""
     try:
         source = subprocess.run(["git", "show", f"{rev}:src/tokenport/prepare/pii.py"], cwd=HERE,
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    source = source.replace("from .documents import", "from .inputs.documents import")  # moved since
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as file:
         file.write(source)
-    spec = importlib.util.spec_from_file_location("tokenport.prepare._pii_before", file.name)
+    spec = importlib.util.spec_from_file_location("tokenport.corpus._pii_before", file.name)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

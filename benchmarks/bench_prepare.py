@@ -126,7 +126,7 @@ def run_megatron(corpus: Path, tokenizer: Path, out_prefix: str, workers: int) -
 
 
 def run_tokenport(corpus: Path, tokenizer_spec: str, output: str, workers: int) -> float:
-    from tokenport.prepare import PrepareConfig, prepare
+    from tokenport.corpus import PrepareConfig, prepare
 
     start = time.perf_counter()
     result = prepare(PrepareConfig([str(corpus)], output, tokenizer=tokenizer_spec, workers=workers))

@@ -32,7 +32,8 @@ def run(inputs: Path, output: Path, tokenizer: str, workers: int, unit_bytes: in
         ) -> tuple[float, float, list[bytes]]:
     """(wall seconds, CPU seconds) of one prepare run, and its .bin/.idx bytes; `whole` plans
     compressed files as one unit each, as before (no chunks)."""
-    from tokenport.prepare import PrepareConfig, prepare, units
+    from tokenport.corpus import PrepareConfig, prepare
+    from tokenport.corpus.run import units
 
     shutil.rmtree(output, ignore_errors=True)
     ratio = units._RATIO

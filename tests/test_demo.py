@@ -31,6 +31,6 @@ def test_demo_runs_every_stage(tmp_path, capsys):
 
 
 def sorted_first_source() -> str:
-    from tokenport.corpus import stdlib_sources
+    from tokenport.demo.corpus import stdlib_sources
 
     return stdlib_sources(limit=1)[0]

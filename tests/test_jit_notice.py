@@ -11,7 +11,7 @@ KERNEL = "import numba\n\n@numba.njit(cache=True)\ndef twice(x):\n    return 2 *
 RUN = (
     "import logging, sys; logging.basicConfig(format='%(message)s'); sys.path.insert(0, sys.argv[1]); "
     "import kernels; from tokenport._jit import announce_compilation; "
-    "print(announce_compilation(['kernels', 'tokenport.prepare.config']), announce_compilation(['kernels'])); "
+    "print(announce_compilation(['kernels', 'tokenport.corpus.run.config']), announce_compilation(['kernels'])); "
     "kernels.twice(21)"
 )
 

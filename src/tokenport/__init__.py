@@ -1,7 +1,6 @@
 """tokenport: the data layer for LLM training."""
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .errors import (
     ConfigError,
     CorruptStoreError,
@@ -13,12 +12,12 @@ from .errors import (
 )
 from .dock import Dock
 from .blend import BlendedDataset
-from .build import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
-from .gpt import GPTDataset, GPTSampleConfig
+from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
+from .samples.gpt import GPTDataset, GPTSampleConfig
 from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
 from .packing import karmarkar_karp, pack_best_fit
-from .prepare import PrepareConfig, PrepareResult, prepare
-from .packed import PackedDataset
+from .corpus import PrepareConfig, PrepareResult, prepare
+from .samples.packed import PackedDataset
 from .sampling import (
     DatasetEpochs,
     DistributedLengthGroupedSampler,

@@ -7,8 +7,8 @@ import logging
 import sys
 from typing import Callable, Sequence
 
-from . import __version__
-from .config_files import parse_structured, read_text
+from ._version import __version__
+from ._files import parse_structured, read_text
 from .errors import CorruptStoreError, TokenportError
 
 
@@ -21,7 +21,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from .errors import ConfigError
-    from .prepare import PrepareConfig, prepare
+    from .corpus import PrepareConfig, prepare
 
     if args.shard_tokens is not None and args.shard_by != "tokens":
         raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
@@ -54,7 +54,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .prepare.report import load_report
+    from .corpus.run.report import load_report
 
     report = load_report(args.output)
     print(report.render())
@@ -68,7 +68,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from .indexed import resolve_stores
-    from .inspection import render, summarize
+    from .indexed.inspect import render, summarize
 
     for prefix in resolve_stores(args.prefixes):
         print(render(summarize(prefix, documents=args.documents)))
@@ -106,7 +106,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _build_cache(args: argparse.Namespace) -> int:
-    from .precompute import build_cache, load_cache_plan
+    from .builder.plan import build_cache, load_cache_plan
 
     plan = load_cache_plan(args.plan)
 
@@ -123,9 +123,9 @@ def _build_cache(args: argparse.Namespace) -> int:
 
 
 def _blend(args: argparse.Namespace) -> int:
-    from .build import load_blend_spec
-    from .build.report import blend_report, plot_blend
-    from .build.specs import BlendSpec, blend_from_arguments
+    from .builder import load_blend_spec
+    from .builder.report import blend_report, plot_blend
+    from .builder.specs import BlendSpec, blend_from_arguments
 
     if len(args.spec) == 1 and args.spec[0].endswith((".yaml", ".yml", ".json")):
         spec = load_blend_spec(args.spec[0])
@@ -142,7 +142,7 @@ def _blend(args: argparse.Namespace) -> int:
 def _pack_report(args: argparse.Namespace) -> int:
     from ._jit import announce_compilation
     from .indexed import resolve_stores
-    from .inspection import lengths_of
+    from .indexed.inspect import lengths_of
     from .sampling.report import batching_report, render_batching_report
 
     announce_compilation(["tokenport.packing.balance", "tokenport.packing.bins", "tokenport.sampling.length_grouping"])

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..gpt import GPTDataset
+from ..samples.gpt import GPTDataset
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index
 

@@ -46,7 +46,7 @@ _SAME_VALUE_CAST = _has_same_value_cast()
 
 
 def _tokenport_version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

@@ -17,7 +17,7 @@ ranks (Karmarkar-Karp). Collators (``collate``): padding, and padding-free with 
 
 Length grouping (``length_grouping``): transformers-compatible ``get_length_grouped_indices``
 and its samplers, index for index equal to transformers' given a torch generator, numpy-only
-given a seed (``torch_randperm``: torch's permutation drawn in numba, same generator state).
+given a seed (``rng.torch_randperm``: torch's permutation drawn in numba, same generator state).
 """
 
 from .budget import balanced_micro_batches, token_budget_batches

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment
 from ..packing.bins import check_lengths
-from .checks import check_int
+from .._checks import check_int
 from ..packing import workload as workload_of
 
 __all__ = ["balanced_micro_batches", "token_budget_batches"]

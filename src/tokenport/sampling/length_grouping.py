@@ -27,9 +27,9 @@ import numba
 import numpy as np
 
 from ..errors import ConfigError
-from .checks import check_int
-from ..prefetch import prefetch
-from .torch_randperm import randperm
+from .._checks import check_int
+from ..rng.prefetch import prefetch
+from ..rng.torch_randperm import randperm
 
 __all__ = [
     "DistributedLengthGroupedSampler",

@@ -56,8 +56,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .checks import check_int
-from .torch_randperm import randperm
+from .._checks import check_int
+from ..rng.torch_randperm import randperm
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
 

@@ -1,0 +1,258 @@
+"""``build_datasets``: a blend spec, a split and sizes to the train/valid/test datasets of a run.
+
+Megatron's ``BlendedMegatronDatasetBuilder`` in structure: each split of each store becomes a
+GPTDataset, then one BlendedDataset per split (a single store without weights needs no blend).
+What differs is how big each child is. By default the blending indices are built first and each
+child gets exactly the samples the blend takes from it, so no index can run past a child's end.
+With ``algorithm="megatron"`` the children are sized as Megatron sizes them
+(``ceil(ceil(size * w) * (1 + surplus))``; the blend takes ``sum(ceil(size * w))`` samples), since
+a child's size changes its own indices and exactness needs the same ones; a blend that would
+then read past a child's end is refused, naming the dataset and the surplus that would do.
+Every index goes through the index cache when one is given. A blend with a mixture schedule
+follows it over the training stream; its valid and test blends hold the mixture training ends
+with.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..blend import BlendedDataset, build_blending_indices, build_scheduled_indices
+from ..errors import ConfigError
+from ..samples.gpt import GPTDataset, GPTSampleConfig
+from ..indexed import IndexedDataset
+from .cache import IndexCache, canonical_json
+from .gpt_datasets import build_gpt_dataset
+from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
+from .splits import SPLIT_NAMES, split_document_ranges
+
+Dataset = GPTDataset | BlendedDataset
+
+
+def build_datasets(
+    spec: BlendSpec | Blend | Sequence[str],
+    *,
+    sizes: Sequence[int | None],
+    config: GPTSampleConfig,
+    seed: int,
+    split: str = "969,30,1",
+    cache: IndexCache | str | os.PathLike | None = None,
+    algorithm: str = "tijdeman",
+    surplus: float = 0.005,
+    drop_last_partial_validation: bool = True,
+) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
+    """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
+
+    ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path`` list (``["0.3", "a", "0.7",
+    "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples wanted per split: 0 for
+    none; None, without weights, for one epoch of every store, each sample once.
+    ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
+    stores whole.
+    """
+    spec = _as_spec(spec)
+    sizes = _check_sizes(sizes)
+    if not 0.0 <= surplus < 1e6 or not math.isfinite(surplus):
+        raise ConfigError(f"surplus={surplus!r} is invalid: pass a non-negative fraction such as Megatron's 0.005")
+    if isinstance(cache, (str, os.PathLike)):
+        cache = IndexCache(cache)
+    builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation)
+    out: list[Dataset | None] = []
+    for i, which in enumerate(SPLIT_NAMES):
+        blend = spec.blend if spec.blend is not None else spec.per_split[i]
+        split_string = split if spec.blend is not None else ",".join("1" if k == i else "0" for k in range(3))
+        if blend is None or split_document_ranges(split_string, 1)[i] is None:
+            out.append(None)
+        else:
+            out.append(builder.split(blend, split_string, which, sizes[i]))
+    return out[0], out[1], out[2]
+
+
+def _as_spec(spec: Any) -> BlendSpec:
+    """A BlendSpec from any of the accepted forms."""
+    if isinstance(spec, BlendSpec):
+        return spec
+    if isinstance(spec, Blend):
+        return BlendSpec(blend=spec)
+    if isinstance(spec, (str, os.PathLike)):
+        return load_blend_spec(spec)
+    if isinstance(spec, (list, tuple)) and all(isinstance(item, str) for item in spec):
+        return BlendSpec(blend=blend_from_list(spec))
+    raise ConfigError(
+        f"spec: expected a spec file path, a BlendSpec, a Blend or a Megatron --data-path list of strings, "
+        f"got {type(spec).__name__}"
+    )
+
+
+def _check_sizes(sizes: Any) -> tuple[int | None, ...]:
+    """Three sample counts (None or integers >= 0)."""
+    values = tuple(sizes) if isinstance(sizes, (list, tuple)) else ()
+    if len(values) != len(SPLIT_NAMES) or not all(
+        v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0) for v in values
+    ):
+        raise ConfigError(f"sizes={sizes!r}: expected (train, valid, test) sample counts, integers >= 0 or None")
+    return tuple(None if v is None else int(v) for v in values)
+
+
+class _Builder:
+    """The per-run constants of one ``build_datasets`` call and the stores it opened."""
+
+    def __init__(self, config: GPTSampleConfig, seed: int, cache: IndexCache | None, algorithm: str,
+                 surplus: float, drop_last_partial_validation: bool) -> None:
+        self.config = config
+        self.seed = seed
+        self.cache = cache
+        self.algorithm = algorithm
+        self.surplus = surplus
+        self.drop_last_partial_validation = drop_last_partial_validation
+        self._stores: dict[str, IndexedDataset] = {}
+        self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
+
+    def store(self, prefix: str) -> IndexedDataset:
+        """Each store opened once per build."""
+        if prefix not in self._stores:
+            self._stores[prefix] = IndexedDataset(prefix)
+        return self._stores[prefix]
+
+    def split(self, blend: Blend, split: str, which: str, size: int | None) -> Dataset | None:
+        """One split's dataset: a single GPTDataset, or a blend of one per store."""
+        if size == 0:
+            return None
+        if blend.schedule is not None:
+            if which == "train":
+                return self._blend_scheduled(blend, split, which, size)
+            # evaluation blends hold the mixture training ends with
+            blend = Blend(blend.prefixes, blend.schedule.phases[-1].end_weights)
+        blend = blend.without_zero_weights()
+        if len(blend.prefixes) == 1 and blend.weights is None:
+            return self.child(blend.prefixes[0], split, which, size)
+        if blend.weights is None:
+            return self._blend_by_size(blend, split, which, size)
+        if size is None:
+            raise ConfigError(
+                f"sizes: the {which} blend has weights but no size; give its sample count "
+                "(only blends weighted by size can take every sample once)"
+            )
+        weights = megatron_normalize(blend.weights)
+        if self.algorithm == "megatron":
+            return self._blend_like_megatron(blend, weights, split, which, size)
+        dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
+        counts = np.bincount(dataset_index, minlength=len(weights)).tolist()
+        children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
+        return BlendedDataset.from_indices(children, dataset_index, sample_index)
+
+    def _blend_scheduled(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
+        """A blend whose weights follow its schedule over the training stream; children sized exactly."""
+        if size is None:
+            raise ConfigError(f"sizes: the {which} blend has a schedule but no size; give its sample count")
+        schedule = blend.schedule
+
+        def build() -> dict[str, np.ndarray]:
+            dataset_index, sample_index = build_scheduled_indices(schedule, size, algorithm=self.algorithm)
+            return {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
+
+        params = {"kind": "scheduled-blend", "schedule": schedule.to_data(), "size": size, "algorithm": self.algorithm}
+        arrays = self._cached(params, build)
+        counts = np.bincount(arrays["dataset_index"], minlength=len(blend.prefixes)).tolist()
+        children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
+        return BlendedDataset.from_indices(children, arrays["dataset_index"], arrays["dataset_sample_index"])
+
+    def _blend_by_size(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
+        """Megatron's blend without weights: each child one epoch, weighted by its sample count."""
+        children = [self.child(p, split, which, None) for p in blend.prefixes]
+        lengths = [len(child) for child in children]
+        total = None if size is None else min(size, sum(lengths))
+        dataset_index, sample_index = self.blending_indices(
+            lengths if total is None else megatron_normalize(lengths), total, self.algorithm
+        )
+        return BlendedDataset.from_indices(children, dataset_index, sample_index)
+
+    def _blend_like_megatron(
+        self, blend: Blend, weights: list[float], split: str, which: str, size: int
+    ) -> BlendedDataset:
+        """Children and blend sized exactly as megatron-core sizes them, so every index matches."""
+        targets = [int(math.ceil(size * w)) for w in weights]
+        built = [int(math.ceil(t * (1 + self.surplus))) for t in targets]
+        # Megatron's BlendedDataset normalizes the (already normalized) weights once more.
+        dataset_index, sample_index = self.blending_indices(megatron_normalize(weights), sum(targets), "megatron")
+        taken = np.bincount(dataset_index, minlength=len(weights))
+        for d, (need, have) in enumerate(zip(taken.tolist(), built)):
+            if need > have:
+                raise ConfigError(
+                    f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but Megatron sizes it "
+                    f"{have} (surplus {self.surplus}); raise surplus to at least {need / max(targets[d], 1) - 1:.4f}, "
+                    "or use the default algorithm, which sizes every dataset exactly"
+                )
+        children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
+        return BlendedDataset.from_indices(children, dataset_index, sample_index)
+
+    def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | None:
+        """The ``which`` split of one store with ``num_samples`` samples (None: one epoch)."""
+        store = self.store(prefix)
+        if num_samples is None:
+            num_samples = self._one_epoch(store, split, which)
+        drop_last = which != "valid" or self.drop_last_partial_validation
+        try:
+            dataset = build_gpt_dataset(store, num_samples, self.config, self.seed, split=split, which=which,
+                                        cache=self.cache, drop_last_partial=drop_last)
+        except ConfigError as exc:
+            raise ConfigError(f"{prefix}, {which} split of {split!r}: {exc}") from None
+        if dataset is not None:
+            self._check_eod(prefix, dataset.config.eod_id)
+        return dataset
+
+    def _check_eod(self, prefix: str, eod_id: int) -> None:
+        """Every store of a run ends documents with one EOD id; ConfigError naming two that differ."""
+        if self._eod is None:
+            self._eod = (prefix, eod_id)
+        elif self._eod[1] != eod_id:
+            first, first_eod = self._eod
+            raise ConfigError(
+                f"{prefix} ends documents with EOD id {eod_id} but {first} with {first_eod}: their tokenizers "
+                "differ; blend stores made with one tokenizer"
+            )
+
+    def _one_epoch(self, store: IndexedDataset, split: str, which: str) -> int:
+        """The samples in one epoch of a store's split: what Megatron builds when given no count."""
+        bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
+        tokens = int(store.sequence_lengths[bounds[0] : bounds[1]].sum(dtype=np.int64))
+        count = (tokens - int(self.config.add_extra_token)) // self.config.seq_length
+        if count < 1:
+            raise ConfigError(
+                f"{store.prefix}: its {which} split holds {tokens} tokens, less than one sample of "
+                f"{self.config.seq_length}; give it a weight, a larger share of the split, or drop it"
+            )
+        return count
+
+    def blending_indices(
+        self, weights: Sequence[float], size: int | None, algorithm: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The blending indices, from the cache when there is one (they depend on nothing else)."""
+        def build() -> dict[str, np.ndarray]:
+            dataset_index, sample_index = build_blending_indices(np.asarray(weights), size, algorithm=algorithm)
+            return {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
+
+        params = {"kind": "blend", "weights": [float(w) for w in weights], "size": size, "algorithm": algorithm}
+        arrays = self._cached(params, build)
+        return arrays["dataset_index"], arrays["dataset_sample_index"]
+
+    def _cached(self, params: dict[str, Any], build: Any) -> dict[str, np.ndarray]:
+        """Arrays that depend on ``params`` alone: from the cache when there is one, else built."""
+        if self.cache is None:
+            return build()
+        canonical_json(params)  # refuse what cannot be a key before building
+        return self.cache.get_or_build_for({}, params, build, source=params["kind"])
+
+
+class _Unused:
+    """A blend's place for a dataset it takes no sample from (a weight too small for the size)."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __getitem__(self, idx: int) -> Any:
+        raise IndexError("this dataset supplies no samples to the blend")

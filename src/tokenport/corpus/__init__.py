@@ -1,0 +1,29 @@
+"""prepare: raw corpora (jsonl, parquet, text; local or object storage) to token stores.
+
+A pipeline of steps over `Document`s (read -> tokenize -> write), run in work units on local
+worker processes, assembled into Megatron-compatible ``part-NNNNN.{bin,idx}`` stores with a
+``tokenport.json`` dataset manifest. See `prepare` and `PrepareConfig`.
+"""
+
+from .run.config import PrepareConfig
+from .inputs.documents import Document, DocumentStep
+from .steps.pii import PII_KINDS, PIIScrubber
+from .run.pipeline import PrepareResult, prepare
+from .inputs.readers import read_slice
+from .run.stats import SKIP_KINDS
+from .run.tokenize import Tokenize, TokenBatch, split_text
+
+__all__ = [
+    "Document",
+    "DocumentStep",
+    "PII_KINDS",
+    "PIIScrubber",
+    "PrepareConfig",
+    "PrepareResult",
+    "SKIP_KINDS",
+    "TokenBatch",
+    "Tokenize",
+    "prepare",
+    "read_slice",
+    "split_text",
+]

@@ -1,0 +1,226 @@
+"""Input files: expanding paths, directories and globs (local or fsspec URLs) and opening their bytes.
+
+Expansion is sorted, so the input order, and with it the output, is the same on every run.
+Compression is inferred from the last suffix and decoded here, the same way for local files
+and URLs (zstd frames are read across, as `zstd -d` does).
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import glob
+import gzip
+import io
+import json
+import lzma
+import os
+import zlib
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Iterator, Sequence
+
+from ...errors import ConfigError, InputDataError
+from ...storage import is_remote, local_path
+
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+PARQUET_SUFFIXES = (".parquet",)
+ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams, as HF datasets' save_to_disk writes them
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+_GLOB_CHARS = ("*", "?", "[")
+_READ_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: where it is, how to read it, and a `version` that changes with its content."""
+
+    path: str
+    format: str
+    compression: str | None
+    size: int
+    version: str
+
+
+def detect_format(path: str) -> tuple[str, str | None]:
+    """(format, compression) from the name: jsonl, parquet or text; gzip, zstd, bz2, xz or None."""
+    name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+    stem, suffix = os.path.splitext(name)
+    compression = COMPRESSIONS.get(suffix)
+    if compression is not None:
+        suffix = os.path.splitext(stem)[1]
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl", compression
+    if suffix in ARROW_SUFFIXES:
+        if compression is not None:
+            raise ConfigError(f"inputs: {path}: read Arrow files uncompressed; decompress the outer {compression} first")
+        return "arrow", None
+    if suffix in PARQUET_SUFFIXES:
+        if compression is not None:
+            raise ConfigError(f"inputs: {path}: parquet files compress internally; decompress the outer {compression} first")
+        return "parquet", None
+    return "text", compression
+
+
+def expand_inputs(inputs: Sequence[str], exclude: str) -> list[InputFile]:
+    """The files that `inputs` name, in order (each directory or glob sorted), without repeats.
+
+    Directories are walked recursively; names starting with "." are skipped, and so is
+    `exclude` (the output directory), so a rerun never reads its own output.
+    """
+    files: list[InputFile] = []
+    seen: set[str] = set()
+    for spec in inputs:
+        found = _expand_remote(spec) if is_remote(spec) else _expand_local(spec, os.path.abspath(exclude))
+        if not found:
+            raise ConfigError(f"inputs: {spec!r} names no files; check the path or pattern")
+        for item in found:
+            if item.path not in seen:
+                seen.add(item.path)
+                files.append(item)
+    return files
+
+
+def _expand_local(spec: str, exclude: str) -> list[InputFile]:
+    path = local_path(spec)
+    if any(c in path for c in _GLOB_CHARS):
+        matches = sorted(os.path.abspath(m) for m in glob.glob(path, recursive=True))
+    elif os.path.exists(path):
+        matches = [os.path.abspath(path)]
+    else:
+        raise ConfigError(f"inputs: {spec!r} does not exist; check the path")
+    names: list[str] = []
+    for match in matches:
+        if _inside(match, exclude):
+            continue
+        if os.path.isdir(match):
+            names.extend(sorted(_walk(match, exclude)))
+        elif os.path.isfile(match):
+            names.append(match)
+    return [_local_file(name) for name in names]
+
+
+def _walk(top: str, exclude: str) -> Iterator[str]:
+    for directory, subdirs, names in os.walk(top):
+        subdirs.sort()
+        saved = _saved_dataset_files(directory, names)
+        if saved is not None:  # an HF dataset saved to disk: its Arrow shards, in its own order
+            subdirs[:] = []
+            yield from saved
+            continue
+        subdirs[:] = [d for d in subdirs if not d.startswith(".") and not _inside(os.path.join(directory, d), exclude)]
+        for name in names:
+            if not name.startswith(".") and name != "dataset_dict.json":
+                yield os.path.join(directory, name)
+
+
+def _saved_dataset_files(directory: str, names: list[str]) -> list[str] | None:
+    """The Arrow shards of a directory written by HF ``Dataset.save_to_disk`` (state.json lists
+    them), or None when the directory is not one."""
+    if "state.json" not in names or "dataset_info.json" not in names:
+        return None
+    try:
+        with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
+            files = [entry["filename"] for entry in json.load(f)["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputDataError(f"{directory}/state.json: not an HF saved-dataset state ({exc})") from None
+    return [os.path.join(directory, name) for name in files]
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _local_file(path: str) -> InputFile:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputDataError(f"{path}: cannot read ({exc.strerror})") from None
+    return InputFile(path, *detect_format(path), st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError:
+        raise ConfigError(f"inputs: {url} is a URL, which needs fsspec: pip install 'tokenport[s3]'") from None
+    return fsspec.core.url_to_fs(url)
+
+
+def _expand_remote(spec: str) -> list[InputFile]:
+    fs, path = _filesystem(spec)
+    try:
+        if any(c in path for c in _GLOB_CHARS):
+            found = fs.glob(path, detail=True)
+        else:
+            info = fs.info(path)
+            found = fs.find(path, detail=True) if info["type"] == "directory" else {path: info}
+    except FileNotFoundError:
+        raise ConfigError(f"inputs: {spec!r} does not exist; check the URL") from None
+    files = []
+    for name in sorted(found):
+        info = found[name]
+        if info.get("type") == "directory" or name.rsplit("/", 1)[-1].startswith("."):
+            continue
+        url = fs.unstrip_protocol(name)
+        version = next((str(info[k]) for k in ("ETag", "etag", "mtime", "LastModified", "created") if k in info), "")
+        files.append(InputFile(url, *detect_format(url), int(info["size"]), f"{info['size']}:{version}"))
+    return files
+
+
+def open_raw(path: str) -> BinaryIO:
+    """The stored bytes of an input file (compressed as they are), for reading."""
+    try:
+        if is_remote(path):
+            fs, name = _filesystem(path)
+            return fs.open(name, "rb")
+        return open(local_path(path), "rb", buffering=_READ_BUFFER)
+    except OSError as exc:
+        raise InputDataError(f"{path}: cannot open ({exc.strerror or exc}); check that it still exists") from None
+
+
+@contextlib.contextmanager
+def open_decoded(path: str, compression: str | None) -> Iterator[BinaryIO]:
+    """The bytes of an input file after decompression, as a buffered binary stream."""
+    with open_raw(path) as raw:
+        if compression is None:
+            yield raw
+        elif compression == "gzip":
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield f  # type: ignore[misc]
+        elif compression == "bz2":
+            with bz2.BZ2File(raw) as f:
+                yield f  # type: ignore[misc]
+        elif compression == "xz":
+            with lzma.LZMAFile(raw) as f:
+                yield f  # type: ignore[misc]
+        else:
+            zstandard = _zstandard(path)
+            with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
+                yield io.BufferedReader(reader, _READ_BUFFER)  # type: ignore[arg-type]
+
+
+def _zstandard(path: str) -> Any:
+    try:
+        import zstandard
+    except ImportError:
+        raise ConfigError(f"inputs: {path} is zstd-compressed, which needs zstandard: pip install 'tokenport[fast]'") from None
+    return zstandard
+
+
+def parquet_module(path: str) -> Any:
+    """pyarrow.parquet, or a ConfigError naming the extra that provides it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError(f"inputs: {path} is a parquet file, which needs pyarrow: pip install 'tokenport[parquet]'") from None
+    return pq
+
+
+def decode_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean compressed input is corrupt or truncated."""
+    errors: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, lzma.LZMAError)
+    try:
+        import zstandard
+    except ImportError:
+        return errors
+    return errors + (zstandard.ZstdError,)

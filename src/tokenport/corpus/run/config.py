@@ -1,0 +1,149 @@
+"""PrepareConfig: what `prepare` reads, how it tokenizes, and how it cuts the output into stores."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ...errors import ConfigError
+from ...storage import is_remote
+from ..steps.registry import check_steps
+
+SHARD_BY = ("file", "tokens")
+ON_ERROR = ("stop", "skip")
+EXECUTORS = ("local", "ray")
+OUTPUT_FORMAT = "tokenport.prepare/1"
+
+OUTPUT_FIELDS = ("inputs", "text_key", "append_eod", "shard_by", "shard_tokens", "max_chars_per_piece")
+"""Fields (with the tokenizer's identity, and the cleaning steps and keep_rejected if set) that
+decide the output bytes; a run resumes only with the same values. workers, batch_size,
+unit_bytes, on_error and the executor change how the work is done, not what a finished unit
+holds, so they may differ between a run and its resumption."""
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Settings of one `prepare` run: raw corpus files in, token stores out.
+
+    inputs: files, directories (recursive, sorted) and globs; local paths or fsspec URLs.
+      jsonl is ``.jsonl``/``.json``/``.ndjson``, parquet ``.parquet``, anything else a text
+      file (one document); ``.gz``/``.zst``/``.bz2``/``.xz`` are decompressed.
+    output: a local directory; parts ``part-00000.{bin,idx,json}``... and ``tokenport.json``.
+    tokenizer: a `tokenport.tokenizers.load_tokenizer` spec ("byte", "hf:PATH", ...).
+    text_key: the jsonl field or parquet column holding the text.
+    workers: worker processes (default: one per CPU).
+    append_eod: append the tokenizer's end-of-document id to every document.
+    shard_by: "file" (one store per input file; consecutive text files, one document each, share
+      stores of up to `shard_tokens` tokens) or "tokens" (stores of about `shard_tokens` tokens,
+      cut between documents).
+    on_error: "stop" at the first malformed document, or "skip" it and count it by kind.
+    max_chars_per_piece: longer documents are tokenized in pieces of at most this many
+      characters (cut at whitespace), so tokenizing cost stays linear in length.
+    unit_bytes: uncompressed jsonl files larger than this are cut into line-aligned ranges of
+      about this size, parquet files between row groups, and small files packed together, so
+      that workers get units of work of about this size. Compressed jsonl is decompressed once
+      into line-aligned chunks of this size under ``OUTPUT/.work/`` (so the output's disk needs
+      room for it, each chunk deleted when its unit is done) and shared out the same way.
+    batch_size: documents per tokenizer call.
+    steps: cleaning steps run in order between reading and tokenizing, each a mapping
+      ``{"step": KIND, **options}`` (see ``tokenport.corpus.steps.registry.STEP_KINDS``), e.g.
+      ``[{"step": "pii", "kinds": ["email", "phone"]}]``.
+    keep_rejected: write every document a step dropped, with the step and the reason, to
+      ``OUTPUT/rejected/*.jsonl`` for audit.
+    executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray
+      cluster at ``ray_address``, e.g. "auto"; the output directory must be shared by all nodes).
+      The output is the same either way.
+    allow_empty: accept a run that produces no documents; otherwise it raises InputDataError
+      and leaves the output directory as it found it.
+    """
+
+    inputs: Sequence[str]
+    output: str
+    tokenizer: str = "byte"
+    text_key: str = "text"
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    append_eod: bool = True
+    shard_by: str = "file"
+    shard_tokens: int = 1_000_000_000
+    on_error: str = "stop"
+    max_chars_per_piece: int = 100_000
+    unit_bytes: int = 16 << 20
+    batch_size: int = 256
+    steps: Sequence[Mapping[str, Any]] = ()
+    keep_rejected: bool = False
+    executor: str = "local"
+    ray_address: str | None = None
+    allow_empty: bool = False
+
+    def __post_init__(self) -> None:
+        inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise ConfigError("PrepareConfig.inputs: give at least one file, directory, glob or URL")
+        if not all(isinstance(p, (str, os.PathLike)) and os.fspath(p) for p in inputs):
+            raise ConfigError(f"PrepareConfig.inputs={inputs!r}: every input must be a non-empty path or URL")
+        object.__setattr__(self, "inputs", tuple(os.fspath(p) for p in inputs))
+        if not isinstance(self.output, (str, os.PathLike)) or not os.fspath(self.output):
+            raise ConfigError(f"PrepareConfig.output={self.output!r}: give a directory path")
+        object.__setattr__(self, "output", os.fspath(self.output))
+        if is_remote(self.output):
+            raise ConfigError(
+                f"PrepareConfig.output={self.output!r}: must be a local directory; prepare locally, then upload the parts"
+            )
+        for name in ("tokenizer", "text_key"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{_named(name, value)}: must be a non-empty string")
+        for name in ("workers", "shard_tokens", "max_chars_per_piece", "unit_bytes", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{_named(name, value)}: must be a positive integer")
+        for name, choices in (("executor", EXECUTORS), ("shard_by", SHARD_BY), ("on_error", ON_ERROR)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
+        for name in ("keep_rejected", "append_eod", "allow_empty"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{_named(name, getattr(self, name))}: must be True or False")
+        try:
+            object.__setattr__(self, "steps", check_steps(self.steps))
+        except ConfigError as error:
+            raise ConfigError(f"PrepareConfig.{error}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able copy of every field (kept in the dataset manifest)."""
+        data = asdict(self)
+        data["inputs"] = list(self.inputs)
+        data["steps"] = [dict(spec) for spec in self.steps]
+        return data
+
+    def output_settings(self, tokenizer_identity: dict[str, Any]) -> dict[str, Any]:
+        """What decides the output bytes: OUTPUT_FIELDS and the tokenizer's content identity."""
+        settings = {name: getattr(self, name) for name in OUTPUT_FIELDS}
+        settings["inputs"] = list(self.inputs)
+        if self.steps:  # runs without steps keep the fingerprints they always had
+            settings["steps"] = [dict(spec) for spec in self.steps]
+        if self.keep_rejected:
+            settings["keep_rejected"] = True
+        settings["tokenizer"] = {k: tokenizer_identity[k] for k in ("kind", "fingerprint", "vocab_size", "eod_id")}
+        settings["format"] = OUTPUT_FORMAT
+        return settings
+
+
+FLAGS = {
+    "tokenizer": "--tokenizer", "text_key": "--text-key", "workers": "--workers", "append_eod": "--no-eod",
+    "shard_by": "--shard-by", "shard_tokens": "--shard-tokens", "on_error": "--on-error",
+    "max_chars_per_piece": "--max-chars-per-piece", "steps": "--steps", "keep_rejected": "--keep-rejected",
+    "executor": "--executor", "ray_address": "--address", "allow_empty": "--allow-empty",
+}
+"""The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
+
+
+def _named(name: str, value: Any) -> str:
+    return f"PrepareConfig.{name}={value!r} ({FLAGS[name]})" if name in FLAGS else f"PrepareConfig.{name}={value!r}"
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    """A digest of output settings: equal digests mean runs that produce the same bytes."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()

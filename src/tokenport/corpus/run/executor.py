@@ -1,0 +1,231 @@
+"""Running work units on local processes: this one and `workers - 1` worker subprocesses.
+
+This process works too (on a thread, with the tokenizer it already has), so work starts at
+once and `workers` processes are busy. Each worker is a fresh ``python -c`` subprocess: no
+fork, so threads of the caller cannot deadlock it, and no re-import of the caller's main
+module, so scripts need no ``__main__`` guard. Workers start when the executor is entered
+and load the tokenizer (and warm it up) while the caller plans the work; then they run
+units sent over a pipe. Units go largest first, so the last to finish is a small one. An
+error in a worker comes back as the same TokenportError with its message; everyone else
+stops at once, and units already finished stay finished for a rerun to reuse.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import IO, Callable, Sequence
+
+from ... import errors
+from ...errors import TokenportError
+from ...tokenizers import Tokenizer, load_tokenizer
+from .units import Unit
+from .worker import Cancelled, UnitJob, UnitRecord, run_unit
+
+_BOOTSTRAP = (
+    "import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+    "from tokenport.corpus.run.executor import serve; serve()"
+)
+
+OnDone = Callable[[Unit, UnitRecord], None]
+OnProgress = Callable[[Unit, int], None]
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """A worker's report that `done` more of its unit's size is read (sent before its record)."""
+
+    done: int
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An error raised in a worker, as plain data: its class name and message (or traceback)."""
+
+    kind: str
+    message: str
+
+    def error(self) -> TokenportError:
+        """The error to raise here: the worker's TokenportError class with its message."""
+        cls = getattr(errors, self.kind, None)
+        if isinstance(cls, type) and issubclass(cls, TokenportError):
+            return cls(self.message)
+        return TokenportError(self.message)
+
+
+def _attempt(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool],
+             progress: Callable[[int], None] | None = None) -> UnitRecord | _Failure:
+    """Run one unit; any error comes back as a _Failure (a TokenportError's class and message)."""
+    try:
+        return run_unit(job, unit, tokenizer, cancelled, progress)
+    except TokenportError as exc:
+        return _Failure(type(exc).__name__, str(exc))
+    except Cancelled:
+        raise
+    except Exception:
+        return _Failure("TokenportError", f"preparing {unit.name} failed:\n{traceback.format_exc()}")
+
+
+def serve() -> None:
+    """A worker's main loop: a tokenizer spec, then (job, unit) pickles in on stdin;
+    a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out."""
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe
+    try:
+        tokenizer = load_tokenizer(pickle.load(requests))
+        tokenizer.encode_batch(["warm up"])  # lazy imports and caches, before the first unit
+        ready: _Failure | None = None
+    except TokenportError as exc:
+        ready = _Failure(type(exc).__name__, str(exc))
+    pickle.dump(ready, replies)
+    replies.flush()
+    while ready is None:
+        try:
+            job, unit = pickle.load(requests)
+        except EOFError:
+            return
+        pickle.dump(_attempt(job, unit, tokenizer, lambda: False, lambda done: _reply(replies, _Progress(done))),
+                    replies)
+        replies.flush()
+
+
+def _reply(replies: IO[bytes], message: object) -> None:
+    pickle.dump(message, replies)
+    replies.flush()
+
+
+class _Worker:
+    """One worker subprocess and the pipes to it."""
+
+    def __init__(self, tokenizer_spec: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.started = False
+        self._send(sys.path)
+        self._send(tokenizer_spec)
+
+    def _send(self, value: object) -> None:
+        stdin: IO[bytes] = self.process.stdin  # type: ignore[assignment]
+        pickle.dump(value, stdin)
+        stdin.flush()
+
+    def ready(self) -> _Failure | None:
+        """Wait until the worker has loaded its tokenizer; a _Failure if it could not."""
+        try:
+            return pickle.load(self.process.stdout)  # type: ignore[arg-type]
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # ValueError: stop() closed the pipe
+            return _Failure("TokenportError", "a worker process died while starting; see its error output above")
+
+    def run(self, job: UnitJob, unit: Unit, progress: Callable[[int], None]) -> UnitRecord | _Failure:
+        try:
+            self._send((job, unit))
+            while isinstance(reply := pickle.load(self.process.stdout), _Progress):  # type: ignore[arg-type]
+                progress(reply.done)
+            return reply
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+            return _Failure(
+                "TokenportError",
+                f"a worker process died (killed, or out of memory) while preparing {unit.name}; rerun the same "
+                "command to resume (finished units are kept), with fewer workers if memory ran out",
+            )
+
+    def stop(self) -> None:
+        """End the process at once: it is idle, or its unit is abandoned (and leaves no store)."""
+        self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            try:
+                pipe.close()  # type: ignore[union-attr]
+            except OSError:
+                pass  # the pipe broke with the process
+
+
+class LocalExecutor:
+    """Runs units on `workers` local processes: this one and `workers - 1` subprocesses."""
+
+    def __init__(self, tokenizer: Tokenizer, workers: int) -> None:
+        self.tokenizer = tokenizer
+        self.workers = workers
+        self._pool: list[_Worker] = []
+
+    def __enter__(self) -> "LocalExecutor":
+        self._pool = [_Worker(self.tokenizer.spec()) for _ in range(self.workers - 1)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker subprocesses (idle ones, or all on an error); later units run here."""
+        for worker in self._pool:
+            worker.stop()
+        self._pool = []
+
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
+        """Run every unit, calling `on_done(unit, record)` in this process as each one finishes, and
+        `on_progress(unit, more)` as more of a running unit's size is done."""
+        if not self._pool:
+            for unit in units:
+                on_done(unit, run_unit(job, unit, self.tokenizer,
+                                       progress=None if on_progress is None else functools.partial(on_progress, unit)))
+            return
+        todo: queue.SimpleQueue[Unit] = queue.SimpleQueue()
+        for unit in sorted(units, key=lambda u: (-u.size, u.index)):
+            todo.put(unit)
+        results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]] = queue.SimpleQueue()
+        stop = threading.Event()
+
+        def drive(worker: _Worker | None) -> None:
+            if worker is not None and not worker.started:
+                worker.started = True
+                failure = worker.ready()  # take no unit before the worker can run it
+                if failure is not None:
+                    results.put((None, failure))
+                    return
+            while not stop.is_set():
+                try:
+                    unit = todo.get_nowait()
+                except queue.Empty:
+                    return
+                progress = functools.partial(lambda unit, done: results.put((unit, _Progress(done))), unit)
+                if worker is None:
+                    try:
+                        outcome = _attempt(job, unit, self.tokenizer, stop.is_set, progress)
+                    except Cancelled:
+                        return
+                else:
+                    outcome = worker.run(job, unit, progress)
+                results.put((unit, outcome))
+                if isinstance(outcome, _Failure):
+                    return
+
+        drivers: list[_Worker | None] = [None, *self._pool]
+        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in drivers]
+        for thread in threads:
+            thread.start()
+        try:
+            finished = 0
+            while finished < len(units):
+                unit, outcome = results.get()
+                if isinstance(outcome, _Failure):
+                    raise outcome.error()
+                if isinstance(outcome, _Progress):
+                    if on_progress is not None:
+                        on_progress(unit, outcome.done)  # type: ignore[arg-type]
+                    continue
+                on_done(unit, outcome)  # type: ignore[arg-type]
+                finished += 1
+        except BaseException:
+            stop.set()
+            self.close()
+            raise
+        finally:
+            for thread in threads:
+                thread.join()

@@ -1,0 +1,322 @@
+"""`prepare`: raw corpus files to token stores, in parallel, resumable, deterministic.
+
+Plan units -> run each unit (read -> tokenize -> its own store in OUTPUT/.work/) on worker
+processes -> assemble unit stores, in unit order, into ``part-NNNNN`` stores -> write
+``tokenport.json`` -> remove ``.work/``. Every step is atomic and leaves a record, so a run
+stopped at any point (even by ``kill -9``) resumes from where it was, and the final
+.bin/.idx bytes depend only on the inputs and the output settings, never on the worker
+count or on interruptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..._jit import announce_compilation
+from ...errors import InputDataError
+from ...indexed import IndexedDataset
+from ...tokenizers import Tokenizer, load_tokenizer
+from .assemble import Part, finished_part, name_parts, plan_parts, write_part
+from .config import PrepareConfig, fingerprint
+from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
+from .executor import LocalExecutor
+from ..inputs.inflate import discard_chunk
+from .ray_executor import RayExecutor
+from ..inputs.sources import expand_inputs
+from .state import OutputDir, replace_atomically
+from ..steps.registry import dedup_positions, step_modules
+from .stats import UnitStats
+from .units import Unit, plan_units
+from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
+
+logger = logging.getLogger(__name__)
+
+DATASET_FORMAT = "tokenport.dataset/1"
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    """What a prepare run produced: part prefixes and totals over the whole dataset.
+
+    `seconds` is this call's wall time; `resumed_units` of the `units` were finished by an
+    earlier, interrupted call (all of them when the output was already complete).
+    """
+
+    output: str
+    parts: tuple[str, ...]
+    documents: int
+    tokens: int
+    bytes_in: int
+    seconds: float
+    skipped: dict[str, int]
+    workers: int
+    units: int
+    resumed_units: int
+    steps: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """A few human-readable lines: totals and throughput (of a run that did all the work)."""
+        lines = [f"{self.documents:,} documents, {self.tokens:,} tokens in {len(self.parts)} part(s) under {self.output}"]
+        if self.resumed_units:
+            lines.append(
+                f"{self.bytes_in / 1e6:,.1f} MB in; {self.resumed_units} of {self.units} units were done by an earlier "
+                f"run, so this {self.seconds:.1f} s run gives no throughput"
+            )
+        else:
+            seconds = max(self.seconds, 1e-9)
+            mb_per_s = self.bytes_in / 1e6 / seconds
+            lines.append(
+                f"{self.bytes_in / 1e6:,.1f} MB in {self.seconds:.1f} s: {self.documents / seconds:,.0f} docs/s, "
+                f"{mb_per_s:,.2f} MB/s, {mb_per_s / self.workers:,.2f} MB/s per worker ({self.workers} workers)"
+            )
+        if self.skipped:
+            lines.append("skipped: " + ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.skipped.items())))
+        for label, counts in self.steps.items():
+            changes = ", ".join(f"{key} {n:,}" for key, n in counts.items() if not key.startswith("documents_"))
+            lines.append(f"step {label}: {counts.get('documents_in', 0):,} documents in, "
+                         f"{counts.get('documents_out', 0):,} out" + (f"; {changes}" if changes else ""))
+        return "\n".join(lines)
+
+
+def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
+    """Tokenize `config.inputs` into token stores under `config.output` (see PrepareConfig).
+
+    Resumes an interrupted run with the same output settings; returns the existing result
+    when the output is already finished with them; raises ConfigError for other settings.
+    """
+    started = time.perf_counter()
+    announce_compilation(step_modules(config.steps))
+    tokenizer = load_tokenizer(config.tokenizer)
+    identity = tokenizer.identity()
+    settings = config.output_settings(identity)
+    run_fingerprint = fingerprint(settings)
+    out = OutputDir(config.output)
+    manifest = out.finished(run_fingerprint)
+    if manifest is not None:
+        logger.info("%s is already prepared with these settings", out.path)
+        return _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed=-1)
+    with contextlib.ExitStack() as stack:
+        if config.executor == "ray":
+            executor = stack.enter_context(RayExecutor(tokenizer, config.ray_address))
+        else:
+            executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
+        files = expand_inputs(config.inputs, exclude=out.path)
+        stack.enter_context(out.claim(settings, run_fingerprint))
+        units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
+        out.remove_stale_units(unit.name for unit in units)
+        for position in dedup_positions(config.steps):
+            _dedup_pass(config, executor, out.work, units, position, progress)
+        records, resumed = _run(config, executor, out.work, units, progress)
+        executor.close()
+        totals = UnitStats.total(r.stats for r in records)
+        _warn_of_steps_that_removed_everything(totals)
+        if totals.documents == 0 and not config.allow_empty:
+            out.abandon()
+            raise InputDataError(_nothing_left(config, totals, len(files)))
+        parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
+        described = _assemble(parts, tokenizer, [f.path for f in files])
+        manifest = {
+            "format": DATASET_FORMAT,
+            "tokenport_version": _version(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "fingerprint": run_fingerprint,
+            "config": config.to_dict(),
+            "tokenizer": identity,
+            "parts": described,
+            "totals": {
+                "documents": totals.documents,
+                "tokens": totals.tokens,
+                "bytes_in": totals.bytes_in,
+                "input_files": len(files),
+                "units": len(units),
+            },
+            "skipped": dict(sorted(totals.skipped.items())),
+            "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
+            "step_costs": {label: dict(sorted(counts.items())) for label, counts in totals.step_costs.items()},
+        }
+        if config.keep_rejected:
+            manifest["rejected"] = _move_rejected(out, units)
+        out.finish(manifest, len(parts))
+    result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
+    logger.info("prepared %s", result.summary().replace("\n", "; "))
+    return result
+
+
+def _run(
+    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], progress: bool
+) -> tuple[list[UnitRecord], int]:
+    """Records of every unit, in unit order (finished earlier, or run now on the workers), and
+    how many were finished earlier."""
+    records: dict[str, UnitRecord] = {}
+    for unit in units:
+        record = finished_unit(work, unit)
+        if record is not None:
+            records[unit.name] = record
+    resumed = len(records)
+    todo = [unit for unit in units if unit.name not in records]
+    logger.info("%d units to run (%d finished earlier) on %d workers", len(todo), len(records), config.workers)
+    job = UnitJob(
+        work_dir=work,
+        text_key=config.text_key,
+        append_eod=config.append_eod,
+        max_chars_per_piece=config.max_chars_per_piece,
+        batch_size=config.batch_size,
+        on_error=config.on_error,
+        steps=config.steps,
+        keep_rejected=config.keep_rejected,
+    )
+    bar = _Bar(progress, "prepare", units, records)
+
+    def on_done(unit: Unit, record: UnitRecord) -> None:
+        records[unit.name] = record
+        for piece in unit.slices:
+            if piece.inflated:
+                discard_chunk(piece.inflated)
+        bar.finish(unit, documents=sum(r.stats.documents for r in records.values()))
+
+    with bar:
+        executor.run(job, todo, on_done, bar.on_progress)
+    return [records[unit.name] for unit in units], resumed
+
+
+def _warn_of_steps_that_removed_everything(totals: UnitStats) -> None:
+    """A loud warning for each step that dropped every document it saw: almost always a wrong option."""
+    for label, counts in totals.steps.items():
+        if counts.get("documents_in", 0) and not counts.get("documents_out", 0):
+            reasons = ", ".join(f"{key[8:]} {n:,}" for key, n in sorted(counts.items()) if key.startswith("removed:"))
+            logger.warning("step %s removed all %s documents it saw (%s); check its options", label,
+                           f"{counts['documents_in']:,}", reasons or "no reason counted")
+
+
+def _nothing_left(config: PrepareConfig, totals: UnitStats, files: int) -> str:
+    """Why a run produced no documents, and what to do (the message of its InputDataError)."""
+    why = []
+    if totals.skipped:
+        why.append("input was skipped as malformed (" + ", ".join(
+            f"{kind} {n:,}" for kind, n in sorted(totals.skipped.items())) + ")")
+    emptied = [label for label, counts in totals.steps.items()
+               if counts.get("documents_in", 0) and not counts.get("documents_out", 0)]
+    if emptied:
+        why.append(f"cleaning step {emptied[0]} removed every document it saw (check its options)")
+    if not why:
+        why.append(f"the {files} input file(s) ({totals.bytes_in:,} bytes) hold no documents; check the inputs")
+    return (f"{config.output}: prepare produced no documents: {'; '.join(why)}. Nothing was written; pass "
+            "allow_empty=True (--allow-empty) if an empty output is what you want")
+
+
+def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
+    """Move the units' rejected-document files from the work directory to OUTPUT/rejected/."""
+    target = os.path.join(out.path, "rejected")
+    os.makedirs(target, exist_ok=True)
+    names = []
+    for unit in units:
+        source = rejected_path(out.work, unit)
+        if os.path.exists(source):
+            replace_atomically(source, os.path.join(target, f"{unit.name}.jsonl"))
+        if os.path.exists(os.path.join(target, f"{unit.name}.jsonl")):
+            names.append(f"rejected/{unit.name}.jsonl")
+    return names
+
+
+def _dedup_pass(
+    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int,
+    progress: bool
+) -> None:
+    """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
+    the decisions; both kept in ``work`` so a rerun skips what is done."""
+    if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
+        return
+    job = UnitJob(work_dir=work, text_key=config.text_key, append_eod=config.append_eod,
+                  max_chars_per_piece=config.max_chars_per_piece, batch_size=config.batch_size,
+                  on_error=config.on_error, steps=config.steps, sign_position=position)
+    todo = [unit for unit in units if not signed_unit(work, position, unit)]
+    logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
+    with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
+        executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
+    spec = config.steps[position]
+    identity = spec_identity(spec)
+    index = load_index(spec["index"], identity) if spec.get("index") else None
+    key_files = [keys_path(work, position, unit.name) for unit in units]
+    index_file = spec["index"] + ".npy" if spec.get("index") else None
+    map_bands = getattr(executor, "map_bands", None)
+    drops = decide(spec["step"], key_files, index_file,
+                   None if map_bands is None else lambda bands: map_bands(key_files, bands, index_file))
+    if spec.get("save_index"):  # this run's kept documents (after the index's) for later runs to dedup against
+        kept = [np.load(path)[~drop] for path, drop in zip(key_files, drops)]
+        save_index(spec["save_index"], identity, np.concatenate([*([] if index is None else [index]), *kept]))
+    for unit, drop in zip(units, drops):
+        save_atomically(drops_path(work, position, unit.name), drop)
+
+
+def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> list[dict[str, Any]]:
+    """Write every part not finished earlier; describe each for the dataset manifest."""
+    described = []
+    for part in parts:
+        if finished_part(part):
+            with IndexedDataset(part.prefix) as ds:
+                documents, tokens = ds.num_documents, ds.num_tokens
+        else:
+            documents, tokens = write_part(part, tokenizer, inputs)
+        sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
+        described.append({"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources})
+    return described
+
+
+class _Bar:
+    """A tqdm bar over the input bytes of `units` (those in `done` already counted) when asked for:
+    it moves as running units report progress, and to each unit's full size when it finishes."""
+
+    def __init__(self, enabled: bool, label: str, units: list[Unit], done: Iterable[str]) -> None:
+        from tqdm.auto import tqdm
+
+        finished = set(done)
+        self.shown: dict[str, int] = {}  # of each running unit's size, how much the bar shows done
+        self.tqdm = tqdm(total=sum(u.size for u in units), initial=sum(u.size for u in units if u.name in finished),
+                         unit="B", unit_scale=True, desc=label, disable=not enabled)
+
+    def on_progress(self, unit: Unit, more: int) -> None:
+        self.shown[unit.name] = self.shown.get(unit.name, 0) + more
+        self.tqdm.update(more)
+
+    def finish(self, unit: Unit, **postfix: int) -> None:
+        self.tqdm.update(unit.size - self.shown.pop(unit.name, 0))
+        if postfix:
+            self.tqdm.set_postfix(postfix, refresh=False)
+
+    def __enter__(self) -> "_Bar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.tqdm.close()
+
+
+def _result(output: str, manifest: dict[str, Any], workers: int, seconds: float, resumed: int) -> PrepareResult:
+    """The result a manifest describes; `resumed` units were done before this call (-1: all)."""
+    totals = manifest["totals"]
+    return PrepareResult(
+        output=output,
+        parts=tuple(os.path.join(output, part["name"]) for part in manifest["parts"]),
+        documents=totals["documents"],
+        tokens=totals["tokens"],
+        bytes_in=totals["bytes_in"],
+        seconds=seconds,
+        skipped=dict(manifest["skipped"]),
+        workers=workers,
+        units=totals["units"],
+        resumed_units=totals["units"] if resumed < 0 else resumed,
+        steps={label: dict(counts) for label, counts in manifest.get("steps", {}).items()},
+    )
+
+
+def _version() -> str:
+    from ..._version import __version__
+
+    return __version__

@@ -1,0 +1,139 @@
+"""What a `prepare` run did, from its output: totals, each step's documents in and out with the
+reasons it removed documents, and the length distribution of what was kept; as text for a
+terminal, or as one self-contained HTML page with SVG charts (no plotting library needed)."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConfigError, CorruptStoreError
+from ...indexed import IndexedDataset
+
+__all__ = ["RunReport", "load_report"]
+
+_BINS = 24  # log-spaced length histogram bins
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The numbers of one finished prepare run."""
+
+    output: str
+    totals: dict[str, int]
+    skipped: dict[str, int]
+    steps: dict[str, dict[str, int]]
+    lengths: np.ndarray  # tokens per kept document
+    costs: dict[str, dict[str, int]] = field(default_factory=dict)  # per step: chars_in, chars_out, time_ms
+
+    def render(self) -> str:
+        """Plain-text tables."""
+        t = self.totals
+        lines = [f"prepare run in {self.output}",
+                 f"  {t['documents']:,} documents, {t['tokens']:,} tokens, {t['bytes_in'] / 1e6:,.1f} MB read "
+                 f"from {t['input_files']:,} files"]
+        if self.skipped:
+            lines.append("  skipped input: " + ", ".join(f"{k} {n:,}" for k, n in sorted(self.skipped.items())))
+        if self.steps:
+            lines.append("")
+            lines.append(f"  {'step':<24}{'in':>12}{'out':>12}{'kept':>8}{'chars kept':>12}{'seconds':>9}"
+                         "  removed / changed")
+            for label, counts in self.steps.items():
+                seen, out = counts.get("documents_in", 0), counts.get("documents_out", 0)
+                share = f"{out / seen:.1%}" if seen else "-"
+                cost = self.costs.get(label, {})
+                chars = f"{cost['chars_out'] / cost['chars_in']:.1%}" if cost.get("chars_in") else "-"
+                seconds = f"{cost.get('time_ms', 0) / 1000:.2f}"
+                details = ", ".join(f"{k} {n:,}" for k, n in counts.items() if not k.startswith("documents_"))
+                lines.append(f"  {label:<24}{seen:>12,}{out:>12,}{share:>8}{chars:>12}{seconds:>9}  {details}")
+        if len(self.lengths):
+            p = np.percentile(self.lengths, [5, 50, 95, 99])
+            lines.append("")
+            lines.append(f"  tokens per document: mean {self.lengths.mean():,.1f}, p5 {p[0]:,.0f}, median {p[1]:,.0f}, "
+                         f"p95 {p[2]:,.0f}, p99 {p[3]:,.0f}, max {int(self.lengths.max()):,}")
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        """One HTML page: the tables, removals per step and reason, and the length histogram."""
+        removed = {
+            label: {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("removed:")}
+            for label, counts in self.steps.items()
+        }
+        bars = [(f"{label} · {reason}", n) for label, reasons in removed.items() for reason, n in reasons.items()]
+        parts = [
+            "<!doctype html><meta charset='utf-8'><title>tokenport prepare report</title>",
+            "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}"
+            "pre{background:#f6f6f6;padding:1em}h2{margin-top:1.5em}</style>",
+            f"<h1>prepare report</h1><pre>{html.escape(self.render())}</pre>",
+            "<h2>Documents removed, per step and reason</h2>",
+            _bar_chart(bars) if bars else "<p>No step removed documents.</p>",
+            "<h2>Tokens per kept document</h2>",
+            _histogram(self.lengths) if len(self.lengths) else "<p>No documents.</p>",
+        ]
+        return "\n".join(parts)
+
+
+def load_report(output: str) -> RunReport:
+    """The report of the finished prepare output in directory ``output``."""
+    path = os.path.join(output, "tokenport.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest: dict[str, Any] = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{output}: no tokenport.json here; pass the output directory of a finished prepare run"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise CorruptStoreError(f"{path}: not valid JSON ({error})") from None
+    lengths = []
+    for part in manifest.get("parts", []):
+        with IndexedDataset(os.path.join(output, part["name"])) as ds:
+            lengths.append(np.asarray(ds.sequence_lengths, dtype=np.int64))
+    return RunReport(
+        output=output,
+        totals=manifest["totals"],
+        skipped=dict(manifest.get("skipped", {})),
+        steps={label: dict(counts) for label, counts in manifest.get("steps", {}).items()},
+        lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
+        costs={label: dict(counts) for label, counts in manifest.get("step_costs", {}).items()},
+    )
+
+
+def _bar_chart(bars: list[tuple[str, int]]) -> str:
+    """Horizontal bars, one per (label, count)."""
+    width, row, label_width = 720, 22, 300
+    top = max(n for _, n in bars) or 1
+    items = []
+    for i, (label, n) in enumerate(bars):
+        y = i * row
+        length = (width - label_width - 80) * n / top
+        items.append(
+            f"<text x='{label_width - 6}' y='{y + 15}' text-anchor='end' font-size='12'>{html.escape(label)}</text>"
+            f"<rect x='{label_width}' y='{y + 3}' width='{length:.1f}' height='{row - 6}' fill='#c0504d'/>"
+            f"<text x='{label_width + length + 4:.1f}' y='{y + 15}' font-size='12'>{n:,}</text>"
+        )
+    return f"<svg width='{width}' height='{row * len(bars)}' xmlns='http://www.w3.org/2000/svg'>{''.join(items)}</svg>"
+
+
+def _histogram(lengths: np.ndarray) -> str:
+    """Document counts in log-spaced bins of length."""
+    low, high = max(1, int(lengths.min())), max(2, int(lengths.max()) + 1)
+    edges = np.unique(np.geomspace(low, high, _BINS + 1).astype(np.int64))
+    counts, edges = np.histogram(np.clip(lengths, low, None), bins=edges)
+    width, height, bottom = 720, 260, 40
+    top = counts.max() or 1
+    step = width / len(counts)
+    items = []
+    for i, n in enumerate(counts):
+        h = (height - bottom - 10) * n / top
+        x = i * step
+        items.append(f"<rect x='{x + 1:.1f}' y='{height - bottom - h:.1f}' width='{step - 2:.1f}' height='{h:.1f}' "
+                     f"fill='#4f81bd'><title>{edges[i]:,}-{edges[i + 1] - 1:,} tokens: {n:,}</title></rect>")
+        if i % 4 == 0:
+            items.append(f"<text x='{x:.1f}' y='{height - bottom + 16}' font-size='11'>{edges[i]:,}</text>")
+    return f"<svg width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg'>{''.join(items)}</svg>"

@@ -1,0 +1,154 @@
+"""Planning work units: input files cut into slices of about `unit_bytes`, packed into units.
+
+A big uncompressed jsonl file is cut at line ends into byte ranges (one scan counts the lines
+before each cut, so document ids keep their line numbers); a parquet file is cut between row
+groups; compressed and text files are read whole. Small slices are packed together until a
+unit holds about `unit_bytes`. A unit's name carries a digest of what it reads, including
+each file's version, so a store left by an earlier run is reused only for the same input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from ..inputs.inflate import inflate
+from ..inputs.sources import InputFile, open_raw, parquet_module
+
+logger = logging.getLogger(__name__)
+
+_SCAN_CHUNK = 16 << 20
+_RATIO = 4  # compressed jsonl inflates about this much or more: worth cutting when it then exceeds a unit
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Part of one input file: bytes [start, stop) of a jsonl file, row groups [start, stop) of a
+    parquet file, or the whole file (or its decompressed chunk `inflated`) when `stop` is None;
+    `first` lines or rows come before it."""
+
+    file: int
+    path: str
+    format: str
+    compression: str | None
+    start: int
+    stop: int | None
+    first: int
+    size: int
+    inflated: str | None = None  # a decompressed chunk of a compressed jsonl file, read instead (see inflate)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Slices processed together by one worker into one store under OUTPUT/.work/."""
+
+    index: int
+    name: str
+    slices: tuple[Slice, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.slices)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description, kept in the unit store's manifest."""
+        return {"name": self.name, "slices": [asdict(s) for s in self.slices]}
+
+
+def plan_units(files: Sequence[InputFile], unit_bytes: int, inflate_dir: str | None = None,
+               progress: bool = False) -> list[Unit]:
+    """Cut `files` into slices and pack them, in input order, into units of about `unit_bytes`;
+    compressed jsonl files are decompressed once into chunks under `inflate_dir`, if given (with a
+    progress bar if asked for)."""
+    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, unit_bytes, inflate_dir, progress)]
+    groups: list[list[Slice]] = []
+    size = 0
+    for piece in slices:
+        if not groups or size + piece.size > unit_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(piece)
+        size += piece.size
+    return [Unit(k, _name(k, group, files), tuple(group)) for k, group in enumerate(groups)]
+
+
+def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
+    identity = [[asdict(s), files[s.file].version] for s in group]
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return f"unit-{index:06d}-{digest}"
+
+
+def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, progress: bool) -> list[Slice]:
+    whole = Slice(index, f.path, f.format, f.compression, 0, None, 0, f.size)
+    if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _RATIO > unit_bytes:
+        chunks = inflate(f, unit_bytes, inflate_dir, progress)
+        if chunks is not None:
+            return [Slice(index, f.path, f.format, f.compression, 0, None, first, size, path)
+                    for path, first, size in chunks]
+    if f.format == "jsonl" and f.compression is None and f.size > unit_bytes:
+        return [
+            Slice(index, f.path, f.format, None, start, stop, lines, stop - start)
+            for start, stop, lines in line_ranges(f.path, unit_bytes)
+        ]
+    if f.format == "parquet":
+        groups = _row_groups(f.path)
+        if groups is not None:
+            return _parquet_slices(index, f, groups, unit_bytes)
+    return [whole]
+
+
+def line_ranges(path: str, unit_bytes: int) -> list[tuple[int, int, int]]:
+    """(start, stop, lines before start) of line-aligned byte ranges of about `unit_bytes`."""
+    ranges: list[tuple[int, int, int]] = []
+    start = lines_at_start = 0
+    offset = lines = 0  # bytes and newlines before the current chunk
+    target = unit_bytes
+    logger.info("scanning %s for line-aligned cuts", path)
+    with open_raw(path) as f:
+        while True:
+            chunk = f.read(_SCAN_CHUNK)
+            if not chunk:
+                break
+            while target <= offset + len(chunk):
+                newline = chunk.find(b"\n", max(target - 1 - offset, 0))
+                if newline < 0:
+                    break
+                cut = offset + newline + 1
+                cut_lines = lines + chunk.count(b"\n", 0, newline + 1)
+                ranges.append((start, cut, lines_at_start))
+                start, lines_at_start = cut, cut_lines
+                target = cut + unit_bytes
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+    if offset > start:
+        ranges.append((start, offset, lines_at_start))
+    return ranges
+
+
+def _row_groups(path: str) -> list[tuple[int, int]] | None:
+    """(rows, uncompressed bytes) of each row group, or None if the footer is unreadable (the
+    worker that reads the file then reports it as corrupt input)."""
+    pq = parquet_module(path)
+    with open_raw(path) as f:
+        try:
+            meta = pq.ParquetFile(f).metadata
+        except Exception:  # pyarrow raises ArrowInvalid, OSError and others for a bad footer
+            return None
+        return [(meta.row_group(i).num_rows, meta.row_group(i).total_byte_size) for i in range(meta.num_row_groups)]
+
+
+def _parquet_slices(index: int, f: InputFile, groups: list[tuple[int, int]], unit_bytes: int) -> list[Slice]:
+    """Consecutive row groups of about `unit_bytes` (uncompressed) per slice."""
+    out: list[Slice] = []
+    start = size = rows_before = rows = 0
+    for g, (nrows, nbytes) in enumerate(groups):
+        if g > start and size + nbytes > unit_bytes:
+            out.append(Slice(index, f.path, f.format, None, start, g, rows_before, size))
+            start, size, rows_before = g, 0, rows
+        size += nbytes
+        rows += nrows
+    out.append(Slice(index, f.path, f.format, None, start, len(groups), rows_before, size))
+    return out

@@ -1,0 +1,179 @@
+"""One work unit, start to finish: read -> tokenize -> write its store under OUTPUT/.work/.
+
+The unit's store is written atomically by IndexedDatasetWriter, and its counts go to a
+``NAME.stats.json`` sidecar written just before; so a store that exists is a finished
+unit, and its counts are there to total.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ...errors import StorageError
+from ...indexed import IndexedDataset, IndexedDatasetWriter
+from ...tokenizers import Tokenizer
+from ..inputs.readers import read_slice
+from .state import replace_atomically, write_json
+from .stats import Problems, UnitStats
+from ..steps.dedup import keys_path, make_signer, save_atomically
+from ..steps.rejects import Rejecting, RejectedWriter
+from ..steps.registry import build_steps, run_steps
+from .tokenize import Tokenize
+from .units import Unit
+
+
+class Cancelled(Exception):
+    """Raised inside a unit that was asked to stop; its store is discarded."""
+
+
+@dataclass(frozen=True)
+class UnitJob:
+    """What every unit of a run shares; small and picklable, sent with each unit to a worker."""
+
+    work_dir: str
+    text_key: str
+    append_eod: bool
+    max_chars_per_piece: int
+    batch_size: int
+    on_error: str
+    steps: tuple = ()  # cleaning step specs, built afresh for every unit
+    sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
+    keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """A finished unit: its store's prefix, its counts, and the documents of each of its slices."""
+
+    prefix: str
+    stats: UnitStats
+    documents_per_slice: tuple[int, ...]
+
+
+def unit_prefix(work_dir: str, unit: Unit) -> str:
+    return os.path.join(work_dir, unit.name)
+
+
+def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False,
+             progress: Callable[[int], None] | None = None) -> UnitRecord:
+    """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
+    raises Cancelled (leaving no store) once `cancelled()` is true, and passes `progress` how
+    much more of the unit's `size` is done (a few times a second at most)."""
+    if job.sign_position is not None:
+        return sign_unit(job, unit, cancelled, progress)
+    stats = UnitStats()
+    problems = Problems(job.on_error, stats)
+    tokenize = Tokenize(
+        tokenizer, problems, append_eod=job.append_eod, max_chars_per_piece=job.max_chars_per_piece, batch_size=job.batch_size
+    )
+    prefix = unit_prefix(job.work_dir, unit)
+    steps = build_steps(job.steps, job.work_dir, unit.name)
+    rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
+    documents_per_slice = []
+    with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance={"prepare_unit": unit.describe()}) as writer:
+        sink_file = open(rejected + ".tmp", "w", encoding="utf-8") if rejected else None
+        try:
+            if sink_file is not None:
+                sinks = RejectedWriter(sink_file)
+                for label, step in steps:
+                    if isinstance(step, Rejecting):
+                        step.sink = sinks.sink_for(label)
+            meter = _Meter(stats, progress)
+            for piece in unit.slices:
+                before = stats.documents
+                meter.start(piece.size)
+                documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps, stats.step_costs)
+                for batch in tokenize(documents):
+                    if cancelled():
+                        raise Cancelled(unit.name)
+                    writer.add_documents(batch.tokens, batch.lengths)
+                    meter.tick()
+                meter.tick(finished=True)
+                documents_per_slice.append(stats.documents - before)
+        finally:
+            if sink_file is not None:
+                sink_file.close()
+        if rejected is not None:  # in place before the store is published: a finished unit has it
+            replace_atomically(rejected + ".tmp", rejected)
+        for label, step in steps:
+            stats.steps[label].update(step.counts())
+        write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
+    return UnitRecord(prefix, stats, tuple(documents_per_slice))
+
+
+class _Meter:
+    """Progress within a unit, in the units of its slices' `size`: input bytes read so far in the
+    current slice (at most its size; all of it once the slice is done), reported as increments."""
+
+    _EVERY = 0.25  # seconds between reports
+
+    def __init__(self, stats: UnitStats, progress: Callable[[int], None] | None) -> None:
+        self.stats, self.progress = stats, progress
+        self.size = self.reported = self.read_before = 0
+        self.last = time.monotonic()
+
+    def start(self, size: int) -> None:
+        self.size, self.reported, self.read_before = size, 0, self.stats.bytes_in
+
+    def tick(self, finished: bool = False) -> None:
+        if self.progress is None or not (finished or time.monotonic() - self.last >= self._EVERY):
+            return
+        done = self.size if finished else min(self.stats.bytes_in - self.read_before, self.size)
+        if done > self.reported:
+            self.progress(done - self.reported)
+            self.reported = done
+        self.last = time.monotonic()
+
+
+def rejected_path(work_dir: str, unit: Unit) -> str:
+    """Where a unit's rejected documents go (moved beside the parts when the run finishes)."""
+    return os.path.join(work_dir, f"{unit.name}.rejected.jsonl")
+
+
+def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False,
+              progress: Callable[[int], None] | None = None) -> UnitRecord:
+    """Pass 1 of the dedup step at ``job.sign_position``: run the steps before it and save one key
+    row per document reaching it (``dedup.keys_path``); progress as in ``run_unit``."""
+    position = job.sign_position
+    stats = UnitStats()
+    problems = Problems(job.on_error, stats)
+    spec = dict(job.steps[position])
+    sign = make_signer(spec.pop("step"), **spec)
+    steps = build_steps(job.steps, job.work_dir, unit.name, upto=position)
+    rows = []
+    meter = _Meter(stats, progress)
+    for piece in unit.slices:
+        meter.start(piece.size)
+        for document in run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps):
+            if len(rows) % 1024 == 0:
+                if cancelled():
+                    raise Cancelled(unit.name)
+                meter.tick()
+            rows.append(sign(document.text))
+        meter.tick(finished=True)
+    path = keys_path(job.work_dir, position, unit.name)
+    save_atomically(path, np.stack(rows) if rows else np.zeros((0, 1), dtype=np.uint64))
+    return UnitRecord(path, stats, ())
+
+
+def signed_unit(work_dir: str, position: int, unit: Unit) -> bool:
+    """Whether pass 1 of the dedup step at ``position`` is done for ``unit``."""
+    return os.path.exists(keys_path(work_dir, position, unit.name))
+
+
+def finished_unit(work_dir: str, unit: Unit) -> UnitRecord | None:
+    """The record of `unit` if an earlier run finished it, else None."""
+    prefix = unit_prefix(work_dir, unit)
+    try:
+        IndexedDataset(prefix).close()  # finishes an interrupted publication, if any
+        with open(prefix + ".stats.json", encoding="utf-8") as f:
+            data = json.load(f)
+    except (StorageError, FileNotFoundError):
+        return None
+    return UnitRecord(prefix, UnitStats.from_dict(data["stats"]), tuple(data["documents_per_slice"]))

@@ -1,0 +1,186 @@
+"""Deduplication steps: exact (normalized text) and fuzzy (MinHash-LSH), decided over the whole run.
+
+A dedup step cannot decide document by document: whether a document is a duplicate depends on
+every other. So ``prepare`` runs it in three passes. (1) Every unit runs the steps before it and
+writes one key row per document that reaches it (``keys``) to ``.work/dedup-N/UNIT.keys.npy``.
+(2) The keys of all units, in unit order, are compared once: exact keys by equality; MinHash keys
+band by band, each band giving the pairs of documents that share a key (one Ray task per band
+under the Ray executor: a shuffle by band), joined into clusters by a union-find forest. Each
+cluster keeps its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run
+drops the marked documents at that step, by their ordinal among the documents reaching it (the
+steps before it are deterministic, so ordinals agree). Each file is written atomically, so an
+interrupted run resumes. Keys are 16 bytes (exact) or
+``bands * 8`` bytes (MinHash) per document on disk; pass 2 holds one band's column (or, with
+Ray, only the pairs) and the forest, about 40 bytes per document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from ...errors import ConfigError
+from ..inputs.documents import Document
+from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
+from .rejects import Rejecting
+from ..run.state import replace_atomically, temporary_path
+
+__all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
+
+DEDUP_KINDS = ("exact_dedup", "minhash_dedup")
+
+
+def make_signer(kind: str, bands: int = 14, rows: int = 8, ngram: int = 5, seed: int = 1,
+                index: str | None = None, save_index: str | None = None, **unknown: object):
+    """The key row of one document's text for a dedup step (ConfigError for unknown options).
+
+    ``index`` names a signature index saved by an earlier run (``save_index``): documents that
+    duplicate one of its documents are dropped too (cross-dataset deduplication).
+    """
+    if unknown:
+        raise ConfigError(f"unexpected option {sorted(unknown)[0]!r}")
+    if index is not None:
+        load_index(index, _identity(kind, bands, rows, ngram, seed))
+    if kind == "exact_dedup":
+        if (bands, rows, ngram, seed) != (14, 8, 5, 1):
+            raise ConfigError("exact_dedup takes no options but index and save_index")
+        return lambda text: np.frombuffer(exact_key(text), dtype=np.uint64)
+    hasher = MinHasher(bands=bands, rows=rows, ngram=ngram, seed=seed)
+    return lambda text: hasher.band_keys(hasher.signature(text))
+
+
+def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
+    """What makes keys comparable: an index must have been made with the same settings."""
+    return {"kind": kind} if kind == "exact_dedup" else {"kind": kind, "bands": bands, "rows": rows,
+                                                         "ngram": ngram, "seed": seed}
+
+
+def spec_identity(spec: dict) -> dict[str, object]:
+    """The key identity of a dedup step spec."""
+    options = {k: v for k, v in spec.items() if k in ("bands", "rows", "ngram", "seed")}
+    return _identity(spec["step"], **{"bands": 14, "rows": 8, "ngram": 5, "seed": 1, **options})
+
+
+def load_index(path: str, identity: dict[str, object]) -> np.ndarray:
+    """The keys of a signature index (``PATH.npy`` with ``PATH.json``), checked against ``identity``."""
+    try:
+        with open(path + ".json", encoding="utf-8") as f:
+            saved = json.load(f)
+        keys = np.load(path + ".npy", mmap_mode="r")
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"index {path}: cannot be read ({error}); pass the save_index path of an earlier run")
+    if saved != identity:
+        raise ConfigError(f"index {path} was made with {saved}, this step uses {identity}: keys would not compare")
+    return keys
+
+
+def save_index(path: str, identity: dict[str, object], keys: np.ndarray) -> None:
+    """Write a signature index (keys, then its identity, each atomically)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    save_atomically(path + ".npy", keys)
+    temporary = temporary_path(path + ".json")
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(identity, f)
+    replace_atomically(temporary, path + ".json")
+
+
+def keys_path(work_dir: str, position: int, unit_name: str) -> str:
+    return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.keys.npy")
+
+
+def drops_path(work_dir: str, position: int, unit_name: str) -> str:
+    return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.drop.npy")
+
+
+def save_atomically(path: str, array: np.ndarray) -> None:
+    """``np.save`` to a temporary file beside ``path``, then rename."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = temporary_path(path)
+    with open(temporary, "wb") as f:
+        np.save(f, array)
+    replace_atomically(temporary, path)
+
+
+def _open_keys(key_files: list[str], index_file: str | None) -> list[np.ndarray]:
+    """The key arrays, memory-mapped, the index's (if any) first."""
+    return [np.load(path, mmap_mode="r") for path in ([index_file] if index_file else []) + list(key_files)]
+
+
+def _column(keys: list[np.ndarray], position: int) -> np.ndarray:
+    parts = [np.asarray(k[:, position], dtype=np.uint64) for k in keys if len(k)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def band_edges(key_files: list[str], band: int, index_file: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of documents (positions over the index, then the units) with equal keys in ``band``:
+    each one joined to the previous of its key in sorted order. One band's work, runnable anywhere
+    the key files are (a Ray task per band is the shuffle by band)."""
+    return equal_key_pairs(_column(_open_keys(key_files, index_file), band))
+
+
+def decide(kind: str, key_files: list[str], index_file: str | None = None,
+           map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None) -> list[np.ndarray]:
+    """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
+    one, or one of the index's (``index_file``: keys of earlier runs, which count as coming first).
+
+    MinHash: each band yields the pairs of documents sharing a key (``band_edges``; ``map_bands``
+    may compute them elsewhere, e.g. one Ray task per band), and a union-find forest here joins
+    them; memory here is the forest and the pairs, not the signatures. Exact keys (two 64-bit words
+    per document) are sorted once.
+    """
+    keys = _open_keys(key_files, index_file)
+    counts = [len(k) for k in keys]
+    total = sum(counts)
+    width = next((k.shape[1] for k in keys if k.ndim == 2 and len(k)), 1)
+    if kind == "exact_dedup":
+        words = [_column(keys, position) for position in range(width)]
+        order = np.lexsort((np.arange(total), *reversed(words)))  # by key, then by position
+        ordered = np.stack([w[order] for w in words], axis=1) if total else np.zeros((0, width), dtype=np.uint64)
+        first = np.ones(total, dtype=bool)
+        first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+        keep = np.zeros(total, dtype=bool)
+        keep[order[first]] = True
+        cluster = np.arange(total)
+    else:
+        bands = list(range(width))
+        pairs = map_bands(bands) if map_bands else [band_edges(key_files, band, index_file) for band in bands]
+        parent = np.arange(total, dtype=np.int64)
+        for left, right in pairs:
+            join_pairs(parent, left, right)
+        cluster = representatives(parent)
+        keep = cluster == np.arange(total)
+    if index_file:  # a document in a cluster with an index document is a duplicate
+        indexed = counts[0]
+        keep &= cluster >= indexed
+        counts, keep = counts[1:], keep[indexed:]
+    bounds = np.cumsum([0, *counts])
+    return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(counts))]
+
+
+class DropDuplicates(Rejecting):
+    """Pass 3 of a dedup step: drop the documents marked for this unit, by ordinal (counted across
+    the unit's slices, which call the step one after another)."""
+
+    def __init__(self, marked: np.ndarray) -> None:
+        self.marked = marked
+        self.seen = 0
+        self.removed: Counter = Counter()
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
+        for document in documents:
+            ordinal = self.seen
+            self.seen += 1
+            if ordinal >= len(self.marked):
+                raise ConfigError(
+                    "a dedup step saw more documents than when its keys were made: the steps before it "
+                    "or the input changed; delete OUTPUT/.work/dedup-* and rerun"
+                )
+            if self.marked[ordinal]:
+                self.drop(document, "duplicate")
+            else:
+                yield document

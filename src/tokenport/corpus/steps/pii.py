@@ -1,0 +1,263 @@
+"""PII scrubbing: find personal data in text and replace it, counting each kind.
+
+Kinds: e-mail addresses, IPv4 and IPv6 addresses, phone numbers, payment card numbers, IBANs
+and Chinese resident identity numbers. Every kind whose numbers carry a check is validated, so
+that look-alikes stay: a card number must pass the Luhn check and fit a card network's issuer
+range and length, an IBAN must pass ISO 13616's mod-97 check, a resident ID its ISO 7064 check
+digit and a real birth date, an IP address must parse. A candidate the check rejects is retried
+at the shorter ends its pattern allows (an IBAN's last group, a card number followed by its
+expiry), then from the next position. Kinds are scanned in a fixed order (the most specific
+first) and each replacement is a bracketed tag without digits, so one kind's replacement never
+feeds another.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+from ...errors import ConfigError
+from ..inputs.documents import Document
+
+__all__ = ["PII_KINDS", "PIIScrubber", "luhn_valid"]
+
+PII_KINDS = ("email", "iban", "cn_id", "credit_card", "ipv6", "ipv4", "phone")
+"""Every kind, in scanning order."""
+
+_DEFAULT_REPLACEMENTS = {
+    "email": "<EMAIL>",
+    "iban": "<IBAN>",
+    "cn_id": "<ID_NUMBER>",
+    "credit_card": "<CARD_NUMBER>",
+    "ipv6": "<IP_ADDRESS>",
+    "ipv4": "<IP_ADDRESS>",
+    "phone": "<PHONE_NUMBER>",
+}
+
+# Boundaries are ASCII (not \b or \w): in Chinese text a number sits right next to word characters.
+# A full stop, colon or hyphen after a match ends it unless a word character follows ("listens on
+# 10.0.0.1." is an address; "1.2.3.4.5" and a decimal's integer part are not). The look-behind on
+# the character before a match comes after the match's first character (looking back two), so that
+# re's search skips to the characters a match can start with instead of trying every position.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9._%+-](?<![0-9A-Za-z_.+-].)[A-Za-z0-9._%+-]*@"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![0-9A-Za-z_])"
+)
+_IBAN = re.compile(r"[A-Z](?<![0-9A-Za-z_][A-Z])[A-Z]\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![0-9A-Za-z_])")
+_CN_ID = re.compile(r"\d(?<![0-9A-Za-z_]\d)\d{16}[\dXx](?![0-9A-Za-z_])")
+# A digit run glued to letters (inside a hash or a UUID) is not a card number.
+_CARD = re.compile(r"\d(?<![0-9A-Za-z_.+-]\d)(?:[ -]?\d){11,18}(?![0-9A-Za-z_]|[.-]\d)")
+_IPV6 = re.compile(  # 2-7 groups of up to 4 hex digits and a colon, then the last group or an IPv4 address
+    r"[0-9A-Fa-f:](?<![0-9A-Za-z_:.].)(?:(?<=:)|(?<=[0-9A-Fa-f])[0-9A-Fa-f]{0,3}:)(?:[0-9A-Fa-f]{0,4}:){1,6}"
+    r"(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![0-9A-Za-z_]|[:.][0-9A-Za-z_])"
+)
+_IPV4 = re.compile(r"\d(?<![0-9A-Za-z_.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?![0-9A-Za-z_]|\.[0-9A-Za-z_])")
+_PHONE = re.compile(
+    r"[+(\d](?<![0-9A-Za-z_+].)(?<!\d[.,].)(?:"  # not after a word character, a plus or a decimal point
+    r"(?<=\+)\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}"  # international: +CC ...
+    r"|(?<=\()\d{3}\)[ .-]?\d{3}[ .-]?\d{4}"  # North American: (555) 123-4567
+    r"|(?<=\d)\d{2}[ .-]\d{3}[ .-]\d{4}"  # North American: 555-123-4567
+    r"|(?<=\()0[1-9]\d{0,3}\)[ -]?\d{2,8}(?:[ -]\d{2,4}){0,3}"  # national, trunk prefix 0: (030) 1234567
+    r"|(?<=0)[1-9]\d{0,3}[ -]\d{2,8}(?:[ -]\d{2,4}){0,3}"  # national: 030 1234567, 04 20 00 57 56, 0580-730215
+    r"|(?<=1)[3-9]\d{9}"  # Chinese mobile: 11 digits starting 13-19
+    r")(?: ?(?:x|ext\.? ?)\d{1,5})?"  # an extension
+    r"(?![0-9A-Za-z_]|[.,-]\d)"  # not the digits of a decimal or of a longer code
+)
+_PHONE_EXTENSION = re.compile(r" ?(?:x|ext\.? ?)\d+$")
+
+_CN_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
+_CN_ID_CHECK = "10X98765432"
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn (mod 10) check of payment card numbers: ``digits`` holds digits only."""
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = ord(char) - 48
+        if position % 2:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def _digits(text: str) -> str:
+    return "".join(char for char in text if char.isdigit())
+
+
+# Card networks' issuer ranges (leading digits, ISO/IEC 7812) and the lengths each issues: a
+# Luhn-valid run outside them is not a card (an ISBN-13 starts 978 or 979, which no network uses).
+# Each row: lowest and highest prefix (same number of digits), lengths.
+_CARD_ISSUERS: tuple[tuple[str, str, range | tuple[int, ...]], ...] = (
+    ("4", "4", (13, 16, 19)),  # Visa
+    ("51", "55", (16,)),  # Mastercard
+    ("2221", "2720", (16,)),  # Mastercard
+    ("2200", "2204", range(16, 20)),  # Mir
+    ("34", "34", (15,)),  # American Express
+    ("37", "37", (15,)),  # American Express
+    ("6011", "6011", range(16, 20)),  # Discover
+    ("644", "649", range(16, 20)),  # Discover
+    ("65", "65", range(16, 20)),  # Discover, RuPay
+    ("60", "60", (16,)),  # RuPay
+    ("62", "62", range(16, 20)),  # UnionPay
+    ("81", "82", range(16, 20)),  # UnionPay, RuPay
+    ("35", "35", range(16, 20)),  # JCB (assigned 3528-3589; card-type detectors take all of 35)
+    ("2131", "2131", (15,)),  # JCB (older numbers)
+    ("1800", "1800", (15,)),  # JCB (older numbers)
+    ("300", "305", range(14, 20)),  # Diners Club
+    ("3095", "3095", range(14, 20)),  # Diners Club
+    ("36", "36", range(14, 20)),  # Diners Club
+    ("38", "39", range(14, 20)),  # Diners Club
+    ("50", "50", range(12, 20)),  # Maestro
+    ("56", "59", range(12, 20)),  # Maestro
+    ("63", "63", range(12, 20)),  # Maestro
+    ("67", "67", range(12, 20)),  # Maestro
+)
+
+
+def _card_issued(digits: str) -> bool:
+    """Whether ``digits`` starts with a card network's issuer range and has one of its lengths."""
+    return any(
+        low <= digits[: len(low)] <= high and len(digits) in lengths for low, high, lengths in _CARD_ISSUERS
+    )
+
+
+def _is_card(match: str) -> bool:
+    digits = _digits(match)
+    return _card_issued(digits) and luhn_valid(digits) and len(set(digits)) > 1
+
+
+def _is_iban(match: str) -> bool:
+    compact = match.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    rearranged = compact[4:] + compact[:4]
+    number = "".join(str(int(char, 36)) for char in rearranged)
+    return int(number) % 97 == 1
+
+
+def _is_cn_id(match: str) -> bool:
+    body, check = match[:17], match[17].upper()
+    if _CN_ID_CHECK[sum(int(d) * w for d, w in zip(body, _CN_ID_WEIGHTS)) % 11] != check:
+        return False
+    try:
+        born = datetime.date(int(body[6:10]), int(body[10:12]), int(body[12:14]))
+    except ValueError:
+        return False
+    return 1900 <= born.year <= datetime.date.today().year
+
+
+def _is_ipv4(match: str) -> bool:
+    try:
+        ipaddress.IPv4Address(match)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_ipv6(match: str) -> bool:
+    """A parseable IPv6 address holding a digit (``a::b`` in code is not one) and naming a host
+    (loopback ``::1`` and ``::`` identify nobody)."""
+    if not any(char.isdigit() for char in match):
+        return False
+    try:
+        address = ipaddress.IPv6Address(match)
+    except ValueError:
+        return False
+    return not (address.is_loopback or address.is_unspecified)
+
+
+def _is_phone(match: str) -> bool:
+    """8-15 digits with a country code, 9-15 without (a national number with its trunk 0 or a North
+    American one), an extension aside."""
+    digits = len(_digits(_PHONE_EXTENSION.sub("", match)))
+    return (8 if match[0] == "+" else 9) <= digits <= 15
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """How one kind is found: its pattern, the check a match must pass (None: the pattern is
+    enough), the characters before which a rejected match may end instead, and a character every
+    match holds (a text without it is not searched)."""
+
+    pattern: re.Pattern[str]
+    valid: Callable[[str], bool] | None = None
+    cuts: str = ""
+    needs: str = ""
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        """(start, end) of each match in ``text`` that passes the check. A rejected match is cut
+        short before each of its cut characters, longest first (an IBAN followed by a currency,
+        a card number by its expiry); failing all, the search resumes one character later."""
+        if self.needs not in text:
+            return
+        position = 0
+        while (match := self.pattern.search(text, position)) is not None:
+            start, end = match.span()
+            if self.valid is not None and not self.valid(text[start:end]):
+                ends = (cut for cut in range(end - 1, start, -1) if text[cut] in self.cuts)
+                end = next((cut for cut in ends if self.valid(text[start:cut])), start)
+                if end == start:
+                    position = start + 1
+                    continue
+            yield start, end
+            position = end
+
+
+_RULES = {
+    "email": _Rule(_EMAIL, needs="@"),
+    "iban": _Rule(_IBAN, _is_iban, cuts=" "),
+    "cn_id": _Rule(_CN_ID, _is_cn_id),
+    "credit_card": _Rule(_CARD, _is_card, cuts=" -"),
+    "ipv6": _Rule(_IPV6, _is_ipv6, cuts=":", needs=":"),
+    "ipv4": _Rule(_IPV4, _is_ipv4, needs="."),
+    "phone": _Rule(_PHONE, _is_phone),
+}
+
+
+@dataclass
+class PIIScrubber:
+    """A pipeline step replacing personal data in each document's text (see the module docstring).
+
+    ``kinds`` picks what to scrub (default: all of ``PII_KINDS``); ``replacements`` overrides the
+    tag per kind. Each document's counts go to ``metadata["pii"]`` (kinds found only) and add up in
+    ``self.counts``. Documents are never dropped.
+    """
+
+    kinds: tuple[str, ...] = PII_KINDS
+    replacements: Mapping[str, str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        unknown = [kind for kind in (*self.kinds, *self.replacements) if kind not in PII_KINDS]
+        if unknown:
+            raise ConfigError(f"PII kind {unknown[0]!r} is unknown: choose from {', '.join(PII_KINDS)}")
+        self.kinds = tuple(kind for kind in PII_KINDS if kind in self.kinds)  # scanning order, whatever was given
+        self._tags = {kind: self.replacements.get(kind, _DEFAULT_REPLACEMENTS[kind]) for kind in self.kinds}
+        self.counts = {kind: 0 for kind in self.kinds}
+
+    def scrub(self, text: str) -> tuple[str, dict[str, int]]:
+        """``text`` with every PII match replaced, and the number replaced per kind (kinds found only)."""
+        found: dict[str, int] = {}
+        for kind in self.kinds:
+            pieces: list[str] = []
+            last = 0
+            for start, end in _RULES[kind].spans(text):
+                pieces += (text[last:start], self._tags[kind])
+                last = end
+            if pieces:
+                found[kind] = len(pieces) // 2
+                text = "".join(pieces) + text[last:]
+        return text, found
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
+        for document in documents:
+            text, found = self.scrub(document.text)
+            if not found:
+                yield document
+                continue
+            for kind, hits in found.items():
+                self.counts[kind] += hits
+            yield replace(document, text=text, metadata={**document.metadata, "pii": found})

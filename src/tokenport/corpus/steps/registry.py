@@ -1,0 +1,195 @@
+"""Cleaning steps between reading and tokenizing, built from plain specs a config file can hold.
+
+A spec is a mapping ``{"step": KIND, **options}`` (JSON/YAML-able); ``PrepareConfig.steps`` holds
+them in order. Each worker builds its own steps from the specs for every unit, so a step may
+keep state (counters) without sharing it. Every step reports counters — documents in and out,
+removals per reason, changes per kind — which add up per unit and then per run in the manifest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import ConfigError
+from .decontaminate import Decontaminate
+from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
+from ..inputs.documents import Document
+from .language import LanguageFilter
+from .licenses import LicenseFilter
+from .lines import LineCorrections
+from .minhash import MinHasher
+from .pii import PIIScrubber
+from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from .urls import URLFilter
+
+__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps", "step_modules",
+           "step_options"]
+
+
+class Step(Protocol):
+    """A pipeline step with counters: documents in, documents out, and ``counts()``."""
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]: ...
+
+    def counts(self) -> dict[str, int]: ...
+
+
+class _ScrubPII:
+    """``{"step": "pii", "kinds": [...], "replacements": {...}}``: replace personal data."""
+
+    def __init__(self, kinds: Sequence[str] | None = None, replacements: Mapping[str, str] | None = None) -> None:
+        options: dict[str, Any] = {"replacements": dict(replacements or {})}
+        if kinds is not None:
+            options["kinds"] = tuple(kinds)
+        self.scrubber = PIIScrubber(**options)
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
+        return self.scrubber(documents)
+
+    def counts(self) -> dict[str, int]:
+        return {f"replaced:{kind}": n for kind, n in self.scrubber.counts.items() if n}
+
+
+STEP_KINDS: dict[str, Callable[..., Step]] = {
+    "pii": _ScrubPII,
+    "gopher_quality": GopherQuality,
+    "gopher_repetition": GopherRepetition,
+    "c4": C4Quality,
+    "fineweb": FineWebQuality,
+    "decontaminate": Decontaminate,
+    "url_filter": URLFilter,
+    "line_corrections": LineCorrections,
+    "language": LanguageFilter,
+    "license_filter": LicenseFilter,
+}
+"""Step kinds by the name a spec gives in ``"step"``."""
+
+
+def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> Step:
+    """The step of ``spec``; a dedup step reads its decisions from ``drops`` (or is only checked)."""
+    if not isinstance(spec, Mapping) or "step" not in spec:
+        raise ConfigError(f"steps[{position}]: expected a mapping with a 'step' key, got {spec!r:.80}")
+    kind = spec["step"]
+    if kind not in STEP_KINDS and kind not in DEDUP_KINDS:
+        known = ", ".join((*STEP_KINDS, *DEDUP_KINDS))
+        raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {known}")
+    options = {key: value for key, value in spec.items() if key != "step"}
+    valid = step_options(kind)
+    unknown = [name for name in options if name not in valid]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"steps[{position}] ({kind}): unexpected option {unknown[0]!r}{hint}; valid options of "
+                          f"{kind}: {', '.join(valid) or 'none'}")
+    missing = [name for name in _required_options(kind) if name not in options]
+    if missing:
+        raise ConfigError(f"steps[{position}] ({kind}): option {missing[0]!r} is required")
+    try:
+        if kind in DEDUP_KINDS:
+            make_signer(kind, **options)
+            return DropDuplicates(np.load(drops) if drops else np.zeros(0, dtype=bool))
+        return STEP_KINDS[kind](**options)
+    except TypeError as error:
+        raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
+    except ConfigError as error:
+        raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
+
+
+def step_options(kind: str) -> tuple[str, ...]:
+    """The option names a step kind takes: the keyword parameters of its constructor (of
+    ``make_signer`` for dedup kinds), so an option a step gains is accepted with no edit here."""
+    return tuple(p.name for p in _parameters(kind))
+
+
+def _required_options(kind: str) -> tuple[str, ...]:
+    return tuple(p.name for p in _parameters(kind) if p.default is inspect.Parameter.empty)
+
+
+def _parameters(kind: str) -> list[inspect.Parameter]:
+    build = make_signer if kind in DEDUP_KINDS else STEP_KINDS[kind]
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p for p in inspect.signature(build).parameters.values()
+            if p.kind in named and not (build is make_signer and p.name == "kind")]
+
+
+def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The specs as plain dicts, each checked by building its step once (ConfigError naming it)."""
+    if isinstance(specs, (str, Mapping)) or not isinstance(specs, Sequence):
+        raise ConfigError(f"steps: expected a list of step specs, got {type(specs).__name__}")
+    for position, spec in enumerate(specs):
+        _build(spec, position)
+    return tuple(dict(spec) for spec in specs)
+
+
+def build_steps(specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str,
+                upto: int | None = None) -> list[tuple[str, Step]]:
+    """Fresh steps for one unit (those before position ``upto`` if given), each labelled ``"N:kind"``;
+    dedup steps load the unit's decisions from ``work_dir``."""
+    steps = []
+    for position, spec in enumerate(specs[:upto]):
+        drops = drops_path(work_dir, position, unit_name) if spec["step"] in DEDUP_KINDS else None
+        steps.append((f"{position}:{spec['step']}", _build(spec, position, drops)))
+    return steps
+
+
+def step_modules(specs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Names of the modules whose code the steps of ``specs`` run (to say when their kernels compile)."""
+    classes = [MinHasher if spec["step"] in DEDUP_KINDS else STEP_KINDS[spec["step"]] for spec in specs]
+    return [c.__module__ for c in classes]
+
+
+def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Positions of the steps that need a pass over the whole run first (deduplication)."""
+    return [position for position, spec in enumerate(specs) if spec["step"] in DEDUP_KINDS]
+
+
+def run_steps(documents: Iterable[Document], steps: list[tuple[str, Step]], tally: dict[str, Counter],
+              costs: dict[str, Counter] | None = None) -> Iterator[Document]:
+    """``documents`` through every step in order, counting what goes in and out of each into ``tally``,
+    and into ``costs`` the characters in and out and each step's own time in milliseconds (the time
+    spent pulling from a step, less the time spent pulling from the step before it)."""
+    costs = {} if costs is None else costs
+    timers = [_Timed(documents)]
+    stream: Iterable[Document] = timers[0]
+    for label, step in steps:
+        counts, cost = tally.setdefault(label, Counter()), costs.setdefault(label, Counter())
+        timers.append(_Timed(step(_counting(stream, counts, "documents_in", cost, "chars_in"))))
+        stream = _counting(timers[-1], counts, "documents_out", cost, "chars_out")
+    try:
+        yield from stream
+    finally:
+        for (label, _), inner, outer in zip(steps, timers, timers[1:]):
+            costs[label]["time_ms"] += round((outer.elapsed - inner.elapsed) * 1000)
+
+
+class _Timed:
+    """An iterator that adds up the time spent waiting for each of its items."""
+
+    def __init__(self, documents: Iterable[Document]) -> None:
+        self._it = iter(documents)
+        self.elapsed = 0.0
+
+    def __iter__(self) -> "_Timed":
+        return self
+
+    def __next__(self) -> Document:
+        start = time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.elapsed += time.perf_counter() - start
+
+
+def _counting(documents: Iterable[Document], counter: Counter, key: str, cost: Counter, chars: str
+              ) -> Iterator[Document]:
+    for document in documents:
+        counter[key] += 1
+        cost[chars] += len(document.text)
+        yield document

@@ -1,0 +1,276 @@
+"""`tokenport demo`: the main job end to end on the embedded corpus (the Python stdlib).
+
+Builds two datasets (code and prose), prepares them into token stores with the default
+tokenizer, verifies and inspects them, reads them back, and reports what each stage did.
+Each capability that lands extends this tour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+
+from .._jit import announce_compilation
+from ..builder import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
+from ..builder.report import blend_report
+from .corpus import build_demo_corpus
+from ..dock import Balanced, Column, Dock, PromptGroups
+from ..samples.gpt import GPTSampleConfig
+from ..indexed import IndexedDataset, merge, verify
+from ..indexed.inspect import render, summarize
+from ..samples.packed import PackedDataset
+from ..corpus import PrepareConfig, prepare
+from ..corpus.run.report import load_report
+from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
+from ..sampling.report import batching_report, render_batching_report
+from ..tokenizers import load_tokenizer
+
+Echo = Callable[[str], None]
+
+
+def _fresh(directory: str) -> str:
+    """Empty a directory the demo made before (it holds only demo output)."""
+    if os.path.isdir(directory):
+        shutil.rmtree(directory)
+    os.makedirs(directory)
+    return directory
+
+
+DEMO_KERNELS = tuple(f"tokenport.{name}" for name in (
+    "blend.indices", "blend.tijdeman", "corpus.steps.minhash", "corpus.steps.quality", "dock.copying",
+    "packing.balance", "packing.bins", "rng.legacy_shuffle", "rng.mt19937", "rng.torch_randperm", "samples.fields",
+    "samples.gpt", "sampling.length_grouping"))
+"""Modules whose kernels the demo runs (those a cold numba cache holds after a demo)."""
+
+
+def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = None, echo: Echo = print) -> None:
+    """Run every stage on the stdlib corpus under `workdir`, echoing a report."""
+    started = time.perf_counter()
+    workdir = os.path.abspath(workdir)
+    echo(f"tokenport demo in {workdir}")
+    announce_compilation(DEMO_KERNELS)
+
+    echo("\n== 1. corpus: the Python standard library's source files and docstrings")
+    corpus = build_demo_corpus(os.path.join(workdir, "corpus"), limit=limit)
+    echo(f"code   {corpus.code_documents:>7,} modules     {corpus.code_bytes / 2**20:7.1f} MiB -> {corpus.code_path}")
+    echo(f"prose  {corpus.prose_documents:>7,} docstrings  {corpus.prose_bytes / 2**20:7.1f} MiB -> {corpus.prose_path}")
+
+    echo("\n== 2. prepare: tokenize with the built-in byte-level tokenizer into .bin/.idx stores")
+    stores = _fresh(os.path.join(workdir, "stores"))
+    parts: dict[str, list[str]] = {}
+    prepared_tokens = 0
+    for name, path, shard_tokens in (("code", corpus.code_path, 4 << 20), ("prose", corpus.prose_path, 1 << 30)):
+        config = PrepareConfig(
+            inputs=(path,),
+            output=os.path.join(stores, name),
+            shard_by="tokens",
+            shard_tokens=shard_tokens,
+            **({"workers": workers} if workers else {}),
+        )
+        result = prepare(config)
+        parts[name] = list(result.parts)
+        prepared_tokens += result.tokens
+        echo(f"[{name}] " + result.summary().replace("\n", f"\n[{name}] "))
+
+    echo("\n== 3. verify: structure of every .idx, sizes, and the manifests' checksums")
+    for name, prefixes in parts.items():
+        for prefix in prefixes:
+            report = verify(prefix)
+            echo(
+                f"ok  {os.path.relpath(prefix, workdir)}: {report.sequences:,} sequences, "
+                f"{report.tokens:,} tokens, checksums {report.checksums}"
+            )
+
+    echo("\n== 4. inspect: what a store holds")
+    for name, prefixes in parts.items():
+        echo(render(summarize(prefixes[0], documents=2)))
+        echo("")
+
+    echo("== 5. merge and read: one store of both datasets, random and batched reads")
+    merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"], overwrite=True)
+    ds = IndexedDataset(merged)
+    echo(f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
+         f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)")
+    _time_reads(ds, echo)
+    _gpt_samples(ds, os.path.join(stores, "index-cache"), echo)
+    ds.close()
+    _blend(parts, workdir, os.path.join(stores, "index-cache"), echo)
+    _sampling(merged, echo)
+    _dock(merged, os.path.join(workdir, "dock-checkpoint"), echo)
+    _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
+    echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
+
+
+def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
+    """Cut the merged store into Megatron-exact GPT samples through the index cache; show one sample."""
+    echo("\n== 6. samples: documents -> fixed-length GPT samples (Megatron's split and indices, cached)")
+    tokenizer = load_tokenizer("byte")
+    train, valid, _ = split_document_ranges("969,30,1", len(ds))
+    config = GPTSampleConfig(seq_length=1024, eod_id=tokenizer.eod_id, reset_position_ids=True, eod_mask_loss=True)
+    cache = IndexCache(cache_dir)
+    num_samples = 2 * ds.num_tokens // 1024
+    begin = time.perf_counter()
+    build_gpt_dataset(ds, num_samples, config, 1234, split="969,30,1", which="train", cache=cache)
+    built = time.perf_counter() - begin
+    begin = time.perf_counter()
+    samples = build_gpt_dataset(IndexedDataset(ds.prefix), num_samples, config, 1234, split="969,30,1",
+                                which="train", cache=cache)
+    reopened = time.perf_counter() - begin
+    epochs = len(samples.document_index) // (train[1] - train[0])
+    echo(f"train split: documents {train[0]:,}..{train[1]:,} of {len(ds):,}; valid {valid[0]:,}..{valid[1]:,}")
+    echo(f"{len(samples):,} samples of 1024+1 tokens over {epochs} epochs; indices built and cached in "
+         f"{built * 1000:.0f} ms, reopened from the cache in {reopened * 1000:.1f} ms")
+    ids = np.random.default_rng(1).integers(0, len(samples), 2000).tolist()
+    begin = time.perf_counter()
+    for i in ids:
+        samples[i]
+    echo(f"random samples[i]:   {len(ids) / (time.perf_counter() - begin):12,.0f} samples/s "
+         "(tokens, labels, loss_mask, position_ids, cu_seqlens)")
+    batch = samples.get_batch(np.arange(min(256, len(samples))))
+    pick = int(np.argmax((batch["cu_seqlens"] < 1024).sum(axis=1)))  # the sample with most documents
+    sample = samples[pick]
+    boundaries = sample["cu_seqlens"][: int(np.argmax(sample["cu_seqlens"] == 1024)) + 1]
+    echo(f"sample {pick}: tokens {sample['tokens'].shape}, loss on {int(sample['loss_mask'].sum())} positions "
+         f"(EOD masked), documents at cu_seqlens {boundaries.tolist()}, max_seqlen {int(sample['max_seqlen'])}")
+    echo(f"sample {pick} position_ids restart at each document: {sample['position_ids'][boundaries[1:-1]].tolist()}")
+
+
+def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo) -> None:
+    """Blend the code and prose stores 30/70 from a spec file; report the mixture, build the splits."""
+    echo("\n== 7. blend: code and prose by weight, exact at every prefix (Tijdeman's schedule)")
+    spec_path = os.path.join(workdir, "stores", "blend.json")
+    with open(spec_path, "w", encoding="utf-8") as f:  # each dataset's parts share its weight by tokens
+        json.dump({"blend": [{"name": "code", "weight": 0.3, "parts": parts["code"]},
+                             {"name": "prose", "weight": 0.7, "parts": parts["prose"]}]}, f, indent=2)
+    spec = load_blend_spec(spec_path)
+    echo(f"spec {os.path.relpath(spec_path, workdir)}: {len(spec.blend.prefixes)} stores in 2 groups")
+    for report in blend_report(spec, 20_000, seq_length=1024):
+        echo(report.render(root=workdir))
+    config = GPTSampleConfig(seq_length=1024, eod_id=load_tokenizer("byte").eod_id)
+    begin = time.perf_counter()
+    train, valid, test = build_datasets(spec, sizes=(20_000, 200, 20), config=config, seed=1234,
+                                        split="90,5,5", cache=cache_dir)
+    built = time.perf_counter() - begin
+    echo(f"train/valid/test: {len(train):,} / {len(valid):,} / {len(test):,} samples, every store's share "
+         f"of each split built exactly as large as the blend needs, in {built * 1000:.0f} ms")
+    sample = train[0]
+    echo(f"train[0] comes from {os.path.relpath(train.datasets[sample['dataset_id']].dataset.prefix, workdir)}; "
+         f"samples per store: {train.samples_per_dataset().tolist()}")
+    sampler = PretrainingSampler(len(train), 0, micro_batch_size=8, data_parallel_rank=0, data_parallel_size=4)
+    sampler.advance(16_000)  # as if 500 training steps of 32 samples had run
+    echo(f"after {sampler.consumed_samples:,} training samples, passes over each store's train split "
+         "(and where the first ended):")
+    for report in dataset_epochs(train, sampler.consumed_stream()):
+        name = os.path.relpath(train.datasets[report.dataset].dataset.prefix, workdir)
+        first = f", first at sample {report.boundaries[0]:,}" if report.boundaries else ""
+        echo(f"  {name}: {report.epochs:.2f} epochs{first}")
+
+
+def _sampling(prefix: str, echo: Echo) -> None:
+    """Batch the merged store's documents: padding by order, packing, rank balance, a resumable sampler."""
+    echo("\n== 8. sampling: length grouping, best-fit packing, rank balance, exact resume")
+    ds = IndexedDataset(prefix)
+    echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, num_ranks=8)))
+    packed = PackedDataset(ds, 4096, split=True, seed=0)
+    sample = packed[0]
+    echo(f"packed: {len(packed):,} samples of 4096 tokens at {packed.efficiency:.3%} efficiency; sample 0 holds "
+         f"{int(sample['num_documents'])} documents, labels never cross them")
+    sampler = RandomSampler(len(packed), 0, micro_batch_size=2, data_parallel_rank=0, data_parallel_size=2, seed=7)
+    batches = iter(sampler)
+    first = [next(batches) for _ in range(3)]
+    state = sampler.state_dict()
+    resumed = RandomSampler(len(packed), 0, micro_batch_size=4, data_parallel_rank=0, data_parallel_size=1, seed=7)
+    resumed.load_state_dict(state)
+    echo(f"rank 0 of 2 micro-batches {first}; state {state['consumed_samples']} samples consumed; "
+         f"resumed on 1 rank, the global stream continues with {next(iter(resumed))}")
+    ds.close()
+
+
+def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
+    """A GRPO-shaped step through the experience dock: rollout, reward, advantages, balanced training."""
+    echo("\n== 9. dock: RL experience between stages (rollout -> reward -> advantages -> 2 training ranks)")
+    ds = IndexedDataset(prefix)
+    group, prompts = 8, 16
+    dock = Dock([Column("prompts", np.uint16, ragged=True), Column("responses", np.uint16, ragged=True),
+                 Column("reward", np.float32), Column("advantages", np.float32)],
+                ["rollout", "reward", "advantage", "train"], n_samples_per_prompt=group)
+    dock.add_partition("step-0", num_prompts=prompts)
+    dock.put("step-0", {"prompts": [ds[i % len(ds)][:64] for i in range(0, prompts * group, group)
+                                    for _ in range(group)]}, rows=range(prompts * group))
+
+    def rollout() -> None:  # a stand-in for generation: each response is a slice of another document
+        while (batch := dock.get("rollout", ["prompts"], 32, "step-0", timeout=30)) is not None:
+            responses = [ds[(7 * row + 3) % len(ds)][: 16 + 61 * (row % 23)] for row in batch.rows.tolist()]
+            dock.put("step-0", {"responses": responses}, rows=batch.rows)
+
+    def reward() -> None:  # a stand-in scorer: share of spaces among the response's bytes
+        while (batch := dock.get("reward", ["responses"], 16, "step-0", timeout=30)) is not None:
+            scores = [float(np.mean(r == 32)) if len(r) else 0.0 for r in batch["responses"].to_list()]
+            dock.put("step-0", {"reward": np.array(scores)}, rows=batch.rows)
+
+    def advantages() -> None:  # GRPO: reward normalized within each prompt's group
+        while (batch := dock.get("advantage", ["reward"], group, "step-0", sampler=PromptGroups(),
+                                 timeout=30)) is not None:
+            r = batch["reward"]
+            dock.put("step-0", {"advantages": (r - r.mean()) / (r.std() + 1e-6)}, rows=batch.rows)
+
+    stages = [threading.Thread(target=stage) for stage in (rollout, reward, advantages)]
+    begin = time.perf_counter()
+    for stage in stages:
+        stage.start()
+    loads = []
+    while (batch := dock.get("train", ["responses", "advantages"], 32, "step-0",
+                             sampler=Balanced(2, "responses"), timeout=30)) is not None:
+        loads.append([int(part["responses"].lengths.sum()) for part in batch.split(2)])
+    for stage in stages:
+        stage.join()
+    elapsed = time.perf_counter() - begin
+    stats = dock.stats()["consumers"]
+    echo(f"{prompts * group} rows ({prompts} prompts x {group}) through 3 stage threads and the trainer in "
+         f"{elapsed * 1000:.0f} ms; rows served per stage: "
+         + ", ".join(f"{name} {s['rows']}" for name, s in stats.items()))
+    echo(f"train batches of 32 split over 2 ranks by Karmarkar-Karp, response tokens per rank: {loads}")
+    dock.save(checkpoint)
+    restored = Dock.load(checkpoint)
+    echo(f"checkpoint {os.path.basename(checkpoint)}/ saved and reloaded: {restored.partitions['step-0']} rows, "
+         f"all consumed by train: {restored.all_consumed('train', 'step-0')}")
+    ds.close()
+
+
+def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
+    """Prepare the docstrings again through cleaning steps; report what each removed and why."""
+    echo("\n== 10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare")
+    steps = [{"step": "line_corrections"}, {"step": "gopher_quality"}, {"step": "gopher_repetition"},
+             {"step": "exact_dedup"}, {"step": "minhash_dedup"}, {"step": "pii"}]
+    config = PrepareConfig(inputs=(prose,), output=output, steps=steps, keep_rejected=True,
+                           **({"workers": workers} if workers else {}))
+    result = prepare(config)
+    echo(load_report(output).render())
+    rejected = sum(1 for name in os.listdir(os.path.join(output, "rejected")) for _ in open(
+        os.path.join(output, "rejected", name), encoding="utf-8"))
+    echo(f"{rejected:,} rejected documents kept for audit under {os.path.basename(output)}/rejected/; "
+         f"{result.documents:,} documents remain")
+
+
+def _time_reads(ds: IndexedDataset, echo: Echo) -> None:
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, len(ds), 100_000)
+    begin = time.perf_counter()
+    for i in ids.tolist():
+        ds[i]
+    single = time.perf_counter() - begin
+    batches = ids.reshape(-1, 1000)
+    begin = time.perf_counter()
+    tokens_read = 0
+    for batch in batches:
+        tokens, _ = ds.get_many(batch)
+        tokens_read += len(tokens)
+    batched = time.perf_counter() - begin
+    echo(f"random ds[i]:        {len(ids) / single:12,.0f} documents/s (zero-copy views)")
+    echo(f"get_many(1000 ids):  {len(ids) / batched:12,.0f} documents/s ({tokens_read / batched / 1e6:,.0f}M tokens/s copied)")

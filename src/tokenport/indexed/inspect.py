@@ -1,0 +1,127 @@
+"""What a store holds, for people: counts, length percentiles, a histogram, the first documents."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import IndexedDataset
+
+PERCENTILES = (0, 10, 50, 90, 99, 100)
+
+
+@dataclass(frozen=True)
+class StoreSummary:
+    """The facts `tokenport inspect` shows about one store."""
+
+    prefix: str
+    dtype: str
+    sequences: int
+    documents: int
+    tokens: int
+    bin_bytes: int
+    length_percentiles: dict[int, int]
+    mean_length: float
+    histogram_edges: tuple[int, ...]
+    histogram_counts: tuple[int, ...]
+    tokenizer: dict | None
+    first_documents: tuple[str, ...]
+
+
+def summarize(prefix: str | os.PathLike, *, documents: int = 3, preview_chars: int = 240) -> StoreSummary:
+    """Summarize a store; detokenize its first documents when its tokenizer is available here."""
+    ds = IndexedDataset(prefix)
+    lengths = ds.sequence_lengths
+    if len(lengths):
+        values = np.percentile(lengths, PERCENTILES, method="nearest")
+        percentiles = {p: int(v) for p, v in zip(PERCENTILES, values)}
+        edges, counts = _log2_histogram(lengths)
+        mean = float(lengths.mean())
+    else:
+        percentiles, edges, counts, mean = {}, (), (), 0.0
+    manifest = ds.manifest
+    identity = manifest.tokenizer if manifest is not None else None
+    summary = StoreSummary(
+        prefix=ds.prefix,
+        dtype=ds.dtype.name,
+        sequences=len(ds),
+        documents=ds.num_documents,
+        tokens=ds.num_tokens,
+        bin_bytes=ds.bin_size,
+        length_percentiles=percentiles,
+        mean_length=mean,
+        histogram_edges=edges,
+        histogram_counts=counts,
+        tokenizer=identity,
+        first_documents=tuple(_previews(ds, identity, documents, preview_chars)),
+    )
+    ds.close()
+    return summary
+
+
+def _log2_histogram(lengths: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Counts of lengths in power-of-two buckets [0,1), [1,2), [2,4), ... up to the maximum."""
+    top = int(lengths.max())
+    edges = [0, 1]
+    while edges[-1] <= top:
+        edges.append(edges[-1] * 2)
+    counts, _ = np.histogram(lengths, bins=edges)
+    return tuple(edges), tuple(int(c) for c in counts)
+
+
+def _previews(ds: IndexedDataset, identity: dict | None, count: int, chars: int) -> list[str]:
+    from ..tokenizers import tokenizer_from_identity
+
+    tokenizer = tokenizer_from_identity(identity) if identity else None
+    documents = ds.document_indices
+    previews = []
+    for doc in range(min(count, ds.num_documents)):
+        first, stop = int(documents[doc]), int(documents[doc + 1])
+        tokens = np.concatenate([ds[i] for i in range(first, stop)]) if stop > first else np.zeros(0, ds.dtype)
+        if tokenizer is not None:
+            text = tokenizer.decode(tokens[: chars * 4].tolist())
+        else:
+            text = "token ids: " + " ".join(str(t) for t in tokens[:48].tolist())
+        previews.append(text[:chars])
+    return previews
+
+
+def render(summary: StoreSummary, width: int = 40) -> str:
+    """A terminal report of a summary, with a bar histogram of sequence lengths."""
+    lines = [
+        f"store      {summary.prefix}",
+        f"dtype      {summary.dtype}",
+        f"documents  {summary.documents:,}",
+        f"sequences  {summary.sequences:,}",
+        f"tokens     {summary.tokens:,}  ({summary.bin_bytes / 2**20:,.1f} MiB in .bin)",
+    ]
+    if summary.tokenizer:
+        t = summary.tokenizer
+        lines.append(f"tokenizer  {t.get('kind')}:{t.get('name')}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}")
+    if summary.length_percentiles:
+        cells = "  ".join(f"p{p}={v:,}" for p, v in summary.length_percentiles.items())
+        lines.append(f"lengths    {cells}  mean={summary.mean_length:,.1f}")
+        peak = max(summary.histogram_counts) or 1
+        for low, high, count in zip(summary.histogram_edges, summary.histogram_edges[1:], summary.histogram_counts):
+            if count:
+                bar = "#" * max(1, round(width * count / peak))
+                lines.append(f"  [{low:>9,}, {high:>9,})  {count:>10,}  {bar}")
+    for k, text in enumerate(summary.first_documents):
+        flat = " ".join(text.split())
+        lines.append(f"document {k}: {flat}")
+    return "\n".join(lines)
+
+
+def lengths_of(prefixes: Sequence[str]) -> np.ndarray:
+    """The sequence lengths of the token stores at ``prefixes``, concatenated in order, as int64."""
+    if isinstance(prefixes, str) or not len(prefixes):
+        raise ConfigError(f"prefixes={prefixes!r}: give a list of one or more token store prefixes")
+    parts = []
+    for prefix in prefixes:
+        with IndexedDataset(prefix) as dataset:
+            parts.append(np.asarray(dataset.sequence_lengths, dtype=np.int64).copy())
+    return np.concatenate(parts)

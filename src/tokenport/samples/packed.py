@@ -1,0 +1,244 @@
+"""PackedDataset: the sequences of a token store packed into fixed-capacity samples, best fit.
+
+Every sequence of the store (or of a subset ``ids``) is a *document* here (as in GPTDataset).
+Documents are packed into bins of ``capacity`` tokens with best-fit decreasing
+(``packing.pack_best_fit_arrays``); with ``split=True`` documents longer than ``capacity`` are
+cut into capacity-sized pieces first, otherwise they are a ConfigError naming the document.
+Empty documents are left out (they hold no tokens).
+
+Order, deterministic for ``seed``: with ``shuffle=True`` the document ids are permuted with
+``np.random.default_rng(seed)`` before packing, and the packed bins are permuted afterwards with
+the same generator; with ``shuffle=False`` ids keep their order and bins stay in the order
+best fit opened them. With ``window=k`` the (shuffled) ids are cut into consecutive windows of
+``k`` and each window is packed on its own (bins never mix windows), else all at once.
+
+Each sample holds, for one bin, pieces laid end to end then padding:
+
+- ``tokens`` (capacity,) int64, padding ``pad_id``;
+- ``labels`` (capacity,) int64, *pre-shifted* like GPTDataset's: ``labels[t]`` is the token
+  after ``tokens[t]`` in the same document (read from the store when the piece was cut off, so
+  split pieces keep their last target), ``label_pad`` on the last token of each document and on
+  padding: no label crosses a document boundary;
+- ``position_ids`` (capacity,) int64, restarting at 0 at every piece, 0 on padding;
+- ``cu_seqlens`` (cu_seqlens_length,) int32: 0, the end of each piece, then the sample's real
+  token count repeated, so samples stack; ``cu_seqlens_length`` is the most pieces any bin holds
+  plus one, or the caller's value (a ConfigError when too small);
+- ``max_seqlen`` (int64, the longest piece) and ``num_documents`` (int64, pieces in the bin).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..indexed import IndexedDataset
+from ..packing import pack_best_fit_arrays
+
+FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int, or a ConfigError when it is not an integer >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name}={value!r}: expected an integer >= {minimum}")
+    return int(value)
+
+
+def _check_ids(ids: Sequence[int] | np.ndarray | None, count: int) -> np.ndarray:
+    """The selected sequence ids as a 1-D int64 array (all of them when None), or a ConfigError."""
+    if ids is None:
+        return np.arange(count, dtype=np.int64)
+    array = np.asarray(ids)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ConfigError(f"ids: expected a 1-D array of sequence ids, got shape {array.shape} dtype {array.dtype}")
+    if int(array.min()) < 0 or int(array.max()) >= count:
+        raise ConfigError(f"ids: hold sequence ids outside [0, {count}); pass ids of this token store")
+    return array.astype(np.int64, copy=False)
+
+
+def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str) -> None:
+    """A ConfigError naming the first document longer than ``capacity`` (used without split)."""
+    too_long = np.flatnonzero(lengths > capacity)
+    if too_long.size:
+        k = int(too_long[0])
+        raise ConfigError(
+            f"{prefix}: document (sequence) {int(ids[k])} has {int(lengths[k])} tokens, more than "
+            f"capacity={capacity} ({too_long.size} document(s) do): pass split=True or raise capacity"
+        )
+
+
+def _pack_windows(
+    lengths: np.ndarray, capacity: int, split: bool, window: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(bin, item, offset, length) of all pieces, packing each window of items on its own."""
+    step = max(len(lengths), 1) if window is None else window
+    parts = []
+    bins_so_far = 0
+    for start in range(0, len(lengths), step):
+        bin_of, item, offset, length = pack_best_fit_arrays(lengths[start : start + step], capacity, split=split)
+        parts.append((bin_of + bins_so_far, item + start, offset, length))
+        bins_so_far += int(bin_of[-1]) + 1 if bin_of.size else 0
+    if not parts:
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenated ranges [start, start + count) as one int64 array."""
+    firsts = np.cumsum(counts) - counts
+    return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+class PackedDataset:
+    """Documents of a token store packed into fixed ``capacity``-token samples (see the module doc)."""
+
+    def __init__(
+        self,
+        dataset: IndexedDataset,
+        capacity: int,
+        *,
+        ids: Sequence[int] | np.ndarray | None = None,
+        split: bool = False,
+        window: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        pad_id: int = 0,
+        label_pad: int = -100,
+        cu_seqlens_length: int | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.capacity = _check_int("capacity", capacity, 1)
+        self.window = None if window is None else _check_int("window", window, 1)
+        self.split = bool(split)
+        self.seed = _check_int("seed", seed, 0)
+        self.pad_id = _check_int("pad_id", pad_id, 0)
+        self.label_pad = int(label_pad)
+        self._sequence_lengths = np.asarray(dataset.sequence_lengths, dtype=np.int64)
+        self._build(_check_ids(ids, len(dataset)), bool(shuffle))
+        self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
+
+    # -- build ------------------------------------------------------------------------------
+
+    def _build(self, ids: np.ndarray, shuffle: bool) -> None:
+        """Pack the documents ``ids`` into bins and fix the order of the samples."""
+        rng = np.random.default_rng(self.seed)
+        ids = ids[self._sequence_lengths[ids] > 0]
+        if shuffle:
+            ids = ids[rng.permutation(len(ids))]
+        lengths = self._sequence_lengths[ids]
+        if not self.split:
+            _check_fits(ids, lengths, self.capacity, self.dataset.prefix)
+        bin_of, item, offset, length = _pack_windows(lengths, self.capacity, self.split, self.window)
+        num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
+        self.piece_document = ids[item]
+        self.piece_offset = offset
+        self.piece_length = length
+        self.bin_starts = np.searchsorted(bin_of, np.arange(num_bins + 1)).astype(np.int64)
+        self.order = rng.permutation(num_bins).astype(np.int64) if shuffle else np.arange(num_bins, dtype=np.int64)
+
+    def _check_cu_seqlens_length(self, requested: int | None) -> int:
+        """The cu_seqlens width: the most pieces in a bin + 1, or the caller's value if it fits."""
+        counts = np.diff(self.bin_starts)
+        needed = int(counts.max()) + 1 if counts.size else 1
+        if requested is None:
+            return needed
+        width = _check_int("cu_seqlens_length", requested, 1)
+        if width < needed:
+            raise ConfigError(
+                f"cu_seqlens_length={width}: a sample holds {needed - 1} documents, so at least {needed} is needed"
+            )
+        return width
+
+    # -- sizes and metrics ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (non-padding) tokens over all samples."""
+        return int(self.piece_length.sum())
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens / (samples × capacity): 1.0 is no padding at all (1.0 when empty)."""
+        return self.num_tokens / (len(self) * self.capacity) if len(self) else 1.0
+
+    # -- samples --------------------------------------------------------------------------------
+
+    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
+        """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        return {name: array[0] for name, array in self.get_batch([index]).items()}
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` as a dict of arrays stacked on a leading batch axis."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        bins = self.order[ids]
+        counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
+        pieces = _ranges(self.bin_starts[bins], counts)
+        row = np.repeat(np.arange(len(ids), dtype=np.int64), counts)
+        length = self.piece_length[pieces]
+        firsts = np.cumsum(counts) - counts  # every bin holds at least one piece
+        end = np.cumsum(length)  # end column of each piece inside its sample
+        end -= np.repeat((end - length)[firsts], counts)
+        batch = self._tokens_and_labels(row, pieces, end - length, len(ids))
+        batch["position_ids"] = self._position_ids(row, end - length, length, len(ids))
+        batch.update(self._boundaries(row, end, length, counts))
+        return batch
+
+    def _tokens_and_labels(
+        self, row: np.ndarray, pieces: np.ndarray, column: np.ndarray, batch: int
+    ) -> dict[str, np.ndarray]:
+        """Tokens and pre-shifted labels of the pieces, read one piece (plus its next token) a time."""
+        tokens = np.full((batch, self.capacity), self.pad_id, dtype=np.int64)
+        labels = np.full((batch, self.capacity), self.label_pad, dtype=np.int64)
+        documents = self.piece_document[pieces]
+        offsets = self.piece_offset[pieces]
+        lengths = self.piece_length[pieces]
+        reads = np.minimum(lengths + 1, self._sequence_lengths[documents] - offsets)  # +1: the next token
+        get = self.dataset.get
+        for r, document, offset, length, read, col in zip(
+            row.tolist(), documents.tolist(), offsets.tolist(), lengths.tolist(), reads.tolist(), column.tolist()
+        ):
+            chunk = get(document, offset, read)
+            tokens[r, col : col + length] = chunk[:length]
+            labels[r, col : col + read - 1] = chunk[1:]
+        return {"tokens": tokens, "labels": labels}
+
+    def _position_ids(self, row: np.ndarray, column: np.ndarray, length: np.ndarray, batch: int) -> np.ndarray:
+        """Position ids restarting at 0 at every piece, 0 on padding."""
+        positions = np.zeros((batch, self.capacity), dtype=np.int64)
+        flat = _ranges(row * self.capacity + column, length)
+        positions.reshape(-1)[flat] = flat - np.repeat(row * self.capacity + column, length)
+        return positions
+
+    def _boundaries(
+        self, row: np.ndarray, end: np.ndarray, length: np.ndarray, counts: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """cu_seqlens (padded with each sample's total), max_seqlen and num_documents."""
+        batch = len(counts)
+        totals = np.zeros(batch, dtype=np.int64)
+        np.add.at(totals, row, length)
+        cu_seqlens = np.repeat(totals[:, None], self.cu_seqlens_length, axis=1).astype(np.int32)
+        cu_seqlens[:, 0] = 0
+        slot = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        cu_seqlens[row, slot + 1] = end
+        max_seqlen = np.zeros(batch, dtype=np.int64)
+        np.maximum.at(max_seqlen, row, length)
+        return {"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen, "num_documents": counts.astype(np.int64)}
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedDataset({self.dataset.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
+            f"split={self.split}, window={self.window}, efficiency={self.efficiency:.4f})"
+        )

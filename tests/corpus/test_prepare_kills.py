@@ -1,0 +1,93 @@
+"""Directed kills: `prepare` ended at each rename of what it publishes, then rerun, leaves the output
+directory exactly as an uninterrupted run leaves it (names and bytes)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+from tokenport.corpus import PrepareConfig, prepare
+from tokenport.corpus.run.state import KILL_AT
+
+TEXTS = [
+    "The committee met on Tuesday to discuss the budget for the coming year.",
+    "Please read the instructions carefully before you install the software.",
+    "A short note.",
+    "The river rose overnight and the bridge was closed until morning.",
+]
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    from tokenport.indexed import commit
+    from tokenport.corpus import PrepareConfig, prepare
+    from tokenport.corpus.run import state
+
+    original = commit.roll_forward
+
+    def counted(prefix):  # a store's renames are kill points too: after them, before its clean-up
+        pending = os.path.exists(commit.journal_path(prefix))
+        original(prefix)
+        if pending:
+            state.kill_point()
+
+    commit.roll_forward = counted
+    prepare(PrepareConfig(**json.loads(sys.argv[1])))
+    """
+)
+
+
+def settings(tmp_path: pathlib.Path) -> dict:
+    """Two input files (a compressed one decompressed into chunks; units, two parts), a dedup step
+    and rejected documents kept: every kind of file prepare publishes."""
+    inputs = []
+    for name, texts in (("a.jsonl", TEXTS[:3]), ("b.jsonl.gz", TEXTS[1:])):  # TEXTS[1:3] repeat across the files
+        data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+        (tmp_path / name).write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
+        inputs.append(str(tmp_path / name))
+    return {"inputs": inputs, "output": str(tmp_path / "out"), "workers": 1, "unit_bytes": 200,
+            "steps": [{"step": "exact_dedup"}], "keep_rejected": True}
+
+
+def snapshot(directory: pathlib.Path) -> dict[str, object]:
+    """Every file under `directory` by relative name: its bytes, or for JSON its data without the
+    wall-clock fields (creation times, step timings), which differ between any two runs."""
+
+    def steady(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: steady(v) for k, v in value.items() if k not in ("created", "time_ms")}
+        return [steady(v) for v in value] if isinstance(value, list) else value
+
+    files = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = pathlib.Path(root, name)
+            data = path.read_bytes()
+            files[str(path.relative_to(directory))] = steady(json.loads(data)) if name.endswith(".json") else data
+    return files
+
+
+def test_a_kill_at_every_rename_then_a_rerun_leaves_the_uninterrupted_output(tmp_path):
+    config = settings(tmp_path)
+    out = pathlib.Path(config["output"])
+    reference = snapshot(pathlib.Path(prepare(PrepareConfig(**config)).output))
+    assert {"rejected/unit-000001", "part-00001.bin"} <= {name[:20] for name in reference}
+    shutil.rmtree(out)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    point = 0
+    while True:
+        point += 1
+        child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config)], env={**env, KILL_AT: str(point)})
+        if child.returncode == 0:
+            break  # the run passed fewer renames than this: every one has been a kill point
+        assert child.returncode == 137 and out.exists(), f"kill point {point}: exit {child.returncode}"
+        prepare(PrepareConfig(**config))
+        assert snapshot(out) == reference, f"after a kill at rename {point}, the rerun left another output"
+        shutil.rmtree(out)
+    assert point > 30  # state, chunks, dedup keys and decisions, unit stores and counts, parts, rejected, manifest
