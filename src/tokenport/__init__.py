@@ -1,73 +1,68 @@
-"""tokenport: the data layer for LLM training."""
+"""tokenport: the data layer for LLM training.
+
+The root resolves its public names lazily (PEP 562): ``import tokenport`` loads no room and no
+numba kernel; ``tokenport.prepare`` imports ``corpus`` the first time it is used.
+"""
+
+import importlib
 
 from ._version import __version__
-from .errors import (
-    ConfigError,
-    CorruptStoreError,
-    DockTimeout,
-    InputDataError,
-    StorageError,
-    TokenizerError,
-    TokenportError,
-)
-from .dock import Dock
-from .blend import BlendedDataset
-from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
-from .samples.gpt import GPTDataset, GPTSampleConfig
-from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
-from .packing import karmarkar_karp, pack_best_fit
-from .corpus import PrepareConfig, PrepareResult, prepare
-from .samples.packed import PackedDataset
-from .sampling import (
-    DatasetEpochs,
-    DistributedLengthGroupedSampler,
-    LengthGroupedSampler,
-    PaddingCollator,
-    PaddingFreeCollator,
-    PretrainingSampler,
-    RandomSampler,
-    StatefulLoader,
-)
-from .tokenizers import Tokenizer, load_tokenizer
 
-__all__ = [
-    "Blend",
-    "BlendSpec",
-    "BlendedDataset",
-    "ConfigError",
-    "CorruptStoreError",
-    "DatasetEpochs",
-    "DistributedLengthGroupedSampler",
-    "Dock",
-    "DockTimeout",
-    "GPTDataset",
-    "GPTSampleConfig",
-    "IndexCache",
-    "IndexedDataset",
-    "IndexedDatasetWriter",
-    "InputDataError",
-    "LengthGroupedSampler",
-    "Manifest",
-    "PackedDataset",
-    "PaddingCollator",
-    "PaddingFreeCollator",
-    "PrepareConfig",
-    "PrepareResult",
-    "PretrainingSampler",
-    "RandomSampler",
-    "StatefulLoader",
-    "StorageError",
-    "Tokenizer",
-    "TokenizerError",
-    "TokenportError",
-    "__version__",
-    "build_datasets",
-    "build_gpt_dataset",
-    "karmarkar_karp",
-    "load_blend_spec",
-    "load_tokenizer",
-    "merge",
-    "pack_best_fit",
-    "prepare",
-    "verify",
-]
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "Blend": ".builder",
+    "BlendSpec": ".builder",
+    "BlendedDataset": ".blend",
+    "ConfigError": ".errors",
+    "CorruptStoreError": ".errors",
+    "DatasetEpochs": ".sampling",
+    "DistributedLengthGroupedSampler": ".sampling",
+    "Dock": ".dock",
+    "DockTimeout": ".errors",
+    "GPTDataset": ".samples.gpt",
+    "GPTSampleConfig": ".samples.gpt",
+    "IndexCache": ".builder",
+    "IndexedDataset": ".indexed",
+    "IndexedDatasetWriter": ".indexed",
+    "InputDataError": ".errors",
+    "LengthGroupedSampler": ".sampling",
+    "Manifest": ".indexed",
+    "PackedDataset": ".samples.packed",
+    "PaddingCollator": ".sampling",
+    "PaddingFreeCollator": ".sampling",
+    "PrepareConfig": ".corpus",
+    "PrepareResult": ".corpus",
+    "PretrainingSampler": ".sampling",
+    "RandomSampler": ".sampling",
+    "StatefulLoader": ".sampling",
+    "StorageError": ".errors",
+    "Tokenizer": ".tokenizers",
+    "TokenizerError": ".errors",
+    "TokenportError": ".errors",
+    "build_datasets": ".builder",
+    "build_gpt_dataset": ".builder",
+    "karmarkar_karp": ".packing",
+    "load_blend_spec": ".builder",
+    "load_tokenizer": ".tokenizers",
+    "merge": ".indexed",
+    "pack_best_fit": ".packing",
+    "prepare": ".corpus",
+    "verify": ".indexed",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> object:
+    """Import the room that defines the public `name` on first use and keep the value here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tokenport' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names and what is already loaded, so `dir(tokenport)` lists names not yet imported."""
+    return sorted({*globals(), *__all__})

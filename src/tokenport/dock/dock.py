@@ -114,10 +114,12 @@ class Dock:
 
     @property
     def columns(self) -> dict[str, Column]:
+        """The dock's columns by name (a copy)."""
         return dict(self._columns)
 
     @property
     def consumers(self) -> list[str]:
+        """The names of the consumers whose consumption the dock tracks."""
         return list(self._consumers)
 
     @property

@@ -40,12 +40,14 @@ class Manifest:
     format: str = MANIFEST_FORMAT
 
     def to_json(self) -> str:
+        """The manifest as the JSON text of ``PREFIX.json`` (sorted keys, one trailing newline)."""
         data = asdict(self)
         data["checksums"]["bin_blocks"] = list(self.checksums.bin_blocks)
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str | bytes, path: str) -> "Manifest":
+        """The manifest in `text` (read from `path`); CorruptStoreError naming `path` when it is not one."""
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or not isinstance(data.get("checksums"), dict):

@@ -162,10 +162,12 @@ class IndexedDataset:
 
     @property
     def num_documents(self) -> int:
+        """Documents in the store (the document index holds one more boundary than documents)."""
         return max(0, self.header.document_count - 1)
 
     @property
     def num_tokens(self) -> int:
+        """Tokens in the store: the sum of all sequence lengths, computed once."""
         if self._num_tokens is None:
             self._num_tokens = int(self.sequence_lengths.sum(dtype=np.int64))
         return self._num_tokens

@@ -347,14 +347,17 @@ class IndexedDatasetWriter:
 
     @property
     def num_sequences(self) -> int:
+        """Sequences written so far."""
         return self._sequences
 
     @property
     def num_documents(self) -> int:
+        """Documents ended so far."""
         return self._documents.count + len(self._documents.pending) - 1
 
     @property
     def num_tokens(self) -> int:
+        """Tokens written so far."""
         return self._tokens
 
     def finalize(self) -> str:
