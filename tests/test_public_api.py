@@ -79,6 +79,20 @@ def test_subpackage_all_lists_name_only_what_the_package_holds():
             assert not isinstance(getattr(module, name), types.ModuleType), f"{package}.__all__ lists module {name}"
 
 
+def test_no_lazy_export_is_also_a_submodule_of_its_package():
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        if "_EXPORTS" in vars(module):  # lazy: a submodule of the same name would shadow the object once imported
+            submodules = {m.name for m in pkgutil.iter_modules(module.__path__)}
+            assert not set(module._EXPORTS) & submodules, package
+
+
+def test_lazy_subpackages_load_only_the_module_asked_for():
+    modules = loaded_after("from tokenport.sampling.collate import PaddingCollator\nfrom tokenport.samples import PackedDataset")
+    assert "tokenport.sampling.pretraining" not in modules and "tokenport.samples.gpt" not in modules
+    assert "tokenport.blend" not in modules
+
+
 def undocumented(obj: object) -> bool:
     """True when `obj` has no docstring of its own (a dataclass's generated signature does not count)."""
     doc = vars(obj).get("__doc__") if inspect.isclass(obj) else obj.__doc__
@@ -107,13 +121,13 @@ def test_every_public_callable_is_documented():
 
 def test_import_tokenport_loads_no_room_and_no_numba():
     modules = loaded_after("import tokenport")
-    assert rooms(modules) <= {"_version"}
+    assert rooms(modules) <= {"_lazy", "_version"}
     assert "numba" not in modules and "numpy" not in modules
 
 
 def test_import_packing_loads_only_what_packing_needs():
     modules = loaded_after("import tokenport.packing")
-    assert rooms(modules) <= {"packing", "rng", "_checks", "errors", "_version"}
+    assert rooms(modules) <= {"packing", "rng", "_checks", "errors", "_lazy", "_version"}
     assert "torch" not in modules
 
 

@@ -4,8 +4,7 @@ The root resolves its public names lazily (PEP 562): ``import tokenport`` loads 
 numba kernel; ``tokenport.prepare`` imports ``corpus`` the first time it is used.
 """
 
-import importlib
-
+from . import _lazy
 from ._version import __version__
 
 # public name -> the module (relative to this package) that defines it
@@ -51,18 +50,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
-
-
-def __getattr__(name: str) -> object:
-    """Import the room that defines the public `name` on first use and keep the value here."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tokenport' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names and what is already loaded, so `dir(tokenport)` lists names not yet imported."""
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

@@ -26,27 +26,22 @@ linear ramps, each dataset's samples numbered across phases. For very large blen
 ``SampleIndexCheckpoints`` (``checkpoints.py``) stand in for the int64 ``dataset_sample_index``.
 """
 
-from .checkpoints import SampleIndexCheckpoints
-from .dataset import BlendedDataset
-from .schedule import MixtureSchedule, Phase, build_scheduled_indices, samples_per_dataset
-from .indices import (
-    ALGORITHMS,
-    build_blending_indices,
-    build_dataset_index,
-    max_prefix_deviation,
-    prefix_deviations,
-)
+from .. import _lazy
 
-__all__ = [
-    "ALGORITHMS",
-    "BlendedDataset",
-    "MixtureSchedule",
-    "Phase",
-    "SampleIndexCheckpoints",
-    "build_blending_indices",
-    "build_dataset_index",
-    "build_scheduled_indices",
-    "max_prefix_deviation",
-    "prefix_deviations",
-    "samples_per_dataset",
-]
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "ALGORITHMS": ".indices",
+    "BlendedDataset": ".dataset",
+    "MixtureSchedule": ".schedule",
+    "Phase": ".schedule",
+    "SampleIndexCheckpoints": ".checkpoints",
+    "build_blending_indices": ".indices",
+    "build_dataset_index": ".indices",
+    "build_scheduled_indices": ".schedule",
+    "max_prefix_deviation": ".indices",
+    "prefix_deviations": ".indices",
+    "samples_per_dataset": ".schedule",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

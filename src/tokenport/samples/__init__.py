@@ -4,7 +4,14 @@
 assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples.
 """
 
-from .gpt import GPTDataset, GPTSampleConfig
-from .packed import PackedDataset
+from .. import _lazy
 
-__all__ = ["GPTDataset", "GPTSampleConfig", "PackedDataset"]
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "GPTDataset": ".gpt",
+    "GPTSampleConfig": ".gpt",
+    "PackedDataset": ".packed",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

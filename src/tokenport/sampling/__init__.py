@@ -20,30 +20,24 @@ and its samplers, index for index equal to transformers' given a torch generator
 given a seed (``rng.torch_randperm``: torch's permutation drawn in numba, same generator state).
 """
 
-from .budget import balanced_micro_batches, token_budget_batches
-from .collate import PaddingCollator, PaddingFreeCollator
-from .length_grouping import (
-    DistributedLengthGroupedSampler,
-    LengthGroupedSampler,
-    get_length_grouped_indices,
-    length_grouped_order,
-)
-from .loader import StatefulLoader
-from .pretraining import PretrainingSampler, RandomSampler
-from .progress import DatasetEpochs, dataset_epochs
+from .. import _lazy
 
-__all__ = [
-    "DatasetEpochs",
-    "DistributedLengthGroupedSampler",
-    "LengthGroupedSampler",
-    "PaddingCollator",
-    "PaddingFreeCollator",
-    "PretrainingSampler",
-    "RandomSampler",
-    "StatefulLoader",
-    "balanced_micro_batches",
-    "dataset_epochs",
-    "get_length_grouped_indices",
-    "length_grouped_order",
-    "token_budget_batches",
-]
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "DatasetEpochs": ".progress",
+    "DistributedLengthGroupedSampler": ".length_grouping",
+    "LengthGroupedSampler": ".length_grouping",
+    "PaddingCollator": ".collate",
+    "PaddingFreeCollator": ".collate",
+    "PretrainingSampler": ".pretraining",
+    "RandomSampler": ".pretraining",
+    "StatefulLoader": ".loader",
+    "balanced_micro_batches": ".budget",
+    "dataset_epochs": ".progress",
+    "get_length_grouped_indices": ".length_grouping",
+    "length_grouped_order": ".length_grouping",
+    "token_budget_batches": ".budget",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)
