@@ -6,6 +6,7 @@ and no numba; each import check runs in a fresh interpreter, since this one has 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
@@ -85,6 +86,18 @@ def test_no_lazy_export_is_also_a_submodule_of_its_package():
         if "_EXPORTS" in vars(module):  # lazy: a submodule of the same name would shadow the object once imported
             submodules = {m.name for m in pkgutil.iter_modules(module.__path__)}
             assert not set(module._EXPORTS) & submodules, package
+
+
+def test_type_checkers_see_the_same_names_as_the_lazy_exports():
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        if "_EXPORTS" not in vars(module):
+            continue
+        tree = ast.parse(inspect.getsource(module))
+        seen = {alias.name: "." * node.level + (node.module or "")
+                for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) == "typing.TYPE_CHECKING"
+                for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+        assert seen == module._EXPORTS, f"{package}: the typing.TYPE_CHECKING imports and _EXPORTS disagree"
 
 
 def test_lazy_subpackages_load_only_the_module_asked_for():

@@ -4,8 +4,40 @@ The root resolves its public names lazily (PEP 562): ``import tokenport`` loads 
 numba kernel; ``tokenport.prepare`` imports ``corpus`` the first time it is used.
 """
 
+import typing
+
 from . import _lazy
 from ._version import __version__
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .blend import BlendedDataset
+    from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
+    from .corpus import PrepareConfig, PrepareResult, prepare
+    from .dock import Dock
+    from .errors import (
+        ConfigError,
+        CorruptStoreError,
+        DockTimeout,
+        InputDataError,
+        StorageError,
+        TokenizerError,
+        TokenportError,
+    )
+    from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
+    from .packing import karmarkar_karp, pack_best_fit
+    from .samples.gpt import GPTDataset, GPTSampleConfig
+    from .samples.packed import PackedDataset
+    from .sampling import (
+        DatasetEpochs,
+        DistributedLengthGroupedSampler,
+        LengthGroupedSampler,
+        PaddingCollator,
+        PaddingFreeCollator,
+        PretrainingSampler,
+        RandomSampler,
+        StatefulLoader,
+    )
+    from .tokenizers import Tokenizer, load_tokenizer
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {

@@ -26,7 +26,21 @@ linear ramps, each dataset's samples numbered across phases. For very large blen
 ``SampleIndexCheckpoints`` (``checkpoints.py``) stand in for the int64 ``dataset_sample_index``.
 """
 
+import typing
+
 from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .checkpoints import SampleIndexCheckpoints
+    from .dataset import BlendedDataset
+    from .indices import (
+        ALGORITHMS,
+        build_blending_indices,
+        build_dataset_index,
+        max_prefix_deviation,
+        prefix_deviations,
+    )
+    from .schedule import MixtureSchedule, Phase, build_scheduled_indices, samples_per_dataset
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {

@@ -1,6 +1,23 @@
 """From stores to the datasets a run trains on: Megatron's splits, blend specs, the index cache, builders."""
 
+import typing
+
 from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .cache import CACHE_FORMAT, IndexCache, cache_key, canonical_json, store_identity
+    from .datasets import build_datasets
+    from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
+    from .specs import (
+        Blend,
+        BlendSpec,
+        blend_from_args_file,
+        blend_from_list,
+        blend_per_split_from_json,
+        load_blend_spec,
+        megatron_normalize,
+    )
+    from .splits import SPLIT_NAMES, parse_split, split_document_ranges
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {

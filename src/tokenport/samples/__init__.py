@@ -4,7 +4,13 @@
 assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples.
 """
 
+import typing
+
 from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .gpt import GPTDataset, GPTSampleConfig
+    from .packed import PackedDataset
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {

@@ -20,7 +20,22 @@ and its samplers, index for index equal to transformers' given a torch generator
 given a seed (``rng.torch_randperm``: torch's permutation drawn in numba, same generator state).
 """
 
+import typing
+
 from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .budget import balanced_micro_batches, token_budget_batches
+    from .collate import PaddingCollator, PaddingFreeCollator
+    from .length_grouping import (
+        DistributedLengthGroupedSampler,
+        LengthGroupedSampler,
+        get_length_grouped_indices,
+        length_grouped_order,
+    )
+    from .loader import StatefulLoader
+    from .pretraining import PretrainingSampler, RandomSampler
+    from .progress import DatasetEpochs, dataset_epochs
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
