@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..._files import parse_structured, read_text
 from ...errors import ConfigError
 from ...storage import is_remote
 from ..steps.registry import check_steps
@@ -138,6 +139,16 @@ FLAGS = {
     "executor": "--executor", "ray_address": "--address", "allow_empty": "--allow-empty",
 }
 """The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
+
+
+def load_steps(path: str | os.PathLike) -> list[Any]:
+    """The cleaning steps of a steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}.
+
+    PrepareConfig checks the steps; this only reads the file and unwraps the ``steps`` key.
+    """
+    path = os.fspath(path)
+    data = parse_structured(read_text(path, "steps file"), path)
+    return data.get("steps", data) if isinstance(data, dict) else data
 
 
 def _named(name: str, value: Any) -> str:
