@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import importlib
+import inspect
 import json
 import logging
 import sys
@@ -167,23 +170,42 @@ _FORMS = "{tokenizer forms}"
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Help text with the tokenizer spec forms filled in from the library when a verb's help is shown."""
+    """Help text completed from the library when a verb's help is shown: the tokenizer spec forms,
+    and in place of {default} the default of the same-named parameter of the verb's library call."""
+
+    def __init__(self, prog: str, library: tuple[str, str] | None = None) -> None:
+        super().__init__(prog)
+        self.library = library
 
     def _expand_help(self, action: argparse.Action) -> str:
         text = super()._expand_help(action)
-        return text.replace(_FORMS, "; ".join(TOKENIZER_FORMS)) if _FORMS in text else text
+        if _FORMS in text:
+            text = text.replace(_FORMS, "; ".join(TOKENIZER_FORMS))
+        if _DEFAULT in text and self.library is not None:
+            text = text.replace(_DEFAULT, repr(library_default(*self.library, action.dest)))
+        return text
+
+
+def library_default(module: str, name: str, parameter: str) -> Any:
+    """The default of ``parameter`` of the function or config dataclass ``module.name``."""
+    target = getattr(importlib.import_module(module), name)
+    if dataclasses.is_dataclass(target):
+        field = next(f for f in dataclasses.fields(target) if f.name == parameter)
+        return field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[misc]
+    return inspect.signature(target).parameters[parameter].default
 
 
 _STORES_HELP = ("stores: prefixes, URLs, their .bin/.idx/.json files (a glob's files name one store) "
                 "or prepare output directories (their parts, in order); each store once")
-_DEFAULT = " (default: the library's)"
+_DEFAULT = "{default}"
 
 
 def _chatter(parser: argparse.ArgumentParser, default: Any) -> None:
-    """-v/-q, accepted before and after the verb: the verb's copies default to SUPPRESS so they do not undo the root's."""
+    """-v/-q, before or after the verb: the verb's copies default to SUPPRESS so they do not undo the root's."""
     loud = parser.add_mutually_exclusive_group()
     loud.add_argument("-v", "--verbose", action="store_true", default=default, help="log progress details")
-    loud.add_argument("-q", "--quiet", action="store_true", default=default, help="no progress bars (warnings still show)")
+    loud.add_argument("-q", "--quiet", action="store_true", default=default,
+                      help="no progress bars (warnings still show)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -193,9 +215,11 @@ def _parser() -> argparse.ArgumentParser:
     _chatter(parser, False)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def verb(name: str, run: Callable[[argparse.Namespace], int], help: str, *, reports: bool = True
-             ) -> argparse.ArgumentParser:
-        sub = verbs.add_parser(name, help=help, description=help, formatter_class=_Formatter)
+    def verb(name: str, run: Callable[[argparse.Namespace], int], help: str, *, reports: bool = True,
+             library: tuple[str, str] | None = None) -> argparse.ArgumentParser:
+        """A verb's subparser; ``library`` (module, name) is the call whose defaults its flags leave to it."""
+        sub = verbs.add_parser(name, help=help, description=help,
+                               formatter_class=functools.partial(_Formatter, library=library))
         sub.set_defaults(run=run, json=False)
         _chatter(sub, argparse.SUPPRESS)
         if reports:
@@ -208,24 +232,27 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     demo.add_argument("--limit", type=int, default=None, help="use only the first N source files")
 
-    prep = verb("prepare", _prepare, "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores")
+    prep = verb("prepare", _prepare, "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
+                library=("tokenport.corpus.run.config", "PrepareConfig"))
     prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
     prep.add_argument("-o", "--output", required=True, help="output directory")
-    prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + _DEFAULT)
-    prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text" + _DEFAULT)
+    prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
+    prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text (default: {default})")
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     prep.add_argument("--no-eod", action="store_true", help="do not append the end-of-document token")
     prep.add_argument("--shard-by", choices=SHARD_BY, metavar="KIND", default=None,
-                      help="%(choices)s: one store per input file, or by size" + _DEFAULT)
-    prep.add_argument("--shard-tokens", type=int, default=None, help="tokens per output store (--shard-by tokens)")
-    prep.add_argument("--max-chars-per-piece", type=int, default=None, help="split longer documents before tokenizing")
+                      help="%(choices)s: one store per input file, or by size (default: {default})")
+    prep.add_argument("--shard-tokens", type=int, default=None,
+                      help="tokens per output store (--shard-by tokens; default: {default})")
+    prep.add_argument("--max-chars-per-piece", type=int, default=None,
+                      help="split longer documents before tokenizing (default: {default})")
     prep.add_argument("--on-error", choices=ON_ERROR, metavar="ACTION", default=None,
-                      help="%(choices)s: what malformed input does" + _DEFAULT)
+                      help="%(choices)s: what malformed input does (default: {default})")
     prep.add_argument("--steps", default=None,
                       help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
     prep.add_argument("--executor", choices=EXECUTORS, metavar="EXECUTOR", default=None,
                       help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
-                           "must be shared)" + _DEFAULT)
+                           "must be shared) (default: {default})")
     prep.add_argument("--address", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
     prep.add_argument("--keep-rejected", action="store_true",
                       help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
@@ -236,34 +263,39 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("output", help="the output directory of a finished prepare run")
     rep.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
 
-    insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")
+    insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores",
+                library=("tokenport.indexed.inspect", "summarize"))
     insp.add_argument("prefixes", nargs="+", help=_STORES_HELP)
-    insp.add_argument("--documents", type=int, default=None, help="how many documents to show" + _DEFAULT)
+    insp.add_argument("--documents", type=int, default=None, help="how many documents to show (default: {default})")
 
     ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 if any store fails")
     ver.add_argument("prefixes", nargs="+", help=_STORES_HELP)
     ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
 
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
-    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed")
+    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, "
+                       "seq_length, seed")
 
-    blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation")
-    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.yml/.json), or Megatron's list: W1 STORE1 W2 STORE2 "
-                       "..., or stores weighted by size (" + _STORES_HELP + ")")
+    blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation",
+                 library=("tokenport.builder.report", "blend_report"))
+    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.yml/.json), or Megatron's list: "
+                       "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")")
     blend.add_argument("--size", type=int, required=True, help="samples to blend")
-    blend.add_argument("--seq-length", type=int, default=None, help="tokens per sample, for the epochs column" + _DEFAULT)
+    blend.add_argument("--seq-length", type=int, default=None,
+                       help="tokens per sample, for the epochs column (default: {default})")
     blend.add_argument("--algorithm", choices=ALGORITHMS, metavar="ALGORITHM", default=None,
-                       help="%(choices)s" + _DEFAULT)
+                       help="%(choices)s (default: {default})")
     blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
 
     pack = verb("pack-report", _pack_report,
-                "padding of random vs length-grouped batches, packing efficiency and rank balance of stores")
+                "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
+                library=("tokenport.sampling.report", "batching_report"))
     pack.add_argument("prefixes", nargs="+", help=_STORES_HELP + ", whose sequence lengths to batch")
     pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size (default: %(default)s)")
-    pack.add_argument("--capacity", type=int, default=None, help="tokens per packed bin" + _DEFAULT)
-    pack.add_argument("--ranks", dest="num_ranks", type=int, default=None,
-                      help="data-parallel ranks to balance across" + _DEFAULT)
-    pack.add_argument("--seed", type=int, default=None, help="seed of the random order" + _DEFAULT)
+    pack.add_argument("--capacity", type=int, default=None, help="tokens per packed bin (default: {default})")
+    pack.add_argument("--ranks", dest="num_ranks", metavar="RANKS", type=int, default=None,
+                      help="data-parallel ranks to balance across (default: {default})")
+    pack.add_argument("--seed", type=int, default=None, help="seed of the random order (default: {default})")
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")
