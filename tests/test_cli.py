@@ -19,7 +19,7 @@ from tokenport.builder.report import blend_report
 from tokenport.builder.specs import spec_from_arguments
 from tokenport.cli import _parser, main
 from tokenport.corpus import PrepareConfig
-from tokenport.corpus.run.config import load_steps
+from tokenport.corpus.run.config import config_from_options, load_steps
 from tokenport.corpus.run.pipeline import PrepareResult
 from tokenport.corpus.run.report import load_report
 from tokenport.errors import ConfigError
@@ -346,3 +346,15 @@ def test_load_steps_reads_a_list_or_a_steps_key(tmp_path):
     (tmp_path / "bad.json").write_text("[{")
     with pytest.raises(ConfigError, match="bad.json"):
         load_steps(tmp_path / "bad.json")
+
+
+def test_config_from_options_refuses_a_flag_that_means_nothing_alone(tmp_path, capsys):
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text('{"text": "alpha"}\n')
+    assert config_from_options([str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8, "shard_by": "tokens"}
+                               ).shard_tokens == 8
+    with pytest.raises(ConfigError, match="--shard-tokens sizes parts only with --shard-by tokens"):
+        config_from_options([str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8})
+    assert main(["prepare", str(corpus), "-o", str(tmp_path / "out"), "--address", "auto"]) == 2
+    assert "--address names a Ray cluster only with --executor ray" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

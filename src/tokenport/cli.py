@@ -39,27 +39,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from .errors import ConfigError
-    from .corpus import PrepareConfig, prepare
-    from .corpus.run.config import load_steps
+    from .corpus import prepare
+    from .corpus.run.config import config_from_options, load_steps
 
-    if args.shard_tokens is not None and args.shard_by != "tokens":
-        raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
-                          "or drop --shard-tokens to get one part per input file")
-    given = _given(args, "tokenizer", "text_key", "shard_by", "shard_tokens", "on_error", "workers",
-                   "max_chars_per_piece", "executor")
-    if args.no_eod:
-        given["append_eod"] = False
+    options = _given(args, "tokenizer", "text_key", "shard_by", "shard_tokens", "on_error", "workers",
+                     "max_chars_per_piece", "executor", "ray_address", "append_eod", "keep_rejected", "allow_empty")
     if args.steps:
-        given["steps"] = load_steps(args.steps)
-    if args.keep_rejected:
-        given["keep_rejected"] = True
-    if args.allow_empty:
-        given["allow_empty"] = True
-    if args.address is not None:
-        given["ray_address"] = args.address
-    config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
-    result = prepare(config, progress=not args.quiet)
+        options["steps"] = load_steps(args.steps)
+    result = prepare(config_from_options(args.inputs, args.output, options), progress=not args.quiet)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
     return 0
 
@@ -239,7 +226,8 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
     prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text (default: {default})")
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    prep.add_argument("--no-eod", action="store_true", help="do not append the end-of-document token")
+    prep.add_argument("--no-eod", dest="append_eod", action="store_false", default=None,
+                      help="do not append the end-of-document token")
     prep.add_argument("--shard-by", choices=SHARD_BY, metavar="KIND", default=None,
                       help="%(choices)s: one store per input file, or by size (default: {default})")
     prep.add_argument("--shard-tokens", type=int, default=None,
@@ -253,10 +241,10 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--executor", choices=EXECUTORS, metavar="EXECUTOR", default=None,
                       help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
                            "must be shared) (default: {default})")
-    prep.add_argument("--address", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
-    prep.add_argument("--keep-rejected", action="store_true",
+    prep.add_argument("--address", dest="ray_address", metavar="ADDRESS", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
+    prep.add_argument("--keep-rejected", action="store_true", default=None,
                       help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
-    prep.add_argument("--allow-empty", action="store_true",
+    prep.add_argument("--allow-empty", action="store_true", default=None,
                       help="succeed even when no document is left (by default that is an error)")
 
     rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")

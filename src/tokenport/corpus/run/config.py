@@ -141,6 +141,18 @@ FLAGS = {
 """The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
 
 
+def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str, Any]) -> PrepareConfig:
+    """A PrepareConfig from the fields a user set (the rest keep their defaults), refusing a field
+    that means nothing without another: shard_tokens needs shard_by "tokens", ray_address executor "ray"."""
+    if "shard_tokens" in options and options.get("shard_by") != "tokens":
+        raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
+                          "or drop --shard-tokens to get one part per input file")
+    if options.get("ray_address") is not None and options.get("executor") != "ray":
+        raise ConfigError("--address names a Ray cluster only with --executor ray; add --executor ray, "
+                          "or drop --address to prepare with local worker processes")
+    return PrepareConfig(inputs=tuple(inputs), output=output, **options)
+
+
 def load_steps(path: str | os.PathLike) -> list[Any]:
     """The cleaning steps of a steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}.
 
