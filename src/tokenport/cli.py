@@ -148,12 +148,13 @@ class _Constant(SequenceABC):
         return len(self._values())
 
 
-ALGORITHMS = _Constant("tokenport.blend.indices", "ALGORITHMS")
-SHARD_BY = _Constant("tokenport.corpus.run.config", "SHARD_BY")
-ON_ERROR = _Constant("tokenport.corpus.run.config", "ON_ERROR")
-EXECUTORS = _Constant("tokenport.corpus.run.config", "EXECUTORS")
-TOKENIZER_FORMS = _Constant("tokenport.tokenizers", "SPEC_FORMS")
-_FORMS = "{tokenizer forms}"
+_ALGORITHMS = _Constant("tokenport.blend.indices", "ALGORITHMS")
+_SHARD_BY = _Constant("tokenport.corpus.run.config", "SHARD_BY")
+_ON_ERROR = _Constant("tokenport.corpus.run.config", "ON_ERROR")
+_EXECUTORS = _Constant("tokenport.corpus.run.config", "EXECUTORS")
+_TOKENIZER_FORMS = _Constant("tokenport.tokenizers", "SPEC_FORMS")
+_FORMS = "{tokenizer forms}"  # in help: filled with the tokenizer spec forms
+_DEFAULT = "{default}"  # in help: filled with the verb's library default of the flag
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -167,13 +168,13 @@ class _Formatter(argparse.HelpFormatter):
     def _expand_help(self, action: argparse.Action) -> str:
         text = super()._expand_help(action)
         if _FORMS in text:
-            text = text.replace(_FORMS, "; ".join(TOKENIZER_FORMS))
+            text = text.replace(_FORMS, "; ".join(_TOKENIZER_FORMS))
         if _DEFAULT in text and self.library is not None:
-            text = text.replace(_DEFAULT, repr(library_default(*self.library, action.dest)))
+            text = text.replace(_DEFAULT, repr(_library_default(*self.library, action.dest)))
         return text
 
 
-def library_default(module: str, name: str, parameter: str) -> Any:
+def _library_default(module: str, name: str, parameter: str) -> Any:
     """The default of ``parameter`` of the function or config dataclass ``module.name``."""
     target = getattr(importlib.import_module(module), name)
     if dataclasses.is_dataclass(target):
@@ -184,7 +185,6 @@ def library_default(module: str, name: str, parameter: str) -> Any:
 
 _STORES_HELP = ("stores: prefixes, URLs, their .bin/.idx/.json files (a glob's files name one store) "
                 "or prepare output directories (their parts, in order); each store once")
-_DEFAULT = "{default}"
 
 
 def _chatter(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -228,17 +228,17 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     prep.add_argument("--no-eod", dest="append_eod", action="store_false", default=None,
                       help="do not append the end-of-document token")
-    prep.add_argument("--shard-by", choices=SHARD_BY, metavar="KIND", default=None,
+    prep.add_argument("--shard-by", choices=_SHARD_BY, metavar="KIND", default=None,
                       help="%(choices)s: one store per input file, or by size (default: {default})")
     prep.add_argument("--shard-tokens", type=int, default=None,
                       help="tokens per output store (--shard-by tokens; default: {default})")
     prep.add_argument("--max-chars-per-piece", type=int, default=None,
                       help="split longer documents before tokenizing (default: {default})")
-    prep.add_argument("--on-error", choices=ON_ERROR, metavar="ACTION", default=None,
+    prep.add_argument("--on-error", choices=_ON_ERROR, metavar="ACTION", default=None,
                       help="%(choices)s: what malformed input does (default: {default})")
     prep.add_argument("--steps", default=None,
                       help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
-    prep.add_argument("--executor", choices=EXECUTORS, metavar="EXECUTOR", default=None,
+    prep.add_argument("--executor", choices=_EXECUTORS, metavar="EXECUTOR", default=None,
                       help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
                            "must be shared) (default: {default})")
     prep.add_argument("--address", dest="ray_address", metavar="ADDRESS", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
@@ -271,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     blend.add_argument("--size", type=int, required=True, help="samples to blend")
     blend.add_argument("--seq-length", type=int, default=None,
                        help="tokens per sample, for the epochs column (default: {default})")
-    blend.add_argument("--algorithm", choices=ALGORITHMS, metavar="ALGORITHM", default=None,
+    blend.add_argument("--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None,
                        help="%(choices)s (default: {default})")
     blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
 
