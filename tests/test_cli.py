@@ -296,13 +296,18 @@ def _options(verb: str) -> dict[str, argparse.Action]:
     return {option: action for action in sub._actions for option in action.option_strings}
 
 
-def test_choices_are_the_library_constants():
-    from tokenport.corpus.run.config import EXECUTORS, ON_ERROR, SHARD_BY
+def test_choices_are_the_library_constants(monkeypatch):
+    from tokenport.corpus.run import config
 
     assert list(_options("blend")["--algorithm"].choices) == list(ALGORITHMS)
-    assert list(_options("prepare")["--shard-by"].choices) == list(SHARD_BY)
-    assert list(_options("prepare")["--on-error"].choices) == list(ON_ERROR)
-    assert list(_options("prepare")["--executor"].choices) == list(EXECUTORS)
+    assert list(_options("prepare")["--shard-by"].choices) == list(config.SHARD_BY)
+    assert list(_options("prepare")["--on-error"].choices) == list(config.ON_ERROR)
+    assert list(_options("prepare")["--executor"].choices) == list(config.EXECUTORS)
+    # read from the library, not copied: a new algorithm or executor is a choice without a CLI edit
+    monkeypatch.setattr("tokenport.blend.indices.ALGORITHMS", (*ALGORITHMS, "new"))
+    monkeypatch.setattr(config, "EXECUTORS", (*config.EXECUTORS, "new"))
+    assert _parser().parse_args(["blend", "x", "--size", "1", "--algorithm", "new"]).algorithm == "new"
+    assert list(_options("prepare")["--executor"].choices) == [*config.EXECUTORS]
 
 
 def _help(verb: str) -> str:
