@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import inspect
+import json
+import os
 import subprocess
 import sys
 
@@ -9,8 +13,21 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.cli import main
+from tokenport.blend import ALGORITHMS
+from tokenport.builder.plan import CacheEntry, CacheReport
+from tokenport.builder.report import blend_report
+from tokenport.builder.specs import spec_from_arguments
+from tokenport.cli import _parser, main
+from tokenport.corpus import PrepareConfig
+from tokenport.corpus.run.config import config_from_options, load_steps
+from tokenport.corpus.run.pipeline import PrepareResult
+from tokenport.corpus.run.report import load_report
+from tokenport.errors import ConfigError
 from tokenport.indexed import resolve_stores
+from tokenport.indexed.inspect import lengths_of, summarize
+from tokenport.indexed.merge import merge_report
+from tokenport.indexed.verify import check_store, verify
+from tokenport.sampling.report import batching_report
 
 
 @pytest.fixture
@@ -201,3 +218,148 @@ def test_build_cache_plan_datasets_take_each_store_once(stores, capsys):
                     '"samples": {"train": 4}, "seq_length": 16, "seed": 1}')
     assert main(["build-cache", str(plan)]) == 2
     assert "plan.json: 'datasets' store" in capsys.readouterr().err
+
+
+# -- --json: every verb that reports prints its report's to_json() ----------------------------------
+
+
+def _json_of(capsys, argv) -> object:
+    capsys.readouterr()
+    assert main(argv + ["--json"]) in (0, 1)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_inspect_verify_merge_json_equal_the_reports(stores, capsys):
+    a, b = str(stores / "a"), str(stores / "b")
+    assert _json_of(capsys, ["inspect", a, b]) == [summarize(a).to_json(), summarize(b).to_json()]
+    assert _json_of(capsys, ["verify", a]) == [verify(a).to_json()]
+    with open(stores / "b.bin", "r+b") as f:
+        f.write(b"\x00\x01")
+    verdicts = _json_of(capsys, ["verify", a, b])
+    assert verdicts == [check_store(a).to_json(), check_store(b).to_json()]
+    assert [v["ok"] for v in verdicts] == [True, False] and "b.bin: block 0" in verdicts[1]["error"]
+    merged = _json_of(capsys, ["merge", str(stores / "ab"), a])
+    assert merged == merge_report(stores / "ab", 1).to_json() and merged["sequences"] == 20
+
+
+def test_blend_and_pack_report_json_equal_the_reports(stores, capsys):
+    a, b = str(stores / "a"), str(stores / "b")
+    out = _json_of(capsys, ["blend", "1", a, "3", b, "--size", "50", "--algorithm", "greedy"])
+    spec = spec_from_arguments(["1", a, "3", b])
+    assert out == [r.to_json() for r in blend_report(spec, 50, algorithm="greedy")]
+    assert out[0]["algorithm"] == "greedy" and out[0]["rows"][1]["samples"] > out[0]["rows"][0]["samples"]
+    out = _json_of(capsys, ["pack-report", a, "--ranks", "2", "--batch-size", "4"])
+    assert out == batching_report(lengths_of([a]), 4, num_ranks=2).to_json()
+    assert out["num_ranks"] == 2 and out["capacity"] == 4096
+
+
+def test_prepare_report_and_build_cache_json(tmp_path, stores, capsys):
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text('{"text": "alpha"}\n{"text": "beta"}\n')
+    result = _json_of(capsys, ["prepare", str(corpus), "-o", str(tmp_path / "out"), "--workers", "1", "-q"])
+    assert result["documents"] == 2 and result["parts"] == [str(tmp_path / "out" / "part-00000")]
+    assert PrepareResult(**{**result, "parts": tuple(result["parts"])}).to_json() == result
+    assert _json_of(capsys, ["report", str(tmp_path / "out")]) == load_report(str(tmp_path / "out")).to_json()
+    plan = stores / "plan.json"
+    plan.write_text('{"cache_dir": "cache", "datasets": ["a", "b"], "split": "1,0,0", '
+                    '"samples": {"train": 4}, "seq_length": 16, "seed": 1}')
+    built = _json_of(capsys, ["build-cache", str(plan)])
+    assert built["built"] == 2 and [e["dataset"] for e in built["entries"]] == [str(stores / "a"), str(stores / "b")]
+    again = _json_of(capsys, ["build-cache", str(plan)])
+    assert again == CacheReport(again["cache_dir"], tuple(CacheEntry(**e) for e in again["entries"])).to_json()
+    assert again["built"] == 0 and [e["key"] for e in again["entries"]] == [e["key"] for e in built["entries"]]
+
+
+# -- the parser: -v/-q anywhere, choices and defaults from the library --------------------------------
+
+
+@pytest.mark.parametrize("argv", [["-v", "inspect", "x"], ["inspect", "x", "-v"], ["inspect", "-v", "x"]])
+def test_verbose_before_or_after_the_verb(argv):
+    args = _parser().parse_args(argv)
+    assert args.verbose and not args.quiet
+
+
+@pytest.mark.parametrize("argv", [["-q", "prepare", "in", "-o", "out"], ["prepare", "in", "-o", "out", "-q"]])
+def test_quiet_before_or_after_the_verb(argv):
+    args = _parser().parse_args(argv)
+    assert args.quiet and not args.verbose
+
+
+def test_verbose_and_quiet_together_are_refused(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["-v", "inspect", "x", "-q"])
+    assert exit.value.code == 2 and "contradict" in capsys.readouterr().err
+
+
+def _options(verb: str) -> dict[str, argparse.Action]:
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[verb]
+    return {option: action for action in sub._actions for option in action.option_strings}
+
+
+def test_choices_are_the_library_constants(monkeypatch):
+    from tokenport.corpus.run import config
+
+    assert list(_options("blend")["--algorithm"].choices) == list(ALGORITHMS)
+    assert list(_options("prepare")["--shard-by"].choices) == list(config.SHARD_BY)
+    assert list(_options("prepare")["--on-error"].choices) == list(config.ON_ERROR)
+    assert list(_options("prepare")["--executor"].choices) == list(config.EXECUTORS)
+    # read from the library, not copied: a new algorithm or executor is a choice without a CLI edit
+    monkeypatch.setattr("tokenport.blend.indices.ALGORITHMS", (*ALGORITHMS, "new"))
+    monkeypatch.setattr(config, "EXECUTORS", (*config.EXECUTORS, "new"))
+    assert _parser().parse_args(["blend", "x", "--size", "1", "--algorithm", "new"]).algorithm == "new"
+    assert list(_options("prepare")["--executor"].choices) == [*config.EXECUTORS]
+
+
+def _help(verb: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "tokenport", verb, "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "10000"})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_help_shows_the_tokenizer_forms_and_the_library_defaults():
+    from tokenport.tokenizers import SPEC_FORMS
+
+    text = _help("prepare")
+    assert all(form in text for form in SPEC_FORMS) and "gigatoken:" in text
+    for option, field in [("--tokenizer", "tokenizer"), ("--shard-by", "shard_by"), ("--on-error", "on_error"),
+                          ("--text-key", "text_key"), ("--executor", "executor")]:
+        assert _options("prepare")[option].default is None  # the config decides, not a copy here
+        assert f"(default: {PrepareConfig.__dataclass_fields__[field].default!r})" in text
+    assert "(default: 'tijdeman')" in _help("blend")
+    assert inspect.signature(blend_report).parameters["algorithm"].default == "tijdeman"
+
+
+# -- the decisions the CLI used to make, now in the library --------------------------------------------
+
+
+def test_spec_from_arguments_tells_a_spec_file_from_a_megatron_list(stores):
+    (stores / "spec.yaml").write_text(f"blend: [3, {stores / 'a'}, 1, {stores / 'b'}]\n")
+    by_file = spec_from_arguments([str(stores / "spec.yaml")])
+    by_list = spec_from_arguments(["3", str(stores / "a"), "1", str(stores / "b")])
+    assert by_file.blend.prefixes == by_list.blend.prefixes == (str(stores / "a"), str(stores / "b"))
+    assert by_file.blend.normalized() == by_list.blend.normalized() == [0.75, 0.25]
+    with pytest.raises(ConfigError, match="missing.json"):
+        spec_from_arguments([str(stores / "missing.json")])
+
+
+def test_load_steps_reads_a_list_or_a_steps_key(tmp_path):
+    listed, keyed = tmp_path / "a.json", tmp_path / "b.yaml"
+    listed.write_text('[{"step": "gopher_quality"}]')
+    keyed.write_text("steps:\n  - step: gopher_quality\n")
+    assert load_steps(listed) == load_steps(keyed) == [{"step": "gopher_quality"}]
+    (tmp_path / "bad.json").write_text("[{")
+    with pytest.raises(ConfigError, match="bad.json"):
+        load_steps(tmp_path / "bad.json")
+
+
+def test_config_from_options_refuses_a_flag_that_means_nothing_alone(tmp_path, capsys):
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text('{"text": "alpha"}\n')
+    assert config_from_options([str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8, "shard_by": "tokens"}
+                               ).shard_tokens == 8
+    with pytest.raises(ConfigError, match="--shard-tokens sizes parts only with --shard-by tokens"):
+        config_from_options([str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8})
+    assert main(["prepare", str(corpus), "-o", str(tmp_path / "out"), "--address", "auto"]) == 2
+    assert "--address names a Ray cluster only with --executor ray" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import importlib
+import inspect
+import json
 import logging
 import sys
-from typing import Callable, Sequence
+from collections.abc import Sequence as SequenceABC
+from typing import Any, Callable, Sequence
 
 from ._version import __version__
-from ._files import parse_structured, read_text
-from .errors import CorruptStoreError, TokenportError
+from .errors import TokenportError
+
+
+def _emit(args: argparse.Namespace, reports: Sequence[Any], *, many: bool) -> None:
+    """Print reports as text (render()), or with --json their to_json() (a list when the verb takes many)."""
+    if args.json:
+        print(json.dumps([r.to_json() for r in reports] if many else reports[0].to_json(), indent=2))
+    else:
+        for report in reports:
+            print(report.render())
+
+
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options the user gave (argparse default None): the rest keep the library's defaults."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -20,36 +39,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from .errors import ConfigError
-    from .corpus import PrepareConfig, prepare
+    from .corpus import prepare
+    from .corpus.run.config import config_from_options, load_steps
 
-    if args.shard_tokens is not None and args.shard_by != "tokens":
-        raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
-                          "or drop --shard-tokens to get one part per input file")
-
-    options = {
-        "tokenizer": args.tokenizer,
-        "text_key": args.text_key,
-        "append_eod": not args.no_eod,
-        "shard_by": args.shard_by,
-        "shard_tokens": args.shard_tokens,
-        "on_error": args.on_error,
-        "workers": args.workers,
-        "max_chars_per_piece": args.max_chars_per_piece,
-    }
-    given = {name: value for name, value in options.items() if value is not None}
+    options = _given(args, "tokenizer", "text_key", "shard_by", "shard_tokens", "on_error", "workers",
+                     "max_chars_per_piece", "executor", "ray_address", "append_eod", "keep_rejected", "allow_empty")
     if args.steps:
-        steps = parse_structured(read_text(args.steps, "steps file"), args.steps)
-        given["steps"] = steps.get("steps", steps) if isinstance(steps, dict) else steps
-    if args.keep_rejected:
-        given["keep_rejected"] = True
-    if args.allow_empty:
-        given["allow_empty"] = True
-    if args.executor != "local":
-        given["executor"], given["ray_address"] = args.executor, args.address
-    config = PrepareConfig(inputs=tuple(args.inputs), output=args.output, **given)
-    result = prepare(config, progress=not args.quiet)
-    print(result.summary())
+        options["steps"] = load_steps(args.steps)
+    result = prepare(config_from_options(args.inputs, args.output, options), progress=not args.quiet)
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
     return 0
 
 
@@ -57,85 +55,66 @@ def _report(args: argparse.Namespace) -> int:
     from .corpus.run.report import load_report
 
     report = load_report(args.output)
-    print(report.render())
+    _emit(args, [report], many=False)
     if args.html:
         page = report.html()  # rendered first: a failure leaves no half-written file
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(page)
-        print(f"HTML report written to {args.html}")
+        print(f"HTML report written to {args.html}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
     from .indexed import resolve_stores
-    from .indexed.inspect import render, summarize
+    from .indexed.inspect import summarize
 
-    for prefix in resolve_stores(args.prefixes):
-        print(render(summarize(prefix, documents=args.documents)))
+    _emit(args, [summarize(prefix, **_given(args, "documents")) for prefix in resolve_stores(args.prefixes)],
+          many=True)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .indexed import resolve_stores, verify
+    from .indexed import resolve_stores
+    from .indexed.verify import VerifyFailure, check_store
 
-    status = 0
+    reports = []
     for prefix in resolve_stores(args.prefixes):
-        try:
-            report = verify(prefix, checksums=not args.no_checksums)
-        except CorruptStoreError as exc:
-            print(f"FAIL {prefix}: {exc}", file=sys.stderr)
-            status = 1
-            continue
-        print(
-            f"ok   {report.prefix}: {report.sequences:,} sequences, {report.documents:,} documents, "
-            f"{report.tokens:,} tokens ({report.dtype}); checksums {report.checksums}"
-        )
-    return status
+        report = check_store(prefix, checksums=not args.no_checksums)
+        reports.append(report)
+        if not args.json:  # each store's line as soon as it is checked
+            print(report.render(), file=sys.stderr if isinstance(report, VerifyFailure) else sys.stdout)
+    if args.json:
+        _emit(args, reports, many=True)
+    return 1 if any(isinstance(report, VerifyFailure) for report in reports) else 0
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from .indexed import IndexedDataset, merge
-
-    from .indexed import resolve_stores
+    from .indexed import merge, resolve_stores
+    from .indexed.merge import merge_report
 
     inputs = resolve_stores(args.inputs, what="merge input")
-    prefix = merge(args.output, inputs, overwrite=args.force)
-    with IndexedDataset(prefix) as ds:
-        print(f"merged {len(inputs)} stores into {prefix}: {len(ds):,} sequences, {ds.num_tokens:,} tokens")
+    _emit(args, [merge_report(merge(args.output, inputs, overwrite=args.force), len(inputs))], many=False)
     return 0
 
 
 def _build_cache(args: argparse.Namespace) -> int:
-    from .builder.plan import build_cache, load_cache_plan
+    from .builder.plan import CacheReport, build_cache, load_cache_plan
 
     plan = load_cache_plan(args.plan)
-
-    def report(entry) -> None:
-        action = "built" if entry.built else "found"
-        target = f" -> {entry.key[:16]}" if entry.key else ""
-        print(f"{action} {entry.dataset} [{entry.split}] {entry.samples:,} samples "
-              f"in {entry.seconds * 1000:,.1f} ms{target}")
-
-    entries = build_cache(plan, report=report)
-    built = sum(entry.built for entry in entries)
-    print(f"{len(entries)} index sets in {plan.cache_dir}: {built} built, {len(entries) - built} already there")
+    entries = build_cache(plan, report=None if args.json else lambda entry: print(entry.render()))
+    _emit(args, [CacheReport(plan.cache_dir, tuple(entries))], many=False)
     return 0
 
 
 def _blend(args: argparse.Namespace) -> int:
-    from .builder import load_blend_spec
     from .builder.report import blend_report, plot_blend
-    from .builder.specs import BlendSpec, blend_from_arguments
+    from .builder.specs import spec_from_arguments
 
-    if len(args.spec) == 1 and args.spec[0].endswith((".yaml", ".yml", ".json")):
-        spec = load_blend_spec(args.spec[0])
-    else:
-        spec = BlendSpec(blend=blend_from_arguments(args.spec))
-    for report in blend_report(spec, args.size, seq_length=args.seq_length, algorithm=args.algorithm):
-        print(report.render())
+    spec = spec_from_arguments(args.spec)
+    _emit(args, blend_report(spec, args.size, **_given(args, "seq_length", "algorithm")), many=True)
     if args.plot:
-        plot_blend(spec, args.size, args.plot, algorithm=args.algorithm)
-        print(f"plot written to {args.plot}")
+        plot_blend(spec, args.size, args.plot, **_given(args, "algorithm"))
+        print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -143,88 +122,168 @@ def _pack_report(args: argparse.Namespace) -> int:
     from ._jit import announce_compilation
     from .indexed import resolve_stores
     from .indexed.inspect import lengths_of
-    from .sampling.report import batching_report, render_batching_report
+    from .sampling.report import batching_report
 
     announce_compilation(["tokenport.packing.balance", "tokenport.packing.bins", "tokenport.sampling.length_grouping"])
-
-    report = batching_report(lengths_of(resolve_stores(args.prefixes)), args.batch_size, capacity=args.capacity,
-                             num_ranks=args.ranks, seed=args.seed)
-    print(render_batching_report(report))
+    lengths = lengths_of(resolve_stores(args.prefixes))
+    report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "num_ranks", "seed"))
+    _emit(args, [report], many=False)
     return 0
+
+
+class _Constant(SequenceABC):
+    """A library constant, imported when argparse first reads it (a value to check, a verb's --help),
+    so building the parser loads no room and `tokenport --help` stays fast."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def _values(self) -> Sequence[str]:
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._values()[index]
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+
+_ALGORITHMS = _Constant("tokenport.blend.indices", "ALGORITHMS")
+_SHARD_BY = _Constant("tokenport.corpus.run.config", "SHARD_BY")
+_ON_ERROR = _Constant("tokenport.corpus.run.config", "ON_ERROR")
+_EXECUTORS = _Constant("tokenport.corpus.run.config", "EXECUTORS")
+_TOKENIZER_FORMS = _Constant("tokenport.tokenizers", "SPEC_FORMS")
+_FORMS = "{tokenizer forms}"  # in help: filled with the tokenizer spec forms
+_DEFAULT = "{default}"  # in help: filled with the verb's library default of the flag
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Help text completed from the library when a verb's help is shown: the tokenizer spec forms,
+    and in place of {default} the default of the same-named parameter of the verb's library call."""
+
+    def __init__(self, prog: str, library: tuple[str, str] | None = None) -> None:
+        super().__init__(prog)
+        self.library = library
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        text = super()._expand_help(action)
+        if _FORMS in text:
+            text = text.replace(_FORMS, "; ".join(_TOKENIZER_FORMS))
+        if _DEFAULT in text and self.library is not None:
+            text = text.replace(_DEFAULT, repr(_library_default(*self.library, action.dest)))
+        return text
+
+
+def _library_default(module: str, name: str, parameter: str) -> Any:
+    """The default of ``parameter`` of the function or config dataclass ``module.name``."""
+    target = getattr(importlib.import_module(module), name)
+    if dataclasses.is_dataclass(target):
+        field = next(f for f in dataclasses.fields(target) if f.name == parameter)
+        return field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[misc]
+    return inspect.signature(target).parameters[parameter].default
 
 
 _STORES_HELP = ("stores: prefixes, URLs, their .bin/.idx/.json files (a glob's files name one store) "
                 "or prepare output directories (their parts, in order); each store once")
 
 
+def _chatter(parser: argparse.ArgumentParser, default: Any) -> None:
+    """-v/-q, before or after the verb: the verb's copies default to SUPPRESS so they do not undo the root's."""
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="store_true", default=default, help="log progress details")
+    loud.add_argument("-q", "--quiet", action="store_true", default=default,
+                      help="no progress bars (warnings still show)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.")
+    parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.",
+                                     formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    _chatter(parser, False)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def verb(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        sub = verbs.add_parser(name, help=help, description=help)
-        sub.set_defaults(run=run)
+    def verb(name: str, run: Callable[[argparse.Namespace], int], help: str, *, reports: bool = True,
+             library: tuple[str, str] | None = None) -> argparse.ArgumentParser:
+        """A verb's subparser; ``library`` (module, name) is the call whose defaults its flags leave to it."""
+        sub = verbs.add_parser(name, help=help, description=help,
+                               formatter_class=functools.partial(_Formatter, library=library))
+        sub.set_defaults(run=run, json=False)
+        _chatter(sub, argparse.SUPPRESS)
+        if reports:
+            sub.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
         return sub
 
-    demo = verb("demo", _demo, "prepare, verify and inspect the standard library's source and docstrings")
+    demo = verb("demo", _demo, "prepare, verify and inspect the standard library's source and docstrings",
+                reports=False)
     demo.add_argument("--workdir", default="tokenport-demo", help="where the corpus and stores go")
     demo.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     demo.add_argument("--limit", type=int, default=None, help="use only the first N source files")
 
-    prep = verb("prepare", _prepare, "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores")
+    prep = verb("prepare", _prepare, "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
+                library=("tokenport.corpus.run.config", "PrepareConfig"))
     prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
     prep.add_argument("-o", "--output", required=True, help="output directory")
-    prep.add_argument("--tokenizer", default="byte", help="byte | hf:PATH | tiktoken:PATH | sentencepiece:PATH")
-    prep.add_argument("--text-key", default="text", help="the JSON/parquet field holding the text")
+    prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
+    prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text (default: {default})")
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    prep.add_argument("--no-eod", action="store_true", help="do not append the end-of-document token")
-    prep.add_argument("--shard-by", choices=("file", "tokens"), default="file", help="one store per input file, or by size")
-    prep.add_argument("--shard-tokens", type=int, default=None, help="tokens per output store (--shard-by tokens)")
-    prep.add_argument("--max-chars-per-piece", type=int, default=None, help="split longer documents before tokenizing")
-    prep.add_argument("--on-error", choices=("stop", "skip"), default="stop", help="what malformed input does")
+    prep.add_argument("--no-eod", dest="append_eod", action="store_false", default=None,
+                      help="do not append the end-of-document token")
+    prep.add_argument("--shard-by", choices=_SHARD_BY, metavar="KIND", default=None,
+                      help="%(choices)s: one store per input file, or by size (default: {default})")
+    prep.add_argument("--shard-tokens", type=int, default=None,
+                      help="tokens per output store (--shard-by tokens; default: {default})")
+    prep.add_argument("--max-chars-per-piece", type=int, default=None,
+                      help="split longer documents before tokenizing (default: {default})")
+    prep.add_argument("--on-error", choices=_ON_ERROR, metavar="ACTION", default=None,
+                      help="%(choices)s: what malformed input does (default: {default})")
     prep.add_argument("--steps", default=None,
                       help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
-    prep.add_argument("--executor", choices=("local", "ray"), default="local",
-                      help="local worker processes, or one Ray task per unit (the output directory must be shared)")
-    prep.add_argument("--address", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
-    prep.add_argument("--keep-rejected", action="store_true",
+    prep.add_argument("--executor", choices=_EXECUTORS, metavar="EXECUTOR", default=None,
+                      help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
+                           "must be shared) (default: {default})")
+    prep.add_argument("--address", dest="ray_address", metavar="ADDRESS", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
+    prep.add_argument("--keep-rejected", action="store_true", default=None,
                       help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
-    prep.add_argument("--allow-empty", action="store_true",
+    prep.add_argument("--allow-empty", action="store_true", default=None,
                       help="succeed even when no document is left (by default that is an error)")
-    prep.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")
     rep.add_argument("output", help="the output directory of a finished prepare run")
     rep.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
 
-    insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores")
+    insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores",
+                library=("tokenport.indexed.inspect", "summarize"))
     insp.add_argument("prefixes", nargs="+", help=_STORES_HELP)
-    insp.add_argument("--documents", type=int, default=3, help="how many documents to show")
+    insp.add_argument("--documents", type=int, default=None, help="how many documents to show (default: {default})")
 
-    ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 on the first fault")
+    ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 if any store fails")
     ver.add_argument("prefixes", nargs="+", help=_STORES_HELP)
     ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
 
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
-    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed")
+    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, "
+                       "seq_length, seed")
 
-    blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation")
-    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.json), or Megatron's list: W1 STORE1 W2 STORE2 ..., "
-                       "or stores weighted by size (" + _STORES_HELP + ")")
+    blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation",
+                 library=("tokenport.builder.report", "blend_report"))
+    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.yml/.json), or Megatron's list: "
+                       "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")")
     blend.add_argument("--size", type=int, required=True, help="samples to blend")
-    blend.add_argument("--seq-length", type=int, default=4096, help="tokens per sample, for the epochs column")
-    blend.add_argument("--algorithm", choices=("tijdeman", "greedy", "megatron"), default="tijdeman")
+    blend.add_argument("--seq-length", type=int, default=None,
+                       help="tokens per sample, for the epochs column (default: {default})")
+    blend.add_argument("--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None,
+                       help="%(choices)s (default: {default})")
     blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
 
     pack = verb("pack-report", _pack_report,
-                "padding of random vs length-grouped batches, packing efficiency and rank balance of stores")
+                "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
+                library=("tokenport.sampling.report", "batching_report"))
     pack.add_argument("prefixes", nargs="+", help=_STORES_HELP + ", whose sequence lengths to batch")
-    pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size")
-    pack.add_argument("--capacity", type=int, default=4096, help="tokens per packed bin")
-    pack.add_argument("--ranks", type=int, default=8, help="data-parallel ranks to balance across")
-    pack.add_argument("--seed", type=int, default=0)
+    pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size (default: %(default)s)")
+    pack.add_argument("--capacity", type=int, default=None, help="tokens per packed bin (default: {default})")
+    pack.add_argument("--ranks", dest="num_ranks", metavar="RANKS", type=int, default=None,
+                      help="data-parallel ranks to balance across (default: {default})")
+    pack.add_argument("--seed", type=int, default=None, help="seed of the random order (default: {default})")
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")
@@ -234,7 +293,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.verbose and args.quiet:  # one before the verb, the other after it
+        parser.error("-v/--verbose and -q/--quiet contradict each other: give one")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return args.run(args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from ..blend import ALGORITHMS
@@ -132,6 +132,32 @@ class CacheEntry:
     key: str  # the entry's cache key; empty for a blend's split, which spans several entries
     built: bool
     seconds: float
+
+    def render(self) -> str:
+        """One line: built or found, which (store, split), how many samples, how long, and its key."""
+        action = "built" if self.built else "found"
+        target = f" -> {self.key[:16]}" if self.key else ""
+        return (f"{action} {self.dataset} [{self.split}] {self.samples:,} samples "
+                f"in {self.seconds * 1000:,.1f} ms{target}")
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """What `build_cache` did for a plan: every entry, built now or found in the cache."""
+
+    cache_dir: str
+    entries: tuple[CacheEntry, ...]
+
+    def render(self) -> str:
+        """The closing line: how many index sets, how many built now."""
+        built = sum(entry.built for entry in self.entries)
+        return (f"{len(self.entries)} index sets in {self.cache_dir}: {built} built, "
+                f"{len(self.entries) - built} already there")
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-able data."""
+        return {"cache_dir": self.cache_dir, "entries": [asdict(entry) for entry in self.entries],
+                "built": sum(entry.built for entry in self.entries)}
 
 
 def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None) -> list[CacheEntry]:

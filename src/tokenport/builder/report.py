@@ -7,8 +7,8 @@ over the run (matplotlib, the ``plot`` extra).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,6 +63,13 @@ class BlendReport:
         bound = f" (Tijdeman's bound {self.bound:.3f})" if self.algorithm == "tijdeman" else ""
         lines.append(f"largest prefix deviation: {self.max_deviation:.3f} samples{bound}")
         return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-able data: its fields, rows as objects, and the largest deviation."""
+        data = asdict(self)
+        data["rows"] = [asdict(row) for row in self.rows]
+        data["max_deviation"] = self.max_deviation
+        return data
 
 
 def blend_report(

@@ -186,6 +186,17 @@ def blend_from_arguments(items: Sequence[str]) -> Blend:
     return Blend(tuple(stores), weights)
 
 
+SPEC_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+"""A lone argument ending in one of these names a spec file, not a store."""
+
+
+def spec_from_arguments(items: Sequence[str]) -> BlendSpec:
+    """A blend spec from command-line arguments: one spec file (SPEC_FILE_SUFFIXES), or Megatron's list."""
+    if len(items) == 1 and str(items[0]).endswith(SPEC_FILE_SUFFIXES):
+        return load_blend_spec(items[0])
+    return BlendSpec(blend=blend_from_arguments(items))
+
+
 def _blend_from_items(items: Sequence[str], name: str) -> Blend:
     """`blend_from_list` naming the list `name` (and its items `name[i]`) in its errors."""
     prefixes, weights = _parse_items(items, name)

@@ -23,7 +23,7 @@ from .corpus import build_demo_corpus
 from ..dock import Balanced, Column, Dock, PromptGroups
 from ..samples.gpt import GPTSampleConfig
 from ..indexed import IndexedDataset, merge, verify
-from ..indexed.inspect import render, summarize
+from ..indexed.inspect import summarize
 from ..samples.packed import PackedDataset
 from ..corpus import PrepareConfig, prepare
 from ..corpus.run.report import load_report
@@ -89,7 +89,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
 
     echo("\n== 4. inspect: what a store holds")
     for name, prefixes in parts.items():
-        echo(render(summarize(prefixes[0], documents=2)))
+        echo(summarize(prefixes[0], documents=2).render())
         echo("")
 
     echo("== 5. merge and read: one store of both datasets, random and batched reads")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,39 @@ class StoreSummary:
     histogram_counts: tuple[int, ...]
     tokenizer: dict | None
     first_documents: tuple[str, ...]
+
+    def render(self, width: int = 40) -> str:
+        """A terminal report of a summary, with a bar histogram of sequence lengths."""
+        lines = [
+            f"store      {self.prefix}",
+            f"dtype      {self.dtype}",
+            f"documents  {self.documents:,}",
+            f"sequences  {self.sequences:,}",
+            f"tokens     {self.tokens:,}  ({self.bin_bytes / 2**20:,.1f} MiB in .bin)",
+        ]
+        if self.tokenizer:
+            t = self.tokenizer
+            lines.append(f"tokenizer  {t.get('kind')}:{t.get('name')}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}")
+        if self.length_percentiles:
+            cells = "  ".join(f"p{p}={v:,}" for p, v in self.length_percentiles.items())
+            lines.append(f"lengths    {cells}  mean={self.mean_length:,.1f}")
+            peak = max(self.histogram_counts) or 1
+            for low, high, count in zip(self.histogram_edges, self.histogram_edges[1:], self.histogram_counts):
+                if count:
+                    bar = "#" * max(1, round(width * count / peak))
+                    lines.append(f"  [{low:>9,}, {high:>9,})  {count:>10,}  {bar}")
+        for k, text in enumerate(self.first_documents):
+            flat = " ".join(text.split())
+            lines.append(f"document {k}: {flat}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON-able data (percentile keys as strings, as JSON objects need)."""
+        data = asdict(self)
+        data["length_percentiles"] = {str(p): v for p, v in self.length_percentiles.items()}
+        data["histogram_edges"], data["histogram_counts"] = list(self.histogram_edges), list(self.histogram_counts)
+        data["first_documents"] = list(self.first_documents)
+        return data
 
 
 def summarize(prefix: str | os.PathLike, *, documents: int = 3, preview_chars: int = 240) -> StoreSummary:
@@ -88,32 +122,6 @@ def _previews(ds: IndexedDataset, identity: dict | None, count: int, chars: int)
             text = "token ids: " + " ".join(str(t) for t in tokens[:48].tolist())
         previews.append(text[:chars])
     return previews
-
-
-def render(summary: StoreSummary, width: int = 40) -> str:
-    """A terminal report of a summary, with a bar histogram of sequence lengths."""
-    lines = [
-        f"store      {summary.prefix}",
-        f"dtype      {summary.dtype}",
-        f"documents  {summary.documents:,}",
-        f"sequences  {summary.sequences:,}",
-        f"tokens     {summary.tokens:,}  ({summary.bin_bytes / 2**20:,.1f} MiB in .bin)",
-    ]
-    if summary.tokenizer:
-        t = summary.tokenizer
-        lines.append(f"tokenizer  {t.get('kind')}:{t.get('name')}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}")
-    if summary.length_percentiles:
-        cells = "  ".join(f"p{p}={v:,}" for p, v in summary.length_percentiles.items())
-        lines.append(f"lengths    {cells}  mean={summary.mean_length:,.1f}")
-        peak = max(summary.histogram_counts) or 1
-        for low, high, count in zip(summary.histogram_edges, summary.histogram_edges[1:], summary.histogram_counts):
-            if count:
-                bar = "#" * max(1, round(width * count / peak))
-                lines.append(f"  [{low:>9,}, {high:>9,})  {count:>10,}  {bar}")
-    for k, text in enumerate(summary.first_documents):
-        flat = " ".join(text.split())
-        lines.append(f"document {k}: {flat}")
-    return "\n".join(lines)
 
 
 def lengths_of(prefixes: Sequence[str]) -> np.ndarray:

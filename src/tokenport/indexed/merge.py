@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -89,3 +90,27 @@ def _append(out: IndexedDatasetWriter, ds: IndexedDataset) -> None:
         tokens = ds._bin.read_array(start, (stop - start) // itemsize, ds.dtype)
         out.add_documents(tokens, lengths[first_seq:stop_seq], np.diff(window[: steps + 1]))
         first += steps
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What `tokenport merge` made: the output store, how many stores went in, and its totals."""
+
+    prefix: str
+    inputs: int
+    sequences: int
+    tokens: int
+
+    def render(self) -> str:
+        """One line: stores in, store out, its sequences and tokens."""
+        return f"merged {self.inputs} stores into {self.prefix}: {self.sequences:,} sequences, {self.tokens:,} tokens"
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-able data."""
+        return {"prefix": self.prefix, "inputs": self.inputs, "sequences": self.sequences, "tokens": self.tokens}
+
+
+def merge_report(prefix: str | os.PathLike, inputs: int) -> MergeReport:
+    """The report of the merged store at ``prefix``, made from ``inputs`` stores."""
+    with IndexedDataset(prefix) as store:
+        return MergeReport(store.prefix, inputs, len(store), int(store.num_tokens))

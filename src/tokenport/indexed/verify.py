@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..errors import CorruptStoreError
 from ..storage import ByteSource
@@ -23,6 +24,39 @@ class VerifyReport:
     tokens: int
     dtype: str
     checksums: str  # "verified (ALGORITHM)", or why they were not checked
+
+    def render(self) -> str:
+        """One line: the store's counts and what happened to its checksums."""
+        return (f"ok   {self.prefix}: {self.sequences:,} sequences, {self.documents:,} documents, "
+                f"{self.tokens:,} tokens ({self.dtype}); checksums {self.checksums}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-able data, with ``ok: true``."""
+        return {"ok": True, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class VerifyFailure:
+    """A store that failed `verify`: its prefix and the first fault found."""
+
+    prefix: str
+    error: str
+
+    def render(self) -> str:
+        """One line naming the store and its fault."""
+        return f"FAIL {self.prefix}: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The failure as JSON-able data, with ``ok: false``."""
+        return {"ok": False, **asdict(self)}
+
+
+def check_store(prefix: str | os.PathLike, *, checksums: bool = True) -> VerifyReport | VerifyFailure:
+    """`verify` that returns a corrupt store's fault as a VerifyFailure instead of raising it."""
+    try:
+        return verify(prefix, checksums=checksums)
+    except CorruptStoreError as exc:
+        return VerifyFailure(os.fspath(prefix), str(exc))
 
 
 def verify(prefix: str | os.PathLike, *, checksums: bool = True) -> VerifyReport:

@@ -34,7 +34,19 @@ from ..packing.bins import check_lengths
 from .._checks import check_int
 from .length_grouping import length_grouped_order
 
-__all__ = ["batching_report", "padding_ratio", "render_batching_report"]
+__all__ = ["BatchingReport", "batching_report", "padding_ratio", "render_batching_report"]
+
+
+class BatchingReport(dict[str, Any]):
+    """The figures of `batching_report` by name (a dict, as before), with render() and to_json()."""
+
+    def render(self) -> str:
+        """The aligned text table of `render_batching_report`."""
+        return render_batching_report(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as a plain JSON-able dict."""
+        return dict(self)
 
 
 def padding_ratio(lengths: Sequence[int] | np.ndarray, order: np.ndarray, batch_size: int) -> float:
@@ -56,7 +68,7 @@ def batching_report(
     capacity: int = 4096,
     num_ranks: int = 8,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> BatchingReport:
     """Padding of random vs length-grouped batches, BFD packing and KK balance on the same lengths (see module)."""
     values = check_lengths(lengths)
     batch_size = check_int("batch_size", batch_size)
@@ -67,7 +79,7 @@ def batching_report(
     if values.size == 0:
         raise ConfigError("lengths is empty: a report needs at least one sequence")
     random_order = np.random.default_rng(seed).permutation(values.size)
-    report: dict[str, Any] = {
+    report = BatchingReport({
         "num_sequences": int(values.size),
         "tokens": int(values.sum()),
         "mean_length": float(values.mean()),
@@ -81,7 +93,7 @@ def batching_report(
         "grouped_padding_ratio": padding_ratio(
             values, length_grouped_order(values, batch_size, seed=int(seed)), batch_size
         ),
-    }
+    })
     packing = packing_metrics(pack_best_fit_arrays(values, capacity, split=True), capacity)
     report.update({f"packing_{key}": value for key, value in packing.items() if key != "tokens"})
     report.update(_balance(values, random_order, num_ranks, batch_size))

@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..._files import parse_structured, read_text
 from ...errors import ConfigError
 from ...storage import is_remote
 from ..steps.registry import check_steps
@@ -138,6 +139,28 @@ FLAGS = {
     "executor": "--executor", "ray_address": "--address", "allow_empty": "--allow-empty",
 }
 """The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
+
+
+def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str, Any]) -> PrepareConfig:
+    """A PrepareConfig from the fields a user set (the rest keep their defaults), refusing a field
+    that means nothing without another: shard_tokens needs shard_by "tokens", ray_address executor "ray"."""
+    if "shard_tokens" in options and options.get("shard_by") != "tokens":
+        raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
+                          "or drop --shard-tokens to get one part per input file")
+    if options.get("ray_address") is not None and options.get("executor") != "ray":
+        raise ConfigError("--address names a Ray cluster only with --executor ray; add --executor ray, "
+                          "or drop --address to prepare with local worker processes")
+    return PrepareConfig(inputs=tuple(inputs), output=output, **options)
+
+
+def load_steps(path: str | os.PathLike) -> list[Any]:
+    """The cleaning steps of a steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}.
+
+    PrepareConfig checks the steps; this only reads the file and unwraps the ``steps`` key.
+    """
+    path = os.fspath(path)
+    data = parse_structured(read_text(path, "steps file"), path)
+    return data.get("steps", data) if isinstance(data, dict) else data
 
 
 def _named(name: str, value: Any) -> str:

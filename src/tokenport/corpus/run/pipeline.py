@@ -15,7 +15,7 @@ import datetime as _dt
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
@@ -84,6 +84,12 @@ class PrepareResult:
             lines.append(f"step {label}: {counts.get('documents_in', 0):,} documents in, "
                          f"{counts.get('documents_out', 0):,} out" + (f"; {changes}" if changes else ""))
         return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON-able data."""
+        data = asdict(self)
+        data["parts"] = list(self.parts)
+        return data
 
 
 def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:

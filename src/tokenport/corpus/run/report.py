@@ -58,6 +58,17 @@ class RunReport:
                          f"p95 {p[2]:,.0f}, p99 {p[3]:,.0f}, max {int(self.lengths.max()):,}")
         return "\n".join(lines)
 
+    def to_json(self) -> dict[str, Any]:
+        """The numbers as JSON-able data; kept lengths as their count, mean, percentiles and maximum."""
+        lengths: dict[str, Any] = {"documents": int(len(self.lengths))}
+        if len(self.lengths):
+            p = np.percentile(self.lengths, [5, 50, 95, 99])
+            lengths.update(mean=float(self.lengths.mean()), p5=float(p[0]), p50=float(p[1]), p95=float(p[2]),
+                           p99=float(p[3]), max=int(self.lengths.max()))
+        return {"output": self.output, "totals": dict(self.totals), "skipped": dict(self.skipped),
+                "steps": {label: dict(counts) for label, counts in self.steps.items()},
+                "costs": {label: dict(cost) for label, cost in self.costs.items()}, "lengths": lengths}
+
     def html(self) -> str:
         """One HTML page: the tables, removals per step and reason, and the length histogram."""
         removed = {
