@@ -32,7 +32,7 @@ from ..inputs.inflate import discard_chunk
 from .ray_executor import RayExecutor
 from ..inputs.sources import expand_inputs
 from .state import OutputDir, replace_atomically
-from ..steps.registry import dedup_positions, step_modules
+from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
@@ -172,6 +172,7 @@ def _run(
         on_error=config.on_error,
         steps=config.steps,
         keep_rejected=config.keep_rejected,
+        step_kinds=registered_steps(),
     )
     bar = _Bar(progress, "prepare", units, records)
 
@@ -236,7 +237,8 @@ def _dedup_pass(
         return
     job = UnitJob(work_dir=work, text_key=config.text_key, append_eod=config.append_eod,
                   max_chars_per_piece=config.max_chars_per_piece, batch_size=config.batch_size,
-                  on_error=config.on_error, steps=config.steps, sign_position=position)
+                  on_error=config.on_error, steps=config.steps, sign_position=position,
+                  step_kinds=registered_steps())
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
