@@ -57,7 +57,7 @@ def test_boilerplate_lines_go_and_heavy_losses_drop_the_page():
     ],
 )
 def test_default_url_rules(url, reason):
-    assert URLFilter().reject(url) == reason
+    assert URLFilter().blocked(url) == reason
 
 
 def test_user_lists_from_files_and_documents_without_urls(tmp_path):
@@ -68,6 +68,6 @@ def test_user_lists_from_files_and_documents_without_urls(tmp_path):
             Document("c", "3", {"url": "https://ok.example/story"}), Document("d", "4", {})]
     assert [d.id for d in step(docs)] == ["3", "4"]
     assert step.counts() == {"removed:blocked_domain": 1, "removed:blocked_substring": 1, "kept_without_url": 1}
-    assert URLFilter(blocked_domains=["x.example"]).reject("https://casino.example/") is None  # defaults replaced
+    assert URLFilter(blocked_domains=["x.example"]).blocked("https://casino.example/") is None  # defaults replaced
     with pytest.raises(tp.ConfigError, match="cannot read the blocked_domains list"):
         URLFilter(blocked_domains_file=str(tmp_path / "missing.txt"))

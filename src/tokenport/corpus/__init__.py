@@ -7,7 +7,9 @@ worker processes, assembled into Megatron-compatible ``part-NNNNN.{bin,idx}`` st
 
 from .run.config import PrepareConfig
 from .inputs.documents import Document, DocumentStep
+from .steps.base import Step
 from .steps.pii import PII_KINDS, PIIScrubber
+from .steps.registry import register_step
 from .run.pipeline import PrepareResult, prepare
 from .inputs.readers import read_slice
 from .run.stats import SKIP_KINDS
@@ -21,9 +23,11 @@ __all__ = [
     "PrepareConfig",
     "PrepareResult",
     "SKIP_KINDS",
+    "Step",
     "TokenBatch",
     "Tokenize",
     "prepare",
     "read_slice",
+    "register_step",
     "split_text",
 ]

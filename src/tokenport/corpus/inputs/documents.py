@@ -23,4 +23,5 @@ class Document:
 
 
 DocumentStep = Callable[[Iterable[Document]], Iterator[Document]]
-"""A pipeline step: documents in, documents out (fewer, changed, or the same)."""
+"""A pipeline step: documents in, documents out (fewer, changed, or the same); every cleaning step is
+one (``tokenport.corpus.steps.base.Step``)."""

@@ -51,7 +51,8 @@ class PrepareConfig:
     batch_size: documents per tokenizer call.
     steps: cleaning steps run in order between reading and tokenizing, each a mapping
       ``{"step": KIND, **options}`` (see ``tokenport.corpus.steps.registry.STEP_KINDS``), e.g.
-      ``[{"step": "pii", "kinds": ["email", "phone"]}]``.
+      ``[{"step": "pii", "kinds": ["email", "phone"]}]``; a kind of your own is a subclass of
+      ``tokenport.corpus.Step`` added by ``tokenport.corpus.register_step``.
     keep_rejected: write every document a step dropped, with the step and the reason, to
       ``OUTPUT/rejected/*.jsonl`` for audit.
     executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray

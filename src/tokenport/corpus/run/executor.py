@@ -1,4 +1,5 @@
-"""Running work units on local processes: this one and `workers - 1` worker subprocesses.
+"""Running work units: the ``Executor`` protocol, and its local kind on this process and `workers - 1`
+worker subprocesses (``ray_executor.RayExecutor`` is the other kind, for a cluster).
 
 This process works too (on a thread, with the tokenizer it already has), so work starts at
 once and `workers` processes are busy. Each worker is a fresh ``python -c`` subprocess: no
@@ -21,11 +22,14 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import IO, Callable, Sequence
+from typing import IO, Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 from ... import errors
 from ...errors import TokenportError
 from ...tokenizers import Tokenizer, load_tokenizer
+from ..steps.dedup import band_edges
 from .units import Unit
 from .worker import Cancelled, UnitJob, UnitRecord, run_unit
 
@@ -36,6 +40,32 @@ _BOOTSTRAP = (
 
 OnDone = Callable[[Unit, UnitRecord], None]
 OnProgress = Callable[[Unit, int], None]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Where ``prepare`` runs its work: units (and a MinHash step's bands); entered before planning
+    (workers start meanwhile), closed once the units are done."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None
+            ) -> None:
+        """Run every unit, calling ``on_done(unit, record)`` in this process as each one finishes (and
+        ``on_progress(unit, more)`` as more of its size is done, if the executor can tell); the first
+        failure stops the rest and is raised as the TokenportError it was."""
+        ...
+
+    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A MinHash dedup step's pairs of documents sharing a key, per band (``dedup.band_edges``)."""
+        ...
+
+    def close(self) -> None:
+        """Release the workers; idempotent."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -167,6 +197,11 @@ class LocalExecutor:
         for worker in self._pool:
             worker.stop()
         self._pool = []
+
+    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A dedup step's band pairs, computed here band by band (the key files are local)."""
+        return [band_edges(key_files, band, index_file) for band in bands]
 
     def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
         """Run every unit, calling `on_done(unit, record)` in this process as each one finishes, and

@@ -27,12 +27,12 @@ from ...tokenizers import Tokenizer, load_tokenizer
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
 from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
-from .executor import LocalExecutor
+from .executor import Executor, LocalExecutor
 from ..inputs.inflate import discard_chunk
 from .ray_executor import RayExecutor
 from ..inputs.sources import expand_inputs
 from .state import OutputDir, replace_atomically
-from ..steps.registry import dedup_positions, step_modules
+from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
@@ -110,10 +110,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         logger.info("%s is already prepared with these settings", out.path)
         return _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed=-1)
     with contextlib.ExitStack() as stack:
-        if config.executor == "ray":
-            executor = stack.enter_context(RayExecutor(tokenizer, config.ray_address))
-        else:
-            executor = stack.enter_context(LocalExecutor(tokenizer, config.workers))  # workers start while we plan
+        executor: Executor = stack.enter_context(_executor(config, tokenizer))  # workers start while we plan
         files = expand_inputs(config.inputs, exclude=out.path)
         stack.enter_context(out.claim(settings, run_fingerprint))
         units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
@@ -156,8 +153,15 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     return result
 
 
+def _executor(config: PrepareConfig, tokenizer: Tokenizer) -> Executor:
+    """The executor ``config.executor`` names: local processes, or a Ray cluster."""
+    if config.executor == "ray":
+        return RayExecutor(tokenizer, config.ray_address)
+    return LocalExecutor(tokenizer, config.workers)
+
+
 def _run(
-    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], progress: bool
+    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], progress: bool
 ) -> tuple[list[UnitRecord], int]:
     """Records of every unit, in unit order (finished earlier, or run now on the workers), and
     how many were finished earlier."""
@@ -178,6 +182,7 @@ def _run(
         on_error=config.on_error,
         steps=config.steps,
         keep_rejected=config.keep_rejected,
+        step_kinds=registered_steps(),
     )
     bar = _Bar(progress, "prepare", units, records)
 
@@ -233,7 +238,7 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
 
 
 def _dedup_pass(
-    config: PrepareConfig, executor: LocalExecutor | RayExecutor, work: str, units: list[Unit], position: int,
+    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], position: int,
     progress: bool
 ) -> None:
     """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
@@ -242,7 +247,8 @@ def _dedup_pass(
         return
     job = UnitJob(work_dir=work, text_key=config.text_key, append_eod=config.append_eod,
                   max_chars_per_piece=config.max_chars_per_piece, batch_size=config.batch_size,
-                  on_error=config.on_error, steps=config.steps, sign_position=position)
+                  on_error=config.on_error, steps=config.steps, sign_position=position,
+                  step_kinds=registered_steps())
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
@@ -252,9 +258,7 @@ def _dedup_pass(
     index = load_index(spec["index"], identity) if spec.get("index") else None
     key_files = [keys_path(work, position, unit.name) for unit in units]
     index_file = spec["index"] + ".npy" if spec.get("index") else None
-    map_bands = getattr(executor, "map_bands", None)
-    drops = decide(spec["step"], key_files, index_file,
-                   None if map_bands is None else lambda bands: map_bands(key_files, bands, index_file))
+    drops = decide(spec["step"], key_files, index_file, lambda bands: executor.map_bands(key_files, bands, index_file))
     if spec.get("save_index"):  # this run's kept documents (after the index's) for later runs to dedup against
         kept = [np.load(path)[~drop] for path, drop in zip(key_files, drops)]
         save_index(spec["save_index"], identity, np.concatenate([*([] if index is None else [index]), *kept]))

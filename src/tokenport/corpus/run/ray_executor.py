@@ -14,6 +14,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ...errors import ConfigError
 from ...tokenizers import Tokenizer, load_tokenizer
 from ..steps.dedup import band_edges
@@ -34,7 +36,7 @@ def _run_task(job: UnitJob, unit: Unit, spec: str) -> UnitRecord | _Failure:
 
 
 class RayExecutor:
-    """Runs units on a Ray cluster; same interface as ``LocalExecutor``."""
+    """Runs units on a Ray cluster: an ``Executor``, as ``LocalExecutor`` is."""
 
     def __init__(self, tokenizer: Tokenizer, address: str | None = None) -> None:
         try:
@@ -58,7 +60,7 @@ class RayExecutor:
         """Nothing to stop: tasks end with their units (the Ray connection stays the caller's)."""
 
     def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
-                  ) -> list[tuple[Any, Any]]:
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
         """A dedup step's band pairs, one task per band: the signatures are grouped by band on the
         cluster (the key files are on the shared filesystem) and only the pairs come back."""
         task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)

@@ -22,8 +22,8 @@ from ..inputs.readers import read_slice
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
 from ..steps.dedup import keys_path, make_signer, save_atomically
-from ..steps.rejects import Rejecting, RejectedWriter
-from ..steps.registry import build_steps, run_steps
+from ..steps.rejects import RejectedWriter
+from ..steps.registry import build_steps, register_step, run_steps
 from .tokenize import Tokenize
 from .units import Unit
 
@@ -45,6 +45,7 @@ class UnitJob:
     steps: tuple = ()  # cleaning step specs, built afresh for every unit
     sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
     keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
+    step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
     """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
     raises Cancelled (leaving no store) once `cancelled()` is true, and passes `progress` how
     much more of the unit's `size` is done (a few times a second at most)."""
+    for kind, step_class in job.step_kinds:
+        register_step(kind, step_class)
     if job.sign_position is not None:
         return sign_unit(job, unit, cancelled, progress)
     stats = UnitStats()
@@ -82,8 +85,7 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
             if sink_file is not None:
                 sinks = RejectedWriter(sink_file)
                 for label, step in steps:
-                    if isinstance(step, Rejecting):
-                        step.sink = sinks.sink_for(label)
+                    step.sink = sinks.sink_for(label)
             meter = _Meter(stats, progress)
             for piece in unit.slices:
                 before = stats.documents

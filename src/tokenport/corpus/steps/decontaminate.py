@@ -12,13 +12,11 @@ import functools
 import hashlib
 import json
 import os
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from ...errors import ConfigError, InputDataError
-from ..inputs.documents import Document
 from .quality import words_of
-from .rejects import Rejecting
+from .base import Step
 
 __all__ = ["Decontaminate"]
 
@@ -61,7 +59,7 @@ def _evaluation_ngrams(files: tuple[tuple[str, float], ...], n: int, text_key: s
     return frozenset(grams)
 
 
-class Decontaminate(Rejecting):
+class Decontaminate(Step):
     """``{"step": "decontaminate", "eval_files": [...], "n": 13, "text_key": "text"}``: drop
     documents sharing a word n-gram with any evaluation document."""
 
@@ -73,16 +71,12 @@ class Decontaminate(Rejecting):
         for path in eval_files:
             if not os.path.isfile(path):
                 raise ConfigError(f"{path}: evaluation set file not found")
+        super().__init__()
         stamped = tuple((os.path.abspath(path), os.path.getmtime(path)) for path in eval_files)
         self.n = n
         self.grams = _evaluation_ngrams(stamped, n, text_key)
         if not self.grams:
             raise ConfigError(f"eval_files hold no {n}-word passage: nothing to decontaminate against")
-        self.removed: Counter = Counter()
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            if _ngrams(document.text, self.n).isdisjoint(self.grams):
-                yield document
-            else:
-                self.drop(document, "contaminated")
+    def reject(self, text: str) -> str | None:
+        return None if _ngrams(text, self.n).isdisjoint(self.grams) else "contaminated"

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
 from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
-from .rejects import Rejecting
+from .base import Step
 from ..run.state import replace_atomically, temporary_path
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
@@ -162,25 +161,24 @@ def decide(kind: str, key_files: list[str], index_file: str | None = None,
     return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(counts))]
 
 
-class DropDuplicates(Rejecting):
+class DropDuplicates(Step):
     """Pass 3 of a dedup step: drop the documents marked for this unit, by ordinal (counted across
     the unit's slices, which call the step one after another)."""
 
     def __init__(self, marked: np.ndarray) -> None:
+        super().__init__()
         self.marked = marked
         self.seen = 0
-        self.removed: Counter = Counter()
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            ordinal = self.seen
-            self.seen += 1
-            if ordinal >= len(self.marked):
-                raise ConfigError(
-                    "a dedup step saw more documents than when its keys were made: the steps before it "
-                    "or the input changed; delete OUTPUT/.work/dedup-* and rerun"
-                )
-            if self.marked[ordinal]:
-                self.drop(document, "duplicate")
-            else:
-                yield document
+    def process(self, document: Document) -> Document | None:
+        ordinal = self.seen
+        self.seen += 1
+        if ordinal >= len(self.marked):
+            raise ConfigError(
+                "a dedup step saw more documents than when its keys were made: the steps before it "
+                "or the input changed; delete OUTPUT/.work/dedup-* and rerun"
+            )
+        if self.marked[ordinal]:
+            self.drop(document, "duplicate")
+            return None
+        return document

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from .rejects import Rejecting, prefixed
+from .base import Step, prefixed
 
 __all__ = ["LanguageFilter", "detect_language"]
 
@@ -62,10 +62,11 @@ def _check_codes(languages: Sequence[str]) -> None:
                               f"{', '.join(sorted(known))}")
 
 
-class LanguageFilter(Rejecting):
+class LanguageFilter(Step):
     """``{"step": "language", "languages": ["en", "zh"], "min_score": 0.65}``."""
 
     def __init__(self, languages: Sequence[str] = (), min_score: float = 0.65) -> None:
+        super().__init__()
         _cld2()
         if isinstance(languages, str) or not all(isinstance(code, str) and code for code in languages):
             raise ConfigError("languages: pass a list of language codes such as ['en', 'zh']")
@@ -74,22 +75,21 @@ class LanguageFilter(Rejecting):
             raise ConfigError(f"min_score={min_score!r}: pass a share of the text in [0, 1]")
         self.languages = frozenset(code.lower() for code in languages)
         self.min_score = float(min_score)
-        self.removed: Counter = Counter()
         self.kept: Counter = Counter()
 
     def _wanted(self, code: str) -> bool:
         return not self.languages or code.lower() in self.languages or code.split("-")[0].lower() in self.languages
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            code, score = detect_language(document.text)
-            if not self._wanted(code):
-                self.drop(document, "other_language")
-            elif score < self.min_score:
-                self.drop(document, "low_language_score")
-            else:
-                self.kept[code] += 1
-                yield replace(document, metadata={**document.metadata, "language": code, "language_score": score})
+    def process(self, document: Document) -> Document | None:
+        code, score = detect_language(document.text)
+        if not self._wanted(code):
+            self.drop(document, "other_language")
+            return None
+        if score < self.min_score:
+            self.drop(document, "low_language_score")
+            return None
+        self.kept[code] += 1
+        return replace(document, metadata={**document.metadata, "language": code, "language_score": score})
 
     def counts(self) -> dict[str, int]:
         return {**super().counts(), **prefixed("kept", self.kept)}

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from .rejects import Rejecting, prefixed
+from .base import Step, prefixed
 
 __all__ = ["LicenseFilter", "detect_licenses"]
 
@@ -56,18 +56,18 @@ def detect_licenses(text: str, scan_chars: int = 3000) -> list[str]:
     return []
 
 
-class LicenseFilter(Rejecting):
+class LicenseFilter(Step):
     """``{"step": "license_filter", "allowed": [...], "license_key": "license", "keep_unknown": true}``."""
 
     def __init__(self, allowed: Sequence[str] = PERMISSIVE, license_key: str = "license",
                  keep_unknown: bool = True, scan_chars: int = 3000) -> None:
+        super().__init__()
         if isinstance(allowed, str) or not allowed or not all(isinstance(a, str) for a in allowed):
             raise ConfigError("allowed: pass a non-empty list of license ids such as ['mit', 'apache-2.0']")
         if isinstance(scan_chars, bool) or not isinstance(scan_chars, int) or scan_chars < 1:
             raise ConfigError(f"scan_chars={scan_chars!r}: pass an integer >= 1")
         self.allowed = frozenset(a.lower() for a in allowed)
         self.license_key, self.keep_unknown, self.scan_chars = license_key, bool(keep_unknown), scan_chars
-        self.removed: Counter = Counter()
         self.kept: Counter = Counter()
 
     def licenses_of(self, document: Document) -> list[str]:
@@ -78,22 +78,20 @@ class LicenseFilter(Rejecting):
             return [str(g).lower() for g in given]
         return detect_licenses(document.text, self.scan_chars)
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            licenses = self.licenses_of(document)
-            if not licenses:
-                if not self.keep_unknown:
-                    self.drop(document, "unknown_license")
-                    continue
-                self.kept["unknown"] += 1
-                yield document
-                continue
-            allowed = [name for name in licenses if name in self.allowed]
-            if not allowed:
-                self.drop(document, "disallowed_license")
-                continue
-            self.kept[allowed[0]] += 1
-            yield replace(document, metadata={**document.metadata, "license": allowed[0]})
+    def process(self, document: Document) -> Document | None:
+        licenses = self.licenses_of(document)
+        if not licenses:
+            if not self.keep_unknown:
+                self.drop(document, "unknown_license")
+                return None
+            self.kept["unknown"] += 1
+            return document
+        allowed = [name for name in licenses if name in self.allowed]
+        if not allowed:
+            self.drop(document, "disallowed_license")
+            return None
+        self.kept[allowed[0]] += 1
+        return replace(document, metadata={**document.metadata, "license": allowed[0]})
 
     def counts(self) -> dict[str, int]:
         return {**super().counts(), **prefixed("kept", self.kept)}

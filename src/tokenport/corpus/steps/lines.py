@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from .rejects import Rejecting, prefixed
+from .base import Step, prefixed
 
 __all__ = ["LineCorrections"]
 
@@ -37,11 +37,12 @@ _WORD = re.compile(r"\S+")
 _SHORT_LINE = 80  # longer lines are never counters or navigation
 
 
-class LineCorrections(Rejecting):
+class LineCorrections(Step):
     """``{"step": "line_corrections", "max_removed_fraction": 0.05, "max_navigation_words": 4, "patterns": [...]}``."""
 
     def __init__(self, max_removed_fraction: float | None = 0.05, max_navigation_words: int = 4,
                  patterns: Sequence[str] = ()) -> None:
+        super().__init__()
         if max_removed_fraction is not None and (isinstance(max_removed_fraction, bool)
                                                  or not 0 <= max_removed_fraction <= 1):
             raise ConfigError(f"max_removed_fraction={max_removed_fraction!r}: pass a fraction in [0, 1] or None")
@@ -57,7 +58,6 @@ class LineCorrections(Rejecting):
         self.max_removed = max_removed_fraction
         self.max_navigation = max_navigation_words
         self.lines_removed: Counter = Counter()
-        self.removed: Counter = Counter()
 
     def kind(self, line: str) -> str | None:
         """Why ``line`` is boilerplate, or None to keep it."""
@@ -79,26 +79,24 @@ class LineCorrections(Rejecting):
             return "pattern"
         return None
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            kept, removed_words, total_words, found = [], 0, 0, Counter()
-            for line in document.text.split("\n"):
-                words = len(_WORD.findall(line))
-                total_words += words
-                kind = self.kind(line)
-                if kind is None:
-                    kept.append(line)
-                else:
-                    found[kind] += 1
-                    removed_words += words
-            if not found:
-                yield document
-                continue
-            if self.max_removed is not None and total_words and removed_words / total_words > self.max_removed:
-                self.drop(document, "too_many_lines_removed")
-                continue
-            self.lines_removed.update(found)
-            yield replace(document, text="\n".join(kept))
+    def process(self, document: Document) -> Document | None:
+        kept, removed_words, total_words, found = [], 0, 0, Counter()
+        for line in document.text.split("\n"):
+            words = len(_WORD.findall(line))
+            total_words += words
+            kind = self.kind(line)
+            if kind is None:
+                kept.append(line)
+            else:
+                found[kind] += 1
+                removed_words += words
+        if not found:
+            return document
+        if self.max_removed is not None and total_words and removed_words / total_words > self.max_removed:
+            self.drop(document, "too_many_lines_removed")
+            return None
+        self.lines_removed.update(found)
+        return replace(document, text="\n".join(kept))
 
     def counts(self) -> dict[str, int]:
         return {**super().counts(), **prefixed("lines_removed", self.lines_removed)}

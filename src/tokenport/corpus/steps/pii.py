@@ -16,13 +16,14 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
+from .base import Step
 
-__all__ = ["PII_KINDS", "PIIScrubber", "luhn_valid"]
+__all__ = ["PII_KINDS", "PIIScrubber", "ScrubPII", "luhn_valid"]
 
 PII_KINDS = ("email", "iban", "cn_id", "credit_card", "ipv6", "ipv4", "phone")
 """Every kind, in scanning order."""
@@ -261,3 +262,20 @@ class PIIScrubber:
             for kind, hits in found.items():
                 self.counts[kind] += hits
             yield replace(document, text=text, metadata={**document.metadata, "pii": found})
+
+
+class ScrubPII(Step):
+    """``{"step": "pii", "kinds": [...], "replacements": {...}}``: replace personal data (a
+    ``PIIScrubber``), counting ``replaced:<kind>`` and noting each document's finds in ``metadata["pii"]``."""
+
+    def __init__(self, kinds: Sequence[str] | None = None, replacements: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.scrubber = PIIScrubber(**({} if kinds is None else {"kinds": tuple(kinds)}),
+                                    replacements=dict(replacements or {}))
+
+    def process(self, document: Document) -> Document | None:
+        text, found = self.scrubber.scrub(document.text)
+        if not found:
+            return document
+        self.replaced.update(found)
+        return replace(document, text=text, metadata={**document.metadata, "pii": found})

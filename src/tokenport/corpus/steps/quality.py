@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numba
@@ -32,7 +32,7 @@ import numpy as np
 from ...errors import ConfigError
 from . import datatrove_compat as dt
 from ..inputs.documents import Document
-from .rejects import Rejecting, prefixed
+from .base import Step, prefixed
 from .spacy_words import english_words
 
 __all__ = ["COMPAT_MODES", "C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words",
@@ -59,24 +59,6 @@ def words_of(text: str) -> list[str]:
     return _WORDS.findall(text)
 
 
-class _Filter(Rejecting):
-    """A dropping step: ``reject(text)`` names the first failed rule, or None to keep the document."""
-
-    def __init__(self) -> None:
-        self.removed: Counter = Counter()
-
-    def reject(self, text: str) -> str | None:
-        raise NotImplementedError
-
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            reason = self.reject(document.text)
-            if reason is None:
-                yield document
-            else:
-                self.drop(document, reason)
-
-
 def _compat(value: str) -> bool:
     """True for datatrove's decisions; ``value`` must be one of ``COMPAT_MODES``."""
     if value not in COMPAT_MODES:
@@ -92,7 +74,7 @@ def _ratio(name: str, value: float | None) -> float | None:
     return value
 
 
-class GopherQuality(_Filter):
+class GopherQuality(Step):
     """Gopher's quality rules: word count, mean word length, '#' and ellipsis per word, bullet and
     ellipsis lines, share of words with a letter, and at least ``min_stop_words`` of the stop words
     (distinct ones: "at least two of the following English words"; case-insensitive)."""
@@ -201,7 +183,7 @@ class GopherQuality(_Filter):
         return None
 
 
-class GopherRepetition(_Filter):
+class GopherRepetition(Step):
     """Gopher's repetition rules: duplicate lines (blank ones aside) and paragraphs (by count, and by
     characters over the text's), then over the words' characters: the most frequent 2-4-gram's share (when it
     repeats) and the share of words covered by any 5-10-gram occurring more than once (counting
@@ -407,7 +389,7 @@ _C4_TERMINAL = (".", "?", "!", '"', "'")
 _C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
 
-class C4Quality(_Filter):
+class C4Quality(Step):
     """C4's rules: keep only lines that end in terminal punctuation (not an ellipsis), have at least
     3 words, no word over 1000 characters, and do not mention javascript or cookie/terms-of-use
     policies (Wikipedia citation marks are removed first); drop the page if any line says
@@ -476,15 +458,12 @@ class C4Quality(_Filter):
             return None, "few_sentences"
         return "\n".join(kept), None
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            text, reason = self.clean(document.text)
-            if reason is not None:
-                self.drop(document, reason)
-            elif text == document.text:
-                yield document
-            else:
-                yield replace(document, text=text)
+    def process(self, document: Document) -> Document | None:
+        text, reason = self.clean(document.text)
+        if reason is not None:
+            self.drop(document, reason)
+            return None
+        return document if text == document.text else replace(document, text=text)
 
     def counts(self) -> dict[str, int]:
         return {**super().counts(), **prefixed("lines_removed", self.lines_removed)}
@@ -493,7 +472,7 @@ class C4Quality(_Filter):
 _FINEWEB_STOPS = (".", "'", '"', "!", "?")
 
 
-class FineWebQuality(_Filter):
+class FineWebQuality(Step):
     """FineWeb's rules over the non-blank lines (blank ones are layout, as FineWeb's reference
     drops them first; a page without any is dropped as ``empty``): enough lines ending in
     punctuation (share > 0.12), not too many short lines (share of lines of at most 30 characters

@@ -4,6 +4,9 @@ A spec is a mapping ``{"step": KIND, **options}`` (JSON/YAML-able); ``PrepareCon
 them in order. Each worker builds its own steps from the specs for every unit, so a step may
 keep state (counters) without sharing it. Every step reports counters — documents in and out,
 removals per reason, changes per kind — which add up per unit and then per run in the manifest.
+
+A new step is a ``base.Step`` subclass in its own module and one entry in ``STEP_KINDS`` (or, for
+a step that lives outside tokenport, one ``register_step`` call before ``prepare``).
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import difflib
 import inspect
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,44 +24,21 @@ from ...errors import ConfigError
 from .decontaminate import Decontaminate
 from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from ..inputs.documents import Document
+from .base import Step
 from .language import LanguageFilter
 from .licenses import LicenseFilter
 from .lines import LineCorrections
 from .minhash import MinHasher
-from .pii import PIIScrubber
+from .pii import ScrubPII
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from .urls import URLFilter
 
-__all__ = ["STEP_KINDS", "Step", "build_steps", "check_steps", "dedup_positions", "run_steps", "step_modules",
-           "step_options"]
+__all__ = ["STEP_KINDS", "build_steps", "check_steps", "dedup_positions", "register_step", "registered_steps",
+           "run_steps", "step_modules", "step_options"]
 
 
-class Step(Protocol):
-    """A pipeline step with counters: documents in, documents out, and ``counts()``."""
-
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]: ...
-
-    def counts(self) -> dict[str, int]: ...
-
-
-class _ScrubPII:
-    """``{"step": "pii", "kinds": [...], "replacements": {...}}``: replace personal data."""
-
-    def __init__(self, kinds: Sequence[str] | None = None, replacements: Mapping[str, str] | None = None) -> None:
-        options: dict[str, Any] = {"replacements": dict(replacements or {})}
-        if kinds is not None:
-            options["kinds"] = tuple(kinds)
-        self.scrubber = PIIScrubber(**options)
-
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        return self.scrubber(documents)
-
-    def counts(self) -> dict[str, int]:
-        return {f"replaced:{kind}": n for kind, n in self.scrubber.counts.items() if n}
-
-
-STEP_KINDS: dict[str, Callable[..., Step]] = {
-    "pii": _ScrubPII,
+STEP_KINDS: dict[str, type[Step]] = {
+    "pii": ScrubPII,
     "gopher_quality": GopherQuality,
     "gopher_repetition": GopherRepetition,
     "c4": C4Quality,
@@ -70,6 +50,29 @@ STEP_KINDS: dict[str, Callable[..., Step]] = {
     "license_filter": LicenseFilter,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
+
+_BUILT_IN = frozenset(STEP_KINDS)
+
+
+def register_step(kind: str, step: type[Step]) -> None:
+    """Make ``{"step": kind, ...}`` specs build ``step(**options)``; ``prepare`` hands the registration to
+    its workers (the class must be importable by its module name there). ConfigError for a name
+    already taken by another class, or a class that is not a ``Step``."""
+    if not isinstance(step, type) or not issubclass(step, Step):
+        raise ConfigError(f"register_step({kind!r}): {step!r} is not a subclass of tokenport's step base "
+                          "(tokenport.corpus.steps.base.Step)")
+    if not isinstance(kind, str) or not kind:
+        raise ConfigError(f"register_step: the step name must be a non-empty string, got {kind!r}")
+    taken = STEP_KINDS.get(kind) or (make_signer if kind in DEDUP_KINDS else None)
+    if taken is not None and taken is not step:
+        raise ConfigError(f"register_step({kind!r}): that name is taken by {taken.__module__}.{taken.__qualname__}; "
+                          "pick another name")
+    STEP_KINDS[kind] = step
+
+
+def registered_steps() -> tuple[tuple[str, type[Step]], ...]:
+    """The kinds ``register_step`` added to the built-in ones, for workers to register too."""
+    return tuple((kind, step) for kind, step in STEP_KINDS.items() if kind not in _BUILT_IN)
 
 
 def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> Step:

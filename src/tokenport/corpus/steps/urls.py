@@ -10,13 +10,12 @@ lower-cased) is a banned word. Lists come from files the user provides (one entr
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from .rejects import Rejecting
+from .base import Step
 
 __all__ = ["URLFilter"]
 
@@ -39,7 +38,7 @@ def _entries(inline: Sequence[str] | None, path: str | None, what: str) -> list[
     return [x.strip().lower() for x in (inline or [])] + (_read_list(path, what) if path else [])
 
 
-class URLFilter(Rejecting):
+class URLFilter(Step):
     """``{"step": "url_filter", "blocked_domains": [...], "blocked_domains_file": ..., "blocked_substrings": [...],
     "blocked_substrings_file": ..., "banned_words": [...], "banned_words_file": ..., "url_key": "url"}``."""
 
@@ -53,6 +52,7 @@ class URLFilter(Rejecting):
         banned_words_file: str | None = None,
         url_key: str = "url",
     ) -> None:
+        super().__init__()
         domains = _entries(blocked_domains, blocked_domains_file, "blocked_domains")
         substrings = _entries(blocked_substrings, blocked_substrings_file, "blocked_substrings")
         words = _entries(banned_words, banned_words_file, "banned_words")
@@ -62,10 +62,9 @@ class URLFilter(Rejecting):
         self.substrings = tuple(substrings)
         self.words = frozenset(words)
         self.url_key = url_key
-        self.removed: Counter = Counter()
         self.without_url = 0
 
-    def reject(self, url: str) -> str | None:
+    def blocked(self, url: str) -> str | None:
         """The rule ``url`` breaks, or None."""
         lowered = url.lower()
         host = (urlsplit(lowered if "//" in lowered else "//" + lowered).hostname or "").rstrip(".")
@@ -78,18 +77,16 @@ class URLFilter(Rejecting):
             return "banned_url_word"
         return None
 
-    def __call__(self, documents: Iterable[Document]) -> Iterator[Document]:
-        for document in documents:
-            url = document.metadata.get(self.url_key)
-            if not isinstance(url, str) or not url:
-                self.without_url += 1
-                yield document
-                continue
-            reason = self.reject(url)
-            if reason is None:
-                yield document
-            else:
-                self.drop(document, reason)
+    def process(self, document: Document) -> Document | None:
+        url = document.metadata.get(self.url_key)
+        if not isinstance(url, str) or not url:
+            self.without_url += 1
+            return document
+        reason = self.blocked(url)
+        if reason is not None:
+            self.drop(document, reason)
+            return None
+        return document
 
     def counts(self) -> dict[str, int]:
         counts = super().counts()
