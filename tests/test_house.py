@@ -38,8 +38,6 @@ ONLY: dict[str, frozenset[str]] = {
 KNOWN: dict[str, str] = {
     # Dock seam: the partition table, leases and lock become dock/state.py, used by both.
     "tokenport.dock.checkpoint <-> tokenport.dock.dock": "cycle",
-    # Storage seam: the object cache's publication (publish_mode) moves behind storage/.
-    "tokenport.storage.remote -> tokenport.indexed.commit": "storage/ imports indexed/, a room above it",
 }
 
 SRC = Path(tokenport.__file__).resolve().parent

@@ -1,8 +1,10 @@
-"""Reading the JSON and YAML files users write (plans, blend specs), with errors that name the file."""
+"""Reading the JSON and YAML files users write (plans, blend specs), with errors that name the file;
+and the mode a published file takes."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from .errors import ConfigError
@@ -32,3 +34,22 @@ def parse_structured(text: str, path: str, *, yaml_ok: bool = True) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+
+
+def umask() -> int:
+    """The process umask, read without changing it where Linux allows (else set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_mode(path: str, directory: bool = False) -> None:
+    """Give a private temporary the mode open() (or mkdir) would have given it under the umask."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask())

@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 
+from .._files import publish_mode
 from ..errors import CorruptStoreError
 
 JOURNAL_SUFFIX = ".tokenport-commit"
@@ -49,25 +50,6 @@ def journal_path(prefix: str) -> str:
 def store_paths(prefix: str) -> tuple[str, str, str]:
     """The published files of a store: PREFIX.bin, PREFIX.idx, PREFIX.json."""
     return prefix + ".bin", prefix + ".idx", prefix + ".json"
-
-
-def umask() -> int:
-    """The process umask, read without changing it where Linux allows (else set and restored)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def publish_mode(path: str, directory: bool = False) -> None:
-    """Give a private temporary the mode open() (or mkdir) would have given it under the umask."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
 
 
 def make_parents(prefix: str) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from .._files import publish_mode
 from ..errors import ConfigError, StorageError
 from .base import ByteSource, Range
 
@@ -594,8 +595,6 @@ def fetch_cached(
         )
     if len(data) != size:
         raise StorageError(f"{url}: downloaded {len(data)} bytes, expected {size}; the object changed, retry")
-    from ..indexed.commit import publish_mode
-
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
