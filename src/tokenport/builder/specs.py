@@ -34,7 +34,7 @@ import numpy as np
 from .._files import parse_structured, read_text
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset, resolve_stores, strip_suffix
-from ..storage import is_remote, local_path
+from ..storage import GLOB_CHARS, is_remote, local_path
 from ..blend.schedule import MixtureSchedule
 from .splits import SPLIT_NAMES
 
@@ -332,7 +332,6 @@ def _scheduled(blend: Blend, phases: Any, where: str) -> Blend:
 
 
 _KINDS = ("path", "parts", "blend")
-_GLOB_CHARS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
@@ -451,7 +450,7 @@ class _Loader:
 
     def expand(self, pattern: str, where: str) -> list[str]:
         """The store prefixes of one part: itself, or the .bin/.idx files its glob matches, suffix stripped."""
-        if not _GLOB_CHARS & set(pattern):
+        if not GLOB_CHARS & set(pattern):
             return [strip_suffix(pattern)]
         if is_remote(pattern):
             raise self.fail(where, f"{pattern!r}: globs expand for local paths only; list remote parts one by one")

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError, CorruptStoreError
-from ..storage import MODES, ByteSource, MmapSource, PreadSource, is_remote, local_path, open_source
+from ..storage import MODES, ByteSource, MmapSource, PreadSource, is_remote, local_path, open_index_source, open_source, read_small
 from ..storage.handles import LazyHandle
 from .bounds import check_index
 from .commit import recover
@@ -49,10 +49,11 @@ def _forget(_: object) -> None:
 class IndexedDataset:
     """The sequences of a Megatron-compatible token store.
 
-    `prefix_or_url` is a local prefix (``data/wiki`` for ``data/wiki.bin`` + ``.idx``) or an
-    fsspec URL (``s3://bucket/wiki``). `mode` is "auto" (mmap locally, ranged reads remotely),
-    "mmap", "pread" or "remote". `remote_options` (a storage.remote.RemoteOptions) tunes
-    object-store reads; `cache_dir` is where a remote .idx is cached.
+    `prefix_or_url` is a local prefix (``data/wiki`` for ``data/wiki.bin`` + ``.idx``) or a URL
+    (``s3://bucket/wiki``, or any scheme registered with storage.register_scheme). `mode` is "auto"
+    (mmap locally, ranged reads remotely), "mmap", "pread" or "remote". `remote_options` (for fsspec
+    URLs a storage.remote.RemoteOptions) tunes object-store reads; `cache_dir` is where a remote .idx
+    is cached. `sources`, an (idx, bin) pair of byte sources, is read instead of opening the prefix.
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class IndexedDataset:
         *,
         remote_options: Any = None,
         cache_dir: str | None = None,
+        sources: tuple[ByteSource, ByteSource] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
@@ -69,14 +71,17 @@ class IndexedDataset:
         self.mode = mode
         self._remote_options = remote_options
         self._cache_dir = cache_dir
+        self._sources = sources
         self._manifest: Manifest | None | bool = False
         self._num_tokens: int | None = None
-        if is_remote(self.prefix):
-            from ..storage.remote import fetch_cached
-
-            idx_path = fetch_cached(self.prefix + ".idx", cache_dir=cache_dir, options=remote_options)
-            self._idx: ByteSource = PreadSource(idx_path) if mode == "pread" else MmapSource(idx_path)
-            self._bin = open_source(self.prefix + ".bin", "remote", options=remote_options)
+        if sources is not None:
+            if not (isinstance(sources, tuple) and len(sources) == 2 and all(isinstance(s, ByteSource) for s in sources)):
+                raise ConfigError(f"{self.prefix}: sources must be an (idx, bin) pair of storage.ByteSource, got {sources!r}")
+            self._idx, self._bin = sources
+        elif is_remote(self.prefix):
+            options = {} if remote_options is None else {"options": remote_options}
+            self._idx = open_index_source(self.prefix + ".idx", mode, cache_dir, **options)
+            self._bin = open_source(self.prefix + ".bin", "remote", **options)
         else:
             recover(local_path(self.prefix))
             base = local_path(self.prefix)
@@ -182,9 +187,8 @@ class IndexedDataset:
     def _load_manifest(self) -> Manifest | None:
         if not is_remote(self.prefix):
             return read_manifest(local_path(self.prefix))
-        from ..storage.remote import read_small_object
-
-        text = read_small_object(manifest_path(self.prefix), options=self._remote_options)
+        options = {} if self._remote_options is None else {"options": self._remote_options}
+        text = read_small(manifest_path(self.prefix), **options)
         return None if text is None else Manifest.from_json(text, manifest_path(self.prefix))
 
     # -- reads ---------------------------------------------------------------------------------
@@ -287,11 +291,13 @@ class IndexedDataset:
             "mode": self.mode,
             "remote_options": self._remote_options,
             "cache_dir": self._cache_dir,
+            "sources": self._sources,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["prefix"], state["mode"], remote_options=state["remote_options"], cache_dir=state["cache_dir"]
+            state["prefix"], state["mode"], remote_options=state["remote_options"], cache_dir=state["cache_dir"],
+            sources=state["sources"],
         )
 
     def __repr__(self) -> str:

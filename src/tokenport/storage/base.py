@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from typing import Sequence
+import io
+from typing import BinaryIO, Sequence
 
 import numpy as np
 
@@ -41,6 +42,14 @@ class ByteSource(abc.ABC):
     def prefetch(self, ranges: Sequence[Range]) -> None:
         """Hint that `ranges` will be read soon. Local sources ignore it."""
 
+    def read_once(self, offset: int, length: int) -> bytes | memoryview:
+        """Like `read`, for bytes read once (a stream): remote sources keep them out of their cache."""
+        return self.read(offset, length)
+
+    def stream(self, buffer_size: int = 1 << 20) -> BinaryIO:
+        """The bytes as a buffered, seekable binary file (for decompressors, parquet, line readers)."""
+        return io.BufferedReader(_SourceStream(self), buffer_size)  # type: ignore[return-value]
+
     def close(self) -> None:
         """Release handles; the source reopens lazily if read again."""
 
@@ -49,3 +58,41 @@ class ByteSource(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _SourceStream(io.RawIOBase):
+    """A read-only file over a ByteSource: each read is one `read_once` at the current position."""
+
+    def __init__(self, source: ByteSource) -> None:
+        self._source = source
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = max(0, min(len(buffer), self._source.size - self._position))
+        if n:
+            memoryview(buffer).cast("B")[:n] = self._source.read_once(self._position, n)
+            self._position += n
+        return n
+
+    def readall(self) -> bytes:
+        """The rest of the bytes in one `read_once` (RawIOBase's default would read 8 KiB at a time)."""
+        n = max(0, self._source.size - self._position)
+        data = bytes(self._source.read_once(self._position, n)) if n else b""
+        self._position += n
+        return data
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._source.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"{self._source.url}: seek to a negative position ({base + offset})")
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position

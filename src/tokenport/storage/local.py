@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import BinaryIO
 
 import numpy as np
 
@@ -19,6 +20,14 @@ def _stat_size(path: str) -> int:
         raise StorageError(f"{path}: file not found; check the path or prefix") from None
     except OSError as exc:
         raise StorageError(f"{path}: cannot stat file ({exc.strerror})") from None
+
+
+def _open_stream(path: str, buffer_size: int) -> BinaryIO:
+    """The file itself, buffered: a local stream needs no adapter over the source."""
+    try:
+        return open(path, "rb", buffering=buffer_size)
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot open ({exc.strerror or exc}); check that it still exists") from None
 
 
 def _unmap(mapping: mmap.mmap | bytes) -> None:
@@ -65,6 +74,9 @@ class MmapSource(ByteSource):
     def read_array(self, offset: int, count: int, dtype: np.dtype) -> np.ndarray:
         return np.frombuffer(self._handle.get(), dtype=dtype, count=count, offset=offset)
 
+    def stream(self, buffer_size: int = 1 << 20) -> BinaryIO:
+        return _open_stream(self.url, buffer_size)
+
     def close(self) -> None:
         self._handle.close()
 
@@ -104,6 +116,9 @@ class PreadSource(ByteSource):
             parts.append(chunk)
             got += len(chunk)
         return b"".join(parts)
+
+    def stream(self, buffer_size: int = 1 << 20) -> BinaryIO:
+        return _open_stream(self.url, buffer_size)
 
     def close(self) -> None:
         self._handle.close()

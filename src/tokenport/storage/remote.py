@@ -22,11 +22,12 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, BinaryIO, Callable, Mapping, Sequence, TypeVar
 
 from .._files import publish_mode
 from ..errors import ConfigError, StorageError
 from .base import ByteSource, Range
+from .schemes import GLOB_CHARS, FileInfo, Scheme
 
 logger = logging.getLogger(__name__)
 
@@ -424,6 +425,17 @@ class ObjectStoreSource(ByteSource):
             done = end
         return out
 
+    def read_once(self, offset: int, length: int) -> bytes | memoryview:
+        """`length` bytes at `offset` in ranged GETs of at most `max_request_bytes`, not cached."""
+        self._check_range(offset, length)
+        step = self.options.max_request_bytes
+        parts = [self._get_range(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def stream(self, buffer_size: int = 8 << 20) -> BinaryIO:
+        """The object as a seekable binary file; each refill of the buffer is one retried ranged GET."""
+        return super().stream(buffer_size)
+
     def prefetch(self, ranges: Sequence[Range]) -> None:
         """Fetch the blocks of `ranges` (in the order they will be read) in few coalesced GETs.
 
@@ -531,7 +543,11 @@ class ObjectStoreSource(ByteSource):
 
     def _get_span(self, lo: int, hi: int) -> dict[int, bytes]:
         bs = self.options.block_size
-        start, end = lo * bs, min(hi * bs, self._size)
+        data = self._get_range(lo * bs, min(hi * bs, self._size))
+        return {i: data[(i - lo) * bs : (i - lo + 1) * bs] for i in range(lo, hi)}
+
+    def _get_range(self, start: int, end: int) -> bytes:
+        """Bytes start..end-1 in one ranged GET, retried; StorageError when the object changed."""
         data = with_retries(
             lambda: self._ranged_get(start, end),
             url=self.url,
@@ -544,7 +560,7 @@ class ObjectStoreSource(ByteSource):
                 f"{self.url}: got {len(data)} bytes for range {start}-{end}; the object changed "
                 f"since it was opened (ETag {self.etag}); reopen the store"
             )
-        return {i: data[(i - lo) * bs : (i - lo + 1) * bs] for i in range(lo, hi)}
+        return data
 
     def _ranged_get(self, start: int, end: int) -> bytes:
         with self._lock:
@@ -632,3 +648,53 @@ def read_small_object(
             raise
 
     return with_retries(cat, url=url, what="reading", options=options)
+
+
+# --- the scheme -------------------------------------------------------------------------
+
+
+def find_objects(url: str, options: RemoteOptions | None = None, **storage_options: Any) -> list[FileInfo]:
+    """The objects `url` names (glob matches, everything under a prefix, or the object), sorted;
+    names starting with "." are skipped. Listing is retried as reads are."""
+    options = options or RemoteOptions()
+    fs, path = open_fs(url, {**options.storage_options, **storage_options})
+
+    def listing() -> dict[str, Any]:
+        fs.invalidate_cache()
+        try:
+            if GLOB_CHARS & set(path):
+                return fs.glob(path, detail=True)
+            info = fs.info(path)
+        except Exception as exc:  # nothing there is an answer here, not an error
+            if classify(exc) == "missing":
+                return {}
+            raise
+        return fs.find(path, detail=True) if info["type"] == "directory" else {path: info}
+
+    found = with_retries(listing, url=url, what="listing", options=options)
+    files = []
+    for name in sorted(found):
+        info = found[name]
+        if info.get("type") == "directory" or name.rsplit("/", 1)[-1].startswith("."):
+            continue
+        files.append(FileInfo(fs.unstrip_protocol(name), int(info["size"]), f"{info['size']}:{_identity(info) or ''}"))
+    return files
+
+
+class FsspecScheme(Scheme):
+    """Every URL scheme fsspec knows (s3://, gs://, az://, http://, ...), with our retries and block cache."""
+
+    def open(self, url: str, **options: Any) -> ByteSource:
+        return ObjectStoreSource(url, **options)
+
+    def find(self, url: str, **options: Any) -> list[FileInfo]:
+        return find_objects(url, **options)
+
+    def local_copy(self, url: str, cache_dir: str | None, **options: Any) -> str | None:
+        return fetch_cached(url, cache_dir=cache_dir, **options)
+
+    def read_small(self, url: str, **options: Any) -> bytes | None:
+        return read_small_object(url, **options)
+
+
+FSSPEC = FsspecScheme()

@@ -1,4 +1,5 @@
-"""Input files: expanding paths, directories and globs (local or fsspec URLs) and opening their bytes.
+"""Input files: expanding paths, directories and globs (local or URLs) and opening their bytes, both
+through storage/, so object-store inputs get the retries, backoff and error messages of stores.
 
 Expansion is sorted, so the input order, and with it the output, is the same on every run.
 Compression is inferred from the last suffix and decoded here, the same way for local files
@@ -19,14 +20,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, Sequence
 
-from ...errors import ConfigError, InputDataError
-from ...storage import is_remote, local_path
+from ...errors import ConfigError, InputDataError, StorageError
+from ...storage import GLOB_CHARS, find, is_remote, local_path, open_source
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams, as HF datasets' save_to_disk writes them
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
-_GLOB_CHARS = ("*", "?", "[")
 _READ_BUFFER = 1 << 20
 
 
@@ -82,7 +82,7 @@ def expand_inputs(inputs: Sequence[str], exclude: str) -> list[InputFile]:
 
 def _expand_local(spec: str, exclude: str) -> list[InputFile]:
     path = local_path(spec)
-    if any(c in path for c in _GLOB_CHARS):
+    if GLOB_CHARS & set(path):
         matches = sorted(os.path.abspath(m) for m in glob.glob(path, recursive=True))
     elif os.path.exists(path):
         matches = [os.path.abspath(path)]
@@ -138,44 +138,18 @@ def _local_file(path: str) -> InputFile:
     return InputFile(path, *detect_format(path), st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
 
 
-def _filesystem(url: str) -> tuple[Any, str]:
-    try:
-        import fsspec
-    except ImportError:
-        raise ConfigError(f"inputs: {url} is a URL, which needs fsspec: pip install 'tokenport[s3]'") from None
-    return fsspec.core.url_to_fs(url)
-
-
 def _expand_remote(spec: str) -> list[InputFile]:
-    fs, path = _filesystem(spec)
-    try:
-        if any(c in path for c in _GLOB_CHARS):
-            found = fs.glob(path, detail=True)
-        else:
-            info = fs.info(path)
-            found = fs.find(path, detail=True) if info["type"] == "directory" else {path: info}
-    except FileNotFoundError:
-        raise ConfigError(f"inputs: {spec!r} does not exist; check the URL") from None
-    files = []
-    for name in sorted(found):
-        info = found[name]
-        if info.get("type") == "directory" or name.rsplit("/", 1)[-1].startswith("."):
-            continue
-        url = fs.unstrip_protocol(name)
-        version = next((str(info[k]) for k in ("ETag", "etag", "mtime", "LastModified", "created") if k in info), "")
-        files.append(InputFile(url, *detect_format(url), int(info["size"]), f"{info['size']}:{version}"))
-    return files
+    return [InputFile(f.url, *detect_format(f.url), f.size, f.version) for f in find(spec)]
 
 
 def open_raw(path: str) -> BinaryIO:
     """The stored bytes of an input file (compressed as they are), for reading."""
     try:
+        return open_source(path).stream()
+    except StorageError as exc:
         if is_remote(path):
-            fs, name = _filesystem(path)
-            return fs.open(name, "rb")
-        return open(local_path(path), "rb", buffering=_READ_BUFFER)
-    except OSError as exc:
-        raise InputDataError(f"{path}: cannot open ({exc.strerror or exc}); check that it still exists") from None
+            raise  # the store's own message: not found, access denied, or still failing after retries
+        raise InputDataError(str(exc)) from None
 
 
 @contextlib.contextmanager
