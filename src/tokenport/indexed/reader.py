@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError, CorruptStoreError
-from ..storage import MODES, ByteSource, MmapSource, PreadSource, is_remote, local_path, open_index_source, open_source, read_small
+from ..storage import MODES, ByteSource, MmapSource, is_remote, local_path, open_index_source, open_source, read_small
 from ..storage.handles import LazyHandle
 from .bounds import check_index
 from .commit import recover
@@ -85,8 +85,9 @@ class IndexedDataset:
         else:
             recover(local_path(self.prefix))
             base = local_path(self.prefix)
-            self._idx = PreadSource(base + ".idx") if mode == "pread" else MmapSource(base + ".idx")
-            self._bin = open_source(base + ".bin", "pread" if mode == "pread" else "mmap")
+            local_mode = "pread" if mode == "pread" else "mmap"
+            self._idx = open_source(base + ".idx", local_mode)
+            self._bin = open_source(base + ".bin", local_mode)
         self.header = parse_header(
             self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size
         )

@@ -54,7 +54,8 @@ SCHEMES: dict[str, Scheme] = {}
 
 
 def register_scheme(name: str, scheme: Scheme) -> None:
-    """Route URLs ``name://...`` to `scheme`; a name registered already is refused, not replaced."""
+    """Route URLs ``name://...`` to `scheme`; a name registered already is refused, not replaced.
+    Registration is per process: prepare's worker processes know only schemes their imports register."""
     if not isinstance(name, str) or not name.isidentifier() or name == "file":
         raise ConfigError(f"register_scheme: {name!r} is not a scheme name (letters, digits, _; not 'file')")
     if not isinstance(scheme, Scheme):
