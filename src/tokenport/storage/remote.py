@@ -432,9 +432,10 @@ class ObjectStoreSource(ByteSource):
         parts = [self._get_range(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def stream(self, buffer_size: int = 8 << 20) -> BinaryIO:
-        """The object as a seekable binary file; each refill of the buffer is one retried ranged GET."""
-        return super().stream(buffer_size)
+    def stream(self, buffer_size: int | None = None) -> BinaryIO:
+        """The object as a seekable binary file; each refill of the buffer (by default
+        `max_request_bytes`, as large as fsspec's own read-ahead) is one retried ranged GET."""
+        return super().stream(buffer_size or min(self.options.max_request_bytes, max(1, self._size)))
 
     def prefetch(self, ranges: Sequence[Range]) -> None:
         """Fetch the blocks of `ranges` (in the order they will be read) in few coalesced GETs.
