@@ -4,6 +4,7 @@ IndexedDataset and by prepare's inputs; IndexedDataset also reads byte sources p
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
 import json
 import pickle
@@ -49,7 +50,7 @@ class MemScheme(Scheme):
 
     def find(self, url: str, **options: Any) -> list[FileInfo]:
         names = sorted(u for u in self.objects if u == url or u.startswith(url.rstrip("/") + "/") or fnmatch.fnmatch(u, url))
-        return [FileInfo(u, len(self.objects[u]), str(hash(self.objects[u]))) for u in names]
+        return [FileInfo(u, len(self.objects[u]), hashlib.sha256(self.objects[u]).hexdigest()) for u in names]
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_a_registered_scheme_feeds_prepares_inputs_and_indexed_dataset(mem, tmp_
         assert np.array_equal(tokens, np.concatenate([expected[3], expected[1]]))
 
 
-def test_a_scheme_that_keeps_no_manifest_reads_as_a_store_without_one(mem, tmp_path, texts):
+def test_a_scheme_that_keeps_no_manifest_reads_as_a_store_without_one(mem, tmp_path):
     (prefix,) = run([str(Path(__file__))], tmp_path / "out").parts
     for suffix in (".bin", ".idx"):
         mem.objects[f"mem://s{suffix}"] = Path(prefix + suffix).read_bytes()
@@ -110,7 +111,7 @@ def test_a_scheme_that_keeps_no_manifest_reads_as_a_store_without_one(mem, tmp_p
         assert store.manifest is None and len(store) == 1
 
 
-def test_indexed_dataset_reads_sources_passed_in(tmp_path, texts):
+def test_indexed_dataset_reads_sources_passed_in(tmp_path):
     (prefix,) = run([str(Path(__file__))], tmp_path / "out").parts
     idx = MemSource("mem://x.idx", Path(prefix + ".idx").read_bytes())
     bin_ = MemSource("mem://x.bin", Path(prefix + ".bin").read_bytes())
