@@ -36,8 +36,6 @@ ONLY: dict[str, frozenset[str]] = {
 # Violations today's code still has, each removed by a seam of issue 13. The list may only shrink:
 # a listed violation that no longer exists fails the test too, so delete it here when its seam lands.
 KNOWN: dict[str, str] = {
-    # Dock seam: the partition table, leases and lock become dock/state.py, used by both.
-    "tokenport.dock.checkpoint <-> tokenport.dock.dock": "cycle",
     # Storage seam: the object cache's publication (publish_mode) moves behind storage/.
     "tokenport.storage.remote -> tokenport.indexed.commit": "storage/ imports indexed/, a room above it",
 }
