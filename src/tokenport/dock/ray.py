@@ -8,10 +8,11 @@ the controller to mark the cells ready, so no reader ever sees a cell before its
 a get asks the controller which rows (waiting there, on a condition variable) and reads them
 from the shards in parallel. numpy payloads go through Ray's object store, read zero-copy.
 
-``RayDock`` has the ``Dock`` API and is picklable: pass it to any task or actor, which then
-talks to the same controller and shards. ``put`` and ``get`` check their arguments in the calling
-process with ``Dock``'s own code before any actor call, and errors raised in the actors reach the
-caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent
+``RayDock`` implements ``DockAPI`` (``Dock``'s methods, ``aput``/``aget`` and byte counts in
+``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
+controller and shards. ``put`` and ``get`` check their arguments in the calling process with
+``Dock``'s own code (``arguments``) before any actor call, the controller is the same
+``DockState``, and errors raised in the actors reach the caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent
 puts of the same cells without ``overwrite`` are a caller bug: one of them fails, and the cells
 hold one of the two writes.
 """
