@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -432,7 +433,18 @@ def workload(dock) -> list:
     step("train rest", lambda: dock.get("train", ["adv"], 8, timeout=5))
     step("train end", lambda: dock.get("train", ["adv"], 8, timeout=5))
     step("stats at the end", dock.stats)
+    step("saved and loaded", lambda: saved(dock))
     return log
+
+
+def saved(dock):
+    """What ``Dock.load`` finds in ``dock``'s checkpoint: partitions, bits, data, and that it is closed."""
+    with tempfile.TemporaryDirectory() as directory:
+        dock.save(directory)
+        loaded = Dock.load(directory)
+    stats = loaded.stats()
+    rest = loaded.get("reward", ["responses", "prompts", "reward", "adv", "e"], 8, timeout=1)  # closed: no wait
+    return loaded.partitions, stats["partitions"], rest, loaded.get("reward", ["reward"], 8, timeout=1)
 
 
 def test_ray_dock_runs_a_scripted_workload_exactly_as_dock_does(ray_session):
