@@ -26,6 +26,7 @@ import numpy as np
 from .arguments import Sampler, checked_put, wanted_columns
 from .batch import Batch
 from .checkpoint import load_state, save_state
+from .ragged import Packed
 from .schema import Column
 from .state import DockState
 
@@ -169,6 +170,7 @@ class Dock:
                 return None
             target, give, lease_id = taken
             data = {name: target.read(state.column(name), give) for name in wanted}
+            state.served(consumer, sum(v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values()))
             return Batch(target.name, give, data, lease_id, state.n_samples_per_prompt, target.age[give])
 
     async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,

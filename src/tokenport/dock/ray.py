@@ -98,6 +98,7 @@ class _Controller:
             if taken is None:
                 return None
             target, give, lease_id = taken
+            self.state.served(consumer, self.state.batch_bytes(target, wanted, give))
             return target.name, give, lease_id, target.age[give]
 
 

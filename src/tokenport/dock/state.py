@@ -219,8 +219,9 @@ class DockState:
     def take(self, consumer: str, wanted: list[str], count: int, partition: str | None,
              rows: Sequence[int] | np.ndarray | None, timeout: float | None, sampler: Sampler | None,
              lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
-        """Wait for the sampler's rows, mark them consumed (or leased) and count them (rows, batches,
-        bytes) for ``consumer``; ``(partition, rows, lease id)``, or None at the end."""
+        """Wait for the sampler's rows, mark them consumed (or leased) and count them (rows, batches)
+        for ``consumer``; ``(partition, rows, lease id)``, or None at the end. The caller reads the
+        data and reports its size with ``served``."""
         count = checked_get(count, timeout, sampler, lease)
         with self.lock:
             stats = self._consumer(consumer)
@@ -263,8 +264,23 @@ class DockState:
                 target.leased_of(consumer)[consume] = lease_id
             stats.rows += len(give)
             stats.batches += 1
-            stats.bytes += self._batch_bytes(target, wanted, give)
             return target, give, lease_id
+
+    def served(self, consumer: str, nbytes: int) -> None:
+        """Count ``nbytes`` of data handed to ``consumer`` by a get."""
+        with self.lock:
+            self._consumer(consumer).bytes += nbytes
+
+    def batch_bytes(self, target: Partition, wanted: list[str], give: np.ndarray) -> int:
+        """Bytes of the data of rows ``give`` in columns ``wanted``, from the row lengths alone (what a
+        RayDock's controller, which holds no data, reports as served)."""
+        with self.lock:
+            total = 0
+            for name in wanted:
+                column = self._columns[name]
+                items = int(target.ragged[name].lengths[give].sum()) if column.ragged else len(give)
+                total += items * _row_bytes(column)
+            return total
 
     def ack(self, lease_id: int) -> None:
         """Consume the rows of a lease."""
@@ -307,16 +323,6 @@ class DockState:
             return {"consumers": consumers, "partitions": partitions, "leases": len(self._leases)}
 
     # -- internals ----------------------------------------------------------------------------------
-
-    def _batch_bytes(self, target: Partition, wanted: list[str], give: np.ndarray) -> int:
-        """Bytes of the data of rows ``give`` in columns ``wanted``, from the row lengths alone (so a
-        RayDock's controller, which holds no data, counts what a Dock counts)."""
-        total = 0
-        for name in wanted:
-            column = self._columns[name]
-            items = int(target.ragged[name].lengths[give].sum()) if column.ragged else len(give)
-            total += items * _row_bytes(column)
-        return total
 
     def _held_bytes(self, target: Partition) -> int:
         """Bytes of data a partition holds: fixed columns whole once written, ragged items appended."""
