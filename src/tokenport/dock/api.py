@@ -23,8 +23,11 @@ __all__ = ["DockAPI"]
 class DockAPI(Protocol):
     """The dock's methods and properties; see ``Dock`` for what each does."""
 
-    n_samples_per_prompt: int
-    max_age: int | None
+    @property
+    def n_samples_per_prompt(self) -> int: ...
+
+    @property
+    def max_age(self) -> int | None: ...
 
     @property
     def columns(self) -> dict[str, Column]: ...

@@ -1,13 +1,13 @@
 """The experience dock: a thread-safe store between RL stages, by partition, row and column.
 
-Producers ``put`` columns for rows; a consumer ``get``s a batch of rows whose requested columns
-are all ready and which it has not consumed yet, and those rows become consumed for it (other
-consumers still see them). One ``state.DockState`` holds the partitions and leases under one
-lock: a put checks and converts all its input first (before taking the lock), then writes the
-data, then flips readiness, so a reader never sees half a put, and a rejected put changes nothing. A value the column's dtype cannot hold
-(2**40 in an int32 column, -1 in a uint8 one, 1e300 in a float32 one) is refused, never wrapped.
-Getters wait on a condition variable (no polling) that every put, ack, nack, clear and lease
-expiry notifies.
+Producers ``put`` columns for rows; a consumer ``get``s a batch of rows whose requested columns are
+all ready and which it has not consumed yet, and those rows become consumed for it (other consumers
+still see them). One ``state.DockState`` holds the partitions and leases under one lock: a put
+checks and converts all its input first (before taking the lock), then writes the data, then flips
+readiness, so a reader never sees half a put, and a rejected put changes nothing. A value the
+column's dtype cannot hold (2**40 in an int32 column, -1 in a uint8 one, 1e300 in a float32 one) is
+refused, never wrapped. Getters wait on a condition variable (no polling) that every put, ack,
+nack, clear and lease expiry notifies.
 
 Leases: ``get(..., lease=seconds)`` hands rows out without consuming them; ``ack`` consumes them,
 ``nack`` or the lease running out (the consumer died) makes them available again, so a stage

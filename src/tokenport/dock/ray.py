@@ -12,9 +12,9 @@ from the shards in parallel. numpy payloads go through Ray's object store, read 
 ``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
 controller and shards. ``put`` and ``get`` check their arguments in the calling process with
 ``Dock``'s own code (``arguments``) before any actor call, the controller is the same
-``DockState``, and errors raised in the actors reach the caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent
-puts of the same cells without ``overwrite`` are a caller bug: one of them fails, and the cells
-hold one of the two writes.
+``DockState``, and errors raised in the actors reach the caller as the same TokenportError, so a
+bad call fails as it fails on a ``Dock``. Concurrent puts of the same cells without ``overwrite``
+are a caller bug: one of them fails, and the cells hold one of the two writes.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class _Shard:
 
 
 class RayDock:
-    """The ``Dock`` API over a controller actor and ``shards`` storage actors (see the module docstring).
+    """``DockAPI`` over a controller actor and ``shards`` storage actors (see the module docstring).
 
     ``ray.init`` must have run. ``shutdown()`` kills the actors; workers that received this
     object through Ray share the same dock.
@@ -167,7 +167,7 @@ class RayDock:
         self.__dict__.update(state)
         self._sampler_keys = weakref.WeakKeyDictionary()
 
-    # -- the Dock API -------------------------------------------------------------------------------
+    # -- DockAPI ------------------------------------------------------------------------------------
 
     def add_partition(self, name: str, num_prompts: int) -> None:
         _get(self._controller.call.remote("add_partition", name, num_prompts))

@@ -1,9 +1,9 @@
 """One partition's data and bits: fixed columns as arrays, ragged columns packed, readiness per cell.
 
-Not thread-safe on its own: the ``Dock`` holds its lock around every call. Ragged columns grow
-one flat buffer per partition (doubling, so appends cost amortized O(1)) with a start and a
-length per row; rewriting a row (``overwrite``) appends its new items and abandons the old ones
-until the partition is cleared.
+Not thread-safe on its own: its owner serializes the calls (a ``DockState`` by its lock, a RayDock
+shard by running one call at a time). Ragged columns grow one flat buffer per partition (doubling,
+so appends cost amortized O(1)) with a start and a length per row; rewriting a row (``overwrite``)
+appends its new items and abandons the old ones until the partition is cleared.
 """
 
 from __future__ import annotations
