@@ -67,10 +67,12 @@ class Dock:
 
     @property
     def n_samples_per_prompt(self) -> int:
+        """Rows per prompt: row ``r`` belongs to prompt ``r // n_samples_per_prompt``."""
         return self._state.n_samples_per_prompt
 
     @property
     def max_age(self) -> int | None:
+        """Unfinished puts after which a row counts as finished (None: no limit)."""
         return self._state.max_age
 
     # -- schema -------------------------------------------------------------------------------------
