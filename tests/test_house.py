@@ -33,13 +33,6 @@ ONLY: dict[str, frozenset[str]] = {
     "dock": frozenset({"dock", "packing"}) | GROUND,
 }
 
-# Violations today's code still has, each removed by a seam of issue 13. The list may only shrink:
-# a listed violation that no longer exists fails the test too, so delete it here when its seam lands.
-KNOWN: dict[str, str] = {
-    # Dock seam: the partition table, leases and lock become dock/state.py, used by both.
-    "tokenport.dock.checkpoint <-> tokenport.dock.dock": "cycle",
-}
-
 SRC = Path(tokenport.__file__).resolve().parent
 
 
@@ -106,13 +99,8 @@ def violations(root: Path) -> dict[str, str]:
 
 
 def test_no_module_imports_a_room_above_it_or_a_module_that_imports_it():
-    new = {key: why for key, why in violations(SRC).items() if key not in KNOWN}
-    assert not new, "imports breaking DESIGN.md's rooms rule:\n" + "\n".join(f"{k}: {v}" for k, v in new.items())
-
-
-def test_known_violations_still_exist_so_the_list_only_shrinks():
-    gone = sorted(set(KNOWN) - set(violations(SRC)))
-    assert not gone, f"fixed, so delete from KNOWN in tests/test_house.py: {gone}"
+    found = violations(SRC)
+    assert not found, "imports breaking DESIGN.md's rooms rule:\n" + "\n".join(f"{k}: {v}" for k, v in found.items())
 
 
 def test_the_rule_sees_upward_narrower_cyclic_and_unplaced_imports(tmp_path):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import sys
+import tempfile
 import time
 
 import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.dock import Balanced, Column, Dock, PromptGroups
+from tokenport.dock import (Balanced, Column, Dock, DockAPI, Packed, PromptGroups, RandomRows, RankSlices,
+                            Sequential)
 
 ray = pytest.importorskip("ray")
 from tokenport.dock.ray import RayDock  # noqa: E402
@@ -337,9 +341,122 @@ def test_ray_dock_refuses_bad_input_exactly_as_dock_does_and_changes_nothing(ray
     for counts in stats:
         for consumer in counts["consumers"].values():
             consumer.pop("wait_seconds")
-        counts["partitions"]["p"].pop("bytes")  # a RayDock's controller holds no data
     assert stats[0] == stats[1] and stats[0]["partitions"]["p"]["ready"] == {"x": 2, "e": 0, "t": 2, "u": 0}
     for dock in docks:
         batch = dock.get("train", ["x", "t"], 2, "p", rows=[5, 6])
         assert batch["x"].tolist() == [5, 6] and batch["t"].values.tolist() == [0, 1, 2] * 2
     docks[1].shutdown()
+
+
+# -- the same results as Dock -------------------------------------------------------------------------
+
+
+def test_ray_dock_implements_every_member_of_dock_api_with_docks_signatures():
+    """Methods checked on the classes; properties (plain attributes on a RayDock) on instances, by
+    the isinstance of the workload test."""
+    members = [name for name in dir(DockAPI) if not name.startswith("_")]
+    assert {"aget", "aput", "columns", "consumers", "stats"} <= set(members)
+    assert all(isinstance(getattr(RayDock, name), property) for name in ("columns", "consumers", "partitions"))
+    for name in members:
+        ours, theirs = getattr(Dock, name), getattr(RayDock, name, None)
+        if not isinstance(ours, property):
+            assert inspect.signature(ours) == inspect.signature(theirs), name
+            assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(theirs), name
+
+
+def seen(value):
+    """A value of a workload step in a form that compares by content (arrays by dtype and values)."""
+    if isinstance(value, Packed):
+        return ("packed", value.values.dtype.str, value.values.tolist(), value.lengths.tolist())
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.tolist())
+    if isinstance(value, tp.dock.Batch):
+        return ("batch", value.partition, value.rows.tolist(), value.lease_id, seen(value.ages),
+                {name: seen(column) for name, column in value.columns.items()})
+    if isinstance(value, dict):
+        return {key: seen(item) for key, item in value.items() if key != "wait_seconds"}
+    if isinstance(value, (list, tuple)):
+        return [seen(item) for item in value]
+    return value
+
+
+def workload(dock) -> list:
+    """A scripted GRPO-like run with partial rollouts, leases, several samplers, schema changes and
+    asyncio calls; every step's result (or error) in order, for comparison across docks."""
+    log = []
+
+    def step(name, call):
+        try:
+            log.append((name, seen(call())))
+        except tp.TokenportError as error:
+            log.append((name, type(error).__name__, str(error)))
+
+    prompts = [np.arange(n, dtype=np.int64) + 100 * n for n in (3, 1, 4, 1, 5, 9, 2, 6)]
+    groups, randomly = PromptGroups(), RandomRows(seed=7)
+    step("add s0", lambda: dock.add_partition("s0", num_prompts=4))
+    step("add s1", lambda: dock.add_partition("s1", num_prompts=2))
+    step("put prompts", lambda: dock.put("s0", {"prompts": prompts}, rows=np.arange(8)))
+    step("rollout groups", lambda: dock.get("rollout", ["prompts"], 4, "s0", sampler=groups))
+    step("partial", lambda: dock.put("s0", {"responses": [p[::-1] * 2 for p in prompts[:4]]}, rows=[0, 1, 2, 3],
+                                     completed=[True, False, True, True]))
+    step("unfinished", lambda: dock.get("rollout", ["prompts", "responses"], 4, "s0", unfinished=True))
+    step("continued", lambda: dock.put("s0", {"responses": [np.array([7, 7, 7])]}, rows=[1], overwrite=True))
+    step("rollout rest", lambda: dock.get("rollout", ["prompts"], 4, "s0", sampler=Sequential()))
+    step("responses rest", lambda: dock.put("s0", {"responses": prompts[4:]}, rows=[4, 5, 6, 7]))
+    step("columns", lambda: sorted(dock.columns))
+    step("stats after rollout", dock.stats)
+    step("leased random", lambda: dock.get("reward", ["responses"], 3, "s0", sampler=randomly, lease=60))
+    lease = log[-1][1][3]
+    step("nack", lambda: dock.nack(lease))
+    step("nack again", lambda: dock.nack(lease))
+    step("leased again", lambda: dock.get("reward", ["responses"], 3, "s0", sampler=randomly, lease=60))
+    step("ack", lambda: dock.ack(log[-1][1][3]))
+    step("exact rows", lambda: dock.get("reward", ["responses", "prompts"], 2, "s0", rows=[7, 0]))
+    step("rewards", lambda: dock.put("s0", {"reward": np.linspace(0, 1, 8), "e": np.ones((8, 3)) / 3},
+                                     rows=np.arange(8)))
+    step("add column", lambda: dock.add_column(Column("adv", np.float32)))
+    step("add consumer", lambda: dock.add_consumer("eval"))
+    step("consumers", lambda: dock.consumers)
+    step("adv", lambda: dock.put("s0", {"adv": np.arange(8) - 3.5}, rows=np.arange(8)))
+    step("balanced", lambda: dock.get("train", ["responses", "adv", "e"], 4, "s0", sampler=Balanced(2, "responses")))
+    step("rank 1", lambda: dock.get("eval", ["reward"], 2, "s0", sampler=RankSlices(1, 2)))
+    step("timeout", lambda: dock.get("eval", ["reward"], 2, "s1", timeout=0.01))
+    step("aput", lambda: asyncio.run(dock.aput("s1", {"reward": [1.5, 2.5]}, [2, 3])))
+    step("aget", lambda: asyncio.run(dock.aget("eval", ["reward"], 2, "s1")))
+    step("all consumed s1", lambda: dock.all_consumed("eval", "s1"))
+    step("stats", dock.stats)
+    step("clear s1", lambda: dock.clear("s1"))
+    step("stats cleared", dock.stats)
+    step("drop s1", lambda: dock.drop_partition("s1"))
+    step("partitions", lambda: dock.partitions)
+    step("close", dock.close)
+    step("train rest", lambda: dock.get("train", ["adv"], 8, timeout=5))
+    step("train end", lambda: dock.get("train", ["adv"], 8, timeout=5))
+    step("stats at the end", dock.stats)
+    step("saved and loaded", lambda: saved(dock))
+    return log
+
+
+def saved(dock):
+    """What ``Dock.load`` finds in ``dock``'s checkpoint: partitions, bits, data, and that it is closed."""
+    with tempfile.TemporaryDirectory() as directory:
+        dock.save(directory)
+        loaded = Dock.load(directory)
+    stats = loaded.stats()
+    rest = loaded.get("reward", ["responses", "prompts", "reward", "adv", "e"], 8, timeout=1)  # closed: no wait
+    return loaded.partitions, stats["partitions"], rest, loaded.get("reward", ["reward"], 8, timeout=1)
+
+
+def test_ray_dock_runs_a_scripted_workload_exactly_as_dock_does(ray_session):
+    columns = [Column("prompts", np.int32, ragged=True), Column("responses", np.int32, ragged=True),
+               Column("reward", np.float32), Column("e", np.float32, shape=(3,))]
+    local = Dock(columns, ["rollout", "reward", "train"], n_samples_per_prompt=2, max_age=2)
+    remote = RayDock(columns, ["rollout", "reward", "train"], n_samples_per_prompt=2, max_age=2, shards=2)
+    assert isinstance(local, DockAPI) and isinstance(remote, DockAPI)
+    expected, got = workload(local), workload(remote)
+    remote.shutdown()
+    assert [entry[0] for entry in got] == [entry[0] for entry in expected]
+    assert {entry[0]: entry for entry in got if entry not in expected} == {}
+    assert any(len(entry) == 3 for entry in expected)  # the refusals are compared too
+    end = dict(entry[:2] for entry in expected)["stats at the end"]
+    assert end["consumers"]["train"]["bytes"] > 0 and end["partitions"]["s0"]["bytes"] > 0

@@ -5,8 +5,11 @@ consumption bit per consumer and row; ``put`` writes, ``get`` waits for ready ro
 them out (optionally under a lease). ``samplers`` choose which rows: sequential, per-rank
 slices, seeded random, whole prompt groups, balanced across data-parallel ranks, or any
 callable. ``ragged``: packed (flat + lengths) and padded forms and the helpers between them.
+``state``: the partition table, leases and lock a dock is made of; ``api.DockAPI``: the protocol
+``Dock`` and ``ray.RayDock`` both implement.
 """
 
+from .api import DockAPI
 from .batch import Batch
 from .dock import Dock
 from .ragged import Packed, Padded, pack, pad, truncate
@@ -18,6 +21,7 @@ __all__ = [
     "Batch",
     "Column",
     "Dock",
+    "DockAPI",
     "Packed",
     "Padded",
     "PromptGroups",

@@ -13,43 +13,39 @@ import json
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..errors import ConfigError, CorruptStoreError
 from .ragged import Packed
 from .schema import Column
+from .state import DockState
 from .storage import Partition
 
-if TYPE_CHECKING:
-    from .dock import Dock
-
-__all__ = ["load_dock", "save_dock"]
+__all__ = ["load_state", "save_state"]
 
 _FORMAT = "tokenport.dock-checkpoint/1"
 
 
-def save_dock(dock: "Dock", directory: str | os.PathLike[str]) -> None:
-    """Write ``dock``'s state to ``directory`` (replaced whole if it exists)."""
+def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
+    """Write a dock's ``state`` to ``directory`` (replaced whole if it exists)."""
     target = os.path.abspath(os.fspath(directory))
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=os.path.basename(target) + ".saving-", dir=parent)
     try:
-        with dock._lock:
+        with state.lock:
             description = {
                 "format": _FORMAT,
-                "n_samples_per_prompt": dock.n_samples_per_prompt,
-                "max_age": dock.max_age,
-                "closed": dock._closed,
-                "consumers": list(dock._consumers),
-                "columns": [_describe(column) for column in dock._columns.values()],
+                "n_samples_per_prompt": state.n_samples_per_prompt,
+                "max_age": state.max_age,
+                "closed": state.closed,
+                "consumers": state.consumers,
+                "columns": [_describe(column) for column in state.columns.values()],
                 "partitions": [],
             }
-            for number, partition in enumerate(dock._partitions.values()):
+            for number, partition in enumerate(state.each_partition()):
                 file = f"partition-{number:05d}.npz"
-                np.savez(os.path.join(staging, file), **_arrays(dock, partition))
+                np.savez(os.path.join(staging, file), **_arrays(state, partition))
                 description["partitions"].append({"name": partition.name, "rows": partition.rows, "file": file})
         with open(os.path.join(staging, "dock.json"), "w", encoding="utf-8") as f:
             json.dump(description, f, indent=1)
@@ -59,10 +55,8 @@ def save_dock(dock: "Dock", directory: str | os.PathLike[str]) -> None:
         raise
 
 
-def load_dock(directory: str | os.PathLike[str]) -> "Dock":
-    """A dock in the state ``save_dock`` wrote to ``directory`` (leases returned, stats reset)."""
-    from .dock import Dock
-
+def load_state(directory: str | os.PathLike[str]) -> DockState:
+    """The dock state ``save_state`` wrote to ``directory`` (leases returned, stats reset)."""
     source = os.path.abspath(os.fspath(directory))
     if not os.path.isdir(source) and os.path.isdir(source + ".old"):
         source += ".old"  # a save was interrupted between its two renames
@@ -78,26 +72,27 @@ def load_dock(directory: str | os.PathLike[str]) -> "Dock":
     if description.get("format") != _FORMAT:
         raise CorruptStoreError(f"{path}: format {description.get('format')!r}, expected {_FORMAT!r}")
     columns = [Column(c["name"], c["dtype"], tuple(c["shape"]), c["ragged"]) for c in description["columns"]]
-    dock = Dock(columns, description["consumers"], description["n_samples_per_prompt"],
-                max_age=description["max_age"])
+    state = DockState(columns, description["consumers"], description["n_samples_per_prompt"],
+                      max_age=description["max_age"])
     for entry in description["partitions"]:
         partition = Partition(entry["name"], entry["rows"])
         file = os.path.join(source, entry["file"])
         try:
             with np.load(file) as arrays:
-                _restore(dock, partition, dict(arrays), file)
+                _restore(state, partition, dict(arrays), file)
         except (OSError, ValueError, KeyError) as error:
             raise CorruptStoreError(f"{file}: cannot be read ({error}); the checkpoint is damaged") from None
-        dock._partitions[partition.name] = partition
-    dock._closed = bool(description["closed"])
-    return dock
+        state.adopt(partition)
+    if description["closed"]:
+        state.close()
+    return state
 
 
 def _describe(column: Column) -> dict:
     return {"name": column.name, "dtype": column.dtype.str, "shape": list(column.shape), "ragged": column.ragged}
 
 
-def _arrays(dock: "Dock", partition: Partition) -> dict[str, np.ndarray]:
+def _arrays(state: DockState, partition: Partition) -> dict[str, np.ndarray]:
     """Everything of one partition as named arrays (ragged data compacted to row order)."""
     arrays = {"completed": partition.completed, "age": partition.age}
     for name, ready in partition.ready.items():
@@ -108,16 +103,17 @@ def _arrays(dock: "Dock", partition: Partition) -> dict[str, np.ndarray]:
         arrays[f"fixed/{name}"] = data
     everything = np.arange(partition.rows)
     for name in partition.ragged:
-        packed = partition.read(dock._columns[name], everything)
+        packed = partition.read(state.column(name), everything)
         arrays[f"ragged/{name}/values"] = packed.values
         arrays[f"ragged/{name}/lengths"] = packed.lengths
     return arrays
 
 
-def _restore(dock: "Dock", partition: Partition, arrays: dict[str, np.ndarray], file: str) -> None:
+def _restore(state: DockState, partition: Partition, arrays: dict[str, np.ndarray], file: str) -> None:
     """Fill ``partition`` from its saved arrays, each checked to have the dtype and shape it was saved
     with (assigning another dtype would cast, and could wrap, silently)."""
     rows = (partition.rows,)
+    columns = state.columns  # a name not among them is a KeyError: a damaged checkpoint
 
     def saved(key: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         array = arrays[key]
@@ -138,10 +134,10 @@ def _restore(dock: "Dock", partition: Partition, arrays: dict[str, np.ndarray], 
         elif kind == "consumed":
             partition.consumed_of(name)[:] = saved(key, np.dtype(bool), rows)
         elif kind == "fixed":
-            column = dock._columns[name]
+            column = columns[name]
             partition.write(column, everything, saved(key, column.dtype, rows + column.shape))
         elif kind == "ragged" and name.endswith("/values"):
-            column = dock._columns[name[: -len("/values")]]
+            column = columns[name[: -len("/values")]]
             lengths = saved(f"ragged/{column.name}/lengths", np.dtype(np.int64), rows)
             values = saved(key, column.dtype, (len(arrays[key]), *column.shape))
             partition.write(column, everything, Packed(values, lengths))

@@ -8,16 +8,18 @@ the controller to mark the cells ready, so no reader ever sees a cell before its
 a get asks the controller which rows (waiting there, on a condition variable) and reads them
 from the shards in parallel. numpy payloads go through Ray's object store, read zero-copy.
 
-``RayDock`` has the ``Dock`` API and is picklable: pass it to any task or actor, which then
-talks to the same controller and shards. ``put`` and ``get`` check their arguments in the calling
-process with ``Dock``'s own code before any actor call, and errors raised in the actors reach the
-caller as the same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent
-puts of the same cells without ``overwrite`` are a caller bug: one of them fails, and the cells
-hold one of the two writes.
+``RayDock`` implements ``DockAPI`` (``Dock``'s methods, ``aput``/``aget`` and byte counts in
+``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
+controller and shards. ``put`` and ``get`` check their arguments in the calling process with
+``Dock``'s own code (``arguments``) before any actor call, the controller is the same
+``DockState``, and errors raised in the actors reach the caller as the same TokenportError, so a
+bad call fails as it fails on a ``Dock``. Concurrent puts of the same cells without ``overwrite``
+are a caller bug: one of them fails, and the cells hold one of the two writes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 import weakref
@@ -30,9 +32,12 @@ import ray
 from ..errors import ConfigError, TokenportError
 from .batch import Batch
 from .casting import as_array
-from .dock import Dock, Sampler, _checked_get, _checked_put, _in_range, _positive, _row_ids, _wanted
+from .arguments import Sampler, checked_get, checked_put, positive, row_ids, wanted_columns
+from .checkpoint import load_state, save_state
+from .dock import Dock
 from .ragged import Packed, Padded, take_rows
 from .schema import Column
+from .state import DockState
 from .storage import Partition
 
 __all__ = ["RayDock"]
@@ -41,63 +46,45 @@ _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds on
 
 
 class _Controller:
-    """Metadata of every partition, in a ``Dock`` whose ragged columns keep lengths only."""
+    """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only."""
 
     def __init__(self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int,
                  max_age: int | None) -> None:
-        self.dock = Dock(columns, consumers, n_samples_per_prompt, max_age=max_age)
+        self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)
         self.samplers: dict[str, Sampler] = {}
 
-    def schema(self) -> tuple[dict[str, Column], list[str], int]:
-        return self.dock.columns, self.dock.consumers, self.dock.n_samples_per_prompt
+    def schema(self) -> tuple[dict[str, Column], list[str], int, int | None]:
+        state = self.state
+        return state.columns, state.consumers, state.n_samples_per_prompt, state.max_age
 
     def call(self, method: str, *args: Any) -> Any:
-        """Run one of the plain Dock methods (partitions, consumers, acks, stats), or read a property."""
-        attribute = getattr(self.dock, method)
+        """Run one of the state's plain methods (partitions, consumers, acks, stats), or read a property."""
+        attribute = getattr(self.state, method)
         return attribute(*args) if callable(attribute) else attribute
 
     def check_put(self, partition: str, names: list[str], rows: np.ndarray, overwrite: bool) -> int:
         """Raise as ``Dock.put`` would for these rows and columns; return the partition's row count."""
-        dock = self.dock
-        with dock._lock:
-            target = dock._partition(partition)
-            ids = _in_range(rows, target)
-            for name in names:
-                dock._column(name)
-            dock._check_unwritten(target, names, ids, overwrite)
-            return target.rows
+        return self.state.check_put(partition, names, rows, overwrite).rows
 
     def commit(self, partition: str, names: list[str], rows: np.ndarray, lengths: dict[str, np.ndarray],
                overwrite: bool, finished: np.ndarray) -> None:
         """The shards hold the data: record ragged lengths and make the cells ready."""
-        dock = self.dock
-        with dock._lock:
-            target = dock._partition(partition)
-            ids = _in_range(_row_ids(rows), target)
-            dock._check_unwritten(target, names, ids, overwrite)
+        state = self.state
+        ids = row_ids(rows)
+        with state.lock:
+            target = state.check_put(partition, names, ids, overwrite)
             for name, row_lengths in lengths.items():
-                target.record_lengths(dock._column(name), ids, row_lengths)
-            dock._mark_ready(target, names, ids, finished)
+                target.record_lengths(state.column(name), ids, row_lengths)
+            state.mark_ready(target, names, ids, finished)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Per partition: name, rows, and the bits (readiness, consumption, finished, age)."""
-        with self.dock._lock:
+        with self.state.lock:
             return [
                 {"name": p.name, "rows": p.rows, "ready": dict(p.ready), "consumed": dict(p.consumed),
                  "completed": p.completed.copy(), "age": p.age.copy()}
-                for p in self.dock._partitions.values()
+                for p in self.state.each_partition()
             ]
-
-    def restore(self, partition: str, consumed: dict[str, np.ndarray], completed: np.ndarray,
-                age: np.ndarray) -> None:
-        """Set a partition's consumption, finished flags and ages (loading a checkpoint)."""
-        with self.dock._lock:
-            target = self.dock._partition(partition)
-            for consumer, bits in consumed.items():
-                target.consumed_of(consumer)[:] = bits
-            target.completed[:] = completed
-            target.age[:] = age
-            self.dock._lock.notify_all()
 
     def take(self, consumer: str, wanted: list[str], count: int, partition: str | None, rows: Any,
              timeout: float | None, sampler_key: str | None, sampler: Sampler | None,
@@ -106,11 +93,12 @@ class _Controller:
         if sampler is not None:
             self.samplers[sampler_key] = sampler
         chosen = self.samplers.get(sampler_key) if sampler_key else None
-        with self.dock._lock:
-            taken = self.dock._take(consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished)
+        with self.state.lock:
+            taken = self.state.take(consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished)
             if taken is None:
                 return None
             target, give, lease_id = taken
+            self.state.served(consumer, self.state.batch_bytes(target, wanted, give))
             return target.name, give, lease_id, target.age[give]
 
 
@@ -150,7 +138,7 @@ class _Shard:
 
 
 class RayDock:
-    """The ``Dock`` API over a controller actor and ``shards`` storage actors (see the module docstring).
+    """``DockAPI`` over a controller actor and ``shards`` storage actors (see the module docstring).
 
     ``ray.init`` must have run. ``shutdown()`` kills the actors; workers that received this
     object through Ray share the same dock.
@@ -158,15 +146,16 @@ class RayDock:
 
     def __init__(self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1,
                  *, shards: int = 1, max_age: int | None = None) -> None:
-        shards = _positive("shards", shards)
+        shards = positive("shards", shards)
         columns, consumers = list(columns), list(consumers)
-        Dock(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor starts
+        DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor
         self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
             columns, consumers, n_samples_per_prompt, max_age
         )
         self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
         self._columns = {column.name: column for column in columns}
         self.n_samples_per_prompt = int(n_samples_per_prompt)
+        self.max_age = None if max_age is None else int(max_age)
         self._sampler_keys: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -178,7 +167,7 @@ class RayDock:
         self.__dict__.update(state)
         self._sampler_keys = weakref.WeakKeyDictionary()
 
-    # -- the Dock API -------------------------------------------------------------------------------
+    # -- DockAPI ------------------------------------------------------------------------------------
 
     def add_partition(self, name: str, num_prompts: int) -> None:
         _get(self._controller.call.remote("add_partition", name, num_prompts))
@@ -212,7 +201,17 @@ class RayDock:
         return _get(self._controller.call.remote("all_consumed", consumer, partition))
 
     def stats(self) -> dict[str, Any]:
+        """As ``Dock.stats``; byte counts come from the row lengths the controller keeps."""
         return _get(self._controller.call.remote("stats"))
+
+    @property
+    def columns(self) -> dict[str, Column]:
+        self._columns = _get(self._controller.call.remote("columns"))
+        return dict(self._columns)
+
+    @property
+    def consumers(self) -> list[str]:
+        return _get(self._controller.call.remote("consumers"))
 
     @property
     def partitions(self) -> dict[str, int]:
@@ -225,7 +224,7 @@ class RayDock:
         readiness at the controller."""
         if isinstance(columns, Mapping):
             self._refresh_columns(columns)
-        ids, checked, finished = _checked_put(self._column, columns, rows, completed)
+        ids, checked, finished = checked_put(self._column, columns, rows, completed)
         names = list(checked)
         rows_in_partition = _get(self._controller.check_put.remote(partition, names, ids, bool(overwrite)))
         checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
@@ -242,12 +241,17 @@ class RayDock:
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
         _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite), finished))
 
+    async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
+                   **options: Any) -> None:
+        """``put`` from asyncio code (runs in a worker thread)."""
+        await asyncio.to_thread(self.put, partition, columns, rows, **options)
+
     def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
             rows: Sequence[int] | np.ndarray | None = None, timeout: float | None = None,
             sampler: Sampler | None = None, lease: float | None = None, unfinished: bool = False) -> Batch | None:
         """As ``Dock.get`` (the same checks): rows chosen by the controller, data read from the shards."""
-        wanted = _wanted(columns)
-        _checked_get(count, timeout, sampler, lease)
+        wanted = wanted_columns(columns)
+        checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
         exact = None if rows is None else as_array(rows, "rows")
         taken = _get(self._controller.take.remote(
@@ -271,51 +275,28 @@ class RayDock:
         batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
         return batch.select(np.argsort(positions, kind="stable"))
 
+    async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,
+                   **options: Any) -> Batch | None:
+        """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
+        return await asyncio.to_thread(self.get, consumer, columns, count, partition, **options)
+
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Checkpoint to ``directory`` in ``Dock.save``'s format (the data passes through this process)."""
-        self.to_dock().save(directory)
+        save_state(self._copy_state(), directory)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> "RayDock":
         """A new RayDock (``shards`` data actors) in the state saved in ``directory``."""
-        return cls.from_dock(Dock.load(directory), shards=shards)
+        return cls._from_state(load_state(directory), shards)
 
     def to_dock(self) -> Dock:
         """An in-process copy of this dock's data and progress (leases returned, stats reset)."""
-        columns, consumers, n_samples_per_prompt = _get(self._controller.schema.remote())
-        max_age = _get(self._controller.call.remote("max_age"))
-        dock = Dock(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age)
-        for entry in _get(self._controller.snapshot.remote()):
-            name = entry["name"]
-            dock.add_partition(name, entry["rows"] // n_samples_per_prompt)
-            for held in _get([shard.snapshot.remote(name) for shard in self._shards]):
-                for column, (ids, values) in held.items():
-                    ready = entry["ready"].get(column, np.zeros(entry["rows"], dtype=bool))[ids]
-                    if ready.any():
-                        kept = np.flatnonzero(ready)
-                        part = take_rows(values, kept) if isinstance(values, Packed) else values[kept]
-                        dock.put(name, {column: part}, rows=ids[kept])
-            target = dock._partitions[name]
-            for consumer, bits in entry["consumed"].items():
-                target.consumed_of(consumer)[:] = bits
-            target.completed[:] = entry["completed"]
-            target.age[:] = entry["age"]
-        return dock
+        return Dock.from_state(self._copy_state())
 
     @classmethod
     def from_dock(cls, dock: Dock, *, shards: int = 1) -> "RayDock":
         """A new RayDock holding a copy of an in-process dock's data and progress."""
-        copy = cls(list(dock.columns.values()), dock.consumers, dock.n_samples_per_prompt, shards=shards,
-                   max_age=dock.max_age)
-        for partition in dock._partitions.values():
-            copy.add_partition(partition.name, partition.rows // dock.n_samples_per_prompt)
-            for column, ready in partition.ready.items():
-                ids = np.flatnonzero(ready)
-                if len(ids):
-                    copy.put(partition.name, {column: partition.read(dock.columns[column], ids)}, rows=ids)
-            _get(copy._controller.restore.remote(partition.name, dict(partition.consumed), partition.completed,
-                                                 partition.age))
-        return copy
+        return cls._from_state(dock.state, shards)
 
     def shutdown(self) -> None:
         """Kill the controller and the shards (the dock's data is gone)."""
@@ -323,6 +304,41 @@ class RayDock:
             ray.kill(actor)
 
     # -- internals ----------------------------------------------------------------------------------
+
+    def _copy_state(self) -> DockState:
+        """This dock's data and progress gathered from the controller and the shards into one state."""
+        columns, consumers, n_samples_per_prompt, max_age = _get(self._controller.schema.remote())
+        state = DockState(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age)
+        for entry in _get(self._controller.snapshot.remote()):
+            target = state.adopt(Partition(entry["name"], entry["rows"]))
+            for held in _get([shard.snapshot.remote(target.name) for shard in self._shards]):
+                for column, (ids, values) in held.items():
+                    kept = np.flatnonzero(entry["ready"].get(column, np.zeros(target.rows, dtype=bool))[ids])
+                    if len(kept):
+                        target.write(columns[column], ids[kept], _subset(values, kept))
+                        target.ready_of(column)[ids[kept]] = True
+            state.restore(target.name, entry["consumed"], entry["completed"], entry["age"])
+        if _get(self._controller.call.remote("closed")):
+            state.close()
+        return state
+
+    @classmethod
+    def _from_state(cls, state: DockState, shards: int) -> "RayDock":
+        """A new RayDock holding a copy of ``state``'s data and progress."""
+        with state.lock:
+            copy = cls(list(state.columns.values()), state.consumers, state.n_samples_per_prompt, shards=shards,
+                       max_age=state.max_age)
+            for partition in state.each_partition():
+                copy.add_partition(partition.name, partition.rows // state.n_samples_per_prompt)
+                for column, ready in partition.ready.items():
+                    ids = np.flatnonzero(ready)
+                    if len(ids):
+                        copy.put(partition.name, {column: partition.read(state.column(column), ids)}, rows=ids)
+                _get(copy._controller.call.remote("restore", partition.name, dict(partition.consumed),
+                                                  partition.completed, partition.age))
+            if state.closed:
+                copy.close()
+        return copy
 
     def _column(self, name: str) -> Column:
         try:

@@ -1,9 +1,9 @@
 """One partition's data and bits: fixed columns as arrays, ragged columns packed, readiness per cell.
 
-Not thread-safe on its own: the ``Dock`` holds its lock around every call. Ragged columns grow
-one flat buffer per partition (doubling, so appends cost amortized O(1)) with a start and a
-length per row; rewriting a row (``overwrite``) appends its new items and abandons the old ones
-until the partition is cleared.
+Not thread-safe on its own: its owner serializes the calls (a ``DockState`` by its lock, a RayDock
+shard by running one call at a time). Ragged columns grow one flat buffer per partition (doubling,
+so appends cost amortized O(1)) with a start and a length per row; rewriting a row (``overwrite``)
+appends its new items and abandons the old ones until the partition is cleared.
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ class _RaggedColumn:
         self.lengths[rows] = lengths
         self.used = needed
 
+    def record(self, rows: np.ndarray, lengths: np.ndarray) -> None:
+        """Point the rows at items held elsewhere (lengths only; ``used`` counts them as appended)."""
+        self.lengths[rows] = lengths
+        self.used += int(lengths.sum())
+
     def _grow(self, needed: int, mean_length: float) -> None:
         """A larger buffer: room for every row at this put's mean length, at least double, at least ``needed``."""
         estimate = int(mean_length * len(self.starts) * 1.25)
@@ -65,10 +70,6 @@ class _RaggedColumn:
             view.flags.writeable = False
             return Packed(view, lengths)
         return gather_runs(self.buffer, starts, lengths)
-
-    @property
-    def nbytes(self) -> int:
-        return self.used * item_bytes(self.buffer)
 
 
 class Partition:
@@ -117,7 +118,7 @@ class Partition:
         """Keep only the row lengths of a ragged column (a dock that holds metadata, not data)."""
         if column.name not in self.ragged:
             self.ragged[column.name] = _RaggedColumn(column, self.rows)
-        self.ragged[column.name].lengths[rows] = lengths
+        self.ragged[column.name].record(rows, lengths)
 
     def read(self, column: Column, rows: np.ndarray) -> np.ndarray | Packed:
         """A copy of a column's data for ``rows``, in their order."""
@@ -147,7 +148,3 @@ class Partition:
         self.ready.clear()
         self.consumed.clear()
         self.leased.clear()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.fixed.values()) + sum(c.nbytes for c in self.ragged.values())

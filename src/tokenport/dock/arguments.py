@@ -1,0 +1,123 @@
+"""The checks of a dock call that need no partition state: row ids, column values, counts, timeouts.
+
+``Dock`` and ``RayDock`` both run them (RayDock in the calling process, before any actor call), so
+a bad call fails alike on both.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .casting import as_array, fitted
+from .ragged import Packed, Padded, as_ragged
+from .samplers import SampleRequest, Selection
+from .schema import Column
+from .storage import Partition
+
+__all__ = ["Sampler", "checked_get", "checked_put", "in_range", "positive", "row_ids", "wanted_columns"]
+
+Sampler = Callable[[SampleRequest], Selection]
+
+
+def positive(name: str, value: object) -> int:
+    """``value`` as an int >= 1, or a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name}={value!r} is invalid: pass an integer >= 1")
+    return int(value)
+
+
+def _completed_flags(completed: bool | Sequence[bool] | np.ndarray, rows: int) -> np.ndarray:
+    """One finished flag per row, from one flag or a sequence of them."""
+    flags = np.asarray(completed)
+    if flags.dtype != bool or flags.shape not in ((), (rows,)):
+        raise ConfigError(f"completed: expected True/False or {rows} booleans, one per row, got {completed!r:.60}")
+    return np.broadcast_to(flags, (rows,))
+
+
+def checked_put(column_of: Callable[[str], Column], columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
+                completed: bool | Sequence[bool] | np.ndarray) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+    """The checks of a put that need no partition (Dock and RayDock both run them, so they fail
+    alike): ``(row ids, each column's values cast to its dtype, finished flags)``."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise ConfigError("columns: expected a non-empty dict of column name -> values")
+    ids = row_ids(rows)
+    checked = {name: _checked_values(column_of(name), value, len(ids)) for name, value in columns.items()}
+    return ids, checked, _completed_flags(completed, len(ids))
+
+
+def wanted_columns(columns: Sequence[str]) -> list[str]:
+    """The column names a get asks for (a list, not one name: a string would be read letter by letter)."""
+    try:
+        wanted = None if isinstance(columns, str) else list(columns)
+    except TypeError:
+        wanted = None
+    if wanted is None:
+        raise ConfigError(f"columns={columns!r:.60}: pass a list of column names")
+    if not wanted:
+        raise ConfigError("columns: ask for at least one column")
+    return wanted
+
+
+def checked_get(count: int, timeout: float | None, sampler: Sampler | None, lease: float | None) -> int:
+    """The checks of a get that need no partition (shared with RayDock); returns ``count``."""
+    count = positive("count", count)
+    if timeout is not None and not (_seconds(timeout) and timeout >= 0):
+        raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
+    if lease is not None and not (_seconds(lease) and lease > 0):
+        raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+    if sampler is not None and not callable(sampler):
+        raise ConfigError(f"sampler={sampler!r:.60} is not callable: pass a SampleRequest -> rows function")
+    return count
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def row_ids(rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Row ids as int64, checked: 1-D integers, no repeats."""
+    ids = as_array(rows, "rows")
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise ConfigError(f"rows: expected a 1-D sequence of integer row ids, got shape {ids.shape} dtype {ids.dtype}")
+    if ids.size == 0:
+        raise ConfigError("rows is empty: name at least one row")
+    if ids.dtype.kind == "u" and int(ids.max()) > np.iinfo(np.int64).max:
+        raise ConfigError(f"row {int(ids.max())} is out of range: row ids are at most 2**63 - 1")
+    ids = ids.astype(np.int64, copy=False)
+    if len(np.unique(ids)) != len(ids):
+        raise ConfigError("rows holds a row id twice: each row is written once per put")
+    return ids
+
+
+def in_range(ids: np.ndarray, target: Partition) -> np.ndarray:
+    """``ids``, checked to be rows of ``target``."""
+    bad = np.flatnonzero((ids < 0) | (ids >= target.rows))
+    if bad.size:
+        raise ConfigError(
+            f"row {int(ids[bad[0]])} is out of range: partition {target.name!r} has rows 0..{target.rows - 1}"
+        )
+    return ids
+
+
+def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packed | Padded:
+    """A column's values for ``rows`` rows, converted to its dtype, or a ConfigError naming it."""
+    if column.ragged:
+        return as_ragged(value, column.name, rows, column.dtype, column.shape)
+    what = f"column {column.name!r}"
+    if isinstance(value, (Packed, Padded)) or (isinstance(value, (list, tuple)) and value and
+                                     {as_array(v, what).shape for v in value} - {column.shape}):
+        raise ConfigError(f"{what} is not ragged: pass one array of shape (rows, *{column.shape})")
+    array = as_array(value, what)
+    if array.shape != (rows, *column.shape):
+        raise ConfigError(
+            f"column {column.name!r}: values of shape {array.shape}, expected {(rows, *column.shape)} "
+            f"({rows} rows of shape {column.shape})"
+        )
+    return fitted(array, column.dtype, f"column {column.name!r}")

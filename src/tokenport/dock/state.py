@@ -1,0 +1,488 @@
+"""The dock's state: columns, consumers, the partition table, leases, and the lock that guards them.
+
+One ``DockState`` is what a ``Dock`` is, what its checkpoint saves and loads, and what a
+``RayDock``'s controller keeps (there with ragged row lengths only, no data). Every method takes
+the lock (a re-entrant condition variable); hold ``lock`` around a sequence of calls that must
+be atomic, such as check, write, mark ready. Getters wait on it (no polling); every change that
+can make rows available (put, ack, nack, clear, lease expiry, close) notifies it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DockTimeout
+from .arguments import Sampler, checked_get, in_range, positive, row_ids
+from .samplers import SampleRequest, Selection, Sequential
+from .schema import Column
+from .storage import Partition
+
+__all__ = ["DockState"]
+
+
+@dataclass
+class _Lease:
+    consumer: str
+    partition: str
+    rows: np.ndarray
+    deadline: float
+
+
+@dataclass
+class _ConsumerStats:
+    rows: int = 0
+    batches: int = 0
+    bytes: int = 0
+    wait_seconds: float = 0.0
+    timeouts: int = 0
+    redelivered: int = 0
+
+
+class DockState:
+    """Columns, consumers (with their counters), partitions oldest first, leases, and ``lock``."""
+
+    def __init__(self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1, *,
+                 max_age: int | None = None) -> None:
+        self.lock = threading.Condition()
+        self._columns: dict[str, Column] = {}
+        self._consumers: dict[str, _ConsumerStats] = {}
+        self._partitions: dict[str, Partition] = {}
+        self._leases: dict[int, _Lease] = {}
+        self._next_lease = 1
+        self.closed = False
+        self.n_samples_per_prompt = positive("n_samples_per_prompt", n_samples_per_prompt)
+        self.max_age = None if max_age is None else positive("max_age", max_age)
+        for column in columns:
+            self.add_column(column)
+        for consumer in consumers:
+            self.add_consumer(consumer)
+
+    # -- schema and partitions ----------------------------------------------------------------------
+
+    def add_column(self, column: Column) -> None:
+        """Add a column; existing partitions get it with no row ready."""
+        if not isinstance(column, Column):
+            raise ConfigError(f"columns: expected tokenport.dock.Column objects, got {type(column).__name__}")
+        with self.lock:
+            if column.name in self._columns:
+                raise ConfigError(f"column {column.name!r} exists already")
+            self._columns[column.name] = column
+
+    def add_consumer(self, name: str) -> None:
+        """Add a consumer (a stage); it has consumed nothing yet."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"consumer name={name!r} is invalid: pass a non-empty string")
+        with self.lock:
+            if name in self._consumers:
+                raise ConfigError(f"consumer {name!r} exists already")
+            self._consumers[name] = _ConsumerStats()
+
+    @property
+    def columns(self) -> dict[str, Column]:
+        with self.lock:
+            return dict(self._columns)
+
+    @property
+    def consumers(self) -> list[str]:
+        with self.lock:
+            return list(self._consumers)
+
+    @property
+    def partitions(self) -> dict[str, int]:
+        """Partition names, oldest first, with their row counts."""
+        with self.lock:
+            return {name: p.rows for name, p in self._partitions.items()}
+
+    def each_partition(self) -> Iterator[Partition]:
+        """The partitions, oldest first (hold ``lock`` while using them)."""
+        return iter(list(self._partitions.values()))
+
+    def add_partition(self, name: str, num_prompts: int) -> Partition:
+        """Add an empty partition of ``num_prompts * n_samples_per_prompt`` rows."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"partition name={name!r} is invalid: pass a non-empty string")
+        rows = positive("num_prompts", num_prompts) * self.n_samples_per_prompt
+        return self.adopt(Partition(name, rows))
+
+    def adopt(self, partition: Partition) -> Partition:
+        """Add a partition built elsewhere (a loaded checkpoint, a copy); it becomes the newest."""
+        with self.lock:
+            if partition.name in self._partitions:
+                raise ConfigError(
+                    f"partition {partition.name!r} exists already: clear() or drop_partition() it first"
+                )
+            self._partitions[partition.name] = partition
+            self.lock.notify_all()
+            return partition
+
+    def clear(self, partition: str) -> None:
+        """Forget a partition's data, readiness, consumption and leases; its rows stay, empty."""
+        with self.lock:
+            self.partition(partition).clear()
+            self._drop_leases(partition)
+            self.lock.notify_all()
+
+    def drop_partition(self, partition: str) -> None:
+        """Remove a partition and everything in it."""
+        with self.lock:
+            self.partition(partition)
+            del self._partitions[partition]
+            self._drop_leases(partition)
+            self.lock.notify_all()
+
+    def close(self) -> None:
+        """No partitions will be added: a get without a partition ends once all are consumed."""
+        with self.lock:
+            self.closed = True
+            self.lock.notify_all()
+
+    def partition(self, name: str) -> Partition:
+        """The partition ``name``, or a ConfigError listing those there are."""
+        try:
+            return self._partitions[name]
+        except (KeyError, TypeError):
+            raise ConfigError(
+                f"partition {name!r} does not exist; the dock has {list(self._partitions)} (add_partition first)"
+            ) from None
+
+    def column(self, name: str) -> Column:
+        """The column ``name``, or a ConfigError listing those there are."""
+        try:
+            return self._columns[name]
+        except (KeyError, TypeError):
+            raise ConfigError(f"unknown column {name!r}; the dock has {list(self._columns)}") from None
+
+    def _consumer(self, name: str) -> _ConsumerStats:
+        try:
+            return self._consumers[name]
+        except (KeyError, TypeError):
+            raise ConfigError(f"unknown consumer {name!r}; the dock has {list(self._consumers)}") from None
+
+    # -- put ----------------------------------------------------------------------------------------
+
+    def check_put(self, partition: str, names: Sequence[str], ids: np.ndarray, overwrite: bool) -> Partition:
+        """The partition a put of ``names`` for rows ``ids`` writes to, once checked: the rows exist, the
+        columns exist, and (unless ``overwrite``) no cell is written already."""
+        with self.lock:
+            target = self.partition(partition)
+            in_range(ids, target)
+            for name in names:
+                self.column(name)
+                if not overwrite:
+                    again = ids[target.ready_of(name)[ids]]
+                    if len(again):
+                        raise ConfigError(
+                            f"partition {target.name!r} row {int(again[0])}: column {name!r} is already written; "
+                            "pass overwrite=True to replace it"
+                        )
+            return target
+
+    def mark_ready(self, target: Partition, names: Sequence[str], ids: np.ndarray, finished: np.ndarray) -> None:
+        """Make the cells visible, record which rows are finished, wake the waiting getters.
+
+        Rows put unfinished age by one and go back to every consumer unconsumed (the rollout
+        stage takes them again with ``unfinished=True``); past ``max_age`` they count as finished.
+        """
+        with self.lock:
+            for name in names:
+                target.ready_of(name)[ids] = True
+            pending = ids[~finished]
+            if len(pending):
+                target.age[pending] += 1
+                if self.max_age is not None:
+                    pending = pending[target.age[pending] <= self.max_age]
+                for consumer in self._consumers:
+                    target.consumed_of(consumer)[pending] = False
+            target.completed[ids] = True
+            target.completed[pending] = False
+            self.lock.notify_all()
+
+    def restore(self, partition: str, consumed: Mapping[str, np.ndarray], completed: np.ndarray,
+                age: np.ndarray) -> None:
+        """Set a partition's consumption, finished flags and ages (loading a checkpoint, copying a dock)."""
+        with self.lock:
+            target = self.partition(partition)
+            for consumer, bits in consumed.items():
+                target.consumed_of(consumer)[:] = bits
+            target.completed[:] = completed
+            target.age[:] = age
+            self.lock.notify_all()
+
+    # -- get ----------------------------------------------------------------------------------------
+
+    def take(self, consumer: str, wanted: list[str], count: int, partition: str | None,
+             rows: Sequence[int] | np.ndarray | None, timeout: float | None, sampler: Sampler | None,
+             lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
+        """Wait for the sampler's rows, mark them consumed (or leased) and count them (rows, batches)
+        for ``consumer``; ``(partition, rows, lease id)``, or None at the end. The caller reads the
+        data and reports its size with ``served``."""
+        count = checked_get(count, timeout, sampler, lease)
+        with self.lock:
+            stats = self._consumer(consumer)
+            for name in wanted:
+                self.column(name)
+            targets = self._targets(partition, count)
+            sampler = sampler or (_Unfinished() if unfinished else Sequential())
+            if rows is not None:
+                if partition is None:
+                    raise ConfigError("rows= needs partition=: row ids are local to a partition")
+                sampler = _exact_rows(in_range(row_ids(rows), targets[0]), partition)
+            began = time.monotonic()
+            deadline = None if timeout is None else began + timeout
+            while True:
+                now = time.monotonic()
+                self._expire_leases(now)
+                found = self._select(consumer, wanted, count, partition, sampler, unfinished)
+                if found is not _WAIT:
+                    break
+                if deadline is not None and now >= deadline:
+                    stats.wait_seconds += now - began
+                    stats.timeouts += 1
+                    where = f"partition {partition!r}" if partition else "any partition"
+                    raise DockTimeout(
+                        f"consumer {consumer!r} waited {timeout} s for {count} rows of {where} with columns "
+                        f"{wanted} ready; increase timeout, or check that the producing stage is running"
+                    )
+                self.lock.wait(self._wait_time(now, deadline))
+            stats.wait_seconds += time.monotonic() - began
+            if found is None:
+                return None
+            target, give, consume = found
+            lease_id = None
+            if lease is None:
+                target.consumed_of(consumer)[consume] = True
+            else:
+                lease_id = self._next_lease
+                self._next_lease += 1
+                self._leases[lease_id] = _Lease(consumer, target.name, consume, now + lease)
+                target.leased_of(consumer)[consume] = lease_id
+            stats.rows += len(give)
+            stats.batches += 1
+            return target, give, lease_id
+
+    def served(self, consumer: str, nbytes: int) -> None:
+        """Count ``nbytes`` of data handed to ``consumer`` by a get."""
+        with self.lock:
+            self._consumer(consumer).bytes += nbytes
+
+    def batch_bytes(self, target: Partition, wanted: list[str], give: np.ndarray) -> int:
+        """Bytes of the data of rows ``give`` in columns ``wanted``, from the row lengths alone (what a
+        RayDock's controller, which holds no data, reports as served)."""
+        with self.lock:
+            total = 0
+            for name in wanted:
+                column = self._columns[name]
+                items = int(target.ragged[name].lengths[give].sum()) if column.ragged else len(give)
+                total += items * _row_bytes(column)
+            return total
+
+    def ack(self, lease_id: int) -> None:
+        """Consume the rows of a lease."""
+        with self.lock:
+            held = self._take_lease(lease_id)
+            target = self._partitions[held.partition]
+            target.consumed_of(held.consumer)[held.rows] = True
+            target.leased_of(held.consumer)[held.rows] = 0
+            self.lock.notify_all()
+
+    def nack(self, lease_id: int) -> None:
+        """Give the rows of a lease back unconsumed: the next get of that consumer may return them."""
+        with self.lock:
+            held = self._take_lease(lease_id)
+            self._release(held)
+            self.lock.notify_all()
+
+    # -- progress -----------------------------------------------------------------------------------
+
+    def all_consumed(self, consumer: str, partition: str) -> bool:
+        """Whether ``consumer`` has consumed every row of ``partition``."""
+        with self.lock:
+            self._consumer(consumer)
+            return self.partition(partition).remaining(consumer) == 0
+
+    def stats(self) -> dict[str, Any]:
+        """Per consumer: rows, batches and bytes served, wait time; per partition: bytes held, ready,
+        consumed and leased rows."""
+        with self.lock:
+            consumers = {name: dict(vars(s)) for name, s in self._consumers.items()}
+            partitions = {}
+            for name, p in self._partitions.items():
+                partitions[name] = {
+                    "rows": p.rows,
+                    "bytes": self._held_bytes(p),
+                    "ready": {c: int(np.count_nonzero(p.ready_of(c))) for c in self._columns},
+                    "consumed": {c: int(np.count_nonzero(p.consumed_of(c))) for c in self._consumers},
+                    "leased": {c: int(np.count_nonzero(p.leased_of(c))) for c in self._consumers},
+                }
+            return {"consumers": consumers, "partitions": partitions, "leases": len(self._leases)}
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _held_bytes(self, target: Partition) -> int:
+        """Bytes of data a partition holds: fixed columns whole once written, ragged items appended."""
+        total = 0
+        for name, column in self._columns.items():
+            if column.ragged:
+                total += target.ragged[name].used * _row_bytes(column) if name in target.ragged else 0
+            elif name in target.ready and target.ready[name].any():
+                total += target.rows * _row_bytes(column)
+        return total
+
+    def _targets(self, partition: str | None, count: int) -> list[Partition]:
+        """The partition asked for (checked against ``count``), or every partition."""
+        if partition is None:
+            return list(self._partitions.values())
+        target = self.partition(partition)
+        if count > target.rows:
+            raise ConfigError(
+                f"count={count} is more than partition {partition!r} holds ({target.rows} rows): ask for fewer"
+            )
+        return [target]
+
+    def _select(self, consumer: str, wanted: list[str], count: int, partition: str | None,
+                sampler: Sampler, unfinished: bool = False) -> Any:
+        """``(partition, give, consume)``, None at the end, or _WAIT."""
+        targets = [self.partition(partition)] if partition is not None else list(self._partitions.values())
+        for target in targets:
+            leased = target.leased_of(consumer)
+            request = SampleRequest(
+                consumer=consumer, partition=target.name, count=min(count, target.rows), rows=target.rows,
+                group_size=self.n_samples_per_prompt, eligible=target.eligible(consumer, wanted, unfinished),
+                unconsumed=target.remaining(consumer), leased=int(np.count_nonzero(leased)),
+                consumed=_read_only(target.consumed_of(consumer)),
+                lengths=lambda name, ids, target=target: _lengths(target, self.column(name), ids),
+            )
+            selection = sampler(request)
+            if selection is None:
+                if partition is not None:
+                    return _WAIT
+                continue
+            trusted = getattr(sampler, "trusted", False)  # tokenport's own samplers pick eligible rows only
+            if trusted:
+                give, consume = (np.asarray(part, dtype=np.int64) for part in selection)
+            else:
+                give, consume = _selected(selection, sampler)
+            if len(give) == 0:
+                if partition is not None:
+                    return None
+                continue
+            if not trusted:
+                _check_selection(give, consume, request)
+            return target, give, consume
+        if unfinished or (partition is None and self.closed and all(
+            t.remaining(consumer) == 0 for t in self._partitions.values()
+        )):
+            return None
+        return _WAIT
+
+    def _take_lease(self, lease_id: int) -> _Lease:
+        try:
+            return self._leases.pop(lease_id)
+        except (KeyError, TypeError):
+            raise ConfigError(
+                f"lease {lease_id!r} is not held: it was acknowledged, returned, or expired (its rows were "
+                "handed out again)"
+            ) from None
+
+    def _release(self, held: _Lease) -> None:
+        if held.partition in self._partitions:
+            self._partitions[held.partition].leased_of(held.consumer)[held.rows] = 0
+
+    def _expire_leases(self, now: float) -> None:
+        expired = [lease_id for lease_id, held in self._leases.items() if held.deadline <= now]
+        for lease_id in expired:
+            held = self._leases.pop(lease_id)
+            self._release(held)
+            self._consumers[held.consumer].redelivered += len(held.rows)
+        if expired:
+            self.lock.notify_all()
+
+    def _drop_leases(self, partition: str) -> None:
+        for lease_id in [i for i, held in self._leases.items() if held.partition == partition]:
+            del self._leases[lease_id]
+
+    def _wait_time(self, now: float, deadline: float | None) -> float | None:
+        """Sleep until the deadline or the next lease expiry, whichever is first (None: until notified)."""
+        times = [held.deadline for held in self._leases.values()]
+        if deadline is not None:
+            times.append(deadline)
+        return max(0.0, min(times) - now) if times else None
+
+
+_WAIT = object()
+
+
+def _row_bytes(column: Column) -> int:
+    """Bytes of one row of a fixed column, or of one item of a ragged one."""
+    return column.dtype.itemsize * int(np.prod(column.shape, dtype=np.int64))
+
+
+class _Unfinished:
+    """Up to ``count`` unfinished rows, lowest ids first; nothing (not a wait) when there are none."""
+
+    trusted = True
+
+    def __call__(self, request: SampleRequest) -> Selection:
+        chosen = request.eligible[: request.count]
+        return chosen, chosen
+
+
+def _lengths(target: Partition, column: Column, ids: np.ndarray) -> np.ndarray:
+    """Items per row of a ragged column, for balancing samplers."""
+    if not column.ragged:
+        raise ConfigError(f"column {column.name!r} is not ragged: balance on a ragged column's lengths")
+    if column.name not in target.ragged:
+        return np.zeros(len(ids), dtype=np.int64)
+    return target.ragged[column.name].lengths[ids]
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
+def _exact_rows(ids: np.ndarray, partition: str) -> Sampler:
+    """A sampler that returns exactly ``ids`` once they are all eligible."""
+
+    def sample(request: SampleRequest) -> Selection:
+        if request.consumed[ids].any():
+            row = int(ids[request.consumed[ids]][0])
+            raise ConfigError(f"row {row} of partition {partition!r} is already consumed by {request.consumer!r}")
+        return (ids, ids) if np.isin(ids, request.eligible).all() else None
+
+    sample.trusted = True  # type: ignore[attr-defined]
+    return sample
+
+
+def _selected(selection: Any, sampler: Sampler) -> tuple[np.ndarray, np.ndarray]:
+    """A sampler's ``(rows to return, rows to consume)`` as int64 arrays; anything else is refused."""
+    if isinstance(selection, (tuple, list)) and len(selection) == 2:
+        try:
+            give, consume = np.asarray(selection[0]), np.asarray(selection[1])
+        except (ValueError, TypeError):  # not regular arrays
+            give = consume = np.zeros((0, 0))
+        if all(p.ndim == 1 and (p.dtype.kind in "iu" or not p.size) for p in (give, consume)):
+            return give.astype(np.int64, copy=False), consume.astype(np.int64, copy=False)
+    name = getattr(sampler, "__qualname__", None) or type(sampler).__qualname__
+    raise ConfigError(
+        f"sampler {name} returned {selection!r:.80}: return None (wait) or a pair (rows to return, "
+        "rows to consume) of 1-D integer row ids"
+    )
+
+
+def _check_selection(give: np.ndarray, consume: np.ndarray, request: SampleRequest) -> None:
+    """A sampler may only return and consume eligible rows."""
+    for name, part in (("returned", give), ("consumed", consume)):
+        outside = part[~np.isin(part, request.eligible)]
+        if len(outside):
+            raise ConfigError(
+                f"sampler {name} row {int(outside[0])} of partition {request.partition!r}, which is not ready, "
+                f"already consumed or leased for {request.consumer!r}"
+            )
