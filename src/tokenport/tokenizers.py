@@ -75,9 +75,17 @@ _TIKTOKEN_BUILTINS = {
     "r50k_base": ("r50k_base.tiktoken", "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930", "gpt2"),
     "p50k_base": ("p50k_base.tiktoken", "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069", "gpt2"),
     "p50k_edit": ("p50k_base.tiktoken", "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069", "gpt2"),
-    "cl100k_base": ("cl100k_base.tiktoken", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7", "cl100k"),
+    "cl100k_base": (
+        "cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        "cl100k",
+    ),
     "o200k_base": ("o200k_base.tiktoken", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", "o200k"),
-    "o200k_harmony": ("o200k_base.tiktoken", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", "o200k"),
+    "o200k_harmony": (
+        "o200k_base.tiktoken",
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "o200k",
+    ),
 }
 
 # Attributes set by Tokenizer._load; they are never pickled and are rebuilt on first use.
@@ -252,9 +260,7 @@ class GigatokenTokenizer(HFTokenizer):
         try:
             tok = gt.Tokenizer.from_json(data)
         except Exception as e:  # gigatoken raises RuntimeError/ValueError for configs it cannot run
-            raise TokenizerError(
-                f"gigatoken cannot load {self.path}: {e}; use 'hf:{self.path}' instead"
-            ) from e
+            raise TokenizerError(f"gigatoken cannot load {self.path}: {e}; use 'hf:{self.path}' instead") from e
         model_vocab = (config.get("model") or {}).get("vocab")
         vocab = dict(model_vocab) if isinstance(model_vocab, dict) else {}  # BPE: token -> id
         vocab.update((t["content"], t["id"]) for t in config.get("added_tokens") or [])
@@ -504,7 +510,9 @@ def _pick_eod(token_id: Callable[[str], int | None], override: str | None, path:
         if eod is not None:
             return int(eod)
     if override:
-        raise TokenizerError(f"{path} has no token {override!r} (from '#eod={override}'); name a token of its vocabulary")
+        raise TokenizerError(
+            f"{path} has no token {override!r} (from '#eod={override}'); name a token of its vocabulary"
+        )
     raise TokenizerError(
         f"{path} has none of the end-of-document tokens {list(EOD_CANDIDATES)}; "
         "name one of its tokens with '#eod=TOKEN' after the path in the tokenizer spec"

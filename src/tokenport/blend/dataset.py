@@ -89,7 +89,10 @@ class BlendedDataset:
                 logger.warning(
                     "dataset %d supplies %d samples to the blend but holds %d: its samples repeat "
                     "(read modulo its length); build it with at least %d samples",
-                    d, int(taken[d]), self._lengths[d], int(taken[d]),
+                    d,
+                    int(taken[d]),
+                    self._lengths[d],
+                    int(taken[d]),
                 )
         self._full = isinstance(sample_index, np.ndarray)
         self._fresh = [isinstance(d, (GPTDataset, BlendedDataset)) for d in self.datasets]
@@ -132,7 +135,9 @@ class BlendedDataset:
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
         datasets = self.dataset_index[ids].astype(np.int64)
-        samples = (self.dataset_sample_index[ids] if self._full else self.dataset_sample_index.take(ids)).astype(np.int64)
+        samples = (self.dataset_sample_index[ids] if self._full else self.dataset_sample_index.take(ids)).astype(
+            np.int64
+        )
         lengths = np.array(self._lengths, dtype=np.int64)
         samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
         batch: dict[str, np.ndarray] = {}

@@ -125,8 +125,13 @@ class IndexCache:
         lock, so a wrong guess of the local rank costs time, never correctness.
         """
         return self.get_or_build_for(
-            store_identity(store), params, build, source=store.prefix, strict=strict,
-            distributed=distributed, shared_filesystem=shared_filesystem,
+            store_identity(store),
+            params,
+            build,
+            source=store.prefix,
+            strict=strict,
+            distributed=distributed,
+            shared_filesystem=shared_filesystem,
         )
 
     def get_or_build_for(
@@ -199,8 +204,11 @@ class IndexCache:
                 array = np.require(array, requirements="C")  # C order, so the recorded layout reads it back
                 path = os.path.join(staging, name + ".npy")
                 _write_synced(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
-                layouts[name] = {"dtype": str(array.dtype), "shape": list(array.shape),
-                                 "offset": os.path.getsize(path) - array.nbytes}
+                layouts[name] = {
+                    "dtype": str(array.dtype),
+                    "shape": list(array.shape),
+                    "offset": os.path.getsize(path) - array.nbytes,
+                }
             text = json.dumps(
                 {
                     "format": CACHE_FORMAT,

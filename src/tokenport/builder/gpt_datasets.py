@@ -31,8 +31,14 @@ def build_gpt_dataset(
     key holds every parameter that changes the indices, so a hit is always the right entry.
     """
     request = gpt_index_request(
-        store, num_samples, config.seq_length, seed, split=split, which=which,
-        add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
+        store,
+        num_samples,
+        config.seq_length,
+        seed,
+        split=split,
+        which=which,
+        add_extra_token=config.add_extra_token,
+        drop_last_partial=drop_last_partial,
     )
     if request is None:
         return None
@@ -87,10 +93,13 @@ def gpt_index_request(
 
     def build() -> dict[str, np.ndarray]:
         positions, sample_index, shuffle_index = build_indices(
-            store.sequence_lengths[indices], num_samples, seq_length, seed,
-            add_extra_token=add_extra_token, drop_last_partial=drop_last_partial,
+            store.sequence_lengths[indices],
+            num_samples,
+            seq_length,
+            seed,
+            add_extra_token=add_extra_token,
+            drop_last_partial=drop_last_partial,
         )
-        return {"document_index": indices[positions], "sample_index": sample_index,
-                "shuffle_index": shuffle_index}
+        return {"document_index": indices[positions], "sample_index": sample_index, "shuffle_index": shuffle_index}
 
     return IndexRequest(indices, params, build)

@@ -64,8 +64,7 @@ class Manifest:
             ) from None
         if manifest.format != MANIFEST_FORMAT:
             raise CorruptStoreError(
-                f"{path}: manifest format {manifest.format!r} is not {MANIFEST_FORMAT!r}; "
-                "upgrade tokenport to read it"
+                f"{path}: manifest format {manifest.format!r} is not {MANIFEST_FORMAT!r}; upgrade tokenport to read it"
             )
         return manifest
 

@@ -75,8 +75,12 @@ class IndexedDataset:
         self._manifest: Manifest | None | bool = False
         self._num_tokens: int | None = None
         if sources is not None:
-            if not (isinstance(sources, tuple) and len(sources) == 2 and all(isinstance(s, ByteSource) for s in sources)):
-                raise ConfigError(f"{self.prefix}: sources must be an (idx, bin) pair of storage.ByteSource, got {sources!r}")
+            if not (
+                isinstance(sources, tuple) and len(sources) == 2 and all(isinstance(s, ByteSource) for s in sources)
+            ):
+                raise ConfigError(
+                    f"{self.prefix}: sources must be an (idx, bin) pair of storage.ByteSource, got {sources!r}"
+                )
             self._idx, self._bin = sources
         elif is_remote(self.prefix):
             options = {} if remote_options is None else {"options": remote_options}
@@ -88,9 +92,7 @@ class IndexedDataset:
             local_mode = "pread" if mode == "pread" else "mmap"
             self._idx = open_source(base + ".idx", local_mode)
             self._bin = open_source(base + ".bin", local_mode)
-        self.header = parse_header(
-            self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size
-        )
+        self.header = parse_header(self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size)
         self.dtype = self.header.dtype
         self._itemsize = self.dtype.itemsize
         self._check_bin_size()
@@ -119,8 +121,13 @@ class IndexedDataset:
         arrays = _IndexArrays(self._idx, self.header)
         if not self._index_checked:
             check_index(
-                arrays.lengths, arrays.pointers, arrays.documents, self._itemsize, self._bin.size,
-                self._idx.url, self._bin.url,
+                arrays.lengths,
+                arrays.pointers,
+                arrays.documents,
+                self._itemsize,
+                self._bin.size,
+                self._idx.url,
+                self._bin.url,
             )
             self._index_checked = True
         return arrays
@@ -297,7 +304,10 @@ class IndexedDataset:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["prefix"], state["mode"], remote_options=state["remote_options"], cache_dir=state["cache_dir"],
+            state["prefix"],
+            state["mode"],
+            remote_options=state["remote_options"],
+            cache_dir=state["cache_dir"],
             sources=state["sources"],
         )
 

@@ -219,9 +219,7 @@ class IndexedDatasetWriter:
         if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
             raise ConfigError("add_documents: `lengths` must be a 1-D array of non-negative ints")
         if int(lengths.sum()) != len(array):
-            raise ConfigError(
-                f"add_documents: lengths sum to {int(lengths.sum())} but {len(array)} tokens were given"
-            )
+            raise ConfigError(f"add_documents: lengths sum to {int(lengths.sum())} but {len(array)} tokens were given")
         if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
             raise ConfigError("add_documents: a sequence longer than 2**31-1 tokens cannot be indexed")
         if sequences_per_document is None:
@@ -297,9 +295,7 @@ class IndexedDatasetWriter:
         if len(array) == 0 or (array.dtype == self.dtype and self.vocab_size is None):
             return array.astype(self.dtype, copy=False)
         if array.dtype.kind not in "iub" and array.dtype != self.dtype:
-            raise TokenizerError(
-                f"{self.prefix}: token ids must be integers, got dtype {array.dtype}"
-            )
+            raise TokenizerError(f"{self.prefix}: token ids must be integers, got dtype {array.dtype}")
         low, high = self._limits
         if int(array.min()) < low or int(array.max()) > high:
             self._raise_out_of_range(array)

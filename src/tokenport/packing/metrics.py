@@ -12,8 +12,10 @@ from .bins import Bins, PackArrays, _check_capacity
 
 def _bin_tokens(bins_or_arrays: Bins | PackArrays) -> np.ndarray:
     """The tokens in each bin, from the list form or the arrays form of a packing."""
-    if isinstance(bins_or_arrays, tuple) and len(bins_or_arrays) == 4 and all(
-        isinstance(a, np.ndarray) for a in bins_or_arrays
+    if (
+        isinstance(bins_or_arrays, tuple)
+        and len(bins_or_arrays) == 4
+        and all(isinstance(a, np.ndarray) for a in bins_or_arrays)
     ):
         bin_of, _, _, length = bins_or_arrays
         if bin_of.size == 0:

@@ -75,8 +75,14 @@ def length_grouped_order(
     For large datasets (10^8 lengths) this skips building a list of Python ints.
     """
     array = _check_lengths(lengths)
-    _check_grouping(batch_size, mega_batch_mult, generator, seed, sequence_seed=True,
-                    global_rng="generator=None and seed=None draw from torch's global RNG, as transformers does")
+    _check_grouping(
+        batch_size,
+        mega_batch_mult,
+        generator,
+        seed,
+        sequence_seed=True,
+        global_rng="generator=None and seed=None draw from torch's global RNG, as transformers does",
+    )
     return _group(array, int(batch_size), mega_batch_mult, generator, seed)
 
 
@@ -125,8 +131,14 @@ class LengthGroupedSampler:
         seed: int | None = None,
     ) -> None:
         self.lengths = _check_lengths(lengths)
-        _check_grouping(batch_size, mega_batch_mult, generator, seed, sequence_seed=False,
-                        global_rng="LengthGroupedSampler without generator or seed draws from torch's global RNG")
+        _check_grouping(
+            batch_size,
+            mega_batch_mult,
+            generator,
+            seed,
+            sequence_seed=False,
+            global_rng="LengthGroupedSampler without generator or seed draws from torch's global RNG",
+        )
         self.batch_size = int(batch_size)
         self.mega_batch_mult = mega_batch_mult
         self.generator = generator
@@ -221,9 +233,7 @@ class DistributedLengthGroupedSampler:
 # -- the core ---------------------------------------------------------------------------------------
 
 
-def _group(
-    lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, generator: Any, seed: Any
-) -> np.ndarray:
+def _group(lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, generator: Any, seed: Any) -> np.ndarray:
     """The length-grouped order of checked arguments (see the module docstring)."""
     n = len(lengths)
     if n == 0:
@@ -336,12 +346,7 @@ def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None
 
     if ok(value):
         return
-    if (
-        sequence_allowed
-        and isinstance(value, (tuple, list))
-        and len(value) > 0
-        and all(ok(item) for item in value)
-    ):
+    if sequence_allowed and isinstance(value, (tuple, list)) and len(value) > 0 and all(ok(item) for item in value):
         return
     what = "an integer >= 0" + (" or a sequence of them" if sequence_allowed else "")
     raise ConfigError(f"{name}={value!r} is invalid: pass {what}")
@@ -354,4 +359,3 @@ def _import_torch(why: str, instead: str = "pass seed= to draw with numpy instea
     except ImportError:
         raise ConfigError(f"torch is not installed, and {why}: install torch, or {instead}") from None
     return torch
-

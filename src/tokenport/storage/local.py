@@ -56,9 +56,7 @@ class MmapSource(ByteSource):
         except FileNotFoundError:
             raise StorageError(f"{self.url}: file disappeared while in use") from None
         except (OSError, ValueError) as exc:
-            raise StorageError(
-                f"{self.url}: cannot memory-map ({exc}); open the store with mode='pread'"
-            ) from None
+            raise StorageError(f"{self.url}: cannot memory-map ({exc}); open the store with mode='pread'") from None
 
     @property
     def size(self) -> int:

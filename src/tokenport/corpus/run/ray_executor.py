@@ -59,15 +59,15 @@ class RayExecutor:
     def close(self) -> None:
         """Nothing to stop: tasks end with their units (the Ray connection stays the caller's)."""
 
-    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def map_bands(
+        self, key_files: list[str], bands: list[int], index_file: str | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """A dedup step's band pairs, one task per band: the signatures are grouped by band on the
         cluster (the key files are on the shared filesystem) and only the pairs come back."""
         task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)
         return self._ray.get([task.remote(key_files, band, index_file) for band in bands])
 
-    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None
-            ) -> None:
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
         """Run every unit as a task, calling ``on_done`` here as each finishes; the first failure
         cancels the rest and is raised as the TokenportError it was. A task reports no progress
         before it finishes (``on_progress`` is not called), so progress moves unit by unit."""

@@ -118,7 +118,9 @@ class OutputDir:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.release()
-            raise ConfigError(f"{self.path}: another prepare run is writing this directory; wait for it or use another") from None
+            raise ConfigError(
+                f"{self.path}: another prepare run is writing this directory; wait for it or use another"
+            ) from None
         state = read_json(state_path)
         if state is None:
             write_json(state_path, {"fingerprint": fingerprint, "settings": settings})

@@ -61,8 +61,13 @@ def unit_prefix(work_dir: str, unit: Unit) -> str:
     return os.path.join(work_dir, unit.name)
 
 
-def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False,
-             progress: Callable[[int], None] | None = None) -> UnitRecord:
+def run_unit(
+    job: UnitJob,
+    unit: Unit,
+    tokenizer: Tokenizer,
+    cancelled: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] | None = None,
+) -> UnitRecord:
     """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
     raises Cancelled (leaving no store) once `cancelled()` is true, and passes `progress` how
     much more of the unit's `size` is done (a few times a second at most)."""
@@ -73,7 +78,11 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
     tokenize = Tokenize(
-        tokenizer, problems, append_eod=job.append_eod, max_chars_per_piece=job.max_chars_per_piece, batch_size=job.batch_size
+        tokenizer,
+        problems,
+        append_eod=job.append_eod,
+        max_chars_per_piece=job.max_chars_per_piece,
+        batch_size=job.batch_size,
     )
     prefix = unit_prefix(job.work_dir, unit)
     steps = build_steps(job.steps, job.work_dir, unit.name)
@@ -138,8 +147,12 @@ def rejected_path(work_dir: str, unit: Unit) -> str:
     return os.path.join(work_dir, f"{unit.name}.rejected.jsonl")
 
 
-def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False,
-              progress: Callable[[int], None] | None = None) -> UnitRecord:
+def sign_unit(
+    job: UnitJob,
+    unit: Unit,
+    cancelled: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] | None = None,
+) -> UnitRecord:
     """Pass 1 of the dedup step at ``job.sign_position``: run the steps before it and save one key
     row per document reaching it (``dedup.keys_path``); progress as in ``run_unit``."""
     position = job.sign_position

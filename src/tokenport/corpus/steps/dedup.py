@@ -33,8 +33,16 @@ __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path",
 DEDUP_KINDS = ("exact_dedup", "minhash_dedup")
 
 
-def make_signer(kind: str, bands: int = 14, rows: int = 8, ngram: int = 5, seed: int = 1,
-                index: str | None = None, save_index: str | None = None, **unknown: object):
+def make_signer(
+    kind: str,
+    bands: int = 14,
+    rows: int = 8,
+    ngram: int = 5,
+    seed: int = 1,
+    index: str | None = None,
+    save_index: str | None = None,
+    **unknown: object,
+):
     """The key row of one document's text for a dedup step (ConfigError for unknown options).
 
     ``index`` names a signature index saved by an earlier run (``save_index``): documents that
@@ -54,8 +62,11 @@ def make_signer(kind: str, bands: int = 14, rows: int = 8, ngram: int = 5, seed:
 
 def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
     """What makes keys comparable: an index must have been made with the same settings."""
-    return {"kind": kind} if kind == "exact_dedup" else {"kind": kind, "bands": bands, "rows": rows,
-                                                         "ngram": ngram, "seed": seed}
+    return (
+        {"kind": kind}
+        if kind == "exact_dedup"
+        else {"kind": kind, "bands": bands, "rows": rows, "ngram": ngram, "seed": seed}
+    )
 
 
 def spec_identity(spec: dict) -> dict[str, object]:
@@ -122,8 +133,12 @@ def band_edges(key_files: list[str], band: int, index_file: str | None = None) -
     return equal_key_pairs(_column(_open_keys(key_files, index_file), band))
 
 
-def decide(kind: str, key_files: list[str], index_file: str | None = None,
-           map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None) -> list[np.ndarray]:
+def decide(
+    kind: str,
+    key_files: list[str],
+    index_file: str | None = None,
+    map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None,
+) -> list[np.ndarray]:
     """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
     one, or one of the index's (``index_file``: keys of earlier runs, which count as coming first).
 
