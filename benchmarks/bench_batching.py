@@ -32,13 +32,12 @@ import time
 
 import numpy as np
 
-from tokenport.demo.corpus import build_demo_corpus
-from tokenport.corpus import PrepareConfig, prepare
-from tokenport.sampling import PretrainingSampler, RandomSampler, length_grouped_order
-from tokenport.indexed.inspect import lengths_of
-from tokenport.sampling.report import batching_report
-
 from _harness import Row, best_of, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.corpus import PrepareConfig, prepare
+from tokenport.demo.corpus import build_demo_corpus
+from tokenport.indexed.inspect import lengths_of
+from tokenport.sampling import PretrainingSampler, RandomSampler, length_grouped_order
+from tokenport.sampling.report import batching_report
 
 CAPACITY = 4096
 MEAN_LENGTH = 600

@@ -32,9 +32,8 @@ import warnings
 
 import numpy as np
 
-from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
-
 from _harness import Row, best_of_each, print_goals, print_table, scratch_directory
+from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
 
 SPEED_DATASETS = (2, 16, 256)
 HUGE_DATASETS = 10_000

@@ -68,13 +68,12 @@ from collections import Counter
 
 import numpy as np
 
-from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
+from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 from tokenport.corpus import Document
 from tokenport.corpus.steps.dedup import make_signer
 from tokenport.corpus.steps.minhash import MinHasher
 from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
-
-from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 
 _COMMENT_LINE = re.compile(r"^\s*#\s?(.*)$")
 

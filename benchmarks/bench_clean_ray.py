@@ -18,10 +18,8 @@ import argparse
 import os
 import time
 
-from bench_clean import dedup_corpus, module_paragraphs, stdlib_modules
-
 from _harness import Row, print_table, scratch_directory
-
+from bench_clean import dedup_corpus, module_paragraphs, stdlib_modules
 from tokenport.corpus import PrepareConfig, prepare
 
 STEPS = [

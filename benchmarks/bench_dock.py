@@ -53,9 +53,8 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from tokenport.dock import Column, Dock, Packed, Padded, RandomRows
-
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.dock import Column, Dock, Packed, Padded, RandomRows
 from transfer_dock_baseline import TransferDockBaseline
 
 SAMPLES_PER_PROMPT = 8

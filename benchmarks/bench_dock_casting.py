@@ -24,9 +24,8 @@ import argparse
 
 import numpy as np
 
-from tokenport.dock.casting import fitted
-
 from _harness import Row, best_of_each, print_table
+from tokenport.dock.casting import fitted
 
 
 def unchecked(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -62,9 +62,6 @@ import numpy as np
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster needs no token
 import ray  # noqa: E402
 
-from tokenport.dock import Column, Packed, Padded  # noqa: E402
-from tokenport.dock.ray import RayDock  # noqa: E402
-
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
 from bench_dock import (  # noqa: E402
     BATCH,
@@ -80,6 +77,8 @@ from bench_dock import (  # noqa: E402
     payload_bytes,
     tokenport_chunks,
 )
+from tokenport.dock import Column, Packed, Padded  # noqa: E402
+from tokenport.dock.ray import RayDock  # noqa: E402
 
 SHARDS = (1, 2, 4)
 CEILING = "Ray round trip"

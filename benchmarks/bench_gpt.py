@@ -38,9 +38,8 @@ import warnings
 import numpy as np
 
 import tokenport as tp
-from tokenport.samples.gpt import GPTDataset, GPTSampleConfig, build_indices
-
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 
 EOD = 2
 SEQ_LENGTH = 4096

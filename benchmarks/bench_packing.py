@@ -25,6 +25,7 @@ import heapq
 
 import numpy as np
 
+from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 from tokenport.packing import (
     balance_metrics,
     karmarkar_karp,
@@ -34,8 +35,6 @@ from tokenport.packing import (
     packing_metrics,
     workload,
 )
-
-from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 
 CAPACITY = 4096
 MEAN_LENGTH = 600

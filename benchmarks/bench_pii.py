@@ -42,12 +42,11 @@ from faker import Faker
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
 from tests._support.pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
 
-from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
-
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
+from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
+from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
 
 BEFORE_REV = "b25df947ecfe"  # main before issue 12's PII changes
 GOAL_RECALL = 0.98

@@ -111,7 +111,7 @@ def run_megatron(corpus: Path, tokenizer: Path, out_prefix: str, workers: int) -
 
     vocab_size = tokenizers.Tokenizer.from_file(str(tokenizer)).get_vocab_size(with_added_tokens=True)
     dtype = np.uint16 if vocab_size < 65500 else np.int32  # DType.optimal_dtype
-    with open(corpus, "r", encoding="utf-8") as fin:
+    with open(corpus, encoding="utf-8") as fin:
         pool = multiprocessing.Pool(workers, initializer=encoder.initializer)
         encoded_docs = pool.imap(encoder.encode, fin, 32)
         builder = IndexedDatasetBuilder(out_prefix + ".bin", dtype=dtype)

@@ -38,7 +38,7 @@ import hashlib
 import logging
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence

@@ -15,8 +15,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 import tokenport
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -146,7 +146,8 @@ def test_hf_eod_override(bpe_path):
 
 
 def test_hf_missing_eod(tmp_path):
-    from tokenizers import Tokenizer as HF, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HF
+    from tokenizers import models, pre_tokenizers, trainers
 
     hf = HF(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

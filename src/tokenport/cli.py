@@ -10,8 +10,9 @@ import inspect
 import json
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from collections.abc import Sequence as SequenceABC
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ._version import __version__
 from .errors import TokenportError

@@ -15,10 +15,11 @@ import struct
 import threading
 import time
 import uuid
-from urllib.parse import urlsplit
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 

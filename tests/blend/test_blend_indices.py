@@ -9,8 +9,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
-from tokenport.blend import tijdeman
+from tokenport.blend import (
+    SampleIndexCheckpoints,
+    build_blending_indices,
+    build_dataset_index,
+    max_prefix_deviation,
+    tijdeman,
+)
 from tokenport.errors import ConfigError
 
 ALGORITHMS = ("tijdeman", "greedy", "megatron")

@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pytest
 
-from tokenport.samples import gpt
 from tokenport.builder import (
     CACHE_FORMAT,
     IndexCache,
@@ -24,6 +23,7 @@ from tokenport.builder import (
 )
 from tokenport.errors import ConfigError
 from tokenport.indexed import IndexedDataset, IndexedDatasetWriter
+from tokenport.samples import gpt
 
 PARAMS = {"split": [0, 90], "num_samples": 40, "seq_length": 16, "seed": 1234, "add_extra_token": True}
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.cli import main
 from tokenport.builder.plan import CachePlan, build_cache, load_cache_plan
+from tokenport.cli import main
 
 
 @pytest.fixture()

@@ -18,10 +18,10 @@ import time
 import numpy as np
 import pytest
 
-from tokenport.errors import ConfigError, InputDataError
-from tokenport.indexed import IndexedDataset
 from tokenport.corpus import PrepareConfig, prepare, split_text
 from tokenport.corpus.inputs.sources import expand_inputs
+from tokenport.errors import ConfigError, InputDataError
+from tokenport.indexed import IndexedDataset
 from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
 
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])

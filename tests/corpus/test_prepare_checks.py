@@ -10,9 +10,9 @@ import pathlib
 import pytest
 
 from tokenport.cli import main
-from tokenport.errors import ConfigError, InputDataError
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.corpus.steps.registry import step_options
+from tokenport.errors import ConfigError, InputDataError
 
 ENGLISH = [
     "The committee met on Tuesday to discuss the budget for the coming year and agreed on most points.",

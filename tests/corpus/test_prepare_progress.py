@@ -9,9 +9,9 @@ import pathlib
 
 import pytest
 
+from tokenport.corpus import PrepareConfig, prepare
 from tokenport.errors import InputDataError
 from tokenport.indexed import IndexedDataset
-from tokenport.corpus import PrepareConfig, prepare
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 

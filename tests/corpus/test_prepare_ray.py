@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.indexed import IndexedDataset
 from tokenport.corpus import PrepareConfig, prepare
+from tokenport.indexed import IndexedDataset
 
 pytest.importorskip("ray")
 

@@ -8,8 +8,8 @@ import pathlib
 import pytest
 
 import tokenport as tp
-from tokenport.indexed import IndexedDataset
 from tokenport.corpus import PrepareConfig, prepare
+from tokenport.indexed import IndexedDataset
 
 TEXTS = [
     "Write to jane.roe@example.org about the meeting.",

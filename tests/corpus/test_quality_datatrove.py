@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 from tokenport.corpus import Document
 from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 
 pytest.importorskip("spacy")
 filters = pytest.importorskip("datatrove.pipeline.filters")
@@ -28,8 +28,8 @@ from datatrove.data import Document as DTDocument  # noqa: E402
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION, split_into_words  # noqa: E402
 
 from tokenport.corpus.steps import datatrove_compat as dt  # noqa: E402
-from tokenport.corpus.steps.spacy_words import english_words  # noqa: E402
 from tokenport.corpus.steps.registry import build_steps  # noqa: E402
+from tokenport.corpus.steps.spacy_words import english_words  # noqa: E402
 
 MAX_CHARS = 20_000  # datatrove splits words at ~1 ms per 5 kB; keep the test quick
 

@@ -193,7 +193,7 @@ def test_manifest_that_is_not_utf8_or_not_an_object_is_refused(store):
         with open(f"{store}.json", "wb") as f:
             f.write(content)
         with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest"):
-            tp.IndexedDataset(store).manifest
+            _ = tp.IndexedDataset(store).manifest
 
 
 def test_verify_finds_pointer_document_and_checksum_faults(store):
@@ -231,7 +231,7 @@ def test_bad_manifest_is_reported(store):
     with open(f"{store}.json", "w") as f:
         f.write("{not json")
     with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest"):
-        tp.IndexedDataset(store).manifest
+        _ = tp.IndexedDataset(store).manifest
 
 
 def test_aborted_writer_leaves_nothing_and_keeps_the_old_store(store):

@@ -219,15 +219,17 @@ def check_mutation(number: int, originals: list[str], work: str, endpoint: str) 
         failures.append(f"{label}: verify passed a changed {mutation['changed']}")
     if verified and mutation["changed"] == ".json":
         # the block size is not a fact of the store: any size whose blocks hash to the listed digests is right
-        facts = lambda m: (
-            m.dtype,
-            m.sequences,
-            m.documents,
-            m.tokens,
-            m.checksums.algorithm,  # noqa: E731
-            m.checksums.idx,
-            m.checksums.bin_blocks,
-        )
+        def facts(m):
+            return (
+                m.dtype,
+                m.sequences,
+                m.documents,
+                m.tokens,
+                m.checksums.algorithm,
+                m.checksums.idx,
+                m.checksums.bin_blocks,
+            )
+
         before = Manifest.from_json(open(original + ".json").read(), "original")
         after = Manifest.from_json(open(prefix + ".json").read(), "mutated")
         if facts(after) != facts(before):

@@ -9,8 +9,9 @@ import io
 import json
 import pickle
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest

@@ -64,7 +64,7 @@ class BlendedDataset:
         datasets: Sequence[Any],
         dataset_index: np.ndarray,
         dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
-    ) -> "BlendedDataset":
+    ) -> BlendedDataset:
         """A blend over indices built earlier (from the index cache, or Megatron's own)."""
         self = cls.__new__(cls)
         if len(dataset_index) != len(dataset_sample_index):

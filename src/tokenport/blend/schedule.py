@@ -187,7 +187,8 @@ class MixtureSchedule:
 
 @dataclass(frozen=True)
 class _Segment:
-    """Samples ``[start, end)`` of the run: constant ``weights``, or a ramp of ``ramp_length`` samples to ``ramp_to``."""
+    """Samples ``[start, end)`` of the run: constant ``weights``, or a ramp of ``ramp_length`` samples to
+    ``ramp_to``."""
 
     start: int
     end: int
@@ -289,7 +290,8 @@ def _late_mask(length: int, stop: int) -> np.ndarray:
 
 
 def _ramp_dataset_index(segment: _Segment, algorithm: str) -> np.ndarray:
-    """The ``dataset_index`` of a ramp segment: the early blend over ``weights`` and the late one over ``ramp_to``, interleaved."""
+    """The ``dataset_index`` of a ramp segment: the early blend over ``weights`` and the late one over
+    ``ramp_to``, interleaved."""
     late = _late_mask(segment.ramp_length, segment.end - segment.start)
     late_count = int(np.count_nonzero(late))
     parts = [

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..blend import BlendedDataset, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
-from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..indexed import IndexedDataset
+from ..samples.gpt import GPTDataset, GPTSampleConfig
 from .cache import IndexCache, canonical_json
 from .gpt_datasets import build_gpt_dataset
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
@@ -48,9 +48,9 @@ def build_datasets(
 ) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
-    ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path`` list (``["0.3", "a", "0.7",
-    "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples wanted per split: 0 for
-    none; None, without weights, for one epoch of every store, each sample once.
+    ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path``
+    list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples
+    wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
     stores whole.
     """

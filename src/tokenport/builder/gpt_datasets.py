@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 from ..indexed import IndexedDataset
+from ..samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 from .cache import IndexCache
 from .splits import SPLIT_NAMES, split_document_ranges
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from ..blend import ALGORITHMS
-from .specs import BlendSpec
-from . import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index_request, load_blend_spec, parse_split
-from ..samples.gpt import GPTSampleConfig, store_eod_id
 from .._files import parse_structured, read_text
+from ..blend import ALGORITHMS
 from ..errors import ConfigError
 from ..indexed import IndexedDataset, resolve_stores
+from ..samples.gpt import GPTSampleConfig, store_eod_id
+from . import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index_request, load_blend_spec, parse_split
+from .specs import BlendSpec
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ over the run (matplotlib, the ``plot`` extra).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -26,16 +26,17 @@ from __future__ import annotations
 import glob
 import math
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._files import parse_structured, read_text
+from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset, resolve_stores, strip_suffix
 from ..storage import GLOB_CHARS, is_remote, local_path
-from ..blend.schedule import MixtureSchedule
 from .splits import SPLIT_NAMES
 
 

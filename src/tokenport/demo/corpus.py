@@ -12,8 +12,8 @@ import inspect
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 _SKIPPED_DIRECTORIES = {"site-packages", "dist-packages", "test", "tests", "__pycache__", "idle_test"}
 _MIN_DOCSTRING_CHARS = 40

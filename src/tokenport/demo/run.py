@@ -12,24 +12,24 @@ import os
 import shutil
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from .._jit import announce_compilation
 from ..builder import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
 from ..builder.report import blend_report
-from .corpus import build_demo_corpus
-from ..dock import Balanced, Column, Dock, PromptGroups
-from ..samples.gpt import GPTSampleConfig
-from ..indexed import IndexedDataset, merge, verify
-from ..indexed.inspect import summarize
-from ..samples.packed import PackedDataset
 from ..corpus import PrepareConfig, prepare
 from ..corpus.run.report import load_report
+from ..dock import Balanced, Column, Dock, PromptGroups
+from ..indexed import IndexedDataset, merge, verify
+from ..indexed.inspect import summarize
+from ..samples.gpt import GPTSampleConfig
+from ..samples.packed import PackedDataset
 from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
+from .corpus import build_demo_corpus
 
 Echo = Callable[[str], None]
 
@@ -95,7 +95,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
         echo(f"[{name}] " + result.summary().replace("\n", f"\n[{name}] "))
 
     echo("\n== 3. verify: structure of every .idx, sizes, and the manifests' checksums")
-    for name, prefixes in parts.items():
+    for prefixes in parts.values():
         for prefix in prefixes:
             report = verify(prefix)
             echo(
@@ -104,7 +104,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
             )
 
     echo("\n== 4. inspect: what a store holds")
-    for name, prefixes in parts.items():
+    for prefixes in parts.values():
         echo(summarize(prefixes[0], documents=2).render())
         echo("")
 
@@ -348,5 +348,6 @@ def _time_reads(ds: IndexedDataset, echo: Echo) -> None:
     batched = time.perf_counter() - begin
     echo(f"random ds[i]:        {len(ids) / single:12,.0f} documents/s (zero-copy views)")
     echo(
-        f"get_many(1000 ids):  {len(ids) / batched:12,.0f} documents/s ({tokens_read / batched / 1e6:,.0f}M tokens/s copied)"
+        f"get_many(1000 ids):  {len(ids) / batched:12,.0f} documents/s "
+        f"({tokens_read / batched / 1e6:,.0f}M tokens/s copied)"
     )

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+
 import numpy as np
 
 from ..errors import ConfigError, CorruptStoreError

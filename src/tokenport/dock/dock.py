@@ -58,7 +58,7 @@ class Dock:
         self._state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)
 
     @classmethod
-    def from_state(cls, state: DockState) -> "Dock":
+    def from_state(cls, state: DockState) -> Dock:
         """A dock over ``state`` (a loaded checkpoint, a copy of a RayDock), which it then owns."""
         dock = cls.__new__(cls)
         dock._state = state
@@ -218,6 +218,6 @@ class Dock:
         save_state(self._state, directory)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str]) -> "Dock":
+    def load(cls, directory: str | os.PathLike[str]) -> Dock:
         """The dock saved in ``directory``; rows that were out on lease are available again."""
         return cls.from_state(load_state(directory))

@@ -63,7 +63,7 @@ class Packed:
         """The rows as views of ``values``, one array per row."""
         return np.split(self.values, self.offsets[1:-1])
 
-    def padded(self, pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> "Padded":
+    def padded(self, pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
         """The rows as a 2-D array padded to the longest row (rounded up to ``multiple_of``) or to ``length``."""
         return pad(self, pad_value, multiple_of=multiple_of, length=length)
 

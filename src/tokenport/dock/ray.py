@@ -30,9 +30,9 @@ import numpy as np
 import ray
 
 from ..errors import ConfigError, TokenportError
+from .arguments import Sampler, checked_get, checked_put, positive, row_ids, wanted_columns
 from .batch import Batch
 from .casting import as_array
-from .arguments import Sampler, checked_get, checked_put, positive, row_ids, wanted_columns
 from .checkpoint import load_state, save_state
 from .dock import Dock
 from .ragged import Packed, Padded, take_rows
@@ -347,7 +347,7 @@ class RayDock:
         save_state(self._copy_state(), directory)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> "RayDock":
+    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> RayDock:
         """A new RayDock (``shards`` data actors) in the state saved in ``directory``."""
         return cls._from_state(load_state(directory), shards)
 
@@ -356,7 +356,7 @@ class RayDock:
         return Dock.from_state(self._copy_state())
 
     @classmethod
-    def from_dock(cls, dock: Dock, *, shards: int = 1) -> "RayDock":
+    def from_dock(cls, dock: Dock, *, shards: int = 1) -> RayDock:
         """A new RayDock holding a copy of an in-process dock's data and progress."""
         return cls._from_state(dock.state, shards)
 
@@ -385,7 +385,7 @@ class RayDock:
         return state
 
     @classmethod
-    def _from_state(cls, state: DockState, shards: int) -> "RayDock":
+    def _from_state(cls, state: DockState, shards: int) -> RayDock:
         """A new RayDock holding a copy of ``state``'s data and progress."""
         with state.lock:
             copy = cls(

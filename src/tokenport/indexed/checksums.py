@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import CorruptStoreError
 

@@ -8,7 +8,8 @@ and closed when idle (see storage.handles), so thousands of stores can be open a
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -287,7 +288,7 @@ class IndexedDataset:
         self._idx.close()
         self._bin.close()
 
-    def __enter__(self) -> "IndexedDataset":
+    def __enter__(self) -> IndexedDataset:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,7 +12,8 @@ import datetime as _dt
 import operator
 import os
 from array import array as _array
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -457,7 +458,7 @@ class IndexedDatasetWriter:
         if self._state != "open":
             raise TokenportError(f"{self.prefix}: writer is {self._state}; open a new writer")
 
-    def __enter__(self) -> "IndexedDatasetWriter":
+    def __enter__(self) -> IndexedDatasetWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -25,7 +25,8 @@ def _bin_tokens(bins_or_arrays: Bins | PackArrays) -> np.ndarray:
 
 
 def packing_metrics(bins_or_arrays: Bins | PackArrays, capacity: int) -> dict[str, float]:
-    """num_bins, tokens, padding_tokens, efficiency (tokens / (bins * capacity)), padding_ratio (1 - efficiency), max_bin_tokens."""
+    """num_bins, tokens, padding_tokens, efficiency (tokens / (bins * capacity)), padding_ratio
+    (1 - efficiency), max_bin_tokens."""
     capacity = _check_capacity(capacity)
     tokens = _bin_tokens(bins_or_arrays)
     slots = tokens.size * capacity

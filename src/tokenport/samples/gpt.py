@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import NoReturn
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numba
 import numpy as np
@@ -344,7 +344,7 @@ class GPTDataset:
         sample_index: np.ndarray,
         shuffle_index: np.ndarray,
         config: GPTSampleConfig,
-    ) -> "GPTDataset":
+    ) -> GPTDataset:
         """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
         holds store sequence ids, as ``self.document_index`` does."""
         self = cls.__new__(cls)

@@ -26,8 +26,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..errors import ConfigError
 from .._checks import check_int
+from ..errors import ConfigError
 from ..rng.prefetch import prefetch
 from ..rng.torch_randperm import randperm
 

@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
 from .._checks import check_int
+from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
 
 __all__ = ["PretrainingSampler", "RandomSampler"]

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment, pack_best_fit_arrays, packing_metrics
 from ..packing.bins import check_lengths
-from .._checks import check_int
 from .length_grouping import length_grouped_order
 
 __all__ = ["BatchingReport", "batching_report", "padding_ratio", "render_batching_report"]

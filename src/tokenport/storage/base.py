@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import abc
 import io
-from typing import BinaryIO, Sequence
+from collections.abc import Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class ByteSource(abc.ABC):
         """The bytes of several ranges; remote sources coalesce them into few requests."""
         return [self.read(offset, length) for offset, length in ranges]
 
-    def prefetch(self, ranges: Sequence[Range]) -> None:
+    def prefetch(self, ranges: Sequence[Range]) -> None:  # noqa: B027 (an optional hook: no-op by default)
         """Hint that `ranges` will be read soon. Local sources ignore it."""
 
     def read_once(self, offset: int, length: int) -> bytes | memoryview:
@@ -50,10 +51,10 @@ class ByteSource(abc.ABC):
         """The bytes as a buffered, seekable binary file (for decompressors, parquet, line readers)."""
         return io.BufferedReader(_SourceStream(self), buffer_size)  # type: ignore[return-value]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: no-op by default)
         """Release handles; the source reopens lazily if read again."""
 
-    def __enter__(self) -> "ByteSource":
+    def __enter__(self) -> ByteSource:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,10 +19,11 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Mapping, Sequence, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from .._files import publish_mode
 from ..errors import ConfigError, StorageError

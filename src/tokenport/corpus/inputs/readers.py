@@ -9,13 +9,13 @@ line (1-based) or row (0-based), or skips and counts it. Ids are ``path:line`` f
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ...errors import ConfigError
-from .documents import Document
-from .sources import decode_errors, open_decoded, open_raw, parquet_module
 from ..run.stats import Problems
 from ..run.units import Slice
+from .documents import Document
+from .sources import decode_errors, open_decoded, open_raw, parquet_module
 
 _PARQUET_BATCH_ROWS = 4096
 
@@ -117,7 +117,8 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
                 problems.report(
                     "missing_text",
                     path,
-                    f"has no column {text_key!r} (columns: {', '.join(parquet.schema_arrow.names)}); set text_key / --text-key",
+                    f"has no column {text_key!r} (columns: {', '.join(parquet.schema_arrow.names)}); "
+                    "set text_key / --text-key",
                     count=rows,
                 )
                 return

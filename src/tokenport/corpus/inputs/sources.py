@@ -17,8 +17,9 @@ import json
 import lzma
 import os
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO
 
 from ...errors import ConfigError, InputDataError, StorageError
 from ...storage import GLOB_CHARS, find, is_remote, local_path, open_source

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..._files import parse_structured, read_text
 from ...errors import ConfigError
@@ -92,7 +93,8 @@ class PrepareConfig:
         object.__setattr__(self, "output", os.fspath(self.output))
         if is_remote(self.output):
             raise ConfigError(
-                f"PrepareConfig.output={self.output!r}: must be a local directory; prepare locally, then upload the parts"
+                f"PrepareConfig.output={self.output!r}: must be a local directory; "
+                "prepare locally, then upload the parts"
             )
         for name in ("tokenizer", "text_key"):
             value = getattr(self, name)

@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -193,7 +194,7 @@ class LocalExecutor:
         self.workers = workers
         self._pool: list[_Worker] = []
 
-    def __enter__(self) -> "LocalExecutor":
+    def __enter__(self) -> LocalExecutor:
         self._pool = [_Worker(self.tokenizer.spec()) for _ in range(self.workers - 1)]
         return self
 

@@ -15,8 +15,9 @@ import datetime as _dt
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -24,15 +25,15 @@ from ..._jit import announce_compilation
 from ...errors import InputDataError
 from ...indexed import IndexedDataset
 from ...tokenizers import Tokenizer, load_tokenizer
+from ..inputs.inflate import discard_chunk
+from ..inputs.sources import expand_inputs
+from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
+from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
-from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from .executor import Executor, LocalExecutor
-from ..inputs.inflate import discard_chunk
 from .ray_executor import RayExecutor
-from ..inputs.sources import expand_inputs
 from .state import OutputDir, replace_atomically
-from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
@@ -331,7 +332,7 @@ class _Bar:
         if postfix:
             self.tqdm.set_postfix(postfix, refresh=False)
 
-    def __enter__(self) -> "_Bar":
+    def __enter__(self) -> _Bar:
         return self
 
     def __exit__(self, *exc: object) -> None:

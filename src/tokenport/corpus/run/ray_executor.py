@@ -4,8 +4,8 @@ Each unit is one task (one CPU); a task loads the tokenizer once per worker proc
 unit exactly as a local worker would, writing under ``OUTPUT/.work/``, so the output directory
 must be on a filesystem every node shares. Finished units stay finished; the dedup passes run
 their key pass on the cluster too, and MinHash decisions group the signatures by band there (one
-task per band), returning only the pairs of documents that share a band key. ``ray.init`` is called with ``address`` unless the caller
-has connected already.
+task per band), returning only the pairs of documents that share a band key. ``ray.init`` is called
+with ``address`` unless the caller has connected already.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class RayExecutor:
         self.tokenizer = tokenizer
         self.address = address
 
-    def __enter__(self) -> "RayExecutor":
+    def __enter__(self) -> RayExecutor:
         if not self._ray.is_initialized():
             self._ray.init(address=self.address, log_to_driver=False)
         self._task = self._ray.remote(num_cpus=1, max_retries=0)(_run_task)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..inputs.inflate import inflate
 from ..inputs.sources import InputFile, open_raw, parquet_module

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -19,11 +19,11 @@ from ...errors import StorageError
 from ...indexed import IndexedDataset, IndexedDatasetWriter
 from ...tokenizers import Tokenizer
 from ..inputs.readers import read_slice
+from ..steps.dedup import keys_path, make_signer, save_atomically
+from ..steps.registry import build_steps, register_step, run_steps
+from ..steps.rejects import RejectedWriter
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
-from ..steps.dedup import keys_path, make_signer, save_atomically
-from ..steps.rejects import RejectedWriter
-from ..steps.registry import build_steps, register_step, run_steps
 from .tokenize import Tokenize
 from .units import Unit
 

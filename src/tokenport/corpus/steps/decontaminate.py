@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator, Sequence
 
 from ...errors import ConfigError, InputDataError
-from .quality import words_of
 from .base import Step
+from .quality import words_of
 
 __all__ = ["Decontaminate"]
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
-from .base import Step
 from ..run.state import replace_atomically, temporary_path
+from .base import Step
+from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
 
@@ -82,7 +82,9 @@ def load_index(path: str, identity: dict[str, object]) -> np.ndarray:
             saved = json.load(f)
         keys = np.load(path + ".npy", mmap_mode="r")
     except (OSError, ValueError) as error:
-        raise ConfigError(f"index {path}: cannot be read ({error}); pass the save_index path of an earlier run")
+        raise ConfigError(
+            f"index {path}: cannot be read ({error}); pass the save_index path of an earlier run"
+        ) from error
     if saved != identity:
         raise ConfigError(f"index {path} was made with {saved}, this step uses {identity}: keys would not compare")
     return keys

@@ -30,8 +30,8 @@ import numba
 import numpy as np
 
 from ...errors import ConfigError
-from . import datatrove_compat as dt
 from ..inputs.documents import Document
+from . import datatrove_compat as dt
 from .base import Step, prefixed
 from .spacy_words import english_words
 

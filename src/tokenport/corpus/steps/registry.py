@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from .decontaminate import Decontaminate
-from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from ..inputs.documents import Document
 from .base import Step
+from .decontaminate import Decontaminate
+from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from .language import LanguageFilter
 from .licenses import LicenseFilter
 from .lines import LineCorrections
@@ -201,7 +201,7 @@ class _Timed:
         self._it = iter(documents)
         self.elapsed = 0.0
 
-    def __iter__(self) -> "_Timed":
+    def __iter__(self) -> _Timed:
         return self
 
     def __next__(self) -> Document:
