@@ -149,14 +149,14 @@ class Tokenizer(abc.ABC):
 
     def decode(self, ids: np.ndarray | Sequence[int]) -> str:
         """Text of `ids`, skipping end-of-document ids."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        ids = ids[ids != self.eod_id]
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+        array = np.asarray(ids, dtype=np.int64).reshape(-1)
+        array = array[array != self.eod_id]
+        if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
             raise TokenizerError(
                 f"cannot decode ids outside [0, {self.vocab_size}) with {self.kind} tokenizer {self.name!r} "
-                f"(found {ids.min()}..{ids.max()}); the ids were made by another tokenizer"
+                f"(found {array.min()}..{array.max()}); the ids were made by another tokenizer"
             )
-        return self._decode(ids)
+        return self._decode(array)
 
     def identity(self) -> dict[str, Any]:
         """JSON-able description for a manifest; equal fingerprints mean the same defining content."""

@@ -94,7 +94,6 @@ class BlendedDataset:
                     self._lengths[d],
                     int(taken[d]),
                 )
-        self._full = isinstance(sample_index, np.ndarray)
         self._fresh = [isinstance(d, (GPTDataset, BlendedDataset)) for d in self.datasets]
 
     def __len__(self) -> int:
@@ -115,7 +114,8 @@ class BlendedDataset:
         if not 0 <= index < len(self.dataset_index):
             raise IndexError(f"sample id {index} is outside [0, {len(self.dataset_index)})")
         dataset = self.dataset_index.item(index)
-        sample = self.dataset_sample_index.item(index) if self._full else self.dataset_sample_index[index]
+        sample_index = self.dataset_sample_index
+        sample = sample_index.item(index) if isinstance(sample_index, np.ndarray) else sample_index[index]
         if self._wraps[dataset]:
             sample %= self._lengths[dataset]
         return dataset, sample
@@ -135,7 +135,8 @@ class BlendedDataset:
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
         datasets = self.dataset_index[ids].astype(np.int64)
-        samples = (self.dataset_sample_index[ids] if self._full else self.dataset_sample_index.take(ids)).astype(
+        sample_index = self.dataset_sample_index
+        samples = (sample_index[ids] if isinstance(sample_index, np.ndarray) else sample_index.take(ids)).astype(
             np.int64
         )
         lengths = np.array(self._lengths, dtype=np.int64)

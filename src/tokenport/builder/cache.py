@@ -17,6 +17,7 @@ warning is logged (``strict=True`` raises ConfigError instead).
 from __future__ import annotations
 
 import fcntl
+import functools
 import glob
 import hashlib
 import json
@@ -182,7 +183,8 @@ class IndexCache:
             except OSError as exc:
                 raced = self._load(key)  # a builder on another node, where flock is not shared
                 return raced if raced is not None else self._unpublished(arrays, exc, strict)
-            return self._load(key)
+            published = self._load(key)
+            return published if published is not None else arrays  # removed meanwhile: the built arrays stand
         finally:
             os.close(lock)  # releases the flock
 
@@ -204,7 +206,7 @@ class IndexCache:
             for name, array in arrays.items():
                 array = np.require(array, requirements="C")  # C order, so the recorded layout reads it back
                 path = os.path.join(staging, name + ".npy")
-                _write_synced(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
+                _write_synced(path, functools.partial(np.save, arr=array, allow_pickle=False))
                 layouts[name] = {
                     "dtype": str(array.dtype),
                     "shape": list(array.shape),

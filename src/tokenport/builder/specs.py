@@ -143,7 +143,7 @@ class BlendSpec:
             object.__setattr__(self, "per_split", _split_tuple(self.per_split, where))
 
 
-def _split_tuple(value: Any, where: str) -> tuple[Blend | None, ...]:
+def _split_tuple(value: Any, where: str) -> tuple[Blend | None, Blend | None, Blend | None]:
     """A (train, valid, test) tuple of Blend or None from a tuple or a mapping of split names."""
     if isinstance(value, Mapping):
         unknown = sorted(map(str, set(value) - set(SPLIT_NAMES)))
@@ -158,7 +158,8 @@ def _split_tuple(value: Any, where: str) -> tuple[Blend | None, ...]:
         raise ConfigError(f"{where}: per_split must hold a Blend or None for each of {', '.join(SPLIT_NAMES)}")
     if all(b is None for b in value):
         raise ConfigError(f"{where}: no split has a blend; give at least one of {', '.join(SPLIT_NAMES)}")
-    return tuple(value)
+    train, valid, test = value
+    return train, valid, test
 
 
 # -- Megatron's forms ----------------------------------------------------------------------------
@@ -272,7 +273,7 @@ def blend_per_split_from_json(path: str | os.PathLike) -> BlendSpec:
                 blends[name] = _blend_from_items(value.split() if isinstance(value, str) else value, name)
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from None
-    return BlendSpec(per_split=blends, source=where)
+    return BlendSpec(per_split=_split_tuple(blends, where), source=where)
 
 
 def _reject_unknown(data: Mapping[Any, Any], known: Sequence[str], where: str) -> None:
@@ -320,7 +321,7 @@ def load_blend_spec(path: str | os.PathLike, *, size_of: Callable[[str], int] = 
     if "schedule" in data:
         raise ConfigError(f"{where}: 'schedule' goes with a shared 'blend' (it orders the training stream)")
     blends = {name: loader.split_blend(value, name) for name, value in data.items() if value is not None}
-    return BlendSpec(per_split=blends, source=where)
+    return BlendSpec(per_split=_split_tuple(blends, where), source=where)
 
 
 def _scheduled(blend: Blend, phases: Any, where: str) -> Blend:
@@ -408,7 +409,7 @@ class _Loader:
             for leaf in self.entry(item, kind, name, share)
         ]
 
-    def shares(self, weights: list[float], where: str, scale: float) -> list[float]:
+    def shares(self, weights: Sequence[float], where: str, scale: float) -> list[float]:
         """`scale` times each normalized weight; all zeros under a non-zero scale is an error."""
         if scale == 0.0:
             return [0.0] * len(weights)

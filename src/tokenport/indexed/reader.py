@@ -216,13 +216,13 @@ class IndexedDataset:
             return [self.get(i) for i in range(*idx.indices(len(self)))]
         pointer = index.pointers.item(idx)
         length = index.lengths.item(idx)
-        handle = self._tokens
-        if handle is not None:
-            tokens = handle.value
+        tokens_handle = self._tokens
+        if tokens_handle is not None:
+            tokens = tokens_handle.value
             if tokens is None:
-                tokens = handle.get()
+                tokens = tokens_handle.get()
             else:
-                handle.referenced = True
+                tokens_handle.referenced = True
             start = pointer // self._itemsize
             return tokens[start : start + length]
         return self._bin.read_array(pointer, length, self.dtype)
@@ -370,7 +370,7 @@ def _gather(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: 
                 np.take(tokens, positions, out=out[lo:hi], mode="clip")
             a = b
         return out
-    view = memoryview(tokens)
+    view = memoryview(tokens)  # type: ignore[arg-type]  # ndarray exports a buffer; numpy's stubs say so only on 3.12+
     ends = starts + lengths
     data = bytearray().join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
     return np.frombuffer(data, dtype=tokens.dtype)

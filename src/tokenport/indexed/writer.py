@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..errors import ConfigError, TokenizerError, TokenportError
 from . import commit
@@ -65,7 +66,7 @@ class _Int64Spill:
     every `_SPILL_ITEMS` items, so memory stays flat however many documents are written.
     """
 
-    def __init__(self, final_path: str, dtype: np.dtype) -> None:
+    def __init__(self, final_path: str, dtype: DTypeLike) -> None:
         self.dtype = np.dtype(dtype)
         self.path = commit.temp_path(final_path)
         self._file = open(self.path, "wb", buffering=_IO_BUFFER)
@@ -237,7 +238,7 @@ class IndexedDatasetWriter:
         self._documents.extend_array(ends)
         self._sequences += len(lengths)
 
-    def _as_tokens(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    def _as_tokens(self, tokens: Sequence[int] | Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """`tokens` as a 1-D array of the store's dtype; an id outside 0..limit raises, never wraps.
 
         The way to take an input dtype (as is, check, cast, check and cast) is worked out once per

@@ -361,6 +361,8 @@ class GPTDataset:
         config: GPTSampleConfig,
     ) -> None:
         config = resolve_eod(config, dataset)
+        # resolve_eod fills eod_id and GPTSampleConfig.__post_init__ cu_seqlens_length
+        assert config.eod_id is not None and config.cu_seqlens_length is not None
         self.dataset = dataset
         self.config = config
         self.indices = indices

@@ -278,10 +278,10 @@ def _sort_megabatches(lengths: np.ndarray, permutation: np.ndarray, size: int, o
     n = permutation.shape[0]
     values = np.empty(n, dtype=lengths.dtype)
     for k in range(min(_AHEAD, n)):
-        prefetch(lengths, permutation[k])
+        prefetch(lengths, permutation[k])  # type: ignore[call-arg]  # a numba intrinsic: numba passes typingctx
     for k in range(n):
         if k + _AHEAD < n:
-            prefetch(lengths, permutation[k + _AHEAD])
+            prefetch(lengths, permutation[k + _AHEAD])  # type: ignore[call-arg]  # a numba intrinsic: numba passes typingctx
         values[k] = lengths[permutation[k]]
     keys = np.empty((2, size), dtype=np.uint64)
     ids = np.empty((2, size), dtype=np.int64)
@@ -342,7 +342,7 @@ def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None
     """Raise ConfigError unless ``value`` is an integer >= 0 (or, if allowed, a non-empty sequence of them)."""
 
     def ok(item: object) -> bool:
-        return not isinstance(item, bool) and isinstance(item, (int, np.integer)) and item >= 0
+        return not isinstance(item, bool) and isinstance(item, (int, np.integer)) and bool(item >= 0)
 
     if ok(value):
         return

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 Range = tuple[int, int]
 """A byte range as (offset, length)."""
@@ -31,7 +32,7 @@ class ByteSource(abc.ABC):
     def read(self, offset: int, length: int) -> bytes | memoryview:
         """Exactly `length` bytes starting at `offset` (the caller keeps ranges in bounds)."""
 
-    def read_array(self, offset: int, count: int, dtype: np.dtype) -> np.ndarray:
+    def read_array(self, offset: int, count: int, dtype: DTypeLike) -> np.ndarray:
         """`count` items of `dtype` starting at byte `offset`; zero-copy where the source allows."""
         dtype = np.dtype(dtype)
         return np.frombuffer(self.read(offset, count * dtype.itemsize), dtype=dtype, count=count)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class UnitJob:
     max_chars_per_piece: int
     batch_size: int
     on_error: str
-    steps: tuple = ()  # cleaning step specs, built afresh for every unit
+    steps: Sequence[Mapping[str, Any]] = ()  # cleaning step specs, built afresh for every unit
     sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
     keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
     step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[s
     )
 
 
-def spec_identity(spec: dict) -> dict[str, object]:
+def spec_identity(spec: Mapping[str, Any]) -> dict[str, object]:
     """The key identity of a dedup step spec."""
     options = {k: v for k, v in spec.items() if k in ("bands", "rows", "ngram", "seed")}
     return _identity(spec["step"], **{"bands": 14, "rows": 8, "ngram": 5, "seed": 1, **options})
