@@ -13,8 +13,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -111,12 +111,25 @@ def print_table(rows: list[Row]) -> None:
         else:
             goal = (r.goal_text or f">={r.goal:g}x") + (" met" if r.met else " NOT met")
         lines.append(
-            (r.section, r.case, r.metric, human(r.ours, r.metric), human(r.theirs, r.metric), r.theirs_name,
-             f"{r.ratio:,.2f}x", goal)
+            (
+                r.section,
+                r.case,
+                r.metric,
+                human(r.ours, r.metric),
+                human(r.theirs, r.metric),
+                r.theirs_name,
+                f"{r.ratio:,.2f}x",
+                goal,
+            )
         )
     widths = [max(len(line[k]) for line in lines) for k in range(len(header))]
     for n, line in enumerate(lines):
-        print("  ".join(cell.ljust(w) if k < 3 or k == 5 or k == 7 else cell.rjust(w) for k, (cell, w) in enumerate(zip(line, widths))))
+        print(
+            "  ".join(
+                cell.ljust(w) if k < 3 or k == 5 or k == 7 else cell.rjust(w)
+                for k, (cell, w) in enumerate(zip(line, widths))
+            )
+        )
         if n == 0:
             print("  ".join("-" * w for w in widths))
 
@@ -127,8 +140,10 @@ def print_goals(rows: list[Row]) -> None:
     print(f"goals met: {sum(bool(r.met) for r in goals)} of {len(goals)}")
     for r in goals:
         what = f"tokenport takes {1 / r.ratio:,.2f}x megatron's time" if r.goal < 1 else f"{r.ratio:,.2f}x"
-        print(f"  {'met    ' if r.met else 'NOT met'}  {r.section} [{r.case}]: {what}, "
-              f"goal {r.goal_text or f'>={r.goal:g}x'}")
+        print(
+            f"  {'met    ' if r.met else 'NOT met'}  {r.section} [{r.case}]: {what}, "
+            f"goal {r.goal_text or f'>={r.goal:g}x'}"
+        )
 
 
 @contextlib.contextmanager

@@ -32,13 +32,12 @@ import time
 
 import numpy as np
 
-from tokenport.demo.corpus import build_demo_corpus
-from tokenport.corpus import PrepareConfig, prepare
-from tokenport.sampling import PretrainingSampler, RandomSampler, length_grouped_order
-from tokenport.indexed.inspect import lengths_of
-from tokenport.sampling.report import batching_report
-
 from _harness import Row, best_of, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.corpus import PrepareConfig, prepare
+from tokenport.demo.corpus import build_demo_corpus
+from tokenport.indexed.inspect import lengths_of
+from tokenport.sampling import PretrainingSampler, RandomSampler, length_grouped_order
+from tokenport.sampling.report import batching_report
 
 CAPACITY = 4096
 MEAN_LENGTH = 600
@@ -64,23 +63,79 @@ def bench_report(rows: list[Row], name: str, lengths: np.ndarray, seed: int) -> 
         print(f"  report {name} bs {batch_size}: {time.perf_counter() - t0:.2f} s", flush=True)
         section = f"padding, bs {batch_size}"
         grouped = 100 * report["grouped_padding_ratio"]
-        rows.append(Row(section, case, "pad %", grouped, 100 * report["random_padding_ratio"], "random batching",
-                        lower_is_better=True))
+        rows.append(
+            Row(
+                section,
+                case,
+                "pad %",
+                grouped,
+                100 * report["random_padding_ratio"],
+                "random batching",
+                lower_is_better=True,
+            )
+        )
         if report["hf_grouped_padding_ratio"] is not None:
-            rows.append(Row(section, case, "pad %", grouped, 100 * report["hf_grouped_padding_ratio"],
-                            "transformers grouping", lower_is_better=True))
+            rows.append(
+                Row(
+                    section,
+                    case,
+                    "pad %",
+                    grouped,
+                    100 * report["hf_grouped_padding_ratio"],
+                    "transformers grouping",
+                    lower_is_better=True,
+                )
+            )
         section = f"balance, bs {batch_size}"
         kk = 100 * report["balance_mean"]
-        rows.append(Row(section, f"{case}, {report['balance_global_batches']:,} x {RANKS}x{batch_size}", "dev %", kk,
-                        1.0, "the 1% goal", 1.0, "<=1%", lower_is_better=True))
-        rows.append(Row(section, f"{case}, worst batch {100 * report['balance_worst']:.1f}%", "dev %", kk,
-                        100 * report["round_robin_mean"], "round robin", lower_is_better=True))
-        rows.append(Row(section, f"{case}, bound: longest item alone", "dev %", kk,
-                        100 * report["balance_bound_mean"], "lower bound (no whole-item split beats it)",
-                        lower_is_better=True))
+        rows.append(
+            Row(
+                section,
+                f"{case}, {report['balance_global_batches']:,} x {RANKS}x{batch_size}",
+                "dev %",
+                kk,
+                1.0,
+                "the 1% goal",
+                1.0,
+                "<=1%",
+                lower_is_better=True,
+            )
+        )
+        rows.append(
+            Row(
+                section,
+                f"{case}, worst batch {100 * report['balance_worst']:.1f}%",
+                "dev %",
+                kk,
+                100 * report["round_robin_mean"],
+                "round robin",
+                lower_is_better=True,
+            )
+        )
+        rows.append(
+            Row(
+                section,
+                f"{case}, bound: longest item alone",
+                "dev %",
+                kk,
+                100 * report["balance_bound_mean"],
+                "lower bound (no whole-item split beats it)",
+                lower_is_better=True,
+            )
+        )
     efficiency = 100 * report["packing_efficiency"]
-    rows.append(Row("packing, BFD 4096", f"{case}, {report['packing_num_bins']:,} bins, {efficiency:.3f}%", "eff %",
-                    100 * report["packing_efficiency"], 99.0, "the 99% goal", 1.0, ">=99%"))
+    rows.append(
+        Row(
+            "packing, BFD 4096",
+            f"{case}, {report['packing_num_bins']:,} bins, {efficiency:.3f}%",
+            "eff %",
+            100 * report["packing_efficiency"],
+            99.0,
+            "the 99% goal",
+            1.0,
+            ">=99%",
+        )
+    )
 
 
 def bench_grouping_time(rows: list[Row], lengths: np.ndarray, seed: int) -> None:
@@ -93,6 +148,7 @@ def bench_grouping_time(rows: list[Row], lengths: np.ndarray, seed: int) -> None
         return
     as_list = lengths.tolist()
     for batch_size in BATCH_SIZES:
+
         def ours():
             length_grouped_order(lengths, batch_size, seed=seed)
 
@@ -102,8 +158,17 @@ def bench_grouping_time(rows: list[Row], lengths: np.ndarray, seed: int) -> None
             get_length_grouped_indices(as_list, batch_size, generator=generator)
 
         t_ours, t_theirs = best_of_each([ours, theirs], 3)
-        rows.append(Row(f"grouping time, bs {batch_size}", f"lognormal, {lengths.size:,} seqs", "s", t_ours, t_theirs,
-                        "transformers get_length_grouped_indices", lower_is_better=True))
+        rows.append(
+            Row(
+                f"grouping time, bs {batch_size}",
+                f"lognormal, {lengths.size:,} seqs",
+                "s",
+                t_ours,
+                t_theirs,
+                "transformers get_length_grouped_indices",
+                lower_is_better=True,
+            )
+        )
 
 
 def bench_samplers(rows: list[Row], total: int, seed: int) -> None:
@@ -120,8 +185,19 @@ def bench_samplers(rows: list[Row], total: int, seed: int) -> None:
             run()
             steps = len(cls(total, 0, batch_size, 0, RANKS, **extra))
             per_batch = best_of(run, 3) / steps
-            rows.append(Row(f"sampler, bs {batch_size}", f"{cls.__name__}, {steps:,} micro-batches", "s", per_batch,
-                            10e-6, "the 10 us budget", 1.0, "<=10 us", lower_is_better=True))
+            rows.append(
+                Row(
+                    f"sampler, bs {batch_size}",
+                    f"{cls.__name__}, {steps:,} micro-batches",
+                    "s",
+                    per_batch,
+                    10e-6,
+                    "the 10 us budget",
+                    1.0,
+                    "<=10 us",
+                    lower_is_better=True,
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,8 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     with scratch_directory(args.dir, "bench_batching_", args.quick) as directory:
         t0 = time.perf_counter()
         demo = demo_lengths(directory, 300 if args.quick else None)
-        print(f"  demo corpus: {demo.size:,} sequences, {int(demo.sum()):,} tokens, mean {demo.mean():.1f}, "
-              f"max {int(demo.max()):,}; built and prepared in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"  demo corpus: {demo.size:,} sequences, {int(demo.sum()):,} tokens, mean {demo.mean():.1f}, "
+            f"max {int(demo.max()):,}; built and prepared in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     synthetic = lognormal_lengths(np.random.default_rng(args.seed), count, MEAN_LENGTH, SIGMA)
     bench_report(rows, "demo corpus", demo, args.seed)
     bench_report(rows, "lognormal", synthetic, args.seed)

@@ -32,9 +32,8 @@ import warnings
 
 import numpy as np
 
-from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
-
 from _harness import Row, best_of_each, print_goals, print_table, scratch_directory
+from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
 
 SPEED_DATASETS = (2, 16, 256)
 HUGE_DATASETS = 10_000
@@ -75,19 +74,33 @@ def bench_speed(rows: list[Row], helpers, normalize, args) -> None:
         del ours
         t0 = time.perf_counter()
         t_ours, t_theirs, t_exact = best_of_each(
-            [lambda: build_blending_indices(weights, size),
-             lambda: megatron_build(helpers, theirs_weights, size),
-             lambda: build_blending_indices(weights, size, algorithm="megatron")],
+            [
+                lambda: build_blending_indices(weights, size),
+                lambda: megatron_build(helpers, theirs_weights, size),
+                lambda: build_blending_indices(weights, size, algorithm="megatron"),
+            ],
             args.repeat,
         )
         case = f"n={n}, size={size:.0e}"
         goal = 5.0 if n >= 256 else 1.0
-        rows.append(Row("build, default (tijdeman)", case, "s", t_ours, t_theirs, "megatron C++", goal,
-                        lower_is_better=True))
-        rows.append(Row("build, algorithm=megatron", case, "s", t_exact, t_theirs, "megatron C++",
-                        1.0 if n <= 16 else None, lower_is_better=True))
-        rows.append(Row("max |C_i(t) - t w_i|", case, "dev", quality_ours, quality_theirs, "megatron C++",
-                        lower_is_better=True))
+        rows.append(
+            Row("build, default (tijdeman)", case, "s", t_ours, t_theirs, "megatron C++", goal, lower_is_better=True)
+        )
+        rows.append(
+            Row(
+                "build, algorithm=megatron",
+                case,
+                "s",
+                t_exact,
+                t_theirs,
+                "megatron C++",
+                1.0 if n <= 16 else None,
+                lower_is_better=True,
+            )
+        )
+        rows.append(
+            Row("max |C_i(t) - t w_i|", case, "dev", quality_ours, quality_theirs, "megatron C++", lower_is_better=True)
+        )
         print(f"  n={n} done in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -104,8 +117,17 @@ def huge_child(size: int, n: int, seed: int) -> None:
     checkpoints.take(probe)
     t3 = time.perf_counter()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"index_s": t1 - t0, "checkpoints_s": t2 - t1, "lookup_s": (t3 - t2) / len(probe),
-                      "peak_mb": peak_mb, "table_mb": checkpoints.counts.nbytes / 2**20}))
+    print(
+        json.dumps(
+            {
+                "index_s": t1 - t0,
+                "checkpoints_s": t2 - t1,
+                "lookup_s": (t3 - t2) / len(probe),
+                "peak_mb": peak_mb,
+                "table_mb": checkpoints.counts.nbytes / 2**20,
+            }
+        )
+    )
 
 
 def bench_huge(rows: list[Row], helpers, normalize, args) -> None:
@@ -117,14 +139,37 @@ def bench_huge(rows: list[Row], helpers, normalize, args) -> None:
     t_theirs = t_small * size / EXTRAPOLATE_FROM
     ours = result["index_s"] + result["checkpoints_s"]
     case = f"n={n:,}, size={size:.0e}"
-    rows.append(Row("build, lean (index+checkpoints)", case, "s", ours, t_theirs,
-                    f"megatron C++ (extrapolated from {EXTRAPOLATE_FROM:.0e})", lower_is_better=True))
-    rows.append(Row("peak RSS, lean build", case, "MB", result["peak_mb"], MEMORY_LIMIT_MB, "limit 6 GiB", 1.0,
-                    "<=6 GiB", lower_is_better=True))
-    print(f"  huge: dataset_index {result['index_s']:.1f} s, checkpoints {result['checkpoints_s']:.1f} s "
-          f"(table {result['table_mb']:.0f} MB), sample index lookup {result['lookup_s'] * 1e6:.1f} us, "
-          f"peak RSS {result['peak_mb']:.0f} MB; megatron {t_small:.2f} s at {EXTRAPOLATE_FROM:.0e} samples, "
-          f"x{size // EXTRAPOLATE_FROM:,} (linear in size x n) = {t_theirs:,.0f} s", flush=True)
+    rows.append(
+        Row(
+            "build, lean (index+checkpoints)",
+            case,
+            "s",
+            ours,
+            t_theirs,
+            f"megatron C++ (extrapolated from {EXTRAPOLATE_FROM:.0e})",
+            lower_is_better=True,
+        )
+    )
+    rows.append(
+        Row(
+            "peak RSS, lean build",
+            case,
+            "MB",
+            result["peak_mb"],
+            MEMORY_LIMIT_MB,
+            "limit 6 GiB",
+            1.0,
+            "<=6 GiB",
+            lower_is_better=True,
+        )
+    )
+    print(
+        f"  huge: dataset_index {result['index_s']:.1f} s, checkpoints {result['checkpoints_s']:.1f} s "
+        f"(table {result['table_mb']:.0f} MB), sample index lookup {result['lookup_s'] * 1e6:.1f} us, "
+        f"peak RSS {result['peak_mb']:.0f} MB; megatron {t_small:.2f} s at {EXTRAPOLATE_FROM:.0e} samples, "
+        f"x{size // EXTRAPOLATE_FROM:,} (linear in size x n) = {t_theirs:,.0f} s",
+        flush=True,
+    )
 
 
 def bench_getitem(rows: list[Row], directory: str, args) -> None:
@@ -142,8 +187,9 @@ def bench_getitem(rows: list[Row], directory: str, args) -> None:
             writer.add_documents(tokens, lengths)
         prefixes.append(prefix)
     config = tp.GPTSampleConfig(seq_length=256, eod_id=2)
-    blend, _, _ = tp.build_datasets(tp.Blend(tuple(prefixes), (0.5, 0.3, 0.2)), sizes=(200_000, 0, 0),
-                                    config=config, seed=args.seed, split="1")
+    blend, _, _ = tp.build_datasets(
+        tp.Blend(tuple(prefixes), (0.5, 0.3, 0.2)), sizes=(200_000, 0, 0), config=config, seed=args.seed, split="1"
+    )
     ids = rng.integers(0, len(blend), args.getitem_samples).tolist()
     located = [blend.locate(i) for i in ids]
     children = blend.datasets
@@ -177,13 +223,35 @@ def bench_getitem(rows: list[Row], directory: str, args) -> None:
     )
     count = len(ids)
     # the goal row is the precise one; with GPT children the difference drowns in their own jitter
-    rows.append(Row("BlendedDataset[i] overhead", f"3 trivial children (dict copied), {count:,} ids", "s/sample",
-                    max(t_trivial - t_trivial_direct, 1e-9) / count, 2e-6, "the 2 us budget", 1.0, "<=2 us",
-                    lower_is_better=True))
-    rows.append(Row("BlendedDataset[i] overhead", f"3 GPT children, seq 256, {count:,} ids", "s/sample",
-                    max(t_blend - t_direct, 1e-9) / count, 2e-6, "the 2 us budget", lower_is_better=True))
-    print(f"  getitem: blend {t_blend / count * 1e6:.2f} us, child directly {t_direct / count * 1e6:.2f} us; "
-          f"trivial children {t_trivial / count * 1e6:.2f} vs {t_trivial_direct / count * 1e6:.2f} us", flush=True)
+    rows.append(
+        Row(
+            "BlendedDataset[i] overhead",
+            f"3 trivial children (dict copied), {count:,} ids",
+            "s/sample",
+            max(t_trivial - t_trivial_direct, 1e-9) / count,
+            2e-6,
+            "the 2 us budget",
+            1.0,
+            "<=2 us",
+            lower_is_better=True,
+        )
+    )
+    rows.append(
+        Row(
+            "BlendedDataset[i] overhead",
+            f"3 GPT children, seq 256, {count:,} ids",
+            "s/sample",
+            max(t_blend - t_direct, 1e-9) / count,
+            2e-6,
+            "the 2 us budget",
+            lower_is_better=True,
+        )
+    )
+    print(
+        f"  getitem: blend {t_blend / count * 1e6:.2f} us, child directly {t_direct / count * 1e6:.2f} us; "
+        f"trivial children {t_trivial / count * 1e6:.2f} vs {t_trivial_direct / count * 1e6:.2f} us",
+        flush=True,
+    )
 
 
 class _Trivial:

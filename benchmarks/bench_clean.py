@@ -68,13 +68,12 @@ from collections import Counter
 
 import numpy as np
 
-from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
+from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 from tokenport.corpus import Document
 from tokenport.corpus.steps.dedup import make_signer
 from tokenport.corpus.steps.minhash import MinHasher
 from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
-
-from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 
 _COMMENT_LINE = re.compile(r"^\s*#\s?(.*)$")
 
@@ -148,8 +147,15 @@ def dedup_corpus(path: str, prose: list[list[str]], count: int, seed: int) -> tu
     never alike; 5% are exact copies and 10% edited copies (`near_copy`) of an earlier document.
     Returns the texts and each one's kind: 0 original, 1 exact copy, 2 near copy."""
     rng = np.random.default_rng(seed)
-    pool = list(dict.fromkeys(line.strip() for paragraphs in prose for p in paragraphs for line in p.splitlines()
-                              if len(line.split()) >= 4))
+    pool = list(
+        dict.fromkeys(
+            line.strip()
+            for paragraphs in prose
+            for p in paragraphs
+            for line in p.splitlines()
+            if len(line.split()) >= 4
+        )
+    )
     vocabulary = sorted({w for line in pool[:5000] for w in line.split() if w.isalpha()})
     draw = rng.random(count)
     kinds = np.where(draw < 0.05, 1, np.where(draw < 0.15, 2, 0)).astype(np.int8)
@@ -163,8 +169,9 @@ def dedup_corpus(path: str, prose: list[list[str]], count: int, seed: int) -> tu
                 source = texts[int(rng.integers(0, i))]
                 text = source if kinds[i] == 1 else near_copy(source, rng, vocabulary)
             else:
-                text = "\n\n".join("\n".join(pool[j] for j in lines[i, k, : widths[i, k]])
-                                   for k in range(paragraphs[i]))
+                text = "\n\n".join(
+                    "\n".join(pool[j] for j in lines[i, k, : widths[i, k]]) for k in range(paragraphs[i])
+                )
             texts.append(text)
             f.write(json.dumps({"text": text}) + "\n")
     os.replace(path + ".tmp", path)
@@ -225,8 +232,12 @@ def datatrove_filters():
     }
 
 
-OURS = {"Gopher quality": GopherQuality, "Gopher repetition": GopherRepetition, "C4": C4Quality,
-        "FineWeb": FineWebQuality}
+OURS = {
+    "Gopher quality": GopherQuality,
+    "Gopher repetition": GopherRepetition,
+    "C4": C4Quality,
+    "FineWeb": FineWebQuality,
+}
 
 
 def ours_decision(name: str, step, text: str) -> tuple[bool, str | None]:
@@ -267,12 +278,17 @@ def bench_filters(rows: list[Row], pages: list[str], args) -> None:
         kept_o, kept_t = sum(a[0] for a in ours), sum(b[0] for b in theirs)
         only_o = Counter(b[1] for a, b in zip(ours, theirs) if a[0] and not b[0])
         only_t = Counter(a[1] for a, b in zip(ours, theirs) if b[0] and not a[0])
-        line = (f"    {name}: {100 * same / len(pages):.1f}% agree; kept {kept_o:,} (tokenport) vs {kept_t:,} "
-                f"(datatrove)")
+        line = (
+            f"    {name}: {100 * same / len(pages):.1f}% agree; kept {kept_o:,} (tokenport) vs {kept_t:,} (datatrove)"
+        )
         if only_o:
-            line += "; kept only by tokenport (datatrove's reason): " + ", ".join(f"{r} {n}" for r, n in only_o.most_common(4))
+            line += "; kept only by tokenport (datatrove's reason): " + ", ".join(
+                f"{r} {n}" for r, n in only_o.most_common(4)
+            )
         if only_t:
-            line += "; kept only by datatrove (tokenport's reason): " + ", ".join(f"{r} {n}" for r, n in only_t.most_common(4))
+            line += "; kept only by datatrove (tokenport's reason): " + ", ".join(
+                f"{r} {n}" for r, n in only_t.most_common(4)
+            )
         print(line, flush=True)
         if name == "C4":
             both = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0] and b[0]]
@@ -282,9 +298,20 @@ def bench_filters(rows: list[Row], pages: list[str], args) -> None:
 
         t_ours, t_theirs = best_of_each(
             [lambda: list(OURS[name]()(ours_docs)), lambda: list(theirs_classes[name]().run(iter(fresh)))],
-            args.repeat, [None, make_theirs_docs])
-        rows.append(Row("filter docs/s", f"{name}, {case}", "docs/s", len(pages) / t_ours, len(pages) / t_theirs,
-                        f"datatrove {name}", 10.0))
+            args.repeat,
+            [None, make_theirs_docs],
+        )
+        rows.append(
+            Row(
+                "filter docs/s",
+                f"{name}, {case}",
+                "docs/s",
+                len(pages) / t_ours,
+                len(pages) / t_theirs,
+                f"datatrove {name}",
+                10.0,
+            )
+        )
 
     bench_compat_filters(rows, pages, args, ours_docs, theirs_classes, fresh, make_theirs_docs)
 
@@ -304,12 +331,22 @@ def bench_filters(rows: list[Row], pages: list[str], args) -> None:
     kept_o, kept_t = len(ours_chain()), len(theirs_chain())
     print(f"    all four chained: kept {kept_o:,} (tokenport) vs {kept_t:,} (datatrove)", flush=True)
     t_ours, t_theirs = best_of_each([ours_chain, theirs_chain], args.repeat, [None, make_theirs_docs])
-    rows.append(Row("filter docs/s", f"all 4 chained, {case}", "docs/s", len(pages) / t_ours,
-                    len(pages) / t_theirs, "datatrove, same chain", 10.0))
+    rows.append(
+        Row(
+            "filter docs/s",
+            f"all 4 chained, {case}",
+            "docs/s",
+            len(pages) / t_ours,
+            len(pages) / t_theirs,
+            "datatrove, same chain",
+            10.0,
+        )
+    )
 
 
-def bench_compat_filters(rows: list[Row], pages: list[str], args, ours_docs, theirs_classes, fresh,
-                         make_theirs_docs) -> None:
+def bench_compat_filters(
+    rows: list[Row], pages: list[str], args, ours_docs, theirs_classes, fresh, make_theirs_docs
+) -> None:
     from tokenport.corpus.steps import datatrove_compat
     from tokenport.corpus.steps.spacy_words import english_words
 
@@ -328,10 +365,20 @@ def bench_compat_filters(rows: list[Row], pages: list[str], args, ours_docs, the
         if name == "C4":
             both = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0] and b[0]]
             c4 = C4Quality(compat="datatrove")
-            line += f"; same cleaned text on {sum(c4.clean(pages[i])[0] == fresh[i].text for i in both):,} of {len(both):,}"
+            line += (
+                f"; same cleaned text on {sum(c4.clean(pages[i])[0] == fresh[i].text for i in both):,} of {len(both):,}"
+            )
         print(line, flush=True)
-        rows.append(Row("filter agreement", f"{name}, {case}", "% same keep/drop", 100 * (1 - len(differ) / len(pages)),
-                        100.0, "datatrove (itself)"))
+        rows.append(
+            Row(
+                "filter agreement",
+                f"{name}, {case}",
+                "% same keep/drop",
+                100 * (1 - len(differ) / len(pages)),
+                100.0,
+                "datatrove (itself)",
+            )
+        )
 
         def ours_run():
             return list(OURS[name](compat="datatrove")(ours_docs))
@@ -339,12 +386,30 @@ def bench_compat_filters(rows: list[Row], pages: list[str], args, ours_docs, the
         def theirs_run():
             return list(theirs_classes[name]().run(iter(fresh)))
 
-        t_cold, t_warm, t_theirs = best_of_each([ours_run, ours_run, theirs_run], args.repeat,
-                                                [cold, None, make_theirs_docs])
-        rows.append(Row("filter docs/s", f"{name}, {case}, cold", "docs/s", len(pages) / t_cold, len(pages) / t_theirs,
-                        f"datatrove {name}", 5.0))
-        rows.append(Row("filter docs/s", f"{name}, {case}, warm", "docs/s", len(pages) / t_warm, len(pages) / t_theirs,
-                        f"datatrove {name}"))
+        t_cold, t_warm, t_theirs = best_of_each(
+            [ours_run, ours_run, theirs_run], args.repeat, [cold, None, make_theirs_docs]
+        )
+        rows.append(
+            Row(
+                "filter docs/s",
+                f"{name}, {case}, cold",
+                "docs/s",
+                len(pages) / t_cold,
+                len(pages) / t_theirs,
+                f"datatrove {name}",
+                5.0,
+            )
+        )
+        rows.append(
+            Row(
+                "filter docs/s",
+                f"{name}, {case}, warm",
+                "docs/s",
+                len(pages) / t_warm,
+                len(pages) / t_theirs,
+                f"datatrove {name}",
+            )
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,8 +421,10 @@ def bench_minhash(rows: list[Row], pages: list[str], directory: str, args) -> No
     from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
 
     hasher = MinHasher(bands=14, rows=8, ngram=5)
-    theirs = MinhashDedupSignature(output_folder=os.path.join(directory, "dt-sigs-warm"),
-                                   config=MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8))
+    theirs = MinhashDedupSignature(
+        output_folder=os.path.join(directory, "dt-sigs-warm"),
+        config=MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8),
+    )
     hasher.signature(pages[0])  # warm (load numba's cache)
     theirs.get_signature(theirs.get_shingles(pages[0]))
 
@@ -374,8 +441,17 @@ def bench_minhash(rows: list[Row], pages: list[str], directory: str, args) -> No
 
     case = f"{len(pages):,} pages, 14x8"
     t_ours, t_theirs = best_of_each([ours_signatures, theirs_signatures], args.repeat)
-    rows.append(Row("minhash docs/s", f"signature, {case}", "docs/s", len(pages) / t_ours, len(pages) / t_theirs,
-                    "datatrove get_signature", 5.0))
+    rows.append(
+        Row(
+            "minhash docs/s",
+            f"signature, {case}",
+            "docs/s",
+            len(pages) / t_ours,
+            len(pages) / t_theirs,
+            "datatrove get_signature",
+            5.0,
+        )
+    )
 
     signer = make_signer("minhash_dedup")
     fresh: list = []
@@ -389,13 +465,23 @@ def bench_minhash(rows: list[Row], pages: list[str], directory: str, args) -> No
         np.save(os.path.join(directory, "ours.keys.npy"), keys)
 
     def theirs_step():
-        step = MinhashDedupSignature(output_folder=os.path.join(directory, f"dt-sigs-{next(runs)}"),
-                                     config=MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8))
+        step = MinhashDedupSignature(
+            output_folder=os.path.join(directory, f"dt-sigs-{next(runs)}"),
+            config=MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8),
+        )
         step.run(iter(fresh), rank=0, world_size=1)
 
     t_ours, t_theirs = best_of_each([ours_step, theirs_step], args.repeat, [None, make_theirs_docs])
-    rows.append(Row("minhash docs/s", f"step with output, {case}", "docs/s", len(pages) / t_ours,
-                    len(pages) / t_theirs, "datatrove MinhashDedupSignature.run"))
+    rows.append(
+        Row(
+            "minhash docs/s",
+            f"step with output, {case}",
+            "docs/s",
+            len(pages) / t_ours,
+            len(pages) / t_theirs,
+            "datatrove MinhashDedupSignature.run",
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,28 +539,45 @@ def bench_dedup(rows: list[Row], prose: list[list[str]], directory: str, args) -
     texts, kinds = dedup_corpus(corpus, prose, args.dedup_docs, args.seed)
     size = os.path.getsize(corpus)
     planted = np.bincount(kinds, minlength=3)
-    print(f"  dedup corpus: {args.dedup_docs:,} docs, {size / 1e6:,.1f} MB: {planted[0]:,} originals, {planted[1]:,} "
-          f"exact copies, {planted[2]:,} near copies (written in {time.perf_counter() - t0:.1f} s)", flush=True)
+    print(
+        f"  dedup corpus: {args.dedup_docs:,} docs, {size / 1e6:,.1f} MB: {planted[0]:,} originals, {planted[1]:,} "
+        f"exact copies, {planted[2]:,} near copies (written in {time.perf_counter() - t0:.1f} s)",
+        flush=True,
+    )
     result, wall, peak, largest = run_prepare(corpus, os.path.join(directory, "dedup-out"))
     counts = next((c for label, c in result["steps"].items() if label.endswith("minhash_dedup")), {})
     removed = counts.get("removed:duplicate", 0)
-    print(f"  dedup: wall {wall:.1f} s (prepare's own figure {result['seconds']:.1f} s), "
-          f"{args.dedup_docs / wall:,.0f} docs/s; peak memory {peak / 2**20:,.0f} MiB summed over the 2 processes "
-          f"(largest single process max RSS {largest / 2**20:,.0f} MiB); {result['tokens']:,} tokens out", flush=True)
+    print(
+        f"  dedup: wall {wall:.1f} s (prepare's own figure {result['seconds']:.1f} s), "
+        f"{args.dedup_docs / wall:,.0f} docs/s; peak memory {peak / 2**20:,.0f} MiB summed over the 2 processes "
+        f"(largest single process max RSS {largest / 2**20:,.0f} MiB); {result['tokens']:,} tokens out",
+        flush=True,
+    )
     kept = kept_mask(texts, result["parts"])
     gone = ~kept
-    print(f"  dedup: removed {removed:,} of {args.dedup_docs:,} ({int(gone.sum()):,} missing from the output): "
-          f"exact copies {int(gone[kinds == 1].sum()):,} of {planted[1]:,}, near copies {int(gone[kinds == 2].sum()):,} "
-          f"of {planted[2]:,}, originals {int(gone[kinds == 0].sum()):,} of {planted[0]:,} (false positives: "
-          f"originals share no more than a chance line)", flush=True)
+    print(
+        f"  dedup: removed {removed:,} of {args.dedup_docs:,} ({int(gone.sum()):,} missing from the output): "
+        f"exact copies {int(gone[kinds == 1].sum()):,} of {planted[1]:,}, near copies {int(gone[kinds == 2].sum()):,} "
+        f"of {planted[2]:,}, originals {int(gone[kinds == 0].sum()):,} of {planted[0]:,} (false positives: "
+        f"originals share no more than a chance line)",
+        flush=True,
+    )
     case = f"{args.dedup_docs:,} docs, {size / 1e6:,.0f} MB, 2 workers"
     rate = args.dedup_docs / wall
     rows.append(Row("dedup e2e", case, "s", wall, wall, "(no peer)"))
     rows.append(Row("dedup e2e", case, "docs/s", rate, rate, "(no peer)"))
     peak = max(peak, largest)
     rows.append(Row("dedup e2e", case, "MB", peak / 1e6, peak / 1e6, "(no peer) peak RSS"))
-    rows.append(Row("dedup e2e", case, "% near copies removed", 100 * gone[kinds == 2].mean(),
-                    100 * gone[kinds == 1].mean(), "% exact copies removed"))
+    rows.append(
+        Row(
+            "dedup e2e",
+            case,
+            "% near copies removed",
+            100 * gone[kinds == 2].mean(),
+            100 * gone[kinds == 1].mean(),
+            "% exact copies removed",
+        )
+    )
     if args.dedup_docs < 10**6:
         rows.append(Row("dedup e2e", "10^6 docs, extrapolated linearly", "s", 10**6 / rate, 10**6 / rate, "(no peer)"))
 
@@ -507,8 +610,11 @@ def main(argv: list[str] | None = None) -> None:
         prose = [module_paragraphs(source) for source in modules]
         pages = web_pages(modules, prose, args.pages, args.seed)
         words = np.array([len(p.split()) for p in pages])
-        print(f"  {len(pages):,} pages from {len(modules):,} stdlib modules: {sum(map(len, pages)) / 1e6:.2f} M chars, "
-              f"words per page mean {words.mean():.0f}, median {np.median(words):.0f}", flush=True)
+        print(
+            f"  {len(pages):,} pages from {len(modules):,} stdlib modules: {sum(map(len, pages)) / 1e6:.2f} M chars, "
+            f"words per page mean {words.mean():.0f}, median {np.median(words):.0f}",
+            flush=True,
+        )
         if "dedup" not in skip:
             bench_dedup(rows, prose, directory, args)
         if "filters" not in skip:

@@ -18,20 +18,23 @@ import argparse
 import os
 import time
 
-from bench_clean import dedup_corpus, module_paragraphs, stdlib_modules
-
 from _harness import Row, print_table, scratch_directory
-
+from bench_clean import dedup_corpus, module_paragraphs, stdlib_modules
 from tokenport.corpus import PrepareConfig, prepare
 
-STEPS = [{"step": "gopher_quality", "min_words": 20}, {"step": "exact_dedup"}, {"step": "minhash_dedup"},
-         {"step": "pii"}]
+STEPS = [
+    {"step": "gopher_quality", "min_words": 20},
+    {"step": "exact_dedup"},
+    {"step": "minhash_dedup"},
+    {"step": "pii"},
+]
 
 
 def run(corpus: str, output: str, executor: str, workers: int) -> tuple[float, list[bytes], int]:
     started = time.perf_counter()
-    result = prepare(PrepareConfig([corpus], output, workers=workers, steps=STEPS, executor=executor,
-                                   unit_bytes=4 << 20))
+    result = prepare(
+        PrepareConfig([corpus], output, workers=workers, steps=STEPS, executor=executor, unit_bytes=4 << 20)
+    )
     elapsed = time.perf_counter() - started
     stores = []
     for prefix in result.parts:
@@ -60,14 +63,17 @@ def main() -> None:
                 if executor == "ray":
                     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
                 try:
-                    seconds, stores, kept = run(corpus, os.path.join(directory, f"{executor}{workers}"), executor,
-                                                workers)
+                    seconds, stores, kept = run(
+                        corpus, os.path.join(directory, f"{executor}{workers}"), executor, workers
+                    )
                 finally:
                     if executor == "ray":
                         ray.shutdown()
                 outputs[(executor, workers)] = stores
-                print(f"  {executor} x{workers}: {seconds:.1f} s, {count / seconds:,.0f} docs/s, {kept:,} kept",
-                      flush=True)
+                print(
+                    f"  {executor} x{workers}: {seconds:.1f} s, {count / seconds:,.0f} docs/s, {kept:,} kept",
+                    flush=True,
+                )
                 rows.append((executor, workers, seconds))
         first = next(iter(outputs.values()))
         if any(stores != first for stores in outputs.values()):
@@ -77,7 +83,9 @@ def main() -> None:
             one = next(s for e, w, s in rows if e == executor and w == 1)
             two = next(s for e, w, s in rows if e == executor and w == 2)
             case = f"{count:,} docs, 4 steps"
-            table.append(Row(f"{executor}, 2 workers", case, "s", two, one, f"{executor}, 1 worker", lower_is_better=True))
+            table.append(
+                Row(f"{executor}, 2 workers", case, "s", two, one, f"{executor}, 1 worker", lower_is_better=True)
+            )
         print_table(table)
         print("  outputs identical for local x1, local x2, ray x1, ray x2")
 

@@ -53,9 +53,8 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from tokenport.dock import Column, Dock, Packed, Padded, RandomRows
-
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.dock import Column, Dock, Packed, Padded, RandomRows
 from transfer_dock_baseline import TransferDockBaseline
 
 SAMPLES_PER_PROMPT = 8
@@ -68,11 +67,18 @@ PARTITION = "step-0"
 CONSUMER = "train"
 RAGGED = ("prompts", "responses", "old_log_prob", "ref_log_prob", "advantages")
 COLUMNS = ("prompts", "responses", "old_log_prob", "ref_log_prob", "rewards", "advantages")
-DTYPES = {"prompts": np.int32, "responses": np.int32, "old_log_prob": np.float32, "ref_log_prob": np.float32,
-          "rewards": np.float32, "advantages": np.float32}
+DTYPES = {
+    "prompts": np.int32,
+    "responses": np.int32,
+    "old_log_prob": np.float32,
+    "ref_log_prob": np.float32,
+    "rewards": np.float32,
+    "advantages": np.float32,
+}
 
 
 # -- data ------------------------------------------------------------------------------------------
+
 
 def make_rows(rng: np.random.Generator, prompts: int) -> dict[str, list[np.ndarray] | np.ndarray]:
     """The source data: per ragged column a list of 1-D arrays (one per row), rewards an array."""
@@ -114,8 +120,10 @@ def make_chunks(data, n: int) -> list[tuple[np.ndarray, dict]]:
 
 
 def tokenport_chunks(chunks):
-    return [(rows, {name: Padded(values=v[0], lengths=v[1]) if isinstance(v, tuple) else v for name, v in cols.items()})
-            for rows, cols in chunks]
+    return [
+        (rows, {name: Padded(values=v[0], lengths=v[1]) if isinstance(v, tuple) else v for name, v in cols.items()})
+        for rows, cols in chunks
+    ]
 
 
 def baseline_chunks(chunks):
@@ -123,14 +131,19 @@ def baseline_chunks(chunks):
         if isinstance(v, tuple):
             return torch.from_numpy(v[0]), torch.from_numpy(v[1])
         return torch.from_numpy(v)
+
     return [(rows.tolist(), {name: conv(v) for name, v in cols.items()}) for rows, cols in chunks]
 
 
 # -- the two sides ---------------------------------------------------------------------------------
 
+
 def new_dock(prompts: int) -> Dock:
-    dock = Dock(columns=[Column(name, DTYPES[name], ragged=name in RAGGED) for name in COLUMNS],
-                consumers=[CONSUMER], n_samples_per_prompt=SAMPLES_PER_PROMPT)
+    dock = Dock(
+        columns=[Column(name, DTYPES[name], ragged=name in RAGGED) for name in COLUMNS],
+        consumers=[CONSUMER],
+        n_samples_per_prompt=SAMPLES_PER_PROMPT,
+    )
     dock.add_partition(PARTITION, num_prompts=prompts)
     return dock
 
@@ -149,8 +162,9 @@ def tp_get(dock: Dock, padded: bool = False, sink: list | None = None, random: b
     random=False: the dock's default sequential sampler); returns the number of rows gotten."""
     sampler = RandomRows(seed=0) if random else None
     got = 0
-    while (batch := dock.get(CONSUMER, list(COLUMNS), count=BATCH, partition=PARTITION, timeout=10.0,
-                             sampler=sampler)) is not None:
+    while (
+        batch := dock.get(CONSUMER, list(COLUMNS), count=BATCH, partition=PARTITION, timeout=10.0, sampler=sampler)
+    ) is not None:
         if padded:
             for name in RAGGED:
                 batch[name].padded(pad_value=0)
@@ -180,6 +194,7 @@ def bl_get(td: TransferDockBaseline, n: int, sink: list | None = None) -> int:
 
 
 # -- checks ----------------------------------------------------------------------------------------
+
 
 def fail(message: str) -> None:
     raise SystemExit(f"check failed: {message}")
@@ -245,11 +260,15 @@ def check(data, chunks_tp, chunks_bl, prompts: int) -> None:
                 src = data[name][r]
                 if not np.array_equal(t[k, : src.size], src) or np.any(t[k, src.size :] != 0):
                     fail(f"baseline batch {b_no}: {name} row {r} differs")
-    print(f"  checked: both sides serve each of the {n:,} rows once, all {len(COLUMNS)} columns exact "
-          f"({len(tp_batches)} tokenport batches, {len(bl_batches)} baseline batches)", flush=True)
+    print(
+        f"  checked: both sides serve each of the {n:,} rows once, all {len(COLUMNS)} columns exact "
+        f"({len(tp_batches)} tokenport batches, {len(bl_batches)} baseline batches)",
+        flush=True,
+    )
 
 
 # -- pipelined -------------------------------------------------------------------------------------
+
 
 def pipelined(put_chunk, get_all, chunks, produce_s: float) -> tuple[float, float]:
     """Producer and consumer threads; returns (wall time, drain time after the last put)."""
@@ -289,13 +308,17 @@ def bench_pipelined(rows: list[Row], chunks_tp, chunks_bl, prompts: int, args) -
 
         def run_tp():
             dock = state["dock"]
-            results["tp"].append(pipelined(lambda c: dock.put(PARTITION, c[1], rows=c[0]),
-                                           lambda: tp_get(dock), chunks_tp, produce_ms / 1e3))
+            results["tp"].append(
+                pipelined(
+                    lambda c: dock.put(PARTITION, c[1], rows=c[0]), lambda: tp_get(dock), chunks_tp, produce_ms / 1e3
+                )
+            )
 
         def run_bl():
             td = state["td"]
-            results["bl"].append(pipelined(lambda c: td.put_padded(c[1], c[0]),
-                                           lambda: bl_get(td, n), chunks_bl, produce_ms / 1e3))
+            results["bl"].append(
+                pipelined(lambda c: td.put_padded(c[1], c[0]), lambda: bl_get(td, n), chunks_bl, produce_ms / 1e3)
+            )
 
         best_of_each([run_tp, run_bl], args.pipeline_repeat, setups=[setup_tp, setup_bl])
         # medians, not minima: the baseline's wait depends on where its 0.1 s poll falls, and the
@@ -310,13 +333,18 @@ def bench_pipelined(rows: list[Row], chunks_tp, chunks_bl, prompts: int, args) -
 
 # -- main ------------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="32 prompts (256 rows) instead of 128, fewer repeats")
     parser.add_argument("--prompts", type=int, default=None, help="number of prompts (overrides --quick)")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 5, quick 2)")
-    parser.add_argument("--produce-ms", type=float, default=20.0,
-                        help="pipelined run: producer sleep before each chunk (also run with 0)")
+    parser.add_argument(
+        "--produce-ms",
+        type=float,
+        default=20.0,
+        help="pipelined run: producer sleep before each chunk (also run with 0)",
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--dir", default=None, help="scratch directory (unused: all in memory)")
     args = parser.parse_args(argv)
@@ -333,8 +361,11 @@ def main(argv: list[str] | None = None) -> None:
         data = make_rows(np.random.default_rng(args.seed), prompts)
         payload = payload_bytes(data)
         lengths = np.array([r.size for r in data["responses"]])
-        print(f"  {n:,} rows x {len(COLUMNS)} columns, payload {payload / 1e6:,.1f} MB; responses mean "
-              f"{lengths.mean():,.0f}, max {lengths.max():,} tokens; {CHUNKS} chunks, batches of {BATCH}", flush=True)
+        print(
+            f"  {n:,} rows x {len(COLUMNS)} columns, payload {payload / 1e6:,.1f} MB; responses mean "
+            f"{lengths.mean():,.0f}, max {lengths.max():,} tokens; {CHUNKS} chunks, batches of {BATCH}",
+            flush=True,
+        )
         chunks = make_chunks(data, n)
         chunks_tp, chunks_bl = tokenport_chunks(chunks), baseline_chunks(chunks)
         check(data, chunks_tp, chunks_bl, prompts)
@@ -358,23 +389,31 @@ def main(argv: list[str] | None = None) -> None:
             bl_put(state["td"], chunks_bl)
 
         t_tp, t_tp_seq, t_tp_pad, t_bl = best_of_each(
-            [lambda: (tp_put(state["dock"], chunks_tp), tp_get(state["dock"])),
-             lambda: (tp_put(state["dock"], chunks_tp), tp_get(state["dock"], random=False)),
-             lambda: (tp_put(state["dock"], chunks_tp), tp_get(state["dock"], padded=True)),
-             lambda: (bl_put(state["td"], chunks_bl), bl_get(state["td"], n))],
-            args.repeat, setups=[fresh_tp, fresh_tp, fresh_tp, fresh_bl])
+            [
+                lambda: (tp_put(state["dock"], chunks_tp), tp_get(state["dock"])),
+                lambda: (tp_put(state["dock"], chunks_tp), tp_get(state["dock"], random=False)),
+                lambda: (tp_put(state["dock"], chunks_tp), tp_get(state["dock"], padded=True)),
+                lambda: (bl_put(state["td"], chunks_bl), bl_get(state["td"], n)),
+            ],
+            args.repeat,
+            setups=[fresh_tp, fresh_tp, fresh_tp, fresh_bl],
+        )
         both = 2 * payload
         rows.append(Row("put+get", case, "B/s", both / t_tp, 1e9, "the 1 GB/s budget", 1.0, ">=1 GB/s"))
         rows.append(Row("put+get", case, "B/s", both / t_tp, both / t_bl, name, 10.0))
         rows.append(Row("put+get, sequential", case, "B/s", both / t_tp_seq, both / t_bl, name))
         rows.append(Row("put+get, padded out", case, "B/s", both / t_tp_pad, both / t_bl, name))
 
-        p_tp, p_bl = best_of_each([lambda: tp_put(state["dock"], chunks_tp), lambda: bl_put(state["td"], chunks_bl)],
-                                  args.repeat, setups=[fresh_tp, fresh_bl])
+        p_tp, p_bl = best_of_each(
+            [lambda: tp_put(state["dock"], chunks_tp), lambda: bl_put(state["td"], chunks_bl)],
+            args.repeat,
+            setups=[fresh_tp, fresh_bl],
+        )
         g_tp, g_tp_pad, g_bl = best_of_each(
-            [lambda: tp_get(state["dock"]), lambda: tp_get(state["dock"], padded=True),
-             lambda: bl_get(state["td"], n)],
-            args.repeat, setups=[filled_tp, filled_tp, filled_bl])
+            [lambda: tp_get(state["dock"]), lambda: tp_get(state["dock"], padded=True), lambda: bl_get(state["td"], n)],
+            args.repeat,
+            setups=[filled_tp, filled_tp, filled_bl],
+        )
         rows.append(Row("put alone", case, "B/s", payload / p_tp, payload / p_bl, name))
         rows.append(Row("get alone", case, "B/s", payload / g_tp, payload / g_bl, name))
         rows.append(Row("get alone, padded out", case, "B/s", payload / g_tp_pad, payload / g_bl, name))

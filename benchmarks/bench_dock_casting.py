@@ -24,9 +24,8 @@ import argparse
 
 import numpy as np
 
-from tokenport.dock.casting import fitted
-
 from _harness import Row, best_of_each, print_table
+from tokenport.dock.casting import fitted
 
 
 def unchecked(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -48,8 +47,12 @@ def main(argv: list[str] | None = None) -> None:
     cases = [
         ("int64 -> int32", tokens, np.dtype(np.int32), None),
         ("uint64 -> int64", tokens.astype(np.uint64), np.dtype(np.int64), None),
-        ("int64 padded -> int32", tokens.reshape(1024, -1), np.dtype(np.int32),
-         rng.integers(0, items // 1024 + 1, 1024)),
+        (
+            "int64 padded -> int32",
+            tokens.reshape(1024, -1),
+            np.dtype(np.int32),
+            rng.integers(0, items // 1024 + 1, 1024),
+        ),
         ("float64 -> float32", -rng.exponential(2.0, items), np.dtype(np.float32), None),
     ]
     print(f"  numpy {np.__version__}, {items:,} items per put")
@@ -59,8 +62,9 @@ def main(argv: list[str] | None = None) -> None:
         t_checked, t_unchecked = best_of_each(
             [lambda: fitted(values, dtype, "column 'x'", lengths=lengths), lambda: unchecked(values, dtype)], repeat
         )
-        rows.append(Row("put cast", name, "B/s", values.nbytes / t_checked, values.nbytes / t_unchecked,
-                        "astype (unchecked)"))
+        rows.append(
+            Row("put cast", name, "B/s", values.nbytes / t_checked, values.nbytes / t_unchecked, "astype (unchecked)")
+        )
     print_table(rows)
     print("\nratio: checked rate / unchecked rate (1.0: the check is free).")
 

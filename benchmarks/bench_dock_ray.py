@@ -62,14 +62,23 @@ import numpy as np
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster needs no token
 import ray  # noqa: E402
 
-from tokenport.dock import Column, Packed, Padded  # noqa: E402
-from tokenport.dock.ray import RayDock  # noqa: E402
-
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
 from bench_dock import (  # noqa: E402
-    BATCH, CHUNKS, COLUMNS, CONSUMER, DTYPES, RAGGED, SAMPLES_PER_PROMPT, check_tokenport_batches, make_chunks,
-    make_rows, payload_bytes, tokenport_chunks,
+    BATCH,
+    CHUNKS,
+    COLUMNS,
+    CONSUMER,
+    DTYPES,
+    RAGGED,
+    SAMPLES_PER_PROMPT,
+    check_tokenport_batches,
+    make_chunks,
+    make_rows,
+    payload_bytes,
+    tokenport_chunks,
 )
+from tokenport.dock import Column, Packed, Padded  # noqa: E402
+from tokenport.dock.ray import RayDock  # noqa: E402
 
 SHARDS = (1, 2, 4)
 CEILING = "Ray round trip"
@@ -77,9 +86,14 @@ CEILING = "Ray round trip"
 
 # -- tokenport -------------------------------------------------------------------------------------
 
+
 def new_ray_dock(shards: int) -> RayDock:
-    return RayDock([Column(name, DTYPES[name], ragged=name in RAGGED) for name in COLUMNS], [CONSUMER],
-                   SAMPLES_PER_PROMPT, shards=shards)
+    return RayDock(
+        [Column(name, DTYPES[name], ragged=name in RAGGED) for name in COLUMNS],
+        [CONSUMER],
+        SAMPLES_PER_PROMPT,
+        shards=shards,
+    )
 
 
 def dock_put(dock: RayDock, partition: str, chunks) -> None:
@@ -98,11 +112,13 @@ def dock_get(dock: RayDock, partition: str, sink: list | None = None) -> int:
 
 def packed_chunks(chunks):
     """The chunks with every Padded column converted to Packed (what a producer could send instead)."""
+
     def pack(v):
         if isinstance(v, Padded):
             mask = np.arange(v.values.shape[1]) < v.lengths[:, None]
             return Packed(v.values[mask], v.lengths)
         return v
+
     return [(rows, {name: pack(v) for name, v in cols.items()}) for rows, cols in chunks]
 
 
@@ -123,6 +139,7 @@ class Partitions:
 
 
 # -- the ceiling: plain actors holding the packed bytes --------------------------------------------
+
 
 class Holder:
     """A plain Ray actor that keeps what it is sent (Ray's zero-copy views) and returns it per batch."""
@@ -173,7 +190,7 @@ def ceiling_plan(data, n: int, shards: int) -> list[list[tuple[int, dict]]]:
 def batch_owners(n: int, shards: int) -> list[list[int]]:
     """Per batch of 64 rows, the actors that hold rows of it."""
     owner = (np.arange(n) // SAMPLES_PER_PROMPT) % shards
-    return [sorted(set(owner[b * BATCH:(b + 1) * BATCH].tolist())) for b in range(-(-n // BATCH))]
+    return [sorted(set(owner[b * BATCH : (b + 1) * BATCH].tolist())) for b in range(-(-n // BATCH))]
 
 
 def ceiling_put(holders, plan) -> None:
@@ -196,6 +213,7 @@ def ceiling_clear(holders) -> None:
 
 # -- producer and consumer actors --------------------------------------------------------------------
 
+
 class Producer:
     def __init__(self, chunks) -> None:
         self.chunks = chunks
@@ -216,6 +234,7 @@ class Consumer:
 
 # -- checks ----------------------------------------------------------------------------------------
 
+
 def fail(message: str) -> None:
     raise SystemExit(f"check failed: {message}")
 
@@ -228,8 +247,11 @@ def check(dock: RayDock, partition: str, data, chunks, n: int, shards: int) -> N
     if not dock.all_consumed(CONSUMER, partition):
         fail(f"K={shards}: not every row consumed")
     check_tokenport_batches(f"K={shards}", batches, data, n)
-    print(f"  checked K={shards}: each of the {n:,} rows served once, all {len(COLUMNS)} columns exact "
-          f"({len(batches)} batches)", flush=True)
+    print(
+        f"  checked K={shards}: each of the {n:,} rows served once, all {len(COLUMNS)} columns exact "
+        f"({len(batches)} batches)",
+        flush=True,
+    )
 
 
 def check_ceiling(holders, owners, plan, data, n: int) -> None:
@@ -242,20 +264,34 @@ def check_ceiling(holders, owners, plan, data, n: int) -> None:
             rows = np.arange(b * BATCH, min(n, (b + 1) * BATCH))
             rows = rows[owner[rows] == k]
             for name in RAGGED:
-                if not np.array_equal(np.concatenate([p[name] for p in piece]),
-                                      np.concatenate([data[name][r] for r in rows])):
+                if not np.array_equal(
+                    np.concatenate([p[name] for p in piece]), np.concatenate([data[name][r] for r in rows])
+                ):
                     fail(f"ceiling batch {b}: {name} differs")
     ceiling_clear(holders)
 
 
 # -- measurements ----------------------------------------------------------------------------------
 
+
 def percentiles(times: list[float]) -> tuple[float, float]:
     return float(np.percentile(times, 50)), float(np.percentile(times, 99))
 
 
-def bench_shards(rows: list[Row], shards: int, data, chunks, chunks_packed, n: int, prompts: int, payload: int,
-                 holders, producer, consumer, args) -> float | None:
+def bench_shards(
+    rows: list[Row],
+    shards: int,
+    data,
+    chunks,
+    chunks_packed,
+    n: int,
+    prompts: int,
+    payload: int,
+    holders,
+    producer,
+    consumer,
+    args,
+) -> float | None:
     """Every measurement for one K (a new RayDock, killed at the end); returns the K=1 put+get rate."""
     case = f"{n:,} rows, {len(COLUMNS)} cols, {payload / 1e6:,.1f} MB"
     both = 2 * payload
@@ -280,25 +316,36 @@ def bench_shards(rows: list[Row], shards: int, data, chunks, chunks_packed, n: i
             split[key].append((t_put - t, time.perf_counter() - t_put))
             if got != n:
                 fail(f"K={shards} {key}: got {got} rows, not {n}")
+
         return run
 
     def fresh_dock():
         state["part"] = parts.fresh()
 
-    fns = [timed("tp", lambda: dock_put(dock, state["part"], chunks), lambda: dock_get(dock, state["part"])),
-           timed("tp_packed", lambda: dock_put(dock, state["part"], chunks_packed),
-                 lambda: dock_get(dock, state["part"])),
-           timed("ceiling", lambda: ceiling_put(holders, plan), lambda: ceiling_get(holders, owners))]
-    t_tp, t_tp_packed, t_ceiling = best_of_each(fns, args.repeat,
-                                                setups=[fresh_dock, fresh_dock, lambda: ceiling_clear(holders)])
+    fns = [
+        timed("tp", lambda: dock_put(dock, state["part"], chunks), lambda: dock_get(dock, state["part"])),
+        timed("tp_packed", lambda: dock_put(dock, state["part"], chunks_packed), lambda: dock_get(dock, state["part"])),
+        timed("ceiling", lambda: ceiling_put(holders, plan), lambda: ceiling_get(holders, owners)),
+    ]
+    t_tp, t_tp_packed, t_ceiling = best_of_each(
+        fns, args.repeat, setups=[fresh_dock, fresh_dock, lambda: ceiling_clear(holders)]
+    )
     name = f"{CEILING}, {shards} actor{'s' if shards > 1 else ''}"
     k = f"K={shards}"
     rows.append(Row(f"put+get, {k}", case, "B/s", both / t_tp, both / t_ceiling, name))
     rows.append(Row(f"put+get, {k}, Packed in", case, "B/s", both / t_tp_packed, both / t_ceiling, name))
     best = {key: np.min(np.array(v), axis=0) for key, v in split.items()}
     rows.append(Row(f"put alone, {k}", case, "B/s", payload / best["tp"][0], payload / best["ceiling"][0], name))
-    rows.append(Row(f"put alone, {k}, Packed in", case, "B/s", payload / best["tp_packed"][0],
-                    payload / best["ceiling"][0], name))
+    rows.append(
+        Row(
+            f"put alone, {k}, Packed in",
+            case,
+            "B/s",
+            payload / best["tp_packed"][0],
+            payload / best["ceiling"][0],
+            name,
+        )
+    )
     rows.append(Row(f"get alone, {k}", case, "B/s", payload / best["tp"][1], payload / best["ceiling"][1], name))
     if shards == 1:
         state["driver_rate"] = both / t_tp
@@ -310,8 +357,9 @@ def bench_shards(rows: list[Row], shards: int, data, chunks, chunks_packed, n: i
     def actors_pair():
         part = state["part"]
         t = time.perf_counter()
-        (got, got_done), put_done = ray.get([consumer.run.remote(dock, part, list(COLUMNS), BATCH, CONSUMER),
-                                             producer.run.remote(dock, part)])
+        (got, got_done), put_done = ray.get(
+            [consumer.run.remote(dock, part, list(COLUMNS), BATCH, CONSUMER), producer.run.remote(dock, part)]
+        )
         wall = time.perf_counter() - t
         if got != n:
             fail(f"K={shards} actors: the consumer got {got} rows, not {n}")
@@ -383,24 +431,47 @@ def bench_shards(rows: list[Row], shards: int, data, chunks, chunks_packed, n: i
         ray.get(holders[0].noop.remote())
         noop.append(time.perf_counter() - t)
     n50 = percentiles(noop)[0]
-    rows.append(Row(f"call p50, {k}", "all_consumed (controller only)", "s", percentiles(overhead)[0], n50,
-                    "no-op actor call", lower_is_better=True))
-    rows.append(Row(f"call p50, {k}", "get 1 row x rewards", "s", percentiles(small)[0], n50,
-                    "no-op actor call", lower_is_better=True))
+    rows.append(
+        Row(
+            f"call p50, {k}",
+            "all_consumed (controller only)",
+            "s",
+            percentiles(overhead)[0],
+            n50,
+            "no-op actor call",
+            lower_is_better=True,
+        )
+    )
+    rows.append(
+        Row(
+            f"call p50, {k}",
+            "get 1 row x rewards",
+            "s",
+            percentiles(small)[0],
+            n50,
+            "no-op actor call",
+            lower_is_better=True,
+        )
+    )
     dock.shutdown()
-    print(f"  K={shards}: put {best['tp'][0] * 1e3:,.1f} ms + get {best['tp'][1] * 1e3:,.1f} ms "
-          f"(Packed in: put {best['tp_packed'][0] * 1e3:,.1f} ms), ceiling put {best['ceiling'][0] * 1e3:,.1f} ms "
-          f"+ get {best['ceiling'][1] * 1e3:,.1f} ms; actors wall {wall * 1e3:,.1f} ms (drain after last put, "
-          f"median {drain * 1e3:,.1f} ms); get p50 {p50 * 1e3:,.2f} ms p99 {p99 * 1e3:,.2f} ms "
-          f"[{time.perf_counter() - t0:,.1f} s]", flush=True)
+    print(
+        f"  K={shards}: put {best['tp'][0] * 1e3:,.1f} ms + get {best['tp'][1] * 1e3:,.1f} ms "
+        f"(Packed in: put {best['tp_packed'][0] * 1e3:,.1f} ms), ceiling put {best['ceiling'][0] * 1e3:,.1f} ms "
+        f"+ get {best['ceiling'][1] * 1e3:,.1f} ms; actors wall {wall * 1e3:,.1f} ms (drain after last put, "
+        f"median {drain * 1e3:,.1f} ms); get p50 {p50 * 1e3:,.2f} ms p99 {p99 * 1e3:,.2f} ms "
+        f"[{time.perf_counter() - t0:,.1f} s]",
+        flush=True,
+    )
     return state.get("driver_rate")
 
 
 def bench_driver_only(chunks_packed, payload: int, repeat: int) -> float:
     """ray.put each chunk's packed arrays from the driver and ray.get them back; (2 x payload) / time."""
     arrays = [{name: v.values if isinstance(v, Packed) else v for name, v in cols.items()} for _, cols in chunks_packed]
-    arrays = [{**a, **{f"{name}_lengths": cols[name].lengths for name in RAGGED}}
-              for a, (_, cols) in zip(arrays, chunks_packed)]
+    arrays = [
+        {**a, **{f"{name}_lengths": cols[name].lengths for name in RAGGED}}
+        for a, (_, cols) in zip(arrays, chunks_packed)
+    ]
 
     def run():
         for a in arrays:
@@ -413,6 +484,7 @@ def bench_driver_only(chunks_packed, payload: int, repeat: int) -> float:
 
 
 # -- main ------------------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -437,18 +509,27 @@ def main(argv: list[str] | None = None) -> None:
     with scratch_directory(args.dir, "bench_dock_ray_", args.quick):
         t0 = time.perf_counter()
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        print(f"  ray {ray.__version__}, local cluster of {int(ray.cluster_resources().get('CPU', 0))} CPUs "
-              f"(started in {time.perf_counter() - t0:,.1f} s)", flush=True)
+        print(
+            f"  ray {ray.__version__}, local cluster of {int(ray.cluster_resources().get('CPU', 0))} CPUs "
+            f"(started in {time.perf_counter() - t0:,.1f} s)",
+            flush=True,
+        )
         try:
             data = make_rows(np.random.default_rng(args.seed), prompts)
             payload = payload_bytes(data)
             chunks = tokenport_chunks(make_chunks(data, n))
             chunks_packed = packed_chunks(chunks)
-            padded = sum(v.values.nbytes + v.lengths.nbytes if isinstance(v, Padded) else v.nbytes
-                         for _, cols in chunks for v in cols.values())
-            print(f"  {n:,} rows x {len(COLUMNS)} columns, payload {payload / 1e6:,.1f} MB ({padded / 1e6:,.1f} MB "
-                  f"as the producer's Padded chunks); {CHUNKS} chunks, batches of {BATCH}; K = "
-                  f"{', '.join(map(str, args.shards))}", flush=True)
+            padded = sum(
+                v.values.nbytes + v.lengths.nbytes if isinstance(v, Padded) else v.nbytes
+                for _, cols in chunks
+                for v in cols.values()
+            )
+            print(
+                f"  {n:,} rows x {len(COLUMNS)} columns, payload {payload / 1e6:,.1f} MB ({padded / 1e6:,.1f} MB "
+                f"as the producer's Padded chunks); {CHUNKS} chunks, batches of {BATCH}; K = "
+                f"{', '.join(map(str, args.shards))}",
+                flush=True,
+            )
             holder_actor = ray.remote(num_cpus=0)(Holder)
             holders = [holder_actor.remote() for _ in range(max(args.shards))]
             producer = ray.remote(num_cpus=0)(Producer).remote(chunks)
@@ -456,13 +537,22 @@ def main(argv: list[str] | None = None) -> None:
             ray.get([h.noop.remote() for h in holders])
             driver_rate = None
             for shards in args.shards:
-                rate = bench_shards(rows, shards, data, chunks, chunks_packed, n, prompts, payload, holders,
-                                    producer, consumer, args)
+                rate = bench_shards(
+                    rows, shards, data, chunks, chunks_packed, n, prompts, payload, holders, producer, consumer, args
+                )
                 driver_rate = rate if rate is not None else driver_rate
             if driver_rate is not None:
                 raw = bench_driver_only(chunks_packed, payload, args.repeat)
-                rows.append(Row("put+get, K=1", f"{n:,} rows, {payload / 1e6:,.1f} MB", "B/s", driver_rate, raw,
-                                "ray.put+get, one process"))
+                rows.append(
+                    Row(
+                        "put+get, K=1",
+                        f"{n:,} rows, {payload / 1e6:,.1f} MB",
+                        "B/s",
+                        driver_rate,
+                        raw,
+                        "ray.put+get, one process",
+                    )
+                )
             for actor in (*holders, producer, consumer):
                 ray.kill(actor)
         finally:
@@ -471,8 +561,10 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print_table(rows)
     print()
-    print("ratio: tokenport / ceiling (rates) or ceiling / tokenport (times): the fraction of plain Ray "
-          "tokenport reaches; no goals.")
+    print(
+        "ratio: tokenport / ceiling (rates) or ceiling / tokenport (times): the fraction of plain Ray "
+        "tokenport reaches; no goals."
+    )
 
 
 if __name__ == "__main__":

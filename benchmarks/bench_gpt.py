@@ -38,9 +38,8 @@ import warnings
 import numpy as np
 
 import tokenport as tp
-from tokenport.samples.gpt import GPTDataset, GPTSampleConfig, build_indices
-
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 
 EOD = 2
 SEQ_LENGTH = 4096
@@ -104,10 +103,16 @@ def megatron_config(megatron, prefix: str, config: GPTSampleConfig, seed: int, t
     """megatron's GPTDatasetConfig for a store and a tokenport sample config (no pad id)."""
     tokenizer = types.SimpleNamespace(eod=config.eod_id, vocab_size=None, unique_identifiers={"bench_gpt": tag})
     return megatron.gpt_dataset.GPTDatasetConfig(
-        random_seed=seed, sequence_length=config.seq_length, blend=([prefix], None), split="1,0,0",
-        path_to_cache=None, tokenizer=tokenizer,
-        reset_position_ids=config.reset_position_ids, reset_attention_mask=config.reset_attention_mask,
-        eod_mask_loss=config.eod_mask_loss, create_attention_mask=config.create_attention_mask,
+        random_seed=seed,
+        sequence_length=config.seq_length,
+        blend=([prefix], None),
+        split="1,0,0",
+        path_to_cache=None,
+        tokenizer=tokenizer,
+        reset_position_ids=config.reset_position_ids,
+        reset_attention_mask=config.reset_attention_mask,
+        eod_mask_loss=config.eod_mask_loss,
+        create_attention_mask=config.create_attention_mask,
         add_extra_token_to_sequence=config.add_extra_token,
     )
 
@@ -125,8 +130,13 @@ class _Peer:
         self.num_samples = num_samples
         self.index_split = megatron.Split.train
         self.config = types.SimpleNamespace(
-            defer_npy_index_mmap=False, path_to_cache=None, mock=True, fast_cache_load=False,
-            sequence_length=seq_length, random_seed=seed, add_extra_token_to_sequence=True,
+            defer_npy_index_mmap=False,
+            path_to_cache=None,
+            mock=True,
+            fast_cache_load=False,
+            sequence_length=seq_length,
+            random_seed=seed,
+            add_extra_token_to_sequence=True,
             drop_last_partial_validation_sequence=True,
         )
 
@@ -150,8 +160,19 @@ def bench_index(rows, megatron, lengths: np.ndarray, args) -> None:
         [lambda: build_indices(lengths, num_samples, SEQ_LENGTH, args.seed), peer.build], args.index_repeat
     )
     case = f"{len(lengths):,} docs, {num_samples:,} samples"
-    rows.append(Row("index build, one store", case, "s", t_ours, t_theirs, "megatron _build_...indices",
-                    1 / 1.1, "tp <=1.1x megatron time", lower_is_better=True))
+    rows.append(
+        Row(
+            "index build, one store",
+            case,
+            "s",
+            t_ours,
+            t_theirs,
+            "megatron _build_...indices",
+            1 / 1.1,
+            "tp <=1.1x megatron time",
+            lower_is_better=True,
+        )
+    )
 
 
 def bench_stores(rows, megatron, directory: str, args, base: np.ndarray) -> None:
@@ -212,12 +233,43 @@ def bench_stores(rows, megatron, directory: str, args, base: np.ndarray) -> None
     ours_cached()  # fills tokenport's cache; megatron's is there from its last build
     t_ours_hit, t_cached = best_of_each([ours_cached, theirs], args.index_repeat)
     case = f"{args.stores} stores x ~2,000 docs"
-    rows.append(Row("open + build indices, all", case, "s", t_ours, t_theirs, "megatron GPTDataset (build+save)",
-                    10.0, ">=10x", lower_is_better=True))
-    rows.append(Row("open from the cache, all", case, "s", t_ours_hit, t_cached, "megatron GPTDataset (cache hit)",
-                    10.0, ">=10x", lower_is_better=True))
-    rows.append(Row("open + build, no cache", case, "s", t_ours, t_cached, "megatron GPTDataset (cache hit)",
-                    lower_is_better=True))
+    rows.append(
+        Row(
+            "open + build indices, all",
+            case,
+            "s",
+            t_ours,
+            t_theirs,
+            "megatron GPTDataset (build+save)",
+            10.0,
+            ">=10x",
+            lower_is_better=True,
+        )
+    )
+    rows.append(
+        Row(
+            "open from the cache, all",
+            case,
+            "s",
+            t_ours_hit,
+            t_cached,
+            "megatron GPTDataset (cache hit)",
+            10.0,
+            ">=10x",
+            lower_is_better=True,
+        )
+    )
+    rows.append(
+        Row(
+            "open + build, no cache",
+            case,
+            "s",
+            t_ours,
+            t_cached,
+            "megatron GPTDataset (cache hit)",
+            lower_is_better=True,
+        )
+    )
     shutil.rmtree(cache.directory)
     for prefix in prefixes:
         remove_store(prefix)
@@ -226,8 +278,11 @@ def bench_stores(rows, megatron, directory: str, args, base: np.ndarray) -> None
 SAMPLE_CASES = (
     ("no flags", dict(), 3.0),
     ("3 flags, no mask", dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True), 10.0),
-    ("3 flags, dense mask", dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True,
-                                 create_attention_mask=True), 50.0),
+    (
+        "3 flags, dense mask",
+        dict(reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True, create_attention_mask=True),
+        50.0,
+    ),
 )
 
 
@@ -246,7 +301,11 @@ def bench_open_cached(rows, megatron, prefix: str, directory: str, args) -> None
             warnings.simplefilter("ignore")
             low = megatron.IndexedDataset(prefix)
             megatron.gpt_dataset.GPTDataset(
-                low, prefix, np.arange(len(low), dtype=np.int32), num_samples, megatron.Split.train,
+                low,
+                prefix,
+                np.arange(len(low), dtype=np.int32),
+                num_samples,
+                megatron.Split.train,
                 megatron_config(megatron, prefix, config, args.seed, "open"),
             )
 
@@ -254,10 +313,20 @@ def bench_open_cached(rows, megatron, prefix: str, directory: str, args) -> None
     theirs()  # both caches now hold the entry
     t_ours, t_theirs = best_of_each([ours, theirs], args.index_repeat)
     case = f"{len(tp.IndexedDataset(prefix)):,} docs, {num_samples:,} samples"
-    rows.append(Row("open a cached dataset", case, "s", t_ours, 0.050, "the 50 ms budget", 1.0, "<=50 ms",
-                    lower_is_better=True))
-    rows.append(Row("open a cached dataset", case, "s", t_ours, t_theirs, "megatron GPTDataset (cache hit)",
-                    lower_is_better=True))
+    rows.append(
+        Row("open a cached dataset", case, "s", t_ours, 0.050, "the 50 ms budget", 1.0, "<=50 ms", lower_is_better=True)
+    )
+    rows.append(
+        Row(
+            "open a cached dataset",
+            case,
+            "s",
+            t_ours,
+            t_theirs,
+            "megatron GPTDataset (cache hit)",
+            lower_is_better=True,
+        )
+    )
     shutil.rmtree(cache.directory)
     clear_megatron_cache(prefix)
 
@@ -275,7 +344,11 @@ def bench_samples(rows, megatron, prefix: str, args) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             theirs = megatron.gpt_dataset.GPTDataset(
-                low_theirs, prefix, indices.copy(), num_samples, megatron.Split.train,
+                low_theirs,
+                prefix,
+                indices.copy(),
+                num_samples,
+                megatron.Split.train,
                 megatron_config(megatron, prefix, config, args.seed, name),
             )
         dense = config.create_attention_mask
@@ -312,10 +385,29 @@ def bench_samples(rows, megatron, prefix: str, args) -> None:
                 fn()
             t_ours, t_theirs, t_batch = best_of_each([loop(ours), loop(theirs), batched], args.sample_repeat)
         case = f"{name}, {count} samples"
-        rows.append(Row("ds[i], seq 4096", case, "s/sample", t_ours / count, t_theirs / count, "megatron ds[i]",
-                        goal, lower_is_better=True))
-        rows.append(Row("get_batch(8), seq 4096", case, "s/sample", t_batch / count, t_theirs / count,
-                        "megatron ds[i]", lower_is_better=True))
+        rows.append(
+            Row(
+                "ds[i], seq 4096",
+                case,
+                "s/sample",
+                t_ours / count,
+                t_theirs / count,
+                "megatron ds[i]",
+                goal,
+                lower_is_better=True,
+            )
+        )
+        rows.append(
+            Row(
+                "get_batch(8), seq 4096",
+                case,
+                "s/sample",
+                t_batch / count,
+                t_theirs / count,
+                "megatron ds[i]",
+                lower_is_better=True,
+            )
+        )
         del ours, theirs
         gc.collect()
     low_ours.close()
@@ -329,12 +421,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small run (smaller stores, fewer repeats)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temporary one)")
-    parser.add_argument("--sections", default="index,open,stores,samples",
-                        help="comma-separated: index,open,stores,samples")
+    parser.add_argument(
+        "--sections", default="index,open,stores,samples", help="comma-separated: index,open,stores,samples"
+    )
     parser.add_argument("--docs", type=int, default=None, help="documents in the big store (default 10^6, quick 10^5)")
     parser.add_argument("--stores", type=int, default=None, help="number of small stores (default 200, quick 30)")
-    parser.add_argument("--samples", type=int, default=None, help="random samples read per case (default 400, quick 96)")
-    parser.add_argument("--mask-samples", type=int, default=None, help="samples with the dense mask (default 40, quick 16)")
+    parser.add_argument(
+        "--samples", type=int, default=None, help="random samples read per case (default 400, quick 96)"
+    )
+    parser.add_argument(
+        "--mask-samples", type=int, default=None, help="samples with the dense mask (default 40, quick 16)"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
 
@@ -359,8 +456,11 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.perf_counter()
                 write_store(prefix, lengths, base)
                 stored = tp.IndexedDataset(prefix).sequence_lengths
-                print(f"  big store: {len(stored):,} docs, {int(stored.sum(dtype=np.int64)):,} tokens, "
-                      f"mean {stored.mean():.1f}; written in {time.perf_counter() - t0:.1f} s", flush=True)
+                print(
+                    f"  big store: {len(stored):,} docs, {int(stored.sum(dtype=np.int64)):,} tokens, "
+                    f"mean {stored.mean():.1f}; written in {time.perf_counter() - t0:.1f} s",
+                    flush=True,
+                )
             if "index" in sections:
                 t0 = time.perf_counter()
                 bench_index(rows, megatron, tp.IndexedDataset(prefix).sequence_lengths, args)

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import tokenport as tp
+from _harness import Row, best_of, best_of_each, lognormal_lengths, print_table, scratch_directory
 from tokenport.indexed.bounds import check_index
 from tokenport.indexed.format import IndexHeader
-
-from _harness import Row, best_of, best_of_each, lognormal_lengths, print_table, scratch_directory
 
 # -- helpers ----------------------------------------------------------------------------------------
 
@@ -252,11 +251,21 @@ def bench_write(rows, case: Case, dtype, documents: int, args, directory: str, m
     rows.append(Row(what, label, "docs/s", documents / t_ours, documents / t_theirs, "megatron", 1.0))
     rows.append(Row(what, label, "tokens/s", tokens / t_ours, tokens / t_theirs, "megatron"))
     if batched:
-        t_batch = best_of(lambda: write_tokenport_batched(ours_prefix, dtype, flat, lengths, documents), args.write_repeat)
+        t_batch = best_of(
+            lambda: write_tokenport_batched(ours_prefix, dtype, flat, lengths, documents), args.write_repeat
+        )
         if not filecmp_equal(ours_prefix + ".bin", theirs_prefix + ".bin"):
             raise SystemExit("write: add_documents wrote different bytes")
         rows.append(
-            Row(f"add_documents({POOL})", label, "docs/s", documents / t_batch, documents / t_theirs, "megatron per-doc", 3.0)
+            Row(
+                f"add_documents({POOL})",
+                label,
+                "docs/s",
+                documents / t_batch,
+                documents / t_theirs,
+                "megatron per-doc",
+                3.0,
+            )
         )
     for prefix in (ours_prefix, theirs_prefix):
         for suffix in (".bin", ".idx", ".json"):
@@ -312,14 +321,29 @@ def memory_probe(library: str, documents: int, dtype_name: str, directory: str) 
 def bench_memory(rows, documents: int, directory: str) -> None:
     def probe(library: str, count: int) -> float:
         out = subprocess.run(
-            [sys.executable, "-W", "ignore", __file__, "--_memory-probe", library, str(count), "uint16", "--dir", directory],
+            [
+                sys.executable,
+                "-W",
+                "ignore",
+                __file__,
+                "--_memory-probe",
+                library,
+                str(count),
+                "uint16",
+                "--dir",
+                directory,
+            ],
             check=True,
             capture_output=True,
             text=True,
         )
         return float(out.stdout.strip().splitlines()[-1])
 
-    peaks = {(library, count): probe(library, count) for count in (documents, 2 * documents) for library in ("tokenport", "megatron")}
+    peaks = {
+        (library, count): probe(library, count)
+        for count in (documents, 2 * documents)
+        for library in ("tokenport", "megatron")
+    }
     for count in (documents, 2 * documents):
         rows.append(
             Row(
@@ -333,7 +357,17 @@ def bench_memory(rows, documents: int, directory: str) -> None:
             )
         )
     growth = lambda library: peaks[library, 2 * documents] / max(peaks[library, documents], 0.1)  # noqa: E731
-    rows.append(Row("peak RSS, 2N docs / N docs", "short/uint16", "x", growth("tokenport"), growth("megatron"), "megatron", lower_is_better=True))
+    rows.append(
+        Row(
+            "peak RSS, 2N docs / N docs",
+            "short/uint16",
+            "x",
+            growth("tokenport"),
+            growth("megatron"),
+            "megatron",
+            lower_is_better=True,
+        )
+    )
 
 
 def build_huge_index(prefix: str, sequences: int) -> None:
@@ -382,12 +416,22 @@ def bench_open(rows, sequences: int, directory: str, megatron, args) -> None:
     ds = tp.IndexedDataset(prefix)
     arrays = ds._index.get()  # mapped and checked once; now time the check alone, pages mapped
     t_check = best_of(
-        lambda: check_index(
+        lambda arrays=arrays: check_index(
             arrays.lengths, arrays.pointers, arrays.documents, 2, ds.bin_size, ds._idx.url, ds._bin.url
         ),
         args.repeat,
     )
-    rows.append(Row("index check alone (pages mapped)", label, "s", t_check, t_theirs, "megatron open+read", lower_is_better=True))
+    rows.append(
+        Row(
+            "index check alone (pages mapped)",
+            label,
+            "s",
+            t_check,
+            t_theirs,
+            "megatron open+read",
+            lower_is_better=True,
+        )
+    )
     del arrays
     ds.close()
     for suffix in (".bin", ".idx"):
@@ -463,7 +507,14 @@ def main(argv: list[str] | None = None) -> None:
             for case in cases:
                 for dtype in dtypes:
                     bench_write(
-                        rows, case, dtype, write_docs[case.name], args, directory, megatron, batched=case.name == "short"
+                        rows,
+                        case,
+                        dtype,
+                        write_docs[case.name],
+                        args,
+                        directory,
+                        megatron,
+                        batched=case.name == "short",
                     )
                     print(f"  write {case.name}/{dtype.name} done", flush=True)
         if "memory" in sections:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 import numpy as np
-from bench_remote import BUCKET, start_server
 
 from _harness import best_of_each
+from bench_remote import BUCKET, start_server
 from tokenport.storage import open_source
 
 MIB = 1 << 20

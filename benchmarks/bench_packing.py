@@ -25,6 +25,7 @@ import heapq
 
 import numpy as np
 
+from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 from tokenport.packing import (
     balance_metrics,
     karmarkar_karp,
@@ -34,8 +35,6 @@ from tokenport.packing import (
     packing_metrics,
     workload,
 )
-
-from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 
 CAPACITY = 4096
 MEAN_LENGTH = 600
@@ -67,8 +66,11 @@ def lpt(workloads: np.ndarray, k: int) -> list[list[int]]:
 
 
 def bench_pack(rows: list[Row], lengths: np.ndarray, args) -> None:
-    packers = (("best fit", pack_best_fit_arrays), ("first fit", pack_first_fit_arrays),
-               ("next fit", pack_next_fit_arrays))
+    packers = (
+        ("best fit", pack_best_fit_arrays),
+        ("first fit", pack_first_fit_arrays),
+        ("next fit", pack_next_fit_arrays),
+    )
     metrics = {}
     for name, packer in packers:
         packer(lengths[:1000], CAPACITY, split=True)  # warm (load numba's cache)
@@ -76,21 +78,37 @@ def bench_pack(rows: list[Row], lengths: np.ndarray, args) -> None:
         check_packing(arrays, lengths)
         metrics[name] = packing_metrics(arrays, CAPACITY)
         m = metrics[name]
-        print(f"  {name}: {m['num_bins']:,} bins, {m['tokens']:,} tokens, efficiency {100 * m['efficiency']:.4f}%, "
-              f"padding {m['padding_tokens']:,} tokens", flush=True)
+        print(
+            f"  {name}: {m['num_bins']:,} bins, {m['tokens']:,} tokens, efficiency {100 * m['efficiency']:.4f}%, "
+            f"padding {m['padding_tokens']:,} tokens",
+            flush=True,
+        )
     times = best_of_each([lambda p=p: p(lengths, CAPACITY, split=True) for _, p in packers], args.repeat)
     case = f"{lengths.size:,} lengths, cap {CAPACITY}"
     budget = 5.0 if lengths.size >= 10**6 else 0.5
-    rows.append(Row("pack time", case, "s", times[0], budget, f"the {budget:g} s budget", 1.0, f"<={budget:g} s",
-                    lower_is_better=True))
+    rows.append(
+        Row(
+            "pack time",
+            case,
+            "s",
+            times[0],
+            budget,
+            f"the {budget:g} s budget",
+            1.0,
+            f"<={budget:g} s",
+            lower_is_better=True,
+        )
+    )
     for (name, _), t in zip(packers[1:], times[1:]):
         rows.append(Row("pack time", case, "s", times[0], t, f"{name} decreasing", lower_is_better=True))
     padding = {name: 100 * m["padding_ratio"] for name, m in metrics.items()}
-    rows.append(Row("padding %", case, "%", padding["best fit"], 1.0, "the 1% budget", 1.0, "<=1%",
-                    lower_is_better=True))
+    rows.append(
+        Row("padding %", case, "%", padding["best fit"], 1.0, "the 1% budget", 1.0, "<=1%", lower_is_better=True)
+    )
     for name in ("first fit", "next fit"):
-        rows.append(Row("padding %", case, "%", padding["best fit"], padding[name], f"{name} decreasing",
-                        lower_is_better=True))
+        rows.append(
+            Row("padding %", case, "%", padding["best fit"], padding[name], f"{name} decreasing", lower_is_better=True)
+        )
 
 
 def bench_balance(rows: list[Row], lengths: np.ndarray, args) -> None:
@@ -99,14 +117,16 @@ def bench_balance(rows: list[Row], lengths: np.ndarray, args) -> None:
             groups = karmarkar_karp(weights, RANKS, equal_size=equal_size)
             ours = 100 * balance_metrics(groups, weights)["max_relative_deviation"]
             greedy = 100 * balance_metrics(lpt(weights, RANKS), weights)["max_relative_deviation"]
-            t_kk, t_lpt = best_of_each([lambda: karmarkar_karp(weights, RANKS, equal_size=equal_size),
-                                        lambda: lpt(weights, RANKS)], args.repeat)
+            t_kk, t_lpt = best_of_each(
+                [lambda: karmarkar_karp(weights, RANKS, equal_size=equal_size), lambda: lpt(weights, RANKS)],
+                args.repeat,
+            )
             case = f"{lengths.size:,} seqs, {RANKS} ranks, {label}{', equal_size' if equal_size else ''}"
-            rows.append(Row("balance max dev %", case, "%", ours, 1.0, "the 1% budget", 1.0, "<=1%",
-                            lower_is_better=True))
+            rows.append(
+                Row("balance max dev %", case, "%", ours, 1.0, "the 1% budget", 1.0, "<=1%", lower_is_better=True)
+            )
             rows.append(Row("balance max dev %", case, "%", ours, greedy, "greedy LPT", lower_is_better=True))
-            rows.append(Row("balance time", case, "s", t_kk, t_lpt, "greedy LPT (Python heapq)",
-                            lower_is_better=True))
+            rows.append(Row("balance time", case, "s", t_kk, t_lpt, "greedy LPT (Python heapq)", lower_is_better=True))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,8 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     with scratch_directory(args.dir, "bench_packing_", args.quick):
         rng = np.random.default_rng(args.seed)
         lengths = lognormal_lengths(rng, args.count, MEAN_LENGTH, SIGMA)
-        print(f"  {lengths.size:,} lengths, mean {lengths.mean():.1f}, max {lengths.max():,}, "
-              f"{int((lengths > CAPACITY).sum()):,} longer than {CAPACITY}", flush=True)
+        print(
+            f"  {lengths.size:,} lengths, mean {lengths.mean():.1f}, max {lengths.max():,}, "
+            f"{int((lengths > CAPACITY).sum()):,} longer than {CAPACITY}",
+            flush=True,
+        )
         bench_pack(rows, lengths, args)
         bench_balance(rows, lengths[:SEQUENCES], args)
     print()

@@ -42,12 +42,11 @@ from faker import Faker
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
 from tests._support.pii_sentences import LOCALES, MEASURED_KINDS, negatives, positives  # noqa: E402
 
-from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
-
 from _harness import Row, best_of_each, print_table, scratch_directory  # noqa: E402
+from bench_clean import module_paragraphs, stdlib_modules, web_pages  # noqa: E402
+from tokenport.corpus.steps.pii import _DEFAULT_REPLACEMENTS, PIIScrubber  # noqa: E402
 
 BEFORE_REV = "b25df947ecfe"  # main before issue 12's PII changes
 GOAL_RECALL = 0.98
@@ -59,8 +58,9 @@ def scrubber_at(rev: str):
     """PIIScrubber as src/tokenport/prepare/pii.py was at git revision ``rev`` (imported as a
     module of tokenport.corpus so that its relative imports resolve), or None when git cannot show it."""
     try:
-        source = subprocess.run(["git", "show", f"{rev}:src/tokenport/prepare/pii.py"], cwd=HERE,
-                                capture_output=True, text=True, check=True).stdout
+        source = subprocess.run(
+            ["git", "show", f"{rev}:src/tokenport/prepare/pii.py"], cwd=HERE, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     source = source.replace("from .documents import", "from .inputs.documents import")  # moved since
@@ -125,8 +125,10 @@ def main(argv: list[str] | None = None) -> None:
 
     with scratch_directory(None, "bench_pii_", args.quick):
         after, before, theirs = PIIScrubber(), scrubber_at(args.before), datatrove_formatter()
-        print(f"{per_locale} values per kind and locale ({len(LOCALES)} locales), {negative_count} negatives; "
-              f"before = {args.before if before else 'unavailable (git show failed)'}")
+        print(
+            f"{per_locale} values per kind and locale ({len(LOCALES)} locales), {negative_count} negatives; "
+            f"before = {args.before if before else 'unavailable (git show failed)'}"
+        )
         cases = {kind: positives(kind, per_locale, seed=1) for kind in MEASURED_KINDS}
         print(f"\n{'kind':<12} {'sentences':>9} {'after':>7} {'before':>7} {'datatrove':>9}  goal")
         for kind in MEASURED_KINDS:
@@ -140,12 +142,16 @@ def main(argv: list[str] | None = None) -> None:
         rates = [sum(bool(s.scrub(c.text)[1]) for c in hard) / len(hard) for s in (after, before) if s]
         dt_rate = sum(theirs.format(c.text) != c.text for c in hard) / len(hard)
         met = "met" if rates[0] <= GOAL_FALSE_POSITIVES else "NOT met"
-        print(f"{'false pos.':<12} {len(hard):>9} {rates[0]:7.2%} {rates[-1] if before else float('nan'):7.2%} "
-              f"{dt_rate:9.2%}  <= {GOAL_FALSE_POSITIVES:.1%} {met}")
+        print(
+            f"{'false pos.':<12} {len(hard):>9} {rates[0]:7.2%} {rates[-1] if before else float('nan'):7.2%} "
+            f"{dt_rate:9.2%}  <= {GOAL_FALSE_POSITIVES:.1%} {met}"
+        )
         codes = barcodes(negative_count, seed=1)
         rates = [sum(bool(s.scrub(text)[1]) for text in codes) / len(codes) for s in (after, before) if s]
-        print(f"{'barcodes':<12} {len(codes):>9} {rates[0]:7.2%} {rates[-1] if before else float('nan'):7.2%} "
-              f"{'-':>9}  (EAN-13 and UPC-A: no goal)\n")
+        print(
+            f"{'barcodes':<12} {len(codes):>9} {rates[0]:7.2%} {rates[-1] if before else float('nan'):7.2%} "
+            f"{'-':>9}  (EAN-13 and UPC-A: no goal)\n"
+        )
 
         pages = pages_with_pii(page_count, [c for kind in MEASURED_KINDS for c in cases[kind]], seed=2)
         megabytes = sum(len(page.encode()) for page in pages) / 1e6
@@ -154,11 +160,27 @@ def main(argv: list[str] | None = None) -> None:
         if before:
             fns.append(lambda: [before.scrub(p) for p in pages])
         times = best_of_each(fns, args.repeat)
-        rows = [Row("speed", "scrub, 7 kinds", "docs/s", len(pages) / times[0], len(pages) / times[1],
-                    "datatrove PIIFormatter (2 kinds)")]
+        rows = [
+            Row(
+                "speed",
+                "scrub, 7 kinds",
+                "docs/s",
+                len(pages) / times[0],
+                len(pages) / times[1],
+                "datatrove PIIFormatter (2 kinds)",
+            )
+        ]
         if before:
-            rows.append(Row("speed", "scrub, 7 kinds", "docs/s", len(pages) / times[0], len(pages) / times[2],
-                            f"tokenport before ({args.before})"))
+            rows.append(
+                Row(
+                    "speed",
+                    "scrub, 7 kinds",
+                    "docs/s",
+                    len(pages) / times[0],
+                    len(pages) / times[2],
+                    f"tokenport before ({args.before})",
+                )
+            )
         print_table(rows)
 
 

@@ -111,7 +111,7 @@ def run_megatron(corpus: Path, tokenizer: Path, out_prefix: str, workers: int) -
 
     vocab_size = tokenizers.Tokenizer.from_file(str(tokenizer)).get_vocab_size(with_added_tokens=True)
     dtype = np.uint16 if vocab_size < 65500 else np.int32  # DType.optimal_dtype
-    with open(corpus, "r", encoding="utf-8") as fin:
+    with open(corpus, encoding="utf-8") as fin:
         pool = multiprocessing.Pool(workers, initializer=encoder.initializer)
         encoded_docs = pool.imap(encoder.encode, fin, 32)
         builder = IndexedDatasetBuilder(out_prefix + ".bin", dtype=dtype)
@@ -154,12 +154,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mb", type=int, default=64, help="corpus size in MB (default 64)")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts (default 1,2)")
-    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "tokenport-bench-prepare"),
-                        help="where the corpus, tokenizer and outputs go (kept, to reuse the corpus)")
-    parser.add_argument("--engines", default="hf,gigatoken",
-                        help="tokenport tokenizer engines for the same tokenizer.json (default hf,gigatoken)")
-    parser.add_argument("--tokenizer-threads", action="store_true",
-                        help="let the tokenizer use its own threads (default: one thread per worker process)")
+    parser.add_argument(
+        "--workdir",
+        default=os.path.join(tempfile.gettempdir(), "tokenport-bench-prepare"),
+        help="where the corpus, tokenizer and outputs go (kept, to reuse the corpus)",
+    )
+    parser.add_argument(
+        "--engines",
+        default="hf,gigatoken",
+        help="tokenport tokenizer engines for the same tokenizer.json (default hf,gigatoken)",
+    )
+    parser.add_argument(
+        "--tokenizer-threads",
+        action="store_true",
+        help="let the tokenizer use its own threads (default: one thread per worker process)",
+    )
     args = parser.parse_args()
     if not args.tokenizer_threads:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # every worker process gets one core, for both tools
@@ -169,16 +178,21 @@ def main() -> None:
     corpus, tokenizer, documents = build_corpus(workdir, args.size_mb)
     size = corpus.stat().st_size
     print(f"corpus {corpus} : {size / 1e6:.1f} MB, {documents:,} documents; tokenizer {tokenizer}")
-    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}; "
-          f"tokenizer threads: {'tokenizer default' if args.tokenizer_threads else '1 per process'}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}; "
+        f"tokenizer threads: {'tokenizer default' if args.tokenizer_threads else '1 per process'}"
+    )
     header = f"{'tool':<28}{'workers':>8}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'MB/s/wkr':>10}{'vs megatron':>13}"
     print(header)
     for workers in [int(w) for w in args.workers.split(",")]:
         megatron_prefix = str(workdir / f"megatron-w{workers}")
         seconds = run_megatron(corpus, tokenizer, megatron_prefix, workers)
         base = documents / seconds
-        print(f"{'megatron preprocess_data':<28}{workers:>8}{seconds:>9.2f}{base:>10,.0f}{size / 1e6 / seconds:>8.2f}"
-              f"{size / 1e6 / seconds / workers:>10.2f}{1.0:>12.2f}x", flush=True)
+        print(
+            f"{'megatron preprocess_data':<28}{workers:>8}{seconds:>9.2f}{base:>10,.0f}{size / 1e6 / seconds:>8.2f}"
+            f"{size / 1e6 / seconds / workers:>10.2f}{1.0:>12.2f}x",
+            flush=True,
+        )
         for engine in args.engines.split(","):
             output = workdir / f"tokenport-{engine}-w{workers}"
             if output.exists():
@@ -188,10 +202,12 @@ def main() -> None:
             seconds = run_tokenport(corpus, f"{engine}:{tokenizer}", str(output), workers)
             rate = documents / seconds
             ids, files = same_stores(megatron_prefix, str(output / "part-00000"))
-            print(f"{'tokenport prepare (' + engine + ')':<28}{workers:>8}{seconds:>9.2f}{rate:>10,.0f}"
-                  f"{size / 1e6 / seconds:>8.2f}{size / 1e6 / seconds / workers:>10.2f}{rate / base:>12.2f}x"
-                  f"   ids {'identical' if ids else 'DIFFER'}, .bin/.idx {'byte-identical' if files else 'differ'}",
-                  flush=True)
+            print(
+                f"{'tokenport prepare (' + engine + ')':<28}{workers:>8}{seconds:>9.2f}{rate:>10,.0f}"
+                f"{size / 1e6 / seconds:>8.2f}{size / 1e6 / seconds / workers:>10.2f}{rate / base:>12.2f}x"
+                f"   ids {'identical' if ids else 'DIFFER'}, .bin/.idx {'byte-identical' if files else 'differ'}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run(inputs: Path, output: Path, tokenizer: str, workers: int, unit_bytes: int, whole: bool
-        ) -> tuple[float, float, list[bytes]]:
+def run(
+    inputs: Path, output: Path, tokenizer: str, workers: int, unit_bytes: int, whole: bool
+) -> tuple[float, float, list[bytes]]:
     """(wall seconds, CPU seconds) of one prepare run, and its .bin/.idx bytes; `whole` plans
     compressed files as one unit each, as before (no chunks)."""
     from tokenport.corpus import PrepareConfig, prepare
@@ -40,8 +41,9 @@ def run(inputs: Path, output: Path, tokenizer: str, workers: int, unit_bytes: in
     units._RATIO = 0 if whole else ratio
     try:
         start, cpu = time.perf_counter(), cpu_seconds()
-        result = prepare(PrepareConfig([str(inputs)], str(output), tokenizer=tokenizer, workers=workers,
-                                       unit_bytes=unit_bytes))
+        result = prepare(
+            PrepareConfig([str(inputs)], str(output), tokenizer=tokenizer, workers=workers, unit_bytes=unit_bytes)
+        )
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     finally:
         units._RATIO = ratio
@@ -71,8 +73,11 @@ def main() -> None:
     print(f"corpus {corpus}: {size / 1e6:.1f} MB, {documents:,} documents; gzip {packed.stat().st_size / 1e6:.1f} MB")
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}; tokenizer {spec}")
     print(f"{'input':<32}{'workers':>8}{'seconds':>9}{'MB/s':>8}{'cores busy':>12}{'vs one unit':>13}")
-    modes = [("jsonl", corpus, False), ("jsonl.gz, one unit (before)", packed, True),
-             ("jsonl.gz, chunks (now)", packed, False)]
+    modes = [
+        ("jsonl", corpus, False),
+        ("jsonl.gz, one unit (before)", packed, True),
+        ("jsonl.gz, chunks (now)", packed, False),
+    ]
     for workers in [int(w) for w in args.workers.split(",")]:
         best: dict[str, tuple[float, float]] = {}
         outputs = []
@@ -84,8 +89,11 @@ def main() -> None:
         assert all(out == outputs[0] for out in outputs), "outputs differ"
         before = best[modes[1][0]][0]
         for name, (seconds, cpu) in best.items():
-            print(f"{name:<32}{workers:>8}{seconds:>9.2f}{size / 1e6 / seconds:>8.2f}{cpu / seconds:>12.2f}"
-                  f"{before / seconds:>12.2f}x", flush=True)
+            print(
+                f"{name:<32}{workers:>8}{seconds:>9.2f}{size / 1e6 / seconds:>8.2f}{cpu / seconds:>12.2f}"
+                f"{before / seconds:>12.2f}x",
+                flush=True,
+            )
     print("every output byte-identical to the plain .jsonl's")
 
 

@@ -38,7 +38,7 @@ import hashlib
 import logging
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -128,9 +128,7 @@ def one_get_per_sample(fs: object, url: str, ranges: Sequence[tuple[int, int]]) 
     return h.digest(), fetched
 
 
-def through_source(
-    source: ObjectStoreSource, ranges: Sequence[tuple[int, int]], chunk: int
-) -> tuple[bytes, int]:
+def through_source(source: ObjectStoreSource, ranges: Sequence[tuple[int, int]], chunk: int) -> tuple[bytes, int]:
     h = hashlib.blake2b()
     for lo in range(0, len(ranges), chunk or len(ranges)):
         batch = ranges[lo : lo + chunk] if chunk else ranges
@@ -181,9 +179,7 @@ def main() -> None:
         fs.info(url)  # connect before timing
         scale = len(ranges) / len(head)
         name = "(a) one GET per sample (fs.cat_file)" + ("*" if scale != 1 else "")
-        results = [
-            run(name, lambda: one_get_per_sample(fs, url, head), counter, expected_digest(tokens, head), scale)
-        ]
+        results = [run(name, lambda: one_get_per_sample(fs, url, head), counter, expected_digest(tokens, head), scale)]
         expected = expected_digest(tokens, ranges)
         for name, chunk in (
             ("(b) ObjectStoreSource: block cache only", 0),

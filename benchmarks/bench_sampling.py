@@ -26,9 +26,8 @@ import numpy as np
 import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices as hf_grouped
 
-from tokenport.sampling import get_length_grouped_indices, length_grouped_order
-
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.sampling import get_length_grouped_indices, length_grouped_order
 
 MEAN_LENGTH = 1000
 SIGMA = 1.0

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -35,8 +35,9 @@ POLL_SECONDS = 0.1
 class TransferDockBaseline:
     """Experience store shaped like MindSpeed-RL's TransferDock (see the module docstring)."""
 
-    def __init__(self, columns: Sequence[str], consumers: Sequence[str], prompts_num: int,
-                 n_samples_per_prompt: int) -> None:
+    def __init__(
+        self, columns: Sequence[str], consumers: Sequence[str], prompts_num: int, n_samples_per_prompt: int
+    ) -> None:
         self.max_len = prompts_num * n_samples_per_prompt
         self.columns = list(columns)
         self.consumers = list(consumers)
@@ -48,8 +49,7 @@ class TransferDockBaseline:
 
     # -- put -------------------------------------------------------------------------------------
 
-    def put(self, columns: Sequence[str], experience: Sequence[Sequence[torch.Tensor]],
-            indexes: Sequence[int]) -> None:
+    def put(self, columns: Sequence[str], experience: Sequence[Sequence[torch.Tensor]], indexes: Sequence[int]) -> None:
         """Store, for each column, its list of per-row 1-D tensors in the rows `indexes`."""
         for name in columns:
             if name not in self.data:
@@ -63,8 +63,9 @@ class TransferDockBaseline:
                 slots[index] = rows[i]
                 status[index] = 1
 
-    def put_padded(self, batch: Mapping[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
-                   indexes: Sequence[int]) -> None:
+    def put_padded(
+        self, batch: Mapping[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]], indexes: Sequence[int]
+    ) -> None:
         """The producer-side wrapper: `batch` maps each column to ``(padded 2-D tensor, lengths)``
         for ragged columns, or to a 1-D tensor (one value per row) for scalar ones; the padding is
         removed row by row (each row cloned, as the original does) and the rows are put."""
@@ -92,8 +93,9 @@ class TransferDockBaseline:
         self.consumer_status[consumer][indexes] = 1
         return indexes.tolist()
 
-    def get(self, consumer: str, columns: Sequence[str], count: int,
-            pad_value: int | float = 0) -> tuple[dict[str, torch.Tensor], list[int]]:
+    def get(
+        self, consumer: str, columns: Sequence[str], count: int, pad_value: int | float = 0
+    ) -> tuple[dict[str, torch.Tensor], list[int]]:
         """`count` rows of `columns` not yet taken by `consumer`, chosen at random among the ready
         ones (polling every 0.1 s until `count` are ready, without limit), each column padded to
         its longest row: ``({column: tensor [count, longest]}, row indexes)``."""

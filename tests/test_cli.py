@@ -87,7 +87,9 @@ def test_prepare_verb_and_bad_input(tmp_path, capsys):
     assert main(["prepare", str(corpus), "-o", str(tmp_path / "bad"), "--workers", "1", "-q"]) == 2
     err = capsys.readouterr().err
     assert "in.jsonl" in err and "line 2" in err
-    assert main(["prepare", str(corpus), "-o", str(tmp_path / "skip"), "--workers", "1", "-q", "--on-error", "skip"]) == 0
+    assert (
+        main(["prepare", str(corpus), "-o", str(tmp_path / "skip"), "--workers", "1", "-q", "--on-error", "skip"]) == 0
+    )
     out = capsys.readouterr().out
     assert "1 documents" in out and "skipped: bad_json 1" in out
 
@@ -128,7 +130,10 @@ def test_a_prepare_output_directory_means_its_parts_in_order(tmp_path, capsys):
     for name, text in (("x", "first"), ("y", "second")):
         (tmp_path / f"{name}.jsonl").write_text(f'{{"text": "{text}"}}\n')
     out = tmp_path / "web"
-    assert main(["prepare", str(tmp_path / "x.jsonl"), str(tmp_path / "y.jsonl"), "-o", str(out), "--workers", "1", "-q"]) == 0
+    assert (
+        main(["prepare", str(tmp_path / "x.jsonl"), str(tmp_path / "y.jsonl"), "-o", str(out), "--workers", "1", "-q"])
+        == 0
+    )
     assert resolve_stores([out]) == [str(out / "part-00000"), str(out / "part-00001")]
     assert main(["merge", str(tmp_path / "all"), str(out)]) == 0
     capsys.readouterr()
@@ -209,13 +214,17 @@ def test_blend_of_a_glob_weighs_each_store_once(stores, capsys):
 def test_build_cache_plan_datasets_take_each_store_once(stores, capsys):
     plan = stores / "plan.json"
     datasets = ", ".join(f'"{name}"' for name in ["a.bin", "a.idx", "a.json", "b"])
-    plan.write_text('{"cache_dir": "cache", "datasets": [%s], "split": "1,0,0", '
-                    '"samples": {"train": 4}, "seq_length": 16, "seed": 1}' % datasets)
+    plan.write_text(
+        '{"cache_dir": "cache", "datasets": [%s], "split": "1,0,0", '
+        '"samples": {"train": 4}, "seq_length": 16, "seed": 1}' % datasets
+    )
     assert main(["build-cache", str(plan)]) == 0
     out = capsys.readouterr().out
     assert "2 index sets" in out and out.count("built ") == 2
-    plan.write_text('{"cache_dir": "cache", "datasets": ["a", "b", "a.bin"], "split": "1,0,0", '
-                    '"samples": {"train": 4}, "seq_length": 16, "seed": 1}')
+    plan.write_text(
+        '{"cache_dir": "cache", "datasets": ["a", "b", "a.bin"], "split": "1,0,0", '
+        '"samples": {"train": 4}, "seq_length": 16, "seed": 1}'
+    )
     assert main(["build-cache", str(plan)]) == 2
     assert "plan.json: 'datasets' store" in capsys.readouterr().err
 
@@ -261,8 +270,10 @@ def test_prepare_report_and_build_cache_json(tmp_path, stores, capsys):
     assert PrepareResult(**{**result, "parts": tuple(result["parts"])}).to_json() == result
     assert _json_of(capsys, ["report", str(tmp_path / "out")]) == load_report(str(tmp_path / "out")).to_json()
     plan = stores / "plan.json"
-    plan.write_text('{"cache_dir": "cache", "datasets": ["a", "b"], "split": "1,0,0", '
-                    '"samples": {"train": 4}, "seq_length": 16, "seed": 1}')
+    plan.write_text(
+        '{"cache_dir": "cache", "datasets": ["a", "b"], "split": "1,0,0", '
+        '"samples": {"train": 4}, "seq_length": 16, "seed": 1}'
+    )
     built = _json_of(capsys, ["build-cache", str(plan)])
     assert built["built"] == 2 and [e["dataset"] for e in built["entries"]] == [str(stores / "a"), str(stores / "b")]
     again = _json_of(capsys, ["build-cache", str(plan)])
@@ -311,8 +322,12 @@ def test_choices_are_the_library_constants(monkeypatch):
 
 
 def _help(verb: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "tokenport", verb, "--help"], capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "10000"})
+    result = subprocess.run(
+        [sys.executable, "-m", "tokenport", verb, "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "10000"},
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -322,8 +337,13 @@ def test_help_shows_the_tokenizer_forms_and_the_library_defaults():
 
     text = _help("prepare")
     assert all(form in text for form in SPEC_FORMS) and "gigatoken:" in text
-    for option, field in [("--tokenizer", "tokenizer"), ("--shard-by", "shard_by"), ("--on-error", "on_error"),
-                          ("--text-key", "text_key"), ("--executor", "executor")]:
+    for option, field in [
+        ("--tokenizer", "tokenizer"),
+        ("--shard-by", "shard_by"),
+        ("--on-error", "on_error"),
+        ("--text-key", "text_key"),
+        ("--executor", "executor"),
+    ]:
         assert _options("prepare")[option].default is None  # the config decides, not a copy here
         assert f"(default: {PrepareConfig.__dataclass_fields__[field].default!r})" in text
     assert "(default: 'tijdeman')" in _help("blend")
@@ -356,8 +376,12 @@ def test_load_steps_reads_a_list_or_a_steps_key(tmp_path):
 def test_config_from_options_refuses_a_flag_that_means_nothing_alone(tmp_path, capsys):
     corpus = tmp_path / "in.jsonl"
     corpus.write_text('{"text": "alpha"}\n')
-    assert config_from_options([str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8, "shard_by": "tokens"}
-                               ).shard_tokens == 8
+    assert (
+        config_from_options(
+            [str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8, "shard_by": "tokens"}
+        ).shard_tokens
+        == 8
+    )
     with pytest.raises(ConfigError, match="--shard-tokens sizes parts only with --shard-by tokens"):
         config_from_options([str(corpus)], str(tmp_path / "out"), {"shard_tokens": 8})
     assert main(["prepare", str(corpus), "-o", str(tmp_path / "out"), "--address", "auto"]) == 2

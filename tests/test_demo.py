@@ -9,8 +9,18 @@ from tokenport.cli import main
 def test_demo_runs_every_stage(tmp_path, capsys):
     assert main(["demo", "--workdir", str(tmp_path), "--limit", "40", "--workers", "2"]) == 0
     out = capsys.readouterr().out
-    stages = ("1. corpus", "2. prepare", "3. verify", "4. inspect", "5. merge and read", "6. samples", "7. blend",
-              "8. sampling", "9. dock", "10. clean")
+    stages = (
+        "1. corpus",
+        "2. prepare",
+        "3. verify",
+        "4. inspect",
+        "5. merge and read",
+        "6. samples",
+        "7. blend",
+        "8. sampling",
+        "9. dock",
+        "10. clean",
+    )
     for stage in stages:
         assert stage in out
     assert "checksums verified" in out

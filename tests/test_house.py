@@ -9,22 +9,25 @@ from pathlib import Path
 import tokenport
 
 # DESIGN.md's rooms, top to bottom: a room may import its own row and the rows below it.
-ROOMS: tuple[frozenset[str], ...] = tuple(frozenset(row) for row in (
-    {"tokenport", "__main__", "cli", "demo"},  # the root re-exports every room: it sits on top
-    {"integrations"},
-    {"builder"},
-    {"blend"},
-    {"samples"},
-    {"corpus"},
-    {"chat"},
-    {"dock"},
-    {"sampling", "packing"},
-    {"indexed"},
-    {"tokenizers"},
-    {"storage"},
-    {"rng"},
-    {"errors", "_checks", "_files", "metrics", "_jit", "_lazy", "_version"},
-))
+ROOMS: tuple[frozenset[str], ...] = tuple(
+    frozenset(row)
+    for row in (
+        {"tokenport", "__main__", "cli", "demo"},  # the root re-exports every room: it sits on top
+        {"integrations"},
+        {"builder"},
+        {"blend"},
+        {"samples"},
+        {"corpus"},
+        {"chat"},
+        {"dock"},
+        {"sampling", "packing"},
+        {"indexed"},
+        {"tokenizers"},
+        {"storage"},
+        {"rng"},
+        {"errors", "_checks", "_files", "metrics", "_jit", "_lazy", "_version"},
+    )
+)
 GROUND = ROOMS[-1]
 # Rooms held to less than every room below them.
 ONLY: dict[str, frozenset[str]] = {
@@ -124,6 +127,8 @@ def test_the_rule_sees_upward_narrower_cyclic_and_unplaced_imports(tmp_path):
     assert violations(root) == {
         "tokenport.blend.mix -> tokenport.builder.specs": "blend/ imports builder/, a room above it",
         "tokenport.builder.plan <-> tokenport.builder.specs": "cycle",
-        "tokenport.sampling -> tokenport.indexed.reader": "sampling/ imports only _checks, _lazy, errors, packing, rng, sampling",
+        "tokenport.sampling -> tokenport.indexed.reader": (
+            "sampling/ imports only _checks, _lazy, errors, packing, rng, sampling"
+        ),
         "tokenport.indexed.reader -> tokenport.attic": "attic is in no row of DESIGN.md's rooms table",
     }

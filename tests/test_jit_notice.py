@@ -18,8 +18,9 @@ RUN = (
 
 def run(directory, **env) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env}
-    return subprocess.run([sys.executable, "-c", RUN, str(directory)], env=environment, capture_output=True,
-                          text=True, check=True)
+    return subprocess.run(
+        [sys.executable, "-c", RUN, str(directory)], env=environment, capture_output=True, text=True, check=True
+    )
 
 
 def test_cold_kernels_are_announced_once_and_cached_ones_not(tmp_path):

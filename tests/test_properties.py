@@ -44,7 +44,7 @@ def test_store_round_trip_through_every_reader(store):
             for doc in documents[: len(documents) // 2]:  # both write paths: one document at a time...
                 flat = np.concatenate([np.array(s, dtype=dtype) for s in doc])
                 writer.add_document(flat, lengths=[len(s) for s in doc])
-            rest = documents[len(documents) // 2 :]      # ...and many at once, grouped into documents
+            rest = documents[len(documents) // 2 :]  # ...and many at once, grouped into documents
             if rest:
                 flat = np.concatenate([np.array(s, dtype=dtype) for doc in rest for s in doc])
                 writer.add_documents(flat, [len(s) for doc in rest for s in doc], [len(doc) for doc in rest])
@@ -71,12 +71,12 @@ def test_blend_keeps_every_dataset_within_its_bound_at_every_prefix(weights, siz
     assert int(dataset_index.max()) < n
     taken = np.zeros((size + 1, n), dtype=np.int64)
     taken[np.arange(1, size + 1), dataset_index.astype(np.int64)] = 1
-    counts = np.cumsum(taken, axis=0)                      # counts[t, i]: samples of i among the first t
+    counts = np.cumsum(taken, axis=0)  # counts[t, i]: samples of i among the first t
     # each dataset's samples are numbered 0, 1, 2, ... in the order the blend takes them
     assert np.array_equal(sample_index, counts[np.arange(1, size + 1), dataset_index.astype(np.int64)] - 1)
     share = np.array(weights) / np.sum(weights)
     deviation = np.abs(counts - np.arange(size + 1)[:, None] * share).max()
-    bound = 0.0 if n == 1 else 1 - 1 / (2 * n - 2)          # Tijdeman's, as tokenport.blend documents
+    bound = 0.0 if n == 1 else 1 - 1 / (2 * n - 2)  # Tijdeman's, as tokenport.blend documents
     assert deviation <= bound + 1e-9 * size
 
 
@@ -90,7 +90,7 @@ def _global_batches(make, layout, state, epochs_left):
             sampler.load_state_dict(state)
     for _ in range(epochs_left):
         parts = [list(iter(sampler)) for sampler in samplers]
-        assert len({len(p) for p in parts}) == 1           # every rank yields as many batches
+        assert len({len(p) for p in parts}) == 1  # every rank yields as many batches
         out += [sum(batch, []) for batch in zip(*parts)]
     return out, samplers[0]
 
@@ -115,7 +115,7 @@ def test_sampler_resume_yields_exactly_the_rest(layout, kind, seed, data):
             return tp.PretrainingSampler(total, 0, mbs, rank, dp)
         return tp.RandomSampler(total, 0, mbs, rank, dp, seed=seed, data_sharding=kind == "random")
 
-    epochs = 1 if kind == "sequential" else 2                # a random sampler runs epoch after epoch
+    epochs = 1 if kind == "sequential" else 2  # a random sampler runs epoch after epoch
     reference, _ = _global_batches(make, first, None, epochs)
     k = data.draw(st.integers(0, len(reference)), label="batches consumed before the checkpoint")
     samplers = [make(*first[:1], rank, first[1]) for rank in range(first[1])]
@@ -126,8 +126,10 @@ def test_sampler_resume_yields_exactly_the_rest(layout, kind, seed, data):
     assert all(s.state_dict() == state for s in samplers)
     if kind == "sequential":
         rest, _ = _global_batches(make, second, state, 1)
-    else:                                                   # the rest of this epoch, then the next one
+    else:  # the rest of this epoch, then the next one
         rest, _ = _global_batches(make, second, state, 2 if len(consumed) < len(reference) // epochs else 1)
-    assert rest == reference[len(consumed):]
-    assert len(set(itertools.chain.from_iterable(reference[: len(reference) // epochs]))) == \
-        len(reference) // epochs * first[0] * first[1]      # an epoch takes each sample at most once
+    assert rest == reference[len(consumed) :]
+    assert (
+        len(set(itertools.chain.from_iterable(reference[: len(reference) // epochs])))
+        == len(reference) // epochs * first[0] * first[1]
+    )  # an epoch takes each sample at most once

@@ -44,8 +44,9 @@ def test_all_is_sorted_unique_and_exactly_what_the_root_exports():
     assert tp.__all__ == sorted(set(tp.__all__))
     for name in tp.__all__:
         getattr(tp, name)  # resolve every lazy name
-    exported = {name for name, value in vars(tp).items()
-                if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    exported = {
+        name for name, value in vars(tp).items() if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
     assert exported == set(tp.__all__) - {"__version__"}
     assert set(tp.__all__) <= set(dir(tp))
 
@@ -94,14 +95,21 @@ def test_type_checkers_see_the_same_names_as_the_lazy_exports():
         if "_EXPORTS" not in vars(module):
             continue
         tree = ast.parse(inspect.getsource(module))
-        seen = {alias.name: "." * node.level + (node.module or "")
-                for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) == "typing.TYPE_CHECKING"
-                for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+        seen = {
+            alias.name: "." * node.level + (node.module or "")
+            for block in tree.body
+            if isinstance(block, ast.If) and ast.unparse(block.test) == "typing.TYPE_CHECKING"
+            for node in block.body
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
         assert seen == module._EXPORTS, f"{package}: the typing.TYPE_CHECKING imports and _EXPORTS disagree"
 
 
 def test_lazy_subpackages_load_only_the_module_asked_for():
-    modules = loaded_after("from tokenport.sampling.collate import PaddingCollator\nfrom tokenport.samples import PackedDataset")
+    modules = loaded_after(
+        "from tokenport.sampling.collate import PaddingCollator\nfrom tokenport.samples import PackedDataset"
+    )
     assert "tokenport.sampling.pretraining" not in modules and "tokenport.samples.gpt" not in modules
     assert "tokenport.blend" not in modules
 
@@ -125,7 +133,9 @@ def test_every_public_callable_is_documented():
         if not inspect.isclass(cls) or issubclass(cls, Exception):
             continue
         for member, value in vars(cls).items():
-            if member.startswith("_") or not (callable(value) or isinstance(value, (property, classmethod, staticmethod))):
+            if member.startswith("_") or not (
+                callable(value) or isinstance(value, (property, classmethod, staticmethod))
+            ):
                 continue
             if not inspect.getdoc(getattr(cls, member) if not isinstance(value, property) else value):
                 missing.append(f"tokenport.{name}.{member}")
@@ -161,17 +171,23 @@ def test_public_objects_pickle_into_a_fresh_interpreter(tmp_path):
     with tp.IndexedDatasetWriter(tmp_path / "a", tokenizer=identity) as writer:
         writer.add_document([1, 2, 3, 256])
         writer.add_document([4, 5, 256])
-    payload = pickle.dumps({
-        "names": [getattr(tp, name) for name in tp.__all__ if name != "__version__"],
-        "store": tp.IndexedDataset(tmp_path / "a"),
-        "error": tp.ConfigError("seq_length must be positive"),
-    })
-    code = ("import json, pickle, sys\n"
-            f"d = pickle.loads({payload!r})\n"
-            "print(json.dumps([[f'{o.__module__}.{o.__qualname__}' for o in d['names']],"
-            " [d['store'][k].tolist() for k in range(len(d['store']))], type(d['error']).__name__, str(d['error'])]))")
+    payload = pickle.dumps(
+        {
+            "names": [getattr(tp, name) for name in tp.__all__ if name != "__version__"],
+            "store": tp.IndexedDataset(tmp_path / "a"),
+            "error": tp.ConfigError("seq_length must be positive"),
+        }
+    )
+    code = (
+        "import json, pickle, sys\n"
+        f"d = pickle.loads({payload!r})\n"
+        "print(json.dumps([[f'{o.__module__}.{o.__qualname__}' for o in d['names']],"
+        " [d['store'][k].tolist() for k in range(len(d['store']))], type(d['error']).__name__, str(d['error'])]))"
+    )
     names, documents, kind, message = fresh(code)
-    assert names == [f"{o.__module__}.{o.__qualname__}" for o in (getattr(tp, n) for n in tp.__all__ if n != "__version__")]
+    assert names == [
+        f"{o.__module__}.{o.__qualname__}" for o in (getattr(tp, n) for n in tp.__all__ if n != "__version__")
+    ]
     assert documents == [[1, 2, 3, 256], [4, 5, 256]]
     assert (kind, message) == ("ConfigError", "seq_length must be positive")
     assert np.array_equal(pickle.loads(payload)["store"][1], [4, 5, 256])

@@ -15,8 +15,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 import tokenport
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -72,13 +70,16 @@ def _run_shell(code: str, cwd: Path, line: int) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
     script = f'set -eu\ntokenport() {{ "{sys.executable}" -m tokenport "$@"; }}\n{code}'
     result = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"README.md line {line}: shell block failed\n{code}\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"README.md line {line}: shell block failed\n{code}\n{result.stdout}\n{result.stderr}"
+    )
 
 
 def test_every_block_is_run_written_or_skipped_by_a_named_rule():
     blocks = readme_blocks(README.read_text(encoding="utf-8"))
-    assert blocks and all(b.language in ("python", "bash", "sh", "yaml", "json") for b in blocks), \
-        [b.language for b in blocks]
+    assert blocks and all(b.language in ("python", "bash", "sh", "yaml", "json") for b in blocks), [
+        b.language for b in blocks
+    ]
     for name, (matches, _) in SKIP.items():
         assert any(matches(b) for b in blocks), f"skip rule {name!r} matches no block: remove it"
     names = [_file_name(b) for b in blocks if b.language in ("yaml", "json")]

@@ -39,11 +39,7 @@ UNICODE = [
 def stdlib_texts() -> list[str]:
     """200 small-to-medium source files of the standard library, in a fixed order."""
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    files = [
-        f
-        for f in sorted(root.rglob("*.py"))
-        if "-packages" not in str(f) and 1_000 < f.stat().st_size < 20_000
-    ]
+    files = [f for f in sorted(root.rglob("*.py")) if "-packages" not in str(f) and 1_000 < f.stat().st_size < 20_000]
     files = files[:: max(1, len(files) // 200)][:200]
     assert len(files) == 200
     return [f.read_text(encoding="utf-8", errors="replace") for f in files]
@@ -150,7 +146,8 @@ def test_hf_eod_override(bpe_path):
 
 
 def test_hf_missing_eod(tmp_path):
-    from tokenizers import Tokenizer as HF, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HF
+    from tokenizers import models, pre_tokenizers, trainers
 
     hf = HF(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -234,7 +231,9 @@ def ranks_path(bpe_path, tmp_path_factory) -> str:
     vocab = json.loads(pathlib.Path(bpe_path).read_text())["model"]["vocab"]
     tokens = sorted((i, t) for t, i in vocab.items() if t != "<|endoftext|>")
     path = tmp_path_factory.mktemp("tiktoken") / "small.tiktoken"
-    lines = (f"{base64.b64encode(bytes(to_byte[c] for c in t)).decode()} {rank}\n" for rank, (_, t) in enumerate(tokens))
+    lines = (
+        f"{base64.b64encode(bytes(to_byte[c] for c in t)).decode()} {rank}\n" for rank, (_, t) in enumerate(tokens)
+    )
     path.write_text("".join(lines))
     return str(path)
 

@@ -25,7 +25,9 @@ def parse_structured(text: str, path: str, *, yaml_ok: bool = True) -> Any:
         try:
             import yaml
         except ImportError:
-            raise ConfigError(f"{path}: reading YAML needs PyYAML: pip install 'tokenport[yaml]', or write JSON") from None
+            raise ConfigError(
+                f"{path}: reading YAML needs PyYAML: pip install 'tokenport[yaml]', or write JSON"
+            ) from None
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as exc:

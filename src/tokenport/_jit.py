@@ -29,7 +29,8 @@ def announce_compilation(names: Iterable[str]) -> list[str]:
     if cold:
         logger.warning(
             "first run: compiling numba kernels of %s (up to a few tens of seconds, once; later runs load them "
-            "from numba's cache)", ", ".join(name.removeprefix("tokenport.") for name in cold)
+            "from numba's cache)",
+            ", ".join(name.removeprefix("tokenport.") for name in cold),
         )
     return cold
 

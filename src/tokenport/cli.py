@@ -10,8 +10,9 @@ import inspect
 import json
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from collections.abc import Sequence as SequenceABC
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ._version import __version__
 from .errors import TokenportError
@@ -42,8 +43,21 @@ def _prepare(args: argparse.Namespace) -> int:
     from .corpus import prepare
     from .corpus.run.config import config_from_options, load_steps
 
-    options = _given(args, "tokenizer", "text_key", "shard_by", "shard_tokens", "on_error", "workers",
-                     "max_chars_per_piece", "executor", "ray_address", "append_eod", "keep_rejected", "allow_empty")
+    options = _given(
+        args,
+        "tokenizer",
+        "text_key",
+        "shard_by",
+        "shard_tokens",
+        "on_error",
+        "workers",
+        "max_chars_per_piece",
+        "executor",
+        "ray_address",
+        "append_eod",
+        "keep_rejected",
+        "allow_empty",
+    )
     if args.steps:
         options["steps"] = load_steps(args.steps)
     result = prepare(config_from_options(args.inputs, args.output, options), progress=not args.quiet)
@@ -68,8 +82,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from .indexed import resolve_stores
     from .indexed.inspect import summarize
 
-    _emit(args, [summarize(prefix, **_given(args, "documents")) for prefix in resolve_stores(args.prefixes)],
-          many=True)
+    _emit(args, [summarize(prefix, **_given(args, "documents")) for prefix in resolve_stores(args.prefixes)], many=True)
     return 0
 
 
@@ -183,76 +196,138 @@ def _library_default(module: str, name: str, parameter: str) -> Any:
     return inspect.signature(target).parameters[parameter].default
 
 
-_STORES_HELP = ("stores: prefixes, URLs, their .bin/.idx/.json files (a glob's files name one store) "
-                "or prepare output directories (their parts, in order); each store once")
+_STORES_HELP = (
+    "stores: prefixes, URLs, their .bin/.idx/.json files (a glob's files name one store) "
+    "or prepare output directories (their parts, in order); each store once"
+)
 
 
 def _chatter(parser: argparse.ArgumentParser, default: Any) -> None:
     """-v/-q, before or after the verb: the verb's copies default to SUPPRESS so they do not undo the root's."""
     loud = parser.add_mutually_exclusive_group()
     loud.add_argument("-v", "--verbose", action="store_true", default=default, help="log progress details")
-    loud.add_argument("-q", "--quiet", action="store_true", default=default,
-                      help="no progress bars (warnings still show)")
+    loud.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="no progress bars (warnings still show)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenport", description="The data layer for LLM training.",
-                                     formatter_class=_Formatter)
+    parser = argparse.ArgumentParser(
+        prog="tokenport", description="The data layer for LLM training.", formatter_class=_Formatter
+    )
     parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
     _chatter(parser, False)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def verb(name: str, run: Callable[[argparse.Namespace], int], help: str, *, reports: bool = True,
-             library: tuple[str, str] | None = None) -> argparse.ArgumentParser:
+    def verb(
+        name: str,
+        run: Callable[[argparse.Namespace], int],
+        help: str,
+        *,
+        reports: bool = True,
+        library: tuple[str, str] | None = None,
+    ) -> argparse.ArgumentParser:
         """A verb's subparser; ``library`` (module, name) is the call whose defaults its flags leave to it."""
-        sub = verbs.add_parser(name, help=help, description=help,
-                               formatter_class=functools.partial(_Formatter, library=library))
+        sub = verbs.add_parser(
+            name, help=help, description=help, formatter_class=functools.partial(_Formatter, library=library)
+        )
         sub.set_defaults(run=run, json=False)
         _chatter(sub, argparse.SUPPRESS)
         if reports:
             sub.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
         return sub
 
-    demo = verb("demo", _demo, "prepare, verify and inspect the standard library's source and docstrings",
-                reports=False)
+    demo = verb(
+        "demo", _demo, "prepare, verify and inspect the standard library's source and docstrings", reports=False
+    )
     demo.add_argument("--workdir", default="tokenport-demo", help="where the corpus and stores go")
     demo.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     demo.add_argument("--limit", type=int, default=None, help="use only the first N source files")
 
-    prep = verb("prepare", _prepare, "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
-                library=("tokenport.corpus.run.config", "PrepareConfig"))
+    prep = verb(
+        "prepare",
+        _prepare,
+        "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
+        library=("tokenport.corpus.run.config", "PrepareConfig"),
+    )
     prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
     prep.add_argument("-o", "--output", required=True, help="output directory")
     prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
     prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text (default: {default})")
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    prep.add_argument("--no-eod", dest="append_eod", action="store_false", default=None,
-                      help="do not append the end-of-document token")
-    prep.add_argument("--shard-by", choices=_SHARD_BY, metavar="KIND", default=None,
-                      help="%(choices)s: one store per input file, or by size (default: {default})")
-    prep.add_argument("--shard-tokens", type=int, default=None,
-                      help="tokens per output store (--shard-by tokens; default: {default})")
-    prep.add_argument("--max-chars-per-piece", type=int, default=None,
-                      help="split longer documents before tokenizing (default: {default})")
-    prep.add_argument("--on-error", choices=_ON_ERROR, metavar="ACTION", default=None,
-                      help="%(choices)s: what malformed input does (default: {default})")
-    prep.add_argument("--steps", default=None,
-                      help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}')
-    prep.add_argument("--executor", choices=_EXECUTORS, metavar="EXECUTOR", default=None,
-                      help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
-                           "must be shared) (default: {default})")
-    prep.add_argument("--address", dest="ray_address", metavar="ADDRESS", default=None, help="Ray cluster address for --executor ray (e.g. auto)")
-    prep.add_argument("--keep-rejected", action="store_true", default=None,
-                      help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/")
-    prep.add_argument("--allow-empty", action="store_true", default=None,
-                      help="succeed even when no document is left (by default that is an error)")
+    prep.add_argument(
+        "--no-eod",
+        dest="append_eod",
+        action="store_false",
+        default=None,
+        help="do not append the end-of-document token",
+    )
+    prep.add_argument(
+        "--shard-by",
+        choices=_SHARD_BY,
+        metavar="KIND",
+        default=None,
+        help="%(choices)s: one store per input file, or by size (default: {default})",
+    )
+    prep.add_argument(
+        "--shard-tokens", type=int, default=None, help="tokens per output store (--shard-by tokens; default: {default})"
+    )
+    prep.add_argument(
+        "--max-chars-per-piece",
+        type=int,
+        default=None,
+        help="split longer documents before tokenizing (default: {default})",
+    )
+    prep.add_argument(
+        "--on-error",
+        choices=_ON_ERROR,
+        metavar="ACTION",
+        default=None,
+        help="%(choices)s: what malformed input does (default: {default})",
+    )
+    prep.add_argument(
+        "--steps",
+        default=None,
+        help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}',
+    )
+    prep.add_argument(
+        "--executor",
+        choices=_EXECUTORS,
+        metavar="EXECUTOR",
+        default=None,
+        help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
+        "must be shared) (default: {default})",
+    )
+    prep.add_argument(
+        "--address",
+        dest="ray_address",
+        metavar="ADDRESS",
+        default=None,
+        help="Ray cluster address for --executor ray (e.g. auto)",
+    )
+    prep.add_argument(
+        "--keep-rejected",
+        action="store_true",
+        default=None,
+        help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/",
+    )
+    prep.add_argument(
+        "--allow-empty",
+        action="store_true",
+        default=None,
+        help="succeed even when no document is left (by default that is an error)",
+    )
 
     rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")
     rep.add_argument("output", help="the output directory of a finished prepare run")
     rep.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
 
-    insp = verb("inspect", _inspect, "show counts, length percentiles and the first documents of stores",
-                library=("tokenport.indexed.inspect", "summarize"))
+    insp = verb(
+        "inspect",
+        _inspect,
+        "show counts, length percentiles and the first documents of stores",
+        library=("tokenport.indexed.inspect", "summarize"),
+    )
     insp.add_argument("prefixes", nargs="+", help=_STORES_HELP)
     insp.add_argument("--documents", type=int, default=None, help="how many documents to show (default: {default})")
 
@@ -261,28 +336,48 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
 
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
-    cache.add_argument("plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, "
-                       "seq_length, seed")
+    cache.add_argument(
+        "plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed"
+    )
 
-    blend = verb("blend", _blend, "show what a blend takes from each dataset: shares, samples, epochs, deviation",
-                 library=("tokenport.builder.report", "blend_report"))
-    blend.add_argument("spec", nargs="+", help="a spec file (.yaml/.yml/.json), or Megatron's list: "
-                       "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")")
+    blend = verb(
+        "blend",
+        _blend,
+        "show what a blend takes from each dataset: shares, samples, epochs, deviation",
+        library=("tokenport.builder.report", "blend_report"),
+    )
+    blend.add_argument(
+        "spec",
+        nargs="+",
+        help="a spec file (.yaml/.yml/.json), or Megatron's list: "
+        "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")",
+    )
     blend.add_argument("--size", type=int, required=True, help="samples to blend")
-    blend.add_argument("--seq-length", type=int, default=None,
-                       help="tokens per sample, for the epochs column (default: {default})")
-    blend.add_argument("--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None,
-                       help="%(choices)s (default: {default})")
+    blend.add_argument(
+        "--seq-length", type=int, default=None, help="tokens per sample, for the epochs column (default: {default})"
+    )
+    blend.add_argument(
+        "--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None, help="%(choices)s (default: {default})"
+    )
     blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
 
-    pack = verb("pack-report", _pack_report,
-                "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
-                library=("tokenport.sampling.report", "batching_report"))
+    pack = verb(
+        "pack-report",
+        _pack_report,
+        "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
+        library=("tokenport.sampling.report", "batching_report"),
+    )
     pack.add_argument("prefixes", nargs="+", help=_STORES_HELP + ", whose sequence lengths to batch")
     pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size (default: %(default)s)")
     pack.add_argument("--capacity", type=int, default=None, help="tokens per packed bin (default: {default})")
-    pack.add_argument("--ranks", dest="num_ranks", metavar="RANKS", type=int, default=None,
-                      help="data-parallel ranks to balance across (default: {default})")
+    pack.add_argument(
+        "--ranks",
+        dest="num_ranks",
+        metavar="RANKS",
+        type=int,
+        default=None,
+        help="data-parallel ranks to balance across (default: {default})",
+    )
     pack.add_argument("--seed", type=int, default=None, help="seed of the random order (default: {default})")
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
@@ -308,8 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"tokenport: error: {exc.strerror or exc}", file=sys.stderr)
         else:
             target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
-            print(f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its "
-                  "permissions", file=sys.stderr)
+            print(
+                f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its permissions",
+                file=sys.stderr,
+            )
         return 2
     except KeyboardInterrupt:
         print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)

@@ -18,7 +18,8 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ SPEC_FORMS = (
 # exposes only the gpt2 one as a module constant.
 TIKTOKEN_PATTERNS = {
     "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
-    "cl100k": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    "cl100k": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",  # noqa: E501 (a regex reads best whole)
     "o200k": "|".join(
         [
             r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
@@ -75,9 +76,17 @@ _TIKTOKEN_BUILTINS = {
     "r50k_base": ("r50k_base.tiktoken", "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930", "gpt2"),
     "p50k_base": ("p50k_base.tiktoken", "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069", "gpt2"),
     "p50k_edit": ("p50k_base.tiktoken", "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069", "gpt2"),
-    "cl100k_base": ("cl100k_base.tiktoken", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7", "cl100k"),
+    "cl100k_base": (
+        "cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        "cl100k",
+    ),
     "o200k_base": ("o200k_base.tiktoken", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", "o200k"),
-    "o200k_harmony": ("o200k_base.tiktoken", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", "o200k"),
+    "o200k_harmony": (
+        "o200k_base.tiktoken",
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "o200k",
+    ),
 }
 
 # Attributes set by Tokenizer._load; they are never pickled and are rebuilt on first use.
@@ -140,14 +149,14 @@ class Tokenizer(abc.ABC):
 
     def decode(self, ids: np.ndarray | Sequence[int]) -> str:
         """Text of `ids`, skipping end-of-document ids."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        ids = ids[ids != self.eod_id]
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+        array = np.asarray(ids, dtype=np.int64).reshape(-1)
+        array = array[array != self.eod_id]
+        if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
             raise TokenizerError(
                 f"cannot decode ids outside [0, {self.vocab_size}) with {self.kind} tokenizer {self.name!r} "
-                f"(found {ids.min()}..{ids.max()}); the ids were made by another tokenizer"
+                f"(found {array.min()}..{array.max()}); the ids were made by another tokenizer"
             )
-        return self._decode(ids)
+        return self._decode(array)
 
     def identity(self) -> dict[str, Any]:
         """JSON-able description for a manifest; equal fingerprints mean the same defining content."""
@@ -252,9 +261,7 @@ class GigatokenTokenizer(HFTokenizer):
         try:
             tok = gt.Tokenizer.from_json(data)
         except Exception as e:  # gigatoken raises RuntimeError/ValueError for configs it cannot run
-            raise TokenizerError(
-                f"gigatoken cannot load {self.path}: {e}; use 'hf:{self.path}' instead"
-            ) from e
+            raise TokenizerError(f"gigatoken cannot load {self.path}: {e}; use 'hf:{self.path}' instead") from e
         model_vocab = (config.get("model") or {}).get("vocab")
         vocab = dict(model_vocab) if isinstance(model_vocab, dict) else {}  # BPE: token -> id
         vocab.update((t["content"], t["id"]) for t in config.get("added_tokens") or [])
@@ -504,7 +511,9 @@ def _pick_eod(token_id: Callable[[str], int | None], override: str | None, path:
         if eod is not None:
             return int(eod)
     if override:
-        raise TokenizerError(f"{path} has no token {override!r} (from '#eod={override}'); name a token of its vocabulary")
+        raise TokenizerError(
+            f"{path} has no token {override!r} (from '#eod={override}'); name a token of its vocabulary"
+        )
     raise TokenizerError(
         f"{path} has none of the end-of-document tokens {list(EOD_CANDIDATES)}; "
         "name one of its tokens with '#eod=TOKEN' after the path in the tokenizer spec"

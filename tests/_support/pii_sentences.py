@@ -131,7 +131,7 @@ def _isbn13(rng: random.Random, luhn: bool) -> str:
     if rng.random() < 0.5:
         return digits
     cut = rng.randint(4, 7)
-    return f"{digits[:3]}-{digits[3]}-{digits[4:4 + cut]}-{digits[4 + cut:12]}-{digits[12]}"
+    return f"{digits[:3]}-{digits[3]}-{digits[4 : 4 + cut]}-{digits[4 + cut : 12]}-{digits[12]}"
 
 
 def negatives(count: int, seed: int = 0) -> list[Case]:
@@ -148,12 +148,14 @@ def negatives(count: int, seed: int = 0) -> list[Case]:
         lambda: _isbn13(rng, luhn=rng.random() < 0.5),
         lambda: fake.isbn10(separator=rng.choice(("-", ""))),
         lambda: fake.sha1(),
-        lambda: fake.sha1()[:rng.choice((7, 8, 12))],
+        lambda: fake.sha1()[: rng.choice((7, 8, 12))],
         lambda: rng.choice("abcdef") + luhn_run(16) + fake.sha1()[:23],  # a hash with a Luhn-valid run inside
         lambda: fake.sha256(),
         lambda: fake.uuid4(),
-        lambda: f"{rng.choice('abcdef')}{luhn_run(7)}-{rng.randint(1000, 9999)}-4{rng.randint(100, 999)}-"
-        f"a{rng.randint(100, 999)}-{rng.randint(10**11, 10**12 - 1)}",  # a UUID heavy in digits
+        lambda: (
+            f"{rng.choice('abcdef')}{luhn_run(7)}-{rng.randint(1000, 9999)}-4{rng.randint(100, 999)}-"
+            f"a{rng.randint(100, 999)}-{rng.randint(10**11, 10**12 - 1)}"
+        ),  # a UUID heavy in digits
         lambda: f"{rng.randint(0, 20)}.{rng.randint(0, 40)}.{rng.randint(0, 200)}",
         lambda: f"v{rng.randint(0, 9)}.{rng.randint(0, 30)}.{rng.randint(0, 99)}",
         lambda: f"{rng.randint(0, 9)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}-rc.{rng.randint(1, 5)}",

@@ -15,10 +15,11 @@ import struct
 import threading
 import time
 import uuid
-from urllib.parse import urlsplit
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -105,9 +106,7 @@ class FaultProxy:
         self._thread.start()
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def inject(
-        self, fault: str, *, first: int = 0, every: int = 0, methods: tuple[str, ...] = ("GET",)
-    ) -> None:
+    def inject(self, fault: str, *, first: int = 0, every: int = 0, methods: tuple[str, ...] = ("GET",)) -> None:
         """From now on, fail requests as the rule says (fault: '500', '503', '403', 'reset', 'stall')."""
         with self._lock:
             self.rule = Rule(fault, first, every, methods)
@@ -122,9 +121,7 @@ class FaultProxy:
         """Requests seen, optionally of one method and one outcome ('ok' or a fault name)."""
         with self._lock:
             return sum(
-                1
-                for m, _, o in self.log
-                if (method is None or m == method) and (outcome is None or o == outcome)
+                1 for m, _, o in self.log if (method is None or m == method) and (outcome is None or o == outcome)
             )
 
     def _decide(self, method: str, path: str) -> str:

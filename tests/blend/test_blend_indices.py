@@ -9,8 +9,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tokenport.blend import SampleIndexCheckpoints, build_blending_indices, build_dataset_index, max_prefix_deviation
-from tokenport.blend import tijdeman
+from tokenport.blend import (
+    SampleIndexCheckpoints,
+    build_blending_indices,
+    build_dataset_index,
+    max_prefix_deviation,
+    tijdeman,
+)
 from tokenport.errors import ConfigError
 
 ALGORITHMS = ("tijdeman", "greedy", "megatron")
@@ -51,8 +56,19 @@ def _counts_matrix(dataset_index: np.ndarray, n: int) -> np.ndarray:
 
 # -- megatron-core, the real peer -------------------------------------------------------------------
 
-PEER_CASES = [(1, 1), (1, 1000), (2, 1), (2, 2), (2, 10**6), (3, 3), (3, 10**5), (7, 10**5), (16, 10**5),
-              (100, 10**4), (1000, 2000)]
+PEER_CASES = [
+    (1, 1),
+    (1, 1000),
+    (2, 1),
+    (2, 2),
+    (2, 10**6),
+    (3, 3),
+    (3, 10**5),
+    (7, 10**5),
+    (16, 10**5),
+    (100, 10**4),
+    (1000, 2000),
+]
 
 
 @pytest.mark.parametrize("n, size", PEER_CASES)
@@ -69,8 +85,9 @@ def test_megatron_equals_peer(n: int, size: int) -> None:
     assert np.array_equal(ours_sample, theirs_sample)
 
 
-@pytest.mark.parametrize("n, per_dataset", [(1, 50), (2, 10**5), (3, 1000), (7, 5000), (16, 2000), (100, 100),
-                                            (1000, 5)])
+@pytest.mark.parametrize(
+    "n, per_dataset", [(1, 50), (2, 10**5), (3, 1000), (7, 5000), (16, 2000), (100, 100), (1000, 5)]
+)
 def test_megatron_exhaustive_equals_peer(n: int, per_dataset: int) -> None:
     helpers, _ = _megatron()
     rng = np.random.default_rng(n)
@@ -92,8 +109,9 @@ def test_megatron_drops_zero_weights_as_if_absent() -> None:
     active = np.flatnonzero(weights)
     size = 10_000
     theirs = np.zeros(size, dtype=np.int16)
-    helpers.build_blending_indices(theirs, np.zeros(size, np.int64), normalize(weights[active].tolist()),
-                                   len(active), size, False)
+    helpers.build_blending_indices(
+        theirs, np.zeros(size, np.int64), normalize(weights[active].tolist()), len(active), size, False
+    )
     assert np.array_equal(build_dataset_index(weights, size, algorithm="megatron"), active[theirs])
 
 
@@ -141,12 +159,15 @@ def test_greedy_fixes_megatrons_first_step() -> None:
 def _weight_cases():
     """(name, weights, size): random, skewed and adversarial weights, n from 1 to 10^4."""
     rng = np.random.default_rng(2024)
-    cases = [("one", np.array([3.0]), 1000), ("two-even", np.array([1.0, 1.0]), 10**5),
-             ("two-extreme", np.array([1e-6, 1 - 1e-6]), 10**6),
-             ("huge-and-tiny", np.concatenate(([1.0], np.full(999, 1e-7))), 2 * 10**5),
-             ("equal-1000", np.full(1000, 0.25), 10**5),
-             ("powers", 2.0 ** -np.arange(40), 10**5),
-             ("integers", np.array([1, 2, 3, 5, 8, 13, 21]), 10**5)]
+    cases = [
+        ("one", np.array([3.0]), 1000),
+        ("two-even", np.array([1.0, 1.0]), 10**5),
+        ("two-extreme", np.array([1e-6, 1 - 1e-6]), 10**6),
+        ("huge-and-tiny", np.concatenate(([1.0], np.full(999, 1e-7))), 2 * 10**5),
+        ("equal-1000", np.full(1000, 0.25), 10**5),
+        ("powers", 2.0 ** -np.arange(40), 10**5),
+        ("integers", np.array([1, 2, 3, 5, 8, 13, 21]), 10**5),
+    ]
     for n in (2, 3, 5, 16, 64, 65, 200):
         for alpha in (0.1, 1.0, 10.0):
             cases.append((f"dirichlet-{n}-{alpha}", rng.dirichlet(np.full(n, alpha)), 3 * 10**4))
@@ -232,9 +253,11 @@ def test_tijdeman_kernels_agree() -> None:
         ids = np.arange(n, dtype=np.int64)
         bits = max(1, (n - 1).bit_length())
         cap = (2 * n - 3) * (size + 1) + 1
-        kernels = [lambda o, s: tijdeman._heap_kernel(weights, total, ids, o, s),
-                   lambda o, s: tijdeman._packed_heap_kernel(weights, total, ids, bits, cap, o, s),
-                   lambda o, s: tijdeman._scan_kernel(weights, total, ids, bits, cap, o, s)]
+        kernels = [
+            lambda o, s: tijdeman._heap_kernel(weights, total, ids, o, s),
+            lambda o, s: tijdeman._packed_heap_kernel(weights, total, ids, bits, cap, o, s),
+            lambda o, s: tijdeman._scan_kernel(weights, total, ids, bits, cap, o, s),
+        ]
         if n == 2:
             kernels.append(lambda o, s: tijdeman._two_kernel(weights, total, ids, o, s))
         if (weights == weights[0]).all():
@@ -259,8 +282,7 @@ def test_equal_weights_are_the_round_robin() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-@pytest.mark.parametrize("counts", [[5], [1, 1], [3, 0, 7], [1, 10**5], [0, 2, 9, 4, 4, 1000, 1],
-                                    list(range(1, 300))])
+@pytest.mark.parametrize("counts", [[5], [1, 1], [3, 0, 7], [1, 10**5], [0, 2, 9, 4, 4, 1000, 1], list(range(1, 300))])
 def test_exhaustive_takes_every_sample_once(algorithm: str, counts: list) -> None:
     index, sample = build_blending_indices(np.array(counts), None, algorithm=algorithm)
     assert len(index) == sum(counts)
@@ -282,8 +304,9 @@ def test_zero_weight_never_chosen(algorithm: str) -> None:
     assert (single == 2).all()
 
 
-@pytest.mark.parametrize("n, dtype", [(1, np.uint8), (256, np.uint8), (257, np.uint16), (65_536, np.uint16),
-                                      (70_000, np.uint32)])
+@pytest.mark.parametrize(
+    "n, dtype", [(1, np.uint8), (256, np.uint8), (257, np.uint16), (65_536, np.uint16), (70_000, np.uint32)]
+)
 def test_dtype_by_dataset_count(n: int, dtype: type) -> None:
     weights = np.random.default_rng(n).dirichlet(np.ones(n))
     index, sample = build_blending_indices(weights, 3 * n)
@@ -300,8 +323,10 @@ def test_greedy_dtype() -> None:
 def test_build_dataset_index_is_the_first_array() -> None:
     weights = np.random.default_rng(9).dirichlet(np.ones(40))
     for algorithm in ALGORITHMS:
-        assert np.array_equal(build_dataset_index(weights, 7777, algorithm=algorithm),
-                              build_blending_indices(weights, 7777, algorithm=algorithm)[0])
+        assert np.array_equal(
+            build_dataset_index(weights, 7777, algorithm=algorithm),
+            build_blending_indices(weights, 7777, algorithm=algorithm)[0],
+        )
 
 
 # -- the deviation and the checkpoints --------------------------------------------------------------
@@ -318,8 +343,10 @@ def test_max_prefix_deviation_matches_brute_force(seed: int) -> None:
     assert max_prefix_deviation(index, weights) == pytest.approx(brute, abs=1e-12)
 
 
-@pytest.mark.parametrize("n, size, block", [(1, 10, None), (3, 10_000, None), (5, 50_000, 1000), (300, 100_000, None),
-                                            (7, 12_345, 100), (20, 5000, 1)])
+@pytest.mark.parametrize(
+    "n, size, block",
+    [(1, 10, None), (3, 10_000, None), (5, 50_000, 1000), (300, 100_000, None), (7, 12_345, 100), (20, 5000, 1)],
+)
 def test_checkpoints_recover_the_sample_index(n: int, size: int, block: int | None) -> None:
     rng = np.random.default_rng(n)
     index, sample = build_blending_indices(rng.dirichlet(np.ones(n) * 0.5), size)
@@ -338,22 +365,25 @@ def test_checkpoints_recover_the_sample_index(n: int, size: int, block: int | No
 # -- bad input -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("weights, size, algorithm, words", [
-    ([1.0, -0.5], 10, "tijdeman", "weights[1]=-0.5 is negative"),
-    ([1.0, np.nan], 10, "tijdeman", "weights[1]=nan is NaN"),
-    ([np.inf, 1.0], 10, "greedy", "weights[0]=inf is infinite"),
-    ([0.0, 0.0], 10, "tijdeman", "all zero"),
-    ([[1.0, 2.0]], 10, "tijdeman", "1-D"),
-    ([], 10, "megatron", "non-empty"),
-    (["a", "b"], 10, "tijdeman", "not numbers"),
-    ([1.0, 2.0], 0, "tijdeman", "size=0"),
-    ([1.0, 2.0], -3, "tijdeman", "size=-3"),
-    ([1.0, 2.0], 2.5, "tijdeman", "size=2.5"),
-    ([1.0, 2.0], True, "tijdeman", "size=True"),
-    ([1.0, 2.0], 10, "random", "algorithm='random' is unknown"),
-    ([1.5, 2.0], None, "tijdeman", "weights[0]=1.5 is not an integer"),
-    ([1.0, 2.0**60], None, "megatron", "above 2**53"),
-])
+@pytest.mark.parametrize(
+    "weights, size, algorithm, words",
+    [
+        ([1.0, -0.5], 10, "tijdeman", "weights[1]=-0.5 is negative"),
+        ([1.0, np.nan], 10, "tijdeman", "weights[1]=nan is NaN"),
+        ([np.inf, 1.0], 10, "greedy", "weights[0]=inf is infinite"),
+        ([0.0, 0.0], 10, "tijdeman", "all zero"),
+        ([[1.0, 2.0]], 10, "tijdeman", "1-D"),
+        ([], 10, "megatron", "non-empty"),
+        (["a", "b"], 10, "tijdeman", "not numbers"),
+        ([1.0, 2.0], 0, "tijdeman", "size=0"),
+        ([1.0, 2.0], -3, "tijdeman", "size=-3"),
+        ([1.0, 2.0], 2.5, "tijdeman", "size=2.5"),
+        ([1.0, 2.0], True, "tijdeman", "size=True"),
+        ([1.0, 2.0], 10, "random", "algorithm='random' is unknown"),
+        ([1.5, 2.0], None, "tijdeman", "weights[0]=1.5 is not an integer"),
+        ([1.0, 2.0**60], None, "megatron", "above 2**53"),
+    ],
+)
 def test_bad_input(weights, size, algorithm, words: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(words)):
         build_blending_indices(weights, size, algorithm=algorithm)

@@ -68,13 +68,15 @@ def test_one_constant_phase_is_build_blending_indices(algorithm, weights):
     )
 
 
-MULTI = MixtureSchedule.from_data([
-    {"at": 0, "weights": [5, 3, 2, 0]},
-    {"at": 3000, "weights": [1, 1, 1, 1]},
-    {"at": 4100, "weights": [0, 0.1, 0.6, 0.3]},
-    {"at": 4101, "ramp_to": [0.25, 0.25, 0.25, 0.25], "until": 6001},
-    {"at": 9000, "weights": [0.9, 0, 0, 0.1]},
-])
+MULTI = MixtureSchedule.from_data(
+    [
+        {"at": 0, "weights": [5, 3, 2, 0]},
+        {"at": 3000, "weights": [1, 1, 1, 1]},
+        {"at": 4100, "weights": [0, 0.1, 0.6, 0.3]},
+        {"at": 4101, "ramp_to": [0.25, 0.25, 0.25, 0.25], "until": 6001},
+        {"at": 9000, "weights": [0.9, 0, 0, 0.1]},
+    ]
+)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -89,9 +91,13 @@ def test_sample_indices_continue_across_phases(algorithm):
 
 def test_constant_phases_keep_tijdemans_bound_and_zero_weights():
     index, _ = build_scheduled_indices(MULTI, 12_345)
-    for start, end, weights in ((0, 3000, [5, 3, 2, 0]), (3000, 4100, [1, 1, 1, 1]),
-                                (4100, 4101, [0, 0.1, 0.6, 0.3]), (6001, 9000, [0.25] * 4),
-                                (9000, 12_345, [0.9, 0, 0, 0.1])):
+    for start, end, weights in (
+        (0, 3000, [5, 3, 2, 0]),
+        (3000, 4100, [1, 1, 1, 1]),
+        (4100, 4101, [0, 0.1, 0.6, 0.3]),
+        (6001, 9000, [0.25] * 4),
+        (9000, 12_345, [0.9, 0, 0, 0.1]),
+    ):
         part = index[start:end]
         assert max_prefix_deviation(part, np.array(weights)) <= _sigma(weights) + TOLERANCE
         for i in np.flatnonzero(np.array(weights) == 0):
@@ -145,10 +151,12 @@ def test_ramp_between_disjoint_datasets():
 
 def test_ramp_follows_the_interpolated_shares_locally():
     """Every window of the ramp holds its share: the sum of shares_at over the window, within twice the bound."""
-    schedule = MixtureSchedule.from_data([
-        {"at": 0, "weights": [0.6, 0.3, 0.1]},
-        {"at": 2000, "ramp_to": [0.1, 0.1, 0.8], "until": 12_000},
-    ])
+    schedule = MixtureSchedule.from_data(
+        [
+            {"at": 0, "weights": [0.6, 0.3, 0.1]},
+            {"at": 2000, "ramp_to": [0.1, 0.1, 0.8], "until": 12_000},
+        ]
+    )
     for t, s in ((2000, 0.05 / 10_000), (6999, 0.5 - 0.5 / 10_000), (11_999, 1 - 0.5 / 10_000)):
         want = (1 - s) * _shares([0.6, 0.3, 0.1]) + s * _shares([0.1, 0.1, 0.8])
         np.testing.assert_allclose(schedule.shares_at(t), want, atol=1e-4)  # the sample's midpoint
@@ -183,8 +191,10 @@ def test_plain_data_round_trip_json_and_yaml():
     ]
     assert MixtureSchedule.from_data(data) == schedule
     assert MixtureSchedule.from_data(json.loads(json.dumps(data))) == schedule
-    text = "- {at: 0, weights: [0.7, 0.3]}\n- {at: 8000, ramp_to: [0.2, 0.8], until: 10000}\n" \
-           "- {at: 12000, weights: [0.5, 0.5]}\n"
+    text = (
+        "- {at: 0, weights: [0.7, 0.3]}\n- {at: 8000, ramp_to: [0.2, 0.8], until: 10000}\n"
+        "- {at: 12000, weights: [0.5, 0.5]}\n"
+    )
     assert MixtureSchedule.from_data(yaml.safe_load(text)) == schedule
     # a ramp after a ramp starts from the first one's end
     chained = MixtureSchedule.from_data([*EXAMPLE[:2], {"at": 10000, "ramp_to": [1, 0], "until": 11000}])
@@ -192,8 +202,10 @@ def test_plain_data_round_trip_json_and_yaml():
 
 
 def test_token_milestones():
-    data = [{"at_tokens": 0, "weights": [1, 1]}, {"at_tokens": 8191 * 1000 + 8190, "ramp_to": [0, 1],
-                                                  "until_tokens": 20_000_000}]
+    data = [
+        {"at_tokens": 0, "weights": [1, 1]},
+        {"at_tokens": 8191 * 1000 + 8190, "ramp_to": [0, 1], "until_tokens": 20_000_000},
+    ]
     schedule = MixtureSchedule.from_data(data, seq_length=8191)
     assert [(p.at, p.until) for p in schedule.phases] == [(0, None), (1000, 20_000_000 // 8191)]
     with pytest.raises(ConfigError, match=r"schedule phase 0: field 'at_tokens' needs seq_length"):
@@ -204,25 +216,41 @@ def test_token_milestones():
 
 BAD = [
     ([{"at": 5, "weights": [1]}], r"phase 0 \(at=5\): field 'at' must be 0"),
-    ([{"at": 0, "weights": [1, 2]}, {"at": 0, "weights": [1, 2]}],
-     r"phase 1 \(at=0\): field 'at' must be greater than phase 0's \(0\)"),
-    ([{"at": 0, "weights": [1, 2]}, {"at": 9, "weights": [1, 2]}, {"at": 4, "weights": [1, 2]}],
-     r"phase 2 \(at=4\): field 'at' must be greater than phase 1's \(9\)"),
+    (
+        [{"at": 0, "weights": [1, 2]}, {"at": 0, "weights": [1, 2]}],
+        r"phase 1 \(at=0\): field 'at' must be greater than phase 0's \(0\)",
+    ),
+    (
+        [{"at": 0, "weights": [1, 2]}, {"at": 9, "weights": [1, 2]}, {"at": 4, "weights": [1, 2]}],
+        r"phase 2 \(at=4\): field 'at' must be greater than phase 1's \(9\)",
+    ),
     ([{"at": 0, "weights": [1, 2]}, {"at": 9, "weights": [1, 2, 3]}], r"phase 1 \(at=9\): field 'weights' has 3"),
     ([{"at": 0, "weights": [1, 2], "ramp_to": [1], "until": 9}], r"phase 0 \(at=0\): field 'ramp_to' has 1"),
     ([{"at": 0, "weights": [1, -2]}], r"phase 0 \(at=0\): field 'weights'\[1\]=-2 is negative"),
-    ([{"at": 0, "weights": [1, 2]}, {"at": 3, "weights": [float("nan"), 2]}],
-     r"phase 1 \(at=3\): field 'weights'\[0\]=nan is NaN"),
-    ([{"at": 0, "weights": [1, 2], "ramp_to": [float("inf"), 1], "until": 9}],
-     r"phase 0 \(at=0\): field 'ramp_to'\[0\]=inf is infinite"),
+    (
+        [{"at": 0, "weights": [1, 2]}, {"at": 3, "weights": [float("nan"), 2]}],
+        r"phase 1 \(at=3\): field 'weights'\[0\]=nan is NaN",
+    ),
+    (
+        [{"at": 0, "weights": [1, 2], "ramp_to": [float("inf"), 1], "until": 9}],
+        r"phase 0 \(at=0\): field 'ramp_to'\[0\]=inf is infinite",
+    ),
     ([{"at": 0, "weights": [0, 0]}], r"phase 0 \(at=0\): field 'weights' is all zero"),
-    ([{"at": 0, "weights": [1, 1]}, {"at": 7, "ramp_to": [0, 0], "until": 9}], r"phase 1 \(at=7\): field 'ramp_to' is all zero"),
+    (
+        [{"at": 0, "weights": [1, 1]}, {"at": 7, "ramp_to": [0, 0], "until": 9}],
+        r"phase 1 \(at=7\): field 'ramp_to' is all zero",
+    ),
     ([{"at": 0, "weights": [1, "x"]}], r"phase 0 \(at=0\): field 'weights'\[1\]='x' is not a number"),
     ([{"at": 0, "weights": [1, 2]}, {"at": 4, "ramp_to": [2, 1]}], r"phase 1 \(at=4\): field 'until' is missing"),
     ([{"at": 0, "weights": [1, 2], "until": 9}], r"phase 0 \(at=0\): field 'until' is given without 'ramp_to'"),
-    ([{"at": 0, "weights": [1, 2], "ramp_to": [2, 1], "until": 20}, {"at": 10, "weights": [1, 1]}],
-     r"phase 0 \(at=0\): field 'until'=20 is past phase 1's start \(10\)"),
-    ([{"at": 0, "weights": [1, 2], "ramp_to": [2, 1], "until": 0}], r"phase 0 \(at=0\): field 'until'=0 must be greater"),
+    (
+        [{"at": 0, "weights": [1, 2], "ramp_to": [2, 1], "until": 20}, {"at": 10, "weights": [1, 1]}],
+        r"phase 0 \(at=0\): field 'until'=20 is past phase 1's start \(10\)",
+    ),
+    (
+        [{"at": 0, "weights": [1, 2], "ramp_to": [2, 1], "until": 0}],
+        r"phase 0 \(at=0\): field 'until'=0 must be greater",
+    ),
     ([{"at": 0, "weights": [1, 2], "ramp_to": [2, 1], "until": 4_000_000_000}], r"phase 0 .*'until'.*past"),
     ([{"at": 0.5, "weights": [1]}], r"phase 0 \(at=0.5\): field 'at'=0.5 must be a whole number"),
     ([{"at": 0, "weight": [1]}], r"schedule phase 0: unknown field 'weight'"),

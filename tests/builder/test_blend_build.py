@@ -51,9 +51,17 @@ def _megatron(blend=None, blend_per_split=None, split=None, sizes=(0, 0, 0), see
         warnings.simplefilter("ignore")
         logging.getLogger("megatron").setLevel(logging.ERROR)
         config = gpt_dataset.GPTDatasetConfig(
-            random_seed=seed, sequence_length=SEQ, blend=blend, blend_per_split=blend_per_split, split=split,
-            path_to_cache=None, tokenizer=tokenizer, reset_position_ids=False, reset_attention_mask=False,
-            eod_mask_loss=False, mid_level_dataset_surplus=surplus,
+            random_seed=seed,
+            sequence_length=SEQ,
+            blend=blend,
+            blend_per_split=blend_per_split,
+            split=split,
+            path_to_cache=None,
+            tokenizer=tokenizer,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            mid_level_dataset_surplus=surplus,
         )
         return BlendedMegatronDatasetBuilder(gpt_dataset.GPTDataset, list(sizes), lambda: True, config).build()
 
@@ -78,17 +86,26 @@ def _assert_same_stream(ours, theirs, checked=200) -> None:
             assert int(mine.get("dataset_id", 0)) == int(peer.get("dataset_id", 0)), i
 
 
-@pytest.mark.parametrize("weights, sizes, split, seed", [
-    ([0.3, 0.7], (400, 40, 10), "90,8,2", 1),
-    ([1, 5, 2, 9, 3], (1500, 100, 20), "85,10,5", 7),  # megatron loops forever on an empty split
-    ([0.001, 0.999], (300, 20, 5), "80,15,5", 3),
-    ([2.0], (200, 10, 10), "90,5,5", 4),
-])
+@pytest.mark.parametrize(
+    "weights, sizes, split, seed",
+    [
+        ([0.3, 0.7], (400, 40, 10), "90,8,2", 1),
+        ([1, 5, 2, 9, 3], (1500, 100, 20), "85,10,5", 7),  # megatron loops forever on an empty split
+        ([0.001, 0.999], (300, 20, 5), "80,15,5", 3),
+        ([2.0], (200, 10, 10), "90,5,5", 4),
+    ],
+)
 def test_megatron_algorithm_reproduces_megatrons_streams(stores, weights, sizes, split, seed):
     prefixes = stores[: len(weights)]
     theirs = _megatron(blend=(prefixes, [float(w) for w in weights]), split=split, sizes=sizes, seed=seed)
-    ours = build_datasets(Blend(tuple(prefixes), tuple(float(w) for w in weights)), sizes=sizes, config=CONFIG,
-                          seed=seed, split=split, algorithm="megatron")
+    ours = build_datasets(
+        Blend(tuple(prefixes), tuple(float(w) for w in weights)),
+        sizes=sizes,
+        config=CONFIG,
+        seed=seed,
+        split=split,
+        algorithm="megatron",
+    )
     for mine, peer in zip(ours, theirs):
         _assert_same_stream(mine, peer)
 
@@ -96,8 +113,9 @@ def test_megatron_algorithm_reproduces_megatrons_streams(stores, weights, sizes,
 def test_megatron_forms_without_weights_and_single_store(stores):
     prefixes = [stores[0], stores[1], stores[3]]  # every split of each holds a sample (Megatron asserts so)
     theirs = _megatron(blend=(prefixes, None), split="80,10,10", sizes=(500, 30, 7))
-    ours = build_datasets(prefixes, sizes=(500, 30, 7), config=CONFIG, seed=1234, split="80,10,10",
-                          algorithm="megatron")
+    ours = build_datasets(
+        prefixes, sizes=(500, 30, 7), config=CONFIG, seed=1234, split="80,10,10", algorithm="megatron"
+    )
     for mine, peer in zip(ours, theirs):
         _assert_same_stream(mine, peer)
     theirs = _megatron(blend=([stores[1]], None), split="90,8,2", sizes=(300, 30, 7))
@@ -118,8 +136,9 @@ def test_megatron_per_split_blends(stores):
 
 def test_default_sizes_children_exactly_and_stays_within_the_bound(stores):
     weights = (0.001, 0.2, 0.3, 0.499)
-    train, valid, test = build_datasets(Blend(tuple(stores[:4]), weights), sizes=(2000, 100, 30), config=CONFIG,
-                                        seed=5, split="90,8,2")
+    train, valid, test = build_datasets(
+        Blend(tuple(stores[:4]), weights), sizes=(2000, 100, 30), config=CONFIG, seed=5, split="90,8,2"
+    )
     for blended, size in ((train, 2000), (valid, 100), (test, 30)):
         assert isinstance(blended, BlendedDataset) and len(blended) == size
         taken = blended.samples_per_dataset()
@@ -131,8 +150,9 @@ def test_default_sizes_children_exactly_and_stays_within_the_bound(stores):
 
 
 def test_get_batch_equals_single_samples(stores):
-    train, _, _ = build_datasets(Blend(tuple(stores[:3]), (1.0, 2.0, 3.0)), sizes=(600, 0, 0), config=CONFIG,
-                                 seed=2, split="1")
+    train, _, _ = build_datasets(
+        Blend(tuple(stores[:3]), (1.0, 2.0, 3.0)), sizes=(600, 0, 0), config=CONFIG, seed=2, split="1"
+    )
     ids = np.random.default_rng(0).integers(0, len(train), 50)
     batch = train.get_batch(ids)
     for row, i in enumerate(ids.tolist()):
@@ -163,12 +183,15 @@ def test_megatron_shortfall_is_a_clear_error(stores):
     assert train.samples_per_dataset()[3] == 93 and len(train.datasets[3]) >= 93
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(sizes=(10, 0)), "sizes"),
-    (dict(sizes=(-1, 0, 0)), "sizes"),
-    (dict(sizes=(10, 0, 0), surplus=-0.1), "surplus"),
-    (dict(sizes=(None, 0, 0)), "size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(sizes=(10, 0)), "sizes"),
+        (dict(sizes=(-1, 0, 0)), "sizes"),
+        (dict(sizes=(10, 0, 0), surplus=-0.1), "surplus"),
+        (dict(sizes=(None, 0, 0)), "size"),
+    ],
+)
 def test_bad_arguments(stores, kwargs, named):
     with pytest.raises(tp.ConfigError, match=named):
         build_datasets(Blend(tuple(stores[:2]), (0.5, 0.5)), config=CONFIG, seed=1, split="1", **kwargs)
@@ -177,13 +200,16 @@ def test_bad_arguments(stores, kwargs, named):
 def test_scheduled_blend_follows_its_schedule_for_train_and_ends_its_mixture_for_eval(stores, tmp_path):
     from tokenport.blend import MixtureSchedule, build_scheduled_indices
 
-    schedule = MixtureSchedule.from_data([
-        {"at": 0, "weights": [0.8, 0.2, 0.0]},
-        {"at": 400, "ramp_to": [0.2, 0.3, 0.5], "until": 900},
-    ])
+    schedule = MixtureSchedule.from_data(
+        [
+            {"at": 0, "weights": [0.8, 0.2, 0.0]},
+            {"at": 400, "ramp_to": [0.2, 0.3, 0.5], "until": 900},
+        ]
+    )
     blend = Blend(tuple(stores[:3]), None, schedule)
-    train, valid, _ = build_datasets(blend, sizes=(1200, 100, 0), config=CONFIG, seed=9, split="90,10,0",
-                                     cache=tmp_path)
+    train, valid, _ = build_datasets(
+        blend, sizes=(1200, 100, 0), config=CONFIG, seed=9, split="90,10,0", cache=tmp_path
+    )
     expected, _ = build_scheduled_indices(schedule, 1200)
     assert np.array_equal(train.dataset_index, expected)
     assert train.samples_per_dataset()[2] == np.count_nonzero(expected == 2) > 0

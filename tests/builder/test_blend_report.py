@@ -51,8 +51,14 @@ def test_cli_with_megatron_list_spec_file_and_plot(stores, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1,000 samples of 32 tokens" in out and "700" in out and "300" in out
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"train": [{"path": stores["web"], "weight": 1}, {"path": stores["books"], "weight": 1}],
-                                "valid": [{"path": stores["code"], "weight": 1}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "train": [{"path": stores["web"], "weight": 1}, {"path": stores["books"], "weight": 1}],
+                "valid": [{"path": stores["code"], "weight": 1}],
+            }
+        )
+    )
     plot = tmp_path / "blend.png"
     assert main(["blend", str(spec), "--size", "500", "--algorithm", "megatron", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out

@@ -64,8 +64,10 @@ def test_blend_keeps_tuples_floats_and_is_hashable():
 def test_normalized_matches_megatron_bit_for_bit():
     rng = random.Random(3)
     for _ in range(200):
-        weights = [rng.choice([rng.random(), rng.uniform(0, 1e6), float(rng.randint(0, 100)), 1e-9])
-                   for _ in range(rng.randint(1, 12))]
+        weights = [
+            rng.choice([rng.random(), rng.uniform(0, 1e6), float(rng.randint(0, 100)), 1e-9])
+            for _ in range(rng.randint(1, 12))
+        ]
         weights[0] = weights[0] or 1.0
         blend = Blend([f"p{i}" for i in range(len(weights))], weights)
         assert blend.normalized() == normalize(weights)
@@ -125,8 +127,9 @@ def test_blend_spec_takes_exactly_one_form():
 
 def _random_weight(rng: random.Random) -> str:
     """A weight as Megatron users write one: integer, decimal, scientific, padded."""
-    value = rng.choice([str(rng.randint(1, 100)), repr(rng.random()), f"{rng.uniform(0.01, 50):.3e}",
-                        f"{rng.uniform(0, 10):.2f}", "0"])
+    value = rng.choice(
+        [str(rng.randint(1, 100)), repr(rng.random()), f"{rng.uniform(0.01, 50):.3e}", f"{rng.uniform(0, 10):.2f}", "0"]
+    )
     return rng.choice(["", " "]) + value + rng.choice(["", "\t"])
 
 
@@ -327,12 +330,20 @@ def test_injected_size_of_and_deep_nesting(tmp_path):
     """
     sizes = {str(tmp_path / "b"): 1, str(tmp_path / "c"): 3}
     spec = load_blend_spec(_spec(tmp_path, text), size_of=sizes.__getitem__)
-    assert spec.blend.prefixes == (str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c"),
-                                   "s3://bucket/d", "/abs/e")
+    assert spec.blend.prefixes == (
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+        str(tmp_path / "c"),
+        "s3://bucket/d",
+        "/abs/e",
+    )
     half, three_quarters = 0.5, 0.75
     assert list(spec.blend.weights) == [
-        half * three_quarters * 0.5, half * three_quarters * 0.5 * 0.25, half * three_quarters * 0.5 * 0.75,
-        half * 0.25, half,
+        half * three_quarters * 0.5,
+        half * three_quarters * 0.5 * 0.25,
+        half * three_quarters * 0.5 * 0.75,
+        half * 0.25,
+        half,
     ]
 
 
@@ -408,15 +419,19 @@ def test_duplicate_prefixes_are_an_error_naming_both_entries(tmp_path, stores):
 @pytest.mark.parametrize(
     "text, parts",
     [
-        ("blend: [{path: a, weight: 1}, {weight: 1, blend: [{path: b, weight: -2}]}]",
-         ["blend[1].blend[0].weight", "-2", ">= 0"]),
+        (
+            "blend: [{path: a, weight: 1}, {weight: 1, blend: [{path: b, weight: -2}]}]",
+            ["blend[1].blend[0].weight", "-2", ">= 0"],
+        ),
         ("blend: [{path: a, weight: .nan}]", ["blend[0].weight", "nan", "finite"]),
         ("blend: [{path: a, weight: .inf}]", ["blend[0].weight", "inf", "finite"]),
         ("blend: [{path: a, weight: 'inf'}]", ["blend[0].weight", "inf"]),
         ("blend: [{path: a, weight: true}]", ["blend[0].weight", "True"]),
         ("blend: [{path: a, weight: 0}, {path: b, weight: 0}]", ["blend:", "every weight is 0"]),
-        ("blend: [{path: a, weight: 1}, {weight: 2, blend: [{path: b, weight: 0}]}]",
-         ["blend[1].blend:", "every weight is 0"]),
+        (
+            "blend: [{path: a, weight: 1}, {weight: 2, blend: [{path: b, weight: 0}]}]",
+            ["blend[1].blend:", "every weight is 0"],
+        ),
         ("blend: [{path: a}]", ["blend[0]:", "missing 'weight'"]),
         ("blend: [{path: a, weight: 1, wieght: 2}]", ["blend[0]", "unknown key(s) wieght"]),
         ("blend: [{path: a, parts: [b], weight: 1}]", ["blend[0]:", "exactly one of", "path, parts"]),

@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pytest
 
-from tokenport.samples import gpt
 from tokenport.builder import (
     CACHE_FORMAT,
     IndexCache,
@@ -24,6 +23,7 @@ from tokenport.builder import (
 )
 from tokenport.errors import ConfigError
 from tokenport.indexed import IndexedDataset, IndexedDatasetWriter
+from tokenport.samples import gpt
 
 PARAMS = {"split": [0, 90], "num_samples": 40, "seq_length": 16, "seed": 1234, "add_extra_token": True}
 
@@ -55,7 +55,10 @@ def gpt_build(store: IndexedDataset, params: dict, marker: str | None = None):
                 f.write(f"{os.getpid()} {os.environ.get('RANK', '-')}\n")
         begin, end = params["split"]
         document, sample, shuffle = gpt.build_indices(
-            store.sequence_lengths[begin:end], params["num_samples"], params["seq_length"], params["seed"],
+            store.sequence_lengths[begin:end],
+            params["num_samples"],
+            params["seq_length"],
+            params["seed"],
             add_extra_token=params["add_extra_token"],
         )
         return {"document_index": document, "sample_index": sample, "shuffle_index": shuffle}
@@ -157,8 +160,15 @@ def test_second_call_is_a_memory_mapped_hit_with_identical_arrays(tmp_path) -> N
 
 @pytest.mark.parametrize(
     "change",
-    [{"split": [90, 99]}, {"num_samples": 41}, {"seq_length": 17}, {"seed": 1235}, {"add_extra_token": False},
-     {"drop_last_partial": False}, {"threshold": 0.8}],
+    [
+        {"split": [90, 99]},
+        {"num_samples": 41},
+        {"seq_length": 17},
+        {"seed": 1235},
+        {"add_extra_token": False},
+        {"drop_last_partial": False},
+        {"threshold": 0.8},
+    ],
 )
 def test_any_param_change_is_a_miss(tmp_path, change) -> None:
     store = IndexedDataset(make_store(str(tmp_path / "wiki")))

@@ -34,6 +34,9 @@ def test_build_datasets_takes_a_spec_file_path(stores):
 
 def test_a_split_holding_no_documents_says_so(stores):
     config = tp.GPTSampleConfig(seq_length=16)
-    with pytest.raises(ConfigError, match=r"b: the test split of '969,30,1' holds none of its 3 documents.*0 test samples"):
-        tp.build_gpt_dataset(tp.IndexedDataset(stores / "b"), num_samples=4, config=config, seed=1,
-                             split="969,30,1", which="test")
+    with pytest.raises(
+        ConfigError, match=r"b: the test split of '969,30,1' holds none of its 3 documents.*0 test samples"
+    ):
+        tp.build_gpt_dataset(
+            tp.IndexedDataset(stores / "b"), num_samples=4, config=config, seed=1, split="969,30,1", which="test"
+        )

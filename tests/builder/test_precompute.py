@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.cli import main
 from tokenport.builder.plan import CachePlan, build_cache, load_cache_plan
+from tokenport.cli import main
 
 
 @pytest.fixture()
@@ -34,8 +34,15 @@ def _plan_file(tmp_path, **fields) -> str:
 
 
 def test_cli_builds_then_finds_every_index(tmp_path, stores, capsys):
-    plan = _plan_file(tmp_path, cache_dir="cache", datasets=["wiki", "code"], split="90,8,2",
-                      samples={"train": 400, "valid": 30, "test": 5}, seq_length=32, seed=7)
+    plan = _plan_file(
+        tmp_path,
+        cache_dir="cache",
+        datasets=["wiki", "code"],
+        split="90,8,2",
+        samples={"train": 400, "valid": 30, "test": 5},
+        seq_length=32,
+        seed=7,
+    )
     assert main(["build-cache", plan]) == 0
     first = capsys.readouterr().out
     assert first.count("built ") == 6 and "6 built, 0 already there" in first
@@ -56,10 +63,18 @@ def test_cli_builds_then_finds_every_index(tmp_path, stores, capsys):
 
 
 def test_validation_keeps_its_partial_sample_when_asked(tmp_path, stores):
-    kept = CachePlan(datasets=(stores[0],), cache_dir=str(tmp_path / "c"), seq_length=16, seed=1,
-                     samples=(0, 10, 0), split="50,50", drop_last_partial_validation=False)
-    dropped = CachePlan(datasets=(stores[0],), cache_dir=str(tmp_path / "c"), seq_length=16, seed=1,
-                        samples=(0, 10, 0), split="50,50")
+    kept = CachePlan(
+        datasets=(stores[0],),
+        cache_dir=str(tmp_path / "c"),
+        seq_length=16,
+        seed=1,
+        samples=(0, 10, 0),
+        split="50,50",
+        drop_last_partial_validation=False,
+    )
+    dropped = CachePlan(
+        datasets=(stores[0],), cache_dir=str(tmp_path / "c"), seq_length=16, seed=1, samples=(0, 10, 0), split="50,50"
+    )
     (a,), (b,) = build_cache(kept), build_cache(dropped)
     assert a.key != b.key and a.built and b.built
 
@@ -74,16 +89,19 @@ def test_yaml_plan(tmp_path, stores):
     assert entry.split == "train" and entry.built
 
 
-@pytest.mark.parametrize("fields, named", [
-    (dict(datasets=[], cache_dir="c", seq_length=8, seed=1, samples=[1]), "datasets"),
-    (dict(datasets=["wiki"], cache_dir="c", seq_length=0, seed=1, samples=[1]), "seq_length"),
-    (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=-2, samples=[1]), "seed"),
-    (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples={"training": 5}), "training"),
-    (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples=[1, -1]), "samples"),
-    (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples=[1], split="a,b"), "split"),
-    (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples=[1], colour="red"), "colour"),
-    (dict(datasets=["wiki"], seq_length=8, seed=1, samples=[1]), "cache_dir"),
-])
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(datasets=[], cache_dir="c", seq_length=8, seed=1, samples=[1]), "datasets"),
+        (dict(datasets=["wiki"], cache_dir="c", seq_length=0, seed=1, samples=[1]), "seq_length"),
+        (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=-2, samples=[1]), "seed"),
+        (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples={"training": 5}), "training"),
+        (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples=[1, -1]), "samples"),
+        (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples=[1], split="a,b"), "split"),
+        (dict(datasets=["wiki"], cache_dir="c", seq_length=8, seed=1, samples=[1], colour="red"), "colour"),
+        (dict(datasets=["wiki"], seq_length=8, seed=1, samples=[1]), "cache_dir"),
+    ],
+)
 def test_bad_plans_name_the_file_and_field(tmp_path, fields, named):
     path = _plan_file(tmp_path, **fields)
     with pytest.raises(tp.ConfigError, match=named) as error:
@@ -104,8 +122,15 @@ def test_unparsable_plan_and_missing_store(tmp_path, capsys):
 def test_spec_plan_builds_every_index_a_blend_needs(tmp_path, stores, capsys):
     spec = tmp_path / "blend.json"
     spec.write_text(json.dumps({"blend": [{"path": "wiki", "weight": 0.25}, {"path": "code", "weight": 0.75}]}))
-    plan = _plan_file(tmp_path, cache_dir="cache", spec="blend.json", split="90,10,0",
-                      samples={"train": 300, "valid": 20}, seq_length=16, seed=5)
+    plan = _plan_file(
+        tmp_path,
+        cache_dir="cache",
+        spec="blend.json",
+        split="90,10,0",
+        samples={"train": 300, "valid": 20},
+        seq_length=16,
+        seed=5,
+    )
     assert main(["build-cache", plan]) == 0
     assert "2 built, 0 already there" in capsys.readouterr().out
     entries = sorted(os.listdir(tmp_path / "cache"))
@@ -114,8 +139,9 @@ def test_spec_plan_builds_every_index_a_blend_needs(tmp_path, stores, capsys):
 
     # the run itself finds every index in the cache: nothing new is written
     config = tp.GPTSampleConfig(seq_length=16, eod_id=0)
-    train, valid, _ = tp.build_datasets(tp.load_blend_spec(spec), sizes=(300, 20, 0), config=config, seed=5,
-                                        split="90,10,0", cache=tmp_path / "cache")
+    train, valid, _ = tp.build_datasets(
+        tp.load_blend_spec(spec), sizes=(300, 20, 0), config=config, seed=5, split="90,10,0", cache=tmp_path / "cache"
+    )
     assert len(train) == 300 and len(valid) == 20
     assert sorted(os.listdir(tmp_path / "cache")) == entries
 

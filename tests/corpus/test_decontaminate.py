@@ -10,8 +10,9 @@ import tokenport as tp
 from tokenport.corpus import Document
 from tokenport.corpus.steps.decontaminate import Decontaminate
 
-QUESTION = ("Which element has the chemical symbol Au and has been prized by people across the world for "
-            "thousands of years?")
+QUESTION = (
+    "Which element has the chemical symbol Au and has been prized by people across the world for thousands of years?"
+)
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ def _key_files(tmp_path) -> list[str]:
 
 def _same_pairs(ours, expected) -> bool:
     return len(ours) == len(expected) and all(
-        np.array_equal(a, c) and np.array_equal(b, d) for (a, b), (c, d) in zip(ours, expected))
+        np.array_equal(a, c) and np.array_equal(b, d) for (a, b), (c, d) in zip(ours, expected)
+    )
 
 
 def test_the_local_executor_is_an_executor_and_maps_bands_here(tmp_path) -> None:
@@ -58,4 +59,3 @@ def test_an_object_without_map_bands_is_not_an_executor() -> None:
         def close(self) -> None: ...
 
     assert not isinstance(RunsOnly(), Executor)
-

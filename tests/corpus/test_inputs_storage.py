@@ -67,7 +67,9 @@ def test_throttled_inputs_are_retried_and_read_whole(inputs, through_proxy, tmp_
     through_proxy.inject("503", first=1, every=4)  # the first GET, and every fourth after it, fail once
     remote = run([url + name], tmp_path / "remote")
     assert store_files(remote) == store_files(expected) and remote.documents == expected.documents == 5
-    assert through_proxy.count("GET", "503") >= 2 if name.endswith(".parquet") else through_proxy.count("GET", "503") == 1
+    assert (
+        through_proxy.count("GET", "503") >= 2 if name.endswith(".parquet") else through_proxy.count("GET", "503") == 1
+    )
 
 
 def test_a_throttled_listing_is_retried(inputs, through_proxy, tmp_path):
@@ -86,7 +88,9 @@ def test_denied_input_fails_with_the_stores_message(inputs, through_proxy, tmp_p
 
 @pytest.mark.parametrize("name", ["a.jsonl.gz", "b.parquet"])
 def test_an_input_stream_that_keeps_failing_gives_up_like_a_store(inputs, s3, fault_proxy, name):
-    source = open_source(inputs[1] + name, options=RemoteOptions(**FAST, max_retries=2), **s3.storage_options(fault_proxy.endpoint_url))
+    source = open_source(
+        inputs[1] + name, options=RemoteOptions(**FAST, max_retries=2), **s3.storage_options(fault_proxy.endpoint_url)
+    )
     fault_proxy.inject("500", first=1000)
     with pytest.raises(StorageError, match=r"still failing after 3 attempts"):
         with source.stream() as f:
@@ -101,7 +105,9 @@ def test_an_input_stream_that_keeps_failing_gives_up_like_a_store(inputs, s3, fa
 
 def test_a_whole_input_read_at_once_takes_one_request(inputs, s3, fault_proxy):
     local, url = inputs
-    source = open_source(url + "b.parquet", options=RemoteOptions(**FAST), **s3.storage_options(fault_proxy.endpoint_url))
+    source = open_source(
+        url + "b.parquet", options=RemoteOptions(**FAST), **s3.storage_options(fault_proxy.endpoint_url)
+    )
     with source.stream() as f:
         f.seek(3)
         assert f.read() == (local / "b.parquet").read_bytes()[3:]

@@ -29,8 +29,10 @@ def test_european_languages(code, text):
     assert detect_language(text)[0] == code
 
 
-@pytest.mark.parametrize("name, code", [("gb2312-utf8.txt", "zh"), ("big5-utf8.txt", "zh-Hant"),
-                                        ("euc_jp-utf8.txt", "ja"), ("euc_kr-utf8.txt", "ko")])
+@pytest.mark.parametrize(
+    "name, code",
+    [("gb2312-utf8.txt", "zh"), ("big5-utf8.txt", "zh-Hant"), ("euc_jp-utf8.txt", "ja"), ("euc_kr-utf8.txt", "ko")],
+)
 def test_real_chinese_japanese_and_korean_text(name, code):
     path = os.path.join(CJK, name)
     if not os.path.exists(path):
@@ -41,8 +43,13 @@ def test_real_chinese_japanese_and_korean_text(name, code):
 
 def test_the_step_keeps_chosen_languages_and_records_them():
     step = LanguageFilter(languages=["en", "zh"], min_score=0.5)
-    docs = [Document(SENTENCES["en"], "en"), Document(SENTENCES["fr"], "fr"), Document("我们今天去北京参观故宫博物院，天气很好。", "zh"),
-            Document("12345 67890", "digits"), Document("\x00\x01 control characters do not break it " * 5, "ctl")]
+    docs = [
+        Document(SENTENCES["en"], "en"),
+        Document(SENTENCES["fr"], "fr"),
+        Document("我们今天去北京参观故宫博物院，天气很好。", "zh"),
+        Document("12345 67890", "digits"),
+        Document("\x00\x01 control characters do not break it " * 5, "ctl"),
+    ]
     kept = list(step(docs))
     assert [d.id for d in kept] == ["en", "zh", "ctl"]
     assert kept[0].metadata["language"] == "en" and 0.5 <= kept[0].metadata["language_score"] <= 1
@@ -53,7 +60,9 @@ def test_the_step_keeps_chosen_languages_and_records_them():
 
 def test_a_language_ranked_after_unknown_is_read():
     # CLD2 answers (('Unknown', 'un', 1), ('RUSSIAN', 'ru', 32), ('Unknown', 'un', 0)) on this text.
-    text = ("😀 😀 😀 во вечером. for 🙂 😀 for 👍 библиотеки 👍 😀 🙂 дебатов новой дебатов 😀 🙂 😀 😀 council "
-            "Городской 🙂 вторник 😀 утвердил")
+    text = (
+        "😀 😀 😀 во вечером. for 🙂 😀 for 👍 библиотеки 👍 😀 🙂 дебатов новой дебатов 😀 🙂 😀 😀 council "
+        "Городской 🙂 вторник 😀 утвердил"
+    )
     assert detect_language(text) == ("ru", 0.32)
     assert detect_language("12345 67890") == ("un", 0.0)

@@ -30,7 +30,7 @@ BSD3 = """// Redistribution and use in source and binary forms, with or without 
         (BSD3, ["bsd-3-clause"]),
         ("# SPDX-License-Identifier: Apache-2.0\nimport os\n", ["apache-2.0"]),
         ("// SPDX-License-Identifier: (MIT OR GPL-2.0-only)\n", ["mit", "gpl-2.0-only"]),
-        ("# Licensed under the Apache License, Version 2.0 (the \"License\");\n", ["apache-2.0"]),
+        ('# Licensed under the Apache License, Version 2.0 (the "License");\n', ["apache-2.0"]),
         ("def add(a, b):\n    return a + b\n", []),
         ("x = 1\n" * 2000 + MIT_HEADER, []),  # beyond the scanned head
     ],
@@ -55,6 +55,8 @@ def test_the_step_keeps_allowed_and_unknown_and_prefers_metadata():
     assert [d.metadata.get("license") for d in kept] == ["mit", None, "mit", "apache-2.0", "mit"]
     assert step.counts() == {"removed:disallowed_license": 2, "kept:apache-2.0": 1, "kept:mit": 3, "kept:unknown": 1}
     strict = LicenseFilter(keep_unknown=False)
-    assert [d.id for d in strict([Document("print(1)", "u")])] == [] and strict.counts() == {"removed:unknown_license": 1}
+    assert [d.id for d in strict([Document("print(1)", "u")])] == [] and strict.counts() == {
+        "removed:unknown_license": 1
+    }
     with pytest.raises(tp.ConfigError, match="allowed"):
         LicenseFilter(allowed="mit")

@@ -18,12 +18,20 @@ ARTICLE = "\n".join(
 @pytest.mark.parametrize(
     "line, kind",
     [
-        ("12 likes", "counter"), ("  3,402 Comments ", "counter"), ("1.2k views", "counter"), ("(7 replies)", "counter"),
-        ("Home", "navigation"), ("Log in | Sign up", "navigation"), ("Read more »", "navigation"),
-        ("Back to top", "navigation"), ("We use cookies to improve your experience.", "cookie_notice"),
+        ("12 likes", "counter"),
+        ("  3,402 Comments ", "counter"),
+        ("1.2k views", "counter"),
+        ("(7 replies)", "counter"),
+        ("Home", "navigation"),
+        ("Log in | Sign up", "navigation"),
+        ("Read more »", "navigation"),
+        ("Back to top", "navigation"),
+        ("We use cookies to improve your experience.", "cookie_notice"),
         ("Accept all cookies", "cookie_notice"),
-        ("The council met at home on Tuesday.", None), ("12 people liked the proposal.", None),
-        ("Share your thoughts about the new bridge with the council.", None), ("", None),
+        ("The council met at home on Tuesday.", None),
+        ("12 people liked the proposal.", None),
+        ("Share your thoughts about the new bridge with the council.", None),
+        ("", None),
     ],
 )
 def test_line_kinds(line, kind):
@@ -37,8 +45,12 @@ def test_boilerplate_lines_go_and_heavy_losses_drop_the_page():
     kept = list(step([Document(page, "a"), Document(broken, "b"), Document(ARTICLE, "c")]))
     assert [d.id for d in kept] == ["a", "c"]
     assert kept[0].text == ARTICLE and kept[1].text == ARTICLE
-    assert step.counts() == {"removed:too_many_lines_removed": 1, "lines_removed:cookie_notice": 1,
-                             "lines_removed:counter": 1, "lines_removed:navigation": 1}
+    assert step.counts() == {
+        "removed:too_many_lines_removed": 1,
+        "lines_removed:cookie_notice": 1,
+        "lines_removed:counter": 1,
+        "lines_removed:navigation": 1,
+    }
     custom = LineCorrections(patterns=[r"^Posted by \w+$"], max_removed_fraction=None)
     assert custom.kind("Posted by admin") == "pattern"
     with pytest.raises(tp.ConfigError, match="not a valid regular expression"):
@@ -64,8 +76,12 @@ def test_user_lists_from_files_and_documents_without_urls(tmp_path):
     domains = tmp_path / "domains.txt"
     domains.write_text("# blocked\nbad.example  # trailing comment\n\n")
     step = URLFilter(blocked_domains_file=str(domains), blocked_substrings=["/ads/"])
-    docs = [Document("a", "1", {"url": "https://sub.bad.example/x"}), Document("b", "2", {"url": "https://ok.example/ads/1"}),
-            Document("c", "3", {"url": "https://ok.example/story"}), Document("d", "4", {})]
+    docs = [
+        Document("a", "1", {"url": "https://sub.bad.example/x"}),
+        Document("b", "2", {"url": "https://ok.example/ads/1"}),
+        Document("c", "3", {"url": "https://ok.example/story"}),
+        Document("d", "4", {}),
+    ]
     assert [d.id for d in step(docs)] == ["3", "4"]
     assert step.counts() == {"removed:blocked_domain": 1, "removed:blocked_substring": 1, "kept_without_url": 1}
     assert URLFilter(blocked_domains=["x.example"]).blocked("https://casino.example/") is None  # defaults replaced

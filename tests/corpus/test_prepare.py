@@ -18,10 +18,10 @@ import time
 import numpy as np
 import pytest
 
-from tokenport.errors import ConfigError, InputDataError
-from tokenport.indexed import IndexedDataset
 from tokenport.corpus import PrepareConfig, prepare, split_text
 from tokenport.corpus.inputs.sources import expand_inputs
+from tokenport.errors import ConfigError, InputDataError
+from tokenport.indexed import IndexedDataset
 from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
 
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
@@ -95,7 +95,10 @@ def run(inputs, output, **kwargs):
 
 def _jsonl_inputs(tmp, texts, opener, suffix):
     half = len(texts) // 2
-    return [write_jsonl(tmp / f"a{suffix}", texts[:half], opener), write_jsonl(tmp / f"b{suffix}", texts[half:], opener)]
+    return [
+        write_jsonl(tmp / f"a{suffix}", texts[:half], opener),
+        write_jsonl(tmp / f"b{suffix}", texts[half:], opener),
+    ]
 
 
 def _zstd_open(path, mode, encoding):
@@ -178,7 +181,9 @@ def test_output_bytes_do_not_depend_on_workers_and_shards_cut_between_documents(
     for workers in (1, 3):
         for shard_by in ("file", "tokens"):
             out = tmp_path / f"out-{workers}-{shard_by}"
-            runs[workers, shard_by] = run(inputs, out, workers=workers, shard_by=shard_by, shard_tokens=50_000, unit_bytes=30_000)
+            runs[workers, shard_by] = run(
+                inputs, out, workers=workers, shard_by=shard_by, shard_tokens=50_000, unit_bytes=30_000
+            )
     for shard_by in ("file", "tokens"):
         assert store_bytes(runs[1, shard_by]) == store_bytes(runs[3, shard_by])
     by_file, by_tokens = runs[1, "file"], runs[1, "tokens"]
@@ -326,7 +331,9 @@ def test_rerun_is_idempotent_and_other_settings_are_refused(tmp_path, texts):
         run([path], tmp_path / "out", append_eod=False)
     (tmp_path / "out" / "tokenport.json").unlink()  # as if stopped before finishing
     os.makedirs(tmp_path / "out" / ".work")
-    (tmp_path / "out" / ".work" / "state.json").write_text(json.dumps({"fingerprint": "other", "settings": {"text_key": "body"}}))
+    (tmp_path / "out" / ".work" / "state.json").write_text(
+        json.dumps({"fingerprint": "other", "settings": {"text_key": "body"}})
+    )
     with pytest.raises(ConfigError, match=r"unfinished prepare run with other settings \(different: .*text_key"):
         run([path], tmp_path / "out")
 

@@ -10,9 +10,9 @@ import pathlib
 import pytest
 
 from tokenport.cli import main
-from tokenport.errors import ConfigError, InputDataError
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.corpus.steps.registry import step_options
+from tokenport.errors import ConfigError, InputDataError
 
 ENGLISH = [
     "The committee met on Tuesday to discuss the budget for the coming year and agreed on most points.",
@@ -56,8 +56,11 @@ def test_a_required_step_option_is_named():
 def test_an_unknown_language_code_is_refused_before_any_work(tmp_path, code, hint):
     pytest.importorskip("pycld2")
     with pytest.raises(ConfigError, match=rf"languages: '{code}' is not a language code CLD2 knows.*{hint}"):
-        config(tmp_path, [corpus(tmp_path, [{"text": t} for t in ENGLISH])],
-               steps=[{"step": "language", "languages": [code]}])
+        config(
+            tmp_path,
+            [corpus(tmp_path, [{"text": t} for t in ENGLISH])],
+            steps=[{"step": "language", "languages": [code]}],
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -72,8 +75,11 @@ def test_language_codes_with_regions_and_their_bases_are_accepted(tmp_path):
 def test_an_empty_input_is_an_error_and_leaves_no_output(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(InputDataError, match=r"produced no documents: the 1 input file\(s\) \(0 bytes\) hold no "
-                                             r"documents.*allow_empty=True \(--allow-empty\)"):
+    with pytest.raises(
+        InputDataError,
+        match=r"produced no documents: the 1 input file\(s\) \(0 bytes\) hold no "
+        r"documents.*allow_empty=True \(--allow-empty\)",
+    ):
         prepare(config(tmp_path, [str(empty)]))
     assert not (tmp_path / "out").exists()
     (tmp_path / "out").mkdir()  # a directory the user made is left, empty
@@ -87,8 +93,10 @@ def test_an_empty_input_is_an_error_and_leaves_no_output(tmp_path):
 def test_a_step_that_removes_everything_warns_and_the_run_fails(tmp_path, caplog):
     pytest.importorskip("pycld2")
     path = corpus(tmp_path, [{"text": t} for t in ENGLISH])
-    with caplog.at_level(logging.WARNING, logger="tokenport"), pytest.raises(
-            InputDataError, match=r"cleaning step 0:language removed every document it saw"):
+    with (
+        caplog.at_level(logging.WARNING, logger="tokenport"),
+        pytest.raises(InputDataError, match=r"cleaning step 0:language removed every document it saw"),
+    ):
         prepare(config(tmp_path, [path], steps=[{"step": "language", "languages": ["fr"]}]))
     assert "step 0:language removed all 2 documents it saw (other_language 2)" in caplog.text
     assert not (tmp_path / "out").exists()
@@ -124,7 +132,9 @@ def test_shard_tokens_without_shard_by_tokens_is_an_error(tmp_path, capsys):
 
 
 def test_config_messages_name_field_and_flag(tmp_path):
-    with pytest.raises(ConfigError, match=r"PrepareConfig\.on_error='ignore' \(--on-error\): must be one of stop, skip"):
+    with pytest.raises(
+        ConfigError, match=r"PrepareConfig\.on_error='ignore' \(--on-error\): must be one of stop, skip"
+    ):
         config(tmp_path, ["x.jsonl"], on_error="ignore")
     with pytest.raises(ConfigError, match=r"PrepareConfig\.allow_empty='yes' \(--allow-empty\)"):
         config(tmp_path, ["x.jsonl"], allow_empty="yes")

@@ -51,8 +51,14 @@ def settings(tmp_path: pathlib.Path) -> dict:
         data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
         (tmp_path / name).write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
         inputs.append(str(tmp_path / name))
-    return {"inputs": inputs, "output": str(tmp_path / "out"), "workers": 1, "unit_bytes": 200,
-            "steps": [{"step": "exact_dedup"}], "keep_rejected": True}
+    return {
+        "inputs": inputs,
+        "output": str(tmp_path / "out"),
+        "workers": 1,
+        "unit_bytes": 200,
+        "steps": [{"step": "exact_dedup"}],
+        "keep_rejected": True,
+    }
 
 
 def snapshot(directory: pathlib.Path) -> dict[str, object]:

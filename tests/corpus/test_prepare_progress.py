@@ -9,9 +9,9 @@ import pathlib
 
 import pytest
 
+from tokenport.corpus import PrepareConfig, prepare
 from tokenport.errors import InputDataError
 from tokenport.indexed import IndexedDataset
-from tokenport.corpus import PrepareConfig, prepare
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 
@@ -85,8 +85,14 @@ def job(tmp_path):
     from tokenport.corpus.run.worker import UnitJob
 
     (tmp_path / "work").mkdir(exist_ok=True)
-    return UnitJob(work_dir=str(tmp_path / "work"), text_key="text", append_eod=True, max_chars_per_piece=100_000,
-                   batch_size=16, on_error="stop")
+    return UnitJob(
+        work_dir=str(tmp_path / "work"),
+        text_key="text",
+        append_eod=True,
+        max_chars_per_piece=100_000,
+        batch_size=16,
+        on_error="stop",
+    )
 
 
 def test_progress_moves_within_a_unit(tmp_path, monkeypatch):
@@ -98,8 +104,9 @@ def test_progress_moves_within_a_unit(tmp_path, monkeypatch):
     (unit,) = units_of(tmp_path, 1 << 30)
     reports, done = [], []
     with LocalExecutor(load_tokenizer("byte"), 1) as executor:
-        executor.run(job(tmp_path), [unit], lambda u, record: done.append(reports[:]),
-                     lambda u, more: reports.append(more))
+        executor.run(
+            job(tmp_path), [unit], lambda u, record: done.append(reports[:]), lambda u, more: reports.append(more)
+        )
     assert len(done[0]) > 100 and sum(done[0]) == unit.size  # many steps, all of it before the unit ends
     assert all(more > 0 for more in reports)
 
@@ -113,8 +120,12 @@ def test_worker_processes_report_progress_over_their_pipe(tmp_path):
     units = units_of(tmp_path, 40_000)
     shown, finished = Counter(), []
     with LocalExecutor(load_tokenizer("byte"), 2) as executor:
-        executor.run(job(tmp_path), units, lambda u, record: finished.append(shown[u.name] == u.size),
-                     lambda u, more: shown.update({u.name: more}))
+        executor.run(
+            job(tmp_path),
+            units,
+            lambda u, record: finished.append(shown[u.name] == u.size),
+            lambda u, more: shown.update({u.name: more}),
+        )
     assert len(finished) == len(units) > 3 and all(finished)  # each unit's progress, all of it, before its record
 
 
@@ -129,7 +140,11 @@ def test_a_run_with_a_progress_bar_ends_full(tmp_path, capsys):
 def test_the_dedup_key_pass_shows_progress_too(tmp_path, capsys):
     path = tmp_path / "corpus.jsonl"
     path.write_bytes(lines(texts(3000) * 2))
-    result = prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=2, unit_bytes=60_000,
-                                   steps=[{"step": "exact_dedup"}]), progress=True)
+    result = prepare(
+        PrepareConfig(
+            [str(path)], str(tmp_path / "out"), workers=2, unit_bytes=60_000, steps=[{"step": "exact_dedup"}]
+        ),
+        progress=True,
+    )
     assert result.documents == len(set(texts(3000)))
     assert "dedup step 0: keys: 100%" in capsys.readouterr().err

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.indexed import IndexedDataset
 from tokenport.corpus import PrepareConfig, prepare
+from tokenport.indexed import IndexedDataset
 
 pytest.importorskip("ray")
 
@@ -33,8 +33,12 @@ def test_ray_executor_output_equals_local_with_cleaning_and_dedup(ray_session, t
         texts = base[k * 10 : (k + 1) * 10] + [base[k].upper(), "Call 555-123-4567 now, it is short."]
         path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
         paths.append(str(path))
-    steps = [{"step": "gopher_quality", "min_words": 10}, {"step": "exact_dedup"}, {"step": "minhash_dedup"},
-             {"step": "pii"}]
+    steps = [
+        {"step": "gopher_quality", "min_words": 10},
+        {"step": "exact_dedup"},
+        {"step": "minhash_dedup"},
+        {"step": "pii"},
+    ]
     local = prepare(PrepareConfig(paths, str(tmp_path / "local"), workers=2, steps=steps, unit_bytes=500))
     on_ray = prepare(PrepareConfig(paths, str(tmp_path / "ray"), steps=steps, unit_bytes=500, executor="ray"))
     assert _store_bytes(on_ray) == _store_bytes(local) and on_ray.documents == local.documents == 30

@@ -8,8 +8,8 @@ import pathlib
 import pytest
 
 import tokenport as tp
-from tokenport.indexed import IndexedDataset
 from tokenport.corpus import PrepareConfig, prepare
+from tokenport.indexed import IndexedDataset
 
 TEXTS = [
     "Write to jane.roe@example.org about the meeting.",
@@ -76,8 +76,10 @@ def test_cli_reads_steps_from_a_file(tmp_path, capsys):
 
     steps = tmp_path / "steps.json"
     steps.write_text(json.dumps({"steps": [{"step": "pii", "kinds": ["email"]}]}))
-    assert main(["prepare", corpus(tmp_path), "-o", str(tmp_path / "out"), "--steps", str(steps), "-q",
-                 "--workers", "1"]) == 0
+    assert (
+        main(["prepare", corpus(tmp_path), "-o", str(tmp_path / "out"), "--steps", str(steps), "-q", "--workers", "1"])
+        == 0
+    )
     assert "step 0:pii: 3 documents in, 3 out; replaced:email 2" in capsys.readouterr().out
 
 
@@ -86,7 +88,11 @@ def test_quality_steps_drop_documents_and_count_reasons(tmp_path):
     result = prepare(PrepareConfig([corpus(tmp_path)], str(tmp_path / "out"), workers=1, steps=steps))
     assert decoded(result) == ["Write to <EMAIL> about the meeting."]
     assert result.steps["0:gopher_quality"] == {
-        "documents_in": 3, "documents_out": 1, "removed:few_alphabetic_words": 1, "removed:few_stop_words": 1}
+        "documents_in": 3,
+        "documents_out": 1,
+        "removed:few_alphabetic_words": 1,
+        "removed:few_stop_words": 1,
+    }
     assert result.steps["1:gopher_repetition"] == {"documents_in": 1, "documents_out": 1}
     assert result.steps["2:pii"] == {"documents_in": 1, "documents_out": 1, "replaced:email": 1}
     assert result.documents == 1
@@ -113,8 +119,10 @@ def _dedup_corpus(tmp_path: pathlib.Path) -> list[str]:
 def test_exact_and_minhash_dedup_across_units_keep_first_occurrences(tmp_path):
     inputs = _dedup_corpus(tmp_path)
     steps = [{"step": "exact_dedup"}, {"step": "minhash_dedup"}]
-    results = [prepare(PrepareConfig(inputs, str(tmp_path / f"out{w}"), workers=w, steps=steps, unit_bytes=100))
-               for w in (1, 2)]
+    results = [
+        prepare(PrepareConfig(inputs, str(tmp_path / f"out{w}"), workers=w, steps=steps, unit_bytes=100))
+        for w in (1, 2)
+    ]
     for result in results:
         texts = decoded(result)
         assert len(texts) == 6 and [t.split(":")[0] for t in texts] == [f"Paragraph {i}" for i in (0, 1, 2, 3, 4, 5)]
@@ -158,14 +166,31 @@ def test_rejected_documents_are_kept_for_audit_with_step_and_reason(tmp_path):
     steps = tmp_path / "steps.json"
     steps.write_text(json.dumps([{"step": "gopher_quality", "min_words": 6}, {"step": "pii"}]))
     out = tmp_path / "out"
-    assert main(["prepare", corpus(tmp_path), "-o", str(out), "--steps", str(steps), "--keep-rejected", "-q",
-                 "--workers", "1"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                corpus(tmp_path),
+                "-o",
+                str(out),
+                "--steps",
+                str(steps),
+                "--keep-rejected",
+                "-q",
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / "tokenport.json").read_text())
     records = [json.loads(line) for name in manifest["rejected"] for line in (out / name).read_text().splitlines()]
-    assert sorted((r["step"], r["reason"], r["text"]) for r in records) == sorted([
-        ("0:gopher_quality", "few_stop_words", TEXTS[1]),
-        ("0:gopher_quality", "few_alphabetic_words", TEXTS[2]),
-    ])
+    assert sorted((r["step"], r["reason"], r["text"]) for r in records) == sorted(
+        [
+            ("0:gopher_quality", "few_stop_words", TEXTS[1]),
+            ("0:gopher_quality", "few_alphabetic_words", TEXTS[2]),
+        ]
+    )
     assert all(r["id"].startswith(corpus(tmp_path)) for r in records)
     assert not (out / ".work").exists()
 
@@ -189,11 +214,17 @@ def test_report_renders_text_and_html(tmp_path, capsys):
 def test_cross_dataset_dedup_against_a_saved_index(tmp_path):
     inputs = _dedup_corpus(tmp_path)
     index = str(tmp_path / "indexes" / "web")
-    first = prepare(PrepareConfig(inputs[:1], str(tmp_path / "first"), workers=1,
-                                  steps=[{"step": "minhash_dedup", "save_index": index}]))
+    first = prepare(
+        PrepareConfig(
+            inputs[:1], str(tmp_path / "first"), workers=1, steps=[{"step": "minhash_dedup", "save_index": index}]
+        )
+    )
     assert decoded(first)[0].startswith("Paragraph 0")
-    second = prepare(PrepareConfig(inputs[1:], str(tmp_path / "second"), workers=1,
-                                   steps=[{"step": "minhash_dedup", "index": index}]))
+    second = prepare(
+        PrepareConfig(
+            inputs[1:], str(tmp_path / "second"), workers=1, steps=[{"step": "minhash_dedup", "index": index}]
+        )
+    )
     # b.jsonl repeats paragraph 0 (upper-cased) and nearly repeats paragraph 2, both in a.jsonl; c.jsonl
     # repeats paragraph 1: all three go, against the first run's index.
     assert [t.split(":")[0] for t in decoded(second)] == ["Paragraph 3", "Paragraph 4", "Paragraph 5"]

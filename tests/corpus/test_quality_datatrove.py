@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 from tokenport.corpus import Document
 from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 
 pytest.importorskip("spacy")
 filters = pytest.importorskip("datatrove.pipeline.filters")
@@ -28,8 +28,8 @@ from datatrove.data import Document as DTDocument  # noqa: E402
 from datatrove.utils.text import PUNCTUATION_SET, TERMINAL_PUNCTUATION, split_into_words  # noqa: E402
 
 from tokenport.corpus.steps import datatrove_compat as dt  # noqa: E402
-from tokenport.corpus.steps.spacy_words import english_words  # noqa: E402
 from tokenport.corpus.steps.registry import build_steps  # noqa: E402
+from tokenport.corpus.steps.spacy_words import english_words  # noqa: E402
 
 MAX_CHARS = 20_000  # datatrove splits words at ~1 ms per 5 kB; keep the test quick
 
@@ -72,9 +72,43 @@ def stdlib_pages(count: int, rng: np.random.Generator) -> list[str]:
 
 
 SPAM_WORDS = ("cheap", "best", "buy", "free", "casino", "loans", "viagra", "deal", "online", "now", "click", "win")
-SPAM_BITS = ("don't", "can't", "it's", "e.g.", "U.S.", "10km", "$5.99", "50%", ":)", ":-(", "<3", "http://spam.example.com/x?a=1",
-             "www.example.org", "#deal", "@user", "...", "…", "—", "(see below)", "\"quoted\"", "'single'", "A-B-C",
-             "3-4", "1,000", "co-op", "--", "•", "-", "→", "e-mail", "o.O", "¯\\_(ツ)_/¯", "10a.m.", "U.K.", "Mr.")
+SPAM_BITS = (
+    "don't",
+    "can't",
+    "it's",
+    "e.g.",
+    "U.S.",
+    "10km",
+    "$5.99",
+    "50%",
+    ":)",
+    ":-(",
+    "<3",
+    "http://spam.example.com/x?a=1",
+    "www.example.org",
+    "#deal",
+    "@user",
+    "...",
+    "…",
+    "—",
+    "(see below)",
+    '"quoted"',
+    "'single'",
+    "A-B-C",
+    "3-4",
+    "1,000",
+    "co-op",
+    "--",
+    "•",
+    "-",
+    "→",
+    "e-mail",
+    "o.O",
+    "¯\\_(ツ)_/¯",
+    "10a.m.",
+    "U.K.",
+    "Mr.",
+)
 
 
 def spam_pages(count: int, rng: np.random.Generator) -> list[str]:
@@ -92,14 +126,14 @@ def spam_pages(count: int, rng: np.random.Generator) -> list[str]:
             text = "\n".join([line] * int(rng.integers(2, 30)) + [str(rng.choice(prose))])
         elif kind == 2:  # bullet lists
             bullet = str(rng.choice(["•", "-", "*", "◦", "1."]))
-            text = "\n".join(f"{bullet} {' '.join(words[j:j + 6])}" for j in range(0, len(words), 6))
+            text = "\n".join(f"{bullet} {' '.join(words[j : j + 6])}" for j in range(0, len(words), 6))
         elif kind == 3:  # short lines, blank lines between
             text = "\n\n".join(" ".join(words[j : j + 3]) for j in range(0, len(words), 3))
         elif kind == 4:  # real prose with junk mixed in
             text = str(rng.choice(prose)) + "\n" + " ".join(words) + "\n\n" + str(rng.choice(prose))
         else:  # ellipses, hashtags and lorem ipsum around prose
             tail = str(rng.choice(["...", "…", " #win", " lorem ipsum", " {x}", " Javascript is required."]))
-            text = "\n".join(f"{' '.join(words[j:j + 9])}{tail}" for j in range(0, len(words), 9))
+            text = "\n".join(f"{' '.join(words[j : j + 9])}{tail}" for j in range(0, len(words), 9))
             text += "\n" + str(rng.choice(prose))
         pages.append(text)
     return pages + ["", "\n\n", "   ", "word", "#", "..."]
@@ -121,8 +155,13 @@ def other_scripts_and_odd_whitespace(rng: np.random.Generator) -> list[str]:
 @pytest.fixture(scope="module")
 def pages() -> list[str]:
     rng = np.random.default_rng(12)
-    return (man_pages(250) + license_texts(120) + stdlib_pages(300, rng) + spam_pages(300, rng)
-            + other_scripts_and_odd_whitespace(rng))
+    return (
+        man_pages(250)
+        + license_texts(120)
+        + stdlib_pages(300, rng)
+        + spam_pages(300, rng)
+        + other_scripts_and_odd_whitespace(rng)
+    )
 
 
 def datatrove_decisions(step, texts: list[str]) -> list[bool]:

@@ -32,13 +32,21 @@ def test_the_good_document_passes_both():
         ("internationalization characteristically telecommunications " * 20 + "the and", "long_words"),
         (GOOD + " #tag" * 8, "too_many_hashes"),
         (GOOD + " wait..." * 8, "too_many_ellipses"),
-        ("\n".join(f"• item number {i} of the list with the details" for i in range(10)) + "\n" + GOOD,
-         "bullet_lines"),
-        ("\n".join(f"and then the story went on with {i} more…" for i in range(6)) + "\n" + GOOD.replace(".", ""),
-         "ellipsis_lines"),
+        ("\n".join(f"• item number {i} of the list with the details" for i in range(10)) + "\n" + GOOD, "bullet_lines"),
+        (
+            "\n".join(f"and then the story went on with {i} more…" for i in range(6)) + "\n" + GOOD.replace(".", ""),
+            "ellipsis_lines",
+        ),
         (GOOD + " " + " ".join(str(n) for n in range(40)), "few_alphabetic_words"),
-        (GOOD.replace(" the ", " a ").replace("The ", "A ").replace(" to ", " for ").replace(" and ", " plus ")
-         .replace(" with ", " plus ").replace(" that ", " so "), "few_stop_words"),
+        (
+            GOOD.replace(" the ", " a ")
+            .replace("The ", "A ")
+            .replace(" to ", " for ")
+            .replace(" and ", " plus ")
+            .replace(" with ", " plus ")
+            .replace(" that ", " so "),
+            "few_stop_words",
+        ),
     ],
 )
 def test_each_quality_rule(text, reason):
@@ -66,8 +74,12 @@ REPEATED_LINE = "Click here to subscribe to our newsletter today"
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("\n\n".join([GOOD, "Same paragraph again here.", "Same paragraph again here.",
-                      "Same paragraph again here."]), "duplicate_paragraphs"),
+        (
+            "\n\n".join(
+                [GOOD, "Same paragraph again here.", "Same paragraph again here.", "Same paragraph again here."]
+            ),
+            "duplicate_paragraphs",
+        ),
         ("\n\n".join([GOOD, GOOD, "One more.", "And another.", "A third."]), "duplicate_paragraph_chars"),
         ("\n".join([GOOD] + [REPEATED_LINE] * 8 + [f"line {i} is unique" for i in range(8)]), "duplicate_lines"),
         ("\n".join([GOOD, GOOD[:200], GOOD[:200], "One more.", "And another."]), "duplicate_line_chars"),
@@ -99,9 +111,12 @@ def test_duplicated_ngram_rule_counts_words_covered_by_repeated_ngrams():
     fraction = 2 * sum(len(w) for w in phrase.split()) / sum(len(w) for w in words)  # both occurrences count
     rule = dict(max_top_ngram_char_fraction=(), max_duplicate_line_char_fraction=None)
     assert GopherRepetition(**rule, max_duplicate_ngram_char_fraction=((7, fraction * 0.99),)).reject(text) == (
-        "duplicate_7_grams")
+        "duplicate_7_grams"
+    )
     assert GopherRepetition(**rule, max_duplicate_ngram_char_fraction=((7, fraction * 1.01),)).reject(text) is None
-    assert GopherRepetition(**rule, max_duplicate_ngram_char_fraction=((8, 0.0),)).reject(text) is None  # no 8-gram repeats
+    assert (
+        GopherRepetition(**rule, max_duplicate_ngram_char_fraction=((8, 0.0),)).reject(text) is None
+    )  # no 8-gram repeats
 
 
 def test_the_steps_count_removals_by_reason():
@@ -125,8 +140,10 @@ Tomatoes grow fast in summer [1]. They like warm soil."""
 def test_c4_keeps_good_lines_and_counts_each_dropped_line():
     c4 = C4Quality()
     (kept,) = list(c4([Document(PAGE, "p")]))
-    assert kept.text == ("Welcome to our site. We write about gardens. Our blog has many posts. Roses need sun. "
-                         "Water them daily.\nTomatoes grow fast in summer . They like warm soil.")
+    assert kept.text == (
+        "Welcome to our site. We write about gardens. Our blog has many posts. Roses need sun. "
+        "Water them daily.\nTomatoes grow fast in summer . They like warm soil."
+    )
     assert c4.counts() == {
         "lines_removed:few_words": 1,  # "ok."
         "lines_removed:javascript": 1,
@@ -151,7 +168,9 @@ def test_c4_page_rules(text, reason):
 def test_c4_rules_turn_off():
     assert C4Quality(min_sentences=None).clean("Just one line here.") == ("Just one line here.", None)
     assert C4Quality(require_terminal_punctuation=False, min_words_per_line=None, min_sentences=1).clean("Home") == (
-        "Home", None)
+        "Home",
+        None,
+    )
 
 
 # -- FineWeb ----------------------------------------------------------------------------------------
@@ -178,7 +197,9 @@ def test_fineweb_passes_prose():
 
 def test_fineweb_sets_blank_lines_aside():
     # Paragraphs apart by blank lines: counted as lines, the 12 blank ones made the page "short_lines".
-    paragraphs = "\n\n\n\n".join(f"Paragraph {i} tells how the town built its library with the money." for i in range(5))
+    paragraphs = "\n\n\n\n".join(
+        f"Paragraph {i} tells how the town built its library with the money." for i in range(5)
+    )
     assert FineWebQuality().reject(paragraphs) is None
     assert FineWebQuality().reject(paragraphs.replace("money.", "money")) == "few_punctuated_lines"
     assert FineWebQuality().reject(" \n\n\t\n") == "empty"
@@ -186,8 +207,13 @@ def test_fineweb_sets_blank_lines_aside():
 
 def test_stop_words_are_counted_once_each():
     # "at least two of the following English words": one of them many times is not enough.
-    only_the = (GOOD.replace(" to ", " for ").replace(" and ", " plus ").replace(" with ", " plus ")
-                .replace(" that ", " so ").replace(" of ", " in "))
+    only_the = (
+        GOOD.replace(" to ", " for ")
+        .replace(" and ", " plus ")
+        .replace(" with ", " plus ")
+        .replace(" that ", " so ")
+        .replace(" of ", " in ")
+    )
     assert only_the.lower().count("the ") > 5
     assert GopherQuality().reject(only_the) == "few_stop_words"
     assert GopherQuality().reject(only_the + " And so on.") is None

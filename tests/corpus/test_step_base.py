@@ -56,8 +56,11 @@ def test_a_registered_step_runs_in_prepare_with_its_counters(tmp_path: pathlib.P
     if executor == "ray":  # tasks run in Ray's worker processes, which learn the step from the job
         request.getfixturevalue("ray_session")
     steps = [{"step": "shout", "banned": "spam"}]
-    result = prepare(PrepareConfig(_inputs(tmp_path), str(tmp_path / "out"), workers=2, steps=steps,
-                                   keep_rejected=True, executor=executor))
+    result = prepare(
+        PrepareConfig(
+            _inputs(tmp_path), str(tmp_path / "out"), workers=2, steps=steps, keep_rejected=True, executor=executor
+        )
+    )
 
     byte = tp.load_tokenizer("byte")
     texts = []
@@ -66,17 +69,21 @@ def test_a_registered_step_runs_in_prepare_with_its_counters(tmp_path: pathlib.P
             texts += [byte.decode([t for t in ds[i].tolist() if t != byte.eod_id]) for i in range(len(ds))]
     kept = [t.upper() for n in range(4) for t in LINES[n::4] if "spam" not in t]
     assert texts == kept
-    assert result.steps == {"0:shout": {"documents_in": 60, "documents_out": 40, "removed:banned_word": 20,
-                                        "replaced:lower_case": 40}}
+    assert result.steps == {
+        "0:shout": {"documents_in": 60, "documents_out": 40, "removed:banned_word": 20, "replaced:lower_case": 40}
+    }
     manifest = json.loads((tmp_path / "out" / "tokenport.json").read_text())
-    rejected = [json.loads(line) for name in manifest["rejected"]
-                for line in (tmp_path / "out" / name).read_text().splitlines()]
+    rejected = [
+        json.loads(line) for name in manifest["rejected"] for line in (tmp_path / "out" / name).read_text().splitlines()
+    ]
     assert sorted(r["text"] for r in rejected) == sorted(t for t in LINES if "spam" in t)
     assert {(r["step"], r["reason"]) for r in rejected} == {("0:shout", "banned_word")}
 
 
 def test_a_registered_step_gets_its_options_checked(shout) -> None:
-    with pytest.raises(tp.ConfigError, match=r"steps\[0\] \(shout\): unexpected option 'baned' \(did you mean 'banned'"):
+    with pytest.raises(
+        tp.ConfigError, match=r"steps\[0\] \(shout\): unexpected option 'baned' \(did you mean 'banned'"
+    ):
         PrepareConfig(["x.jsonl"], "out", steps=[{"step": "shout", "baned": "spam"}])
     with pytest.raises(tp.ConfigError, match=r"steps\[0\] \(shout\): option 'banned' is required"):
         PrepareConfig(["x.jsonl"], "out", steps=[{"step": "shout"}])

@@ -28,9 +28,14 @@ GROUP = 4
 
 def make_dock(prompts: int = 4, consumers=("ref", "train")) -> Dock:
     dock = Dock(
-        [Column("responses", np.int32, ragged=True), Column("logp", np.float32, ragged=True),
-         Column("reward", np.float32), Column("embedding", np.float32, shape=(3,))],
-        consumers, n_samples_per_prompt=GROUP,
+        [
+            Column("responses", np.int32, ragged=True),
+            Column("logp", np.float32, ragged=True),
+            Column("reward", np.float32),
+            Column("embedding", np.float32, shape=(3,)),
+        ],
+        consumers,
+        n_samples_per_prompt=GROUP,
     )
     dock.add_partition("step-0", num_prompts=prompts)
     return dock
@@ -43,8 +48,16 @@ def responses(n: int, seed: int = 0) -> list[np.ndarray]:
 
 def put_all(dock: Dock, rows: list[np.ndarray], partition: str = "step-0") -> None:
     n = len(rows)
-    dock.put(partition, {"responses": rows, "logp": [r.astype(np.float32) / 7 for r in rows],
-                         "reward": np.arange(n, dtype=np.float32), "embedding": np.ones((n, 3))}, rows=range(n))
+    dock.put(
+        partition,
+        {
+            "responses": rows,
+            "logp": [r.astype(np.float32) / 7 for r in rows],
+            "reward": np.arange(n, dtype=np.float32),
+            "embedding": np.ones((n, 3)),
+        },
+        rows=range(n),
+    )
 
 
 def snapshot(dock: Dock) -> dict:
@@ -64,8 +77,9 @@ def test_round_trip_in_every_input_form_and_consumers_are_independent():
     dock.put("step-0", {"responses": rows[:4]}, rows=[0, 1, 2, 3])
     dock.put("step-0", {"responses": packed}, rows=np.arange(4, 8))
     dock.put("step-0", {"responses": packed.padded(-1, multiple_of=8)}, rows=np.arange(8, 12))
-    dock.put("step-0", {"responses": Packed(np.concatenate(rows[12:]), [len(r) for r in rows[12:]])},
-             rows=range(12, 16))
+    dock.put(
+        "step-0", {"responses": Packed(np.concatenate(rows[12:]), [len(r) for r in rows[12:]])}, rows=range(12, 16)
+    )
     expected = rows[:8] + rows[4:8] + rows[12:]
     for consumer in ("ref", "train"):
         batch = dock.get(consumer, ["responses"], 16, "step-0", timeout=1)
@@ -83,7 +97,7 @@ def test_fixed_columns_shapes_and_padded_output():
     assert batch["reward"].tolist() == [0, 1, 2, 3, 4] and batch["embedding"].shape == (5, 3)
     padded = batch.padded("responses", multiple_of=8)
     assert padded.values.shape[1] % 8 == 0 and padded.values.shape[1] >= max(len(r) for r in rows[:5])
-    assert np.array_equal(padded.values[2, : len(rows[2])], rows[2]) and not padded.values[2, len(rows[2]):].any()
+    assert np.array_equal(padded.values[2, : len(rows[2])], rows[2]) and not padded.values[2, len(rows[2]) :].any()
     assert batch.prompts.tolist() == [0, 0, 0, 0, 1]
 
 
@@ -168,7 +182,7 @@ def test_rank_slices_keep_order_whatever_order_rows_arrive_in():
         dock.put("step-0", {"reward": [row]}, rows=[row])
     seen = {0: [], 1: []}
     for rank in (0, 1):
-        while (batch := dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(rank, 2), timeout=1)):
+        while batch := dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(rank, 2), timeout=1):
             seen[rank].append(batch.rows.tolist())
     assert seen[0] == [[0, 1, 2, 3], [8, 9, 10, 11], [16, 17, 18, 19], [24, 25, 26, 27]]
     assert seen[1] == [[4, 5, 6, 7], [12, 13, 14, 15], [20, 21, 22, 23], [28, 29, 30, 31]]
@@ -361,8 +375,10 @@ def test_32_producers_8_consumers_every_row_exactly_once_to_every_consumer():
         (lambda d: d.put("step-0", {"responses": None}, rows=[0]), "column 'responses' is ragged: pass a list"),
         (lambda d: d.put("step-0", {"responses": [[1, [2]]]}, rows=[0]), r"'responses': rows\[0\]: not a regular"),
         (lambda d: d.put("step-0", {"embedding": [[1, 2, [3]]]}, rows=[0]), "column 'embedding': not a regular"),
-        (lambda d: d.get("train", ["reward"], 1, "step-0", sampler=lambda r: (np.array([4.5]),) * 2),
-         r"returned \(array\(\[4.5\]\).*1-D integer row ids"),
+        (
+            lambda d: d.get("train", ["reward"], 1, "step-0", sampler=lambda r: (np.array([4.5]),) * 2),
+            r"returned \(array\(\[4.5\]\).*1-D integer row ids",
+        ),
         (lambda d: d.nack(12345), "lease 12345 is not held"),
     ],
 )
@@ -390,8 +406,17 @@ def test_overwrite_replaces_a_written_cell():
 
 def typed_dock() -> Dock:
     """One column per dtype family: int32 fixed, uint8 vectors, int32 and float16 ragged, float32, bool."""
-    dock = Dock([Column("x", np.int32), Column("u", np.uint8, shape=(2,)), Column("t", np.int32, ragged=True),
-                 Column("h", np.float16, ragged=True), Column("f", np.float32), Column("b", bool)], ["c"])
+    dock = Dock(
+        [
+            Column("x", np.int32),
+            Column("u", np.uint8, shape=(2,)),
+            Column("t", np.int32, ragged=True),
+            Column("h", np.float16, ragged=True),
+            Column("f", np.float32),
+            Column("b", bool),
+        ],
+        ["c"],
+    )
     dock.add_partition("p", num_prompts=2)
     return dock
 
@@ -430,14 +455,18 @@ def test_values_that_do_not_fit_the_column_are_refused_and_change_nothing(values
 def test_values_that_fit_are_stored_exactly_whatever_their_dtype():
     dock = typed_dock()
     low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
-    dock.put("p", {
-        "x": np.array([low, high], np.int64),
-        "u": [[0, 255], [True, 7]],  # Python ints (int64) and a bool, all within uint8
-        "t": Padded(np.array([[1, BIG], [2**31 - 1, -1]]), [1, 2]),  # padding may hold anything
-        "h": [np.array([65504.0, -np.inf, np.nan]), np.array([1e-9])],  # rounding, inf and nan are kept
-        "f": np.array([1 / 3, 2**24 + 1]),  # float64 and beyond-24-bit values round to float32
-        "b": np.array([True, False]),
-    }, rows=[0, 1])
+    dock.put(
+        "p",
+        {
+            "x": np.array([low, high], np.int64),
+            "u": [[0, 255], [True, 7]],  # Python ints (int64) and a bool, all within uint8
+            "t": Padded(np.array([[1, BIG], [2**31 - 1, -1]]), [1, 2]),  # padding may hold anything
+            "h": [np.array([65504.0, -np.inf, np.nan]), np.array([1e-9])],  # rounding, inf and nan are kept
+            "f": np.array([1 / 3, 2**24 + 1]),  # float64 and beyond-24-bit values round to float32
+            "b": np.array([True, False]),
+        },
+        rows=[0, 1],
+    )
     batch = dock.get("c", ["x", "u", "t", "h", "f", "b"], 2, "p")
     assert batch["x"].tolist() == [low, high] and batch["x"].dtype == np.int32
     assert batch["u"].tolist() == [[0, 255], [1, 7]]
@@ -447,8 +476,23 @@ def test_values_that_fit_are_stored_exactly_whatever_their_dtype():
     assert batch["b"].tolist() == [True, False]
 
 
-DTYPES = [np.dtype(t) for t in (bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
-                                 np.uint64, np.float16, np.float32, np.float64)]
+DTYPES = [
+    np.dtype(t)
+    for t in (
+        bool,
+        np.int8,
+        np.uint8,
+        np.int16,
+        np.uint16,
+        np.int32,
+        np.uint32,
+        np.int64,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+    )
+]
 
 
 def edge_values(source: np.dtype, target: np.dtype) -> np.ndarray:
@@ -528,7 +572,7 @@ def test_pack_pad_truncate_round_trips():
     head = tp.dock.truncate(packed, 5)
     tail = tp.dock.truncate(packed, 5, keep="tail")
     assert [a.tolist() for a in head.to_list()] == [r[:5].tolist() for r in rows]
-    assert [a.tolist() for a in tail.to_list()] == [r[max(0, len(r) - 5):].tolist() for r in rows]
+    assert [a.tolist() for a in tail.to_list()] == [r[max(0, len(r) - 5) :].tolist() for r in rows]
     vectors = tp.dock.pack([np.ones((2, 4)), np.zeros((3, 4))])
     assert tp.dock.pad(vectors).values.shape == (2, 3, 4) and vectors.row(1).shape == (3, 4)
 
@@ -560,7 +604,9 @@ def test_batch_to_torch():
     rows = responses(16)
     put_all(dock, rows)
     tensors = dock.get("train", ["responses", "reward"], 4, "step-0").to_torch()
-    assert tensors["responses"].dtype == torch.int32 and tensors["responses_lengths"].tolist() == [len(r) for r in rows[:4]]
+    assert tensors["responses"].dtype == torch.int32 and tensors["responses_lengths"].tolist() == [
+        len(r) for r in rows[:4]
+    ]
     assert tensors["reward"].tolist() == [0, 1, 2, 3]
 
 
@@ -588,8 +634,12 @@ def test_reads_of_rows_end_to_end_are_read_only_views_that_later_writes_leave_in
 
 
 def test_unfinished_rows_go_back_to_rollout_and_age_until_max_age():
-    dock = Dock([Column("prompts", np.int32, ragged=True), Column("responses", np.int32, ragged=True)],
-                ["rollout", "train"], n_samples_per_prompt=2, max_age=2)
+    dock = Dock(
+        [Column("prompts", np.int32, ragged=True), Column("responses", np.int32, ragged=True)],
+        ["rollout", "train"],
+        n_samples_per_prompt=2,
+        max_age=2,
+    )
     dock.add_partition("p", num_prompts=2)
     dock.put("p", {"prompts": [np.arange(3, dtype=np.int32)] * 4}, rows=range(4))
     taken = dock.get("rollout", ["prompts"], 4, "p")

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.dock import (Balanced, Column, Dock, DockAPI, Packed, PromptGroups, RandomRows, RankSlices,
-                            Sequential)
+from tokenport.dock import Balanced, Column, Dock, DockAPI, Packed, PromptGroups, RandomRows, RankSlices, Sequential
 
 ray = pytest.importorskip("ray")
 from tokenport.dock.ray import RayDock  # noqa: E402
@@ -79,8 +78,9 @@ class Stage:
 
     def rollout(self, partition: str) -> int:
         served = 0
-        while (batch := self.dock.get("rollout", ["prompts"], 2 * GROUP, partition,
-                                      sampler=PromptGroups(), timeout=60)) is not None:
+        while (
+            batch := self.dock.get("rollout", ["prompts"], 2 * GROUP, partition, sampler=PromptGroups(), timeout=60)
+        ) is not None:
             responses = [respond(p, row) for p, row in zip(batch["prompts"].to_list(), batch.rows.tolist())]
             self.dock.put(partition, {"responses": responses}, rows=batch.rows)
             served += len(batch)
@@ -104,8 +104,9 @@ class Stage:
 
     def advantage(self, partition: str) -> int:
         served = 0
-        while (batch := self.dock.get("advantage", ["reward"], GROUP, partition,
-                                      sampler=PromptGroups(), timeout=60)) is not None:
+        while (
+            batch := self.dock.get("advantage", ["reward"], GROUP, partition, sampler=PromptGroups(), timeout=60)
+        ) is not None:
             self.dock.put(partition, {"advantages": group_advantages(batch["reward"])}, rows=batch.rows)
             served += len(batch)
         return served
@@ -131,12 +132,13 @@ def test_grpo_pipeline_across_processes_equals_a_single_process_run(pipeline):
         dock.put(partition, {"prompts": prompt_tokens(step)}, rows=np.arange(PROMPTS * GROUP))
         results: dict[int, float] = {}
         columns = ["responses", "ref_log_prob", "advantages"]
-        while (batch := dock.get("train", columns, 8, partition, sampler=Balanced(2, "responses"), timeout=60)):
+        while batch := dock.get("train", columns, 8, partition, sampler=Balanced(2, "responses"), timeout=60):
             ranks = batch.split(2)  # one part per data-parallel rank, equal counts
             assert len(ranks[0]) == len(ranks[1]) == 4
             for part in ranks:
-                for row, advantage, log_prob in zip(part.rows.tolist(), part["advantages"],
-                                                    part["ref_log_prob"].to_list()):
+                for row, advantage, log_prob in zip(
+                    part.rows.tolist(), part["advantages"], part["ref_log_prob"].to_list()
+                ):
                     results[row] = objective(advantage, log_prob)
         assert ray.get(running) == [PROMPTS * GROUP] * 4
         expected = single_process(step)
@@ -219,8 +221,7 @@ def test_checkpoint_of_a_ray_dock_restores_on_another_shard_count(ray_session, t
     prompts = prompt_tokens(0)
     rows = np.arange(PROMPTS * GROUP)
     dock.put("p", {"prompts": prompts, "reward": np.arange(len(rows), dtype=np.float32)}, rows=rows)
-    dock.put("p", {"responses": [respond(p, r) for r, p in enumerate(prompts)]}, rows=rows,
-             completed=rows % 5 != 0)
+    dock.put("p", {"responses": [respond(p, r) for r, p in enumerate(prompts)]}, rows=rows, completed=rows % 5 != 0)
     first = dock.get("train", ["responses", "reward"], 7, "p", timeout=5)
     dock.save(tmp_path / "ckpt")
     dock.shutdown()
@@ -237,9 +238,14 @@ def test_checkpoint_of_a_ray_dock_restores_on_another_shard_count(ray_session, t
 
 # -- the same errors as Dock --------------------------------------------------------------------------
 
-PARITY_COLUMNS = [Column("x", np.int32), Column("e", np.float32, shape=(3,)), Column("t", np.int32, ragged=True),
-                  Column("u", np.uint8)]
+PARITY_COLUMNS = [
+    Column("x", np.int32),
+    Column("e", np.float32, shape=(3,)),
+    Column("t", np.int32, ragged=True),
+    Column("u", np.uint8),
+]
 TWO = np.arange(2)
+
 
 def _float_rows(request):
     """A sampler that breaks the contract: row ids as floats (5.5 was read as row 5)."""
@@ -319,8 +325,10 @@ def refusal(call, dock) -> tuple[type, str]:
 
 
 def test_ray_dock_refuses_bad_input_exactly_as_dock_does_and_changes_nothing(ray_session):
-    docks = [Dock(PARITY_COLUMNS, ["train"], n_samples_per_prompt=2),
-             RayDock(PARITY_COLUMNS, ["train"], n_samples_per_prompt=2, shards=2)]
+    docks = [
+        Dock(PARITY_COLUMNS, ["train"], n_samples_per_prompt=2),
+        RayDock(PARITY_COLUMNS, ["train"], n_samples_per_prompt=2, shards=2),
+    ]
     for dock in docks:
         dock.add_partition("p", num_prompts=4)
         dock.put("p", {"x": np.array([5, 6], np.int32), "t": [np.arange(3, dtype=np.int32)] * 2}, rows=[5, 6])
@@ -371,8 +379,14 @@ def seen(value):
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.tolist())
     if isinstance(value, tp.dock.Batch):
-        return ("batch", value.partition, value.rows.tolist(), value.lease_id, seen(value.ages),
-                {name: seen(column) for name, column in value.columns.items()})
+        return (
+            "batch",
+            value.partition,
+            value.rows.tolist(),
+            value.lease_id,
+            seen(value.ages),
+            {name: seen(column) for name, column in value.columns.items()},
+        )
     if isinstance(value, dict):
         return {key: seen(item) for key, item in value.items() if key != "wait_seconds"}
     if isinstance(value, (list, tuple)):
@@ -397,8 +411,15 @@ def workload(dock) -> list:
     step("add s1", lambda: dock.add_partition("s1", num_prompts=2))
     step("put prompts", lambda: dock.put("s0", {"prompts": prompts}, rows=np.arange(8)))
     step("rollout groups", lambda: dock.get("rollout", ["prompts"], 4, "s0", sampler=groups))
-    step("partial", lambda: dock.put("s0", {"responses": [p[::-1] * 2 for p in prompts[:4]]}, rows=[0, 1, 2, 3],
-                                     completed=[True, False, True, True]))
+    step(
+        "partial",
+        lambda: dock.put(
+            "s0",
+            {"responses": [p[::-1] * 2 for p in prompts[:4]]},
+            rows=[0, 1, 2, 3],
+            completed=[True, False, True, True],
+        ),
+    )
     step("unfinished", lambda: dock.get("rollout", ["prompts", "responses"], 4, "s0", unfinished=True))
     step("continued", lambda: dock.put("s0", {"responses": [np.array([7, 7, 7])]}, rows=[1], overwrite=True))
     step("rollout rest", lambda: dock.get("rollout", ["prompts"], 4, "s0", sampler=Sequential()))
@@ -412,8 +433,9 @@ def workload(dock) -> list:
     step("leased again", lambda: dock.get("reward", ["responses"], 3, "s0", sampler=randomly, lease=60))
     step("ack", lambda: dock.ack(log[-1][1][3]))
     step("exact rows", lambda: dock.get("reward", ["responses", "prompts"], 2, "s0", rows=[7, 0]))
-    step("rewards", lambda: dock.put("s0", {"reward": np.linspace(0, 1, 8), "e": np.ones((8, 3)) / 3},
-                                     rows=np.arange(8)))
+    step(
+        "rewards", lambda: dock.put("s0", {"reward": np.linspace(0, 1, 8), "e": np.ones((8, 3)) / 3}, rows=np.arange(8))
+    )
     step("add column", lambda: dock.add_column(Column("adv", np.float32)))
     step("add consumer", lambda: dock.add_consumer("eval"))
     step("consumers", lambda: dock.consumers)
@@ -448,8 +470,12 @@ def saved(dock):
 
 
 def test_ray_dock_runs_a_scripted_workload_exactly_as_dock_does(ray_session):
-    columns = [Column("prompts", np.int32, ragged=True), Column("responses", np.int32, ragged=True),
-               Column("reward", np.float32), Column("e", np.float32, shape=(3,))]
+    columns = [
+        Column("prompts", np.int32, ragged=True),
+        Column("responses", np.int32, ragged=True),
+        Column("reward", np.float32),
+        Column("e", np.float32, shape=(3,)),
+    ]
     local = Dock(columns, ["rollout", "reward", "train"], n_samples_per_prompt=2, max_age=2)
     remote = RayDock(columns, ["rollout", "reward", "train"], n_samples_per_prompt=2, max_age=2, shards=2)
     assert isinstance(local, DockAPI) and isinstance(remote, DockAPI)

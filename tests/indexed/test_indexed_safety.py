@@ -97,7 +97,9 @@ def _offsets(store):
         ("documents", 0, 1, "document_indices must start with 0"),
     ],
 )
-def test_a_bad_pointer_or_length_is_refused_on_first_use(store, mode, field, index, value, message, numba_pass, monkeypatch):
+def test_a_bad_pointer_or_length_is_refused_on_first_use(
+    store, mode, field, index, value, message, numba_pass, monkeypatch
+):
     """Every read path (ds[i], get, get_many, GPT samples) refuses an index whose pointers and
     lengths disagree; before, a negative length returned other tokens and 2**31-1 crashed the kernel.
     Small indexes are checked with numpy, large ones with numba: both passes are tried here."""
@@ -191,7 +193,7 @@ def test_manifest_that_is_not_utf8_or_not_an_object_is_refused(store):
         with open(f"{store}.json", "wb") as f:
             f.write(content)
         with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest"):
-            tp.IndexedDataset(store).manifest
+            _ = tp.IndexedDataset(store).manifest
 
 
 def test_verify_finds_pointer_document_and_checksum_faults(store):
@@ -229,7 +231,7 @@ def test_bad_manifest_is_reported(store):
     with open(f"{store}.json", "w") as f:
         f.write("{not json")
     with pytest.raises(tp.CorruptStoreError, match=r"s\.json: not a valid tokenport manifest"):
-        tp.IndexedDataset(store).manifest
+        _ = tp.IndexedDataset(store).manifest
 
 
 def test_aborted_writer_leaves_nothing_and_keeps_the_old_store(store):
@@ -258,9 +260,7 @@ _KILLED_WRITER = textwrap.dedent(
 
 def test_killed_writer_leaves_nothing_and_a_rerun_cleans_up(tmp_path, store):
     before = {s: open(f"{store}{s}", "rb").read() for s in (".bin", ".idx", ".json")}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, str(store)], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(store)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing"
     proc.send_signal(signal.SIGKILL)
     proc.wait()

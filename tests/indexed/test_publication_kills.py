@@ -112,8 +112,14 @@ def test_killed_writer_then_reopen_and_rerun(tmp_path):
     reference = _snapshot(directory)
     assert old != new and sorted(reference) == ["s.bin", "s.idx", "s.json"]
     _kill_at_every_step(
-        start, lambda step: _run("write", prefix, 2, fault=step), lambda: _write_in_process(prefix, 2),
-        reference, old, new, prefix, directory,
+        start,
+        lambda step: _run("write", prefix, 2, fault=step),
+        lambda: _write_in_process(prefix, 2),
+        reference,
+        old,
+        new,
+        prefix,
+        directory,
     )
 
 
@@ -159,8 +165,14 @@ def test_killed_merge_then_reopen_and_rerun(tmp_path):
     reference = _snapshot(directory)
     assert old != new
     _kill_at_every_step(
-        start, lambda step: _run("merge", prefix, 0, inputs, fault=step), lambda: tp.merge(prefix, inputs, overwrite=True),
-        reference, old, new, prefix, directory,
+        start,
+        lambda step: _run("merge", prefix, 0, inputs, fault=step),
+        lambda: tp.merge(prefix, inputs, overwrite=True),
+        reference,
+        old,
+        new,
+        prefix,
+        directory,
     )
 
 
@@ -228,8 +240,9 @@ def test_index_cache_entries_follow_the_umask(tmp_path):
     previous = os.umask(0o022)
     try:
         cache = IndexCache(tmp_path / "cache")
-        build_gpt_dataset(tp.IndexedDataset(tmp_path / "s"), 50, GPTSampleConfig(seq_length=16, eod_id=0), 1,
-                          cache=cache)
+        build_gpt_dataset(
+            tp.IndexedDataset(tmp_path / "s"), 50, GPTSampleConfig(seq_length=16, eod_id=0), 1, cache=cache
+        )
     finally:
         os.umask(previous)
     entries = [tmp_path / "cache" / name for name in os.listdir(tmp_path / "cache") if not name.endswith(".lock")]

@@ -197,7 +197,11 @@ def check_mutation(number: int, originals: list[str], work: str, endpoint: str) 
     for mode in modes:
         remote = None
         if mode == "remote":
-            remote = {"endpoint": endpoint, "url": _upload(endpoint, prefix, f"fuzz/{number}"), "cache": os.path.join(directory, "cache")}
+            remote = {
+                "endpoint": endpoint,
+                "url": _upload(endpoint, prefix, f"fuzz/{number}"),
+                "cache": os.path.join(directory, "cache"),
+            }
         seen = observe(prefix, mode, remote)
         for name, value in seen.items():
             if value != "error" and name != "manifest" and value != reference[name]:
@@ -215,8 +219,17 @@ def check_mutation(number: int, originals: list[str], work: str, endpoint: str) 
         failures.append(f"{label}: verify passed a changed {mutation['changed']}")
     if verified and mutation["changed"] == ".json":
         # the block size is not a fact of the store: any size whose blocks hash to the listed digests is right
-        facts = lambda m: (m.dtype, m.sequences, m.documents, m.tokens, m.checksums.algorithm,  # noqa: E731
-                           m.checksums.idx, m.checksums.bin_blocks)
+        def facts(m):
+            return (
+                m.dtype,
+                m.sequences,
+                m.documents,
+                m.tokens,
+                m.checksums.algorithm,
+                m.checksums.idx,
+                m.checksums.bin_blocks,
+            )
+
         before = Manifest.from_json(open(original + ".json").read(), "original")
         after = Manifest.from_json(open(prefix + ".json").read(), "mutated")
         if facts(after) != facts(before):
@@ -259,7 +272,10 @@ def test_corrupt_stores_give_the_right_data_or_a_tokenport_error(tmp_path, s3):
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, str(tmp_path), str(first), str(min(first + step, MUTATIONS)), s3.endpoint_url],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for first in range(0, MUTATIONS, step)
     ]
@@ -271,7 +287,9 @@ def test_corrupt_stores_give_the_right_data_or_a_tokenport_error(tmp_path, s3):
         problems += [line for line in lines if line.startswith("FAIL")]
         if proc.returncode != 0:
             started = [line for line in lines if line.startswith("START")]
-            problems.append(f"worker died with code {proc.returncode} in {started[-1] if started else '?'}: {err[-2000:]}")
+            problems.append(
+                f"worker died with code {proc.returncode} in {started[-1] if started else '?'}: {err[-2000:]}"
+            )
     assert not problems, "\n".join(problems[:20])
     assert done == MUTATIONS
 

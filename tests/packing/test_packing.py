@@ -205,8 +205,14 @@ def test_best_fit_capacity_limit():
 def test_packing_metrics():
     bins = [[(0, 0, 6), (1, 0, 4)], [(2, 0, 5)]]
     metrics = packing_metrics(bins, 10)
-    assert metrics == {"num_bins": 2, "tokens": 15, "padding_tokens": 5, "efficiency": 0.75,
-                       "padding_ratio": 0.25, "max_bin_tokens": 10}
+    assert metrics == {
+        "num_bins": 2,
+        "tokens": 15,
+        "padding_tokens": 5,
+        "efficiency": 0.75,
+        "padding_ratio": 0.25,
+        "max_bin_tokens": 10,
+    }
     arrays = pack_best_fit_arrays([6, 4, 5], 10)
     assert packing_metrics(arrays, 10) == metrics
     assert packing_metrics(pack_best_fit([6, 4, 5], 10), 10) == metrics
@@ -308,8 +314,11 @@ def test_kk_equal_size_swaps_never_worsen_and_fix_heavy_tails():
     for trial in range(200):
         k = int(rng.integers(2, 9))
         n = k * int(rng.integers(1, 40))
-        w = workload(rng.lognormal(6, 1.2, n).astype(int) + 1, quadratic=1 / 1024) if trial % 2 else (
-            rng.integers(0, 30, n).astype(float))
+        w = (
+            workload(rng.lognormal(6, 1.2, n).astype(int) + 1, quadratic=1 / 1024)
+            if trial % 2
+            else (rng.integers(0, 30, n).astype(float))
+        )
         refined = karmarkar_karp(w, k, equal_size=True)
         check_partition(refined, n, k)
         assert {len(g) for g in refined} == {n // k}

@@ -29,13 +29,16 @@ def test_eod_id_defaults_to_the_manifests(byte_store):
     assert train.config.eod_id == 256
     sample = train[0]
     ends = np.flatnonzero(sample["tokens"] == 256)
-    assert len(ends) and not sample["loss_mask"][ends].any()       # EODs masked from the loss
+    assert len(ends) and not sample["loss_mask"][ends].any()  # EODs masked from the loss
     starts = ends[ends + 1 < 16] + 1
     assert len(starts) and not sample["position_ids"][starts].any()  # positions restart per document
-    assert len(sample["cu_seqlens"][sample["cu_seqlens"] < 16]) > 1   # document boundaries seen
-    explicit = tp.build_gpt_dataset(byte_store, num_samples=4, seed=1,
-                                    config=tp.GPTSampleConfig(seq_length=16, eod_id=256, reset_position_ids=True,
-                                                              eod_mask_loss=True))
+    assert len(sample["cu_seqlens"][sample["cu_seqlens"] < 16]) > 1  # document boundaries seen
+    explicit = tp.build_gpt_dataset(
+        byte_store,
+        num_samples=4,
+        seed=1,
+        config=tp.GPTSampleConfig(seq_length=16, eod_id=256, reset_position_ids=True, eod_mask_loss=True),
+    )
     for name, array in explicit[0].items():
         assert np.array_equal(array, sample[name]), name
 
@@ -61,8 +64,18 @@ def test_a_blend_of_stores_with_different_eod_ids_is_refused(tmp_path, byte_stor
     _store(tmp_path / "other", other, 0)
     config = tp.GPTSampleConfig(seq_length=8)
     with pytest.raises(ConfigError, match=r"other ends documents with EOD id 0 but .*byte with 256"):
-        build_datasets(["1", str(tmp_path / "byte"), "1", str(tmp_path / "other")], sizes=(8, 0, 0),
-                       config=config, seed=1, split="1,0,0")
-    train, _, _ = build_datasets(["1", str(tmp_path / "byte"), "1", str(tmp_path / "byte")], sizes=(8, 0, 0),
-                                 config=config, seed=1, split="1,0,0")
+        build_datasets(
+            ["1", str(tmp_path / "byte"), "1", str(tmp_path / "other")],
+            sizes=(8, 0, 0),
+            config=config,
+            seed=1,
+            split="1,0,0",
+        )
+    train, _, _ = build_datasets(
+        ["1", str(tmp_path / "byte"), "1", str(tmp_path / "byte")],
+        sizes=(8, 0, 0),
+        config=config,
+        seed=1,
+        split="1,0,0",
+    )
     assert len(train) == 8

@@ -31,15 +31,28 @@ class _Peer:
     _get_num_tokens_per_epoch = GPTDataset._get_num_tokens_per_epoch
     _get_num_epochs = GPTDataset._get_num_epochs
 
-    def __init__(self, lengths: np.ndarray, num_samples: int, seq_length: int, seed: int,
-                 add_extra: bool, drop_last: bool, split: Split) -> None:
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        num_samples: int,
+        seq_length: int,
+        seed: int,
+        add_extra: bool,
+        drop_last: bool,
+        split: Split,
+    ) -> None:
         self.dataset = types.SimpleNamespace(sequence_lengths=lengths.astype(np.int32))
         self.indices = np.arange(len(lengths), dtype=np.int32)
         self.num_samples = num_samples
         self.index_split = split
         self.config = types.SimpleNamespace(
-            defer_npy_index_mmap=False, path_to_cache=None, mock=True, fast_cache_load=False,
-            sequence_length=seq_length, random_seed=seed, add_extra_token_to_sequence=add_extra,
+            defer_npy_index_mmap=False,
+            path_to_cache=None,
+            mock=True,
+            fast_cache_load=False,
+            sequence_length=seq_length,
+            random_seed=seed,
+            add_extra_token_to_sequence=add_extra,
             drop_last_partial_validation_sequence=drop_last,
         )
 
@@ -124,16 +137,32 @@ def test_indices_equal_megatron(index: int, regime: str) -> None:
     case = _case(index, regime)
     drop_last = case["drop_last"] or case["split"] != Split.valid
     ours = build_indices(
-        case["lengths"], case["num_samples"], case["seq_length"], case["seed"],
-        add_extra_token=case["add_extra"], drop_last_partial=drop_last,
+        case["lengths"],
+        case["num_samples"],
+        case["seq_length"],
+        case["seed"],
+        add_extra_token=case["add_extra"],
+        drop_last_partial=drop_last,
     )
     _assert_same(ours, _megatron_indices(**case))
 
 
-@pytest.mark.parametrize("lengths, num_samples, seq_length", [
-    ([1], 1, 1), ([1], 7, 1), ([2], 9, 1), ([5], 3, 2), ([1, 1], 40, 3), ([100], 1, 1000),
-    ([3, 0, 4], 5, 2), ([7], 1, 7), ([7], 1, 6), ([1] * 50, 49, 1), ([1] * 50, 50, 1),
-])
+@pytest.mark.parametrize(
+    "lengths, num_samples, seq_length",
+    [
+        ([1], 1, 1),
+        ([1], 7, 1),
+        ([2], 9, 1),
+        ([5], 3, 2),
+        ([1, 1], 40, 3),
+        ([100], 1, 1000),
+        ([3, 0, 4], 5, 2),
+        ([7], 1, 7),
+        ([7], 1, 6),
+        ([1] * 50, 49, 1),
+        ([1] * 50, 50, 1),
+    ],
+)
 @pytest.mark.parametrize("add_extra", [True, False])
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_tiny_splits_equal_megatron(lengths, num_samples, seq_length, add_extra, drop_last) -> None:
@@ -155,9 +184,16 @@ def _write_store(prefix, lengths: np.ndarray, rng: np.random.Generator) -> None:
         writer.add_documents(rng.integers(1, 1000, int(lengths.sum())), lengths=lengths)
 
 
-@pytest.mark.parametrize("seed, add_extra, drop_last, epochs", [
-    (0, True, True, 0.5), (1, False, True, 3.3), (2, True, False, 2.9), (3, False, False, 1.0), (4, True, True, 5.1),
-])
+@pytest.mark.parametrize(
+    "seed, add_extra, drop_last, epochs",
+    [
+        (0, True, True, 0.5),
+        (1, False, True, 3.3),
+        (2, True, False, 2.9),
+        (3, False, False, 1.0),
+        (4, True, True, 5.1),
+    ],
+)
 def test_indices_equal_a_real_gpt_dataset_over_a_tokenport_store(tmp_path, seed, add_extra, drop_last, epochs) -> None:
     rng = np.random.default_rng(seed)
     lengths = np.maximum(1, rng.lognormal(3.5, 1.0, 900)).astype(np.int32)
@@ -167,38 +203,57 @@ def test_indices_equal_a_real_gpt_dataset_over_a_tokenport_store(tmp_path, seed,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = gpt_dataset.GPTDatasetConfig(
-            random_seed=seed, sequence_length=seq_length, reset_position_ids=False,
-            reset_attention_mask=False, eod_mask_loss=False, add_extra_token_to_sequence=add_extra,
+            random_seed=seed,
+            sequence_length=seq_length,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            add_extra_token_to_sequence=add_extra,
             drop_last_partial_validation_sequence=drop_last,
             tokenizer=types.SimpleNamespace(vocab_size=1000, eod=0, pad=-1, unique_identifiers={}),
         )
-        theirs = GPTDataset(MegatronIndexedDataset(str(tmp_path / "store")), str(tmp_path / "store"),
-                            np.arange(start, stop, dtype=np.int32), num_samples, Split.valid, config)
+        theirs = GPTDataset(
+            MegatronIndexedDataset(str(tmp_path / "store")),
+            str(tmp_path / "store"),
+            np.arange(start, stop, dtype=np.int32),
+            num_samples,
+            Split.valid,
+            config,
+        )
     document_index, sample_index, shuffle_index = build_indices(
-        tp.IndexedDataset(tmp_path / "store").sequence_lengths[start:stop], num_samples, seq_length, seed,
-        add_extra_token=add_extra, drop_last_partial=drop_last,
+        tp.IndexedDataset(tmp_path / "store").sequence_lengths[start:stop],
+        num_samples,
+        seq_length,
+        seed,
+        add_extra_token=add_extra,
+        drop_last_partial=drop_last,
     )
-    _assert_same((document_index + start, sample_index, shuffle_index),
-                 (theirs.document_index, theirs.sample_index, theirs.shuffle_index))
+    _assert_same(
+        (document_index + start, sample_index, shuffle_index),
+        (theirs.document_index, theirs.sample_index, theirs.shuffle_index),
+    )
 
 
-@pytest.mark.parametrize("arguments, named", [
-    (([], 10, 8, 0), "sequence_lengths"),
-    (([0, 0], 10, 8, 0), "sequence_lengths"),
-    (([3, -1], 10, 8, 0), "sequence_lengths"),
-    (([1.5, 2.0], 10, 8, 0), "sequence_lengths"),
-    (([[1, 2]], 10, 8, 0), "sequence_lengths"),
-    (([5], 0, 8, 0), "num_samples"),
-    (([5], -3, 8, 0), "num_samples"),
-    (([5], 2.0, 8, 0), "num_samples"),
-    (([5], 10, 0, 0), "seq_length"),
-    (([5], 10, -8, 0), "seq_length"),
-    (([5], 10, True, 0), "seq_length"),
-    (([5], 10, 8, 1.5), "seed"),
-    (([5], 10, 8, "1"), "seed"),
-    (([5], 10, 8, -1), "seed"),
-    (([5], 10, 8, 2**32), "seed"),
-])
+@pytest.mark.parametrize(
+    "arguments, named",
+    [
+        (([], 10, 8, 0), "sequence_lengths"),
+        (([0, 0], 10, 8, 0), "sequence_lengths"),
+        (([3, -1], 10, 8, 0), "sequence_lengths"),
+        (([1.5, 2.0], 10, 8, 0), "sequence_lengths"),
+        (([[1, 2]], 10, 8, 0), "sequence_lengths"),
+        (([5], 0, 8, 0), "num_samples"),
+        (([5], -3, 8, 0), "num_samples"),
+        (([5], 2.0, 8, 0), "num_samples"),
+        (([5], 10, 0, 0), "seq_length"),
+        (([5], 10, -8, 0), "seq_length"),
+        (([5], 10, True, 0), "seq_length"),
+        (([5], 10, 8, 1.5), "seed"),
+        (([5], 10, 8, "1"), "seed"),
+        (([5], 10, 8, -1), "seed"),
+        (([5], 10, 8, 2**32), "seed"),
+    ],
+)
 def test_bad_input_raises_config_error_naming_the_argument(arguments, named) -> None:
     lengths, *rest = arguments
     with pytest.raises(tp.ConfigError, match=named):

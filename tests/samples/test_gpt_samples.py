@@ -63,11 +63,18 @@ def _pair(store, indices, num_samples, config: GPTSampleConfig, seed, split):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         megatron_config = gpt_dataset.GPTDatasetConfig(
-            random_seed=seed, sequence_length=config.seq_length, blend=([store], None), split="1,1,1",
-            path_to_cache=None, tokenizer=tokenizer,
-            reset_position_ids=config.reset_position_ids, reset_attention_mask=config.reset_attention_mask,
-            eod_mask_loss=config.eod_mask_loss, create_attention_mask=config.create_attention_mask,
-            add_extra_token_to_sequence=config.add_extra_token, drop_last_partial_validation_sequence=drop_last,
+            random_seed=seed,
+            sequence_length=config.seq_length,
+            blend=([store], None),
+            split="1,1,1",
+            path_to_cache=None,
+            tokenizer=tokenizer,
+            reset_position_ids=config.reset_position_ids,
+            reset_attention_mask=config.reset_attention_mask,
+            eod_mask_loss=config.eod_mask_loss,
+            create_attention_mask=config.create_attention_mask,
+            add_extra_token_to_sequence=config.add_extra_token,
+            drop_last_partial_validation_sequence=drop_last,
         )
         assert not megatron_config.mock
         theirs = gpt_dataset.GPTDataset(
@@ -104,9 +111,14 @@ def _config(seq_length, flags, add_extra, pad, create_mask=False) -> GPTSampleCo
     """A sample config from the three reset/mask flags and the rest."""
     reset_position_ids, reset_attention_mask, eod_mask_loss = flags
     return GPTSampleConfig(
-        seq_length=seq_length, eod_id=EOD, pad_id=pad, add_extra_token=add_extra,
-        reset_position_ids=reset_position_ids, reset_attention_mask=reset_attention_mask,
-        eod_mask_loss=eod_mask_loss, create_attention_mask=create_mask,
+        seq_length=seq_length,
+        eod_id=EOD,
+        pad_id=pad,
+        add_extra_token=add_extra,
+        reset_position_ids=reset_position_ids,
+        reset_attention_mask=reset_attention_mask,
+        eod_mask_loss=eod_mask_loss,
+        create_attention_mask=create_mask,
     )
 
 

@@ -7,10 +7,10 @@ import pytest
 
 import tokenport as tp
 from tokenport.errors import ConfigError
+from tokenport.indexed.inspect import lengths_of
 from tokenport.packing import balance_metrics
 from tokenport.sampling import get_length_grouped_indices, length_grouped_order
 from tokenport.sampling.budget import balanced_micro_batches, token_budget_batches
-from tokenport.indexed.inspect import lengths_of
 from tokenport.sampling.report import batching_report, padding_ratio, render_batching_report
 
 

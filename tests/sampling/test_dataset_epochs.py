@@ -75,8 +75,9 @@ def test_global_batches_are_the_ranks_micro_batches_side_by_side(data_sharding, 
     batches = whole.active_samples // whole.global_batch_size
     for epoch in (0, 2):
         ranks = [
-            RandomSampler(total, 0, mbs, r, dp, data_sharding=data_sharding, megatron_compat=megatron_compat)
-            .epoch_batches(epoch)[:batches]
+            RandomSampler(
+                total, 0, mbs, r, dp, data_sharding=data_sharding, megatron_compat=megatron_compat
+            ).epoch_batches(epoch)[:batches]
             for r in range(dp)
         ]
         assert np.array_equal(whole.global_batches(epoch), np.concatenate(ranks, axis=1))

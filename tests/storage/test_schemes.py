@@ -9,8 +9,9 @@ import io
 import json
 import pickle
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,7 +50,9 @@ class MemScheme(Scheme):
         return MemSource(url, self.objects[url])
 
     def find(self, url: str, **options: Any) -> list[FileInfo]:
-        names = sorted(u for u in self.objects if u == url or u.startswith(url.rstrip("/") + "/") or fnmatch.fnmatch(u, url))
+        names = sorted(
+            u for u in self.objects if u == url or u.startswith(url.rstrip("/") + "/") or fnmatch.fnmatch(u, url)
+        )
         return [FileInfo(u, len(self.objects[u]), hashlib.sha256(self.objects[u]).hexdigest()) for u in names]
 
 
@@ -116,7 +119,10 @@ def test_indexed_dataset_reads_sources_passed_in(tmp_path):
     idx = MemSource("mem://x.idx", Path(prefix + ".idx").read_bytes())
     bin_ = MemSource("mem://x.bin", Path(prefix + ".bin").read_bytes())
     with IndexedDataset(prefix) as expected:
-        for store in (IndexedDataset("x", sources=(idx, bin_)), pickle.loads(pickle.dumps(IndexedDataset("x", sources=(idx, bin_))))):
+        for store in (
+            IndexedDataset("x", sources=(idx, bin_)),
+            pickle.loads(pickle.dumps(IndexedDataset("x", sources=(idx, bin_)))),
+        ):
             assert np.array_equal(store[0], expected[0]) and store.token_array() is None
     bad = MemSource("mem://x.bin", Path(prefix + ".bin").read_bytes()[:-2])
     with pytest.raises(Exception, match=r"mem://x\.bin: has .* bytes but the index needs"):

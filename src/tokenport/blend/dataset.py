@@ -64,7 +64,7 @@ class BlendedDataset:
         datasets: Sequence[Any],
         dataset_index: np.ndarray,
         dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
-    ) -> "BlendedDataset":
+    ) -> BlendedDataset:
         """A blend over indices built earlier (from the index cache, or Megatron's own)."""
         self = cls.__new__(cls)
         if len(dataset_index) != len(dataset_sample_index):
@@ -89,9 +89,11 @@ class BlendedDataset:
                 logger.warning(
                     "dataset %d supplies %d samples to the blend but holds %d: its samples repeat "
                     "(read modulo its length); build it with at least %d samples",
-                    d, int(taken[d]), self._lengths[d], int(taken[d]),
+                    d,
+                    int(taken[d]),
+                    self._lengths[d],
+                    int(taken[d]),
                 )
-        self._full = isinstance(sample_index, np.ndarray)
         self._fresh = [isinstance(d, (GPTDataset, BlendedDataset)) for d in self.datasets]
 
     def __len__(self) -> int:
@@ -112,7 +114,8 @@ class BlendedDataset:
         if not 0 <= index < len(self.dataset_index):
             raise IndexError(f"sample id {index} is outside [0, {len(self.dataset_index)})")
         dataset = self.dataset_index.item(index)
-        sample = self.dataset_sample_index.item(index) if self._full else self.dataset_sample_index[index]
+        sample_index = self.dataset_sample_index
+        sample = sample_index.item(index) if isinstance(sample_index, np.ndarray) else sample_index[index]
         if self._wraps[dataset]:
             sample %= self._lengths[dataset]
         return dataset, sample
@@ -132,7 +135,10 @@ class BlendedDataset:
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
         datasets = self.dataset_index[ids].astype(np.int64)
-        samples = (self.dataset_sample_index[ids] if self._full else self.dataset_sample_index.take(ids)).astype(np.int64)
+        sample_index = self.dataset_sample_index
+        samples = (sample_index[ids] if isinstance(sample_index, np.ndarray) else sample_index.take(ids)).astype(
+            np.int64
+        )
         lengths = np.array(self._lengths, dtype=np.int64)
         samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
         batch: dict[str, np.ndarray] = {}

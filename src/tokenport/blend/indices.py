@@ -51,9 +51,7 @@ def prefix_deviations(dataset_index: np.ndarray, weights: np.ndarray) -> np.ndar
             "pass the first array build_blending_indices returns"
         )
     if index.size and (int(index.min()) < 0 or int(index.max()) >= len(raw)):
-        raise ConfigError(
-            f"dataset_index holds values outside [0, {len(raw)}): pass the weights it was built with"
-        )
+        raise ConfigError(f"dataset_index holds values outside [0, {len(raw)}): pass the weights it was built with")
     return _deviation_kernel(index, raw / raw.sum())
 
 

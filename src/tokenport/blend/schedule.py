@@ -147,11 +147,14 @@ class MixtureSchedule:
             weights, ramp_to = item.get("weights"), item.get("ramp_to")
             if weights is None:
                 if ramp_to is None:
-                    raise ConfigError(f"{where}: field 'weights' is missing: give one weight per dataset "
-                                      "(or 'ramp_to' and 'until' for a ramp)")
+                    raise ConfigError(
+                        f"{where}: field 'weights' is missing: give one weight per dataset "
+                        "(or 'ramp_to' and 'until' for a ramp)"
+                    )
                 if not phases:
-                    raise ConfigError(f"{where}: field 'weights' is missing: the first phase's ramp needs "
-                                      "the weights it starts from")
+                    raise ConfigError(
+                        f"{where}: field 'weights' is missing: the first phase's ramp needs the weights it starts from"
+                    )
                 weights = phases[-1].end_weights
             phases.append(Phase(at, weights, ramp_to, until))
         return cls(tuple(phases))
@@ -184,7 +187,8 @@ class MixtureSchedule:
 
 @dataclass(frozen=True)
 class _Segment:
-    """Samples ``[start, end)`` of the run: constant ``weights``, or a ramp of ``ramp_length`` samples to ``ramp_to``."""
+    """Samples ``[start, end)`` of the run: constant ``weights``, or a ramp of ``ramp_length`` samples to
+    ``ramp_to``."""
 
     start: int
     end: int
@@ -215,8 +219,8 @@ def build_scheduled_indices(
             _continue_counts(index, taken, samples)
         if dataset_index is None:
             dataset_index = np.empty(size, index.dtype)
-        dataset_index[segment.start:segment.end] = index
-        sample_index[segment.start:segment.end] = samples
+        dataset_index[segment.start : segment.end] = index
+        sample_index[segment.start : segment.end] = samples
         taken += np.bincount(index, minlength=len(taken))
     assert dataset_index is not None  # size >= 1 gives at least one segment
     return dataset_index, sample_index
@@ -240,8 +244,10 @@ def samples_per_dataset(schedule: MixtureSchedule, size: int, *, algorithm: str 
 def _check(schedule: object, size: object) -> None:
     """Raise ConfigError unless ``schedule`` is a MixtureSchedule and ``size`` an integer >= 1."""
     if not isinstance(schedule, MixtureSchedule):
-        raise ConfigError(f"schedule must be a MixtureSchedule, got {type(schedule).__name__}: "
-                          "build one from plain data with MixtureSchedule.from_data")
+        raise ConfigError(
+            f"schedule must be a MixtureSchedule, got {type(schedule).__name__}: "
+            "build one from plain data with MixtureSchedule.from_data"
+        )
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise ConfigError(f"size={size!r} is invalid: pass the number of samples to blend, an integer of at least 1")
 
@@ -279,12 +285,13 @@ def _late_mask(length: int, stop: int) -> np.ndarray:
     mask = np.empty(stop, bool)
     for begin in range(0, stop, _CHUNK):
         k = np.arange(begin, min(begin + _CHUNK, stop) + 1, dtype=np.int64)
-        mask[begin:begin + len(k) - 1] = np.diff((k * k + length) // (2 * length)) > 0
+        mask[begin : begin + len(k) - 1] = np.diff((k * k + length) // (2 * length)) > 0
     return mask
 
 
 def _ramp_dataset_index(segment: _Segment, algorithm: str) -> np.ndarray:
-    """The ``dataset_index`` of a ramp segment: the early blend over ``weights`` and the late one over ``ramp_to``, interleaved."""
+    """The ``dataset_index`` of a ramp segment: the early blend over ``weights`` and the late one over
+    ``ramp_to``, interleaved."""
     late = _late_mask(segment.ramp_length, segment.end - segment.start)
     late_count = int(np.count_nonzero(late))
     parts = [
@@ -327,32 +334,40 @@ def _shares(weights: Sequence[float]) -> np.ndarray:
 def _checked_phase(j: int, phase: object, earlier: list[Phase]) -> Phase:
     """Phase ``j`` checked against the phases before it, its weights as tuples of floats."""
     if not isinstance(phase, Phase):
-        raise ConfigError(f"schedule phase {j}: expected a Phase, got {type(phase).__name__}: "
-                          "build schedules from plain data with MixtureSchedule.from_data")
+        raise ConfigError(
+            f"schedule phase {j}: expected a Phase, got {type(phase).__name__}: "
+            "build schedules from plain data with MixtureSchedule.from_data"
+        )
     where = f"schedule phase {j} (at={phase.at!r})"
     at = _whole(phase.at, where, "at")
     if not earlier and at != 0:
         raise ConfigError(f"{where}: field 'at' must be 0: the first phase starts the run")
     if earlier and at <= earlier[-1].at:
-        raise ConfigError(f"{where}: field 'at' must be greater than phase {j - 1}'s ({earlier[-1].at}): "
-                          "milestones must increase")
+        raise ConfigError(
+            f"{where}: field 'at' must be greater than phase {j - 1}'s ({earlier[-1].at}): milestones must increase"
+        )
     expected = len(earlier[0].weights) if earlier else None
     weights = _checked_weights(phase.weights, where, "weights", expected)
     if phase.ramp_to is None:
         if phase.until is not None:
-            raise ConfigError(f"{where}: field 'until' is given without 'ramp_to': 'until' ends a ramp; "
-                              "give 'ramp_to' too, or drop 'until' for constant weights")
+            raise ConfigError(
+                f"{where}: field 'until' is given without 'ramp_to': 'until' ends a ramp; "
+                "give 'ramp_to' too, or drop 'until' for constant weights"
+            )
         return Phase(at, weights)
     ramp_to = _checked_weights(phase.ramp_to, where, "ramp_to", len(weights))
     if phase.until is None:
-        raise ConfigError(f"{where}: field 'until' is missing: a ramp needs an end, the sample where it "
-                          "reaches 'ramp_to'")
+        raise ConfigError(
+            f"{where}: field 'until' is missing: a ramp needs an end, the sample where it reaches 'ramp_to'"
+        )
     until = _whole(phase.until, where, "until")
     if until <= at:
         raise ConfigError(f"{where}: field 'until'={until} must be greater than 'at'={at}")
     if until - at > _MAX_RAMP:
-        raise ConfigError(f"{where}: field 'until': the ramp spans {until - at:,} samples, past "
-                          f"{_MAX_RAMP:,}: split it into consecutive ramps")
+        raise ConfigError(
+            f"{where}: field 'until': the ramp spans {until - at:,} samples, past "
+            f"{_MAX_RAMP:,}: split it into consecutive ramps"
+        )
     return Phase(at, weights, ramp_to, until)
 
 
@@ -372,11 +387,15 @@ def _checked_weights(values: object, where: str, name: str, expected: int | None
             raise ConfigError(f"{where}: field {name!r}[{i}]={value!r} is not a number")
         if math.isnan(value) or math.isinf(value) or value < 0:
             problem = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else "negative"
-            raise ConfigError(f"{where}: field {name!r}[{i}]={value!r} is {problem}: weights must be finite "
-                              "and >= 0 (0: the dataset takes no samples)")
+            raise ConfigError(
+                f"{where}: field {name!r}[{i}]={value!r} is {problem}: weights must be finite "
+                "and >= 0 (0: the dataset takes no samples)"
+            )
     if expected is not None and len(values) != expected:
-        raise ConfigError(f"{where}: field {name!r} has {len(values)} weights but phase 0 has {expected}: "
-                          "give every phase one weight per dataset")
+        raise ConfigError(
+            f"{where}: field {name!r} has {len(values)} weights but phase 0 has {expected}: "
+            "give every phase one weight per dataset"
+        )
     if not any(values):
         raise ConfigError(f"{where}: field {name!r} is all zero: give at least one dataset a positive weight")
     return tuple(float(value) for value in values)
@@ -390,8 +409,10 @@ def _milestone(item: Mapping[str, Any], name: str, where: str, seq_length: int |
     if tokens_name not in item:
         return item.get(name)
     if seq_length is None:
-        raise ConfigError(f"{where}: field {tokens_name!r} needs seq_length to convert tokens to samples: "
-                          f"pass from_data(..., seq_length=...), or give {name!r} in samples")
+        raise ConfigError(
+            f"{where}: field {tokens_name!r} needs seq_length to convert tokens to samples: "
+            f"pass from_data(..., seq_length=...), or give {name!r} in samples"
+        )
     tokens = item[tokens_name]
     if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
         raise ConfigError(f"{where}: field {tokens_name!r}={tokens!r} must be a whole number of tokens >= 0")

@@ -325,9 +325,10 @@ def _wait(head, following, far_keys, far_ids, far, i, release, t, horizon):
 def _heap_kernel(weights, total, ids, out, samples):
     """Earliest deadline first with the released datasets in a binary heap of (deadline, dataset) pairs.
 
-    The general path, for blends whose deadline and dataset do not pack in an int64. Each step takes the top of the ready heap; the datasets due at the next step (the one just
-    taken, if released again at once, and those in the calendar slot or far heap) replace the
-    top and are pushed, so a step costs about one sift of the ready heap.
+    The general path, for blends whose deadline and dataset do not pack in an int64. Each step takes
+    the top of the ready heap; the datasets due at the next step (the one just taken, if released
+    again at once, and those in the calendar slot or far heap) replace the top and are pushed, so a
+    step costs about one sift of the ready heap.
     """
     n = weights.shape[0]
     horizon = out.shape[0]

@@ -17,6 +17,7 @@ warning is logged (``strict=True`` raises ConfigError instead).
 from __future__ import annotations
 
 import fcntl
+import functools
 import glob
 import hashlib
 import json
@@ -27,7 +28,8 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -125,8 +127,13 @@ class IndexCache:
         lock, so a wrong guess of the local rank costs time, never correctness.
         """
         return self.get_or_build_for(
-            store_identity(store), params, build, source=store.prefix, strict=strict,
-            distributed=distributed, shared_filesystem=shared_filesystem,
+            store_identity(store),
+            params,
+            build,
+            source=store.prefix,
+            strict=strict,
+            distributed=distributed,
+            shared_filesystem=shared_filesystem,
         )
 
     def get_or_build_for(
@@ -176,7 +183,8 @@ class IndexCache:
             except OSError as exc:
                 raced = self._load(key)  # a builder on another node, where flock is not shared
                 return raced if raced is not None else self._unpublished(arrays, exc, strict)
-            return self._load(key)
+            published = self._load(key)
+            return published if published is not None else arrays  # removed meanwhile: the built arrays stand
         finally:
             os.close(lock)  # releases the flock
 
@@ -198,9 +206,12 @@ class IndexCache:
             for name, array in arrays.items():
                 array = np.require(array, requirements="C")  # C order, so the recorded layout reads it back
                 path = os.path.join(staging, name + ".npy")
-                _write_synced(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
-                layouts[name] = {"dtype": str(array.dtype), "shape": list(array.shape),
-                                 "offset": os.path.getsize(path) - array.nbytes}
+                _write_synced(path, functools.partial(np.save, arr=array, allow_pickle=False))
+                layouts[name] = {
+                    "dtype": str(array.dtype),
+                    "shape": list(array.shape),
+                    "offset": os.path.getsize(path) - array.nbytes,
+                }
             text = json.dumps(
                 {
                     "format": CACHE_FORMAT,

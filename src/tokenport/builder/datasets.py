@@ -24,8 +24,8 @@ import numpy as np
 
 from ..blend import BlendedDataset, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
-from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..indexed import IndexedDataset
+from ..samples.gpt import GPTDataset, GPTSampleConfig
 from .cache import IndexCache, canonical_json
 from .gpt_datasets import build_gpt_dataset
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
@@ -48,9 +48,9 @@ def build_datasets(
 ) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
-    ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path`` list (``["0.3", "a", "0.7",
-    "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples wanted per split: 0 for
-    none; None, without weights, for one epoch of every store, each sample once.
+    ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path``
+    list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples
+    wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
     stores whole.
     """
@@ -101,8 +101,15 @@ def _check_sizes(sizes: Any) -> tuple[int | None, ...]:
 class _Builder:
     """The per-run constants of one ``build_datasets`` call and the stores it opened."""
 
-    def __init__(self, config: GPTSampleConfig, seed: int, cache: IndexCache | None, algorithm: str,
-                 surplus: float, drop_last_partial_validation: bool) -> None:
+    def __init__(
+        self,
+        config: GPTSampleConfig,
+        seed: int,
+        cache: IndexCache | None,
+        algorithm: str,
+        surplus: float,
+        drop_last_partial_validation: bool,
+    ) -> None:
         self.config = config
         self.seed = seed
         self.cache = cache
@@ -197,8 +204,16 @@ class _Builder:
             num_samples = self._one_epoch(store, split, which)
         drop_last = which != "valid" or self.drop_last_partial_validation
         try:
-            dataset = build_gpt_dataset(store, num_samples, self.config, self.seed, split=split, which=which,
-                                        cache=self.cache, drop_last_partial=drop_last)
+            dataset = build_gpt_dataset(
+                store,
+                num_samples,
+                self.config,
+                self.seed,
+                split=split,
+                which=which,
+                cache=self.cache,
+                drop_last_partial=drop_last,
+            )
         except ConfigError as exc:
             raise ConfigError(f"{prefix}, {which} split of {split!r}: {exc}") from None
         if dataset is not None:
@@ -232,6 +247,7 @@ class _Builder:
         self, weights: Sequence[float], size: int | None, algorithm: str
     ) -> tuple[np.ndarray, np.ndarray]:
         """The blending indices, from the cache when there is one (they depend on nothing else)."""
+
         def build() -> dict[str, np.ndarray]:
             dataset_index, sample_index = build_blending_indices(np.asarray(weights), size, algorithm=algorithm)
             return {"dataset_index": dataset_index, "dataset_sample_index": sample_index}

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 from ..indexed import IndexedDataset
+from ..samples.gpt import GPTDataset, GPTSampleConfig, build_indices
 from .cache import IndexCache
 from .splits import SPLIT_NAMES, split_document_ranges
 
@@ -31,8 +32,14 @@ def build_gpt_dataset(
     key holds every parameter that changes the indices, so a hit is always the right entry.
     """
     request = gpt_index_request(
-        store, num_samples, config.seq_length, seed, split=split, which=which,
-        add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
+        store,
+        num_samples,
+        config.seq_length,
+        seed,
+        split=split,
+        which=which,
+        add_extra_token=config.add_extra_token,
+        drop_last_partial=drop_last_partial,
     )
     if request is None:
         return None
@@ -87,10 +94,13 @@ def gpt_index_request(
 
     def build() -> dict[str, np.ndarray]:
         positions, sample_index, shuffle_index = build_indices(
-            store.sequence_lengths[indices], num_samples, seq_length, seed,
-            add_extra_token=add_extra_token, drop_last_partial=drop_last_partial,
+            store.sequence_lengths[indices],
+            num_samples,
+            seq_length,
+            seed,
+            add_extra_token=add_extra_token,
+            drop_last_partial=drop_last_partial,
         )
-        return {"document_index": indices[positions], "sample_index": sample_index,
-                "shuffle_index": shuffle_index}
+        return {"document_index": indices[positions], "sample_index": sample_index, "shuffle_index": shuffle_index}
 
     return IndexRequest(indices, params, build)

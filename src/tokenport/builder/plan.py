@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from ..blend import ALGORITHMS
-from .specs import BlendSpec
-from . import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index_request, load_blend_spec, parse_split
-from ..samples.gpt import GPTSampleConfig, store_eod_id
 from .._files import parse_structured, read_text
+from ..blend import ALGORITHMS
 from ..errors import ConfigError
 from ..indexed import IndexedDataset, resolve_stores
+from ..samples.gpt import GPTSampleConfig, store_eod_id
+from . import SPLIT_NAMES, IndexCache, build_datasets, cache_key, gpt_index_request, load_blend_spec, parse_split
+from .specs import BlendSpec
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,10 @@ class CachePlan:
         """Check every field, naming the plan file and the field at fault."""
         where = self.source
         if (self.spec is None) != bool(self.datasets):
-            raise ConfigError(f"{where}: give either 'datasets' (a list of store prefixes or URLs) or 'spec' "
-                              "(a blend spec file), not " + ("both" if self.datasets else "neither"))
+            raise ConfigError(
+                f"{where}: give either 'datasets' (a list of store prefixes or URLs) or 'spec' "
+                "(a blend spec file), not " + ("both" if self.datasets else "neither")
+            )
         if not all(isinstance(d, str) and d for d in self.datasets):
             raise ConfigError(f"{where}: 'datasets' must be a list of store prefixes or URLs")
         if self.spec is not None and (not isinstance(self.spec, str) or not self.spec):
@@ -58,8 +61,10 @@ class CachePlan:
         for name in ("seq_length", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "seq_length" else 0):
-                raise ConfigError(f"{where}: '{name}' = {value!r} is invalid: pass a non-negative integer"
-                                  + (" of at least 1" if name == "seq_length" else ""))
+                raise ConfigError(
+                    f"{where}: '{name}' = {value!r} is invalid: pass a non-negative integer"
+                    + (" of at least 1" if name == "seq_length" else "")
+                )
         if len(self.samples) != len(SPLIT_NAMES) or not all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.samples
         ):
@@ -73,8 +78,18 @@ class CachePlan:
                 raise ConfigError(f"{where}: '{name}' must be true or false")
 
 
-_FIELDS = {"datasets", "cache_dir", "seq_length", "seed", "samples", "split", "add_extra_token",
-           "drop_last_partial_validation", "spec", "algorithm"}
+_FIELDS = {
+    "datasets",
+    "cache_dir",
+    "seq_length",
+    "seed",
+    "samples",
+    "split",
+    "add_extra_token",
+    "drop_last_partial_validation",
+    "spec",
+    "algorithm",
+}
 
 
 def load_cache_plan(path: str | os.PathLike) -> CachePlan:
@@ -137,8 +152,9 @@ class CacheEntry:
         """One line: built or found, which (store, split), how many samples, how long, and its key."""
         action = "built" if self.built else "found"
         target = f" -> {self.key[:16]}" if self.key else ""
-        return (f"{action} {self.dataset} [{self.split}] {self.samples:,} samples "
-                f"in {self.seconds * 1000:,.1f} ms{target}")
+        return (
+            f"{action} {self.dataset} [{self.split}] {self.samples:,} samples in {self.seconds * 1000:,.1f} ms{target}"
+        )
 
 
 @dataclass(frozen=True)
@@ -151,13 +167,18 @@ class CacheReport:
     def render(self) -> str:
         """The closing line: how many index sets, how many built now."""
         built = sum(entry.built for entry in self.entries)
-        return (f"{len(self.entries)} index sets in {self.cache_dir}: {built} built, "
-                f"{len(self.entries) - built} already there")
+        return (
+            f"{len(self.entries)} index sets in {self.cache_dir}: {built} built, "
+            f"{len(self.entries) - built} already there"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-able data."""
-        return {"cache_dir": self.cache_dir, "entries": [asdict(entry) for entry in self.entries],
-                "built": sum(entry.built for entry in self.entries)}
+        return {
+            "cache_dir": self.cache_dir,
+            "entries": [asdict(entry) for entry in self.entries],
+            "built": sum(entry.built for entry in self.entries),
+        }
 
 
 def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None) -> list[CacheEntry]:
@@ -173,8 +194,14 @@ def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None 
                 continue
             drop_last = which != "valid" or plan.drop_last_partial_validation
             request = gpt_index_request(
-                store, num_samples, plan.seq_length, plan.seed, split=plan.split, which=which,
-                add_extra_token=plan.add_extra_token, drop_last_partial=drop_last,
+                store,
+                num_samples,
+                plan.seq_length,
+                plan.seed,
+                split=plan.split,
+                which=which,
+                add_extra_token=plan.add_extra_token,
+                drop_last_partial=drop_last,
             )
             if request is None:
                 continue
@@ -186,8 +213,9 @@ def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None 
 
             started = time.perf_counter()
             cache.get_or_build(store, request.params, build, strict=True, distributed=False)
-            entry = CacheEntry(prefix, which, num_samples, cache_key(store, request.params), bool(built),
-                               time.perf_counter() - started)
+            entry = CacheEntry(
+                prefix, which, num_samples, cache_key(store, request.params), bool(built), time.perf_counter() - started
+            )
             entries.append(entry)
             if report is not None:
                 report(entry)
@@ -200,8 +228,9 @@ def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | N
     spec = load_blend_spec(plan.spec)
     # eod_id changes no index (the sample geometry does), but the stores' must agree: take the first
     # one a manifest names, so build_datasets checks the others against it
-    config = GPTSampleConfig(seq_length=plan.seq_length, eod_id=_first_eod_id(spec),
-                             add_extra_token=plan.add_extra_token)
+    config = GPTSampleConfig(
+        seq_length=plan.seq_length, eod_id=_first_eod_id(spec), add_extra_token=plan.add_extra_token
+    )
     cache = IndexCache(plan.cache_dir)
     entries = []
     for i, which in enumerate(SPLIT_NAMES):
@@ -210,13 +239,21 @@ def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | N
         sizes = tuple(n if k == i else 0 for k, n in enumerate(plan.samples))
         before = _entry_count(cache)
         started = time.perf_counter()
-        dataset = build_datasets(spec, sizes=sizes, config=config, seed=plan.seed, split=plan.split, cache=cache,
-                                 algorithm=plan.algorithm,
-                                 drop_last_partial_validation=plan.drop_last_partial_validation)[i]
+        dataset = build_datasets(
+            spec,
+            sizes=sizes,
+            config=config,
+            seed=plan.seed,
+            split=plan.split,
+            cache=cache,
+            algorithm=plan.algorithm,
+            drop_last_partial_validation=plan.drop_last_partial_validation,
+        )[i]
         if dataset is None:
             continue
-        entry = CacheEntry(plan.spec, which, len(dataset), "", _entry_count(cache) > before,
-                           time.perf_counter() - started)
+        entry = CacheEntry(
+            plan.spec, which, len(dataset), "", _entry_count(cache) > before, time.perf_counter() - started
+        )
         entries.append(entry)
         if report is not None:
             report(entry)

@@ -7,8 +7,9 @@ over the run (matplotlib, the ``plot`` extra).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,10 @@ class BlendReport:
 
     def render(self, root: str | None = None) -> str:
         """The report as an aligned text table; local prefixes shown relative to ``root`` when given."""
-        names = [row.prefix if root is None or "://" in row.prefix else os.path.relpath(row.prefix, root)
-                 for row in self.rows]
+        names = [
+            row.prefix if root is None or "://" in row.prefix else os.path.relpath(row.prefix, root)
+            for row in self.rows
+        ]
         width = max(len("dataset"), *(len(name) for name in names))
         lines = [
             f"{self.name}: {self.size:,} samples of {self.seq_length} tokens, algorithm {self.algorithm}",
@@ -89,8 +92,10 @@ def blend_report(
         raise ConfigError(f"size={size!r} is invalid: pass the number of samples to blend, at least 1")
     if isinstance(seq_length, bool) or not isinstance(seq_length, (int, np.integer)) or seq_length < 1:
         raise ConfigError(f"seq_length={seq_length!r} is invalid: pass an integer of at least 1")
-    return [_report(name, blend.without_zero_weights(), int(size), int(seq_length), algorithm, size_of)
-            for name, blend in _named_blends(spec)]
+    return [
+        _report(name, blend.without_zero_weights(), int(size), int(seq_length), algorithm, size_of)
+        for name, blend in _named_blends(spec)
+    ]
 
 
 def _named_blends(spec: BlendSpec) -> list[tuple[str, Blend]]:
@@ -107,8 +112,9 @@ def _weights(blend: Blend, size_of: Callable[[str], int]) -> np.ndarray:
     return np.array([size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
 
 
-def _report(name: str, blend: Blend, size: int, seq_length: int, algorithm: str,
-            size_of: Callable[[str], int]) -> BlendReport:
+def _report(
+    name: str, blend: Blend, size: int, seq_length: int, algorithm: str, size_of: Callable[[str], int]
+) -> BlendReport:
     """The report of one blend."""
     if blend.schedule is not None:
         raise ConfigError(
@@ -129,8 +135,15 @@ def _report(name: str, blend: Blend, size: int, seq_length: int, algorithm: str,
     return BlendReport(name, size, seq_length, algorithm, rows, 1 - 1 / (2 * n - 2) if n > 1 else 0.0)
 
 
-def plot_blend(spec: BlendSpec, size: int, path: str | os.PathLike, *, algorithm: str = "tijdeman",
-               size_of: Callable[[str], int] = store_tokens, points: int = 400) -> None:
+def plot_blend(
+    spec: BlendSpec,
+    size: int,
+    path: str | os.PathLike,
+    *,
+    algorithm: str = "tijdeman",
+    size_of: Callable[[str], int] = store_tokens,
+    points: int = 400,
+) -> None:
     """Draw each dataset's achieved share ``C_i(t) / t`` against its target over the run into ``path`` (PNG)."""
     try:
         import matplotlib
@@ -148,7 +161,7 @@ def plot_blend(spec: BlendSpec, size: int, path: str | os.PathLike, *, algorithm
         at = np.unique(np.geomspace(1, size, min(points, size)).astype(np.int64))
         for d, (prefix, share) in enumerate(zip(blend.prefixes, weights / weights.sum())):
             taken = np.cumsum(dataset_index == d)[at - 1]
-            line, = axis.plot(at, taken / at, label=os.path.basename(prefix))
+            (line,) = axis.plot(at, taken / at, label=os.path.basename(prefix))
             axis.axhline(share, color=line.get_color(), linestyle=":", linewidth=0.8)
         axis.set_xscale("log")
         axis.set_title(f"{name}: achieved share (solid) vs target (dotted), {algorithm}")

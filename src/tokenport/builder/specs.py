@@ -26,16 +26,17 @@ from __future__ import annotations
 import glob
 import math
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._files import parse_structured, read_text
+from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset, resolve_stores, strip_suffix
 from ..storage import GLOB_CHARS, is_remote, local_path
-from ..blend.schedule import MixtureSchedule
 from .splits import SPLIT_NAMES
 
 
@@ -108,8 +109,9 @@ def _checked_weights(prefixes: tuple[str, ...], weights: Any) -> tuple[float, ..
         if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)):
             raise ConfigError(f"{_entry(i, prefix)}: weight {weight!r} is not a number")
         if not math.isfinite(weight) or weight < 0:
-            raise ConfigError(f"{_entry(i, prefix)}: weight {weight!r} is invalid: give a finite number >= 0 "
-                              "(0 drops the dataset)")
+            raise ConfigError(
+                f"{_entry(i, prefix)}: weight {weight!r} is invalid: give a finite number >= 0 (0 drops the dataset)"
+            )
     if not any(weights):
         raise ConfigError("every weight of the blend is 0: give at least one dataset a positive weight")
     return tuple(float(w) for w in weights)
@@ -131,28 +133,33 @@ class BlendSpec:
         """Check that exactly one form is given and holds Blends; ConfigError naming the source."""
         where = self.source
         if (self.blend is None) == (self.per_split is None):
-            raise ConfigError(f"{where}: give either one shared blend or per-split blends, not "
-                              + ("both" if self.blend is not None else "neither"))
+            raise ConfigError(
+                f"{where}: give either one shared blend or per-split blends, not "
+                + ("both" if self.blend is not None else "neither")
+            )
         if self.blend is not None and not isinstance(self.blend, Blend):
             raise ConfigError(f"{where}: blend must be a Blend, got {type(self.blend).__name__}")
         if self.per_split is not None:
             object.__setattr__(self, "per_split", _split_tuple(self.per_split, where))
 
 
-def _split_tuple(value: Any, where: str) -> tuple[Blend | None, ...]:
+def _split_tuple(value: Any, where: str) -> tuple[Blend | None, Blend | None, Blend | None]:
     """A (train, valid, test) tuple of Blend or None from a tuple or a mapping of split names."""
     if isinstance(value, Mapping):
         unknown = sorted(map(str, set(value) - set(SPLIT_NAMES)))
         if unknown:
             raise ConfigError(f"{where}: unknown split(s) {', '.join(unknown)}; use {', '.join(SPLIT_NAMES)}")
         value = tuple(value.get(name) for name in SPLIT_NAMES)
-    if not isinstance(value, (tuple, list)) or len(value) != len(SPLIT_NAMES) or not all(
-        b is None or isinstance(b, Blend) for b in value
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != len(SPLIT_NAMES)
+        or not all(b is None or isinstance(b, Blend) for b in value)
     ):
         raise ConfigError(f"{where}: per_split must hold a Blend or None for each of {', '.join(SPLIT_NAMES)}")
     if all(b is None for b in value):
         raise ConfigError(f"{where}: no split has a blend; give at least one of {', '.join(SPLIT_NAMES)}")
-    return tuple(value)
+    train, valid, test = value
+    return train, valid, test
 
 
 # -- Megatron's forms ----------------------------------------------------------------------------
@@ -266,7 +273,7 @@ def blend_per_split_from_json(path: str | os.PathLike) -> BlendSpec:
                 blends[name] = _blend_from_items(value.split() if isinstance(value, str) else value, name)
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from None
-    return BlendSpec(per_split=blends, source=where)
+    return BlendSpec(per_split=_split_tuple(blends, where), source=where)
 
 
 def _reject_unknown(data: Mapping[Any, Any], known: Sequence[str], where: str) -> None:
@@ -314,7 +321,7 @@ def load_blend_spec(path: str | os.PathLike, *, size_of: Callable[[str], int] = 
     if "schedule" in data:
         raise ConfigError(f"{where}: 'schedule' goes with a shared 'blend' (it orders the training stream)")
     blends = {name: loader.split_blend(value, name) for name, value in data.items() if value is not None}
-    return BlendSpec(per_split=blends, source=where)
+    return BlendSpec(per_split=_split_tuple(blends, where), source=where)
 
 
 def _scheduled(blend: Blend, phases: Any, where: str) -> Blend:
@@ -378,22 +385,31 @@ class _Loader:
         if _is_flat(value):
             flat = self.flat(value, where)
             if flat.weights is None:
-                raise self.fail(where, "bare prefixes (weights by size) can only be a whole split's blend; "
-                                       "use {weight: W, parts: [...]} to share a weight by token counts")
+                raise self.fail(
+                    where,
+                    "bare prefixes (weights by size) can only be a whole split's blend; "
+                    "use {weight: W, parts: [...]} to share a weight by token counts",
+                )
             names = [f"{where}[{2 * i + 1}]" for i in range(len(flat.prefixes))]
             shares = self.shares(list(flat.weights), where, scale)
             return [_Leaf(self.resolve(p, name), share, name) for p, name, share in zip(flat.prefixes, names, shares)]
         if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
-            raise self.fail(where, "expected a non-empty list of entries ({path, weight}, {weight, parts} or "
-                                   "{weight, blend}) or Megatron's flat list of weights and prefixes")
+            raise self.fail(
+                where,
+                "expected a non-empty list of entries ({path, weight}, {weight, parts} or "
+                "{weight, blend}) or Megatron's flat list of weights and prefixes",
+            )
         items, names = value, [f"{where}[{i}]" for i in range(len(value))]
         kinds = [self.kind(item, name) for item, name in zip(items, names)]
         weights = [self.weight(item, name) for item, name in zip(items, names)]
         shares = self.shares(weights, where, scale)
-        return [leaf for item, kind, name, share in zip(items, kinds, names, shares)
-                for leaf in self.entry(item, kind, name, share)]
+        return [
+            leaf
+            for item, kind, name, share in zip(items, kinds, names, shares)
+            for leaf in self.entry(item, kind, name, share)
+        ]
 
-    def shares(self, weights: list[float], where: str, scale: float) -> list[float]:
+    def shares(self, weights: Sequence[float], where: str, scale: float) -> list[float]:
         """`scale` times each normalized weight; all zeros under a non-zero scale is an error."""
         if scale == 0.0:
             return [0.0] * len(weights)
@@ -409,8 +425,9 @@ class _Loader:
         if isinstance(value, str):
             value = _as_float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise self.fail(f"{where}.weight", f"{item['weight']!r} is invalid: give a finite number >= 0 "
-                                               "(0 drops the entry)")
+            raise self.fail(
+                f"{where}.weight", f"{item['weight']!r} is invalid: give a finite number >= 0 (0 drops the entry)"
+            )
         return float(value)
 
     def kind(self, item: dict, where: str) -> str:
@@ -418,8 +435,11 @@ class _Loader:
         _reject_unknown(item, ("name", "weight") + _KINDS, f"{self.source}: {where}")
         kinds = [kind for kind in _KINDS if kind in item]
         if len(kinds) != 1:
-            raise self.fail(where, "give exactly one of 'path' (a store), 'parts' (a store in parts) or "
-                                   f"'blend' (a nested group), got {', '.join(kinds) or 'none'}")
+            raise self.fail(
+                where,
+                "give exactly one of 'path' (a store), 'parts' (a store in parts) or "
+                f"'blend' (a nested group), got {', '.join(kinds) or 'none'}",
+            )
         if "name" in item and not isinstance(item["name"], str):
             raise self.fail(f"{where}.name", f"{item['name']!r} must be a string")
         return kinds[0]
@@ -444,8 +464,11 @@ class _Loader:
         prefixes = sorted({p for i, pattern in enumerate(patterns) for p in self.expand(pattern, f"{where}[{i}]")})
         tokens = [self.tokens(prefix, where) for prefix in prefixes]
         if not any(tokens):
-            raise self.fail(where, f"the parts ({', '.join(prefixes)}) hold no tokens: give the entry weight 0 "
-                                   "or point it at stores with data")
+            raise self.fail(
+                where,
+                f"the parts ({', '.join(prefixes)}) hold no tokens: give the entry weight 0 "
+                "or point it at stores with data",
+            )
         return [_Leaf(p, share, where) for p, share in zip(prefixes, self.shares(tokens, where, scale))]
 
     def expand(self, pattern: str, where: str) -> list[str]:
@@ -484,14 +507,19 @@ class _Loader:
         seen: dict[str, str] = {}
         for leaf in leaves:
             if leaf.prefix in seen:
-                raise self.fail(leaf.where, f"{leaf.prefix!r} is already in the blend at {seen[leaf.prefix]}; "
-                                            "list each store once (give it the combined weight)")
+                raise self.fail(
+                    leaf.where,
+                    f"{leaf.prefix!r} is already in the blend at {seen[leaf.prefix]}; "
+                    "list each store once (give it the combined weight)",
+                )
             seen[leaf.prefix] = leaf.where
         return leaves
 
 
 def _is_flat(value: Any) -> bool:
     """True for a non-empty list of scalars: Megatron's flat ``--data-path`` form."""
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in value
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in value)
     )

@@ -5,15 +5,15 @@ worker processes, assembled into Megatron-compatible ``part-NNNNN.{bin,idx}`` st
 ``tokenport.json`` dataset manifest. See `prepare` and `PrepareConfig`.
 """
 
-from .run.config import PrepareConfig
 from .inputs.documents import Document, DocumentStep
+from .inputs.readers import read_slice
+from .run.config import PrepareConfig
+from .run.pipeline import PrepareResult, prepare
+from .run.stats import SKIP_KINDS
+from .run.tokenize import TokenBatch, Tokenize, split_text
 from .steps.base import Step
 from .steps.pii import PII_KINDS, PIIScrubber
 from .steps.registry import register_step
-from .run.pipeline import PrepareResult, prepare
-from .inputs.readers import read_slice
-from .run.stats import SKIP_KINDS
-from .run.tokenize import Tokenize, TokenBatch, split_text
 
 __all__ = [
     "Document",

@@ -12,8 +12,8 @@ import inspect
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 _SKIPPED_DIRECTORIES = {"site-packages", "dist-packages", "test", "tests", "__pycache__", "idle_test"}
 _MIN_DOCSTRING_CHARS = 40
@@ -71,9 +71,10 @@ def build_demo_corpus(directory: str, limit: int | None = None) -> DemoCorpus:
     prose_path = os.path.join(directory, "prose.jsonl")
     root = sysconfig.get_paths()["stdlib"]
     code_docs = prose_docs = code_bytes = prose_bytes = 0
-    with gzip.open(code_path + ".tmp", "wt", encoding="utf-8", compresslevel=5) as code, open(
-        prose_path + ".tmp", "w", encoding="utf-8"
-    ) as prose:
+    with (
+        gzip.open(code_path + ".tmp", "wt", encoding="utf-8", compresslevel=5) as code,
+        open(prose_path + ".tmp", "w", encoding="utf-8") as prose,
+    ):
         for path in stdlib_sources(limit):
             source = read_source(path)
             if source is None:

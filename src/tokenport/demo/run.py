@@ -12,24 +12,24 @@ import os
 import shutil
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from .._jit import announce_compilation
 from ..builder import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
 from ..builder.report import blend_report
-from .corpus import build_demo_corpus
-from ..dock import Balanced, Column, Dock, PromptGroups
-from ..samples.gpt import GPTSampleConfig
-from ..indexed import IndexedDataset, merge, verify
-from ..indexed.inspect import summarize
-from ..samples.packed import PackedDataset
 from ..corpus import PrepareConfig, prepare
 from ..corpus.run.report import load_report
+from ..dock import Balanced, Column, Dock, PromptGroups
+from ..indexed import IndexedDataset, merge, verify
+from ..indexed.inspect import summarize
+from ..samples.gpt import GPTSampleConfig
+from ..samples.packed import PackedDataset
 from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
+from .corpus import build_demo_corpus
 
 Echo = Callable[[str], None]
 
@@ -42,10 +42,24 @@ def _fresh(directory: str) -> str:
     return directory
 
 
-DEMO_KERNELS = tuple(f"tokenport.{name}" for name in (
-    "blend.indices", "blend.tijdeman", "corpus.steps.minhash", "corpus.steps.quality", "dock.copying",
-    "packing.balance", "packing.bins", "rng.legacy_shuffle", "rng.mt19937", "rng.torch_randperm", "samples.fields",
-    "samples.gpt", "sampling.length_grouping"))
+DEMO_KERNELS = tuple(
+    f"tokenport.{name}"
+    for name in (
+        "blend.indices",
+        "blend.tijdeman",
+        "corpus.steps.minhash",
+        "corpus.steps.quality",
+        "dock.copying",
+        "packing.balance",
+        "packing.bins",
+        "rng.legacy_shuffle",
+        "rng.mt19937",
+        "rng.torch_randperm",
+        "samples.fields",
+        "samples.gpt",
+        "sampling.length_grouping",
+    )
+)
 """Modules whose kernels the demo runs (those a cold numba cache holds after a demo)."""
 
 
@@ -59,7 +73,9 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     echo("\n== 1. corpus: the Python standard library's source files and docstrings")
     corpus = build_demo_corpus(os.path.join(workdir, "corpus"), limit=limit)
     echo(f"code   {corpus.code_documents:>7,} modules     {corpus.code_bytes / 2**20:7.1f} MiB -> {corpus.code_path}")
-    echo(f"prose  {corpus.prose_documents:>7,} docstrings  {corpus.prose_bytes / 2**20:7.1f} MiB -> {corpus.prose_path}")
+    echo(
+        f"prose  {corpus.prose_documents:>7,} docstrings  {corpus.prose_bytes / 2**20:7.1f} MiB -> {corpus.prose_path}"
+    )
 
     echo("\n== 2. prepare: tokenize with the built-in byte-level tokenizer into .bin/.idx stores")
     stores = _fresh(os.path.join(workdir, "stores"))
@@ -79,7 +95,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
         echo(f"[{name}] " + result.summary().replace("\n", f"\n[{name}] "))
 
     echo("\n== 3. verify: structure of every .idx, sizes, and the manifests' checksums")
-    for name, prefixes in parts.items():
+    for prefixes in parts.values():
         for prefix in prefixes:
             report = verify(prefix)
             echo(
@@ -88,15 +104,17 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
             )
 
     echo("\n== 4. inspect: what a store holds")
-    for name, prefixes in parts.items():
+    for prefixes in parts.values():
         echo(summarize(prefixes[0], documents=2).render())
         echo("")
 
     echo("== 5. merge and read: one store of both datasets, random and batched reads")
     merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"], overwrite=True)
     ds = IndexedDataset(merged)
-    echo(f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
-         f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)")
+    echo(
+        f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
+        f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)"
+    )
     _time_reads(ds, echo)
     _gpt_samples(ds, os.path.join(stores, "index-cache"), echo)
     ds.close()
@@ -119,25 +137,32 @@ def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
     build_gpt_dataset(ds, num_samples, config, 1234, split="969,30,1", which="train", cache=cache)
     built = time.perf_counter() - begin
     begin = time.perf_counter()
-    samples = build_gpt_dataset(IndexedDataset(ds.prefix), num_samples, config, 1234, split="969,30,1",
-                                which="train", cache=cache)
+    samples = build_gpt_dataset(
+        IndexedDataset(ds.prefix), num_samples, config, 1234, split="969,30,1", which="train", cache=cache
+    )
     reopened = time.perf_counter() - begin
     epochs = len(samples.document_index) // (train[1] - train[0])
     echo(f"train split: documents {train[0]:,}..{train[1]:,} of {len(ds):,}; valid {valid[0]:,}..{valid[1]:,}")
-    echo(f"{len(samples):,} samples of 1024+1 tokens over {epochs} epochs; indices built and cached in "
-         f"{built * 1000:.0f} ms, reopened from the cache in {reopened * 1000:.1f} ms")
+    echo(
+        f"{len(samples):,} samples of 1024+1 tokens over {epochs} epochs; indices built and cached in "
+        f"{built * 1000:.0f} ms, reopened from the cache in {reopened * 1000:.1f} ms"
+    )
     ids = np.random.default_rng(1).integers(0, len(samples), 2000).tolist()
     begin = time.perf_counter()
     for i in ids:
         samples[i]
-    echo(f"random samples[i]:   {len(ids) / (time.perf_counter() - begin):12,.0f} samples/s "
-         "(tokens, labels, loss_mask, position_ids, cu_seqlens)")
+    echo(
+        f"random samples[i]:   {len(ids) / (time.perf_counter() - begin):12,.0f} samples/s "
+        "(tokens, labels, loss_mask, position_ids, cu_seqlens)"
+    )
     batch = samples.get_batch(np.arange(min(256, len(samples))))
     pick = int(np.argmax((batch["cu_seqlens"] < 1024).sum(axis=1)))  # the sample with most documents
     sample = samples[pick]
     boundaries = sample["cu_seqlens"][: int(np.argmax(sample["cu_seqlens"] == 1024)) + 1]
-    echo(f"sample {pick}: tokens {sample['tokens'].shape}, loss on {int(sample['loss_mask'].sum())} positions "
-         f"(EOD masked), documents at cu_seqlens {boundaries.tolist()}, max_seqlen {int(sample['max_seqlen'])}")
+    echo(
+        f"sample {pick}: tokens {sample['tokens'].shape}, loss on {int(sample['loss_mask'].sum())} positions "
+        f"(EOD masked), documents at cu_seqlens {boundaries.tolist()}, max_seqlen {int(sample['max_seqlen'])}"
+    )
     echo(f"sample {pick} position_ids restart at each document: {sample['position_ids'][boundaries[1:-1]].tolist()}")
 
 
@@ -146,26 +171,41 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo
     echo("\n== 7. blend: code and prose by weight, exact at every prefix (Tijdeman's schedule)")
     spec_path = os.path.join(workdir, "stores", "blend.json")
     with open(spec_path, "w", encoding="utf-8") as f:  # each dataset's parts share its weight by tokens
-        json.dump({"blend": [{"name": "code", "weight": 0.3, "parts": parts["code"]},
-                             {"name": "prose", "weight": 0.7, "parts": parts["prose"]}]}, f, indent=2)
+        json.dump(
+            {
+                "blend": [
+                    {"name": "code", "weight": 0.3, "parts": parts["code"]},
+                    {"name": "prose", "weight": 0.7, "parts": parts["prose"]},
+                ]
+            },
+            f,
+            indent=2,
+        )
     spec = load_blend_spec(spec_path)
     echo(f"spec {os.path.relpath(spec_path, workdir)}: {len(spec.blend.prefixes)} stores in 2 groups")
     for report in blend_report(spec, 20_000, seq_length=1024):
         echo(report.render(root=workdir))
     config = GPTSampleConfig(seq_length=1024, eod_id=load_tokenizer("byte").eod_id)
     begin = time.perf_counter()
-    train, valid, test = build_datasets(spec, sizes=(20_000, 200, 20), config=config, seed=1234,
-                                        split="90,5,5", cache=cache_dir)
+    train, valid, test = build_datasets(
+        spec, sizes=(20_000, 200, 20), config=config, seed=1234, split="90,5,5", cache=cache_dir
+    )
     built = time.perf_counter() - begin
-    echo(f"train/valid/test: {len(train):,} / {len(valid):,} / {len(test):,} samples, every store's share "
-         f"of each split built exactly as large as the blend needs, in {built * 1000:.0f} ms")
+    echo(
+        f"train/valid/test: {len(train):,} / {len(valid):,} / {len(test):,} samples, every store's share "
+        f"of each split built exactly as large as the blend needs, in {built * 1000:.0f} ms"
+    )
     sample = train[0]
-    echo(f"train[0] comes from {os.path.relpath(train.datasets[sample['dataset_id']].dataset.prefix, workdir)}; "
-         f"samples per store: {train.samples_per_dataset().tolist()}")
+    echo(
+        f"train[0] comes from {os.path.relpath(train.datasets[sample['dataset_id']].dataset.prefix, workdir)}; "
+        f"samples per store: {train.samples_per_dataset().tolist()}"
+    )
     sampler = PretrainingSampler(len(train), 0, micro_batch_size=8, data_parallel_rank=0, data_parallel_size=4)
     sampler.advance(16_000)  # as if 500 training steps of 32 samples had run
-    echo(f"after {sampler.consumed_samples:,} training samples, passes over each store's train split "
-         "(and where the first ended):")
+    echo(
+        f"after {sampler.consumed_samples:,} training samples, passes over each store's train split "
+        "(and where the first ended):"
+    )
     for report in dataset_epochs(train, sampler.consumed_stream()):
         name = os.path.relpath(train.datasets[report.dataset].dataset.prefix, workdir)
         first = f", first at sample {report.boundaries[0]:,}" if report.boundaries else ""
@@ -179,16 +219,20 @@ def _sampling(prefix: str, echo: Echo) -> None:
     echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, num_ranks=8)))
     packed = PackedDataset(ds, 4096, split=True, seed=0)
     sample = packed[0]
-    echo(f"packed: {len(packed):,} samples of 4096 tokens at {packed.efficiency:.3%} efficiency; sample 0 holds "
-         f"{int(sample['num_documents'])} documents, labels never cross them")
+    echo(
+        f"packed: {len(packed):,} samples of 4096 tokens at {packed.efficiency:.3%} efficiency; sample 0 holds "
+        f"{int(sample['num_documents'])} documents, labels never cross them"
+    )
     sampler = RandomSampler(len(packed), 0, micro_batch_size=2, data_parallel_rank=0, data_parallel_size=2, seed=7)
     batches = iter(sampler)
     first = [next(batches) for _ in range(3)]
     state = sampler.state_dict()
     resumed = RandomSampler(len(packed), 0, micro_batch_size=4, data_parallel_rank=0, data_parallel_size=1, seed=7)
     resumed.load_state_dict(state)
-    echo(f"rank 0 of 2 micro-batches {first}; state {state['consumed_samples']} samples consumed; "
-         f"resumed on 1 rank, the global stream continues with {next(iter(resumed))}")
+    echo(
+        f"rank 0 of 2 micro-batches {first}; state {state['consumed_samples']} samples consumed; "
+        f"resumed on 1 rank, the global stream continues with {next(iter(resumed))}"
+    )
     ds.close()
 
 
@@ -197,12 +241,22 @@ def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
     echo("\n== 9. dock: RL experience between stages (rollout -> reward -> advantages -> 2 training ranks)")
     ds = IndexedDataset(prefix)
     group, prompts = 8, 16
-    dock = Dock([Column("prompts", np.uint16, ragged=True), Column("responses", np.uint16, ragged=True),
-                 Column("reward", np.float32), Column("advantages", np.float32)],
-                ["rollout", "reward", "advantage", "train"], n_samples_per_prompt=group)
+    dock = Dock(
+        [
+            Column("prompts", np.uint16, ragged=True),
+            Column("responses", np.uint16, ragged=True),
+            Column("reward", np.float32),
+            Column("advantages", np.float32),
+        ],
+        ["rollout", "reward", "advantage", "train"],
+        n_samples_per_prompt=group,
+    )
     dock.add_partition("step-0", num_prompts=prompts)
-    dock.put("step-0", {"prompts": [ds[i % len(ds)][:64] for i in range(0, prompts * group, group)
-                                    for _ in range(group)]}, rows=range(prompts * group))
+    dock.put(
+        "step-0",
+        {"prompts": [ds[i % len(ds)][:64] for i in range(0, prompts * group, group) for _ in range(group)]},
+        rows=range(prompts * group),
+    )
 
     def rollout() -> None:  # a stand-in for generation: each response is a slice of another document
         while (batch := dock.get("rollout", ["prompts"], 32, "step-0", timeout=30)) is not None:
@@ -215,8 +269,9 @@ def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
             dock.put("step-0", {"reward": np.array(scores)}, rows=batch.rows)
 
     def advantages() -> None:  # GRPO: reward normalized within each prompt's group
-        while (batch := dock.get("advantage", ["reward"], group, "step-0", sampler=PromptGroups(),
-                                 timeout=30)) is not None:
+        while (
+            batch := dock.get("advantage", ["reward"], group, "step-0", sampler=PromptGroups(), timeout=30)
+        ) is not None:
             r = batch["reward"]
             dock.put("step-0", {"advantages": (r - r.mean()) / (r.std() + 1e-6)}, rows=batch.rows)
 
@@ -225,37 +280,56 @@ def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
     for stage in stages:
         stage.start()
     loads = []
-    while (batch := dock.get("train", ["responses", "advantages"], 32, "step-0",
-                             sampler=Balanced(2, "responses"), timeout=30)) is not None:
+    while (
+        batch := dock.get(
+            "train", ["responses", "advantages"], 32, "step-0", sampler=Balanced(2, "responses"), timeout=30
+        )
+    ) is not None:
         loads.append([int(part["responses"].lengths.sum()) for part in batch.split(2)])
     for stage in stages:
         stage.join()
     elapsed = time.perf_counter() - begin
     stats = dock.stats()["consumers"]
-    echo(f"{prompts * group} rows ({prompts} prompts x {group}) through 3 stage threads and the trainer in "
-         f"{elapsed * 1000:.0f} ms; rows served per stage: "
-         + ", ".join(f"{name} {s['rows']}" for name, s in stats.items()))
+    echo(
+        f"{prompts * group} rows ({prompts} prompts x {group}) through 3 stage threads and the trainer in "
+        f"{elapsed * 1000:.0f} ms; rows served per stage: "
+        + ", ".join(f"{name} {s['rows']}" for name, s in stats.items())
+    )
     echo(f"train batches of 32 split over 2 ranks by Karmarkar-Karp, response tokens per rank: {loads}")
     dock.save(checkpoint)
     restored = Dock.load(checkpoint)
-    echo(f"checkpoint {os.path.basename(checkpoint)}/ saved and reloaded: {restored.partitions['step-0']} rows, "
-         f"all consumed by train: {restored.all_consumed('train', 'step-0')}")
+    echo(
+        f"checkpoint {os.path.basename(checkpoint)}/ saved and reloaded: {restored.partitions['step-0']} rows, "
+        f"all consumed by train: {restored.all_consumed('train', 'step-0')}"
+    )
     ds.close()
 
 
 def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
     """Prepare the docstrings again through cleaning steps; report what each removed and why."""
     echo("\n== 10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare")
-    steps = [{"step": "line_corrections"}, {"step": "gopher_quality"}, {"step": "gopher_repetition"},
-             {"step": "exact_dedup"}, {"step": "minhash_dedup"}, {"step": "pii"}]
-    config = PrepareConfig(inputs=(prose,), output=output, steps=steps, keep_rejected=True,
-                           **({"workers": workers} if workers else {}))
+    steps = [
+        {"step": "line_corrections"},
+        {"step": "gopher_quality"},
+        {"step": "gopher_repetition"},
+        {"step": "exact_dedup"},
+        {"step": "minhash_dedup"},
+        {"step": "pii"},
+    ]
+    config = PrepareConfig(
+        inputs=(prose,), output=output, steps=steps, keep_rejected=True, **({"workers": workers} if workers else {})
+    )
     result = prepare(config)
     echo(load_report(output).render())
-    rejected = sum(1 for name in os.listdir(os.path.join(output, "rejected")) for _ in open(
-        os.path.join(output, "rejected", name), encoding="utf-8"))
-    echo(f"{rejected:,} rejected documents kept for audit under {os.path.basename(output)}/rejected/; "
-         f"{result.documents:,} documents remain")
+    rejected = sum(
+        1
+        for name in os.listdir(os.path.join(output, "rejected"))
+        for _ in open(os.path.join(output, "rejected", name), encoding="utf-8")
+    )
+    echo(
+        f"{rejected:,} rejected documents kept for audit under {os.path.basename(output)}/rejected/; "
+        f"{result.documents:,} documents remain"
+    )
 
 
 def _time_reads(ds: IndexedDataset, echo: Echo) -> None:
@@ -273,4 +347,7 @@ def _time_reads(ds: IndexedDataset, echo: Echo) -> None:
         tokens_read += len(tokens)
     batched = time.perf_counter() - begin
     echo(f"random ds[i]:        {len(ids) / single:12,.0f} documents/s (zero-copy views)")
-    echo(f"get_many(1000 ids):  {len(ids) / batched:12,.0f} documents/s ({tokens_read / batched / 1e6:,.0f}M tokens/s copied)")
+    echo(
+        f"get_many(1000 ids):  {len(ids) / batched:12,.0f} documents/s "
+        f"({tokens_read / batched / 1e6:,.0f}M tokens/s copied)"
+    )

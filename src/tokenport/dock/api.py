@@ -50,19 +50,37 @@ class DockAPI(Protocol):
 
     def close(self) -> None: ...
 
-    def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
-            overwrite: bool = False, completed: bool | Sequence[bool] | np.ndarray = True) -> None: ...
+    def put(
+        self,
+        partition: str,
+        columns: Mapping[str, Any],
+        rows: Sequence[int] | np.ndarray,
+        *,
+        overwrite: bool = False,
+        completed: bool | Sequence[bool] | np.ndarray = True,
+    ) -> None: ...
 
-    async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
-                   **options: Any) -> None: ...
+    async def aput(
+        self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
+    ) -> None: ...
 
-    def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
-            rows: Sequence[int] | np.ndarray | None = None, timeout: float | None = None,
-            sampler: Sampler | None = None, lease: float | None = None,
-            unfinished: bool = False) -> Batch | None: ...
+    def get(
+        self,
+        consumer: str,
+        columns: Sequence[str],
+        count: int,
+        partition: str | None = None,
+        *,
+        rows: Sequence[int] | np.ndarray | None = None,
+        timeout: float | None = None,
+        sampler: Sampler | None = None,
+        lease: float | None = None,
+        unfinished: bool = False,
+    ) -> Batch | None: ...
 
-    async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,
-                   **options: Any) -> Batch | None: ...
+    async def aget(
+        self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
+    ) -> Batch | None: ...
 
     def ack(self, lease_id: int) -> None: ...
 

@@ -40,8 +40,12 @@ def _completed_flags(completed: bool | Sequence[bool] | np.ndarray, rows: int) -
     return np.broadcast_to(flags, (rows,))
 
 
-def checked_put(column_of: Callable[[str], Column], columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
-                completed: bool | Sequence[bool] | np.ndarray) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+def checked_put(
+    column_of: Callable[[str], Column],
+    columns: Mapping[str, Any],
+    rows: Sequence[int] | np.ndarray,
+    completed: bool | Sequence[bool] | np.ndarray,
+) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
     """The checks of a put that need no partition (Dock and RayDock both run them, so they fail
     alike): ``(row ids, each column's values cast to its dtype, finished flags)``."""
     if not isinstance(columns, Mapping) or not columns:
@@ -111,8 +115,9 @@ def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packe
     if column.ragged:
         return as_ragged(value, column.name, rows, column.dtype, column.shape)
     what = f"column {column.name!r}"
-    if isinstance(value, (Packed, Padded)) or (isinstance(value, (list, tuple)) and value and
-                                     {as_array(v, what).shape for v in value} - {column.shape}):
+    if isinstance(value, (Packed, Padded)) or (
+        isinstance(value, (list, tuple)) and value and {as_array(v, what).shape for v in value} - {column.shape}
+    ):
         raise ConfigError(f"{what} is not ragged: pass one array of shape (rows, *{column.shape})")
     array = as_array(value, what)
     if array.shape != (rows, *column.shape):

@@ -47,14 +47,14 @@ class Batch:
             raise ConfigError(f"column {name!r} is not ragged: it is already a {column.shape} array")
         return column.padded(pad_value, multiple_of=multiple_of)
 
-    def split(self, parts: int) -> list["Batch"]:
+    def split(self, parts: int) -> list[Batch]:
         """``parts`` consecutive batches of equal row count (the per-rank parts of a ``Balanced`` batch)."""
         if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1 or len(self) % parts:
             raise ConfigError(f"parts={parts!r}: the batch's {len(self)} rows do not split into that many equal parts")
         size = len(self) // parts
         return [self.select(np.arange(k * size, (k + 1) * size)) for k in range(parts)]
 
-    def select(self, positions: np.ndarray) -> "Batch":
+    def select(self, positions: np.ndarray) -> Batch:
         """The batch restricted to the rows at ``positions`` (indices into ``self.rows``), same lease."""
         columns: dict[str, np.ndarray | Packed] = {}
         for name, column in self.columns.items():

@@ -43,8 +43,14 @@ def fitted(values: np.ndarray, dtype: np.dtype, what: str, *, lengths: np.ndarra
     if dtype.kind in "iu":  # integers into a narrower or other-signed integer type: check the range
         info = np.iinfo(dtype)
         if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
-            _refuse(values, (values < info.min) | (values > info.max), lengths, what, dtype,
-                    f"its range is {info.min}..{info.max}")
+            _refuse(
+                values,
+                (values < info.min) | (values > info.max),
+                lengths,
+                what,
+                dtype,
+                f"its range is {info.min}..{info.max}",
+            )
         return values.astype(dtype)
     with np.errstate(over="ignore"):  # into a narrower float: rounding is fine, overflowing to inf is not
         cast = values.astype(dtype)
@@ -55,8 +61,9 @@ def fitted(values: np.ndarray, dtype: np.dtype, what: str, *, lengths: np.ndarra
     return cast
 
 
-def _refuse(values: np.ndarray, bad: np.ndarray, lengths: np.ndarray | None, what: str, dtype: np.dtype,
-            why: str) -> None:
+def _refuse(
+    values: np.ndarray, bad: np.ndarray, lengths: np.ndarray | None, what: str, dtype: np.dtype, why: str
+) -> None:
     """Raise for the first bad item that is data (not padding); return if there is none."""
     if lengths is not None:
         real = np.arange(values.shape[1]) < lengths[:, None]

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+
 import numpy as np
 
 from ..errors import ConfigError, CorruptStoreError
@@ -65,15 +66,17 @@ def load_state(directory: str | os.PathLike[str]) -> DockState:
         with open(path, encoding="utf-8") as f:
             description = json.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"{directory}: no dock checkpoint here (dock.json is missing); pass the directory "
-                          "given to Dock.save") from None
+        raise ConfigError(
+            f"{directory}: no dock checkpoint here (dock.json is missing); pass the directory given to Dock.save"
+        ) from None
     except json.JSONDecodeError as error:
         raise CorruptStoreError(f"{path}: not valid JSON ({error}); the checkpoint is damaged") from None
     if description.get("format") != _FORMAT:
         raise CorruptStoreError(f"{path}: format {description.get('format')!r}, expected {_FORMAT!r}")
     columns = [Column(c["name"], c["dtype"], tuple(c["shape"]), c["ragged"]) for c in description["columns"]]
-    state = DockState(columns, description["consumers"], description["n_samples_per_prompt"],
-                      max_age=description["max_age"])
+    state = DockState(
+        columns, description["consumers"], description["n_samples_per_prompt"], max_age=description["max_age"]
+    )
     for entry in description["partitions"]:
         partition = Partition(entry["name"], entry["rows"])
         file = os.path.join(source, entry["file"])

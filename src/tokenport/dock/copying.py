@@ -28,8 +28,14 @@ def as_bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-def copy_runs(source: np.ndarray, source_starts: np.ndarray, target: np.ndarray, target_starts: np.ndarray,
-              lengths: np.ndarray, item_bytes: int) -> None:
+def copy_runs(
+    source: np.ndarray,
+    source_starts: np.ndarray,
+    target: np.ndarray,
+    target_starts: np.ndarray,
+    lengths: np.ndarray,
+    item_bytes: int,
+) -> None:
     """``target[t : t + n] = source[s : s + n]`` for every run, positions and lengths counted in items
     of ``item_bytes`` bytes (the target must be C-contiguous: it is written through a view)."""
     if not target.flags.c_contiguous:
@@ -45,16 +51,18 @@ def _memcpy(typingctx: Any, target: Any, target_start: Any, source: Any, source_
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         target_data = context.make_array(signature.args[0])(context, builder, args[0]).data
         source_data = context.make_array(signature.args[2])(context, builder, args[2]).data
-        cgutils.raw_memcpy(builder, builder.gep(target_data, [args[1]]), builder.gep(source_data, [args[3]]),
-                           args[4], 1)
+        cgutils.raw_memcpy(
+            builder, builder.gep(target_data, [args[1]]), builder.gep(source_data, [args[3]]), args[4], 1
+        )
         return context.get_dummy_value()
 
     return types.void(target, target_start, source, source_start, count), codegen
 
 
 @numba.njit(cache=True, nogil=True)
-def _copy_runs(source: np.ndarray, source_starts: np.ndarray, target: np.ndarray, target_starts: np.ndarray,
-               lengths: np.ndarray) -> None:
+def _copy_runs(
+    source: np.ndarray, source_starts: np.ndarray, target: np.ndarray, target_starts: np.ndarray, lengths: np.ndarray
+) -> None:
     for i in range(lengths.shape[0]):
         n = lengths[i]
         if n > 0:

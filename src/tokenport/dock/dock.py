@@ -48,13 +48,17 @@ class Dock:
     """
 
     def __init__(
-        self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1, *,
+        self,
+        columns: Sequence[Column],
+        consumers: Sequence[str],
+        n_samples_per_prompt: int = 1,
+        *,
         max_age: int | None = None,
     ) -> None:
         self._state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)
 
     @classmethod
-    def from_state(cls, state: DockState) -> "Dock":
+    def from_state(cls, state: DockState) -> Dock:
         """A dock over ``state`` (a loaded checkpoint, a copy of a RayDock), which it then owns."""
         dock = cls.__new__(cls)
         dock._state = state
@@ -118,8 +122,15 @@ class Dock:
 
     # -- put ----------------------------------------------------------------------------------------
 
-    def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
-            overwrite: bool = False, completed: bool | Sequence[bool] | np.ndarray = True) -> None:
+    def put(
+        self,
+        partition: str,
+        columns: Mapping[str, Any],
+        rows: Sequence[int] | np.ndarray,
+        *,
+        overwrite: bool = False,
+        completed: bool | Sequence[bool] | np.ndarray = True,
+    ) -> None:
         """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready.
 
         Fixed columns take an array of shape ``(len(rows), *shape)``; ragged ones a list of arrays,
@@ -136,8 +147,9 @@ class Dock:
                 target.write(state.column(name), ids, value)
             state.mark_ready(target, list(checked), ids, finished)
 
-    async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
-                   **options: Any) -> None:
+    async def aput(
+        self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
+    ) -> None:
         """``put`` from asyncio code (runs in a worker thread)."""
         await asyncio.to_thread(self.put, partition, columns, rows, **options)
 
@@ -177,8 +189,9 @@ class Dock:
             state.served(consumer, sum(v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values()))
             return Batch(target.name, give, data, lease_id, state.n_samples_per_prompt, target.age[give])
 
-    async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,
-                   **options: Any) -> Batch | None:
+    async def aget(
+        self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
+    ) -> Batch | None:
         """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
         return await asyncio.to_thread(self.get, consumer, columns, count, partition, **options)
 
@@ -205,6 +218,6 @@ class Dock:
         save_state(self._state, directory)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str]) -> "Dock":
+    def load(cls, directory: str | os.PathLike[str]) -> Dock:
         """The dock saved in ``directory``; rows that were out on lease are available again."""
         return cls.from_state(load_state(directory))

@@ -63,7 +63,7 @@ class Packed:
         """The rows as views of ``values``, one array per row."""
         return np.split(self.values, self.offsets[1:-1])
 
-    def padded(self, pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> "Padded":
+    def padded(self, pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
         """The rows as a 2-D array padded to the longest row (rounded up to ``multiple_of``) or to ``length``."""
         return pad(self, pad_value, multiple_of=multiple_of, length=length)
 
@@ -132,9 +132,7 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     return Packed(values if dtype is None else fitted(values, np.dtype(dtype), "pack(rows, dtype)"), lengths)
 
 
-def pad(
-    rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None
-) -> Padded:
+def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
     """Pad rows to the longest, rounded up to ``multiple_of`` (tensor/context parallel sizes), or to ``length``."""
     packed = rows if isinstance(rows, Packed) else pack(rows)
     if isinstance(multiple_of, bool) or not isinstance(multiple_of, (int, np.integer)) or multiple_of < 1:
@@ -198,8 +196,10 @@ def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[in
     if shape != inner:
         raise ConfigError(f"column {name!r}: items of shape {shape}, the column's are {inner}")
     if value.values.dtype != dtype:
-        value = cast(fitted(value.values, dtype, f"column {name!r}", lengths=value.lengths if cast is Padded else None),
-                     value.lengths)
+        value = cast(
+            fitted(value.values, dtype, f"column {name!r}", lengths=value.lengths if cast is Padded else None),
+            value.lengths,
+        )
     return value
 
 

@@ -30,9 +30,9 @@ import numpy as np
 import ray
 
 from ..errors import ConfigError, TokenportError
+from .arguments import Sampler, checked_get, checked_put, positive, row_ids, wanted_columns
 from .batch import Batch
 from .casting import as_array
-from .arguments import Sampler, checked_get, checked_put, positive, row_ids, wanted_columns
 from .checkpoint import load_state, save_state
 from .dock import Dock
 from .ragged import Packed, Padded, take_rows
@@ -48,8 +48,9 @@ _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds on
 class _Controller:
     """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only."""
 
-    def __init__(self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int,
-                 max_age: int | None) -> None:
+    def __init__(
+        self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int, max_age: int | None
+    ) -> None:
         self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)
         self.samplers: dict[str, Sampler] = {}
 
@@ -66,8 +67,15 @@ class _Controller:
         """Raise as ``Dock.put`` would for these rows and columns; return the partition's row count."""
         return self.state.check_put(partition, names, rows, overwrite).rows
 
-    def commit(self, partition: str, names: list[str], rows: np.ndarray, lengths: dict[str, np.ndarray],
-               overwrite: bool, finished: np.ndarray) -> None:
+    def commit(
+        self,
+        partition: str,
+        names: list[str],
+        rows: np.ndarray,
+        lengths: dict[str, np.ndarray],
+        overwrite: bool,
+        finished: np.ndarray,
+    ) -> None:
         """The shards hold the data: record ragged lengths and make the cells ready."""
         state = self.state
         ids = row_ids(rows)
@@ -81,14 +89,30 @@ class _Controller:
         """Per partition: name, rows, and the bits (readiness, consumption, finished, age)."""
         with self.state.lock:
             return [
-                {"name": p.name, "rows": p.rows, "ready": dict(p.ready), "consumed": dict(p.consumed),
-                 "completed": p.completed.copy(), "age": p.age.copy()}
+                {
+                    "name": p.name,
+                    "rows": p.rows,
+                    "ready": dict(p.ready),
+                    "consumed": dict(p.consumed),
+                    "completed": p.completed.copy(),
+                    "age": p.age.copy(),
+                }
                 for p in self.state.each_partition()
             ]
 
-    def take(self, consumer: str, wanted: list[str], count: int, partition: str | None, rows: Any,
-             timeout: float | None, sampler_key: str | None, sampler: Sampler | None,
-             lease: float | None, unfinished: bool) -> tuple[str, np.ndarray, int | None, np.ndarray] | None:
+    def take(
+        self,
+        consumer: str,
+        wanted: list[str],
+        count: int,
+        partition: str | None,
+        rows: Any,
+        timeout: float | None,
+        sampler_key: str | None,
+        sampler: Sampler | None,
+        lease: float | None,
+        unfinished: bool,
+    ) -> tuple[str, np.ndarray, int | None, np.ndarray] | None:
         """Choose and claim rows as ``Dock.get`` does; ``(partition, rows, lease id, ages)`` or None."""
         if sampler is not None:
             self.samplers[sampler_key] = sampler
@@ -112,8 +136,9 @@ class _Shard:
     def add_column(self, column: Column) -> None:
         self.columns[column.name] = column
 
-    def write(self, partition: str, rows_in_partition: int, ids: np.ndarray,
-              values: dict[str, np.ndarray | Packed]) -> None:
+    def write(
+        self, partition: str, rows_in_partition: int, ids: np.ndarray, values: dict[str, np.ndarray | Packed]
+    ) -> None:
         target = self.partitions.get(partition)
         if target is None or target.rows != rows_in_partition:
             target = self.partitions[partition] = Partition(partition, rows_in_partition)
@@ -144,8 +169,15 @@ class RayDock:
     object through Ray share the same dock.
     """
 
-    def __init__(self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1,
-                 *, shards: int = 1, max_age: int | None = None) -> None:
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        consumers: Sequence[str],
+        n_samples_per_prompt: int = 1,
+        *,
+        shards: int = 1,
+        max_age: int | None = None,
+    ) -> None:
         shards = positive("shards", shards)
         columns, consumers = list(columns), list(consumers)
         DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor
@@ -218,8 +250,15 @@ class RayDock:
         """Partition names, oldest first, with their row counts."""
         return _get(self._controller.call.remote("partitions"))
 
-    def put(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, *,
-            overwrite: bool = False, completed: bool | Sequence[bool] | np.ndarray = True) -> None:
+    def put(
+        self,
+        partition: str,
+        columns: Mapping[str, Any],
+        rows: Sequence[int] | np.ndarray,
+        *,
+        overwrite: bool = False,
+        completed: bool | Sequence[bool] | np.ndarray = True,
+    ) -> None:
         """As ``Dock.put`` (the same checks, here, before any actor call): data to the shards, then
         readiness at the controller."""
         if isinstance(columns, Mapping):
@@ -241,22 +280,44 @@ class RayDock:
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
         _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite), finished))
 
-    async def aput(self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray,
-                   **options: Any) -> None:
+    async def aput(
+        self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
+    ) -> None:
         """``put`` from asyncio code (runs in a worker thread)."""
         await asyncio.to_thread(self.put, partition, columns, rows, **options)
 
-    def get(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, *,
-            rows: Sequence[int] | np.ndarray | None = None, timeout: float | None = None,
-            sampler: Sampler | None = None, lease: float | None = None, unfinished: bool = False) -> Batch | None:
+    def get(
+        self,
+        consumer: str,
+        columns: Sequence[str],
+        count: int,
+        partition: str | None = None,
+        *,
+        rows: Sequence[int] | np.ndarray | None = None,
+        timeout: float | None = None,
+        sampler: Sampler | None = None,
+        lease: float | None = None,
+        unfinished: bool = False,
+    ) -> Batch | None:
         """As ``Dock.get`` (the same checks): rows chosen by the controller, data read from the shards."""
         wanted = wanted_columns(columns)
         checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
         exact = None if rows is None else as_array(rows, "rows")
-        taken = _get(self._controller.take.remote(
-            consumer, wanted, count, partition, exact, timeout, key, send, lease, bool(unfinished),
-        ))
+        taken = _get(
+            self._controller.take.remote(
+                consumer,
+                wanted,
+                count,
+                partition,
+                exact,
+                timeout,
+                key,
+                send,
+                lease,
+                bool(unfinished),
+            )
+        )
         if taken is None:
             return None
         name, give, lease_id, ages = taken
@@ -275,8 +336,9 @@ class RayDock:
         batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
         return batch.select(np.argsort(positions, kind="stable"))
 
-    async def aget(self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None,
-                   **options: Any) -> Batch | None:
+    async def aget(
+        self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
+    ) -> Batch | None:
         """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
         return await asyncio.to_thread(self.get, consumer, columns, count, partition, **options)
 
@@ -285,7 +347,7 @@ class RayDock:
         save_state(self._copy_state(), directory)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> "RayDock":
+    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> RayDock:
         """A new RayDock (``shards`` data actors) in the state saved in ``directory``."""
         return cls._from_state(load_state(directory), shards)
 
@@ -294,7 +356,7 @@ class RayDock:
         return Dock.from_state(self._copy_state())
 
     @classmethod
-    def from_dock(cls, dock: Dock, *, shards: int = 1) -> "RayDock":
+    def from_dock(cls, dock: Dock, *, shards: int = 1) -> RayDock:
         """A new RayDock holding a copy of an in-process dock's data and progress."""
         return cls._from_state(dock.state, shards)
 
@@ -323,19 +385,27 @@ class RayDock:
         return state
 
     @classmethod
-    def _from_state(cls, state: DockState, shards: int) -> "RayDock":
+    def _from_state(cls, state: DockState, shards: int) -> RayDock:
         """A new RayDock holding a copy of ``state``'s data and progress."""
         with state.lock:
-            copy = cls(list(state.columns.values()), state.consumers, state.n_samples_per_prompt, shards=shards,
-                       max_age=state.max_age)
+            copy = cls(
+                list(state.columns.values()),
+                state.consumers,
+                state.n_samples_per_prompt,
+                shards=shards,
+                max_age=state.max_age,
+            )
             for partition in state.each_partition():
                 copy.add_partition(partition.name, partition.rows // state.n_samples_per_prompt)
                 for column, ready in partition.ready.items():
                     ids = np.flatnonzero(ready)
                     if len(ids):
                         copy.put(partition.name, {column: partition.read(state.column(column), ids)}, rows=ids)
-                _get(copy._controller.call.remote("restore", partition.name, dict(partition.consumed),
-                                                  partition.completed, partition.age))
+                _get(
+                    copy._controller.call.remote(
+                        "restore", partition.name, dict(partition.consumed), partition.completed, partition.age
+                    )
+                )
             if state.closed:
                 copy.close()
         return copy

@@ -162,7 +162,9 @@ class Balanced:
 
     def __call__(self, request: SampleRequest) -> Selection:
         if request.count % self.ranks:
-            raise ConfigError(f"count={request.count} is not a multiple of ranks={self.ranks}: each rank gets count // ranks")
+            raise ConfigError(
+                f"count={request.count} is not a multiple of ranks={self.ranks}: each rank gets count // ranks"
+            )
         selection = self.pick(request)
         if selection is None or len(selection[0]) == 0:
             return selection

@@ -47,8 +47,14 @@ class _ConsumerStats:
 class DockState:
     """Columns, consumers (with their counters), partitions oldest first, leases, and ``lock``."""
 
-    def __init__(self, columns: Sequence[Column], consumers: Sequence[str], n_samples_per_prompt: int = 1, *,
-                 max_age: int | None = None) -> None:
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        consumers: Sequence[str],
+        n_samples_per_prompt: int = 1,
+        *,
+        max_age: int | None = None,
+    ) -> None:
         self.lock = threading.Condition()
         self._columns: dict[str, Column] = {}
         self._consumers: dict[str, _ConsumerStats] = {}
@@ -114,9 +120,7 @@ class DockState:
         """Add a partition built elsewhere (a loaded checkpoint, a copy); it becomes the newest."""
         with self.lock:
             if partition.name in self._partitions:
-                raise ConfigError(
-                    f"partition {partition.name!r} exists already: clear() or drop_partition() it first"
-                )
+                raise ConfigError(f"partition {partition.name!r} exists already: clear() or drop_partition() it first")
             self._partitions[partition.name] = partition
             self.lock.notify_all()
             return partition
@@ -203,8 +207,9 @@ class DockState:
             target.completed[pending] = False
             self.lock.notify_all()
 
-    def restore(self, partition: str, consumed: Mapping[str, np.ndarray], completed: np.ndarray,
-                age: np.ndarray) -> None:
+    def restore(
+        self, partition: str, consumed: Mapping[str, np.ndarray], completed: np.ndarray, age: np.ndarray
+    ) -> None:
         """Set a partition's consumption, finished flags and ages (loading a checkpoint, copying a dock)."""
         with self.lock:
             target = self.partition(partition)
@@ -216,9 +221,18 @@ class DockState:
 
     # -- get ----------------------------------------------------------------------------------------
 
-    def take(self, consumer: str, wanted: list[str], count: int, partition: str | None,
-             rows: Sequence[int] | np.ndarray | None, timeout: float | None, sampler: Sampler | None,
-             lease: float | None, unfinished: bool = False) -> tuple[Partition, np.ndarray, int | None] | None:
+    def take(
+        self,
+        consumer: str,
+        wanted: list[str],
+        count: int,
+        partition: str | None,
+        rows: Sequence[int] | np.ndarray | None,
+        timeout: float | None,
+        sampler: Sampler | None,
+        lease: float | None,
+        unfinished: bool = False,
+    ) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased) and count them (rows, batches)
         for ``consumer``; ``(partition, rows, lease id)``, or None at the end. The caller reads the
         data and reports its size with ``served``."""
@@ -345,16 +359,28 @@ class DockState:
             )
         return [target]
 
-    def _select(self, consumer: str, wanted: list[str], count: int, partition: str | None,
-                sampler: Sampler, unfinished: bool = False) -> Any:
+    def _select(
+        self,
+        consumer: str,
+        wanted: list[str],
+        count: int,
+        partition: str | None,
+        sampler: Sampler,
+        unfinished: bool = False,
+    ) -> Any:
         """``(partition, give, consume)``, None at the end, or _WAIT."""
         targets = [self.partition(partition)] if partition is not None else list(self._partitions.values())
         for target in targets:
             leased = target.leased_of(consumer)
             request = SampleRequest(
-                consumer=consumer, partition=target.name, count=min(count, target.rows), rows=target.rows,
-                group_size=self.n_samples_per_prompt, eligible=target.eligible(consumer, wanted, unfinished),
-                unconsumed=target.remaining(consumer), leased=int(np.count_nonzero(leased)),
+                consumer=consumer,
+                partition=target.name,
+                count=min(count, target.rows),
+                rows=target.rows,
+                group_size=self.n_samples_per_prompt,
+                eligible=target.eligible(consumer, wanted, unfinished),
+                unconsumed=target.remaining(consumer),
+                leased=int(np.count_nonzero(leased)),
                 consumed=_read_only(target.consumed_of(consumer)),
                 lengths=lambda name, ids, target=target: _lengths(target, self.column(name), ids),
             )
@@ -375,9 +401,9 @@ class DockState:
             if not trusted:
                 _check_selection(give, consume, request)
             return target, give, consume
-        if unfinished or (partition is None and self.closed and all(
-            t.remaining(consumer) == 0 for t in self._partitions.values()
-        )):
+        if unfinished or (
+            partition is None and self.closed and all(t.remaining(consumer) == 0 for t in self._partitions.values())
+        ):
             return None
         return _WAIT
 

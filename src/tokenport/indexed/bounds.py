@@ -74,7 +74,10 @@ def check_documents(documents: np.ndarray, count: int, idx_path: str) -> None:
     if len(documents) == 0 or int(documents[0]) != 0:
         raise _fault(idx_path, "document_indices must start with 0")
     if int(documents[-1]) != count:
-        raise _fault(idx_path, f"document_indices: the last document index is {int(documents[-1])}, not the sequence count {count}")
+        raise _fault(
+            idx_path,
+            f"document_indices: the last document index is {int(documents[-1])}, not the sequence count {count}",
+        )
     if len(documents) >= KERNEL_FROM:
         from .bounds_kernels import first_drop
 
@@ -87,7 +90,9 @@ def check_documents(documents: np.ndarray, count: int, idx_path: str) -> None:
                 bad = start + int(np.argmax(steps < 0)) + 1
                 break
     if bad >= 0:
-        raise _fault(idx_path, f"document_indices: document index {bad} ({int(documents[bad])}) is below the one before it")
+        raise _fault(
+            idx_path, f"document_indices: document index {bad} ({int(documents[bad])}) is below the one before it"
+        )
 
 
 def _fault(idx_path: str, what: str) -> CorruptStoreError:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import CorruptStoreError
 
@@ -59,7 +60,7 @@ class BlockHasher:
         self._current = new_hasher(algorithm)
         self._filled = 0
 
-    def update(self, data: bytes | memoryview) -> None:
+    def update(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data).cast("B")
         while len(view):
             take = min(len(view), self.block_size - self._filled)

@@ -92,9 +92,7 @@ def parse_header(data: bytes | memoryview, path: str, file_size: int) -> IndexHe
         )
     magic, version, code, sequences, documents = _HEADER.unpack_from(data, 0)
     if magic != MAGIC:
-        raise CorruptStoreError(
-            f"{path}: bad magic {magic!r} (expected {MAGIC!r}); not a Megatron MMIDIDX index"
-        )
+        raise CorruptStoreError(f"{path}: bad magic {magic!r} (expected {MAGIC!r}); not a Megatron MMIDIDX index")
     if version != VERSION:
         raise CorruptStoreError(f"{path}: index version {version} is not supported (only {VERSION})")
     if code not in DTYPE_BY_CODE:

@@ -43,7 +43,9 @@ class StoreSummary:
         ]
         if self.tokenizer:
             t = self.tokenizer
-            lines.append(f"tokenizer  {t.get('kind')}:{t.get('name')}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}")
+            lines.append(
+                f"tokenizer  {t.get('kind')}:{t.get('name')}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}"
+            )
         if self.length_percentiles:
             cells = "  ".join(f"p{p}={v:,}" for p, v in self.length_percentiles.items())
             lines.append(f"lengths    {cells}  mean={self.mean_length:,.1f}")

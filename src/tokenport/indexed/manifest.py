@@ -46,7 +46,7 @@ class Manifest:
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str | bytes, path: str) -> "Manifest":
+    def from_json(cls, text: str | bytes, path: str) -> Manifest:
         """The manifest in `text` (read from `path`); CorruptStoreError naming `path` when it is not one."""
         try:
             data = json.loads(text)
@@ -64,8 +64,7 @@ class Manifest:
             ) from None
         if manifest.format != MANIFEST_FORMAT:
             raise CorruptStoreError(
-                f"{path}: manifest format {manifest.format!r} is not {MANIFEST_FORMAT!r}; "
-                "upgrade tokenport to read it"
+                f"{path}: manifest format {manifest.format!r} is not {MANIFEST_FORMAT!r}; upgrade tokenport to read it"
             )
         return manifest
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +43,7 @@ def merge(
     tokenizers = {repr(ds.manifest.tokenizer) for ds in inputs if ds.manifest is not None}
     tokenizer = next((ds.manifest.tokenizer for ds in inputs if ds.manifest is not None), None)
     if len(tokenizers) > 1:
-        raise ConfigError(
-            "merge: inputs were made with different tokenizers; their ids are not comparable"
-        )
+        raise ConfigError("merge: inputs were made with different tokenizers; their ids are not comparable")
     record = {"merged_from": [ds.prefix for ds in inputs], **(provenance or {})}
     with IndexedDatasetWriter(output, dtype=inputs[0].dtype, tokenizer=tokenizer, provenance=record) as out:
         for ds in inputs:

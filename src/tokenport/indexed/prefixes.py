@@ -36,7 +36,7 @@ def resolve_stores(args: Sequence[str | os.PathLike], *, what: str = "store") ->
                 prefixes.append(prefix)
                 continue
             first, seen = forms[key]
-            suffix = spelling[len(strip_suffix(spelling)):]
+            suffix = spelling[len(strip_suffix(spelling)) :]
             if spelling in seen or not suffix or any(s == strip_suffix(s) for s in seen):
                 raise ConfigError(
                     f"{what} {first} is given twice (as {seen[0]!r} and {spelling!r}); "

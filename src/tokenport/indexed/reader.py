@@ -8,7 +8,8 @@ and closed when idle (see storage.handles), so thousands of stores can be open a
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,8 +76,12 @@ class IndexedDataset:
         self._manifest: Manifest | None | bool = False
         self._num_tokens: int | None = None
         if sources is not None:
-            if not (isinstance(sources, tuple) and len(sources) == 2 and all(isinstance(s, ByteSource) for s in sources)):
-                raise ConfigError(f"{self.prefix}: sources must be an (idx, bin) pair of storage.ByteSource, got {sources!r}")
+            if not (
+                isinstance(sources, tuple) and len(sources) == 2 and all(isinstance(s, ByteSource) for s in sources)
+            ):
+                raise ConfigError(
+                    f"{self.prefix}: sources must be an (idx, bin) pair of storage.ByteSource, got {sources!r}"
+                )
             self._idx, self._bin = sources
         elif is_remote(self.prefix):
             options = {} if remote_options is None else {"options": remote_options}
@@ -88,9 +93,7 @@ class IndexedDataset:
             local_mode = "pread" if mode == "pread" else "mmap"
             self._idx = open_source(base + ".idx", local_mode)
             self._bin = open_source(base + ".bin", local_mode)
-        self.header = parse_header(
-            self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size
-        )
+        self.header = parse_header(self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size)
         self.dtype = self.header.dtype
         self._itemsize = self.dtype.itemsize
         self._check_bin_size()
@@ -119,8 +122,13 @@ class IndexedDataset:
         arrays = _IndexArrays(self._idx, self.header)
         if not self._index_checked:
             check_index(
-                arrays.lengths, arrays.pointers, arrays.documents, self._itemsize, self._bin.size,
-                self._idx.url, self._bin.url,
+                arrays.lengths,
+                arrays.pointers,
+                arrays.documents,
+                self._itemsize,
+                self._bin.size,
+                self._idx.url,
+                self._bin.url,
             )
             self._index_checked = True
         return arrays
@@ -208,13 +216,13 @@ class IndexedDataset:
             return [self.get(i) for i in range(*idx.indices(len(self)))]
         pointer = index.pointers.item(idx)
         length = index.lengths.item(idx)
-        handle = self._tokens
-        if handle is not None:
-            tokens = handle.value
+        tokens_handle = self._tokens
+        if tokens_handle is not None:
+            tokens = tokens_handle.value
             if tokens is None:
-                tokens = handle.get()
+                tokens = tokens_handle.get()
             else:
-                handle.referenced = True
+                tokens_handle.referenced = True
             start = pointer // self._itemsize
             return tokens[start : start + length]
         return self._bin.read_array(pointer, length, self.dtype)
@@ -280,7 +288,7 @@ class IndexedDataset:
         self._idx.close()
         self._bin.close()
 
-    def __enter__(self) -> "IndexedDataset":
+    def __enter__(self) -> IndexedDataset:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -297,7 +305,10 @@ class IndexedDataset:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["prefix"], state["mode"], remote_options=state["remote_options"], cache_dir=state["cache_dir"],
+            state["prefix"],
+            state["mode"],
+            remote_options=state["remote_options"],
+            cache_dir=state["cache_dir"],
             sources=state["sources"],
         )
 
@@ -359,7 +370,7 @@ def _gather(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: 
                 np.take(tokens, positions, out=out[lo:hi], mode="clip")
             a = b
         return out
-    view = memoryview(tokens)
+    view = memoryview(tokens)  # type: ignore[arg-type]  # ndarray exports a buffer; numpy's stubs say so only on 3.12+
     ends = starts + lengths
     data = bytearray().join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
     return np.frombuffer(data, dtype=tokens.dtype)

@@ -27,8 +27,10 @@ class VerifyReport:
 
     def render(self) -> str:
         """One line: the store's counts and what happened to its checksums."""
-        return (f"ok   {self.prefix}: {self.sequences:,} sequences, {self.documents:,} documents, "
-                f"{self.tokens:,} tokens ({self.dtype}); checksums {self.checksums}")
+        return (
+            f"ok   {self.prefix}: {self.sequences:,} sequences, {self.documents:,} documents, "
+            f"{self.tokens:,} tokens ({self.dtype}); checksums {self.checksums}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-able data, with ``ok: true``."""

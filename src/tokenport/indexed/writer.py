@@ -12,9 +12,11 @@ import datetime as _dt
 import operator
 import os
 from array import array as _array
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..errors import ConfigError, TokenizerError, TokenportError
 from . import commit
@@ -64,7 +66,7 @@ class _Int64Spill:
     every `_SPILL_ITEMS` items, so memory stays flat however many documents are written.
     """
 
-    def __init__(self, final_path: str, dtype: np.dtype) -> None:
+    def __init__(self, final_path: str, dtype: DTypeLike) -> None:
         self.dtype = np.dtype(dtype)
         self.path = commit.temp_path(final_path)
         self._file = open(self.path, "wb", buffering=_IO_BUFFER)
@@ -219,9 +221,7 @@ class IndexedDatasetWriter:
         if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
             raise ConfigError("add_documents: `lengths` must be a 1-D array of non-negative ints")
         if int(lengths.sum()) != len(array):
-            raise ConfigError(
-                f"add_documents: lengths sum to {int(lengths.sum())} but {len(array)} tokens were given"
-            )
+            raise ConfigError(f"add_documents: lengths sum to {int(lengths.sum())} but {len(array)} tokens were given")
         if len(lengths) and int(lengths.max()) > np.iinfo(np.int32).max:
             raise ConfigError("add_documents: a sequence longer than 2**31-1 tokens cannot be indexed")
         if sequences_per_document is None:
@@ -238,7 +238,7 @@ class IndexedDatasetWriter:
         self._documents.extend_array(ends)
         self._sequences += len(lengths)
 
-    def _as_tokens(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    def _as_tokens(self, tokens: Sequence[int] | Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """`tokens` as a 1-D array of the store's dtype; an id outside 0..limit raises, never wraps.
 
         The way to take an input dtype (as is, check, cast, check and cast) is worked out once per
@@ -297,9 +297,7 @@ class IndexedDatasetWriter:
         if len(array) == 0 or (array.dtype == self.dtype and self.vocab_size is None):
             return array.astype(self.dtype, copy=False)
         if array.dtype.kind not in "iub" and array.dtype != self.dtype:
-            raise TokenizerError(
-                f"{self.prefix}: token ids must be integers, got dtype {array.dtype}"
-            )
+            raise TokenizerError(f"{self.prefix}: token ids must be integers, got dtype {array.dtype}")
         low, high = self._limits
         if int(array.min()) < low or int(array.max()) > high:
             self._raise_out_of_range(array)
@@ -461,7 +459,7 @@ class IndexedDatasetWriter:
         if self._state != "open":
             raise TokenportError(f"{self.prefix}: writer is {self._state}; open a new writer")
 
-    def __enter__(self) -> "IndexedDatasetWriter":
+    def __enter__(self) -> IndexedDatasetWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -73,9 +73,9 @@ def _pieces(lengths: np.ndarray, capacity: int, split: bool) -> tuple[np.ndarray
     """Items cut into pieces (item, offset, length), sorted longest first, ties by item then offset."""
     too_long = np.flatnonzero(lengths > capacity)
     if too_long.size and not split:
-        item = int(too_long[0])
+        first = int(too_long[0])
         raise ConfigError(
-            f"lengths[{item}] = {int(lengths[item])} is longer than capacity={capacity} "
+            f"lengths[{first}] = {int(lengths[first])} is longer than capacity={capacity} "
             f"({too_long.size} item(s) are): pass split=True to cut long items into capacity-sized pieces"
         )
     if too_long.size:
@@ -108,7 +108,7 @@ def _pack(kernel, lengths, capacity: int, split: bool) -> PackArrays:
             f"{MAX_BEST_FIT_CAPACITY}; use pack_first_fit for larger bins"
         )
     if item.size == 0:
-        return tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     return _by_bin(kernel(length, capacity), item, offset, length)
 
 

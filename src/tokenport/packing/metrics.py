@@ -12,8 +12,10 @@ from .bins import Bins, PackArrays, _check_capacity
 
 def _bin_tokens(bins_or_arrays: Bins | PackArrays) -> np.ndarray:
     """The tokens in each bin, from the list form or the arrays form of a packing."""
-    if isinstance(bins_or_arrays, tuple) and len(bins_or_arrays) == 4 and all(
-        isinstance(a, np.ndarray) for a in bins_or_arrays
+    if (
+        isinstance(bins_or_arrays, tuple)
+        and len(bins_or_arrays) == 4
+        and all(isinstance(a, np.ndarray) for a in bins_or_arrays)
     ):
         bin_of, _, _, length = bins_or_arrays
         if bin_of.size == 0:
@@ -23,7 +25,8 @@ def _bin_tokens(bins_or_arrays: Bins | PackArrays) -> np.ndarray:
 
 
 def packing_metrics(bins_or_arrays: Bins | PackArrays, capacity: int) -> dict[str, float]:
-    """num_bins, tokens, padding_tokens, efficiency (tokens / (bins * capacity)), padding_ratio (1 - efficiency), max_bin_tokens."""
+    """num_bins, tokens, padding_tokens, efficiency (tokens / (bins * capacity)), padding_ratio
+    (1 - efficiency), max_bin_tokens."""
     capacity = _check_capacity(capacity)
     tokens = _bin_tokens(bins_or_arrays)
     slots = tokens.size * capacity

@@ -6,8 +6,8 @@ Megatron-exact indices mean sharing Megatron's shuffles, and those dominate an i
 all-ones mask covering ``i``, redrawn while above ``i``. Here the same generator runs in numba,
 twisting and tempering 624 outputs at a time; the draws are made a block ahead of the swaps
 and each swap's target is prefetched a few dozen swaps ahead, so the random memory accesses
-overlap instead of waiting on memory one by one. Seeding is MT19937's init_genrand, as ``RandomState(int)`` does, so a sequence of
-shuffles matches numpy's.
+overlap instead of waiting on memory one by one. Seeding is MT19937's init_genrand, as
+``RandomState(int)`` does, so a sequence of shuffles matches numpy's.
 """
 
 from __future__ import annotations

@@ -85,9 +85,21 @@ def _as_dict(result: tuple, options: FieldOptions) -> dict[str, np.ndarray]:
 
 @numba.njit(cache=True)
 def _store_kernel(
-    tokens, pointers, lengths, document_index, sample_index, rows,
-    seq_length, extra, eod, pad, eod_mask_loss, reset_position_ids, reset_attention_mask,
-    create_attention_mask, cu_seqlens_length,
+    tokens,
+    pointers,
+    lengths,
+    document_index,
+    sample_index,
+    rows,
+    seq_length,
+    extra,
+    eod,
+    pad,
+    eod_mask_loss,
+    reset_position_ids,
+    reset_attention_mask,
+    create_attention_mask,
+    cu_seqlens_length,
 ):
     """Gather each row's window from the store's token array, then fill its fields.
 
@@ -120,8 +132,19 @@ def _store_kernel(
                 window[0, filled] = tokens[base + k]
                 filled += 1
         window[0, filled:] = pad
-        overflow = _fill(window[0], b, out, seq_length, extra, eod, pad, eod_mask_loss,
-                         reset_position_ids, reset_attention_mask, create_attention_mask)
+        overflow = _fill(
+            window[0],
+            b,
+            out,
+            seq_length,
+            extra,
+            eod,
+            pad,
+            eod_mask_loss,
+            reset_position_ids,
+            reset_attention_mask,
+            create_attention_mask,
+        )
         if overflow >= 0:
             return out + (overflow,)
     return out + (-1,)
@@ -129,14 +152,33 @@ def _store_kernel(
 
 @numba.njit(cache=True)
 def _window_kernel(
-    windows, seq_length, extra, eod, pad, eod_mask_loss, reset_position_ids, reset_attention_mask,
-    create_attention_mask, cu_seqlens_length,
+    windows,
+    seq_length,
+    extra,
+    eod,
+    pad,
+    eod_mask_loss,
+    reset_position_ids,
+    reset_attention_mask,
+    create_attention_mask,
+    cu_seqlens_length,
 ):
     """Fill the fields of windows gathered by the caller."""
     out = _allocate(windows.shape[0], seq_length, cu_seqlens_length, create_attention_mask)
     for b in range(windows.shape[0]):
-        overflow = _fill(windows[b], b, out, seq_length, extra, eod, pad, eod_mask_loss,
-                         reset_position_ids, reset_attention_mask, create_attention_mask)
+        overflow = _fill(
+            windows[b],
+            b,
+            out,
+            seq_length,
+            extra,
+            eod,
+            pad,
+            eod_mask_loss,
+            reset_position_ids,
+            reset_attention_mask,
+            create_attention_mask,
+        )
         if overflow >= 0:
             return out + (overflow,)
     return out + (-1,)
@@ -159,8 +201,17 @@ def _allocate(batch, seq_length, cu_seqlens_length, create_attention_mask):
 
 @numba.njit(cache=True, inline="always")
 def _fill(
-    window, b, out, seq_length, extra, eod, pad, eod_mask_loss, reset_position_ids,
-    reset_attention_mask, create_attention_mask,
+    window,
+    b,
+    out,
+    seq_length,
+    extra,
+    eod,
+    pad,
+    eod_mask_loss,
+    reset_position_ids,
+    reset_attention_mask,
+    create_attention_mask,
 ):
     """Write sample ``b``'s fields from its window; returns -1, or the document count that overflowed.
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import NoReturn
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numba
 import numpy as np
@@ -166,9 +166,7 @@ def _sample_index(
 
 
 @numba.njit(cache=True)
-def _walk_samples(
-    lengths: np.ndarray, document_index: np.ndarray, seq_length: int, extra: int, out: np.ndarray
-) -> int:
+def _walk_samples(lengths: np.ndarray, document_index: np.ndarray, seq_length: int, extra: int, out: np.ndarray) -> int:
     """Fill ``out`` walking the shuffled documents one sample at a time, as Megatron's C++ does.
 
     Returns 0, or -1 when a partial last sample would end before its last (empty) document.
@@ -245,17 +243,23 @@ class GPTSampleConfig:
         if self.pad_id is not None:
             _check_token_id("pad_id", self.pad_id)
             if self.pad_id == self.eod_id:
-                raise ConfigError(
-                    f"pad_id={self.pad_id} equals eod_id: pass a pad id no document ends with, or None"
-                )
-        for name in ("add_extra_token", "reset_position_ids", "reset_attention_mask",
-                     "eod_mask_loss", "create_attention_mask"):
+                raise ConfigError(f"pad_id={self.pad_id} equals eod_id: pass a pad id no document ends with, or None")
+        for name in (
+            "add_extra_token",
+            "reset_position_ids",
+            "reset_attention_mask",
+            "eod_mask_loss",
+            "create_attention_mask",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: pass True or False")
         if self.cu_seqlens_length is None:
             object.__setattr__(self, "cu_seqlens_length", int(self.seq_length) + 1)
-        elif (isinstance(self.cu_seqlens_length, bool) or not isinstance(self.cu_seqlens_length, (int, np.integer))
-              or not 2 <= self.cu_seqlens_length <= self.seq_length + 1):
+        elif (
+            isinstance(self.cu_seqlens_length, bool)
+            or not isinstance(self.cu_seqlens_length, (int, np.integer))
+            or not 2 <= self.cu_seqlens_length <= self.seq_length + 1
+        ):
             raise ConfigError(
                 f"cu_seqlens_length={self.cu_seqlens_length!r} is invalid: pass an integer in "
                 f"[2, seq_length + 1 = {self.seq_length + 1}] or None for the upper bound"
@@ -322,8 +326,12 @@ class GPTDataset:
     ) -> None:
         checked = _check_indices(indices, len(dataset))
         positions, sample_index, shuffle_index = build_indices(
-            dataset.sequence_lengths[checked], num_samples, config.seq_length, seed,
-            add_extra_token=config.add_extra_token, drop_last_partial=drop_last_partial,
+            dataset.sequence_lengths[checked],
+            num_samples,
+            config.seq_length,
+            seed,
+            add_extra_token=config.add_extra_token,
+            drop_last_partial=drop_last_partial,
         )
         self._adopt(dataset, checked, checked[positions], sample_index, shuffle_index, config)
 
@@ -336,7 +344,7 @@ class GPTDataset:
         sample_index: np.ndarray,
         shuffle_index: np.ndarray,
         config: GPTSampleConfig,
-    ) -> "GPTDataset":
+    ) -> GPTDataset:
         """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
         holds store sequence ids, as ``self.document_index`` does."""
         self = cls.__new__(cls)
@@ -353,6 +361,8 @@ class GPTDataset:
         config: GPTSampleConfig,
     ) -> None:
         config = resolve_eod(config, dataset)
+        # resolve_eod fills eod_id and GPTSampleConfig.__post_init__ cu_seqlens_length
+        assert config.eod_id is not None and config.cu_seqlens_length is not None
         self.dataset = dataset
         self.config = config
         self.indices = indices
@@ -361,10 +371,15 @@ class GPTDataset:
         self.shuffle_index = shuffle_index
         self._lengths = dataset.sequence_lengths
         self._options = FieldOptions(
-            seq_length=config.seq_length, extra=int(config.add_extra_token), eod=config.eod_id,
-            pad=_NO_PAD if config.pad_id is None else config.pad_id, eod_mask_loss=config.eod_mask_loss,
-            reset_position_ids=config.reset_position_ids, reset_attention_mask=config.reset_attention_mask,
-            create_attention_mask=config.create_attention_mask, cu_seqlens_length=config.cu_seqlens_length,
+            seq_length=config.seq_length,
+            extra=int(config.add_extra_token),
+            eod=config.eod_id,
+            pad=_NO_PAD if config.pad_id is None else config.pad_id,
+            eod_mask_loss=config.eod_mask_loss,
+            reset_position_ids=config.reset_position_ids,
+            reset_attention_mask=config.reset_attention_mask,
+            create_attention_mask=config.create_attention_mask,
+            cu_seqlens_length=config.cu_seqlens_length,
         )
 
     def __len__(self) -> int:
@@ -397,8 +412,14 @@ class GPTDataset:
         if tokens is None:
             return fields_from_windows(self._windows(rows), self._options)
         return fields_from_store(
-            tokens, self.dataset.sequence_pointers, self._lengths, self.document_index, self.sample_index,
-            rows, self._options, self.dataset.prefix,
+            tokens,
+            self.dataset.sequence_pointers,
+            self._lengths,
+            self.document_index,
+            self.sample_index,
+            rows,
+            self._options,
+            self.dataset.prefix,
         )
 
     def _windows(self, rows: np.ndarray) -> np.ndarray:
@@ -410,8 +431,11 @@ class GPTDataset:
             self._bad_indices("shuffle_index")
         first_pos, first_off = self.sample_index[rows].astype(np.int64).T
         last_pos, last_off = self.sample_index[rows + 1].astype(np.int64).T
-        if len(rows) and (int(first_pos.min()) < 0 or bool((last_pos < first_pos).any())
-                          or int(last_pos.max()) >= len(self.document_index)):
+        if len(rows) and (
+            int(first_pos.min()) < 0
+            or bool((last_pos < first_pos).any())
+            or int(last_pos.max()) >= len(self.document_index)
+        ):
             self._bad_indices("sample_index")
         counts = last_pos - first_pos + 1
         sample = np.repeat(np.arange(len(rows)), counts)
@@ -423,8 +447,12 @@ class GPTDataset:
         begin = np.where(position == first_pos[sample], first_off[sample], 0)
         end = np.where(position == last_pos[sample], last_off[sample] + extra, self._lengths[docs])
         size = end - begin
-        if len(size) and (bool((begin < 0).any()) or bool((end > self._lengths[docs]).any())
-                          or bool((size < 0).any()) or int(np.bincount(sample, size).max()) > width):
+        if len(size) and (
+            bool((begin < 0).any())
+            or bool((end > self._lengths[docs]).any())
+            or bool((size < 0).any())
+            or int(np.bincount(sample, size).max()) > width
+        ):
             self._bad_indices("sample_index")
         column = np.cumsum(size) - size
         column -= np.repeat(column[np.cumsum(counts) - counts], counts)
@@ -435,13 +463,13 @@ class GPTDataset:
             out[row, col : col + length] = get(doc, offset, length)
         return out
 
-
     def _bad_indices(self, field: str) -> NoReturn:
         """Refuse sample indices that would read outside the store (the memory-map kernel's check)."""
         raise CorruptStoreError(
             f"{self.dataset.prefix}: {field} points outside the documents of the store; the sample "
             "indices do not belong to this store or are damaged: delete their cache entry and rebuild them"
         )
+
 
 def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:
     """Return the split's sequence ids as a 1-D int64 array, or raise ConfigError."""

@@ -84,8 +84,9 @@ def _pack_windows(
         parts.append((bin_of + bins_so_far, item + start, offset, length))
         bins_so_far += int(bin_of[-1]) + 1 if bin_of.size else 0
     if not parts:
-        return tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
-    return tuple(np.concatenate(column) for column in zip(*parts))
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    bin_of, item, offset, length = (np.concatenate(column) for column in zip(*parts))
+    return bin_of, item, offset, length
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment
-from ..packing.bins import check_lengths
-from .._checks import check_int
 from ..packing import workload as workload_of
+from ..packing.bins import check_lengths
 
 __all__ = ["balanced_micro_batches", "token_budget_batches"]
 

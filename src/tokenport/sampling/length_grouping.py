@@ -26,8 +26,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..errors import ConfigError
 from .._checks import check_int
+from ..errors import ConfigError
 from ..rng.prefetch import prefetch
 from ..rng.torch_randperm import randperm
 
@@ -75,8 +75,14 @@ def length_grouped_order(
     For large datasets (10^8 lengths) this skips building a list of Python ints.
     """
     array = _check_lengths(lengths)
-    _check_grouping(batch_size, mega_batch_mult, generator, seed, sequence_seed=True,
-                    global_rng="generator=None and seed=None draw from torch's global RNG, as transformers does")
+    _check_grouping(
+        batch_size,
+        mega_batch_mult,
+        generator,
+        seed,
+        sequence_seed=True,
+        global_rng="generator=None and seed=None draw from torch's global RNG, as transformers does",
+    )
     return _group(array, int(batch_size), mega_batch_mult, generator, seed)
 
 
@@ -125,8 +131,14 @@ class LengthGroupedSampler:
         seed: int | None = None,
     ) -> None:
         self.lengths = _check_lengths(lengths)
-        _check_grouping(batch_size, mega_batch_mult, generator, seed, sequence_seed=False,
-                        global_rng="LengthGroupedSampler without generator or seed draws from torch's global RNG")
+        _check_grouping(
+            batch_size,
+            mega_batch_mult,
+            generator,
+            seed,
+            sequence_seed=False,
+            global_rng="LengthGroupedSampler without generator or seed draws from torch's global RNG",
+        )
         self.batch_size = int(batch_size)
         self.mega_batch_mult = mega_batch_mult
         self.generator = generator
@@ -221,9 +233,7 @@ class DistributedLengthGroupedSampler:
 # -- the core ---------------------------------------------------------------------------------------
 
 
-def _group(
-    lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, generator: Any, seed: Any
-) -> np.ndarray:
+def _group(lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, generator: Any, seed: Any) -> np.ndarray:
     """The length-grouped order of checked arguments (see the module docstring)."""
     n = len(lengths)
     if n == 0:
@@ -268,10 +278,10 @@ def _sort_megabatches(lengths: np.ndarray, permutation: np.ndarray, size: int, o
     n = permutation.shape[0]
     values = np.empty(n, dtype=lengths.dtype)
     for k in range(min(_AHEAD, n)):
-        prefetch(lengths, permutation[k])
+        prefetch(lengths, permutation[k])  # type: ignore[call-arg]  # a numba intrinsic: numba passes typingctx
     for k in range(n):
         if k + _AHEAD < n:
-            prefetch(lengths, permutation[k + _AHEAD])
+            prefetch(lengths, permutation[k + _AHEAD])  # type: ignore[call-arg]  # a numba intrinsic: numba passes typingctx
         values[k] = lengths[permutation[k]]
     keys = np.empty((2, size), dtype=np.uint64)
     ids = np.empty((2, size), dtype=np.int64)
@@ -332,16 +342,11 @@ def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None
     """Raise ConfigError unless ``value`` is an integer >= 0 (or, if allowed, a non-empty sequence of them)."""
 
     def ok(item: object) -> bool:
-        return not isinstance(item, bool) and isinstance(item, (int, np.integer)) and item >= 0
+        return not isinstance(item, bool) and isinstance(item, (int, np.integer)) and bool(item >= 0)
 
     if ok(value):
         return
-    if (
-        sequence_allowed
-        and isinstance(value, (tuple, list))
-        and len(value) > 0
-        and all(ok(item) for item in value)
-    ):
+    if sequence_allowed and isinstance(value, (tuple, list)) and len(value) > 0 and all(ok(item) for item in value):
         return
     what = "an integer >= 0" + (" or a sequence of them" if sequence_allowed else "")
     raise ConfigError(f"{name}={value!r} is invalid: pass {what}")
@@ -354,4 +359,3 @@ def _import_torch(why: str, instead: str = "pass seed= to draw with numpy instea
     except ImportError:
         raise ConfigError(f"torch is not installed, and {why}: install torch, or {instead}") from None
     return torch
-

@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
 from .._checks import check_int
+from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
@@ -368,8 +368,15 @@ class RandomSampler(_PretrainingBase):
             whole = RandomSampler(self.total_samples, 0, self.global_batch_size, 0, 1, self.seed, self.data_sharding)
             return whole.epoch_batches(epoch)
         ranks = [
-            RandomSampler(self.total_samples, 0, self.micro_batch_size, rank, self.data_parallel_size,
-                          data_sharding=self.data_sharding, megatron_compat=True).epoch_batches(epoch)[:batches]
+            RandomSampler(
+                self.total_samples,
+                0,
+                self.micro_batch_size,
+                rank,
+                self.data_parallel_size,
+                data_sharding=self.data_sharding,
+                megatron_compat=True,
+            ).epoch_batches(epoch)[:batches]
             for rank in range(self.data_parallel_size)
         ]
         return np.concatenate(ranks, axis=1)

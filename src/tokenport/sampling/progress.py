@@ -90,7 +90,5 @@ def _samples_per_epoch(dataset: Any, position: int) -> int:
     value = getattr(dataset, "samples_per_epoch", None)
     value = len(dataset) if value is None else value
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(
-            f"dataset {position} has samples_per_epoch={value!r}: an epoch must hold at least one sample"
-        )
+        raise ConfigError(f"dataset {position} has samples_per_epoch={value!r}: an epoch must hold at least one sample")
     return int(value)

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment, pack_best_fit_arrays, packing_metrics
 from ..packing.bins import check_lengths
-from .._checks import check_int
 from .length_grouping import length_grouped_order
 
 __all__ = ["BatchingReport", "batching_report", "padding_ratio", "render_batching_report"]
@@ -79,21 +79,23 @@ def batching_report(
     if values.size == 0:
         raise ConfigError("lengths is empty: a report needs at least one sequence")
     random_order = np.random.default_rng(seed).permutation(values.size)
-    report = BatchingReport({
-        "num_sequences": int(values.size),
-        "tokens": int(values.sum()),
-        "mean_length": float(values.mean()),
-        "max_length": int(values.max()),
-        "batch_size": batch_size,
-        "capacity": capacity,
-        "num_ranks": num_ranks,
-        "seed": int(seed),
-        "random_padding_ratio": padding_ratio(values, random_order, batch_size),
-        "hf_grouped_padding_ratio": _hf_padding_ratio(values, batch_size, int(seed)),
-        "grouped_padding_ratio": padding_ratio(
-            values, length_grouped_order(values, batch_size, seed=int(seed)), batch_size
-        ),
-    })
+    report = BatchingReport(
+        {
+            "num_sequences": int(values.size),
+            "tokens": int(values.sum()),
+            "mean_length": float(values.mean()),
+            "max_length": int(values.max()),
+            "batch_size": batch_size,
+            "capacity": capacity,
+            "num_ranks": num_ranks,
+            "seed": int(seed),
+            "random_padding_ratio": padding_ratio(values, random_order, batch_size),
+            "hf_grouped_padding_ratio": _hf_padding_ratio(values, batch_size, int(seed)),
+            "grouped_padding_ratio": padding_ratio(
+                values, length_grouped_order(values, batch_size, seed=int(seed)), batch_size
+            ),
+        }
+    )
     packing = packing_metrics(pack_best_fit_arrays(values, capacity, split=True), capacity)
     report.update({f"packing_{key}": value for key, value in packing.items() if key != "tokens"})
     report.update(_balance(values, random_order, num_ranks, batch_size))
@@ -113,8 +115,10 @@ def render_batching_report(report: dict[str, Any]) -> str:
         (f"packing, best fit decreasing at {report['capacity']:,}: bins", f"{report['packing_num_bins']:,}"),
         ("  efficiency", _percent(report["packing_efficiency"], 3)),
         ("  padding tokens", f"{report['packing_padding_tokens']:,}"),
-        (f"balance, Karmarkar-Karp over {report['num_ranks']} ranks: global batches",
-         f"{report['balance_global_batches']:,} x {report['balance_global_batch_size']:,}"),
+        (
+            f"balance, Karmarkar-Karp over {report['num_ranks']} ranks: global batches",
+            f"{report['balance_global_batches']:,} x {report['balance_global_batch_size']:,}",
+        ),
         ("  max deviation from the mean, first batch", _percent(report["balance_first"])),
         ("  max deviation, mean over batches", _percent(report["balance_mean"])),
         ("  max deviation, worst batch", _percent(report["balance_worst"])),

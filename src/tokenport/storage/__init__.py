@@ -72,7 +72,20 @@ def find(url: str, **remote_options: object) -> list[FileInfo]:
 
 
 __all__ = [
-    "ByteSource", "Range", "MmapSource", "PreadSource", "Scheme", "FileInfo", "GLOB_CHARS", "MODES",
-    "open_source", "open_index_source", "read_small", "find", "register_scheme", "scheme_for",
-    "is_remote", "local_path",
+    "ByteSource",
+    "Range",
+    "MmapSource",
+    "PreadSource",
+    "Scheme",
+    "FileInfo",
+    "GLOB_CHARS",
+    "MODES",
+    "open_source",
+    "open_index_source",
+    "read_small",
+    "find",
+    "register_scheme",
+    "scheme_for",
+    "is_remote",
+    "local_path",
 ]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 import io
-from typing import BinaryIO, Sequence
+from collections.abc import Sequence
+from typing import BinaryIO
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 Range = tuple[int, int]
 """A byte range as (offset, length)."""
@@ -30,7 +32,7 @@ class ByteSource(abc.ABC):
     def read(self, offset: int, length: int) -> bytes | memoryview:
         """Exactly `length` bytes starting at `offset` (the caller keeps ranges in bounds)."""
 
-    def read_array(self, offset: int, count: int, dtype: np.dtype) -> np.ndarray:
+    def read_array(self, offset: int, count: int, dtype: DTypeLike) -> np.ndarray:
         """`count` items of `dtype` starting at byte `offset`; zero-copy where the source allows."""
         dtype = np.dtype(dtype)
         return np.frombuffer(self.read(offset, count * dtype.itemsize), dtype=dtype, count=count)
@@ -39,7 +41,7 @@ class ByteSource(abc.ABC):
         """The bytes of several ranges; remote sources coalesce them into few requests."""
         return [self.read(offset, length) for offset, length in ranges]
 
-    def prefetch(self, ranges: Sequence[Range]) -> None:
+    def prefetch(self, ranges: Sequence[Range]) -> None:  # noqa: B027 (an optional hook: no-op by default)
         """Hint that `ranges` will be read soon. Local sources ignore it."""
 
     def read_once(self, offset: int, length: int) -> bytes | memoryview:
@@ -50,10 +52,10 @@ class ByteSource(abc.ABC):
         """The bytes as a buffered, seekable binary file (for decompressors, parquet, line readers)."""
         return io.BufferedReader(_SourceStream(self), buffer_size)  # type: ignore[return-value]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: no-op by default)
         """Release handles; the source reopens lazily if read again."""
 
-    def __enter__(self) -> "ByteSource":
+    def __enter__(self) -> ByteSource:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import resource
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _default_capacity() -> int:
@@ -30,13 +31,13 @@ class HandlePool:
         self._hand = 0
         self._lock = threading.Lock()
 
-    def admit(self, handle: "LazyHandle") -> None:
+    def admit(self, handle: LazyHandle) -> None:
         with self._lock:
             while len(self._open) >= self.capacity:
                 self._evict_one()
             self._open.append(handle)
 
-    def forget(self, handle: "LazyHandle") -> None:
+    def forget(self, handle: LazyHandle) -> None:
         with self._lock:
             try:
                 self._open.remove(handle)

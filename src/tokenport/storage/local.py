@@ -7,6 +7,7 @@ import os
 from typing import BinaryIO
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..errors import StorageError
 from .base import ByteSource
@@ -56,9 +57,7 @@ class MmapSource(ByteSource):
         except FileNotFoundError:
             raise StorageError(f"{self.url}: file disappeared while in use") from None
         except (OSError, ValueError) as exc:
-            raise StorageError(
-                f"{self.url}: cannot memory-map ({exc}); open the store with mode='pread'"
-            ) from None
+            raise StorageError(f"{self.url}: cannot memory-map ({exc}); open the store with mode='pread'") from None
 
     @property
     def size(self) -> int:
@@ -71,7 +70,7 @@ class MmapSource(ByteSource):
     def read(self, offset: int, length: int) -> memoryview:
         return memoryview(self._handle.get())[offset : offset + length]
 
-    def read_array(self, offset: int, count: int, dtype: np.dtype) -> np.ndarray:
+    def read_array(self, offset: int, count: int, dtype: DTypeLike) -> np.ndarray:
         return np.frombuffer(self._handle.get(), dtype=dtype, count=count, offset=offset)
 
     def stream(self, buffer_size: int = 1 << 20) -> BinaryIO:

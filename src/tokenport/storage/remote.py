@@ -19,10 +19,11 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Mapping, Sequence, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from .._files import publish_mode
 from ..errors import ConfigError, StorageError
@@ -237,7 +238,13 @@ def with_retries(
             attempt += 1
             logger.info(
                 "%s: %s failed (%s: %s); retry %d/%d in %.3fs",
-                url, what, type(exc).__name__, exc, attempt, options.max_retries, delay,
+                url,
+                what,
+                type(exc).__name__,
+                exc,
+                attempt,
+                options.max_retries,
+                delay,
             )
             if on_retry is not None:
                 on_retry()
@@ -429,7 +436,9 @@ class ObjectStoreSource(ByteSource):
         """`length` bytes at `offset` in ranged GETs of at most `max_request_bytes`, not cached."""
         self._check_range(offset, length)
         step = self.options.max_request_bytes
-        parts = [self._get_range(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)]
+        parts = [
+            self._get_range(start, min(start + step, offset + length)) for start in range(offset, offset + length, step)
+        ]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def stream(self, buffer_size: int | None = None) -> BinaryIO:
@@ -607,9 +616,7 @@ def fetch_cached(
         return str(target)
     data = b""
     if size:
-        data = with_retries(
-            lambda: fs.cat_file(path, start=0, end=size), url=url, what="downloading", options=options
-        )
+        data = with_retries(lambda: fs.cat_file(path, start=0, end=size), url=url, what="downloading", options=options)
     if len(data) != size:
         raise StorageError(f"{url}: downloaded {len(data)} bytes, expected {size}; the object changed, retry")
     try:
@@ -633,9 +640,7 @@ def fetch_cached(
     return str(target)
 
 
-def read_small_object(
-    url: str, options: RemoteOptions | None = None, **storage_options: Any
-) -> bytes | None:
+def read_small_object(url: str, options: RemoteOptions | None = None, **storage_options: Any) -> bytes | None:
     """The whole content of a small object (a manifest), or None when it does not exist."""
     options = options or RemoteOptions()
     fs, path = open_fs(url, {**options.storage_options, **storage_options})

@@ -1,1 +1,2 @@
-"""Reading raw inputs: files and their compression (``sources``, ``inflate``), records as documents (``readers``, ``documents``)."""
+"""Reading raw inputs: files and their compression (``sources``, ``inflate``), records as documents
+(``readers``, ``documents``)."""

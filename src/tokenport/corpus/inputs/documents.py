@@ -7,8 +7,9 @@ knowing about them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 __all__ = ["Document", "DocumentStep"]
 

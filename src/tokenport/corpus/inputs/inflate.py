@@ -11,13 +11,12 @@ once it is finished.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
 
-from .sources import InputFile, decode_errors, open_decoded
 from ..run.state import read_json, replace_atomically, temporary_path, write_json
+from .sources import InputFile, decode_errors, open_decoded
 
 logger = logging.getLogger(__name__)
 

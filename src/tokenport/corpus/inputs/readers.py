@@ -9,13 +9,13 @@ line (1-based) or row (0-based), or skips and counts it. Ids are ``path:line`` f
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ...errors import ConfigError
-from .documents import Document
-from .sources import decode_errors, open_decoded, open_raw, parquet_module
 from ..run.stats import Problems
 from ..run.units import Slice
+from .documents import Document
+from .sources import decode_errors, open_decoded, open_raw, parquet_module
 
 _PARQUET_BATCH_ROWS = 4096
 
@@ -69,10 +69,16 @@ def _record(record: object, text_key: str, path: str, line: int, problems: Probl
         return Document(text, f"{path}:{line}", record)
     if text is None:
         fields = ", ".join(map(repr, record)) or "none"
-        problems.report("missing_text", f"{path}: line {line}", f"has no {text_key!r} field (or it is null; fields: "
-                        f"{fields}); set text_key / --text-key to the field holding the text")
+        problems.report(
+            "missing_text",
+            f"{path}: line {line}",
+            f"has no {text_key!r} field (or it is null; fields: "
+            f"{fields}); set text_key / --text-key to the field holding the text",
+        )
     else:
-        problems.report("not_text", f"{path}: line {line}", f"field {text_key!r} is a JSON {type(text).__name__}, not a string")
+        problems.report(
+            "not_text", f"{path}: line {line}", f"field {text_key!r} is a JSON {type(text).__name__}, not a string"
+        )
     return None
 
 
@@ -111,7 +117,8 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
                 problems.report(
                     "missing_text",
                     path,
-                    f"has no column {text_key!r} (columns: {', '.join(parquet.schema_arrow.names)}); set text_key / --text-key",
+                    f"has no column {text_key!r} (columns: {', '.join(parquet.schema_arrow.names)}); "
+                    "set text_key / --text-key",
                     count=rows,
                 )
                 return
@@ -119,7 +126,10 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
                 column = batch.column(0)
                 if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
                     problems.report(
-                        "not_text", f"{path}: row {row}", f"column {text_key!r} has type {column.type}, not string", count=len(column)
+                        "not_text",
+                        f"{path}: row {row}",
+                        f"column {text_key!r} has type {column.type}, not string",
+                        count=len(column),
                     )
                     row += len(column)
                     continue
@@ -141,22 +151,32 @@ def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
         import pyarrow as pa
         import pyarrow.compute as pc
     except ImportError:
-        raise ConfigError(f"inputs: {piece.path} is an Arrow file (an HF saved dataset's shard), which needs "
-                          "pyarrow: pip install 'tokenport[parquet]'") from None
+        raise ConfigError(
+            f"inputs: {piece.path} is an Arrow file (an HF saved dataset's shard), which needs "
+            "pyarrow: pip install 'tokenport[parquet]'"
+        ) from None
 
     path, row = piece.path, 0
     with open_raw(path) as f:
         try:
             reader = pa.ipc.open_stream(f)
             if text_key not in reader.schema.names:
-                problems.report("missing_text", path, f"has no column {text_key!r} (columns: "
-                                f"{', '.join(reader.schema.names)}); set text_key / --text-key")
+                problems.report(
+                    "missing_text",
+                    path,
+                    f"has no column {text_key!r} (columns: "
+                    f"{', '.join(reader.schema.names)}); set text_key / --text-key",
+                )
                 return
             for batch in reader:
                 column = batch.column(batch.schema.get_field_index(text_key))
                 if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-                    problems.report("not_text", f"{path}: row {row}", f"column {text_key!r} has type {column.type}, "
-                                    "not string", count=len(column))
+                    problems.report(
+                        "not_text",
+                        f"{path}: row {row}",
+                        f"column {text_key!r} has type {column.type}, not string",
+                        count=len(column),
+                    )
                     row += len(column)
                     continue
                 problems.stats.bytes_in += int(pc.sum(pc.binary_length(column)).as_py() or 0)

@@ -17,8 +17,9 @@ import json
 import lzma
 import os
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO
 
 from ...errors import ConfigError, InputDataError, StorageError
 from ...storage import GLOB_CHARS, find, is_remote, local_path, open_source
@@ -52,11 +53,15 @@ def detect_format(path: str) -> tuple[str, str | None]:
         return "jsonl", compression
     if suffix in ARROW_SUFFIXES:
         if compression is not None:
-            raise ConfigError(f"inputs: {path}: read Arrow files uncompressed; decompress the outer {compression} first")
+            raise ConfigError(
+                f"inputs: {path}: read Arrow files uncompressed; decompress the outer {compression} first"
+            )
         return "arrow", None
     if suffix in PARQUET_SUFFIXES:
         if compression is not None:
-            raise ConfigError(f"inputs: {path}: parquet files compress internally; decompress the outer {compression} first")
+            raise ConfigError(
+                f"inputs: {path}: parquet files compress internally; decompress the outer {compression} first"
+            )
         return "parquet", None
     return "text", compression
 
@@ -177,7 +182,9 @@ def _zstandard(path: str) -> Any:
     try:
         import zstandard
     except ImportError:
-        raise ConfigError(f"inputs: {path} is zstd-compressed, which needs zstandard: pip install 'tokenport[fast]'") from None
+        raise ConfigError(
+            f"inputs: {path} is zstd-compressed, which needs zstandard: pip install 'tokenport[fast]'"
+        ) from None
     return zstandard
 
 
@@ -186,7 +193,9 @@ def parquet_module(path: str) -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ConfigError(f"inputs: {path} is a parquet file, which needs pyarrow: pip install 'tokenport[parquet]'") from None
+        raise ConfigError(
+            f"inputs: {path} is a parquet file, which needs pyarrow: pip install 'tokenport[parquet]'"
+        ) from None
     return pq
 
 

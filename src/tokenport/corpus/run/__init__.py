@@ -1,1 +1,2 @@
-"""Planning and running ``prepare``: config, work units, executors (local, Ray), workers, tokenizing, assembling, reports."""
+"""Planning and running ``prepare``: config, work units, executors (local, Ray), workers, tokenizing,
+assembling, reports."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,9 @@ class Part:
     fingerprint: str
 
 
-def plan_parts(units: Sequence[Unit], records: Sequence[UnitRecord], shard_by: str, shard_tokens: int) -> list[list[Segment]]:
+def plan_parts(
+    units: Sequence[Unit], records: Sequence[UnitRecord], shard_by: str, shard_tokens: int
+) -> list[list[Segment]]:
     """The segments of each part, in order: per ~`shard_tokens` tokens, or one part per input file,
     except that consecutive text files (one document each) share parts of up to `shard_tokens`
     tokens, so a directory of many small files does not become as many parts."""
@@ -60,8 +63,11 @@ def plan_parts(units: Sequence[Unit], records: Sequence[UnitRecord], shard_by: s
             groups[-1].append(run)
         else:
             groups.append([run])
-    return [part for group in groups
-            for part in (_cut_by_tokens(group, shard_tokens) if group[0].file in whole else [group])]
+    return [
+        part
+        for group in groups
+        for part in (_cut_by_tokens(group, shard_tokens) if group[0].file in whole else [group])
+    ]
 
 
 def name_parts(output: str, plans: list[list[Segment]], run_fingerprint: str) -> list[Part]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..._files import parse_structured, read_text
 from ...errors import ConfigError
@@ -92,7 +93,8 @@ class PrepareConfig:
         object.__setattr__(self, "output", os.fspath(self.output))
         if is_remote(self.output):
             raise ConfigError(
-                f"PrepareConfig.output={self.output!r}: must be a local directory; prepare locally, then upload the parts"
+                f"PrepareConfig.output={self.output!r}: must be a local directory; "
+                "prepare locally, then upload the parts"
             )
         for name in ("tokenizer", "text_key"):
             value = getattr(self, name)
@@ -134,10 +136,19 @@ class PrepareConfig:
 
 
 FLAGS = {
-    "tokenizer": "--tokenizer", "text_key": "--text-key", "workers": "--workers", "append_eod": "--no-eod",
-    "shard_by": "--shard-by", "shard_tokens": "--shard-tokens", "on_error": "--on-error",
-    "max_chars_per_piece": "--max-chars-per-piece", "steps": "--steps", "keep_rejected": "--keep-rejected",
-    "executor": "--executor", "ray_address": "--address", "allow_empty": "--allow-empty",
+    "tokenizer": "--tokenizer",
+    "text_key": "--text-key",
+    "workers": "--workers",
+    "append_eod": "--no-eod",
+    "shard_by": "--shard-by",
+    "shard_tokens": "--shard-tokens",
+    "on_error": "--on-error",
+    "max_chars_per_piece": "--max-chars-per-piece",
+    "steps": "--steps",
+    "keep_rejected": "--keep-rejected",
+    "executor": "--executor",
+    "ray_address": "--address",
+    "allow_empty": "--allow-empty",
 }
 """The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
 
@@ -146,11 +157,15 @@ def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str
     """A PrepareConfig from the fields a user set (the rest keep their defaults), refusing a field
     that means nothing without another: shard_tokens needs shard_by "tokens", ray_address executor "ray"."""
     if "shard_tokens" in options and options.get("shard_by") != "tokens":
-        raise ConfigError("--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
-                          "or drop --shard-tokens to get one part per input file")
+        raise ConfigError(
+            "--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
+            "or drop --shard-tokens to get one part per input file"
+        )
     if options.get("ray_address") is not None and options.get("executor") != "ray":
-        raise ConfigError("--address names a Ray cluster only with --executor ray; add --executor ray, "
-                          "or drop --address to prepare with local worker processes")
+        raise ConfigError(
+            "--address names a Ray cluster only with --executor ray; add --executor ray, "
+            "or drop --address to prepare with local worker processes"
+        )
     return PrepareConfig(inputs=tuple(inputs), output=output, **options)
 
 

@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import IO, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -51,15 +52,15 @@ class Executor(Protocol):
 
     def __exit__(self, *exc: object) -> None: ...
 
-    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None
-            ) -> None:
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
         """Run every unit, calling ``on_done(unit, record)`` in this process as each one finishes (and
         ``on_progress(unit, more)`` as more of its size is done, if the executor can tell); the first
         failure stops the rest and is raised as the TokenportError it was."""
         ...
 
-    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def map_bands(
+        self, key_files: list[str], bands: list[int], index_file: str | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """A MinHash dedup step's pairs of documents sharing a key, per band (``dedup.band_edges``)."""
         ...
 
@@ -90,8 +91,13 @@ class _Failure:
         return TokenportError(self.message)
 
 
-def _attempt(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool],
-             progress: Callable[[int], None] | None = None) -> UnitRecord | _Failure:
+def _attempt(
+    job: UnitJob,
+    unit: Unit,
+    tokenizer: Tokenizer,
+    cancelled: Callable[[], bool],
+    progress: Callable[[int], None] | None = None,
+) -> UnitRecord | _Failure:
     """Run one unit; any error comes back as a _Failure (a TokenportError's class and message)."""
     try:
         return run_unit(job, unit, tokenizer, cancelled, progress)
@@ -122,8 +128,9 @@ def serve() -> None:
             job, unit = pickle.load(requests)
         except EOFError:
             return
-        pickle.dump(_attempt(job, unit, tokenizer, lambda: False, lambda done: _reply(replies, _Progress(done))),
-                    replies)
+        pickle.dump(
+            _attempt(job, unit, tokenizer, lambda: False, lambda done: _reply(replies, _Progress(done))), replies
+        )
         replies.flush()
 
 
@@ -136,7 +143,9 @@ class _Worker:
     """One worker subprocess and the pipes to it."""
 
     def __init__(self, tokenizer_spec: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         self.started = False
         self._send(sys.path)
         self._send(tokenizer_spec)
@@ -185,7 +194,7 @@ class LocalExecutor:
         self.workers = workers
         self._pool: list[_Worker] = []
 
-    def __enter__(self) -> "LocalExecutor":
+    def __enter__(self) -> LocalExecutor:
         self._pool = [_Worker(self.tokenizer.spec()) for _ in range(self.workers - 1)]
         return self
 
@@ -198,8 +207,9 @@ class LocalExecutor:
             worker.stop()
         self._pool = []
 
-    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def map_bands(
+        self, key_files: list[str], bands: list[int], index_file: str | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """A dedup step's band pairs, computed here band by band (the key files are local)."""
         return [band_edges(key_files, band, index_file) for band in bands]
 
@@ -208,8 +218,15 @@ class LocalExecutor:
         `on_progress(unit, more)` as more of a running unit's size is done."""
         if not self._pool:
             for unit in units:
-                on_done(unit, run_unit(job, unit, self.tokenizer,
-                                       progress=None if on_progress is None else functools.partial(on_progress, unit)))
+                on_done(
+                    unit,
+                    run_unit(
+                        job,
+                        unit,
+                        self.tokenizer,
+                        progress=None if on_progress is None else functools.partial(on_progress, unit),
+                    ),
+                )
             return
         todo: queue.SimpleQueue[Unit] = queue.SimpleQueue()
         for unit in sorted(units, key=lambda u: (-u.size, u.index)):

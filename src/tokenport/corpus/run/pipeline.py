@@ -15,8 +15,9 @@ import datetime as _dt
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -24,15 +25,15 @@ from ..._jit import announce_compilation
 from ...errors import InputDataError
 from ...indexed import IndexedDataset
 from ...tokenizers import Tokenizer, load_tokenizer
+from ..inputs.inflate import discard_chunk
+from ..inputs.sources import expand_inputs
+from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
+from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .config import PrepareConfig, fingerprint
-from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from .executor import Executor, LocalExecutor
-from ..inputs.inflate import discard_chunk
 from .ray_executor import RayExecutor
-from ..inputs.sources import expand_inputs
 from .state import OutputDir, replace_atomically
-from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
@@ -64,7 +65,9 @@ class PrepareResult:
 
     def summary(self) -> str:
         """A few human-readable lines: totals and throughput (of a run that did all the work)."""
-        lines = [f"{self.documents:,} documents, {self.tokens:,} tokens in {len(self.parts)} part(s) under {self.output}"]
+        lines = [
+            f"{self.documents:,} documents, {self.tokens:,} tokens in {len(self.parts)} part(s) under {self.output}"
+        ]
         if self.resumed_units:
             lines.append(
                 f"{self.bytes_in / 1e6:,.1f} MB in; {self.resumed_units} of {self.units} units were done by an earlier "
@@ -81,8 +84,10 @@ class PrepareResult:
             lines.append("skipped: " + ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.skipped.items())))
         for label, counts in self.steps.items():
             changes = ", ".join(f"{key} {n:,}" for key, n in counts.items() if not key.startswith("documents_"))
-            lines.append(f"step {label}: {counts.get('documents_in', 0):,} documents in, "
-                         f"{counts.get('documents_out', 0):,} out" + (f"; {changes}" if changes else ""))
+            lines.append(
+                f"step {label}: {counts.get('documents_in', 0):,} documents in, "
+                f"{counts.get('documents_out', 0):,} out" + (f"; {changes}" if changes else "")
+            )
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -203,24 +208,36 @@ def _warn_of_steps_that_removed_everything(totals: UnitStats) -> None:
     for label, counts in totals.steps.items():
         if counts.get("documents_in", 0) and not counts.get("documents_out", 0):
             reasons = ", ".join(f"{key[8:]} {n:,}" for key, n in sorted(counts.items()) if key.startswith("removed:"))
-            logger.warning("step %s removed all %s documents it saw (%s); check its options", label,
-                           f"{counts['documents_in']:,}", reasons or "no reason counted")
+            logger.warning(
+                "step %s removed all %s documents it saw (%s); check its options",
+                label,
+                f"{counts['documents_in']:,}",
+                reasons or "no reason counted",
+            )
 
 
 def _nothing_left(config: PrepareConfig, totals: UnitStats, files: int) -> str:
     """Why a run produced no documents, and what to do (the message of its InputDataError)."""
     why = []
     if totals.skipped:
-        why.append("input was skipped as malformed (" + ", ".join(
-            f"{kind} {n:,}" for kind, n in sorted(totals.skipped.items())) + ")")
-    emptied = [label for label, counts in totals.steps.items()
-               if counts.get("documents_in", 0) and not counts.get("documents_out", 0)]
+        why.append(
+            "input was skipped as malformed ("
+            + ", ".join(f"{kind} {n:,}" for kind, n in sorted(totals.skipped.items()))
+            + ")"
+        )
+    emptied = [
+        label
+        for label, counts in totals.steps.items()
+        if counts.get("documents_in", 0) and not counts.get("documents_out", 0)
+    ]
     if emptied:
         why.append(f"cleaning step {emptied[0]} removed every document it saw (check its options)")
     if not why:
         why.append(f"the {files} input file(s) ({totals.bytes_in:,} bytes) hold no documents; check the inputs")
-    return (f"{config.output}: prepare produced no documents: {'; '.join(why)}. Nothing was written; pass "
-            "allow_empty=True (--allow-empty) if an empty output is what you want")
+    return (
+        f"{config.output}: prepare produced no documents: {'; '.join(why)}. Nothing was written; pass "
+        "allow_empty=True (--allow-empty) if an empty output is what you want"
+    )
 
 
 def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
@@ -238,17 +255,23 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
 
 
 def _dedup_pass(
-    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], position: int,
-    progress: bool
+    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], position: int, progress: bool
 ) -> None:
     """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
     the decisions; both kept in ``work`` so a rerun skips what is done."""
     if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
         return
-    job = UnitJob(work_dir=work, text_key=config.text_key, append_eod=config.append_eod,
-                  max_chars_per_piece=config.max_chars_per_piece, batch_size=config.batch_size,
-                  on_error=config.on_error, steps=config.steps, sign_position=position,
-                  step_kinds=registered_steps())
+    job = UnitJob(
+        work_dir=work,
+        text_key=config.text_key,
+        append_eod=config.append_eod,
+        max_chars_per_piece=config.max_chars_per_piece,
+        batch_size=config.batch_size,
+        on_error=config.on_error,
+        steps=config.steps,
+        sign_position=position,
+        step_kinds=registered_steps(),
+    )
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
@@ -276,7 +299,9 @@ def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> lis
         else:
             documents, tokens = write_part(part, tokenizer, inputs)
         sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
-        described.append({"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources})
+        described.append(
+            {"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources}
+        )
     return described
 
 
@@ -289,8 +314,14 @@ class _Bar:
 
         finished = set(done)
         self.shown: dict[str, int] = {}  # of each running unit's size, how much the bar shows done
-        self.tqdm = tqdm(total=sum(u.size for u in units), initial=sum(u.size for u in units if u.name in finished),
-                         unit="B", unit_scale=True, desc=label, disable=not enabled)
+        self.tqdm = tqdm(
+            total=sum(u.size for u in units),
+            initial=sum(u.size for u in units if u.name in finished),
+            unit="B",
+            unit_scale=True,
+            desc=label,
+            disable=not enabled,
+        )
 
     def on_progress(self, unit: Unit, more: int) -> None:
         self.shown[unit.name] = self.shown.get(unit.name, 0) + more
@@ -301,7 +332,7 @@ class _Bar:
         if postfix:
             self.tqdm.set_postfix(postfix, refresh=False)
 
-    def __enter__(self) -> "_Bar":
+    def __enter__(self) -> _Bar:
         return self
 
     def __exit__(self, *exc: object) -> None:

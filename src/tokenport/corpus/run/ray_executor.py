@@ -4,8 +4,8 @@ Each unit is one task (one CPU); a task loads the tokenizer once per worker proc
 unit exactly as a local worker would, writing under ``OUTPUT/.work/``, so the output directory
 must be on a filesystem every node shares. Finished units stay finished; the dedup passes run
 their key pass on the cluster too, and MinHash decisions group the signatures by band there (one
-task per band), returning only the pairs of documents that share a band key. ``ray.init`` is called with ``address`` unless the caller
-has connected already.
+task per band), returning only the pairs of documents that share a band key. ``ray.init`` is called
+with ``address`` unless the caller has connected already.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class RayExecutor:
         self.tokenizer = tokenizer
         self.address = address
 
-    def __enter__(self) -> "RayExecutor":
+    def __enter__(self) -> RayExecutor:
         if not self._ray.is_initialized():
             self._ray.init(address=self.address, log_to_driver=False)
         self._task = self._ray.remote(num_cpus=1, max_retries=0)(_run_task)
@@ -59,15 +59,15 @@ class RayExecutor:
     def close(self) -> None:
         """Nothing to stop: tasks end with their units (the Ray connection stays the caller's)."""
 
-    def map_bands(self, key_files: list[str], bands: list[int], index_file: str | None
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def map_bands(
+        self, key_files: list[str], bands: list[int], index_file: str | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """A dedup step's band pairs, one task per band: the signatures are grouped by band on the
         cluster (the key files are on the shared filesystem) and only the pairs come back."""
         task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)
         return self._ray.get([task.remote(key_files, band, index_file) for band in bands])
 
-    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None
-            ) -> None:
+    def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
         """Run every unit as a task, calling ``on_done`` here as each finishes; the first failure
         cancels the rest and is raised as the TokenportError it was. A task reports no progress
         before it finishes (``on_progress`` is not called), so progress moves unit by unit."""

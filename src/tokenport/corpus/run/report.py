@@ -34,15 +34,18 @@ class RunReport:
     def render(self) -> str:
         """Plain-text tables."""
         t = self.totals
-        lines = [f"prepare run in {self.output}",
-                 f"  {t['documents']:,} documents, {t['tokens']:,} tokens, {t['bytes_in'] / 1e6:,.1f} MB read "
-                 f"from {t['input_files']:,} files"]
+        lines = [
+            f"prepare run in {self.output}",
+            f"  {t['documents']:,} documents, {t['tokens']:,} tokens, {t['bytes_in'] / 1e6:,.1f} MB read "
+            f"from {t['input_files']:,} files",
+        ]
         if self.skipped:
             lines.append("  skipped input: " + ", ".join(f"{k} {n:,}" for k, n in sorted(self.skipped.items())))
         if self.steps:
             lines.append("")
-            lines.append(f"  {'step':<24}{'in':>12}{'out':>12}{'kept':>8}{'chars kept':>12}{'seconds':>9}"
-                         "  removed / changed")
+            lines.append(
+                f"  {'step':<24}{'in':>12}{'out':>12}{'kept':>8}{'chars kept':>12}{'seconds':>9}  removed / changed"
+            )
             for label, counts in self.steps.items():
                 seen, out = counts.get("documents_in", 0), counts.get("documents_out", 0)
                 share = f"{out / seen:.1%}" if seen else "-"
@@ -54,8 +57,10 @@ class RunReport:
         if len(self.lengths):
             p = np.percentile(self.lengths, [5, 50, 95, 99])
             lines.append("")
-            lines.append(f"  tokens per document: mean {self.lengths.mean():,.1f}, p5 {p[0]:,.0f}, median {p[1]:,.0f}, "
-                         f"p95 {p[2]:,.0f}, p99 {p[3]:,.0f}, max {int(self.lengths.max()):,}")
+            lines.append(
+                f"  tokens per document: mean {self.lengths.mean():,.1f}, p5 {p[0]:,.0f}, median {p[1]:,.0f}, "
+                f"p95 {p[2]:,.0f}, p99 {p[3]:,.0f}, max {int(self.lengths.max()):,}"
+            )
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -63,11 +68,22 @@ class RunReport:
         lengths: dict[str, Any] = {"documents": int(len(self.lengths))}
         if len(self.lengths):
             p = np.percentile(self.lengths, [5, 50, 95, 99])
-            lengths.update(mean=float(self.lengths.mean()), p5=float(p[0]), p50=float(p[1]), p95=float(p[2]),
-                           p99=float(p[3]), max=int(self.lengths.max()))
-        return {"output": self.output, "totals": dict(self.totals), "skipped": dict(self.skipped),
-                "steps": {label: dict(counts) for label, counts in self.steps.items()},
-                "costs": {label: dict(cost) for label, cost in self.costs.items()}, "lengths": lengths}
+            lengths.update(
+                mean=float(self.lengths.mean()),
+                p5=float(p[0]),
+                p50=float(p[1]),
+                p95=float(p[2]),
+                p99=float(p[3]),
+                max=int(self.lengths.max()),
+            )
+        return {
+            "output": self.output,
+            "totals": dict(self.totals),
+            "skipped": dict(self.skipped),
+            "steps": {label: dict(counts) for label, counts in self.steps.items()},
+            "costs": {label: dict(cost) for label, cost in self.costs.items()},
+            "lengths": lengths,
+        }
 
     def html(self) -> str:
         """One HTML page: the tables, removals per step and reason, and the length histogram."""
@@ -143,8 +159,10 @@ def _histogram(lengths: np.ndarray) -> str:
     for i, n in enumerate(counts):
         h = (height - bottom - 10) * n / top
         x = i * step
-        items.append(f"<rect x='{x + 1:.1f}' y='{height - bottom - h:.1f}' width='{step - 2:.1f}' height='{h:.1f}' "
-                     f"fill='#4f81bd'><title>{edges[i]:,}-{edges[i + 1] - 1:,} tokens: {n:,}</title></rect>")
+        items.append(
+            f"<rect x='{x + 1:.1f}' y='{height - bottom - h:.1f}' width='{step - 2:.1f}' height='{h:.1f}' "
+            f"fill='#4f81bd'><title>{edges[i]:,}-{edges[i + 1] - 1:,} tokens: {n:,}</title></rect>"
+        )
         if i % 4 == 0:
             items.append(f"<text x='{x:.1f}' y='{height - bottom + 16}' font-size='11'>{edges[i]:,}</text>")
     return f"<svg width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg'>{''.join(items)}</svg>"

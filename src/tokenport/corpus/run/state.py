@@ -14,7 +14,8 @@ import json
 import os
 import re
 import shutil
-from typing import IO, Any, Iterable
+from collections.abc import Iterable
+from typing import IO, Any
 
 from ...errors import ConfigError, CorruptStoreError
 
@@ -99,7 +100,7 @@ class OutputDir:
         shutil.rmtree(self.work, ignore_errors=True)  # a run stopped while cleaning up
         return manifest
 
-    def claim(self, settings: dict[str, Any], fingerprint: str) -> "OutputDir":
+    def claim(self, settings: dict[str, Any], fingerprint: str) -> OutputDir:
         """Lock the directory and start or resume the run with these settings (`with` releases it)."""
         state_path = os.path.join(self.work, "state.json")
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -118,7 +119,9 @@ class OutputDir:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.release()
-            raise ConfigError(f"{self.path}: another prepare run is writing this directory; wait for it or use another") from None
+            raise ConfigError(
+                f"{self.path}: another prepare run is writing this directory; wait for it or use another"
+            ) from None
         state = read_json(state_path)
         if state is None:
             write_json(state_path, {"fingerprint": fingerprint, "settings": settings})
@@ -132,7 +135,7 @@ class OutputDir:
             )
         return self
 
-    def __enter__(self) -> "OutputDir":
+    def __enter__(self) -> OutputDir:
         return self
 
     def __exit__(self, *exc: object) -> None:

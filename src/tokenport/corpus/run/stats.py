@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ...errors import InputDataError
 
@@ -41,13 +42,13 @@ class UnitStats:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "UnitStats":
+    def from_dict(cls, data: dict[str, Any]) -> UnitStats:
         steps = {label: Counter(counts) for label, counts in data.get("steps", {}).items()}
         costs = {label: Counter(counts) for label, counts in data.get("step_costs", {}).items()}
         return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]), steps, costs)
 
     @classmethod
-    def total(cls, parts: Iterable["UnitStats"]) -> "UnitStats":
+    def total(cls, parts: Iterable[UnitStats]) -> UnitStats:
         out = cls()
         for part in parts:
             out.documents += part.documents

@@ -9,8 +9,9 @@ the one or two tokens at a cut.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,9 @@ def split_text(text: str, limit: int) -> list[str]:
 class Tokenize:
     """Documents in, TokenBatch out: `batch_size` documents per `encode_batch` call."""
 
-    def __init__(self, tokenizer: Any, problems: Problems, *, append_eod: bool, max_chars_per_piece: int, batch_size: int) -> None:
+    def __init__(
+        self, tokenizer: Any, problems: Problems, *, append_eod: bool, max_chars_per_piece: int, batch_size: int
+    ) -> None:
         self.tokenizer = tokenizer
         self.problems = problems
         self.max_chars = max_chars_per_piece

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..inputs.inflate import inflate
 from ..inputs.sources import InputFile, open_raw, parquet_module
@@ -58,8 +59,9 @@ class Unit:
         return {"name": self.name, "slices": [asdict(s) for s in self.slices]}
 
 
-def plan_units(files: Sequence[InputFile], unit_bytes: int, inflate_dir: str | None = None,
-               progress: bool = False) -> list[Unit]:
+def plan_units(
+    files: Sequence[InputFile], unit_bytes: int, inflate_dir: str | None = None, progress: bool = False
+) -> list[Unit]:
     """Cut `files` into slices and pack them, in input order, into units of about `unit_bytes`;
     compressed jsonl files are decompressed once into chunks under `inflate_dir`, if given (with a
     progress bar if asked for)."""
@@ -86,8 +88,10 @@ def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, 
     if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _RATIO > unit_bytes:
         chunks = inflate(f, unit_bytes, inflate_dir, progress)
         if chunks is not None:
-            return [Slice(index, f.path, f.format, f.compression, 0, None, first, size, path)
-                    for path, first, size in chunks]
+            return [
+                Slice(index, f.path, f.format, f.compression, 0, None, first, size, path)
+                for path, first, size in chunks
+            ]
     if f.format == "jsonl" and f.compression is None and f.size > unit_bytes:
         return [
             Slice(index, f.path, f.format, None, start, stop, lines, stop - start)

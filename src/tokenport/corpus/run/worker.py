@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,11 +20,11 @@ from ...errors import StorageError
 from ...indexed import IndexedDataset, IndexedDatasetWriter
 from ...tokenizers import Tokenizer
 from ..inputs.readers import read_slice
+from ..steps.dedup import keys_path, make_signer, save_atomically
+from ..steps.registry import build_steps, register_step, run_steps
+from ..steps.rejects import RejectedWriter
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
-from ..steps.dedup import keys_path, make_signer, save_atomically
-from ..steps.rejects import RejectedWriter
-from ..steps.registry import build_steps, register_step, run_steps
 from .tokenize import Tokenize
 from .units import Unit
 
@@ -42,7 +43,7 @@ class UnitJob:
     max_chars_per_piece: int
     batch_size: int
     on_error: str
-    steps: tuple = ()  # cleaning step specs, built afresh for every unit
+    steps: Sequence[Mapping[str, Any]] = ()  # cleaning step specs, built afresh for every unit
     sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
     keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
     step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register
@@ -61,8 +62,13 @@ def unit_prefix(work_dir: str, unit: Unit) -> str:
     return os.path.join(work_dir, unit.name)
 
 
-def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable[[], bool] = lambda: False,
-             progress: Callable[[int], None] | None = None) -> UnitRecord:
+def run_unit(
+    job: UnitJob,
+    unit: Unit,
+    tokenizer: Tokenizer,
+    cancelled: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] | None = None,
+) -> UnitRecord:
     """Read, tokenize and store every slice of `unit`; returns its record. Between batches,
     raises Cancelled (leaving no store) once `cancelled()` is true, and passes `progress` how
     much more of the unit's `size` is done (a few times a second at most)."""
@@ -73,7 +79,11 @@ def run_unit(job: UnitJob, unit: Unit, tokenizer: Tokenizer, cancelled: Callable
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
     tokenize = Tokenize(
-        tokenizer, problems, append_eod=job.append_eod, max_chars_per_piece=job.max_chars_per_piece, batch_size=job.batch_size
+        tokenizer,
+        problems,
+        append_eod=job.append_eod,
+        max_chars_per_piece=job.max_chars_per_piece,
+        batch_size=job.batch_size,
     )
     prefix = unit_prefix(job.work_dir, unit)
     steps = build_steps(job.steps, job.work_dir, unit.name)
@@ -138,8 +148,12 @@ def rejected_path(work_dir: str, unit: Unit) -> str:
     return os.path.join(work_dir, f"{unit.name}.rejected.jsonl")
 
 
-def sign_unit(job: UnitJob, unit: Unit, cancelled: Callable[[], bool] = lambda: False,
-              progress: Callable[[int], None] | None = None) -> UnitRecord:
+def sign_unit(
+    job: UnitJob,
+    unit: Unit,
+    cancelled: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] | None = None,
+) -> UnitRecord:
     """Pass 1 of the dedup step at ``job.sign_position``: run the steps before it and save one key
     row per document reaching it (``dedup.keys_path``); progress as in ``run_unit``."""
     position = job.sign_position

@@ -1,1 +1,2 @@
-"""Cleaning steps between reading and tokenizing (filters, deduplication, scrubbers) and their registry (``registry``)."""
+"""Cleaning steps between reading and tokenizing (filters, deduplication, scrubbers) and their registry
+(``registry``)."""

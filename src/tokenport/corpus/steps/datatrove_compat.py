@@ -12,8 +12,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["PUNCTUATION_SET", "TERMINAL_PUNCTUATION", "clear_cache", "duplicate_gram_chars", "ends_a_sentence",
-           "top_gram_chars", "word_stats"]
+__all__ = [
+    "PUNCTUATION_SET",
+    "TERMINAL_PUNCTUATION",
+    "clear_cache",
+    "duplicate_gram_chars",
+    "ends_a_sentence",
+    "top_gram_chars",
+    "word_stats",
+]
 
 _PUNCTUATION = (
     "!/\u2014\u201d:\uff05\uff11\u3008&(\u3001\u2501\\\u3010#%\u300c\u300d\uff0c\u3011\uff1b+^]~\u201c\u300a"
@@ -62,8 +69,11 @@ def word_stats(words: list[str]) -> tuple[int, int, int]:
         entry = stats.get(word)
         if entry is None:
             symbolic = all(char in PUNCTUATION_SET for char in word)
-            entry = stats[word] = (0 if symbolic else 1, 0 if symbolic else len(word),
-                                   int(any(char.isalpha() for char in word)))
+            entry = stats[word] = (
+                0 if symbolic else 1,
+                0 if symbolic else len(word),
+                int(any(char.isalpha() for char in word)),
+            )
         kept += entry[0]
         chars += entry[1]
         alpha += entry[2]

@@ -15,8 +15,8 @@ import os
 from collections.abc import Iterator, Sequence
 
 from ...errors import ConfigError, InputDataError
-from .quality import words_of
 from .base import Step
+from .quality import words_of
 
 __all__ = ["Decontaminate"]
 
@@ -25,8 +25,7 @@ def _ngrams(text: str, n: int) -> set[bytes]:
     """8-byte digests of the text's lower-cased word n-grams (punctuation aside)."""
     words = [word.lower() for word in words_of(text)]
     return {
-        hashlib.blake2b(" ".join(words[i : i + n]).encode(), digest_size=8).digest()
-        for i in range(len(words) - n + 1)
+        hashlib.blake2b(" ".join(words[i : i + n]).encode(), digest_size=8).digest() for i in range(len(words) - n + 1)
     }
 
 

@@ -18,23 +18,32 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
-from .base import Step
 from ..run.state import replace_atomically, temporary_path
+from .base import Step
+from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 
 __all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
 
 DEDUP_KINDS = ("exact_dedup", "minhash_dedup")
 
 
-def make_signer(kind: str, bands: int = 14, rows: int = 8, ngram: int = 5, seed: int = 1,
-                index: str | None = None, save_index: str | None = None, **unknown: object):
+def make_signer(
+    kind: str,
+    bands: int = 14,
+    rows: int = 8,
+    ngram: int = 5,
+    seed: int = 1,
+    index: str | None = None,
+    save_index: str | None = None,
+    **unknown: object,
+):
     """The key row of one document's text for a dedup step (ConfigError for unknown options).
 
     ``index`` names a signature index saved by an earlier run (``save_index``): documents that
@@ -54,11 +63,14 @@ def make_signer(kind: str, bands: int = 14, rows: int = 8, ngram: int = 5, seed:
 
 def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
     """What makes keys comparable: an index must have been made with the same settings."""
-    return {"kind": kind} if kind == "exact_dedup" else {"kind": kind, "bands": bands, "rows": rows,
-                                                         "ngram": ngram, "seed": seed}
+    return (
+        {"kind": kind}
+        if kind == "exact_dedup"
+        else {"kind": kind, "bands": bands, "rows": rows, "ngram": ngram, "seed": seed}
+    )
 
 
-def spec_identity(spec: dict) -> dict[str, object]:
+def spec_identity(spec: Mapping[str, Any]) -> dict[str, object]:
     """The key identity of a dedup step spec."""
     options = {k: v for k, v in spec.items() if k in ("bands", "rows", "ngram", "seed")}
     return _identity(spec["step"], **{"bands": 14, "rows": 8, "ngram": 5, "seed": 1, **options})
@@ -71,7 +83,9 @@ def load_index(path: str, identity: dict[str, object]) -> np.ndarray:
             saved = json.load(f)
         keys = np.load(path + ".npy", mmap_mode="r")
     except (OSError, ValueError) as error:
-        raise ConfigError(f"index {path}: cannot be read ({error}); pass the save_index path of an earlier run")
+        raise ConfigError(
+            f"index {path}: cannot be read ({error}); pass the save_index path of an earlier run"
+        ) from error
     if saved != identity:
         raise ConfigError(f"index {path} was made with {saved}, this step uses {identity}: keys would not compare")
     return keys
@@ -122,8 +136,12 @@ def band_edges(key_files: list[str], band: int, index_file: str | None = None) -
     return equal_key_pairs(_column(_open_keys(key_files, index_file), band))
 
 
-def decide(kind: str, key_files: list[str], index_file: str | None = None,
-           map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None) -> list[np.ndarray]:
+def decide(
+    kind: str,
+    key_files: list[str],
+    index_file: str | None = None,
+    map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None,
+) -> list[np.ndarray]:
     """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
     one, or one of the index's (``index_file``: keys of earlier runs, which count as coming first).
 

@@ -29,9 +29,7 @@ def _cld2() -> Any:
     try:
         import pycld2
     except ImportError:
-        raise ConfigError(
-            "the language step needs pycld2: pip install 'tokenport[lang]' (or pycld2)"
-        ) from None
+        raise ConfigError("the language step needs pycld2: pip install 'tokenport[lang]' (or pycld2)") from None
     return pycld2
 
 
@@ -57,9 +55,12 @@ def _check_codes(languages: Sequence[str]) -> None:
     known = {part for code in names.values() for part in (code.lower(), code.split("-")[0].lower())}
     for code in languages:
         if code.lower() not in known:
-            hint = f"; {code!r} is a language name, its code is {names[code.lower()]!r}" if code.lower() in names else ""
-            raise ConfigError(f"languages: {code!r} is not a language code CLD2 knows{hint}; valid codes: "
-                              f"{', '.join(sorted(known))}")
+            hint = (
+                f"; {code!r} is a language name, its code is {names[code.lower()]!r}" if code.lower() in names else ""
+            )
+            raise ConfigError(
+                f"languages: {code!r} is not a language code CLD2 knows{hint}; valid codes: {', '.join(sorted(known))}"
+            )
 
 
 class LanguageFilter(Step):

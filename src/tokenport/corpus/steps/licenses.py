@@ -20,8 +20,23 @@ from .base import Step, prefixed
 
 __all__ = ["LicenseFilter", "detect_licenses"]
 
-PERMISSIVE = ("mit", "apache-2.0", "bsd-2-clause", "bsd-3-clause", "isc", "unlicense", "cc0-1.0", "zlib",
-              "0bsd", "bsl-1.0", "python-2.0", "psf-2.0", "postgresql", "x11", "mit-0")
+PERMISSIVE = (
+    "mit",
+    "apache-2.0",
+    "bsd-2-clause",
+    "bsd-3-clause",
+    "isc",
+    "unlicense",
+    "cc0-1.0",
+    "zlib",
+    "0bsd",
+    "bsl-1.0",
+    "python-2.0",
+    "psf-2.0",
+    "postgresql",
+    "x11",
+    "mit-0",
+)
 
 _SPDX = re.compile(r"SPDX-License-Identifier:\s*([A-Za-z0-9.+\-() ]+)")
 _SPDX_SPLIT = re.compile(r"\s+(?:OR|AND|WITH)\s+|[()]")
@@ -59,8 +74,13 @@ def detect_licenses(text: str, scan_chars: int = 3000) -> list[str]:
 class LicenseFilter(Step):
     """``{"step": "license_filter", "allowed": [...], "license_key": "license", "keep_unknown": true}``."""
 
-    def __init__(self, allowed: Sequence[str] = PERMISSIVE, license_key: str = "license",
-                 keep_unknown: bool = True, scan_chars: int = 3000) -> None:
+    def __init__(
+        self,
+        allowed: Sequence[str] = PERMISSIVE,
+        license_key: str = "license",
+        keep_unknown: bool = True,
+        scan_chars: int = 3000,
+    ) -> None:
         super().__init__()
         if isinstance(allowed, str) or not allowed or not all(isinstance(a, str) for a in allowed):
             raise ConfigError("allowed: pass a non-empty list of license ids such as ['mit', 'apache-2.0']")

@@ -31,8 +31,14 @@ _NAVIGATION = frozenset(
     "back to top skip content main navigation read more click here subscribe contact us about help faq "
     "privacy terms cart account my comments reply tweet facebook twitter linkedin whatsapp pinterest".split()
 )
-_COOKIES = ("accept cookies", "we use cookies", "cookie settings", "cookie preferences", "this website uses cookies",
-            "accept all cookies")
+_COOKIES = (
+    "accept cookies",
+    "we use cookies",
+    "cookie settings",
+    "cookie preferences",
+    "this website uses cookies",
+    "accept all cookies",
+)
 _WORD = re.compile(r"\S+")
 _SHORT_LINE = 80  # longer lines are never counters or navigation
 
@@ -40,14 +46,19 @@ _SHORT_LINE = 80  # longer lines are never counters or navigation
 class LineCorrections(Step):
     """``{"step": "line_corrections", "max_removed_fraction": 0.05, "max_navigation_words": 4, "patterns": [...]}``."""
 
-    def __init__(self, max_removed_fraction: float | None = 0.05, max_navigation_words: int = 4,
-                 patterns: Sequence[str] = ()) -> None:
+    def __init__(
+        self, max_removed_fraction: float | None = 0.05, max_navigation_words: int = 4, patterns: Sequence[str] = ()
+    ) -> None:
         super().__init__()
-        if max_removed_fraction is not None and (isinstance(max_removed_fraction, bool)
-                                                 or not 0 <= max_removed_fraction <= 1):
+        if max_removed_fraction is not None and (
+            isinstance(max_removed_fraction, bool) or not 0 <= max_removed_fraction <= 1
+        ):
             raise ConfigError(f"max_removed_fraction={max_removed_fraction!r}: pass a fraction in [0, 1] or None")
-        if (isinstance(max_navigation_words, bool) or not isinstance(max_navigation_words, int)
-                or max_navigation_words < 0):
+        if (
+            isinstance(max_navigation_words, bool)
+            or not isinstance(max_navigation_words, int)
+            or max_navigation_words < 0
+        ):
             raise ConfigError(f"max_navigation_words={max_navigation_words!r}: pass an integer >= 0")
         if isinstance(patterns, str):
             raise ConfigError("patterns: pass a list of regular expressions")

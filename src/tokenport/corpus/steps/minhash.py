@@ -21,8 +21,16 @@ import numpy as np
 from ...errors import ConfigError
 from .quality import words_of
 
-__all__ = ["MinHasher", "candidate_probability", "cluster_representatives", "equal_key_pairs", "exact_key",
-           "join_band", "join_pairs", "representatives"]
+__all__ = [
+    "MinHasher",
+    "candidate_probability",
+    "cluster_representatives",
+    "equal_key_pairs",
+    "exact_key",
+    "join_band",
+    "join_pairs",
+    "representatives",
+]
 
 _MERSENNE_61 = np.uint64((1 << 61) - 1)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)

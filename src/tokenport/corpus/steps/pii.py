@@ -120,9 +120,7 @@ _CARD_ISSUERS: tuple[tuple[str, str, range | tuple[int, ...]], ...] = (
 
 def _card_issued(digits: str) -> bool:
     """Whether ``digits`` starts with a card network's issuer range and has one of its lengths."""
-    return any(
-        low <= digits[: len(low)] <= high and len(digits) in lengths for low, high, lengths in _CARD_ISSUERS
-    )
+    return any(low <= digits[: len(low)] <= high and len(digits) in lengths for low, high, lengths in _CARD_ISSUERS)
 
 
 def _is_card(match: str) -> bool:
@@ -270,8 +268,9 @@ class ScrubPII(Step):
 
     def __init__(self, kinds: Sequence[str] | None = None, replacements: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        self.scrubber = PIIScrubber(**({} if kinds is None else {"kinds": tuple(kinds)}),
-                                    replacements=dict(replacements or {}))
+        self.scrubber = PIIScrubber(
+            **({} if kinds is None else {"kinds": tuple(kinds)}), replacements=dict(replacements or {})
+        )
 
     def process(self, document: Document) -> Document | None:
         text, found = self.scrubber.scrub(document.text)

@@ -30,13 +30,20 @@ import numba
 import numpy as np
 
 from ...errors import ConfigError
-from . import datatrove_compat as dt
 from ..inputs.documents import Document
+from . import datatrove_compat as dt
 from .base import Step, prefixed
 from .spacy_words import english_words
 
-__all__ = ["COMPAT_MODES", "C4Quality", "FineWebQuality", "GopherQuality", "GopherRepetition", "split_words",
-           "words_of"]
+__all__ = [
+    "COMPAT_MODES",
+    "C4Quality",
+    "FineWebQuality",
+    "GopherQuality",
+    "GopherRepetition",
+    "split_words",
+    "words_of",
+]
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _WORD = rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*"
@@ -197,7 +204,12 @@ class GopherRepetition(Step):
         max_duplicate_paragraph_char_fraction: float | None = 0.20,
         max_top_ngram_char_fraction: Sequence[Sequence[float]] = ((2, 0.20), (3, 0.18), (4, 0.16)),
         max_duplicate_ngram_char_fraction: Sequence[Sequence[float]] = (
-            (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
+            (5, 0.15),
+            (6, 0.14),
+            (7, 0.13),
+            (8, 0.12),
+            (9, 0.11),
+            (10, 0.10),
         ),
         compat: str = "tokenport",
     ) -> None:
@@ -296,8 +308,9 @@ def _gram_hashes(ids: np.ndarray, n: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _gram_stats(ids: np.ndarray, lengths: np.ndarray, top_ns: np.ndarray, dup_ns: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
+def _gram_stats(
+    ids: np.ndarray, lengths: np.ndarray, top_ns: np.ndarray, dup_ns: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """For each n of ``top_ns``: characters of the most frequent n-gram times its count (0 unless it
     repeats; ties to the first occurring). For each n of ``dup_ns``: characters of the words covered
     by an n-gram occurring more than once (a longer n-gram repeats only where a shorter one does)."""

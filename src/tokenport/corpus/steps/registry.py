@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from .decontaminate import Decontaminate
-from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from ..inputs.documents import Document
 from .base import Step
+from .decontaminate import Decontaminate
+from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
 from .language import LanguageFilter
 from .licenses import LicenseFilter
 from .lines import LineCorrections
@@ -33,8 +33,17 @@ from .pii import ScrubPII
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from .urls import URLFilter
 
-__all__ = ["STEP_KINDS", "build_steps", "check_steps", "dedup_positions", "register_step", "registered_steps",
-           "run_steps", "step_modules", "step_options"]
+__all__ = [
+    "STEP_KINDS",
+    "build_steps",
+    "check_steps",
+    "dedup_positions",
+    "register_step",
+    "registered_steps",
+    "run_steps",
+    "step_modules",
+    "step_options",
+]
 
 
 STEP_KINDS: dict[str, type[Step]] = {
@@ -59,14 +68,17 @@ def register_step(kind: str, step: type[Step]) -> None:
     its workers (the class must be importable by its module name there). ConfigError for a name
     already taken by another class, or a class that is not a ``Step``."""
     if not isinstance(step, type) or not issubclass(step, Step):
-        raise ConfigError(f"register_step({kind!r}): {step!r} is not a subclass of tokenport's step base "
-                          "(tokenport.corpus.steps.base.Step)")
+        raise ConfigError(
+            f"register_step({kind!r}): {step!r} is not a subclass of tokenport's step base "
+            "(tokenport.corpus.steps.base.Step)"
+        )
     if not isinstance(kind, str) or not kind:
         raise ConfigError(f"register_step: the step name must be a non-empty string, got {kind!r}")
     taken = STEP_KINDS.get(kind) or (make_signer if kind in DEDUP_KINDS else None)
     if taken is not None and taken is not step:
-        raise ConfigError(f"register_step({kind!r}): that name is taken by {taken.__module__}.{taken.__qualname__}; "
-                          "pick another name")
+        raise ConfigError(
+            f"register_step({kind!r}): that name is taken by {taken.__module__}.{taken.__qualname__}; pick another name"
+        )
     STEP_KINDS[kind] = step
 
 
@@ -89,8 +101,10 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), valid, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"steps[{position}] ({kind}): unexpected option {unknown[0]!r}{hint}; valid options of "
-                          f"{kind}: {', '.join(valid) or 'none'}")
+        raise ConfigError(
+            f"steps[{position}] ({kind}): unexpected option {unknown[0]!r}{hint}; valid options of "
+            f"{kind}: {', '.join(valid) or 'none'}"
+        )
     missing = [name for name in _required_options(kind) if name not in options]
     if missing:
         raise ConfigError(f"steps[{position}] ({kind}): option {missing[0]!r} is required")
@@ -118,8 +132,11 @@ def _required_options(kind: str) -> tuple[str, ...]:
 def _parameters(kind: str) -> list[inspect.Parameter]:
     build = make_signer if kind in DEDUP_KINDS else STEP_KINDS[kind]
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p for p in inspect.signature(build).parameters.values()
-            if p.kind in named and not (build is make_signer and p.name == "kind")]
+    return [
+        p
+        for p in inspect.signature(build).parameters.values()
+        if p.kind in named and not (build is make_signer and p.name == "kind")
+    ]
 
 
 def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -131,8 +148,9 @@ def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...
     return tuple(dict(spec) for spec in specs)
 
 
-def build_steps(specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str,
-                upto: int | None = None) -> list[tuple[str, Step]]:
+def build_steps(
+    specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str, upto: int | None = None
+) -> list[tuple[str, Step]]:
     """Fresh steps for one unit (those before position ``upto`` if given), each labelled ``"N:kind"``;
     dedup steps load the unit's decisions from ``work_dir``."""
     steps = []
@@ -153,8 +171,12 @@ def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
     return [position for position, spec in enumerate(specs) if spec["step"] in DEDUP_KINDS]
 
 
-def run_steps(documents: Iterable[Document], steps: list[tuple[str, Step]], tally: dict[str, Counter],
-              costs: dict[str, Counter] | None = None) -> Iterator[Document]:
+def run_steps(
+    documents: Iterable[Document],
+    steps: list[tuple[str, Step]],
+    tally: dict[str, Counter],
+    costs: dict[str, Counter] | None = None,
+) -> Iterator[Document]:
     """``documents`` through every step in order, counting what goes in and out of each into ``tally``,
     and into ``costs`` the characters in and out and each step's own time in milliseconds (the time
     spent pulling from a step, less the time spent pulling from the step before it)."""
@@ -179,7 +201,7 @@ class _Timed:
         self._it = iter(documents)
         self.elapsed = 0.0
 
-    def __iter__(self) -> "_Timed":
+    def __iter__(self) -> _Timed:
         return self
 
     def __next__(self) -> Document:
@@ -190,8 +212,9 @@ class _Timed:
             self.elapsed += time.perf_counter() - start
 
 
-def _counting(documents: Iterable[Document], counter: Counter, key: str, cost: Counter, chars: str
-              ) -> Iterator[Document]:
+def _counting(
+    documents: Iterable[Document], counter: Counter, key: str, cost: Counter, chars: str
+) -> Iterator[Document]:
     for document in documents:
         counter[key] += 1
         cost[chars] += len(document.text)

@@ -23,8 +23,13 @@ class RejectedWriter:
         """The sink of the step labelled ``label``."""
 
         def write(document: Document, reason: str) -> None:
-            record = {"id": document.id, "step": label, "reason": reason, "text": document.text,
-                      "metadata": document.metadata}
+            record = {
+                "id": document.id,
+                "step": label,
+                "reason": reason,
+                "text": document.text,
+                "metadata": document.metadata,
+            }
             self.file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
         return write
