@@ -1,14 +1,57 @@
-"""The argument check the sampling modules share."""
+"""The argument checks every room shares, so one value is accepted or refused the same way everywhere.
+
+Integers accept Python and numpy integers and refuse bools; a refusal is a ConfigError naming the
+field, the value and what to pass.
+"""
 
 from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection
 
 import numpy as np
 
 from .errors import ConfigError
 
+SEED_MAX = 2**32 - 1
 
-def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """Return ``value`` as an int, or raise ConfigError naming ``name`` unless it is an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least {minimum}")
-    return int(value)
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is a Python or numpy integer and not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None, what: str = "") -> int:
+    """Return ``value`` as an int, or raise ConfigError unless it is an integer in [minimum, maximum]."""
+    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):  # type: ignore[operator]
+        wanted = f"an integer of at least {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+        raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}{wanted}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def check_positive(name: str, value: object) -> float:
+    """Return ``value`` as a float, or raise ConfigError unless it is a finite real number above zero."""
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not value > 0
+    ):
+        raise ConfigError(f"{name}={value!r} is invalid: pass a finite number above 0")
+    return float(value)
+
+
+def check_seed(name: str, value: object) -> int:
+    """Return ``value`` as an int seed, or raise ConfigError; None is refused (it never means global state)."""
+    if value is None:
+        raise ConfigError(f"{name}=None is invalid: pass an integer seed in [0, 2**32 - 1]; None is not a seed")
+    return check_int(name, value, 0, SEED_MAX)
+
+
+def check_choice(name: str, value: object, choices: Collection[object]) -> object:
+    """Return ``value``, or raise ConfigError listing ``choices`` unless it is one of them."""
+    if isinstance(value, bool) or value not in choices:
+        listed = ", ".join(repr(choice) for choice in choices)
+        raise ConfigError(f"{name}={value!r} is invalid: pass one of {listed}")
+    return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..errors import ConfigError
+from .._checks import check_int
 
 
 class SampleIndexCheckpoints:
@@ -20,8 +20,7 @@ class SampleIndexCheckpoints:
 
     def __init__(self, dataset_index: np.ndarray, num_datasets: int, block: int | None = None) -> None:
         block = max(4096, 16 * num_datasets) if block is None else block
-        if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
-            raise ConfigError(f"block={block!r} is invalid: pass the checkpoint spacing, an integer of at least 1")
+        check_int("block", block, 1, what="the checkpoint spacing")
         self.dataset_index = dataset_index
         self.block = int(block)
         size = len(dataset_index)

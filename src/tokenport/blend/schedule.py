@@ -66,6 +66,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from .indices import build_blending_indices, build_dataset_index
 
@@ -128,10 +129,8 @@ class MixtureSchedule:
                 f"a mixture schedule is a non-empty list of phases such as {{'at': 0, 'weights': [0.7, 0.3]}}, "
                 f"got {type(data).__name__}"
             )
-        if seq_length is not None and (
-            isinstance(seq_length, bool) or not isinstance(seq_length, (int, np.integer)) or seq_length < 1
-        ):
-            raise ConfigError(f"seq_length={seq_length!r} is invalid: pass the tokens per sample, an integer >= 1")
+        if seq_length is not None:
+            check_int("seq_length", seq_length, 1, what="the tokens per sample")
         phases: list[Phase] = []
         for j, item in enumerate(data):
             where = f"schedule phase {j}"
@@ -248,8 +247,7 @@ def _check(schedule: object, size: object) -> None:
             f"schedule must be a MixtureSchedule, got {type(schedule).__name__}: "
             "build one from plain data with MixtureSchedule.from_data"
         )
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise ConfigError(f"size={size!r} is invalid: pass the number of samples to blend, an integer of at least 1")
+    check_int("size", size, 1, what="the number of samples to blend")
 
 
 def _segments(schedule: MixtureSchedule, size: int) -> list[_Segment]:

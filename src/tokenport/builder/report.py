@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from ..blend import build_blending_indices, prefix_deviations
 from ..errors import ConfigError
 from .specs import Blend, BlendSpec, store_tokens
@@ -88,10 +89,8 @@ def blend_report(
     Epochs are samples × seq_length over the store's tokens (the whole store; a split reads a
     share of it, so its epochs are that much higher). A blend weighted by size uses token counts.
     """
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ConfigError(f"size={size!r} is invalid: pass the number of samples to blend, at least 1")
-    if isinstance(seq_length, bool) or not isinstance(seq_length, (int, np.integer)) or seq_length < 1:
-        raise ConfigError(f"seq_length={seq_length!r} is invalid: pass an integer of at least 1")
+    check_int("size", size, 1, what="the number of samples to blend")
+    check_int("seq_length", seq_length)
     return [
         _report(name, blend.without_zero_weights(), int(size), int(seq_length), algorithm, size_of)
         for name, blend in _named_blends(spec)

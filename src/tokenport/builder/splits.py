@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -34,8 +35,7 @@ def parse_split(split: str) -> tuple[float, ...]:
 
 def split_document_ranges(split: str, num_documents: int) -> list[tuple[int, int] | None]:
     """[begin, end) document range of train, valid and test (None for a zero-weight split), as Megatron rounds them."""
-    if isinstance(num_documents, bool) or not isinstance(num_documents, (int, np.integer)) or num_documents < 0:
-        raise ConfigError(f"num_documents={num_documents!r}: expected a non-negative integer")
+    check_int("num_documents", num_documents, 0)
     bounds = [0.0]
     for weight in parse_split(split):
         bounds.append(bounds[-1] + weight)

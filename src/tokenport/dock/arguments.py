@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .ragged import Packed, Padded, as_ragged
@@ -20,16 +21,9 @@ from .samplers import SampleRequest, Selection
 from .schema import Column
 from .storage import Partition
 
-__all__ = ["Sampler", "checked_get", "checked_put", "in_range", "positive", "row_ids", "wanted_columns"]
+__all__ = ["Sampler", "checked_get", "checked_put", "in_range", "row_ids", "wanted_columns"]
 
 Sampler = Callable[[SampleRequest], Selection]
-
-
-def positive(name: str, value: object) -> int:
-    """``value`` as an int >= 1, or a ConfigError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name}={value!r} is invalid: pass an integer >= 1")
-    return int(value)
 
 
 def _completed_flags(completed: bool | Sequence[bool] | np.ndarray, rows: int) -> np.ndarray:
@@ -70,7 +64,7 @@ def wanted_columns(columns: Sequence[str]) -> list[str]:
 
 def checked_get(count: int, timeout: float | None, sampler: Sampler | None, lease: float | None) -> int:
     """The checks of a get that need no partition (shared with RayDock); returns ``count``."""
-    count = positive("count", count)
+    count = check_int("count", count)
     if timeout is not None and not (_seconds(timeout) and timeout >= 0):
         raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
     if lease is not None and not (_seconds(lease) and lease > 0):

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import ray
 
+from .._checks import check_int
 from ..errors import ConfigError, TokenportError
-from .arguments import Sampler, checked_get, checked_put, positive, row_ids, wanted_columns
+from .arguments import Sampler, checked_get, checked_put, row_ids, wanted_columns
 from .batch import Batch
 from .casting import as_array
 from .checkpoint import load_state, save_state
@@ -178,7 +179,7 @@ class RayDock:
         shards: int = 1,
         max_age: int | None = None,
     ) -> None:
-        shards = positive("shards", shards)
+        shards = check_int("shards", shards)
         columns, consumers = list(columns), list(consumers)
         DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor
         self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(

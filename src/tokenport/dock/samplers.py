@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment
 
@@ -83,11 +84,8 @@ class RankSlices:
     trusted = True  # returns eligible rows only: the dock skips its check
 
     def __init__(self, rank: int, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(f"size={size!r} is invalid: pass the number of data-parallel ranks, >= 1")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
-            raise ConfigError(f"rank={rank!r} is invalid: pass an integer in [0, size={size})")
-        self.rank, self.size = rank, size
+        size = check_int("size", size, 1, what="the number of data-parallel ranks")
+        self.rank, self.size = check_int("rank", rank, 0, size - 1), size
 
     def __call__(self, request: SampleRequest) -> Selection:
         count = request.count
@@ -149,9 +147,8 @@ class Balanced:
         linear: float = 1.0,
         quadratic: float = 0.0,
     ) -> None:
-        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-            raise ConfigError(f"ranks={ranks!r} is invalid: pass the number of data-parallel ranks, >= 1")
-        self.ranks, self.length_column = ranks, length_column
+        self.ranks = check_int("ranks", ranks, 1, what="the number of data-parallel ranks")
+        self.length_column = length_column
         self.pick = pick or Sequential()
         self.linear, self.quadratic = float(linear), float(quadratic)
 

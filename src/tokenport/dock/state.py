@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError, DockTimeout
-from .arguments import Sampler, checked_get, in_range, positive, row_ids
+from .arguments import Sampler, checked_get, in_range, row_ids
 from .samplers import SampleRequest, Selection, Sequential
 from .schema import Column
 from .storage import Partition
@@ -62,8 +63,8 @@ class DockState:
         self._leases: dict[int, _Lease] = {}
         self._next_lease = 1
         self.closed = False
-        self.n_samples_per_prompt = positive("n_samples_per_prompt", n_samples_per_prompt)
-        self.max_age = None if max_age is None else positive("max_age", max_age)
+        self.n_samples_per_prompt = check_int("n_samples_per_prompt", n_samples_per_prompt)
+        self.max_age = None if max_age is None else check_int("max_age", max_age)
         for column in columns:
             self.add_column(column)
         for consumer in consumers:
@@ -113,7 +114,7 @@ class DockState:
         """Add an empty partition of ``num_prompts * n_samples_per_prompt`` rows."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"partition name={name!r} is invalid: pass a non-empty string")
-        rows = positive("num_prompts", num_prompts) * self.n_samples_per_prompt
+        rows = check_int("num_prompts", num_prompts) * self.n_samples_per_prompt
         return self.adopt(Partition(name, rows))
 
     def adopt(self, partition: Partition) -> Partition:

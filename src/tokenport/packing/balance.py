@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 
 
@@ -55,9 +56,7 @@ def karmarkar_karp_assignment(
     workloads: Sequence[float] | np.ndarray, k: int, equal_size: bool = False, *, refine: bool = True
 ) -> np.ndarray:
     """The group (0..k-1, largest total first) of each item under Karmarkar-Karp, as an int64 array."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-        raise ConfigError(f"k={k!r}: expected an integer >= 1 (the number of groups)")
-    k = int(k)
+    k = check_int("k", k, 1, what="the number of groups")
     values = _check_workloads(workloads)
     n = values.size
     if equal_size and n % k:

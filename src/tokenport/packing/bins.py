@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 
 Bins = list[list[tuple[int, int, int]]]
@@ -45,9 +46,7 @@ MAX_BEST_FIT_CAPACITY = 1 << 24
 
 def _check_capacity(capacity: int) -> int:
     """The capacity as an int, or a ConfigError if it is not an integer >= 1."""
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-        raise ConfigError(f"capacity={capacity!r}: expected an integer >= 1 (tokens per bin)")
-    return int(capacity)
+    return check_int("capacity", capacity, 1, what="tokens per bin")
 
 
 def check_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import NoReturn
 import numba
 import numpy as np
 
+from .._checks import check_int, check_seed
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
@@ -49,9 +50,9 @@ def build_indices(
     configured) keeps a final sample shorter than the rest. Bad arguments raise ConfigError.
     """
     lengths = _check_lengths(sequence_lengths)
-    _check_positive("num_samples", num_samples)
-    _check_positive("seq_length", seq_length)
-    _check_seed(seed)
+    check_int("num_samples", num_samples)
+    check_int("seq_length", seq_length)
+    check_seed("seed", seed)
     if not 0.0 <= separate_final_epoch_threshold <= 1.0:
         raise ConfigError(
             f"separate_final_epoch_threshold={separate_final_epoch_threshold!r} is outside [0, 1]: "
@@ -88,18 +89,6 @@ def _check_lengths(sequence_lengths: np.ndarray) -> np.ndarray:
     if lengths.dtype.kind == "i" and int(lengths.min()) < 0:
         raise ConfigError("sequence_lengths holds negative lengths: the token store's index is corrupt")
     return lengths
-
-
-def _check_positive(name: str, value: object) -> None:
-    """Raise ConfigError unless ``value`` is an integer above zero."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ConfigError(f"{name}={value!r} is invalid: pass an integer of at least 1")
-
-
-def _check_seed(seed: object) -> None:
-    """Raise ConfigError unless ``seed`` is an integer that numpy's RandomState accepts."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= _UINT32_MAX:
-        raise ConfigError(f"seed={seed!r} is invalid: pass an integer in [0, 2**32 - 1]")
 
 
 def _num_epochs(tokens_per_epoch: int, num_samples: int, seq_length: int, extra: int) -> int:
@@ -237,11 +226,11 @@ class GPTSampleConfig:
 
     def __post_init__(self) -> None:
         """Validate every field, naming the one at fault; fill the cu_seqlens_length default."""
-        _check_positive("seq_length", self.seq_length)
+        check_int("seq_length", self.seq_length)
         if self.eod_id is not None:
-            _check_token_id("eod_id", self.eod_id)
+            check_int("eod_id", self.eod_id, 0, what="a token id")
         if self.pad_id is not None:
-            _check_token_id("pad_id", self.pad_id)
+            check_int("pad_id", self.pad_id, 0, what="a token id")
             if self.pad_id == self.eod_id:
                 raise ConfigError(f"pad_id={self.pad_id} equals eod_id: pass a pad id no document ends with, or None")
         for name in (
@@ -294,12 +283,6 @@ def resolve_eod(config: GPTSampleConfig, dataset: IndexedDataset) -> GPTSampleCo
             f"{recorded}; documents would get no boundaries. Pass eod_id={recorded}, or None to use the manifest's"
         )
     return config
-
-
-def _check_token_id(name: str, value: object) -> None:
-    """Raise ConfigError unless ``value`` is a non-negative integer token id."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ConfigError(f"{name}={value!r} is invalid: pass a token id, an integer of at least 0")
 
 
 class GPTDataset:

@@ -33,18 +33,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
 
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int, or a ConfigError when it is not an integer >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name}={value!r}: expected an integer >= {minimum}")
-    return int(value)
 
 
 def _check_ids(ids: Sequence[int] | np.ndarray | None, count: int) -> np.ndarray:
@@ -113,11 +107,11 @@ class PackedDataset:
         cu_seqlens_length: int | None = None,
     ) -> None:
         self.dataset = dataset
-        self.capacity = _check_int("capacity", capacity, 1)
-        self.window = None if window is None else _check_int("window", window, 1)
+        self.capacity = check_int("capacity", capacity, 1)
+        self.window = None if window is None else check_int("window", window, 1)
         self.split = bool(split)
-        self.seed = _check_int("seed", seed, 0)
-        self.pad_id = _check_int("pad_id", pad_id, 0)
+        self.seed = check_int("seed", seed, 0)
+        self.pad_id = check_int("pad_id", pad_id, 0)
         self.label_pad = int(label_pad)
         self._sequence_lengths = np.asarray(dataset.sequence_lengths, dtype=np.int64)
         self._build(_check_ids(ids, len(dataset)), bool(shuffle))
@@ -148,7 +142,7 @@ class PackedDataset:
         needed = int(counts.max()) + 1 if counts.size else 1
         if requested is None:
             return needed
-        width = _check_int("cu_seqlens_length", requested, 1)
+        width = check_int("cu_seqlens_length", requested, 1)
         if width < needed:
             raise ConfigError(
                 f"cu_seqlens_length={width}: a sample holds {needed - 1} documents, so at least {needed} is needed"

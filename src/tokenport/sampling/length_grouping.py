@@ -188,8 +188,7 @@ class DistributedLengthGroupedSampler:
         self.lengths = _check_lengths(lengths)
         check_int("batch_size", batch_size)
         check_int("num_replicas", num_replicas)
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
-            raise ConfigError(f"rank={rank!r} is invalid: pass an integer in [0, num_replicas={num_replicas})")
+        check_int("rank", rank, 0, int(num_replicas) - 1)
         if mega_batch_mult is not None:
             check_int("mega_batch_mult", mega_batch_mult)
         _check_seed("seed", seed, sequence_allowed=False)

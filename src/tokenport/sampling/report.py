@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, check_seed
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment, pack_best_fit_arrays, packing_metrics
 from ..packing.bins import check_lengths
@@ -74,8 +74,7 @@ def batching_report(
     batch_size = check_int("batch_size", batch_size)
     capacity = check_int("capacity", capacity)
     num_ranks = check_int("num_ranks", num_ranks)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed={seed!r} is invalid: pass an integer >= 0")
+    check_seed("seed", seed)
     if values.size == 0:
         raise ConfigError("lengths is empty: a report needs at least one sequence")
     random_order = np.random.default_rng(seed).permutation(values.size)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+from .._checks import check_int
 from .._files import publish_mode
 from ..errors import ConfigError, StorageError
 from .base import ByteSource, Range
@@ -52,12 +53,16 @@ class RemoteOptions:
     storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec options: endpoint_url, key, ...
 
     def __post_init__(self) -> None:
-        _check_int("block_size", self.block_size, 1)
-        _check_int("cache_bytes", self.cache_bytes, self.block_size, "block_size")
-        _check_int("max_retries", self.max_retries, 0)
-        _check_int("coalesce_gap", self.coalesce_gap, 0)
-        _check_int("max_request_bytes", self.max_request_bytes, self.block_size, "block_size")
-        _check_int("max_concurrency", self.max_concurrency, 1)
+        object.__setattr__(self, "block_size", check_int("RemoteOptions.block_size", self.block_size, 1))
+        for name, minimum in (
+            ("cache_bytes", self.block_size),
+            ("max_retries", 0),
+            ("coalesce_gap", 0),
+            ("max_request_bytes", self.block_size),
+            ("max_concurrency", 1),
+        ):
+            what = "at least block_size" if minimum == self.block_size and name != "max_concurrency" else ""
+            object.__setattr__(self, name, check_int(f"RemoteOptions.{name}", getattr(self, name), minimum, what=what))
         _check_number("backoff_initial", self.backoff_initial, 0.0)
         _check_number("backoff_max", self.backoff_max, self.backoff_initial, "backoff_initial")
         if not isinstance(self.storage_options, Mapping):
@@ -66,12 +71,6 @@ class RemoteOptions:
                 f"got {type(self.storage_options).__name__}"
             )
         object.__setattr__(self, "storage_options", dict(self.storage_options))
-
-
-def _check_int(name: str, value: object, minimum: int, minimum_name: str | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        bound = f"{minimum_name} ({minimum})" if minimum_name else str(minimum)
-        raise ConfigError(f"RemoteOptions.{name}={value!r}: must be an integer >= {bound}")
 
 
 def _check_number(name: str, value: object, minimum: float, minimum_name: str | None = None) -> None:

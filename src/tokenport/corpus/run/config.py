@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..._checks import check_int
 from ..._files import parse_structured, read_text
 from ...errors import ConfigError
 from ...storage import is_remote
@@ -102,8 +103,8 @@ class PrepareConfig:
                 raise ConfigError(f"{_named(name, value)}: must be a non-empty string")
         for name in ("workers", "shard_tokens", "max_chars_per_piece", "unit_bytes", "batch_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{_named(name, value)}: must be a positive integer")
+            checked = check_int(f"PrepareConfig.{name}", value, 1, what=FLAGS.get(name, "a positive integer"))
+            object.__setattr__(self, name, checked)
         for name, choices in (("executor", EXECUTORS), ("shard_by", SHARD_BY), ("on_error", ON_ERROR)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")

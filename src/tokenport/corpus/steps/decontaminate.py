@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 
+from ..._checks import check_int
 from ...errors import ConfigError, InputDataError
 from .base import Step
 from .quality import words_of
@@ -65,8 +66,7 @@ class Decontaminate(Step):
     def __init__(self, eval_files: Sequence[str], n: int = 13, text_key: str = "text") -> None:
         if isinstance(eval_files, str) or not eval_files:
             raise ConfigError("eval_files: give a list of evaluation set files (jsonl or text)")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"n={n!r} is invalid: pass the n-gram length in words, >= 1")
+        n = check_int("n", n, 1, what="the n-gram length in words")
         for path in eval_files:
             if not os.path.isfile(path):
                 raise ConfigError(f"{path}: evaluation set file not found")

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ..._checks import check_int
 from ...errors import ConfigError
 from ..inputs.documents import Document
 from .base import Step, prefixed
@@ -84,8 +85,7 @@ class LicenseFilter(Step):
         super().__init__()
         if isinstance(allowed, str) or not allowed or not all(isinstance(a, str) for a in allowed):
             raise ConfigError("allowed: pass a non-empty list of license ids such as ['mit', 'apache-2.0']")
-        if isinstance(scan_chars, bool) or not isinstance(scan_chars, int) or scan_chars < 1:
-            raise ConfigError(f"scan_chars={scan_chars!r}: pass an integer >= 1")
+        scan_chars = check_int("scan_chars", scan_chars)
         self.allowed = frozenset(a.lower() for a in allowed)
         self.license_key, self.keep_unknown, self.scan_chars = license_key, bool(keep_unknown), scan_chars
         self.kept: Counter = Counter()

@@ -18,6 +18,7 @@ import hashlib
 import numba
 import numpy as np
 
+from ..._checks import check_int
 from ...errors import ConfigError
 from .quality import words_of
 
@@ -53,10 +54,9 @@ class MinHasher:
     """Signatures and band keys of documents (see the module docstring)."""
 
     def __init__(self, bands: int = 14, rows: int = 8, ngram: int = 5, seed: int = 1) -> None:
-        for name, value in (("bands", bands), ("rows", rows), ("ngram", ngram)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} is invalid: pass an integer >= 1")
-        self.bands, self.rows, self.ngram = bands, rows, ngram
+        self.bands, self.rows, self.ngram = (
+            check_int(n, v) for n, v in (("bands", bands), ("rows", rows), ("ngram", ngram))
+        )
         rng = np.random.default_rng(seed)
         count = bands * rows
         self.a = rng.integers(1, (1 << 61) - 1, count, dtype=np.uint64)
