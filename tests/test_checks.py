@@ -12,7 +12,7 @@ import tokenport as tp
 from tokenport._checks import check_choice, check_int, check_positive, check_seed
 from tokenport.corpus.run.config import PrepareConfig
 from tokenport.corpus.steps.minhash import MinHasher
-from tokenport.dock import Column, Dock, RankSlices
+from tokenport.dock import Balanced, Column, Dock, RankSlices
 from tokenport.errors import ConfigError
 from tokenport.packing import karmarkar_karp_assignment
 from tokenport.samples.gpt import GPTSampleConfig
@@ -94,6 +94,7 @@ CONSTRUCTORS: dict[str, Callable[[tp.IndexedDataset, object], object]] = {
         store, v, GPTSampleConfig(seq_length=8, eod_id=0), 0
     ),
     "RankSlices size": lambda store, v: RankSlices(0, v),
+    "Balanced ranks": lambda store, v: Balanced(v, "x"),
     "karmarkar_karp_assignment k": lambda store, v: karmarkar_karp_assignment([3.0, 2.0, 1.0, 1.0], v),
     "RemoteOptions max_concurrency": lambda store, v: RemoteOptions(max_concurrency=v),
     "MinHasher bands": lambda store, v: MinHasher(bands=v),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Collection
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -17,17 +18,17 @@ from .errors import ConfigError
 SEED_MAX = 2**32 - 1
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
     """Whether ``value`` is a Python or numpy integer and not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None, what: str = "") -> int:
     """Return ``value`` as an int, or raise ConfigError unless it is an integer in [minimum, maximum]."""
-    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):  # type: ignore[operator]
+    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
         wanted = f"an integer of at least {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
         raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}{wanted}")
-    return int(value)  # type: ignore[call-overload]
+    return int(value)
 
 
 def check_positive(name: str, value: object) -> float:

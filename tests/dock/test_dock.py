@@ -232,6 +232,9 @@ def test_balanced_splits_equal_counts_of_near_equal_work():
     loads = [int(p["responses"].lengths.sum()) for p in parts]
     assert (max(loads) - min(loads)) / np.mean(loads) < 0.01
     assert sorted(np.concatenate([p.rows for p in parts]).tolist()) == list(range(64))
+    assert [p.rows.tolist() for p in batch.split(np.int64(4))] == [p.rows.tolist() for p in parts]
+    with pytest.raises(tp.ConfigError, match="parts=True"):
+        batch.split(True)
 
 
 def test_callable_sampler_and_one_that_breaks_the_contract():

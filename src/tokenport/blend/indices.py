@@ -5,6 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._checks import is_int
 from ..errors import ConfigError
 from . import greedy, tijdeman
 
@@ -145,7 +146,7 @@ def _check_counts(weights: object) -> np.ndarray:
 
 def _check_size(size: object) -> None:
     """Raise ConfigError unless ``size`` is an integer above zero."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+    if not is_int(size) or size <= 0:
         raise ConfigError(
             f"size={size!r} is invalid: pass the number of samples to blend, an integer of at least 1 "
             "(or size=None to take every sample of every dataset once)"

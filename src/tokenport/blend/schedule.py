@@ -66,7 +66,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, is_int
 from ..errors import ConfigError
 from .indices import build_blending_indices, build_dataset_index
 
@@ -371,7 +371,7 @@ def _checked_phase(j: int, phase: object, earlier: list[Phase]) -> Phase:
 
 def _whole(value: object, where: str, name: str) -> int:
     """``value`` as an int >= 0, or ConfigError naming the field."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+    if not is_int(value) or value < 0:
         raise ConfigError(f"{where}: field {name!r}={value!r} must be a whole number of samples >= 0")
     return int(value)
 
@@ -412,6 +412,6 @@ def _milestone(item: Mapping[str, Any], name: str, where: str, seq_length: int |
             f"pass from_data(..., seq_length=...), or give {name!r} in samples"
         )
     tokens = item[tokens_name]
-    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
+    if not is_int(tokens) or tokens < 0:
         raise ConfigError(f"{where}: field {tokens_name!r}={tokens!r} must be a whole number of tokens >= 0")
     return int(tokens) // int(seq_length)  # the whole samples in that many tokens

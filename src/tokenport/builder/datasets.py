@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from ..blend import BlendedDataset, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
@@ -91,9 +92,7 @@ def _as_spec(spec: Any) -> BlendSpec:
 def _check_sizes(sizes: Any) -> tuple[int | None, ...]:
     """Three sample counts (None or integers >= 0)."""
     values = tuple(sizes) if isinstance(sizes, (list, tuple)) else ()
-    if len(values) != len(SPLIT_NAMES) or not all(
-        v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0) for v in values
-    ):
+    if len(values) != len(SPLIT_NAMES) or not all(v is None or (is_int(v) and v >= 0) for v in values):
         raise ConfigError(f"sizes={sizes!r}: expected (train, valid, test) sample counts, integers >= 0 or None")
     return tuple(None if v is None else int(v) for v in values)
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from .._files import parse_structured, read_text
 from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
@@ -489,7 +490,7 @@ class _Loader:
             tokens = self.size_of(prefix)
         except TokenportError as exc:
             raise type(exc)(f"{self.source}: {where}: {exc}") from exc
-        if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
+        if not is_int(tokens) or tokens < 0:
             raise self.fail(where, f"size of {prefix!r} is {tokens!r}, expected a token count >= 0")
         return int(tokens)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from ..errors import ConfigError
 from .ragged import Packed, Padded, take_rows
 
@@ -49,8 +50,9 @@ class Batch:
 
     def split(self, parts: int) -> list[Batch]:
         """``parts`` consecutive batches of equal row count (the per-rank parts of a ``Balanced`` batch)."""
-        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1 or len(self) % parts:
+        if not is_int(parts) or parts < 1 or len(self) % parts:
             raise ConfigError(f"parts={parts!r}: the batch's {len(self)} rows do not split into that many equal parts")
+        parts = int(parts)
         size = len(self) // parts
         return [self.select(np.arange(k * size, (k + 1) * size)) for k in range(parts)]
 

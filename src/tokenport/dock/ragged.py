@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int, is_int
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .copying import copy_runs, item_bytes
@@ -135,12 +136,11 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
 def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
     """Pad rows to the longest, rounded up to ``multiple_of`` (tensor/context parallel sizes), or to ``length``."""
     packed = rows if isinstance(rows, Packed) else pack(rows)
-    if isinstance(multiple_of, bool) or not isinstance(multiple_of, (int, np.integer)) or multiple_of < 1:
-        raise ConfigError(f"multiple_of={multiple_of!r} is invalid: pass an integer >= 1")
+    multiple_of = check_int("multiple_of", multiple_of)
     longest = int(packed.lengths.max()) if len(packed) else 0
     if length is None:
         width = -(-longest // multiple_of) * multiple_of
-    elif isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < longest:
+    elif not is_int(length) or length < longest:
         raise ConfigError(f"length={length!r} is invalid: the longest row has {longest} items; truncate first")
     else:
         width = int(length)
@@ -153,8 +153,7 @@ def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 
 
 def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
     """Cut every row to at most ``max_length`` items, keeping its ``"head"`` or its ``"tail"``."""
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 0:
-        raise ConfigError(f"max_length={max_length!r} is invalid: pass an integer >= 0")
+    max_length = check_int("max_length", max_length, 0)
     if keep not in ("head", "tail"):
         raise ConfigError(f"keep={keep!r} is invalid: pass 'head' or 'tail'")
     lengths = np.minimum(packed.lengths, max_length)

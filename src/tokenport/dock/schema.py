@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from ..errors import ConfigError
 
 __all__ = ["Column"]
@@ -33,7 +34,7 @@ class Column:
         if dtype.kind not in "biuf":
             raise ConfigError(f"column {self.name!r}: dtype {dtype} is not a bool, integer or float type")
         shape = tuple(self.shape)
-        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
+        if any(not is_int(d) or d < 1 for d in shape):
             raise ConfigError(f"column {self.name!r}: shape {self.shape!r} must be a tuple of positive integers")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))

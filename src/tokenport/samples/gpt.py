@@ -17,7 +17,7 @@ from typing import NoReturn
 import numba
 import numpy as np
 
-from .._checks import check_int, check_seed
+from .._checks import check_int, check_seed, is_int
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
@@ -260,7 +260,7 @@ def store_eod_id(dataset: IndexedDataset) -> int | None:
     manifest = dataset.manifest
     tokenizer = manifest.tokenizer if manifest is not None else None
     eod = tokenizer.get("eod_id") if isinstance(tokenizer, dict) else None
-    return int(eod) if isinstance(eod, (int, np.integer)) and not isinstance(eod, bool) else None
+    return int(eod) if is_int(eod) else None
 
 
 def resolve_eod(config: GPTSampleConfig, dataset: IndexedDataset) -> GPTSampleConfig:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from ..errors import ConfigError
 
 RETURN_TENSORS = ("np", "pt")
@@ -100,13 +101,9 @@ class PaddingCollator:
         label_pad: int = -100,
         return_tensors: str = "np",
     ) -> None:
-        if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
+        if not is_int(pad_id):
             raise ConfigError(f"pad_id={pad_id!r}: expected an integer token id")
-        if pad_to_multiple_of is not None and (
-            isinstance(pad_to_multiple_of, bool)
-            or not isinstance(pad_to_multiple_of, (int, np.integer))
-            or pad_to_multiple_of < 1
-        ):
+        if pad_to_multiple_of is not None and (not is_int(pad_to_multiple_of) or pad_to_multiple_of < 1):
             raise ConfigError(f"pad_to_multiple_of={pad_to_multiple_of!r}: expected None or an integer >= 1")
         self.pad_id = int(pad_id)
         self.pad_to_multiple_of = None if pad_to_multiple_of is None else int(pad_to_multiple_of)

@@ -26,7 +26,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, is_int
 from ..errors import ConfigError
 from ..rng.prefetch import prefetch
 from ..rng.torch_randperm import randperm
@@ -341,7 +341,7 @@ def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None
     """Raise ConfigError unless ``value`` is an integer >= 0 (or, if allowed, a non-empty sequence of them)."""
 
     def ok(item: object) -> bool:
-        return not isinstance(item, bool) and isinstance(item, (int, np.integer)) and bool(item >= 0)
+        return is_int(item) and bool(item >= 0)
 
     if ok(value):
         return

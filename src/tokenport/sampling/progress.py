@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from ..errors import ConfigError
 
 __all__ = ["DatasetEpochs", "dataset_epochs"]
@@ -89,6 +90,6 @@ def _samples_per_epoch(dataset: Any, position: int) -> int:
     """Samples in one epoch of ``dataset``: its ``samples_per_epoch``, else its length."""
     value = getattr(dataset, "samples_per_epoch", None)
     value = len(dataset) if value is None else value
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_int(value) or value < 1:
         raise ConfigError(f"dataset {position} has samples_per_epoch={value!r}: an epoch must hold at least one sample")
     return int(value)
