@@ -12,7 +12,7 @@ import tokenport as tp
 from tokenport._checks import check_choice, check_int, check_positive, check_seed
 from tokenport.corpus.run.config import PrepareConfig
 from tokenport.corpus.steps.minhash import MinHasher
-from tokenport.dock import Balanced, Column, Dock, RankSlices
+from tokenport.dock import Balanced, Column, Dock, RandomRows, RankSlices
 from tokenport.errors import ConfigError
 from tokenport.packing import karmarkar_karp_assignment
 from tokenport.samples.gpt import GPTSampleConfig
@@ -106,6 +106,19 @@ def test_every_room_refuses_the_same_bad_integers(store, where):
     for value in (True, 1.5, -1, "3"):
         with pytest.raises(ConfigError, match=r"=.* is invalid: pass "):
             CONSTRUCTORS[where](store, value)
+
+
+def test_data_parallel_names_and_seeds_in_the_dock():
+    sampler = RankSlices(data_parallel_rank=np.int64(1), data_parallel_size=2)
+    assert (sampler.data_parallel_rank, sampler.data_parallel_size) == (1, 2)
+    assert Balanced(data_parallel_size=np.int32(2), length_column="x").data_parallel_size == 2
+    with pytest.raises(ConfigError, match=r"^data_parallel_rank=2 is invalid: pass an integer in \[0, 1\]$"):
+        RankSlices(2, 2)
+    for seed in (None, -1, True, 1.5):
+        with pytest.raises(ConfigError, match=r"^seed=.* is invalid"):
+            RandomRows(seed)
+        with pytest.raises(ConfigError, match=r"^seed=.* is invalid"):
+            MinHasher(seed=seed)
 
 
 @pytest.mark.parametrize("where", sorted(CONSTRUCTORS))

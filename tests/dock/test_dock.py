@@ -191,7 +191,9 @@ def test_rank_slices_keep_order_whatever_order_rows_arrive_in():
 def test_rank_slice_waits_for_its_own_rows_only():
     dock = make_dock(prompts=2)
     dock.put("step-0", {"reward": np.zeros(4)}, rows=[4, 5, 6, 7])
-    assert dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(1, 2), timeout=1).rows.tolist() == [4, 5, 6, 7]
+    assert dock.get(
+        "train", ["reward"], 4, "step-0", sampler=RankSlices(data_parallel_rank=1, data_parallel_size=2), timeout=1
+    ).rows.tolist() == [4, 5, 6, 7]
     with pytest.raises(tp.DockTimeout):
         dock.get("train", ["reward"], 4, "step-0", sampler=RankSlices(0, 2), timeout=0.05)
 
@@ -226,7 +228,9 @@ def test_balanced_splits_equal_counts_of_near_equal_work():
     rng = np.random.default_rng(2)
     rows = [np.zeros(int(n), np.int32) for n in rng.lognormal(5, 1, 64).astype(int) + 1]
     dock.put("step-0", {"responses": rows}, rows=range(64))
-    batch = dock.get("train", ["responses"], 64, "step-0", sampler=Balanced(4, "responses"))
+    batch = dock.get(
+        "train", ["responses"], 64, "step-0", sampler=Balanced(data_parallel_size=4, length_column="responses")
+    )
     parts = batch.split(4)
     assert [len(p) for p in parts] == [16] * 4
     loads = [int(p["responses"].lengths.sum()) for p in parts]

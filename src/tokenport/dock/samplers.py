@@ -64,7 +64,7 @@ class RandomRows:
     trusted = True  # returns eligible rows only: the dock skips its check
 
     def __init__(self, seed: int = 0) -> None:
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(check_int("seed", seed, 0))
 
     def __call__(self, request: SampleRequest) -> Selection:
         if len(request.eligible) >= request.count:
@@ -74,22 +74,25 @@ class RandomRows:
 
 
 class RankSlices:
-    """Data-parallel rank ``rank`` of ``size`` gets its own contiguous slice of each global batch, in order.
+    """Data-parallel rank ``data_parallel_rank`` of ``data_parallel_size`` gets its own contiguous slice
+    of each global batch, in order.
 
-    Global batch ``k`` is rows ``[k * count * size, (k + 1) * count * size)``; the rank's slice is
-    its ``rank``-th ``count`` rows. The rank waits until its whole next slice is ready, so every
-    rank sees the rows in their original order whatever order they were written in.
+    Global batch ``k`` is rows ``[k * count * size, (k + 1) * count * size)`` (``size`` the
+    data-parallel size); the rank's slice is its ``data_parallel_rank``-th ``count`` rows. The rank
+    waits until its whole next slice is ready, so every rank sees the rows in their original order
+    whatever order they were written in.
     """
 
     trusted = True  # returns eligible rows only: the dock skips its check
 
-    def __init__(self, rank: int, size: int) -> None:
-        size = check_int("size", size, 1, what="the number of data-parallel ranks")
-        self.rank, self.size = check_int("rank", rank, 0, size - 1), size
+    def __init__(self, data_parallel_rank: int, data_parallel_size: int) -> None:
+        size = check_int("data_parallel_size", data_parallel_size, 1, what="the number of data-parallel ranks")
+        self.data_parallel_size = size
+        self.data_parallel_rank = check_int("data_parallel_rank", data_parallel_rank, 0, size - 1)
 
     def __call__(self, request: SampleRequest) -> Selection:
         count = request.count
-        for start in range(self.rank * count, request.rows, count * self.size):
+        for start in range(self.data_parallel_rank * count, request.rows, count * self.data_parallel_size):
             rows = np.arange(start, min(start + count, request.rows))
             if not request.consumed[rows].all():
                 ready = np.isin(rows, request.eligible)
@@ -108,7 +111,7 @@ class PromptGroups:
     trusted = True  # returns eligible rows only: the dock skips its check
 
     def __init__(self, seed: int | None = None) -> None:
-        self._rng = None if seed is None else np.random.default_rng(seed)
+        self._rng = None if seed is None else np.random.default_rng(check_int("seed", seed, 0))
 
     def __call__(self, request: SampleRequest) -> Selection:
         size = request.group_size
@@ -131,23 +134,25 @@ class PromptGroups:
 
 
 class Balanced:
-    """``count`` rows split into ``ranks`` equal-count parts of near-equal work (Karmarkar-Karp).
+    """``count`` rows split into ``data_parallel_size`` equal-count parts of near-equal work (Karmarkar-Karp).
 
     Rows are picked by ``pick`` (Sequential by default; PromptGroups keeps groups whole), then
     partitioned by the workload ``linear * L + quadratic * L**2`` of the ragged column
-    ``length_column``. The batch holds the parts rank after rank (``Batch.split(ranks)``).
+    ``length_column``. The batch holds the parts rank after rank (``Batch.split(data_parallel_size)``).
     """
 
     def __init__(
         self,
-        ranks: int,
+        data_parallel_size: int,
         length_column: str,
         *,
         pick: Callable[[SampleRequest], Selection] | None = None,
         linear: float = 1.0,
         quadratic: float = 0.0,
     ) -> None:
-        self.ranks = check_int("ranks", ranks, 1, what="the number of data-parallel ranks")
+        self.data_parallel_size = check_int(
+            "data_parallel_size", data_parallel_size, 1, what="the number of data-parallel ranks"
+        )
         self.length_column = length_column
         self.pick = pick or Sequential()
         self.linear, self.quadratic = float(linear), float(quadratic)
@@ -158,16 +163,19 @@ class Balanced:
         return getattr(self.pick, "trusted", False)
 
     def __call__(self, request: SampleRequest) -> Selection:
-        if request.count % self.ranks:
+        if request.count % self.data_parallel_size:
             raise ConfigError(
-                f"count={request.count} is not a multiple of ranks={self.ranks}: each rank gets count // ranks"
+                f"count={request.count} is not a multiple of data_parallel_size={self.data_parallel_size}: "
+                "each rank gets count // data_parallel_size"
             )
         selection = self.pick(request)
         if selection is None or len(selection[0]) == 0:
             return selection
         give, consume = selection
-        if len(give) % self.ranks:
+        if len(give) % self.data_parallel_size:
             return give, consume  # the partition's short last batch: no equal split exists
         lengths = request.lengths(self.length_column, give).astype(np.float64)
-        group = karmarkar_karp_assignment(self.linear * lengths + self.quadratic * lengths**2, self.ranks, True)
+        group = karmarkar_karp_assignment(
+            self.linear * lengths + self.quadratic * lengths**2, self.data_parallel_size, True
+        )
         return give[np.argsort(group, kind="stable")], consume

@@ -57,7 +57,7 @@ class MinHasher:
         self.bands, self.rows, self.ngram = (
             check_int(n, v) for n, v in (("bands", bands), ("rows", rows), ("ngram", ngram))
         )
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_int("seed", seed, 0))
         count = bands * rows
         self.a = rng.integers(1, (1 << 61) - 1, count, dtype=np.uint64)
         self.b = rng.integers(0, (1 << 61) - 1, count, dtype=np.uint64)
