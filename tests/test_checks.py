@@ -15,7 +15,7 @@ from tokenport.corpus.steps.minhash import MinHasher
 from tokenport.dock import Balanced, Column, Dock, RandomRows, RankSlices
 from tokenport.errors import ConfigError
 from tokenport.packing import karmarkar_karp_assignment
-from tokenport.samples.gpt import GPTSampleConfig
+from tokenport.samples.gpt import GPTSampleConfig, resolve_eod
 from tokenport.samples.packed import PackedDataset
 from tokenport.sampling.pretraining import RandomSampler
 from tokenport.storage.remote import RemoteOptions
@@ -119,6 +119,12 @@ def test_data_parallel_names_and_seeds_in_the_dock():
             RandomRows(seed)
         with pytest.raises(ConfigError, match=r"^seed=.* is invalid"):
             MinHasher(seed=seed)
+
+
+def test_a_token_store_is_named_store(store):
+    packed = PackedDataset(store=store, capacity=np.int64(32), split=True)
+    assert packed.store is store and packed.capacity == 32
+    assert resolve_eod(GPTSampleConfig(seq_length=8, eod_id=0), store=store).eod_id == 0
 
 
 @pytest.mark.parametrize("where", sorted(CONSTRUCTORS))

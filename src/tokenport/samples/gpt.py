@@ -255,31 +255,31 @@ class GPTSampleConfig:
             )
 
 
-def store_eod_id(dataset: IndexedDataset) -> int | None:
+def store_eod_id(store: IndexedDataset) -> int | None:
     """The EOD id the store's manifest records for its tokenizer, or None when it names none."""
-    manifest = dataset.manifest
+    manifest = store.manifest
     tokenizer = manifest.tokenizer if manifest is not None else None
     eod = tokenizer.get("eod_id") if isinstance(tokenizer, dict) else None
     return int(eod) if is_int(eod) else None
 
 
-def resolve_eod(config: GPTSampleConfig, dataset: IndexedDataset) -> GPTSampleConfig:
+def resolve_eod(config: GPTSampleConfig, store: IndexedDataset) -> GPTSampleConfig:
     """``config`` with the store's EOD id filled in; ConfigError when it is unknown or disagrees.
 
     A wrong EOD id is silent otherwise: samples get no document boundaries (no position reset,
     no loss masking), so a given ``eod_id`` must match the one the manifest names.
     """
-    recorded = store_eod_id(dataset)
+    recorded = store_eod_id(store)
     if config.eod_id is None:
         if recorded is None:
             raise ConfigError(
-                f"{dataset.prefix}: GPTSampleConfig(eod_id=None) takes the EOD id from the store's manifest, "
+                f"{store.prefix}: GPTSampleConfig(eod_id=None) takes the EOD id from the store's manifest, "
                 "but it names none (a store written without a tokenizer, or by Megatron); pass eod_id="
             )
         return replace(config, eod_id=recorded)
     if recorded is not None and int(config.eod_id) != recorded:
         raise ConfigError(
-            f"{dataset.prefix}: eod_id={config.eod_id} but the store's manifest says its tokenizer's EOD id is "
+            f"{store.prefix}: eod_id={config.eod_id} but the store's manifest says its tokenizer's EOD id is "
             f"{recorded}; documents would get no boundaries. Pass eod_id={recorded}, or None to use the manifest's"
         )
     return config

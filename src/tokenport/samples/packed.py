@@ -94,7 +94,7 @@ class PackedDataset:
 
     def __init__(
         self,
-        dataset: IndexedDataset,
+        store: IndexedDataset,
         capacity: int,
         *,
         ids: Sequence[int] | np.ndarray | None = None,
@@ -106,15 +106,15 @@ class PackedDataset:
         label_pad: int = -100,
         cu_seqlens_length: int | None = None,
     ) -> None:
-        self.dataset = dataset
+        self.store = store
         self.capacity = check_int("capacity", capacity, 1)
         self.window = None if window is None else check_int("window", window, 1)
         self.split = bool(split)
         self.seed = check_int("seed", seed, 0)
         self.pad_id = check_int("pad_id", pad_id, 0)
         self.label_pad = int(label_pad)
-        self._sequence_lengths = np.asarray(dataset.sequence_lengths, dtype=np.int64)
-        self._build(_check_ids(ids, len(dataset)), bool(shuffle))
+        self._sequence_lengths = np.asarray(store.sequence_lengths, dtype=np.int64)
+        self._build(_check_ids(ids, len(store)), bool(shuffle))
         self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
 
     # -- build ------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ class PackedDataset:
             ids = ids[rng.permutation(len(ids))]
         lengths = self._sequence_lengths[ids]
         if not self.split:
-            _check_fits(ids, lengths, self.capacity, self.dataset.prefix)
+            _check_fits(ids, lengths, self.capacity, self.store.prefix)
         bin_of, item, offset, length = _pack_windows(lengths, self.capacity, self.split, self.window)
         num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
         self.piece_document = ids[item]
@@ -201,7 +201,7 @@ class PackedDataset:
         offsets = self.piece_offset[pieces]
         lengths = self.piece_length[pieces]
         reads = np.minimum(lengths + 1, self._sequence_lengths[documents] - offsets)  # +1: the next token
-        get = self.dataset.get
+        get = self.store.get
         for r, document, offset, length, read, col in zip(
             row.tolist(), documents.tolist(), offsets.tolist(), lengths.tolist(), reads.tolist(), column.tolist()
         ):
@@ -234,6 +234,6 @@ class PackedDataset:
 
     def __repr__(self) -> str:
         return (
-            f"PackedDataset({self.dataset.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
+            f"PackedDataset({self.store.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
             f"split={self.split}, window={self.window}, efficiency={self.efficiency:.4f})"
         )
