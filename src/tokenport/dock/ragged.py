@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int, is_int
+from .._checks import check_choice, check_int, is_int
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .copying import copy_runs, item_bytes
@@ -154,8 +154,7 @@ def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 
 def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
     """Cut every row to at most ``max_length`` items, keeping its ``"head"`` or its ``"tail"``."""
     max_length = check_int("max_length", max_length, 0)
-    if keep not in ("head", "tail"):
-        raise ConfigError(f"keep={keep!r} is invalid: pass 'head' or 'tail'")
+    check_choice("keep", keep, ("head", "tail"))
     lengths = np.minimum(packed.lengths, max_length)
     offsets = packed.offsets
     starts = offsets[:-1] if keep == "head" else offsets[1:] - lengths
