@@ -31,7 +31,7 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = 
     return int(value)
 
 
-def check_positive(name: str, value: object) -> float:
+def check_positive(name: str, value: object, what: str = "") -> float:
     """Return ``value`` as a float, or raise ConfigError unless it is a finite real number above zero."""
     if (
         isinstance(value, (bool, np.bool_))
@@ -39,7 +39,7 @@ def check_positive(name: str, value: object) -> float:
         or not math.isfinite(value)
         or not value > 0
     ):
-        raise ConfigError(f"{name}={value!r} is invalid: pass a finite number above 0")
+        raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}a finite number above 0")
     return float(value)
 
 

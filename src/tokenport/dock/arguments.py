@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, check_positive
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .ragged import Packed, Padded, as_ragged
@@ -67,8 +67,8 @@ def checked_get(count: int, timeout: float | None, sampler: Sampler | None, leas
     count = check_int("count", count)
     if timeout is not None and not (_seconds(timeout) and timeout >= 0):
         raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
-    if lease is not None and not (_seconds(lease) and lease > 0):
-        raise ConfigError(f"lease={lease!r} is invalid: pass None (consume at once) or seconds > 0")
+    if lease is not None:
+        check_positive("lease", lease, what="None (consume at once) or seconds")
     if sampler is not None and not callable(sampler):
         raise ConfigError(f"sampler={sampler!r:.60} is not callable: pass a SampleRequest -> rows function")
     return count
