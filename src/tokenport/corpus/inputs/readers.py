@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ...errors import ConfigError
 from ..run.stats import Problems
@@ -103,7 +104,6 @@ def _text(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]
 def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
     """One document per row of column `text_key`, row groups [start, stop) of the file."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     pq = parquet_module(piece.path)
     path = piece.path
@@ -124,16 +124,9 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
                 return
             for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=groups, columns=[text_key]):
                 column = batch.column(0)
-                if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-                    problems.report(
-                        "not_text",
-                        f"{path}: row {row}",
-                        f"column {text_key!r} has type {column.type}, not string",
-                        count=len(column),
-                    )
+                if not _text_column(column, text_key, f"{path}: row {row}", problems):
                     row += len(column)
                     continue
-                problems.stats.bytes_in += int(pc.sum(pc.binary_length(column)).as_py() or 0)
                 for text in column.to_pylist():
                     if text is None:
                         problems.report("missing_text", f"{path}: row {row}", f"column {text_key!r} is null")
@@ -149,7 +142,6 @@ def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
     the row's other columns become the document's metadata."""
     try:
         import pyarrow as pa
-        import pyarrow.compute as pc
     except ImportError:
         raise ConfigError(
             f"inputs: {piece.path} is an Arrow file (an HF saved dataset's shard), which needs "
@@ -170,16 +162,9 @@ def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
                 return
             for batch in reader:
                 column = batch.column(batch.schema.get_field_index(text_key))
-                if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-                    problems.report(
-                        "not_text",
-                        f"{path}: row {row}",
-                        f"column {text_key!r} has type {column.type}, not string",
-                        count=len(column),
-                    )
+                if not _text_column(column, text_key, f"{path}: row {row}", problems):
                     row += len(column)
                     continue
-                problems.stats.bytes_in += int(pc.sum(pc.binary_length(column)).as_py() or 0)
                 for metadata in batch.to_pylist():
                     text = metadata.pop(text_key)
                     if text is None:
@@ -197,3 +182,15 @@ _READERS: dict[str, Callable[[Slice, str, Problems], Iterator[Document]]] = {
     "parquet": _parquet,
     "text": _text,
 }
+
+
+def _text_column(column: Any, text_key: str, where: str, problems: Problems) -> bool:
+    """Whether an Arrow column of texts holds strings (counting its bytes read); else report it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        problems.report("not_text", where, f"column {text_key!r} has type {column.type}, not string", count=len(column))
+        return False
+    problems.stats.bytes_in += int(pc.sum(pc.binary_length(column)).as_py() or 0)
+    return True

@@ -178,17 +178,7 @@ def _run(
     resumed = len(records)
     todo = [unit for unit in units if unit.name not in records]
     logger.info("%d units to run (%d finished earlier) on %d workers", len(todo), len(records), config.workers)
-    job = UnitJob(
-        work_dir=work,
-        text_key=config.text_key,
-        append_eod=config.append_eod,
-        max_chars_per_piece=config.max_chars_per_piece,
-        batch_size=config.batch_size,
-        on_error=config.on_error,
-        steps=config.steps,
-        keep_rejected=config.keep_rejected,
-        step_kinds=registered_steps(),
-    )
+    job = _unit_job(config, work, keep_rejected=config.keep_rejected)
     bar = _Bar(progress, "prepare", units, records)
 
     def on_done(unit: Unit, record: UnitRecord) -> None:
@@ -261,17 +251,7 @@ def _dedup_pass(
     the decisions; both kept in ``work`` so a rerun skips what is done."""
     if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
         return
-    job = UnitJob(
-        work_dir=work,
-        text_key=config.text_key,
-        append_eod=config.append_eod,
-        max_chars_per_piece=config.max_chars_per_piece,
-        batch_size=config.batch_size,
-        on_error=config.on_error,
-        steps=config.steps,
-        sign_position=position,
-        step_kinds=registered_steps(),
-    )
+    job = _unit_job(config, work, sign_position=position)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
@@ -361,3 +341,18 @@ def _version() -> str:
     from ..._version import __version__
 
     return __version__
+
+
+def _unit_job(config: PrepareConfig, work: str, **options: Any) -> UnitJob:
+    """What every unit of a pass gets from the config; ``options`` set the pass's own fields."""
+    return UnitJob(
+        work_dir=work,
+        text_key=config.text_key,
+        append_eod=config.append_eod,
+        max_chars_per_piece=config.max_chars_per_piece,
+        batch_size=config.batch_size,
+        on_error=config.on_error,
+        steps=config.steps,
+        step_kinds=registered_steps(),
+        **options,
+    )
