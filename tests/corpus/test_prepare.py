@@ -435,3 +435,15 @@ def test_s3_inputs_read_through_fsspec_match_local(tmp_path, texts, s3, monkeypa
     remote = run([f"s3://{s3.bucket}/corpus/"], tmp_path / "remote", workers=2, unit_bytes=20_000)
     reference = run(local, tmp_path / "local", unit_bytes=20_000)
     assert store_bytes(remote) == store_bytes(reference) and remote.documents == len(texts) + 9
+
+
+def test_parquet_text_column_of_another_type_is_counted_not_read(tmp_path):
+    """A parquet file whose text column holds integers is one "not_text" problem per row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["one document", "and another"]}), tmp_path / "good.parquet")
+    pq.write_table(pa.table({"text": [1, 2, 3]}), tmp_path / "numbers.parquet")
+    result = run([tmp_path / "good.parquet", tmp_path / "numbers.parquet"], tmp_path / "out", on_error="skip")
+    assert result.skipped == {"not_text": 3}
+    assert result.documents == 2
