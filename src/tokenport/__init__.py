@@ -24,6 +24,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
         TokenportError,
     )
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
+    from .integrations import StatefulLoader
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.gpt import GPTDataset, GPTSampleConfig
     from .samples.packed import PackedDataset
@@ -35,7 +36,6 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
         PaddingFreeCollator,
         PretrainingSampler,
         RandomSampler,
-        StatefulLoader,
     )
     from .tokenizers import Tokenizer, load_tokenizer
 
@@ -65,7 +65,7 @@ _EXPORTS = {
     "PrepareResult": ".corpus",
     "PretrainingSampler": ".sampling",
     "RandomSampler": ".sampling",
-    "StatefulLoader": ".sampling",
+    "StatefulLoader": ".integrations",
     "StorageError": ".errors",
     "Tokenizer": ".tokenizers",
     "TokenizerError": ".errors",

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.sampling import PretrainingSampler, RandomSampler, StatefulLoader, dataset_epochs
+from tokenport.integrations import StatefulLoader
+from tokenport.sampling import PretrainingSampler, RandomSampler, dataset_epochs
 
 
 class _Sized:

@@ -7,9 +7,8 @@ and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it,
 Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch samplers, exact
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
-``StatefulLoader`` (``loader``): torch's DataLoader over those samplers, counting only the
-batches handed to training, so a checkpoint resumes exactly despite workers and prefetch;
-``progress``: how many epochs of each dataset of a blend the consumed samples cover.
+``progress``: how many epochs of each dataset of a blend the consumed samples cover (the torch
+loader over these samplers, ``StatefulLoader``, is in ``tokenport.integrations``).
 
 Micro-batches (``budget``): cut an order under a token budget; balance a global batch across
 ranks (Karmarkar-Karp). Collators (``collate``): padding, and padding-free with cu_seqlens.
@@ -33,7 +32,6 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
         get_length_grouped_indices,
         length_grouped_order,
     )
-    from .loader import StatefulLoader
     from .pretraining import PretrainingSampler, RandomSampler
     from .progress import DatasetEpochs, dataset_epochs
 
@@ -46,7 +44,6 @@ _EXPORTS = {
     "PaddingFreeCollator": ".collate",
     "PretrainingSampler": ".pretraining",
     "RandomSampler": ".pretraining",
-    "StatefulLoader": ".loader",
     "balanced_micro_batches": ".budget",
     "dataset_epochs": ".progress",
     "get_length_grouped_indices": ".length_grouping",

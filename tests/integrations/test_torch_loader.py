@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.sampling import PretrainingSampler, RandomSampler, StatefulLoader
+from tokenport.integrations import StatefulLoader
+from tokenport.sampling import PretrainingSampler, RandomSampler
 
 torch = pytest.importorskip("torch")
 

@@ -1,0 +1,31 @@
+"""Integrations: adapters from tokenport's datasets and samplers to trainers, and checkpoint receipts.
+
+Each adapter imports its trainer lazily (an optional extra). ``torch``: ``StatefulLoader``, a
+``torch.utils.data.DataLoader`` over a tokenport batch sampler that counts only the batches
+handed to training, so a checkpoint resumes exactly despite workers and prefetch, and that
+takes the data-parallel rank and size from ``torch.distributed``. ``receipt``: the data receipt
+every loader state carries (stores' content, tokenizer, preparation, blend, sample config,
+seed, length, position); resuming on data that differs is refused unless the change is
+accepted by name (``ALLOWED_CHANGES``).
+"""
+
+import typing
+
+from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .receipt import ALLOWED_CHANGES, DataReceipt, check_receipt, data_receipt
+    from .torch import StatefulLoader, data_parallel_position
+
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "ALLOWED_CHANGES": ".receipt",
+    "DataReceipt": ".receipt",
+    "StatefulLoader": ".torch",
+    "check_receipt": ".receipt",
+    "data_parallel_position": ".torch",
+    "data_receipt": ".receipt",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,462 @@
+"""Data receipts: what a loader checkpoint was trained on, so that resuming against other data is refused.
+
+A ``DataReceipt`` is a JSON-able record of a dataset and a position in it. It walks the dataset:
+a ``BlendedDataset`` records its children, the samples it takes from each (its realized weights)
+and a digest of its order (its schedule); a ``GPTDataset`` its store, sample config, split
+documents and a digest of its indices (its seed); a ``PackedDataset`` its store, packing
+parameters, seed and a digest of its bins. A store is recorded by its content identity
+(``builder.cache.store_identity``: the PREFIX.json checksums), its tokenizer (the manifest's
+``tokenizer``) and its preparation fingerprint (``provenance["prepare"]["fingerprint"]``, which
+covers the cleaning steps). The prefix is recorded for people to read but never compared: a
+store moved to another directory with the same content is the same store. A dataset of another
+type is recorded by its type and length only and named in ``uncertified`` (with a warning).
+
+``check_receipt(saved, current, allow_changes=...)`` lists every difference and refuses them
+unless each is of a kind the caller accepts (``ALLOWED_CHANGES``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._checks import is_int
+from ..blend import BlendedDataset
+from ..builder.cache import store_identity
+from ..errors import ConfigError, TokenportError
+from ..indexed import IndexedDataset
+from ..samples.gpt import GPTDataset
+from ..samples.packed import PackedDataset
+
+__all__ = ["ALLOWED_CHANGES", "DataReceipt", "check_receipt", "data_receipt"]
+
+logger = logging.getLogger(__name__)
+
+RECEIPT_FORMAT = "tokenport.receipt/1"
+
+ALLOWED_CHANGES: dict[str, str] = {
+    "no_receipt": (
+        "the state has no receipt (saved before receipts existed, or stripped): nothing can be "
+        "certified; the sampler state alone is loaded"
+    ),
+    "provenance": (
+        "a store holds the same tokens but its manifest names another tokenizer or preparation "
+        "fingerprint (re-prepared with other settings that gave the same bytes): the stream is unchanged"
+    ),
+    "sample_config": (
+        "sample fields changed (GPTSampleConfig fields, PackedDataset pad_id/label_pad/cu_seqlens_length) "
+        "while every order stayed the same: the same samples continue, assembled the new way"
+    ),
+    "seed": (
+        "a dataset's own shuffle changed (a GPTDataset or PackedDataset built with another seed) with "
+        "the same stores and lengths: the run continues at the same sample position of the new order, "
+        "so within the current pass some samples repeat and others are skipped"
+    ),
+    "stores_appended": (
+        "a blend gained datasets after its existing ones, which are unchanged in content: the run "
+        "continues at the same sample position of the new blend; what the new blend puts before that "
+        "position is not read, and its existing children may be resized (other length and order)"
+    ),
+}
+"""The change kinds ``allow_changes`` may name, each with what accepting it means for the stream."""
+
+_DIGEST_CHUNK = 1 << 22  # values hashed per step: bounded memory for arrays of any size
+_TOKENIZER_KEYS = ("kind", "fingerprint", "vocab_size", "eod_id")  # name and spec may be paths: not compared
+
+
+@dataclass(frozen=True)
+class DataReceipt:
+    """What a checkpoint's batches came from: the dataset tree (stores, configs, orders), the
+    sampler's seed, the dataset length, the position, and the paths of uncertified datasets."""
+
+    dataset: dict[str, Any]
+    length: int
+    seed: int | None
+    position: dict[str, Any]
+    uncertified: tuple[str, ...] = ()
+    format: str = RECEIPT_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (survives ``json.dumps`` and ``torch.load(weights_only=True)``)."""
+        return {
+            "format": self.format,
+            "dataset": copy.deepcopy(self.dataset),
+            "length": self.length,
+            "seed": self.seed,
+            "position": dict(self.position),
+            "uncertified": list(self.uncertified),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> DataReceipt:
+        """The receipt ``to_dict`` wrote (also after a JSON round trip); ConfigError naming a bad field."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"state['receipt']: expected a dict from DataReceipt.to_dict(), got {type(data).__name__}"
+            )
+        if data.get("format") != RECEIPT_FORMAT:
+            raise ConfigError(
+                f"state['receipt']['format']={data.get('format')!r}: expected {RECEIPT_FORMAT!r}; "
+                "a receipt of another tokenport version cannot be compared"
+            )
+        fields: dict[str, type | tuple[type, ...]] = {
+            "dataset": Mapping,
+            "position": Mapping,
+            "uncertified": (list, tuple),
+        }
+        for name, kind in fields.items():
+            if not isinstance(data.get(name), kind):
+                raise ConfigError(
+                    f"state['receipt']['{name}'] is missing or malformed: pass the dict to_dict() returned"
+                )
+        if not is_int(data.get("length")) or not (data.get("seed") is None or is_int(data.get("seed"))):
+            raise ConfigError("state['receipt']: 'length' must be an integer and 'seed' an integer or null")
+        return cls(
+            dataset=copy.deepcopy(dict(data["dataset"])),
+            length=int(data["length"]),
+            seed=None if data["seed"] is None else int(data["seed"]),
+            position=dict(data["position"]),
+            uncertified=tuple(str(path) for path in data["uncertified"]),
+        )
+
+
+def data_receipt(dataset: Any, sampler: Any = None) -> DataReceipt:
+    """The receipt of ``dataset`` read through ``sampler`` (a tokenport batch sampler, or None: position 0)."""
+    uncertified: list[str] = []
+    tree = _describe(dataset, "dataset", uncertified)
+    for path in uncertified:
+        logger.warning(
+            "%s is a %s: the data receipt records its type and length only, its content is not certified",
+            path,
+            type(_at(dataset, path)).__name__,
+        )
+    return DataReceipt(tree, _length(dataset), sampler_seed(sampler), sampler_position(sampler), tuple(uncertified))
+
+
+def sampler_seed(sampler: Any) -> int | None:
+    """The seed of a tokenport sampler (None when it has none, as the sequential sampler)."""
+    seed = getattr(sampler, "seed", None)
+    return int(seed) if is_int(seed) else None
+
+
+def sampler_position(sampler: Any) -> dict[str, Any]:
+    """Where a sampler stands: its type, consumed samples (all ranks) and epoch."""
+    if sampler is None:
+        return {"sampler": None, "consumed_samples": 0, "epoch": 0}
+    return {
+        "sampler": type(sampler).__name__,
+        "consumed_samples": int(sampler.consumed_samples),
+        "epoch": int(getattr(sampler, "epoch", 0)),
+    }
+
+
+def check_receipt(
+    saved: DataReceipt | None, current: DataReceipt, allow_changes: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """Refuse (ConfigError listing them all) the differences between two receipts that
+    ``allow_changes`` does not accept; return the accepted ones, each also logged as a warning."""
+    allowed = check_allow_changes(allow_changes)
+    if saved is None:
+        changes = [_Change("no_receipt", "the state has no data receipt: its data cannot be certified")]
+    else:
+        changes = _compare_receipts(saved, current)
+    refused = [change for change in changes if change.kind not in allowed]
+    if refused:
+        lines = "\n".join(
+            f"  - {change.message}" + (f" [allow_changes: {change.kind!r}]" if change.kind else "")
+            for change in refused
+        )
+        raise ConfigError(
+            f"state: the data differs from the data this checkpoint was taken on ({len(refused)} change(s)):\n{lines}\n"
+            "Resume against the data the checkpoint was taken on (state['receipt'] names every store and its "
+            "content digest), or start a new run; a change marked [allow_changes: KIND] can be accepted with "
+            "load_state_dict(state, allow_changes=(KIND, ...)) (see ALLOWED_CHANGES for what each means)"
+        )
+    for change in changes:
+        logger.warning(
+            "resuming with an accepted data change (%s): %s; %s",
+            change.kind,
+            change.message,
+            ALLOWED_CHANGES[change.kind],
+        )
+    return tuple(change.message for change in changes)
+
+
+def check_allow_changes(allow_changes: Iterable[str]) -> frozenset[str]:
+    """The accepted change kinds; ConfigError for a string (not a list) or an unknown kind."""
+    if isinstance(allow_changes, str):
+        raise ConfigError(f"allow_changes={allow_changes!r}: pass a tuple of change kinds, e.g. ({allow_changes!r},)")
+    kinds = tuple(allow_changes)
+    unknown = [kind for kind in kinds if kind not in ALLOWED_CHANGES]
+    if unknown:
+        raise ConfigError(
+            f"allow_changes: unknown change kind(s) {', '.join(map(repr, unknown))}; "
+            f"valid kinds are {', '.join(sorted(ALLOWED_CHANGES))}"
+        )
+    return frozenset(kinds)
+
+
+# -- describing a dataset ----------------------------------------------------------------------
+
+
+def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]:
+    """The receipt node of one dataset (recursing into a blend's children)."""
+    if isinstance(dataset, BlendedDataset):
+        return {
+            "type": "BlendedDataset",
+            "length": len(dataset),
+            "datasets": [_describe(child, f"{path}[{k}]", uncertified) for k, child in enumerate(dataset.datasets)],
+            "samples_per_dataset": [int(n) for n in dataset.samples_per_dataset()],
+            "order": _digest(dataset.dataset_index),
+        }
+    if isinstance(dataset, GPTDataset):
+        return {
+            "type": "GPTDataset",
+            "length": len(dataset),
+            "store": _describe_store(dataset.dataset, path, uncertified),
+            "sample_config": _plain(dataclasses.asdict(dataset.config)),
+            "documents": {"count": len(dataset.indices), "digest": _digest(dataset.indices)},
+            "order": _digest(dataset.document_index, dataset.sample_index, dataset.shuffle_index),
+        }
+    if isinstance(dataset, PackedDataset):
+        return {
+            "type": "PackedDataset",
+            "length": len(dataset),
+            "store": _describe_store(dataset.store, path, uncertified),
+            "sample_config": _plain(
+                {
+                    "capacity": dataset.capacity,
+                    "window": dataset.window,
+                    "split": dataset.split,
+                    "pad_id": dataset.pad_id,
+                    "label_pad": dataset.label_pad,
+                    "cu_seqlens_length": dataset.cu_seqlens_length,
+                }
+            ),
+            "seed": int(dataset.seed),
+            "order": _digest(
+                dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
+            ),
+        }
+    length = _length(dataset)
+    if length == 0:  # supplies no samples (e.g. a blend's place for a store it takes nothing from)
+        return {"type": type(dataset).__name__, "length": 0}
+    uncertified.append(path)
+    return {"type": type(dataset).__name__, "length": length, "certified": False}
+
+
+def _describe_store(store: IndexedDataset, path: str, uncertified: list[str]) -> dict[str, Any]:
+    """A store's prefix (not compared), content identity, tokenizer and preparation fingerprint."""
+    manifest = store.manifest
+    tokenizer = manifest.tokenizer if manifest is not None else None
+    prepare = manifest.provenance.get("prepare") if manifest is not None else None
+    try:
+        content: dict[str, Any] | None = _plain(store_identity(store))
+    except TokenportError as exc:
+        logger.warning("%s: store %s has no content identity (%s): not certified", path, store.prefix, exc)
+        uncertified.append(f"{path}.store")
+        content = None
+    return {
+        "prefix": str(store.prefix),
+        "content": content,
+        "tokenizer": None
+        if not isinstance(tokenizer, dict)
+        else _plain({k: tokenizer.get(k) for k in _TOKENIZER_KEYS}),
+        "prepared": prepare.get("fingerprint") if isinstance(prepare, dict) else None,
+    }
+
+
+def _digest(*arrays: Any) -> str:
+    """A sha256 (first 32 hex digits) of the arrays' values as little-endian int64, whatever their dtype."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        values = np.asarray(array).reshape(-1)
+        digest.update(f"{len(values)};".encode())
+        for start in range(0, len(values), _DIGEST_CHUNK):
+            digest.update(values[start : start + _DIGEST_CHUNK].astype("<i8").tobytes())
+    return digest.hexdigest()[:32]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars turned into Python ones and tuples into lists (JSON types)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _length(dataset: Any) -> int:
+    """``len(dataset)``, or ConfigError when the dataset has no length (a loader needs one)."""
+    try:
+        return int(len(dataset))
+    except TypeError:
+        raise ConfigError(f"dataset: a {type(dataset).__name__} has no len(); pass a map-style dataset") from None
+
+
+def _at(dataset: Any, path: str) -> Any:
+    """The dataset a receipt path such as ``dataset[1][0]`` names."""
+    for part in path.removeprefix("dataset").strip("[]").split("]["):
+        if part.isdigit():
+            dataset = dataset.datasets[int(part)]
+    return dataset
+
+
+# -- comparing two receipts ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One difference; ``kind`` is the allow_changes name that accepts it, "" when none does."""
+
+    kind: str
+    message: str
+
+
+def _compare_receipts(saved: DataReceipt, current: DataReceipt) -> list[_Change]:
+    """Every difference between the saved and the current receipt (the position is not one)."""
+    changes: list[_Change] = []
+    if saved.seed != current.seed:
+        changes.append(
+            _Change("", f"sampler seed {saved.seed} -> {current.seed} (the sampler's order is drawn from it)")
+        )
+    _compare_node(saved.dataset, current.dataset, "dataset", changes, resized=False)
+    for path in saved.uncertified:
+        logger.warning(
+            "%s was not certified when the checkpoint was taken: only its type and length are compared", path
+        )
+    return changes
+
+
+def _compare_node(old: Mapping[str, Any], new: Mapping[str, Any], path: str, out: list[_Change], resized: bool) -> None:
+    """The differences of one dataset node; ``resized``: its blend gained datasets (lengths may differ)."""
+    label = _label(old, path)
+    if old.get("type") != new.get("type"):
+        out.append(_Change("", f"{path}: was a {old.get('type')}, is now a {new.get('type')}"))
+        return
+    length_changed = old.get("length") != new.get("length")
+    if length_changed:
+        out.append(
+            _Change(
+                "stores_appended" if resized else "",
+                f"{label}: length {old.get('length')} -> {new.get('length')} samples",
+            )
+        )
+    content_changed = "store" in old and _compare_store(old["store"], new["store"], out)
+    for field in sorted(set(old.get("sample_config", {})) | set(new.get("sample_config", {}))):
+        before, after = old.get("sample_config", {}).get(field), new.get("sample_config", {}).get(field)
+        if before != after:
+            out.append(_Change("sample_config", f"{label}: sample config {field} {before} -> {after}"))
+    if "seed" in old and old.get("seed") != new.get("seed"):
+        out.append(_Change("seed", f"{label}: seed {old.get('seed')} -> {new.get('seed')}"))
+    documents_changed = "documents" in old and old["documents"] != new.get("documents")
+    if documents_changed:
+        before, after = old["documents"], new.get("documents") or {}
+        out.append(
+            _Change(
+                "",
+                f"{label}: the split's documents changed ({before.get('count')} -> {after.get('count')} documents, "
+                f"digest {_arrow(before.get('digest'), after.get('digest'))}): another split",
+            )
+        )
+    if "datasets" in old:
+        _compare_blend(old, new, path, label, out, resized)
+    elif old.get("order") != new.get("order") and not (length_changed or content_changed or documents_changed):
+        kind = "stores_appended" if resized else "seed"
+        out.append(
+            _Change(
+                kind,
+                f"{label}: sample order changed (order digest {_arrow(old.get('order'), new.get('order'))}): "
+                "built with another seed (or another sample config)",
+            )
+        )
+
+
+def _compare_blend(
+    old: Mapping[str, Any], new: Mapping[str, Any], path: str, label: str, out: list[_Change], resized: bool
+) -> None:
+    """A blend's children (by position), realized weights and order."""
+    before, after = list(old["datasets"]), list(new.get("datasets", []))
+    appended = len(after) > len(before)
+    for k in range(min(len(before), len(after))):
+        _compare_node(before[k], after[k], f"{path}[{k}]", out, resized or appended)
+    if appended:
+        names = ", ".join(_label(child, f"{path}[{k}]") for k, child in enumerate(after) if k >= len(before))
+        out.append(_Change("stores_appended", f"{label}: {len(after) - len(before)} dataset(s) appended: {names}"))
+    elif len(after) < len(before):
+        names = ", ".join(_label(child, f"{path}[{k}]") for k, child in enumerate(before) if k >= len(after))
+        out.append(_Change("", f"{label}: {len(before) - len(after)} dataset(s) removed: {names}"))
+    kind = "stores_appended" if appended or resized else ""
+    if old.get("samples_per_dataset") != new.get("samples_per_dataset"):
+        out.append(
+            _Change(
+                kind,
+                f"{label}: blend weights changed (samples per dataset {old.get('samples_per_dataset')} -> "
+                f"{new.get('samples_per_dataset')})",
+            )
+        )
+    elif old.get("order") != new.get("order"):
+        out.append(
+            _Change(
+                kind,
+                f"{label}: blend order changed (order digest {_arrow(old.get('order'), new.get('order'))}): "
+                "another schedule or blending algorithm",
+            )
+        )
+
+
+def _compare_store(old: Mapping[str, Any], new: Mapping[str, Any], out: list[_Change]) -> bool:
+    """The differences of one store; True when its content changed."""
+    where = f"store '{old.get('prefix')}'" + (
+        f" (now '{new.get('prefix')}')" if new.get("prefix") != old.get("prefix") else ""
+    )
+    if old.get("content") != new.get("content"):
+        out.append(_Change("", f"{where} changed content ({_content_change(old.get('content'), new.get('content'))})"))
+        return True
+    if old.get("tokenizer") != new.get("tokenizer"):
+        out.append(_Change("provenance", f"{where}: tokenizer {old.get('tokenizer')} -> {new.get('tokenizer')}"))
+    if old.get("prepared") != new.get("prepared"):
+        out.append(
+            _Change(
+                "provenance",
+                f"{where}: preparation fingerprint {_short(old.get('prepared'))} -> {_short(new.get('prepared'))}",
+            )
+        )
+    return False
+
+
+def _content_change(old: Any, new: Any) -> str:
+    """The first content field that differs, shortened: 'idx digest a1b2c3d4.. -> c3d4e5f6..'."""
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return f"identity {old} -> {new}"
+    for key in ("idx", "bin_blocks_sha256", "tokens", "bin"):
+        if key in old and old.get(key) != new.get(key):
+            name = {"idx": "idx digest", "bin_blocks_sha256": "bin digest"}.get(key, key)
+            return f"{name} {_short(old.get(key))} -> {_short(new.get(key))}"
+    return f"identity {old} -> {new}"
+
+
+def _label(node: Mapping[str, Any], path: str) -> str:
+    """``dataset[1] (GPTDataset of store 'x/code')``: a node named for a reader."""
+    store = node.get("store")
+    of = f" of store '{store.get('prefix')}'" if isinstance(store, Mapping) else ""
+    return f"{path} ({node.get('type')}{of})"
+
+
+def _short(value: Any) -> str:
+    """A digest shortened for a message ('a1b2c3d4..'); other values as they are."""
+    return f"{value[:8]}.." if isinstance(value, str) and len(value) > 10 else str(value)
+
+
+def _arrow(before: Any, after: Any) -> str:
+    """'a1b2c3d4.. -> c3d4e5f6..': a change of digests for a message."""
+    return f"{_short(before)} -> {_short(after)}"

@@ -1,0 +1,220 @@
+"""StatefulLoader: a torch DataLoader whose checkpoint resumes exactly and certifies the data it resumes on.
+
+A DataLoader asks its batch sampler for batches ahead of the training loop (``num_workers ×
+prefetch_factor`` of them), so a sampler that counts what it *yields* counts batches that were
+never trained on. Here the sampler does not count itself (``auto_advance=False``); the loader
+counts one step for each batch it hands to the training loop, so ``state_dict()`` after ``k``
+batches resumes with batch ``k + 1``, whatever was prefetched and thrown away.
+
+Each state carries a data receipt (``integrations.receipt``): ``load_state_dict`` refuses to
+resume on data that differs from the data the state was taken on, unless the change is accepted
+by name. ``StatefulLoader.for_dataset`` builds the sampler for the caller, taking the
+data-parallel rank and size from ``torch.distributed`` when it is initialized.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from .._checks import check_int
+from ..errors import ConfigError
+from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.progress import DatasetEpochs, dataset_epochs
+from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
+
+__all__ = ["StatefulLoader", "data_parallel_position"]
+
+_STATE_VERSION = 2  # 1: the sampler's state only; 2: with the data receipt
+# What the loader uses of a batch sampler: PretrainingSampler, RandomSampler and any sampler alike.
+SAMPLER_PROTOCOL = (
+    "advance",
+    "consumed_samples",
+    "state_dict",
+    "load_state_dict",
+    "consumed_stream",
+    "__len__",
+    "__iter__",
+    "auto_advance",
+)
+
+
+class StatefulLoader:
+    """Batches of ``dataset`` in the order of a tokenport batch sampler, through ``torch.utils.data.DataLoader``.
+
+    ``sampler`` is a tokenport batch sampler (PretrainingSampler, RandomSampler, or any object
+    with ``SAMPLER_PROTOCOL``; its ``auto_advance`` is switched off: the loader counts). Keyword
+    arguments go to the DataLoader (``num_workers``, ``prefetch_factor``, ``pin_memory``,
+    ``persistent_workers``...). One ``for`` loop runs to the end of the data (PretrainingSampler)
+    or of the current epoch (RandomSampler: loop again for the next; ``epoch`` says which).
+    ``state_dict()``/``load_state_dict()`` checkpoint between steps, with a data receipt;
+    ``dataset_epochs()`` reports how far each dataset of a blend has got and where its epochs ended.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: Any,
+        *,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        **loader_options: Any,
+    ) -> None:
+        missing = [name for name in SAMPLER_PROTOCOL if not hasattr(sampler, name)]
+        if missing:
+            raise ConfigError(
+                f"sampler: a {type(sampler).__name__} is not a tokenport batch sampler (it lacks "
+                f"{', '.join(missing)}); pass a PretrainingSampler, a RandomSampler or another sampler with "
+                f"{', '.join(SAMPLER_PROTOCOL)}"
+            )
+        for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+            if name in loader_options:
+                raise ConfigError(f"{name}=: the batch sampler decides the batches; drop this DataLoader option")
+        sampler.auto_advance = False
+        self.dataset = dataset
+        self.sampler = sampler
+        self.collate_fn = collate_fn
+        self.loader_options = loader_options
+        self._receipt: tuple[Any, DataReceipt] | None = None  # (dataset, its receipt at position 0)
+
+    @classmethod
+    def for_dataset(
+        cls,
+        dataset: Any,
+        *,
+        micro_batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        data_parallel_rank: int | None = None,
+        data_parallel_size: int | None = None,
+        group: Any = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        **loader_options: Any,
+    ) -> StatefulLoader:
+        """A loader over ``dataset`` with its sampler built here: RandomSampler(seed) epoch after epoch
+        with ``shuffle``, else PretrainingSampler (one pass in id order; ``seed`` must stay 0).
+
+        ``data_parallel_rank``/``data_parallel_size`` default to this process's rank and size in
+        ``group`` (the data-parallel process group; None: the default group) when
+        ``torch.distributed`` is initialized, else 0 and 1; a value given must agree with the group.
+        """
+        rank, size = data_parallel_position(data_parallel_rank, data_parallel_size, group)
+        mbs = check_int("micro_batch_size", micro_batch_size, 1)
+        seed = check_int("seed", seed, 0)
+        total = len(dataset)
+        sampler: PretrainingSampler | RandomSampler
+        if shuffle:
+            sampler = RandomSampler(total, 0, mbs, rank, size, seed=seed, auto_advance=False)
+        elif seed:
+            raise ConfigError(f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed")
+        else:
+            sampler = PretrainingSampler(total, 0, mbs, rank, size, auto_advance=False)
+        return cls(dataset, sampler, collate_fn=collate_fn, **loader_options)
+
+    @property
+    def consumed_samples(self) -> int:
+        """Samples of the batches handed to the training loop so far (all data-parallel ranks together)."""
+        return int(self.sampler.consumed_samples)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to (always 0 for the sequential sampler)."""
+        return int(getattr(self.sampler, "epoch", 0))
+
+    def __len__(self) -> int:
+        """Batches the next ``for`` loop yields."""
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        """This rank's batches from the current position, each counted as consumed when handed over."""
+        from torch.utils.data import DataLoader
+
+        options = dict(self.loader_options)
+        if self.collate_fn is not None:
+            options["collate_fn"] = self.collate_fn
+        loader = DataLoader(self.dataset, batch_sampler=self.sampler, **options)
+        for batch in loader:
+            self.sampler.advance()
+            yield batch
+
+    def dataset_epochs(self) -> tuple[DatasetEpochs, ...]:
+        """Per dataset (each child of a blend, else the one dataset): samples consumed by all ranks,
+        epochs so far and the consumed-sample count where each epoch ended. Recomputed from the
+        consumed samples (cost linear in them): call it when logging, not every step."""
+        return dataset_epochs(self.dataset, self.sampler.consumed_stream())
+
+    def receipt(self) -> DataReceipt:
+        """The data receipt at the current position (the dataset part is computed once per dataset)."""
+        if self._receipt is None or self._receipt[0] is not self.dataset:
+            self._receipt = (self.dataset, data_receipt(self.dataset))
+        base = self._receipt[1]
+        return DataReceipt(
+            base.dataset, base.length, sampler_seed(self.sampler), sampler_position(self.sampler), base.uncertified
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state at the last batch handed over, and the data receipt (plain JSON types)."""
+        return {"version": _STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, allow_changes: Iterable[str] = ()) -> None:
+        """Resume where ``state_dict()`` was taken, refusing (ConfigError naming every change) to resume
+        on data other than the state's receipt records, except changes of the kinds in
+        ``allow_changes`` (``tokenport.integrations.ALLOWED_CHANGES``), each logged:
+
+        - ``"no_receipt"``: a state without a receipt (an old one); nothing is certified.
+        - ``"provenance"``: a store's manifest names another tokenizer or preparation fingerprint
+          for the same tokens.
+        - ``"sample_config"``: sample fields changed (GPTSampleConfig, PackedDataset pad_id,
+          label_pad, cu_seqlens_length) with every order unchanged.
+        - ``"seed"``: a dataset's own shuffle changed; the run goes on at the same position of the
+          new order (within this pass some samples repeat, others are skipped).
+        - ``"stores_appended"``: a blend gained datasets after its unchanged ones; the run goes on
+          at the same position of the new blend, whose earlier part is not read.
+        """
+        allowed = check_allow_changes(allow_changes)
+        if not isinstance(state, Mapping) or state.get("version") not in (1, _STATE_VERSION) or "sampler" not in state:
+            raise ConfigError("state: expected the dict returned by StatefulLoader.state_dict()")
+        if "receipt" in state:
+            saved: DataReceipt | None = DataReceipt.from_dict(state["receipt"])
+        elif state["version"] == _STATE_VERSION:
+            raise ConfigError("state has no 'receipt': pass the dict returned by StatefulLoader.state_dict()")
+        else:
+            saved = None
+        check_receipt(saved, self.receipt(), allowed)
+        self.sampler.load_state_dict(state["sampler"])
+
+
+def data_parallel_position(
+    data_parallel_rank: int | None = None, data_parallel_size: int | None = None, group: Any = None
+) -> tuple[int, int]:
+    """(rank, size) of this process in data parallelism: each given value, else the process group's
+    (``group``, or torch.distributed's default group, when initialized), else 0 and 1.
+    ConfigError when a given value disagrees with an initialized group."""
+    dist = _initialized_distributed()
+    if dist is None:
+        if group is not None:
+            raise ConfigError(
+                "group=: torch.distributed is not initialized; call init_process_group first, or drop group"
+            )
+        rank = 0 if data_parallel_rank is None else check_int("data_parallel_rank", data_parallel_rank, 0)
+        size = 1 if data_parallel_size is None else check_int("data_parallel_size", data_parallel_size, 1)
+        return rank, size
+    group_rank, group_size = int(dist.get_rank(group)), int(dist.get_world_size(group))
+    for name, given, actual in (
+        ("data_parallel_rank", data_parallel_rank, group_rank),
+        ("data_parallel_size", data_parallel_size, group_size),
+    ):
+        if given is not None and check_int(name, given, 0) != actual:
+            raise ConfigError(
+                f"{name}={given} but the torch.distributed process group says {actual}: drop {name} to take "
+                "it from the group, or pass group= the data-parallel group it refers to"
+            )
+    return group_rank, group_size
+
+
+def _initialized_distributed() -> Any:
+    """torch.distributed when its default group is initialized, else None; never imports torch itself."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
