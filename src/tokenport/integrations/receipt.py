@@ -164,7 +164,12 @@ def check_receipt(
     ``allow_changes`` does not accept; return the accepted ones, each also logged as a warning."""
     allowed = check_allow_changes(allow_changes)
     if saved is None:
-        changes = [_Change("no_receipt", "the state has no data receipt: its data cannot be certified")]
+        changes = [
+            _Change(
+                "no_receipt",
+                "the state has no data receipt (saved before receipts, or stripped): its data cannot be compared",
+            )
+        ]
     else:
         changes = _compare_receipts(saved, current)
     refused = [change for change in changes if change.kind not in allowed]
@@ -343,6 +348,7 @@ def _compare_node(old: Mapping[str, Any], new: Mapping[str, Any], path: str, out
     if old.get("type") != new.get("type"):
         out.append(_Change("", f"{path}: was a {old.get('type')}, is now a {new.get('type')}"))
         return
+    content_changed = "store" in old and _compare_store(old["store"], new["store"], out)
     length_changed = old.get("length") != new.get("length")
     if length_changed:
         out.append(
@@ -351,7 +357,6 @@ def _compare_node(old: Mapping[str, Any], new: Mapping[str, Any], path: str, out
                 f"{label}: length {old.get('length')} -> {new.get('length')} samples",
             )
         )
-    content_changed = "store" in old and _compare_store(old["store"], new["store"], out)
     for field in sorted(set(old.get("sample_config", {})) | set(new.get("sample_config", {}))):
         before, after = old.get("sample_config", {}).get(field), new.get("sample_config", {}).get(field)
         if before != after:
