@@ -184,12 +184,12 @@ def check_receipt(
             "content digest), or start a new run; a change marked [allow_changes: KIND] can be accepted with "
             "load_state_dict(state, allow_changes=(KIND, ...)) (see ALLOWED_CHANGES for what each means)"
         )
-    for change in changes:
+    for kind in sorted({change.kind for change in changes}):
         logger.warning(
-            "resuming with an accepted data change (%s): %s; %s",
-            change.kind,
-            change.message,
-            ALLOWED_CHANGES[change.kind],
+            "resuming with an accepted data change (%s): %s. %s",
+            kind,
+            "; ".join(change.message for change in changes if change.kind == kind),
+            ALLOWED_CHANGES[kind][0].upper() + ALLOWED_CHANGES[kind][1:],
         )
     return tuple(change.message for change in changes)
 
