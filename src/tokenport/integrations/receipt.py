@@ -9,7 +9,12 @@ parameters, seed and a digest of its bins. A store is recorded by its content id
 ``tokenizer``) and its preparation fingerprint (``provenance["prepare"]["fingerprint"]``, which
 covers the cleaning steps). The prefix is recorded for people to read but never compared: a
 store moved to another directory with the same content is the same store. A dataset of another
-type is recorded by its type and length only and named in ``uncertified`` (with a warning).
+type is recorded by its type and length only and named in ``uncertified`` (with a warning). A
+store without a manifest (written by Megatron) is identified by its files' sizes and mtimes, so
+copying it (not moving it) counts as a change.
+
+Cost: one pass over the datasets' index arrays (hashed as int64, 4M values at a time), linear in
+the dataset's size and independent of the position; ``StatefulLoader`` computes it once per dataset.
 
 ``check_receipt(saved, current, allow_changes=...)`` lists every difference and refuses them
 unless each is of a kind the caller accepts (``ALLOWED_CHANGES``).
@@ -131,12 +136,6 @@ def data_receipt(dataset: Any, sampler: Any = None) -> DataReceipt:
     """The receipt of ``dataset`` read through ``sampler`` (a tokenport batch sampler, or None: position 0)."""
     uncertified: list[str] = []
     tree = _describe(dataset, "dataset", uncertified)
-    for path in uncertified:
-        logger.warning(
-            "%s is a %s: the data receipt records its type and length only, its content is not certified",
-            path,
-            type(_at(dataset, path)).__name__,
-        )
     return DataReceipt(tree, _length(dataset), sampler_seed(sampler), sampler_position(sampler), tuple(uncertified))
 
 
@@ -253,6 +252,11 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
     length = _length(dataset)
     if length == 0:  # supplies no samples (e.g. a blend's place for a store it takes nothing from)
         return {"type": type(dataset).__name__, "length": 0}
+    logger.warning(
+        "%s is a %s: the data receipt records its type and length only, its content is not certified",
+        path,
+        type(dataset).__name__,
+    )
     uncertified.append(path)
     return {"type": type(dataset).__name__, "length": length, "certified": False}
 
@@ -306,14 +310,6 @@ def _length(dataset: Any) -> int:
         return int(len(dataset))
     except TypeError:
         raise ConfigError(f"dataset: a {type(dataset).__name__} has no len(); pass a map-style dataset") from None
-
-
-def _at(dataset: Any, path: str) -> Any:
-    """The dataset a receipt path such as ``dataset[1][0]`` names."""
-    for part in path.removeprefix("dataset").strip("[]").split("]["):
-        if part.isdigit():
-            dataset = dataset.datasets[int(part)]
-    return dataset
 
 
 # -- comparing two receipts ----------------------------------------------------------------------
