@@ -13,7 +13,7 @@ type is recorded by its type and length only and named in ``uncertified`` (with 
 store without a manifest (written by Megatron) is identified by its files' sizes and mtimes, so
 copying it (not moving it) counts as a change.
 
-Cost: one pass over the datasets' index arrays (hashed as int64, 4M values at a time), linear in
+Cost: one pass over the datasets' index arrays (hashed 4M values at a time), linear in
 the dataset's size and independent of the position; ``StatefulLoader`` computes it once per dataset.
 
 ``check_receipt(saved, current, allow_changes=...)`` lists every difference and refuses them
@@ -283,13 +283,14 @@ def _describe_store(store: IndexedDataset, path: str, uncertified: list[str]) ->
 
 
 def _digest(*arrays: Any) -> str:
-    """A sha256 (first 32 hex digits) of the arrays' values as little-endian int64, whatever their dtype."""
+    """A sha256 (first 32 hex digits) of the arrays' dtypes, lengths and bytes (little-endian)."""
     digest = hashlib.sha256()
     for array in arrays:
         values = np.asarray(array).reshape(-1)
-        digest.update(f"{len(values)};".encode())
+        dtype = values.dtype.newbyteorder("<")
+        digest.update(f"{dtype.str}:{len(values)};".encode())
         for start in range(0, len(values), _DIGEST_CHUNK):
-            digest.update(values[start : start + _DIGEST_CHUNK].astype("<i8").tobytes())
+            digest.update(np.ascontiguousarray(values[start : start + _DIGEST_CHUNK], dtype=dtype).data)
     return digest.hexdigest()[:32]
 
 
