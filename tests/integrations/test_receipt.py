@@ -191,3 +191,19 @@ def test_old_states_and_bad_allow_changes_are_refused(stores):
     with pytest.raises(tp.ConfigError, match="receipt of another tokenport version"):
         _loader(dataset).load_state_dict(broken)
     assert check_receipt(DataReceipt.from_dict(state["receipt"]), _loader(dataset).receipt()) == ()
+
+
+def test_the_receipt_leaves_topology_to_the_sampler_and_names_uncertified_children(stores, caplog):
+    dataset = _blend([(stores["prose"], 0.4), (stores["code"], 0.6)])
+    two_ranks = StatefulLoader(dataset, RandomSampler(96, 0, 2, 1, 2, seed=7))
+    next(iter(two_ranks))
+    one_rank = _loader(_blend([(stores["prose"], 0.4), (stores["code"], 0.6)]))
+    one_rank.load_state_dict(two_ranks.state_dict())  # same global batch of 4 on one rank
+    assert one_rank.consumed_samples == 4
+
+    gpt = dataset.datasets[0]
+    with caplog.at_level(logging.WARNING, logger="tokenport.integrations.receipt"):
+        mixed = tp.BlendedDataset([gpt, [{"tokens": np.zeros(33, np.int64)}] * 50], [0.5, 0.5], 40)
+        receipt = data_receipt(mixed)
+    assert receipt.uncertified == ("dataset[1]",) and "dataset[1] is a list" in caplog.text
+    assert receipt.dataset["datasets"][0]["store"]["prefix"] == stores["prose"]
