@@ -15,7 +15,7 @@ Rows (batch sizes 8 and 32):
                 grouping (torch generator, same seed); no goal.
   grouping time length_grouped_order(seed=) against transformers' get_length_grouped_indices on
                 the synthetic lengths; no goal.
-  packing       pack_best_fit_arrays(split=True) efficiency at capacity 4096: goal >= 99%.
+  packing       pack_best_fit_arrays(split_long=True) efficiency at capacity 4096: goal >= 99%.
   balance       Karmarkar-Karp across 8 ranks of each global batch of 8 x batch-size items of a
                 random order: max relative deviation of a rank's tokens from the mean, averaged
                 over all global batches: goal <= 1%; round robin shown against it, and the lower

@@ -86,7 +86,7 @@ def store(tmp_path_factory) -> tp.IndexedDataset:
 CONSTRUCTORS: dict[str, Callable[[tp.IndexedDataset, object], object]] = {
     "RandomSampler total_samples": lambda store, v: RandomSampler(v, 0, 2, 0, 1),
     "RandomSampler data_parallel_size": lambda store, v: RandomSampler(64, 0, 2, 0, v),
-    "PackedDataset capacity": lambda store, v: PackedDataset(store, v, split=True),
+    "PackedDataset capacity": lambda store, v: PackedDataset(store, v, split_long=True),
     "GPTSampleConfig seq_length": lambda store, v: GPTSampleConfig(seq_length=v),
     "Dock n_samples_per_prompt": lambda store, v: Dock([Column("x", np.int64)], ["train"], n_samples_per_prompt=v),
     "PrepareConfig workers": lambda store, v: PrepareConfig(["in.jsonl"], "out", workers=v),
@@ -122,7 +122,7 @@ def test_data_parallel_names_and_seeds_in_the_dock():
 
 
 def test_a_token_store_is_named_store(store):
-    packed = PackedDataset(store=store, capacity=np.int64(32), split=True)
+    packed = PackedDataset(store=store, capacity=np.int64(32), split_long=True)
     assert packed.store is store and packed.capacity == 32
     assert resolve_eod(GPTSampleConfig(seq_length=8, eod_id=0), store=store).eod_id == 0
 

@@ -8,7 +8,7 @@
   (``length_grouped_order`` with a ``torch.Generator`` seeded ``seed``: transformers' order
   index for index; None without torch) and tokenport's numpy-seeded grouping (``seed=seed``);
   the last batch may be short;
-- best-fit decreasing packing at ``capacity`` (``split=True``): ``packing_metrics``;
+- best-fit decreasing packing at ``capacity`` (``split_long=True``): ``packing_metrics``;
 - Karmarkar-Karp balance across ``num_ranks``: the random order is cut into global batches of
   ``num_ranks * batch_size`` items (the whole set if it has fewer items; a short last one is
   dropped) and each is split as ``balanced_micro_batches`` splits it (linear workload, group
@@ -95,7 +95,7 @@ def batching_report(
             ),
         }
     )
-    packing = packing_metrics(pack_best_fit_arrays(values, capacity, split=True), capacity)
+    packing = packing_metrics(pack_best_fit_arrays(values, capacity, split_long=True), capacity)
     report.update({f"packing_{key}": value for key, value in packing.items() if key != "tokens"})
     report.update(_balance(values, random_order, num_ranks, batch_size))
     return report
