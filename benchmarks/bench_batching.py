@@ -59,7 +59,7 @@ def bench_report(rows: list[Row], name: str, lengths: np.ndarray, seed: int) -> 
     case = f"{name}, {lengths.size:,} seqs"
     for batch_size in BATCH_SIZES:
         t0 = time.perf_counter()
-        report = batching_report(lengths, batch_size, capacity=CAPACITY, num_ranks=RANKS, seed=seed)
+        report = batching_report(lengths, batch_size, capacity=CAPACITY, data_parallel_size=RANKS, seed=seed)
         print(f"  report {name} bs {batch_size}: {time.perf_counter() - t0:.2f} s", flush=True)
         section = f"padding, bs {batch_size}"
         grouped = 100 * report["grouped_padding_ratio"]
