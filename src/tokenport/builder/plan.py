@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._checks import check_int, check_seed
 from .._files import parse_structured, read_text
 from ..blend import ALGORITHMS
 from ..errors import ConfigError
@@ -58,18 +59,15 @@ class CachePlan:
             raise ConfigError(f"{where}: 'algorithm' = {self.algorithm!r}: use one of {', '.join(ALGORITHMS)}")
         if not isinstance(self.cache_dir, str) or not self.cache_dir:
             raise ConfigError(f"{where}: 'cache_dir' must name a directory")
-        for name in ("seq_length", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "seq_length" else 0):
-                raise ConfigError(
-                    f"{where}: '{name}' = {value!r} is invalid: pass a non-negative integer"
-                    + (" of at least 1" if name == "seq_length" else "")
-                )
-        if len(self.samples) != len(SPLIT_NAMES) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.samples
-        ):
+        if len(self.samples) != len(SPLIT_NAMES):
             raise ConfigError(f"{where}: 'samples' = {self.samples!r}: give train/valid/test counts, integers >= 0")
         try:
+            object.__setattr__(self, "seq_length", check_int("seq_length", self.seq_length))
+            object.__setattr__(self, "seed", check_seed("seed", self.seed))
+            counts = tuple(
+                check_int(f"samples.{name}", n, 0, what="a sample count") for name, n in zip(SPLIT_NAMES, self.samples)
+            )
+            object.__setattr__(self, "samples", counts)
             parse_split(self.split)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
