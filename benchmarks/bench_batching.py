@@ -15,7 +15,7 @@ Rows (batch sizes 8 and 32):
                 grouping (torch generator, same seed); no goal.
   grouping time length_grouped_order(seed=) against transformers' get_length_grouped_indices on
                 the synthetic lengths; no goal.
-  packing       pack_best_fit_arrays(split=True) efficiency at capacity 4096: goal >= 99%.
+  packing       pack_best_fit_arrays(split_long=True) efficiency at capacity 4096: goal >= 99%.
   balance       Karmarkar-Karp across 8 ranks of each global batch of 8 x batch-size items of a
                 random order: max relative deviation of a rank's tokens from the mean, averaged
                 over all global batches: goal <= 1%; round robin shown against it, and the lower
@@ -59,7 +59,7 @@ def bench_report(rows: list[Row], name: str, lengths: np.ndarray, seed: int) -> 
     case = f"{name}, {lengths.size:,} seqs"
     for batch_size in BATCH_SIZES:
         t0 = time.perf_counter()
-        report = batching_report(lengths, batch_size, capacity=CAPACITY, num_ranks=RANKS, seed=seed)
+        report = batching_report(lengths, batch_size, capacity=CAPACITY, data_parallel_size=RANKS, seed=seed)
         print(f"  report {name} bs {batch_size}: {time.perf_counter() - t0:.2f} s", flush=True)
         section = f"padding, bs {batch_size}"
         grouped = 100 * report["grouped_padding_ratio"]

@@ -1,7 +1,7 @@
 """tokenport.packing: best/first/next fit decreasing on 10^6 sequences, Karmarkar-Karp balancing.
 
 Lengths are lognormal (mean ~600 tokens, log-space sigma 1.0, so ~0.8% are longer than a bin and
-are cut with split=True, as bfd_split does). Every figure is the best of N runs timed with
+are cut with split_long=True, as bfd_split does). Every figure is the best of N runs timed with
 time.perf_counter, the packers timed in turns (A B C A B C ...), after a warm-up call (numba).
 No peer is timed: the baselines are tokenport's own first/next fit and a greedy (LPT) balancer.
 
@@ -73,8 +73,8 @@ def bench_pack(rows: list[Row], lengths: np.ndarray, args) -> None:
     )
     metrics = {}
     for name, packer in packers:
-        packer(lengths[:1000], CAPACITY, split=True)  # warm (load numba's cache)
-        arrays = packer(lengths, CAPACITY, split=True)
+        packer(lengths[:1000], CAPACITY, split_long=True)  # warm (load numba's cache)
+        arrays = packer(lengths, CAPACITY, split_long=True)
         check_packing(arrays, lengths)
         metrics[name] = packing_metrics(arrays, CAPACITY)
         m = metrics[name]
@@ -83,7 +83,7 @@ def bench_pack(rows: list[Row], lengths: np.ndarray, args) -> None:
             f"padding {m['padding_tokens']:,} tokens",
             flush=True,
         )
-    times = best_of_each([lambda p=p: p(lengths, CAPACITY, split=True) for _, p in packers], args.repeat)
+    times = best_of_each([lambda p=p: p(lengths, CAPACITY, split_long=True) for _, p in packers], args.repeat)
     case = f"{lengths.size:,} lengths, cap {CAPACITY}"
     budget = 5.0 if lengths.size >= 10**6 else 0.5
     rows.append(

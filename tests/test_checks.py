@@ -10,6 +10,7 @@ import pytest
 
 import tokenport as tp
 from tokenport._checks import check_choice, check_int, check_positive, check_seed
+from tokenport.builder.plan import CachePlan
 from tokenport.corpus.run.config import PrepareConfig
 from tokenport.corpus.steps.minhash import MinHasher
 from tokenport.dock import Balanced, Column, Dock, RandomRows, RankSlices
@@ -86,8 +87,12 @@ def store(tmp_path_factory) -> tp.IndexedDataset:
 CONSTRUCTORS: dict[str, Callable[[tp.IndexedDataset, object], object]] = {
     "RandomSampler total_samples": lambda store, v: RandomSampler(v, 0, 2, 0, 1),
     "RandomSampler data_parallel_size": lambda store, v: RandomSampler(64, 0, 2, 0, v),
-    "PackedDataset capacity": lambda store, v: PackedDataset(store, v, split=True),
+    "PackedDataset capacity": lambda store, v: PackedDataset(store, v, split_long=True),
     "GPTSampleConfig seq_length": lambda store, v: GPTSampleConfig(seq_length=v),
+    "GPTSampleConfig cu_seqlens_length": lambda store, v: GPTSampleConfig(seq_length=8, cu_seqlens_length=v),
+    "CachePlan seq_length": lambda store, v: CachePlan(("s",), "cache", seq_length=v, seed=1, samples=(1, 0, 0)),
+    "CachePlan seed": lambda store, v: CachePlan(("s",), "cache", seq_length=8, seed=v, samples=(1, 0, 0)),
+    "CachePlan samples": lambda store, v: CachePlan(("s",), "cache", seq_length=8, seed=1, samples=(1, v, 0)),
     "Dock n_samples_per_prompt": lambda store, v: Dock([Column("x", np.int64)], ["train"], n_samples_per_prompt=v),
     "PrepareConfig workers": lambda store, v: PrepareConfig(["in.jsonl"], "out", workers=v),
     "build_gpt_dataset num_samples": lambda store, v: tp.build_gpt_dataset(
@@ -122,7 +127,7 @@ def test_data_parallel_names_and_seeds_in_the_dock():
 
 
 def test_a_token_store_is_named_store(store):
-    packed = PackedDataset(store=store, capacity=np.int64(32), split=True)
+    packed = PackedDataset(store=store, capacity=np.int64(32), split_long=True)
     assert packed.store is store and packed.capacity == 32
     assert resolve_eod(GPTSampleConfig(seq_length=8, eod_id=0), store=store).eod_id == 0
 
@@ -130,3 +135,15 @@ def test_a_token_store_is_named_store(store):
 @pytest.mark.parametrize("where", sorted(CONSTRUCTORS))
 def test_every_room_accepts_numpy_integers(store, where):
     assert CONSTRUCTORS[where](store, np.int64(4)) is not None
+
+
+def test_configs_hold_numpy_integers_as_python_ints():
+    plan = CachePlan(("s",), "cache", seq_length=np.int32(8), seed=np.uint32(1), samples=(np.int64(4), 0, 0))
+    assert (plan.seq_length, plan.seed, plan.samples) == (8, 1, (4, 0, 0))
+    assert all(type(v) is int for v in (plan.seq_length, plan.seed, *plan.samples))
+    assert type(GPTSampleConfig(seq_length=8, cu_seqlens_length=np.int16(5)).cu_seqlens_length) is int
+    for value in (np.bool_(True), 10):
+        with pytest.raises(ConfigError, match=r"^cu_seqlens_length=.* is invalid: pass .*\[2, 9\]$"):
+            GPTSampleConfig(seq_length=8, cu_seqlens_length=value)
+    with pytest.raises(ConfigError, match=r"^<plan>: samples.valid=True is invalid: pass a sample count"):
+        CachePlan(("s",), "cache", seq_length=8, seed=1, samples=(1, True, 0))

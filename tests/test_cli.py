@@ -258,8 +258,8 @@ def test_blend_and_pack_report_json_equal_the_reports(stores, capsys):
     assert out == [r.to_json() for r in blend_report(spec, 50, algorithm="greedy")]
     assert out[0]["algorithm"] == "greedy" and out[0]["rows"][1]["samples"] > out[0]["rows"][0]["samples"]
     out = _json_of(capsys, ["pack-report", a, "--ranks", "2", "--batch-size", "4"])
-    assert out == batching_report(lengths_of([a]), 4, num_ranks=2).to_json()
-    assert out["num_ranks"] == 2 and out["capacity"] == 4096
+    assert out == batching_report(lengths_of([a]), 4, data_parallel_size=2).to_json()
+    assert out["data_parallel_size"] == 2 and out["capacity"] == 4096
 
 
 def test_prepare_report_and_build_cache_json(tmp_path, stores, capsys):

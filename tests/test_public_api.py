@@ -154,6 +154,13 @@ def test_import_packing_loads_only_what_packing_needs():
     assert "torch" not in modules
 
 
+@pytest.mark.parametrize("package", ["tokenport.dock", "tokenport.corpus", "tokenport.storage"])
+def test_importing_a_room_loads_none_of_its_modules_until_a_name_is_used(package):
+    modules = loaded_after(f"import {package}")
+    assert "numba" not in modules
+    assert not {name for name in modules if name.startswith(package + ".")}
+
+
 def test_using_a_name_loads_its_room_only():
     modules = loaded_after("import tokenport\ntokenport.IndexedDataset")
     assert "indexed" in rooms(modules)

@@ -13,7 +13,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .blend import BlendedDataset
     from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
     from .corpus import PrepareConfig, PrepareResult, prepare
-    from .dock import Dock
+    from .dock import Dock, DockAPI
     from .errors import (
         ConfigError,
         CorruptStoreError,
@@ -49,6 +49,7 @@ _EXPORTS = {
     "DatasetEpochs": ".sampling",
     "DistributedLengthGroupedSampler": ".sampling",
     "Dock": ".dock",
+    "DockAPI": ".dock",
     "DockTimeout": ".errors",
     "GPTDataset": ".samples.gpt",
     "GPTSampleConfig": ".samples.gpt",

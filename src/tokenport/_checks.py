@@ -37,7 +37,7 @@ def check_positive(name: str, value: object, what: str = "") -> float:
         isinstance(value, (bool, np.bool_))
         or not isinstance(value, numbers.Real)
         or not math.isfinite(value)
-        or not value > 0
+        or not float(value) > 0
     ):
         raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}a finite number above 0")
     return float(value)

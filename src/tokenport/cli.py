@@ -139,7 +139,7 @@ def _pack_report(args: argparse.Namespace) -> int:
 
     announce_compilation(["tokenport.packing.balance", "tokenport.packing.bins", "tokenport.sampling.length_grouping"])
     lengths = lengths_of(resolve_stores(args.prefixes))
-    report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "num_ranks", "seed"))
+    report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "data_parallel_size", "seed"))
     _emit(args, [report], many=False)
     return 0
 
@@ -372,7 +372,7 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--capacity", type=int, default=None, help="tokens per packed bin (default: {default})")
     pack.add_argument(
         "--ranks",
-        dest="num_ranks",
+        dest="data_parallel_size",
         metavar="RANKS",
         type=int,
         default=None,

@@ -32,21 +32,21 @@ ARRAY_PACKERS = (pack_best_fit_arrays, pack_first_fit_arrays, pack_next_fit_arra
 # -- references -------------------------------------------------------------------------------------
 
 
-def ref_pieces(lengths, capacity, split):
+def ref_pieces(lengths, capacity, split_long):
     """Pieces (item, offset, length), longest first, ties by item then offset."""
     pieces = []
     for item, length in enumerate(lengths):
-        if length > capacity and split:
+        if length > capacity and split_long:
             pieces += [(item, o, min(capacity, length - o)) for o in range(0, length, capacity)]
         else:
             pieces.append((item, 0, length))
     return sorted(pieces, key=lambda p: (-p[2], p[0], p[1]))
 
 
-def ref_pack(lengths, capacity, split, choose):
+def ref_pack(lengths, capacity, split_long, choose):
     """Place pieces one by one into the bin `choose(rooms, since, need)` names (None: a new bin)."""
     bins, rooms, since = [], [], []
-    for step, piece in enumerate(ref_pieces(lengths, capacity, split)):
+    for step, piece in enumerate(ref_pieces(lengths, capacity, split_long)):
         b = choose(rooms, since, piece[2])
         if b is None:
             bins.append([])
@@ -113,7 +113,7 @@ def test_packers_equal_references(packer):
         capacity = int(rng.integers(1, 40))
         lengths = random_lengths(rng, capacity)
         expected = ref_pack(lengths, capacity, True, REFERENCES[packer])
-        got = packer(lengths, capacity, split=True)
+        got = packer(lengths, capacity, split_long=True)
         assert got == expected
         check_packing(got, lengths, capacity)
         fitting = [min(length, capacity) for length in lengths]
@@ -124,7 +124,7 @@ def test_packers_equal_references(packer):
 def test_arrays_form_on_many_items(packer):
     rng = np.random.default_rng(3)
     lengths = np.maximum(1, rng.lognormal(5.5, 1.0, 20_000).astype(np.int64))
-    bin_of, item, offset, length = packer(lengths, 512, split=True)
+    bin_of, item, offset, length = packer(lengths, 512, split_long=True)
     assert all(a.dtype == np.int64 for a in (bin_of, item, offset, length))
     assert np.all(np.diff(bin_of) >= 0) and bin_of[0] == 0 and np.all(np.diff(np.unique(bin_of)) == 1)
     assert np.bincount(bin_of, weights=length).max() <= 512
@@ -164,12 +164,18 @@ def test_best_fit_prefers_the_tightest_bin():
     assert pack_best_fit([3, 8, 5], 10) == [[(1, 0, 8)], [(2, 0, 5), (0, 0, 3)]]
 
 
-def test_split_cuts_long_items_into_capacity_chunks():
-    bins = pack_best_fit([25, 3, 0, 10], 10, split=True)
+def test_split_long_cuts_long_items_into_capacity_chunks():
+    bins = pack_best_fit([25, 3, 0, 10], 10, split_long=True)
     assert bins == [[(0, 0, 10), (2, 0, 0)], [(0, 10, 10)], [(3, 0, 10)], [(0, 20, 5), (1, 0, 3)]]
     check_packing(bins, [25, 3, 0, 10], 10)
-    assert pack_next_fit([30], 10, split=True) == [[(0, 0, 10)], [(0, 10, 10)], [(0, 20, 10)]]
-    assert pack_best_fit([10, 4], 10, split=True) == pack_best_fit([10, 4], 10)  # nothing to cut
+    assert pack_next_fit([30], 10, split_long=True) == [[(0, 0, 10)], [(0, 10, 10)], [(0, 20, 10)]]
+    assert pack_best_fit([10, 4], 10, split_long=True) == pack_best_fit([10, 4], 10)  # nothing to cut
+
+
+@pytest.mark.parametrize("packer", PACKERS + ARRAY_PACKERS, ids=lambda f: f.__name__)
+def test_old_split_keyword_is_refused(packer):
+    with pytest.raises(TypeError, match="split"):
+        packer([25, 3], 10, split=True)
 
 
 def test_edge_inputs():
@@ -183,10 +189,10 @@ def test_edge_inputs():
 
 @pytest.mark.parametrize("packer", PACKERS + ARRAY_PACKERS, ids=lambda f: f.__name__)
 def test_packing_errors(packer):
-    with pytest.raises(ConfigError, match=r"lengths\[1\] = 12.*split=True"):
+    with pytest.raises(ConfigError, match=r"lengths\[1\] = 12.*split_long=True"):
         packer([3, 12, 20], 10)
     with pytest.raises(ConfigError, match=r"lengths\[2\] = -1"):
-        packer([3, 4, -1], 10, split=True)
+        packer([3, 4, -1], 10, split_long=True)
     for capacity in (0, -5, 2.5, True):
         with pytest.raises(ConfigError, match="capacity"):
             packer([1, 2], capacity)

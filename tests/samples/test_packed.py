@@ -66,7 +66,7 @@ def _check_samples(ds: PackedDataset, store, selected) -> None:
 
 
 def test_whole_dataset_split(store):
-    ds = PackedDataset(store, CAPACITY, split=True, seed=1)
+    ds = PackedDataset(store, CAPACITY, split_long=True, seed=1)
     assert ds.piece_length.max() <= CAPACITY
     assert (ds.piece_offset > 0).any()  # some documents were cut
     _check_samples(ds, store, range(len(store)))
@@ -82,7 +82,7 @@ def test_subset_without_split(store):
 
 
 def test_windows(store):
-    ds = PackedDataset(store, CAPACITY, split=True, window=16, shuffle=True, seed=3)
+    ds = PackedDataset(store, CAPACITY, split_long=True, window=16, shuffle=True, seed=3)
     _check_samples(ds, store, range(len(store)))
     # bins never mix windows: the documents of one bin all lie in one window of the shuffled ids
     ids = np.arange(len(store))
@@ -93,20 +93,20 @@ def test_windows(store):
     for b in range(len(ds)):
         docs = ds.piece_document[ds.bin_starts[b] : ds.bin_starts[b + 1]]
         assert len(set(window_of[docs].tolist())) == 1
-    whole = PackedDataset(store, CAPACITY, split=True, seed=3)
+    whole = PackedDataset(store, CAPACITY, split_long=True, seed=3)
     assert len(ds) >= len(whole)
 
 
 def test_unshuffled_keeps_bin_order(store):
-    ds = PackedDataset(store, CAPACITY, split=True, shuffle=False)
+    ds = PackedDataset(store, CAPACITY, split_long=True, shuffle=False)
     np.testing.assert_array_equal(ds.order, np.arange(len(ds)))
     _check_samples(ds, store, range(len(store)))
 
 
 def test_deterministic_for_seed(store):
-    a = PackedDataset(store, CAPACITY, split=True, window=20, seed=5)
-    b = PackedDataset(store, CAPACITY, split=True, window=20, seed=5)
-    c = PackedDataset(store, CAPACITY, split=True, window=20, seed=6)
+    a = PackedDataset(store, CAPACITY, split_long=True, window=20, seed=5)
+    b = PackedDataset(store, CAPACITY, split_long=True, window=20, seed=5)
+    c = PackedDataset(store, CAPACITY, split_long=True, window=20, seed=6)
     ba, bb = a.get_batch(np.arange(len(a))), b.get_batch(np.arange(len(b)))
     for name in ba:
         np.testing.assert_array_equal(ba[name], bb[name])
@@ -114,7 +114,7 @@ def test_deterministic_for_seed(store):
 
 
 def test_getitem_equals_batch_row_and_dtypes(store):
-    ds = PackedDataset(store, CAPACITY, split=True, seed=0, pad_id=9)
+    ds = PackedDataset(store, CAPACITY, split_long=True, seed=0, pad_id=9)
     batch = ds.get_batch([3, 0, 3])
     sample = ds[3]
     for name, value in sample.items():
@@ -129,13 +129,13 @@ def test_getitem_equals_batch_row_and_dtypes(store):
 
 
 def test_cu_seqlens_length_cap(store):
-    ds = PackedDataset(store, CAPACITY, split=True)
+    ds = PackedDataset(store, CAPACITY, split_long=True)
     needed = int(np.diff(ds.bin_starts).max()) + 1
     assert ds.cu_seqlens_length == needed
-    wide = PackedDataset(store, CAPACITY, split=True, cu_seqlens_length=needed + 5)
+    wide = PackedDataset(store, CAPACITY, split_long=True, cu_seqlens_length=needed + 5)
     assert wide[0]["cu_seqlens"].shape == (needed + 5,)
     with pytest.raises(ConfigError, match="cu_seqlens_length"):
-        PackedDataset(store, CAPACITY, split=True, cu_seqlens_length=needed - 1)
+        PackedDataset(store, CAPACITY, split_long=True, cu_seqlens_length=needed - 1)
 
 
 def test_errors(store):
@@ -145,10 +145,12 @@ def test_errors(store):
     first_long = int(np.flatnonzero(store.sequence_lengths > CAPACITY)[0])
     with pytest.raises(ConfigError, match=rf"document \(sequence\) {first_long} has"):
         PackedDataset(store, CAPACITY, shuffle=False)
-    with pytest.raises(ConfigError, match="split=True"):
+    with pytest.raises(ConfigError, match="split_long=True"):
         PackedDataset(store, CAPACITY, seed=4)
     with pytest.raises(ConfigError, match="window"):
-        PackedDataset(store, CAPACITY, split=True, window=0)
+        PackedDataset(store, CAPACITY, split_long=True, window=0)
+    with pytest.raises(TypeError, match="split"):
+        PackedDataset(store, CAPACITY, split=True)  # the old name of split_long
     with pytest.raises(ConfigError, match="ids"):
         PackedDataset(store, CAPACITY, ids=[len(store)])
 

@@ -117,8 +117,10 @@ def test_balanced_micro_batches_quadratic_workload():
     assert balance_metrics(linear, lengths)["max_relative_deviation"] < 0.005
     with pytest.raises(ConfigError, match="workload"):
         balanced_micro_batches(lengths, 2, workload=(1.0,))
-    with pytest.raises(ConfigError, match="num_ranks=0"):
+    with pytest.raises(ConfigError, match="data_parallel_size=0"):
         balanced_micro_batches(lengths, 0)
+    with pytest.raises(TypeError, match="num_ranks"):
+        balanced_micro_batches(lengths, num_ranks=2)  # the old name of data_parallel_size
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -134,7 +136,7 @@ def test_padding_ratio_by_hand():
 
 def test_report_on_a_known_small_input():
     # one batch of all four: 1 - 10 / (4 * 4) whatever the order; BFD at 5: {4, 1}, {3, 2}
-    report = batching_report([1, 2, 3, 4], 4, capacity=5, num_ranks=2, seed=1)
+    report = batching_report([1, 2, 3, 4], 4, capacity=5, data_parallel_size=2, seed=1)
     for key in ("random_padding_ratio", "hf_grouped_padding_ratio", "grouped_padding_ratio"):
         assert report[key] == pytest.approx(0.375)
     assert report["packing_num_bins"] == 2
@@ -143,7 +145,7 @@ def test_report_on_a_known_small_input():
     assert report["balance_global_batches"] == 1 and report["balance_global_batch_size"] == 4
     assert report["balance_first"] == pytest.approx(0.0)  # {1, 4} and {2, 3}
     # four ranks of one item each: totals 1..4 around 2.5, deviation 1.5 / 2.5 for KK and round robin
-    spread = batching_report([1, 2, 3, 4], 1, capacity=5, num_ranks=4)
+    spread = batching_report([1, 2, 3, 4], 1, capacity=5, data_parallel_size=4)
     assert spread["balance_mean"] == pytest.approx(0.6) and spread["round_robin_mean"] == pytest.approx(0.6)
     assert spread["balance_bound_mean"] == pytest.approx(0.6)  # 4 / 2.5 - 1
     assert report["balance_bound_mean"] == 0.0  # longest 4 <= mean rank load 5
@@ -153,7 +155,7 @@ def test_report_on_skewed_lengths():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     lengths = np.maximum(1, rng.lognormal(6, 1, 20_000)).astype(np.int64)
-    report = batching_report(lengths, 8, capacity=4096, num_ranks=8, seed=5)
+    report = batching_report(lengths, 8, capacity=4096, data_parallel_size=8, seed=5)
     generator = torch.Generator()
     generator.manual_seed(5)
     hf_order = np.array(get_length_grouped_indices(lengths, 8, generator=generator))
@@ -172,7 +174,7 @@ def test_report_on_skewed_lengths():
 
 
 def test_render_holds_the_numbers():
-    report = batching_report([1, 2, 3, 4, 9, 9, 2, 1], 2, capacity=9, num_ranks=2, seed=0)
+    report = batching_report([1, 2, 3, 4, 9, 9, 2, 1], 2, capacity=9, data_parallel_size=2, seed=0)
     text = render_batching_report(report)
     for key in ("random_padding_ratio", "grouped_padding_ratio", "balance_mean", "balance_bound_mean"):
         assert f"{100 * report[key]:.2f}%" in text
@@ -189,6 +191,10 @@ def test_report_bad_arguments():
         batching_report([1, 2], 0)
     with pytest.raises(ConfigError, match="seed=-1"):
         batching_report([1, 2], 1, seed=-1)
+    with pytest.raises(ConfigError, match="data_parallel_size=0"):
+        batching_report([1, 2], 1, data_parallel_size=0)
+    with pytest.raises(TypeError, match="num_ranks"):
+        batching_report([1, 2], 1, num_ranks=2)  # the old name of data_parallel_size
 
 
 def test_lengths_of_concatenates_stores(tmp_path):
@@ -219,7 +225,7 @@ def test_pack_report_verb(tmp_path, capsys):
             writer.add_document(rng.integers(3, 1000, int(rng.integers(1, 300))))
     assert main(["pack-report", prefix, "--batch-size", "4", "--capacity", "512", "--ranks", "2"]) == 0
     out = capsys.readouterr().out
-    report = batching_report(lengths_of([prefix]), 4, capacity=512, num_ranks=2, seed=0)
+    report = batching_report(lengths_of([prefix]), 4, capacity=512, data_parallel_size=2, seed=0)
     assert f"{report['packing_num_bins']:,}" in out and f"{report['random_padding_ratio']:.2%}" in out
     assert main(["pack-report", prefix, "--batch-size", "0"]) == 2
     assert "batch_size" in capsys.readouterr().err

@@ -75,10 +75,10 @@ def _build(weights: object, size: object, algorithm: object, samples: bool) -> t
             greedy.fill(shares, counts[ids], ids, algorithm == "greedy", out, sample_out)
         return out, sample_out
     raw = _check_weights(weights)
-    _check_size(size)
+    count = _check_size(size)
     normalized = raw / raw.sum()  # Megatron's normalize(): the float64 weights its C++ receives
     ids = np.flatnonzero(normalized > 0)
-    out, sample_out = _outputs(len(raw), int(size), algorithm, samples)
+    out, sample_out = _outputs(len(raw), count, algorithm, samples)
     if len(ids) == 1:
         _single(ids[0], out, sample_out)
     elif algorithm == "tijdeman":
@@ -144,13 +144,14 @@ def _check_counts(weights: object) -> np.ndarray:
     return counts
 
 
-def _check_size(size: object) -> None:
-    """Raise ConfigError unless ``size`` is an integer above zero."""
+def _check_size(size: object) -> int:
+    """``size`` as an int; ConfigError unless it is an integer above zero."""
     if not is_int(size) or size <= 0:
         raise ConfigError(
             f"size={size!r} is invalid: pass the number of samples to blend, an integer of at least 1 "
             "(or size=None to take every sample of every dataset once)"
         )
+    return int(size)
 
 
 @numba.njit(cache=True)

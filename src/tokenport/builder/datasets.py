@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import is_int
-from ..blend import BlendedDataset, build_blending_indices, build_scheduled_indices
+from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset, GPTSampleConfig
@@ -64,7 +64,11 @@ def build_datasets(
     builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation)
     out: list[Dataset | None] = []
     for i, which in enumerate(SPLIT_NAMES):
-        blend = spec.blend if spec.blend is not None else spec.per_split[i]
+        if spec.blend is None:
+            assert spec.per_split is not None  # BlendSpec holds exactly one of blend and per_split
+            blend = spec.per_split[i]
+        else:
+            blend = spec.blend
         split_string = split if spec.blend is not None else ",".join("1" if k == i else "0" for k in range(3))
         if blend is None or split_document_ranges(split_string, 1)[i] is None:
             out.append(None)
@@ -130,7 +134,7 @@ class _Builder:
             return None
         if blend.schedule is not None:
             if which == "train":
-                return self._blend_scheduled(blend, split, which, size)
+                return self._blend_scheduled(blend, blend.schedule, split, which, size)
             # evaluation blends hold the mixture training ends with
             blend = Blend(blend.prefixes, blend.schedule.phases[-1].end_weights)
         blend = blend.without_zero_weights()
@@ -151,11 +155,12 @@ class _Builder:
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
         return BlendedDataset.from_indices(children, dataset_index, sample_index)
 
-    def _blend_scheduled(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
-        """A blend whose weights follow its schedule over the training stream; children sized exactly."""
+    def _blend_scheduled(
+        self, blend: Blend, schedule: MixtureSchedule, split: str, which: str, size: int | None
+    ) -> BlendedDataset:
+        """A blend whose weights follow its ``schedule`` over the training stream; children sized exactly."""
         if size is None:
             raise ConfigError(f"sizes: the {which} blend has a schedule but no size; give its sample count")
-        schedule = blend.schedule
 
         def build() -> dict[str, np.ndarray]:
             dataset_index, sample_index = build_scheduled_indices(schedule, size, algorithm=self.algorithm)
@@ -196,8 +201,8 @@ class _Builder:
         children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
         return BlendedDataset.from_indices(children, dataset_index, sample_index)
 
-    def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | None:
-        """The ``which`` split of one store with ``num_samples`` samples (None: one epoch)."""
+    def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset:
+        """The ``which`` split (of nonzero weight) of one store with ``num_samples`` samples (None: one epoch)."""
         store = self.store(prefix)
         if num_samples is None:
             num_samples = self._one_epoch(store, split, which)
@@ -215,8 +220,8 @@ class _Builder:
             )
         except ConfigError as exc:
             raise ConfigError(f"{prefix}, {which} split of {split!r}: {exc}") from None
-        if dataset is not None:
-            self._check_eod(prefix, dataset.config.eod_id)
+        assert dataset is not None and dataset.config.eod_id is not None  # a nonzero-weight split, its EOD resolved
+        self._check_eod(prefix, dataset.config.eod_id)
         return dataset
 
     def _check_eod(self, prefix: str, eod_id: int) -> None:
@@ -233,6 +238,7 @@ class _Builder:
     def _one_epoch(self, store: IndexedDataset, split: str, which: str) -> int:
         """The samples in one epoch of a store's split: what Megatron builds when given no count."""
         bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
+        assert bounds is not None  # build_datasets builds no zero-weight split
         tokens = int(store.sequence_lengths[bounds[0] : bounds[1]].sum(dtype=np.int64))
         count = (tokens - int(self.config.add_extra_token)) // self.config.seq_length
         if count < 1:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._checks import check_int, check_seed
 from .._files import parse_structured, read_text
 from ..blend import ALGORITHMS
 from ..errors import ConfigError
@@ -58,18 +59,15 @@ class CachePlan:
             raise ConfigError(f"{where}: 'algorithm' = {self.algorithm!r}: use one of {', '.join(ALGORITHMS)}")
         if not isinstance(self.cache_dir, str) or not self.cache_dir:
             raise ConfigError(f"{where}: 'cache_dir' must name a directory")
-        for name in ("seq_length", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "seq_length" else 0):
-                raise ConfigError(
-                    f"{where}: '{name}' = {value!r} is invalid: pass a non-negative integer"
-                    + (" of at least 1" if name == "seq_length" else "")
-                )
-        if len(self.samples) != len(SPLIT_NAMES) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in self.samples
-        ):
+        if len(self.samples) != len(SPLIT_NAMES):
             raise ConfigError(f"{where}: 'samples' = {self.samples!r}: give train/valid/test counts, integers >= 0")
         try:
+            object.__setattr__(self, "seq_length", check_int("seq_length", self.seq_length))
+            object.__setattr__(self, "seed", check_seed("seed", self.seed))
+            counts = tuple(
+                check_int(f"samples.{name}", n, 0, what="a sample count") for name, n in zip(SPLIT_NAMES, self.samples)
+            )
+            object.__setattr__(self, "samples", counts)
             parse_split(self.split)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
@@ -184,7 +182,7 @@ class CacheReport:
 def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None) -> list[CacheEntry]:
     """Build (or find) every index of the plan in its cache; `report` sees each entry as it completes."""
     if plan.spec is not None:
-        return _build_blend_cache(plan, report)
+        return _build_blend_cache(plan, plan.spec, report)
     cache = IndexCache(plan.cache_dir)
     entries = []
     for prefix in plan.datasets:
@@ -205,7 +203,7 @@ def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None 
             )
             if request is None:
                 continue
-            built = []
+            built: list[bool] = []
 
             def build(request=request, built=built) -> dict:
                 built.append(True)
@@ -223,9 +221,11 @@ def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None 
     return entries
 
 
-def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | None) -> list[CacheEntry]:
-    """Every index of the plan's blend spec: one entry per split, built when the cache grew."""
-    spec = load_blend_spec(plan.spec)
+def _build_blend_cache(
+    plan: CachePlan, spec_path: str, report: Callable[[CacheEntry], None] | None
+) -> list[CacheEntry]:
+    """Every index of the plan's blend spec (``spec_path``): one entry per split, built when the cache grew."""
+    spec = load_blend_spec(spec_path)
     # eod_id changes no index (the sample geometry does), but the stores' must agree: take the first
     # one a manifest names, so build_datasets checks the others against it
     config = GPTSampleConfig(
@@ -252,7 +252,7 @@ def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | N
         if dataset is None:
             continue
         entry = CacheEntry(
-            plan.spec, which, len(dataset), "", _entry_count(cache) > before, time.perf_counter() - started
+            spec_path, which, len(dataset), "", _entry_count(cache) > before, time.perf_counter() - started
         )
         entries.append(entry)
         if report is not None:
@@ -262,7 +262,7 @@ def _build_blend_cache(plan: CachePlan, report: Callable[[CacheEntry], None] | N
 
 def _first_eod_id(spec: BlendSpec) -> int:
     """The EOD id the first store of ``spec`` with a manifest names (0 when none does: any id fits)."""
-    blends = [spec.blend] if spec.blend is not None else [b for b in spec.per_split if b is not None]
+    blends = [spec.blend] if spec.blend is not None else [b for b in spec.per_split or () if b is not None]
     for prefix in (p for blend in blends for p in blend.prefixes):
         with IndexedDataset(prefix) as store:
             eod = store_eod_id(store)

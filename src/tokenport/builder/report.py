@@ -101,7 +101,7 @@ def _named_blends(spec: BlendSpec) -> list[tuple[str, Blend]]:
     """The spec's blends with their names: the shared one, or each split's."""
     if spec.blend is not None:
         return [("blend", spec.blend)]
-    return [(name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split) if blend is not None]
+    return [(name, blend) for name, blend in zip(SPLIT_NAMES, spec.per_split or ()) if blend is not None]
 
 
 def _weights(blend: Blend, size_of: Callable[[str], int]) -> np.ndarray:

@@ -5,29 +5,38 @@ worker processes, assembled into Megatron-compatible ``part-NNNNN.{bin,idx}`` st
 ``tokenport.json`` dataset manifest. See `prepare` and `PrepareConfig`.
 """
 
-from .inputs.documents import Document, DocumentStep
-from .inputs.readers import read_slice
-from .run.config import PrepareConfig
-from .run.pipeline import PrepareResult, prepare
-from .run.stats import SKIP_KINDS
-from .run.tokenize import TokenBatch, Tokenize, split_text
-from .steps.base import Step
-from .steps.pii import PII_KINDS, PIIScrubber
-from .steps.registry import register_step
+import typing
 
-__all__ = [
-    "Document",
-    "DocumentStep",
-    "PII_KINDS",
-    "PIIScrubber",
-    "PrepareConfig",
-    "PrepareResult",
-    "SKIP_KINDS",
-    "Step",
-    "TokenBatch",
-    "Tokenize",
-    "prepare",
-    "read_slice",
-    "register_step",
-    "split_text",
-]
+from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .inputs.documents import Document, DocumentStep
+    from .inputs.readers import read_slice
+    from .run.config import PrepareConfig
+    from .run.pipeline import PrepareResult, prepare
+    from .run.stats import SKIP_KINDS
+    from .run.tokenize import TokenBatch, Tokenize, split_text
+    from .steps.base import Step
+    from .steps.pii import PII_KINDS, PIIScrubber
+    from .steps.registry import register_step
+
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "Document": ".inputs.documents",
+    "DocumentStep": ".inputs.documents",
+    "PII_KINDS": ".steps.pii",
+    "PIIScrubber": ".steps.pii",
+    "PrepareConfig": ".run.config",
+    "PrepareResult": ".run.pipeline",
+    "SKIP_KINDS": ".run.stats",
+    "Step": ".steps.base",
+    "TokenBatch": ".run.tokenize",
+    "Tokenize": ".run.tokenize",
+    "prepare": ".run.pipeline",
+    "read_slice": ".inputs.readers",
+    "register_step": ".steps.registry",
+    "split_text": ".run.tokenize",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

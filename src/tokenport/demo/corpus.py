@@ -22,7 +22,7 @@ _MIN_DOCSTRING_CHARS = 40
 def stdlib_sources(limit: int | None = None) -> list[str]:
     """Paths of the standard library's .py files (tests and third-party packages excluded), sorted."""
     root = sysconfig.get_paths()["stdlib"]
-    found = []
+    found: list[str] = []
     for directory, subdirectories, files in os.walk(root):
         subdirectories[:] = sorted(d for d in subdirectories if d not in _SKIPPED_DIRECTORIES)
         found.extend(os.path.join(directory, name) for name in sorted(files) if name.endswith(".py"))

@@ -216,8 +216,8 @@ def _sampling(prefix: str, echo: Echo) -> None:
     """Batch the merged store's documents: padding by order, packing, rank balance, a resumable sampler."""
     echo("\n== 8. sampling: length grouping, best-fit packing, rank balance, exact resume")
     ds = IndexedDataset(prefix)
-    echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, num_ranks=8)))
-    packed = PackedDataset(ds, 4096, split=True, seed=0)
+    echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, data_parallel_size=8)))
+    packed = PackedDataset(ds, 4096, split_long=True, seed=0)
     sample = packed[0]
     echo(
         f"packed: {len(packed):,} samples of 4096 tokens at {packed.efficiency:.3%} efficiency; sample 0 holds "

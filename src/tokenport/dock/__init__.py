@@ -9,27 +9,36 @@ callable. ``ragged``: packed (flat + lengths) and padded forms and the helpers b
 ``Dock`` and ``ray.RayDock`` both implement.
 """
 
-from .api import DockAPI
-from .batch import Batch
-from .dock import Dock
-from .ragged import Packed, Padded, pack, pad, truncate
-from .samplers import Balanced, PromptGroups, RandomRows, RankSlices, SampleRequest, Sequential
-from .schema import Column
+import typing
 
-__all__ = [
-    "Balanced",
-    "Batch",
-    "Column",
-    "Dock",
-    "DockAPI",
-    "Packed",
-    "Padded",
-    "PromptGroups",
-    "RandomRows",
-    "RankSlices",
-    "SampleRequest",
-    "Sequential",
-    "pack",
-    "pad",
-    "truncate",
-]
+from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .api import DockAPI
+    from .batch import Batch
+    from .dock import Dock
+    from .ragged import Packed, Padded, pack, pad, truncate
+    from .samplers import Balanced, PromptGroups, RandomRows, RankSlices, SampleRequest, Sequential
+    from .schema import Column
+
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "Balanced": ".samplers",
+    "Batch": ".batch",
+    "Column": ".schema",
+    "Dock": ".dock",
+    "DockAPI": ".api",
+    "Packed": ".ragged",
+    "Padded": ".ragged",
+    "PromptGroups": ".samplers",
+    "RandomRows": ".samplers",
+    "RankSlices": ".samplers",
+    "SampleRequest": ".samplers",
+    "Sequential": ".samplers",
+    "pack": ".ragged",
+    "pad": ".ragged",
+    "truncate": ".ragged",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

@@ -24,31 +24,42 @@ class DockAPI(Protocol):
     """The dock's methods and properties; see ``Dock`` for what each does."""
 
     @property
-    def n_samples_per_prompt(self) -> int: ...
+    def n_samples_per_prompt(self) -> int:
+        """Rows per prompt: row ``r`` belongs to prompt ``r // n_samples_per_prompt``."""
 
     @property
-    def max_age(self) -> int | None: ...
+    def max_age(self) -> int | None:
+        """Unfinished puts after which a row counts as finished (None: no limit)."""
 
     @property
-    def columns(self) -> dict[str, Column]: ...
+    def columns(self) -> dict[str, Column]:
+        """The dock's columns by name (a copy)."""
 
     @property
-    def consumers(self) -> list[str]: ...
+    def consumers(self) -> list[str]:
+        """The names of the consumers whose consumption the dock tracks."""
 
     @property
-    def partitions(self) -> dict[str, int]: ...
+    def partitions(self) -> dict[str, int]:
+        """Partition names, oldest first, with their row counts."""
 
-    def add_column(self, column: Column) -> None: ...
+    def add_column(self, column: Column) -> None:
+        """Add a column; existing partitions get it with no row ready."""
 
-    def add_consumer(self, name: str) -> None: ...
+    def add_consumer(self, name: str) -> None:
+        """Add a consumer (a stage); it has consumed nothing yet."""
 
-    def add_partition(self, name: str, num_prompts: int) -> None: ...
+    def add_partition(self, name: str, num_prompts: int) -> None:
+        """Add a partition of ``num_prompts * n_samples_per_prompt`` rows."""
 
-    def clear(self, partition: str) -> None: ...
+    def clear(self, partition: str) -> None:
+        """Forget a partition's data, readiness, consumption and leases; its rows stay, empty."""
 
-    def drop_partition(self, partition: str) -> None: ...
+    def drop_partition(self, partition: str) -> None:
+        """Remove a partition and everything in it."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """No partitions will be added: a ``get`` without a partition returns None once all are consumed."""
 
     def put(
         self,
@@ -58,11 +69,13 @@ class DockAPI(Protocol):
         *,
         overwrite: bool = False,
         completed: bool | Sequence[bool] | np.ndarray = True,
-    ) -> None: ...
+    ) -> None:
+        """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready."""
 
     async def aput(
         self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
-    ) -> None: ...
+    ) -> None:
+        """``put`` from asyncio code (runs in a worker thread)."""
 
     def get(
         self,
@@ -76,18 +89,25 @@ class DockAPI(Protocol):
         sampler: Sampler | None = None,
         lease: float | None = None,
         unfinished: bool = False,
-    ) -> Batch | None: ...
+    ) -> Batch | None:
+        """``count`` rows whose ``columns`` are ready and that ``consumer`` has not consumed; None when all are."""
 
     async def aget(
         self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
-    ) -> Batch | None: ...
+    ) -> Batch | None:
+        """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
 
-    def ack(self, lease_id: int) -> None: ...
+    def ack(self, lease_id: int) -> None:
+        """Consume the rows of a lease."""
 
-    def nack(self, lease_id: int) -> None: ...
+    def nack(self, lease_id: int) -> None:
+        """Give the rows of a lease back unconsumed: the next get of that consumer may return them."""
 
-    def all_consumed(self, consumer: str, partition: str) -> bool: ...
+    def all_consumed(self, consumer: str, partition: str) -> bool:
+        """Whether ``consumer`` has consumed every row of ``partition``."""
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """Per consumer: rows and batches served, bytes, wait time; per partition: bytes, ready and consumed rows."""
 
-    def save(self, directory: str | os.PathLike[str]) -> None: ...
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases)."""

@@ -16,13 +16,13 @@ that crashes mid-batch loses no rows and the same stage never consumes a row twi
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from .aio import AsyncMethods
 from .arguments import Sampler, checked_put, wanted_columns
 from .batch import Batch
 from .checkpoint import load_state, save_state
@@ -33,7 +33,7 @@ from .state import DockState
 __all__ = ["Dock"]
 
 
-class Dock:
+class Dock(AsyncMethods):
     """Experience store: ``columns`` of per-row data, ``consumers`` (stage names), rows grouped by prompt.
 
     Partitions (e.g. one per training step) are added with ``add_partition`` and cleared or
@@ -147,12 +147,6 @@ class Dock:
                 target.write(state.column(name), ids, value)
             state.mark_ready(target, list(checked), ids, finished)
 
-    async def aput(
-        self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
-    ) -> None:
-        """``put`` from asyncio code (runs in a worker thread)."""
-        await asyncio.to_thread(self.put, partition, columns, rows, **options)
-
     # -- get ----------------------------------------------------------------------------------------
 
     def get(
@@ -188,12 +182,6 @@ class Dock:
             data = {name: target.read(state.column(name), give) for name in wanted}
             state.served(consumer, sum(v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values()))
             return Batch(target.name, give, data, lease_id, state.n_samples_per_prompt, target.age[give])
-
-    async def aget(
-        self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
-    ) -> Batch | None:
-        """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
-        return await asyncio.to_thread(self.get, consumer, columns, count, partition, **options)
 
     def ack(self, lease_id: int) -> None:
         """Consume the rows of a lease."""

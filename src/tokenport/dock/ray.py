@@ -19,7 +19,6 @@ are a caller bug: one of them fails, and the cells hold one of the two writes.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 import weakref
@@ -31,6 +30,7 @@ import ray
 
 from .._checks import check_int
 from ..errors import ConfigError, TokenportError
+from .aio import AsyncMethods
 from .arguments import Sampler, checked_get, checked_put, row_ids, wanted_columns
 from .batch import Batch
 from .casting import as_array
@@ -163,7 +163,7 @@ class _Shard:
         self.partitions.pop(partition, None)
 
 
-class RayDock:
+class RayDock(AsyncMethods):
     """``DockAPI`` over a controller actor and ``shards`` storage actors (see the module docstring).
 
     ``ray.init`` must have run. ``shutdown()`` kills the actors; workers that received this
@@ -281,12 +281,6 @@ class RayDock:
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
         _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite), finished))
 
-    async def aput(
-        self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
-    ) -> None:
-        """``put`` from asyncio code (runs in a worker thread)."""
-        await asyncio.to_thread(self.put, partition, columns, rows, **options)
-
     def get(
         self,
         consumer: str,
@@ -336,12 +330,6 @@ class RayDock:
         positions = np.concatenate(order)
         batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
         return batch.select(np.argsort(positions, kind="stable"))
-
-    async def aget(
-        self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
-    ) -> Batch | None:
-        """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
-        return await asyncio.to_thread(self.get, consumer, columns, count, partition, **options)
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Checkpoint to ``directory`` in ``Dock.save``'s format (the data passes through this process)."""

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -360,6 +361,10 @@ class DockState:
             )
         return [target]
 
+    def _ragged_lengths(self, target: Partition, name: str, ids: np.ndarray) -> np.ndarray:
+        """Items per row ``ids`` of the ragged column ``name`` in ``target`` (SampleRequest.lengths)."""
+        return _lengths(target, self.column(name), ids)
+
     def _select(
         self,
         consumer: str,
@@ -383,7 +388,7 @@ class DockState:
                 unconsumed=target.remaining(consumer),
                 leased=int(np.count_nonzero(leased)),
                 consumed=_read_only(target.consumed_of(consumer)),
-                lengths=lambda name, ids, target=target: _lengths(target, self.column(name), ids),
+                lengths=partial(self._ragged_lengths, target),
             )
             selection = sampler(request)
             if selection is None:

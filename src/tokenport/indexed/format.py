@@ -36,12 +36,12 @@ _HEADER = struct.Struct("<9sQBQQ")
 
 def dtype_code(dtype: np.dtype | type) -> int:
     """The MMIDIDX code of a token dtype."""
-    dtype = np.dtype(dtype).newbyteorder("=")
+    native = np.dtype(dtype).newbyteorder("=")
     try:
-        return CODE_BY_DTYPE[dtype]
+        return CODE_BY_DTYPE[native]
     except KeyError:
         names = ", ".join(str(d) for d in CODE_BY_DTYPE)
-        raise ConfigError(f"dtype={dtype} cannot be stored in .bin/.idx; use one of {names}") from None
+        raise ConfigError(f"dtype={native} cannot be stored in .bin/.idx; use one of {names}") from None
 
 
 def dtype_for_vocab(vocab_size: int) -> np.dtype:

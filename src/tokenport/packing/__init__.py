@@ -3,7 +3,7 @@
 Imports nothing of tokenport above it but numpy (and numba); the RL dock reuses the balancing.
 
 Packing (``bins``): best-fit, first-fit and next-fit decreasing, each as a list of bins of
-(item, offset, length) pieces or as four int64 arrays for big inputs; ``split=True`` cuts items
+(item, offset, length) pieces or as four int64 arrays for big inputs; ``split_long=True`` cuts items
 longer than a bin into capacity-sized pieces first (bfd_split). Balancing (``balance``):
 Karmarkar-Karp k-way partitioning, optionally with equal group sizes, and a workload model.
 Metrics (``metrics``): padding and efficiency of a packing, spread of a balancing.

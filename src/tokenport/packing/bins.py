@@ -3,8 +3,8 @@
 Every packer takes ``lengths`` (token counts, one per item) and a bin ``capacity`` in tokens,
 cuts the items into pieces, sorts the pieces longest first (ties by item id, then offset:
 stable and deterministic) and places them one by one. A piece is ``(item, offset, length)``:
-tokens ``[offset, offset + length)`` of item ``item``. Without ``split`` every item is one
-piece and an item longer than ``capacity`` is a ConfigError. With ``split=True`` (bfd_split,
+tokens ``[offset, offset + length)`` of item ``item``. Without ``split_long`` every item is one
+piece and an item longer than ``capacity`` is a ConfigError. With ``split_long=True`` (bfd_split,
 Ding et al. 2024, "Fewer Truncations Improve Language Modeling") an item longer than
 ``capacity`` is first cut into capacity-sized chunks plus a remainder, each packed as an item.
 Zero-length items are pieces of length 0, placed like any other.
@@ -68,14 +68,14 @@ def check_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     return array
 
 
-def _pieces(lengths: np.ndarray, capacity: int, split: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pieces(lengths: np.ndarray, capacity: int, split_long: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Items cut into pieces (item, offset, length), sorted longest first, ties by item then offset."""
     too_long = np.flatnonzero(lengths > capacity)
-    if too_long.size and not split:
+    if too_long.size and not split_long:
         first = int(too_long[0])
         raise ConfigError(
             f"lengths[{first}] = {int(lengths[first])} is longer than capacity={capacity} "
-            f"({too_long.size} item(s) are): pass split=True to cut long items into capacity-sized pieces"
+            f"({too_long.size} item(s) are): pass split_long=True to cut long items into capacity-sized pieces"
         )
     if too_long.size:
         counts = np.maximum(1, -(-lengths // capacity))  # ceil(L / C), at least one piece per item
@@ -97,10 +97,10 @@ def _by_bin(bin_of: np.ndarray, item: np.ndarray, offset: np.ndarray, length: np
     return bin_of[order], item[order], offset[order], length[order]
 
 
-def _pack(kernel, lengths, capacity: int, split: bool) -> PackArrays:
+def _pack(kernel, lengths, capacity: int, split_long: bool) -> PackArrays:
     """Validate, cut into sorted pieces, place them with `kernel`, regroup by bin."""
     capacity = _check_capacity(capacity)
-    item, offset, length = _pieces(check_lengths(lengths), capacity, split)
+    item, offset, length = _pieces(check_lengths(lengths), capacity, split_long)
     if kernel is _best_fit and capacity > MAX_BEST_FIT_CAPACITY:
         raise ConfigError(
             f"capacity={capacity}: best fit keeps state per token of capacity, at most "
@@ -124,37 +124,39 @@ def arrays_to_bins(arrays: PackArrays) -> Bins:
 # -- public packers ---------------------------------------------------------------------------------
 
 
-def pack_best_fit_arrays(lengths: Sequence[int] | np.ndarray, capacity: int, *, split: bool = False) -> PackArrays:
+def pack_best_fit_arrays(lengths: Sequence[int] | np.ndarray, capacity: int, *, split_long: bool = False) -> PackArrays:
     """Best-fit decreasing as arrays (bin_of_piece, item, offset, length), grouped by bin."""
-    return _pack(_best_fit, lengths, capacity, split)
+    return _pack(_best_fit, lengths, capacity, split_long)
 
 
-def pack_first_fit_arrays(lengths: Sequence[int] | np.ndarray, capacity: int, *, split: bool = False) -> PackArrays:
+def pack_first_fit_arrays(
+    lengths: Sequence[int] | np.ndarray, capacity: int, *, split_long: bool = False
+) -> PackArrays:
     """First-fit decreasing as arrays (bin_of_piece, item, offset, length), grouped by bin."""
-    return _pack(_first_fit, lengths, capacity, split)
+    return _pack(_first_fit, lengths, capacity, split_long)
 
 
-def pack_next_fit_arrays(lengths: Sequence[int] | np.ndarray, capacity: int, *, split: bool = False) -> PackArrays:
+def pack_next_fit_arrays(lengths: Sequence[int] | np.ndarray, capacity: int, *, split_long: bool = False) -> PackArrays:
     """Next-fit decreasing as arrays (bin_of_piece, item, offset, length), grouped by bin."""
-    return _pack(_next_fit, lengths, capacity, split)
+    return _pack(_next_fit, lengths, capacity, split_long)
 
 
-def pack_best_fit(lengths: Sequence[int] | np.ndarray, capacity: int, *, split: bool = False) -> Bins:
+def pack_best_fit(lengths: Sequence[int] | np.ndarray, capacity: int, *, split_long: bool = False) -> Bins:
     """Best-fit decreasing: each piece, longest first, goes to the open bin it leaves least room in.
 
     Returns a list of bins, each a list of (item, offset, length) pieces. See the module doc.
     """
-    return arrays_to_bins(pack_best_fit_arrays(lengths, capacity, split=split))
+    return arrays_to_bins(pack_best_fit_arrays(lengths, capacity, split_long=split_long))
 
 
-def pack_first_fit(lengths: Sequence[int] | np.ndarray, capacity: int, *, split: bool = False) -> Bins:
+def pack_first_fit(lengths: Sequence[int] | np.ndarray, capacity: int, *, split_long: bool = False) -> Bins:
     """First-fit decreasing: each piece, longest first, goes to the oldest open bin with room."""
-    return arrays_to_bins(pack_first_fit_arrays(lengths, capacity, split=split))
+    return arrays_to_bins(pack_first_fit_arrays(lengths, capacity, split_long=split_long))
 
 
-def pack_next_fit(lengths: Sequence[int] | np.ndarray, capacity: int, *, split: bool = False) -> Bins:
+def pack_next_fit(lengths: Sequence[int] | np.ndarray, capacity: int, *, split_long: bool = False) -> Bins:
     """Next-fit decreasing: each piece, longest first, goes to the newest bin, or opens one."""
-    return arrays_to_bins(pack_next_fit_arrays(lengths, capacity, split=split))
+    return arrays_to_bins(pack_next_fit_arrays(lengths, capacity, split_long=split_long))
 
 
 # -- kernels ----------------------------------------------------------------------------------------

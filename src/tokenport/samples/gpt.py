@@ -242,16 +242,13 @@ class GPTSampleConfig:
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} is invalid: pass True or False")
+        upper = int(self.seq_length) + 1
         if self.cu_seqlens_length is None:
-            object.__setattr__(self, "cu_seqlens_length", int(self.seq_length) + 1)
-        elif (
-            isinstance(self.cu_seqlens_length, bool)
-            or not isinstance(self.cu_seqlens_length, (int, np.integer))
-            or not 2 <= self.cu_seqlens_length <= self.seq_length + 1
-        ):
-            raise ConfigError(
-                f"cu_seqlens_length={self.cu_seqlens_length!r} is invalid: pass an integer in "
-                f"[2, seq_length + 1 = {self.seq_length + 1}] or None for the upper bound"
+            object.__setattr__(self, "cu_seqlens_length", upper)
+        else:
+            what = "the length of cu_seqlens (None: seq_length + 1, the upper bound)"
+            object.__setattr__(
+                self, "cu_seqlens_length", check_int("cu_seqlens_length", self.cu_seqlens_length, 2, upper, what)
             )
 
 

@@ -2,7 +2,7 @@
 
 Every sequence of the store (or of a subset ``ids``) is a *document* here (as in GPTDataset).
 Documents are packed into bins of ``capacity`` tokens with best-fit decreasing
-(``packing.pack_best_fit_arrays``); with ``split=True`` documents longer than ``capacity`` are
+(``packing.pack_best_fit_arrays``); with ``split_long=True`` documents longer than ``capacity`` are
 cut into capacity-sized pieces first, otherwise they are a ConfigError naming the document.
 Empty documents are left out (they hold no tokens).
 
@@ -56,25 +56,27 @@ def _check_ids(ids: Sequence[int] | np.ndarray | None, count: int) -> np.ndarray
 
 
 def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str) -> None:
-    """A ConfigError naming the first document longer than ``capacity`` (used without split)."""
+    """A ConfigError naming the first document longer than ``capacity`` (used without split_long)."""
     too_long = np.flatnonzero(lengths > capacity)
     if too_long.size:
         k = int(too_long[0])
         raise ConfigError(
             f"{prefix}: document (sequence) {int(ids[k])} has {int(lengths[k])} tokens, more than "
-            f"capacity={capacity} ({too_long.size} document(s) do): pass split=True or raise capacity"
+            f"capacity={capacity} ({too_long.size} document(s) do): pass split_long=True or raise capacity"
         )
 
 
 def _pack_windows(
-    lengths: np.ndarray, capacity: int, split: bool, window: int | None
+    lengths: np.ndarray, capacity: int, split_long: bool, window: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(bin, item, offset, length) of all pieces, packing each window of items on its own."""
     step = max(len(lengths), 1) if window is None else window
     parts = []
     bins_so_far = 0
     for start in range(0, len(lengths), step):
-        bin_of, item, offset, length = pack_best_fit_arrays(lengths[start : start + step], capacity, split=split)
+        bin_of, item, offset, length = pack_best_fit_arrays(
+            lengths[start : start + step], capacity, split_long=split_long
+        )
         parts.append((bin_of + bins_so_far, item + start, offset, length))
         bins_so_far += int(bin_of[-1]) + 1 if bin_of.size else 0
     if not parts:
@@ -98,7 +100,7 @@ class PackedDataset:
         capacity: int,
         *,
         ids: Sequence[int] | np.ndarray | None = None,
-        split: bool = False,
+        split_long: bool = False,
         window: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
@@ -109,7 +111,7 @@ class PackedDataset:
         self.store = store
         self.capacity = check_int("capacity", capacity, 1)
         self.window = None if window is None else check_int("window", window, 1)
-        self.split = bool(split)
+        self.split_long = bool(split_long)
         self.seed = check_int("seed", seed, 0)
         self.pad_id = check_int("pad_id", pad_id, 0)
         self.label_pad = int(label_pad)
@@ -126,9 +128,9 @@ class PackedDataset:
         if shuffle:
             ids = ids[rng.permutation(len(ids))]
         lengths = self._sequence_lengths[ids]
-        if not self.split:
+        if not self.split_long:
             _check_fits(ids, lengths, self.capacity, self.store.prefix)
-        bin_of, item, offset, length = _pack_windows(lengths, self.capacity, self.split, self.window)
+        bin_of, item, offset, length = _pack_windows(lengths, self.capacity, self.split_long, self.window)
         num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
         self.piece_document = ids[item]
         self.piece_offset = offset
@@ -235,5 +237,5 @@ class PackedDataset:
     def __repr__(self) -> str:
         return (
             f"PackedDataset({self.store.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
-            f"split={self.split}, window={self.window}, efficiency={self.efficiency:.4f})"
+            f"split_long={self.split_long}, window={self.window}, efficiency={self.efficiency:.4f})"
         )

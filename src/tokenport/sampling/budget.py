@@ -61,20 +61,20 @@ def token_budget_batches(
 
 def balanced_micro_batches(
     lengths: Sequence[int] | np.ndarray,
-    num_ranks: int,
+    data_parallel_size: int,
     *,
     workload: tuple[float, float] = (1.0, 0.0),
     equal_size: bool = False,
 ) -> list[np.ndarray]:
-    """Split a global batch (item i has ``lengths[i]``) into ``num_ranks`` groups of near-equal workload.
+    """Split a global batch (item i has ``lengths[i]``) into ``data_parallel_size`` groups of near-equal workload.
 
     ``workload`` is (linear, quadratic): item cost linear * L + quadratic * L**2, as in
     ``tokenport.packing.workload``. Karmarkar-Karp partitioning; with ``equal_size`` every rank
-    gets len(lengths) // num_ranks items. Returns num_ranks int64 arrays of ascending item ids,
+    gets len(lengths) // data_parallel_size items. Returns data_parallel_size int64 arrays of ascending item ids,
     the heaviest rank first.
     """
     values = check_lengths(lengths)
-    ranks = check_int("num_ranks", num_ranks)
+    ranks = check_int("data_parallel_size", data_parallel_size, 1, what="the number of data-parallel ranks")
     linear, quadratic = _check_workload(workload)
     group = karmarkar_karp_assignment(workload_of(values, linear, quadratic), ranks, equal_size)
     by_group = np.argsort(group, kind="stable")

@@ -8,13 +8,13 @@
   (``length_grouped_order`` with a ``torch.Generator`` seeded ``seed``: transformers' order
   index for index; None without torch) and tokenport's numpy-seeded grouping (``seed=seed``);
   the last batch may be short;
-- best-fit decreasing packing at ``capacity`` (``split=True``): ``packing_metrics``;
-- Karmarkar-Karp balance across ``num_ranks``: the random order is cut into global batches of
-  ``num_ranks * batch_size`` items (the whole set if it has fewer items; a short last one is
+- best-fit decreasing packing at ``capacity`` (``split_long=True``): ``packing_metrics``;
+- Karmarkar-Karp balance across ``data_parallel_size``: the random order is cut into global batches of
+  ``data_parallel_size * batch_size`` items (the whole set if it has fewer items; a short last one is
   dropped) and each is split as ``balanced_micro_batches`` splits it (linear workload, group
   sizes free); the figure is ``balance_metrics``' max relative deviation of a rank's tokens from the
   mean, its mean and worst over all global batches, against round robin (rank r takes items
-  r, r + num_ranks, ... of the global batch) and against the bound no split of whole items can
+  r, r + data_parallel_size, ... of the global batch) and against the bound no split of whole items can
   beat (a batch whose longest item exceeds the mean rank load deviates by at least the excess).
 
 ``render_batching_report`` prints a
@@ -66,14 +66,16 @@ def batching_report(
     batch_size: int,
     *,
     capacity: int = 4096,
-    num_ranks: int = 8,
+    data_parallel_size: int = 8,
     seed: int = 0,
 ) -> BatchingReport:
     """Padding of random vs length-grouped batches, BFD packing and KK balance on the same lengths (see module)."""
     values = check_lengths(lengths)
     batch_size = check_int("batch_size", batch_size)
     capacity = check_int("capacity", capacity)
-    num_ranks = check_int("num_ranks", num_ranks)
+    data_parallel_size = check_int(
+        "data_parallel_size", data_parallel_size, 1, what="the number of data-parallel ranks"
+    )
     check_seed("seed", seed)
     if values.size == 0:
         raise ConfigError("lengths is empty: a report needs at least one sequence")
@@ -86,7 +88,7 @@ def batching_report(
             "max_length": int(values.max()),
             "batch_size": batch_size,
             "capacity": capacity,
-            "num_ranks": num_ranks,
+            "data_parallel_size": data_parallel_size,
             "seed": int(seed),
             "random_padding_ratio": padding_ratio(values, random_order, batch_size),
             "hf_grouped_padding_ratio": _hf_padding_ratio(values, batch_size, int(seed)),
@@ -95,9 +97,9 @@ def batching_report(
             ),
         }
     )
-    packing = packing_metrics(pack_best_fit_arrays(values, capacity, split=True), capacity)
+    packing = packing_metrics(pack_best_fit_arrays(values, capacity, split_long=True), capacity)
     report.update({f"packing_{key}": value for key, value in packing.items() if key != "tokens"})
-    report.update(_balance(values, random_order, num_ranks, batch_size))
+    report.update(_balance(values, random_order, data_parallel_size, batch_size))
     return report
 
 
@@ -115,7 +117,7 @@ def render_batching_report(report: dict[str, Any]) -> str:
         ("  efficiency", _percent(report["packing_efficiency"], 3)),
         ("  padding tokens", f"{report['packing_padding_tokens']:,}"),
         (
-            f"balance, Karmarkar-Karp over {report['num_ranks']} ranks: global batches",
+            f"balance, Karmarkar-Karp over {report['data_parallel_size']} ranks: global batches",
             f"{report['balance_global_batches']:,} x {report['balance_global_batch_size']:,}",
         ),
         ("  max deviation from the mean, first batch", _percent(report["balance_first"])),
@@ -149,22 +151,22 @@ def _deviation(totals: np.ndarray) -> float:
     return float(np.abs(totals - mean).max() / mean) if mean > 0 else 0.0
 
 
-def _balance(values: np.ndarray, order: np.ndarray, num_ranks: int, batch_size: int) -> dict[str, Any]:
+def _balance(values: np.ndarray, order: np.ndarray, data_parallel_size: int, batch_size: int) -> dict[str, Any]:
     """KK and round-robin balance over the full global batches of ``order`` (the whole set if it is smaller)."""
-    size = min(num_ranks * batch_size, values.size)
+    size = min(data_parallel_size * batch_size, values.size)
     batches = order[: values.size - values.size % size].reshape(-1, size)
     kk = np.empty(len(batches))
     for b, ids in enumerate(batches):
         walked = values[ids]  # what balanced_micro_batches does, without building the groups
-        group = karmarkar_karp_assignment(walked.astype(np.float64), num_ranks)
-        kk[b] = _deviation(np.bincount(group, weights=walked, minlength=num_ranks))
-    # round robin: rank r takes columns r, r + num_ranks, ... of each global batch
-    padded = np.zeros((len(batches), -(-size // num_ranks) * num_ranks), dtype=np.int64)
+        group = karmarkar_karp_assignment(walked.astype(np.float64), data_parallel_size)
+        kk[b] = _deviation(np.bincount(group, weights=walked, minlength=data_parallel_size))
+    # round robin: rank r takes columns r, r + data_parallel_size, ... of each global batch
+    padded = np.zeros((len(batches), -(-size // data_parallel_size) * data_parallel_size), dtype=np.int64)
     padded[:, :size] = values[batches]
-    totals = padded.reshape(len(batches), -1, num_ranks).sum(axis=1).astype(np.float64)
+    totals = padded.reshape(len(batches), -1, data_parallel_size).sum(axis=1).astype(np.float64)
     means = totals.mean(axis=1, keepdims=True)
     walked = values[batches].astype(np.float64)
-    rank_mean = walked.sum(axis=1) / num_ranks
+    rank_mean = walked.sum(axis=1) / data_parallel_size
     safe_mean = np.where(rank_mean > 0, rank_mean, 1.0)
     bound = np.where(rank_mean > 0, np.maximum(0.0, walked.max(axis=1) / safe_mean - 1), 0.0)
     rr = np.where(means[:, 0] > 0, np.abs(totals - means).max(axis=1) / np.where(means[:, 0] > 0, means[:, 0], 1), 0.0)

@@ -2,90 +2,35 @@
 served by the scheme registered for them (`register_scheme`) or else by fsspec (ranged GETs,
 block cache, retries). Token stores and raw corpus inputs open their bytes here alike."""
 
-from __future__ import annotations
+import typing
 
-import os
+from .._lazy import lazy_exports  # not `from .. import _lazy`: rooms under indexed/ depend not on the root
 
-from ..errors import ConfigError
-from .base import ByteSource, Range
-from .local import MmapSource, PreadSource
-from .schemes import GLOB_CHARS, SCHEMES, FileInfo, Scheme, register_scheme
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .access import MODES, find, is_remote, local_path, open_index_source, open_source, read_small, scheme_for
+    from .base import ByteSource, Range
+    from .local import MmapSource, PreadSource
+    from .schemes import GLOB_CHARS, FileInfo, Scheme, register_scheme
 
-MODES = ("auto", "mmap", "pread", "remote")
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "ByteSource": ".base",
+    "FileInfo": ".schemes",
+    "GLOB_CHARS": ".schemes",
+    "MODES": ".access",
+    "MmapSource": ".local",
+    "PreadSource": ".local",
+    "Range": ".base",
+    "Scheme": ".schemes",
+    "find": ".access",
+    "is_remote": ".access",
+    "local_path": ".access",
+    "open_index_source": ".access",
+    "open_source": ".access",
+    "read_small": ".access",
+    "register_scheme": ".schemes",
+    "scheme_for": ".access",
+}
 
-
-def is_remote(path: str | os.PathLike) -> bool:
-    """True for URLs other than local files (s3://, gs://, http://, a registered scheme, ...)."""
-    text = os.fspath(path)
-    return "://" in text and not text.startswith("file://")
-
-
-def local_path(path: str | os.PathLike) -> str:
-    """A local path with any file:// scheme removed."""
-    text = os.fspath(path)
-    return text[len("file://") :] if text.startswith("file://") else text
-
-
-def scheme_for(url: str) -> Scheme:
-    """The backend of the URL `url`: the scheme registered for it, else fsspec."""
-    name = url.split("://", 1)[0]
-    if name in SCHEMES:
-        return SCHEMES[name]
-    from .remote import FSSPEC
-
-    return FSSPEC
-
-
-def open_source(path: str | os.PathLike, mode: str = "auto", **remote_options: object) -> ByteSource:
-    """Open `path` for random reads (and `.stream()`): mmap for local files (the default), pread,
-    or a URL's backend; `remote_options` go to that backend (fsspec: options=RemoteOptions(...))."""
-    if mode not in MODES:
-        raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
-    if is_remote(path):
-        if mode not in ("auto", "remote"):
-            raise ConfigError(f"{path}: mode={mode!r} needs a local file; use mode='auto' for URLs")
-        return scheme_for(os.fspath(path)).open(os.fspath(path), **remote_options)
-    if mode == "remote":
-        raise ConfigError(f"{path}: mode='remote' needs a URL such as s3://bucket/key")
-    if mode == "pread":
-        return PreadSource(local_path(path))
-    return MmapSource(local_path(path))
-
-
-def open_index_source(url: str, mode: str, cache_dir: str | None = None, **remote_options: object) -> ByteSource:
-    """A URL's small, often-read file (a store's .idx): a local copy kept by its backend, mapped
-    (or pread in mode "pread"), else the backend's own source."""
-    copy = scheme_for(url).local_copy(url, cache_dir, **remote_options)
-    if copy is None:
-        return open_source(url, "remote", **remote_options)
-    return PreadSource(copy) if mode == "pread" else MmapSource(copy)
-
-
-def read_small(url: str, **remote_options: object) -> bytes | None:
-    """The whole content of a URL's small object (a manifest), or None when it does not exist."""
-    return scheme_for(url).read_small(url, **remote_options)
-
-
-def find(url: str, **remote_options: object) -> list[FileInfo]:
-    """The objects a URL names (glob matches, everything under a prefix, or the object), sorted."""
-    return scheme_for(url).find(url, **remote_options)
-
-
-__all__ = [
-    "ByteSource",
-    "Range",
-    "MmapSource",
-    "PreadSource",
-    "Scheme",
-    "FileInfo",
-    "GLOB_CHARS",
-    "MODES",
-    "open_source",
-    "open_index_source",
-    "read_small",
-    "find",
-    "register_scheme",
-    "scheme_for",
-    "is_remote",
-    "local_path",
-]
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -50,7 +50,7 @@ class ByteSource(abc.ABC):
 
     def stream(self, buffer_size: int = 1 << 20) -> BinaryIO:
         """The bytes as a buffered, seekable binary file (for decompressors, parquet, line readers)."""
-        return io.BufferedReader(_SourceStream(self), buffer_size)  # type: ignore[return-value]
+        return io.BufferedReader(_SourceStream(self), buffer_size)
 
     def close(self) -> None:  # noqa: B027 (an optional hook: no-op by default)
         """Release handles; the source reopens lazily if read again."""

@@ -32,7 +32,7 @@ def inflate(f: InputFile, unit_bytes: int, root: str, progress: bool = False) ->
     plan_path = os.path.join(directory, "plan.json")
     plan = read_json(plan_path)
     if plan is not None:
-        return [tuple(chunk) for chunk in plan["chunks"]] or None  # type: ignore[misc]
+        return [tuple(chunk) for chunk in plan["chunks"]] or None
     os.makedirs(directory, exist_ok=True)
     logger.info("decompressing %s once into chunks of about %d bytes for the workers", f.path, unit_bytes)
     from tqdm.auto import tqdm

@@ -175,7 +175,7 @@ def open_decoded(path: str, compression: str | None) -> Iterator[BinaryIO]:
         else:
             zstandard = _zstandard(path)
             with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
-                yield io.BufferedReader(reader, _READ_BUFFER)  # type: ignore[arg-type]
+                yield io.BufferedReader(reader, _READ_BUFFER)
 
 
 def _zstandard(path: str) -> Any:

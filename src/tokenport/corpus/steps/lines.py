@@ -91,7 +91,8 @@ class LineCorrections(Step):
         return None
 
     def process(self, document: Document) -> Document | None:
-        kept, removed_words, total_words, found = [], 0, 0, Counter()
+        kept, removed_words, total_words = [], 0, 0
+        found: Counter[str] = Counter()
         for line in document.text.split("\n"):
             words = len(_WORD.findall(line))
             total_words += words

@@ -196,7 +196,7 @@ class _SuffixSearch:
         try:
             from re import _parser as parser  # type: ignore[attr-defined]
         except ImportError:  # Python < 3.11
-            import sre_parse as parser  # type: ignore[no-redef]
+            import sre_parse as parser
         patterns = [p for p in patterns if p.strip()]  # as spacy.util.compile_suffix_regex
         widths = [parser.parse(p).getwidth()[1] for p in patterns]
         self._width = max([w for w in widths if w < 64] or [0])
