@@ -238,7 +238,7 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
                 {
                     "capacity": dataset.capacity,
                     "window": dataset.window,
-                    "split": dataset.split,
+                    "split_long": dataset.split_long,
                     "pad_id": dataset.pad_id,
                     "label_pad": dataset.label_pad,
                     "cu_seqlens_length": dataset.cu_seqlens_length,
