@@ -202,11 +202,7 @@ def train(
     global batch; a checkpoint of another configuration (beyond ``steps`` and
     ``checkpoint_every``) is refused. Returns the log (complete on rank 0).
     """
-    if config.global_batch_size % data_parallel_size:
-        raise ConfigError(
-            f"global_batch_size={config.global_batch_size} does not split over {data_parallel_size} ranks: "
-            "pass a rank count that divides it"
-        )
+    _check_ranks(config, data_parallel_size)
     with _deterministic():
         dataset = _training_dataset(spec, config, data_parallel_rank)
         torch.manual_seed(config.seed)
@@ -240,6 +236,15 @@ def train(
                 if len(steps) % config.checkpoint_every == 0:
                     _save(run_dir, config, model, optimizer, loader, steps)
         return TrainLog(asdict(config), tuple(steps))
+
+
+def _check_ranks(config: TrainConfig, ranks: int) -> None:
+    """ConfigError unless ``ranks`` is a positive count that divides the global batch."""
+    if check_int("ranks", ranks) and config.global_batch_size % ranks:
+        raise ConfigError(
+            f"global_batch_size={config.global_batch_size} does not split over {ranks} ranks: "
+            "pass a rank count that divides it"
+        )
 
 
 def _training_dataset(spec: str, config: TrainConfig, data_parallel_rank: int) -> Any:
@@ -393,7 +398,7 @@ def _write_atomic(path: str, data: bytes) -> None:
 
 def launch(spec: str, run_dir: str, config: TrainConfig, *, ranks: int = 2, resume: bool = False) -> TrainLog:
     """Run `train` on ``ranks`` processes over gloo on this machine (in this process for one rank)."""
-    check_int("ranks", ranks)
+    _check_ranks(config, ranks)
     if ranks == 1:
         return train(spec, run_dir, config, resume=resume)
     import torch.multiprocessing as mp

@@ -1,0 +1,23 @@
+"""Resume the tiny training run on another number of ranks: the global sample stream goes on unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.demo.conftest import CHECKPOINT_EVERY, STEPS, resume_from, run
+
+TrainLog = pytest.importorskip("tokenport.demo.train").TrainLog
+
+
+def test_resume_on_one_rank_from_a_two_rank_checkpoint_reads_the_same_global_samples(straight, tmp_path):
+    step = 2 * CHECKPOINT_EVERY
+    workdir = resume_from(straight, step, tmp_path)
+    done = run(workdir, "--steps", str(STEPS), "--ranks", "1", "--resume")
+    assert done.returncode == 0, done.stderr
+    expected, resumed = TrainLog.load(str(straight / "run")), TrainLog.load(str(workdir / "run"))
+    assert [s["data_parallel_size"] for s in resumed.steps] == [2] * step + [1] * (STEPS - step)
+    assert [s["sample_ids"] for s in resumed.steps] == [s["sample_ids"] for s in expected.steps]
+    # the samples' tokens themselves, all ranks' in rank order, are those of the 2-rank run
+    assert [s["tokens_digest"] for s in resumed.steps] == [s["tokens_digest"] for s in expected.steps]
+    assert resumed.steps[:step] == expected.steps[:step]
+    assert len({tuple(s["sample_ids"]) for s in resumed.steps}) == STEPS
