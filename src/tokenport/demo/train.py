@@ -203,27 +203,27 @@ def train(
     ``checkpoint_every``) is refused. Returns the log (complete on rank 0).
     """
     _check_ranks(config, data_parallel_size)
+    if data_parallel_size > 1 and not (dist.is_available() and dist.is_initialized()):
+        raise ConfigError(
+            f"data_parallel_size={data_parallel_size} needs a torch.distributed process group: "
+            "call dist.init_process_group first, or use launch()"
+        )
     with _deterministic():
+        state = _checkpoint_to_resume(run_dir, config, resume)
         dataset = _training_dataset(spec, config, data_parallel_rank)
         torch.manual_seed(config.seed)
         model = TinyDecoder(
             load_tokenizer("byte").vocab_size, config.seq_length, config.width, config.layers, config.heads
         )
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
-        sampler = RandomSampler(
-            len(dataset),
-            0,
-            micro_batch_size=config.global_batch_size // data_parallel_size,
-            data_parallel_rank=data_parallel_rank,
-            data_parallel_size=data_parallel_size,
-            seed=config.seed,
-        )
-        loader = StatefulLoader(dataset, sampler)
+        loader, sampler = _loader(dataset, config, data_parallel_rank, data_parallel_size)
         steps: list[dict[str, Any]] = []
-        if resume:
-            steps = _restore(run_dir, config, model, optimizer, loader)
-        elif data_parallel_rank == 0 and latest_checkpoint(run_dir) is not None:
-            raise ConfigError(f"{run_dir} holds checkpoints of an earlier run: pass resume=True, or a new run_dir")
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+            loader.load_state_dict(state["loader"])
+            steps = list(state["steps"])
         os.makedirs(run_dir, exist_ok=True)
         batches = _batches(loader)
         while len(steps) < config.steps:
@@ -345,11 +345,17 @@ def _save(
     os.replace(temporary, path)
 
 
-def _restore(
-    run_dir: str, config: TrainConfig, model: TinyDecoder, optimizer: torch.optim.Optimizer, loader: StatefulLoader
-) -> list[dict[str, Any]]:
-    """Load the newest checkpoint into the model, optimizer, RNG and loader; return its step log."""
+def _checkpoint_to_resume(run_dir: str, config: TrainConfig, resume: bool) -> dict[str, Any] | None:
+    """The newest checkpoint's state when resuming (checked against ``config``), else None.
+
+    ConfigError: resuming with no checkpoint, or one of another configuration; starting anew
+    where checkpoints are.
+    """
     path = latest_checkpoint(run_dir)
+    if not resume:
+        if path is not None:
+            raise ConfigError(f"{run_dir} holds checkpoints of an earlier run: pass resume=True, or a new run_dir")
+        return None
     if path is None:
         raise ConfigError(f"resume: {run_dir} holds no checkpoint (step-NNNNNN.pt); run without resume first")
     state = torch.load(path, weights_only=True)
@@ -366,11 +372,22 @@ def _restore(
         )
     if state["step"] > config.steps:
         raise ConfigError(f"steps={config.steps} is behind the checkpoint's step {state['step']}: pass more steps")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"])
-    loader.load_state_dict(state["loader"])
-    return list(state["steps"])
+    return dict(state)
+
+
+def _loader(
+    dataset: Any, config: TrainConfig, data_parallel_rank: int, data_parallel_size: int
+) -> tuple[StatefulLoader, RandomSampler]:
+    """This rank's loader and its elastic RandomSampler (the order depends only on the global batch and seed)."""
+    sampler = RandomSampler(
+        len(dataset),
+        0,
+        micro_batch_size=config.global_batch_size // data_parallel_size,
+        data_parallel_rank=data_parallel_rank,
+        data_parallel_size=data_parallel_size,
+        seed=config.seed,
+    )
+    return StatefulLoader(dataset, sampler), sampler
 
 
 @contextlib.contextmanager
@@ -407,7 +424,11 @@ def launch(spec: str, run_dir: str, config: TrainConfig, *, ranks: int = 2, resu
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with _deterministic():  # set up (imports), indices cached and sample kernels loaded once, before the fork
-        _training_dataset(spec, config, 0)[0]
+        state = _checkpoint_to_resume(run_dir, config, resume)
+        dataset = _training_dataset(spec, config, 0)
+        dataset[0]
+        if state is not None:  # a refused resume is an error here, not in every rank
+            _loader(dataset, config, 0, ranks)[0].load_state_dict(state["loader"])
         mp.start_processes(
             _rank_main, args=(ranks, port, spec, run_dir, config, resume), nprocs=ranks, start_method="fork"
         )

@@ -1,6 +1,9 @@
-"""Resume the tiny training run on another number of ranks: the global sample stream goes on unchanged."""
+"""Resume the tiny training run from another run's checkpoint: twice in a row it repeats the run bit for
+bit; on another number of ranks the global sample stream goes on unchanged."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -21,3 +24,12 @@ def test_resume_on_one_rank_from_a_two_rank_checkpoint_reads_the_same_global_sam
     assert [s["tokens_digest"] for s in resumed.steps] == [s["tokens_digest"] for s in expected.steps]
     assert resumed.steps[:step] == expected.steps[:step]
     assert len({tuple(s["sample_ids"]) for s in resumed.steps}) == STEPS
+
+
+def test_two_resumes_in_a_row_repeat_the_uninterrupted_run(straight, tmp_path):
+    workdir = resume_from(straight, CHECKPOINT_EVERY, tmp_path)
+    for steps in (2 * CHECKPOINT_EVERY + 1, STEPS):  # the second resume starts from the first one's checkpoint
+        done = run(workdir, "--steps", str(steps), "--ranks", "2", "--resume")
+        assert done.returncode == 0, done.stderr
+    assert TrainLog.load(str(workdir / "run")).steps == TrainLog.load(str(straight / "run")).steps
+    assert sorted(os.listdir(workdir / "run")) == ["log.json"] + [f"step-{s:06d}.pt" for s in (4, 8, 12, 16)]
