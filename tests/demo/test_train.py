@@ -92,5 +92,9 @@ def test_a_resume_with_another_configuration_is_refused(tmp_path):
         launch(spec, run_dir, config, ranks=1)
     with pytest.raises(ConfigError, match="global_batch_size=8 does not split over 3 ranks"):
         launch(spec, run_dir, config, ranks=3)
+    for unfinished in ("step-000009.pt.tmp-123", "log.json.tmp-45"):  # as a kill mid-write leaves them
+        (tmp_path / "run" / unfinished).write_bytes(b"half")
+    assert train.latest_checkpoint(run_dir).endswith("step-000002.pt")
     resumed = launch(spec, run_dir, TrainConfig(**{**vars(config), "steps": 3}), ranks=1, resume=True)
     assert [s["step"] for s in resumed.steps] == [1, 2, 3]
+    assert sorted(os.listdir(run_dir)) == ["log.json", "step-000002.pt"]

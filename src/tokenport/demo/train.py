@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 _CHECKPOINT = re.compile(r"^step-(\d{6})\.pt$")
+_UNFINISHED = re.compile(r"\.tmp-\d+$")  # a file being written, renamed into place when complete
 # Fields a resumed run may change: the others fix the data stream, the model or the optimizer.
 _FREE_FIELDS = ("steps", "checkpoint_every")
 
@@ -225,6 +226,8 @@ def train(
             loader.load_state_dict(state["loader"])
             steps = list(state["steps"])
         os.makedirs(run_dir, exist_ok=True)
+        if data_parallel_rank == 0:
+            _remove_unfinished(run_dir)
         batches = _batches(loader)
         while len(steps) < config.steps:
             record = _step(model, optimizer, sampler, next(batches), data_parallel_size)
@@ -401,6 +404,13 @@ def _deterministic() -> Iterator[None]:
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
+
+
+def _remove_unfinished(run_dir: str) -> None:
+    """Delete the temporary files of writes a killed run left (never renamed into place, never read)."""
+    for name in os.listdir(run_dir):
+        if _UNFINISHED.search(name):
+            os.remove(os.path.join(run_dir, name))
 
 
 def _write_atomic(path: str, data: bytes) -> None:
