@@ -254,21 +254,17 @@ def _training_dataset(spec: str, config: TrainConfig, data_parallel_rank: int) -
     """The blend's train split as GPT samples; rank 0 builds the cached indices before the others read them."""
     sample_config = GPTSampleConfig(config.seq_length, reset_position_ids=True, eod_mask_loss=True)
     cache = os.path.join(os.path.dirname(os.path.abspath(spec)), "index-cache")
-    distributed = dist.is_available() and dist.is_initialized()
-    dataset = None
-    for turn in (0, 1):
-        if (data_parallel_rank == 0) == (turn == 0):
-            dataset, _, _ = build_datasets(
-                spec,
-                sizes=(config.num_samples, 0, 0),
-                config=sample_config,
-                seed=config.seed,
-                split="1,0,0",
-                cache=cache,
-            )
-        if distributed:
-            dist.barrier()
-    return dataset
+
+    def build() -> Any:
+        split = "1,0,0"  # every document is training data
+        sizes = (config.num_samples, 0, 0)
+        return build_datasets(spec, sizes=sizes, config=sample_config, seed=config.seed, split=split, cache=cache)[0]
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return build()
+    dataset = build() if data_parallel_rank == 0 else None
+    dist.barrier()
+    return build() if dataset is None else dataset
 
 
 def _batches(loader: StatefulLoader) -> Iterator[dict[str, torch.Tensor]]:
