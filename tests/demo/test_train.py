@@ -49,7 +49,9 @@ def test_kill_9_at_a_random_step_then_resume_repeats_the_loss_curve_bitwise(stra
     killed = logged_steps(tmp_path / "run")
     assert kill_at <= killed < STEPS, f"killed at step {killed}, aimed at {kill_at}"
     newest = train.latest_checkpoint(str(tmp_path / "run"))
-    assert newest is not None and newest.endswith(f"step-{killed // CHECKPOINT_EVERY * CHECKPOINT_EVERY:06d}.pt")
+    assert newest is not None
+    saved = int(os.path.basename(newest)[5:11])  # the log is written before a checkpoint: a kill may fall between
+    assert saved % CHECKPOINT_EVERY == 0 and 0 <= killed - saved <= CHECKPOINT_EVERY, (saved, killed)
 
     done = run(tmp_path, "--steps", str(STEPS), "--ranks", "2", "--resume")
     assert done.returncode == 0, done.stderr
