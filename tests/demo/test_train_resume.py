@@ -33,3 +33,23 @@ def test_two_resumes_in_a_row_repeat_the_uninterrupted_run(straight, tmp_path):
         assert done.returncode == 0, done.stderr
     assert TrainLog.load(str(workdir / "run")).steps == TrainLog.load(str(straight / "run")).steps
     assert sorted(os.listdir(workdir / "run")) == ["log.json"] + [f"step-{s:06d}.pt" for s in (4, 8, 12, 16)]
+
+
+def test_resume_after_a_store_changed_is_refused_naming_the_store(straight, tmp_path):
+    import tokenport as tp
+    from tokenport.demo.train import latest_checkpoint, prepare_training_stores
+
+    workdir = resume_from(straight, CHECKPOINT_EVERY, tmp_path)
+    prepare_training_stores(str(workdir))  # the straight run's stores, made afresh
+    prefix = workdir / "stores" / "code" / "part-00000"
+    store = tp.IndexedDataset(prefix)
+    documents = [store[i][::-1].copy() for i in range(len(store))]  # other content, same sizes
+    store.close()
+    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte")) as writer:
+        for document in documents:
+            writer.add_document(document)
+    done = run(workdir, "--steps", str(STEPS), "--ranks", "2", "--resume")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "code/part-00000" in done.stderr and "changed" in done.stderr, done.stderr
+    assert latest_checkpoint(str(workdir / "run")).endswith(f"step-{CHECKPOINT_EVERY:06d}.pt")
+    assert not (workdir / "run" / "log.json").exists()  # no step was trained
