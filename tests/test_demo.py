@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import tokenport as tp
 from tokenport.cli import main
 
@@ -20,6 +25,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         "8. sampling",
         "9. dock",
         "10. clean",
+        "11. train",
     )
     for stage in stages:
         assert stage in out
@@ -31,13 +37,28 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "rows served per stage: rollout 128, reward 128, advantage 128, train 128" in out
     assert "all consumed by train: True" in out
     assert "4:minhash_dedup" in out and "rejected documents kept for audit" in out
+    assert "(falls)" in out and "all 24 losses, sample ids and token digests bitwise equal" in out
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
-    # stage 6's dataset, then 2 stores x 3 splits and one blend per split
-    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3
+    # stage 6's dataset, then 2 stores x 3 splits and one blend per split, then stage 11's 2 stores and blend
+    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3 + 3
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
     assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()
     assert len(merged) > 40
+
+
+def test_demo_training_stage_without_torch_says_it_was_skipped(tmp_path):
+    code = (
+        "import sys; sys.modules['torch'] = None  # as if torch were not installed\n"
+        "from tokenport.demo.run import _train\n"
+        f"_train('unused', {str(tmp_path)!r}, print)"
+    )
+    src = str(Path(tp.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert "11. train" in lines[0] and len(lines) == 2
+    assert lines[1].startswith("skipped: torch is not installed") and "torch==2.13.0" in lines[1]
 
 
 def sorted_first_source() -> str:

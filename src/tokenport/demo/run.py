@@ -13,6 +13,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -122,6 +123,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _sampling(merged, echo)
     _dock(merged, os.path.join(workdir, "dock-checkpoint"), echo)
     _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
+    _train(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
@@ -329,6 +331,41 @@ def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
     echo(
         f"{rejected:,} rejected documents kept for audit under {os.path.basename(output)}/rejected/; "
         f"{result.documents:,} documents remain"
+    )
+
+
+def _train(spec: str, directory: str, echo: Echo) -> None:
+    """Train a tiny decoder on the blend (1 rank, in process): once straight, once in two halves with a resume."""
+    echo("\n== 11. train: a tiny decoder-only model on the code/prose blend, checkpointed mid-way and resumed")
+    try:
+        from .train import TrainConfig, launch
+    except ModuleNotFoundError as missing:
+        if missing.name != "torch":
+            raise
+        echo('skipped: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0 to run it)')
+        return
+
+    config = TrainConfig(steps=24, checkpoint_every=12)
+    begin = time.perf_counter()
+    straight = launch(spec, _fresh(os.path.join(directory, "straight")), config, ranks=1)
+    halves = _fresh(os.path.join(directory, "halves"))
+    launch(spec, halves, replace(config, steps=12), ranks=1)
+    resumed = launch(spec, halves, config, ranks=1, resume=True)
+    elapsed = time.perf_counter() - begin
+    losses = straight.losses
+    echo(
+        f"{config.steps} steps of {config.global_batch_size} samples x {config.seq_length} tokens, 3 runs in "
+        f"{elapsed:.1f} s; loss {losses[0]:.4f} -> {losses[-1]:.4f} "
+        f"({'falls' if losses[-1] < losses[0] else 'DOES NOT FALL'})"
+    )
+    echo("step  straight run          stopped at 12, resumed")
+    for step in (1, 6, 12, 13, 18, 24):
+        a, b = straight.steps[step - 1]["loss"], resumed.steps[step - 1]["loss"]
+        echo(f"{step:>4}  {a:<22}{b:<22}{'equal' if a == b else 'DIFFERENT'}")
+    same = straight.steps == resumed.steps
+    echo(
+        f"all {config.steps} losses, sample ids and token digests "
+        f"{'bitwise equal' if same else 'DIFFER'} (checkpoint {os.path.basename(halves)}/step-000012.pt)"
     )
 
 
