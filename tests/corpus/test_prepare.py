@@ -447,3 +447,22 @@ def test_parquet_text_column_of_another_type_is_counted_not_read(tmp_path):
     result = run([tmp_path / "good.parquet", tmp_path / "numbers.parquet"], tmp_path / "out", on_error="skip")
     assert result.skipped == {"not_text": 3}
     assert result.documents == 2
+
+
+def test_store_recipe_ignores_where_the_corpus_lies_but_not_the_steps(tmp_path):
+    """The parts' provenance recipe (what data receipts compare) is the same for a corpus that
+    moved and differs when the cleaning steps differ; the run fingerprint still names the inputs."""
+    texts = [f"document {i} with some words in it" for i in range(20)]
+
+    def recipe_and_fingerprint(name, steps=()):
+        source = tmp_path / name / "in.jsonl"
+        source.parent.mkdir()
+        write_jsonl(source, texts)
+        result = prepare(PrepareConfig(inputs=[str(source)], output=str(tmp_path / name / "out"), steps=steps))
+        provenance = IndexedDataset(result.parts[0]).manifest.provenance["prepare"]
+        return provenance["recipe"], provenance["fingerprint"]
+
+    here, there = recipe_and_fingerprint("here"), recipe_and_fingerprint("there")
+    assert here[0] == there[0] and here[1] != there[1]
+    filtered = recipe_and_fingerprint("filtered", steps=[{"step": "pii", "kinds": ["email"]}])
+    assert filtered[0] != here[0]

@@ -150,7 +150,7 @@ def test_an_appended_store_is_refused_unless_allowed_and_a_moved_store_is_the_sa
 
 
 def test_provenance_packed_datasets_and_unknown_kinds(tmp_path, caplog):
-    first = _write(tmp_path / "a", 0, provenance={"prepare": {"fingerprint": "f" * 64}})
+    first = _write(tmp_path / "a", 0, provenance={"prepare": {"fingerprint": "0" * 64, "recipe": "f" * 64}})
     store = tp.IndexedDataset(first)
     packed = tp.PackedDataset(store, 128, seed=0)
     state = StatefulLoader(packed, PretrainingSampler(len(packed), 0, 2, 0, 1)).state_dict()
@@ -161,10 +161,10 @@ def test_provenance_packed_datasets_and_unknown_kinds(tmp_path, caplog):
     with pytest.raises(tp.ConfigError, match=r"seed 0 -> 1 \[allow_changes: 'seed'\]"):
         StatefulLoader(reseeded, PretrainingSampler(len(reseeded), 0, 2, 0, 1)).load_state_dict(state)
 
-    second = _write(tmp_path / "b", 0, provenance={"prepare": {"fingerprint": "e" * 64}})  # same tokens
+    second = _write(tmp_path / "b", 0, provenance={"prepare": {"fingerprint": "1" * 64, "recipe": "e" * 64}})  # same tokens
     again = tp.PackedDataset(tp.IndexedDataset(second), 128, seed=0)
     loader = StatefulLoader(again, PretrainingSampler(len(again), 0, 2, 0, 1))
-    with pytest.raises(tp.ConfigError, match=r"preparation fingerprint ffffffff.. -> eeeeeeee.."):
+    with pytest.raises(tp.ConfigError, match=r"preparation recipe \(cleaning steps, text settings\) ffffffff.. -> eeeeeeee.."):
         loader.load_state_dict(state)
     loader.load_state_dict(state, allow_changes=("provenance",))
 

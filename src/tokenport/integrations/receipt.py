@@ -6,8 +6,8 @@ and a digest of its order (its schedule); a ``GPTDataset`` its store, sample con
 documents and a digest of its indices (its seed); a ``PackedDataset`` its store, packing
 parameters, seed and a digest of its bins. A store is recorded by its content identity
 (``builder.cache.store_identity``: the PREFIX.json checksums), its tokenizer (the manifest's
-``tokenizer``) and its preparation fingerprint (``provenance["prepare"]["fingerprint"]``, which
-covers the cleaning steps). The prefix is recorded for people to read but never compared: a
+``tokenizer``) and its preparation recipe (``provenance["prepare"]["recipe"]``: the cleaning
+steps, tokenizer and text settings of ``prepare``, without the input paths, so re-preparing a corpus that moved is no change). The prefix is recorded for people to read but never compared: a
 store moved to another directory with the same content is the same store. A dataset of another
 type is recorded by its type and length only and named in ``uncertified`` (with a warning). A
 store without a manifest (written by Megatron) is identified by its files' sizes and mtimes, so
@@ -53,7 +53,7 @@ ALLOWED_CHANGES: dict[str, str] = {
     ),
     "provenance": (
         "a store holds the same tokens but its manifest names another tokenizer or preparation "
-        "fingerprint (re-prepared with other settings that gave the same bytes): the stream is unchanged"
+        "recipe (re-prepared with other steps or settings that gave the same bytes): the stream is unchanged"
     ),
     "sample_config": (
         "sample fields changed (GPTSampleConfig fields, PackedDataset pad_id/label_pad/cu_seqlens_length) "
@@ -278,7 +278,7 @@ def _describe_store(store: IndexedDataset, path: str, uncertified: list[str]) ->
         "tokenizer": None
         if not isinstance(tokenizer, dict)
         else _plain({k: tokenizer.get(k) for k in _TOKENIZER_KEYS}),
-        "prepared": prepare.get("fingerprint") if isinstance(prepare, dict) else None,
+        "prepared": prepare.get("recipe") if isinstance(prepare, dict) else None,
     }
 
 
@@ -430,7 +430,7 @@ def _compare_store(old: Mapping[str, Any], new: Mapping[str, Any], out: list[_Ch
         out.append(
             _Change(
                 "provenance",
-                f"{where}: preparation fingerprint {_short(old.get('prepared'))} -> {_short(new.get('prepared'))}",
+                f"{where}: preparation recipe (cleaning steps, text settings) {_short(old.get('prepared'))} -> {_short(new.get('prepared'))}",
             )
         )
     return False

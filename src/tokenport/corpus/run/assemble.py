@@ -131,11 +131,16 @@ def finished_part(part: Part) -> bool:
     return manifest is not None and manifest.provenance.get("prepare", {}).get("fingerprint") == part.fingerprint
 
 
-def write_part(part: Part, tokenizer: Any, inputs: Sequence[str]) -> tuple[int, int]:
-    """Stream `part`'s segments into its store, atomically; returns (documents, tokens)."""
+def write_part(part: Part, tokenizer: Any, inputs: Sequence[str], recipe: str) -> tuple[int, int]:
+    """Stream `part`'s segments into its store, atomically; returns (documents, tokens).
+
+    `recipe` digests how text became tokens (steps, tokenizer, text settings) without the input
+    paths, so a store prepared the same way from a corpus that moved keeps its recipe.
+    """
     provenance = {
         "prepare": {
             "fingerprint": part.fingerprint,
+            "recipe": recipe,
             "sources": [
                 {"input": inputs[s.file], "documents": [s.file_first, s.file_first + s.count]} for s in part.segments
             ],

@@ -130,7 +130,8 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             out.abandon()
             raise InputDataError(_nothing_left(config, totals, len(files)))
         parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
-        described = _assemble(parts, tokenizer, [f.path for f in files])
+        recipe = fingerprint({key: value for key, value in settings.items() if key != "inputs"})
+        described = _assemble(parts, tokenizer, [f.path for f in files], recipe)
         manifest = {
             "format": DATASET_FORMAT,
             "tokenport_version": _version(),
@@ -269,7 +270,7 @@ def _dedup_pass(
         save_atomically(drops_path(work, position, unit.name), drop)
 
 
-def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> list[dict[str, Any]]:
+def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str], recipe: str) -> list[dict[str, Any]]:
     """Write every part not finished earlier; describe each for the dataset manifest."""
     described = []
     for part in parts:
@@ -277,7 +278,7 @@ def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str]) -> lis
             with IndexedDataset(part.prefix) as ds:
                 documents, tokens = ds.num_documents, ds.num_tokens
         else:
-            documents, tokens = write_part(part, tokenizer, inputs)
+            documents, tokens = write_part(part, tokenizer, inputs, recipe)
         sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
         described.append(
             {"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources}
