@@ -34,6 +34,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     )
     from .pretraining import PretrainingSampler, RandomSampler
     from .progress import DatasetEpochs, dataset_epochs
+    from .stream import StreamSampler
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
@@ -44,6 +45,7 @@ _EXPORTS = {
     "PaddingFreeCollator": ".collate",
     "PretrainingSampler": ".pretraining",
     "RandomSampler": ".pretraining",
+    "StreamSampler": ".stream",
     "balanced_micro_batches": ".budget",
     "dataset_epochs": ".progress",
     "get_length_grouped_indices": ".length_grouping",
