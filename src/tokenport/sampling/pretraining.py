@@ -141,11 +141,11 @@ class _PretrainingBase:
         for key in (*mine, "consumed_samples", "micro_batch_size", "data_parallel_size", "fingerprint"):
             if key not in state:
                 raise ConfigError(f"state has no {key!r}: pass the dict returned by {type(self).__name__}.state_dict()")
+            if key == "sampler" and int(state[key]) != self._kind:  # before the fields, which differ per kind
+                raise ConfigError(
+                    f"state is from a {_KINDS.get(int(state[key]), 'unknown sampler')}, not a {_KINDS[self._kind]}"
+                )
         theirs = {key: int(state[key]) for key in mine}
-        if theirs["sampler"] != mine["sampler"]:
-            raise ConfigError(
-                f"state is from a {_KINDS.get(theirs['sampler'], 'unknown sampler')}, not a {_KINDS[self._kind]}"
-            )
         if _fingerprint(theirs) != int(state["fingerprint"]):
             raise ConfigError("state fingerprint does not match its fields: the state is corrupt or was edited")
         differ = [
