@@ -175,7 +175,9 @@ class StreamSampler(_PretrainingBase):
                 order = np.random.default_rng([self.seed, epoch]).permutation(self.total_samples)
             elif self.order == "length_grouped":
                 assert self.lengths is not None
-                order = length_grouped_order(self.lengths, self.group_size, self.mega_batch_mult, seed=(self.seed, epoch))
+                order = length_grouped_order(
+                    self.lengths, self.group_size, self.mega_batch_mult, seed=(self.seed, epoch)
+                )
             else:
                 order = np.arange(self.total_samples, dtype=np.int64)
             order.setflags(write=False)
