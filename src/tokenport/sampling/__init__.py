@@ -7,6 +7,14 @@ and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it,
 Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch samplers, exact
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
+Which sampler when the topology will change: ``StreamSampler`` (``stream``) cuts one global
+stream (random, sequential or length-grouped epochs, nothing dropped) into global batches, so
+its state resumes on any number of ranks with any micro batch and any global batch, and the
+samples from there on are the same. ``PretrainingSampler`` resumes on any layout too (its order
+is the id order). ``RandomSampler`` resumes on another number of ranks with the same global
+batch; another global batch only where that is exact (no data sharding, the same samples per
+epoch), else a ConfigError says so; in Megatron-compatible mode only on the saved layout.
+
 ``progress``: how many epochs of each dataset of a blend the consumed samples cover (the torch
 loader over these samplers, ``StatefulLoader``, is in ``tokenport.integrations``).
 

@@ -39,6 +39,12 @@ Modes of ``RandomSampler``:
   defined by the global batch, not by ``dp``. The price: a micro-batch holds one sample from each
   of its slots' buckets (a stratified shuffle) rather than ``mbs`` draws from one bucket.
 
+Changing the global batch on resume: ``PretrainingSampler`` takes any (its order is the id
+order). ``RandomSampler``'s epoch length and buckets depend on the global batch, so a state
+resumes with another one only when the stream stays the same: no data sharding, the same
+``active`` samples per epoch and ``consumed_samples`` a multiple of the new batch; otherwise
+ConfigError. Runs that will change their global batch use ``StreamSampler`` (``stream.py``).
+
 Consumed samples: as in Megatron's cyclic sampler, iterating advances ``consumed_samples`` by
 one global batch just before each micro-batch is yielded (for ``PretrainingSampler`` too, where
 Megatron leaves the count to the training loop). A DataLoader fetches batches ahead of training;
