@@ -10,6 +10,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import tokenport as tp
 from tokenport.blend.schedule import MixtureSchedule, Phase, build_scheduled_indices
@@ -102,6 +104,38 @@ def test_random_refuses_a_global_batch_change_that_would_change_the_stream():
     compat = RandomSampler(224, 0, 4, 0, 4, megatron_compat=True, data_sharding=False)
     with pytest.raises(ConfigError, match="cannot resume elastically"):
         RandomSampler(224, 0, 8, 0, 4, megatron_compat=True, data_sharding=False).load_state_dict(compat.state_dict())
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    total=st.integers(1, 150),
+    old=st.tuples(st.integers(1, 6), st.integers(1, 4)),
+    new=st.tuples(st.integers(1, 6), st.integers(1, 4)),
+    steps=st.integers(0, 30),
+    sharding=st.booleans(),
+)
+def test_random_accepts_a_layout_change_only_when_the_stream_goes_on_exactly(total, old, new, steps, sharding):
+    def ranks(mbs, dp):
+        return [RandomSampler(total, 0, mbs, rank, dp, seed=3, data_sharding=sharding) for rank in range(dp)]
+
+    assume(total >= max(old[0] * old[1], new[0] * new[1]))
+    straight = sum(take(ranks(*old), steps + 40), [])
+    before = ranks(*old)
+    take(before, steps)
+    state = before[0].state_dict()
+    after = ranks(*new)
+    gbs, saved = new[0] * new[1], old[0] * old[1]
+    active = total - total % gbs
+    exact = gbs == saved or (not sharding and active == total - total % saved and state["consumed_samples"] % gbs == 0)
+    if not exact:
+        with pytest.raises(ConfigError, match="StreamSampler"):
+            after[0].load_state_dict(state)
+        return
+    for sampler in after:
+        sampler.load_state_dict(state)
+    consumed = state["consumed_samples"]
+    tail = sum(take(after, 40 * saved // gbs), [])
+    assert tail == straight[consumed : consumed + len(tail)]
 
 
 # --- real datasets, end to end ----------------------------------------------------------------
