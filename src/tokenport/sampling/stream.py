@@ -12,7 +12,8 @@ position on is the one the saved run would have read; only where batches are cut
 Orders (``order=``):
 
 - ``"random"``: ``numpy.random.default_rng([seed, epoch]).permutation(total_samples)``;
-- ``"sequential"``: ``0, 1, ..., total_samples - 1`` every epoch;
+- ``"sequential"``: ``0, 1, ..., total_samples - 1`` every epoch (Megatron's ``'single'`` order;
+  the one for a blend under a mixture schedule, whose ids are already in training order);
 - ``"length_grouped"``: ``length_grouped_order(lengths, group_size, mega_batch_mult,
   seed=(seed, epoch))``: transformers' length grouping (megabatches of ``mega_batch_mult *
   group_size`` ids sorted longest first) drawn with numpy. ``group_size`` is the grouping's own
