@@ -38,7 +38,7 @@ def take(samplers, steps):
     return [sum((batches[step] for batches in per_rank), []) for step in range(min(map(len, per_rank)))]
 
 
-def resume_streams(make, stop, steps=60):
+def resume_streams(make, stop, steps=60, layouts=LAYOUTS):
     """The straight dp=4 stream, and per layout the stream of a dp=4 run resumed there after ``stop`` steps."""
     straight = sum(take([make(4, rank, 4) for rank in range(4)], steps), [])
     old = [make(4, rank, 4) for rank in range(4)]
@@ -46,7 +46,7 @@ def resume_streams(make, stop, steps=60):
     state = json.loads(json.dumps(old[0].state_dict()))
     assert all(sampler.state_dict() == state for sampler in old)
     resumed = {}
-    for gbs, dp in LAYOUTS:
+    for gbs, dp in layouts:
         new = [make(gbs // dp, rank, dp) for rank in range(dp)]
         for sampler in new:
             sampler.load_state_dict(state)
@@ -82,6 +82,18 @@ def test_random_without_sharding_resumes_with_another_global_batch_when_exact(st
     straight, resumed = resume_streams(make, stop)
     for layout, stream in resumed.items():
         assert len(stream) >= 60 * 16 - 32 and stream == straight[: len(stream)], layout
+
+
+@pytest.mark.parametrize("compat", [False, True])
+@pytest.mark.parametrize("stop", [0, 9, 14])  # 203 samples: 12 global batches of 16 an epoch
+def test_random_with_sharding_resumes_on_1_2_8_ranks_with_the_same_global_batch(compat, stop):
+    def make(mbs, rank, dp):
+        return RandomSampler(203, 0, mbs, rank, dp, seed=0 if compat else 5, megatron_compat=compat)
+
+    layouts = [(16, 4)] if compat else [(16, dp) for dp in (1, 2, 8)]  # Megatron's order: the saved layout only
+    straight, resumed = resume_streams(make, stop, layouts=layouts)
+    for layout, stream in resumed.items():
+        assert len(stream) == 60 * 16 and stream == straight, layout
 
 
 def test_random_refuses_a_global_batch_change_that_would_change_the_stream():
