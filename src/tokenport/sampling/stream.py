@@ -47,6 +47,7 @@ __all__ = ["StreamSampler"]
 ORDERS = ("sequential", "random", "length_grouped")
 _CHUNK_ROWS = 4096  # micro-batches converted to Python lists at a time
 _HASH_CHUNK = 1 << 20  # lengths hashed at a time (as int64)
+_STREAM_CHUNK = 1 << 22  # ids per array of consumed_stream
 
 
 class StreamSampler(_PretrainingBase):
@@ -167,9 +168,9 @@ class StreamSampler(_PretrainingBase):
         return self._ids_at(np.arange(start, stop, dtype=np.int64))
 
     def consumed_stream(self) -> Iterator[np.ndarray]:
-        """The global sample ids consumed so far (all ranks), in order: one array per epoch begun."""
-        for start in range(0, self.consumed_samples, self.total_samples):
-            yield self.global_stream(start, min(self.consumed_samples, start + self.total_samples))
+        """The global sample ids consumed so far (all ranks), in order, in chunks of at most 2^22."""
+        for start in range(0, self.consumed_samples, _STREAM_CHUNK):
+            yield self.global_stream(start, min(self.consumed_samples, start + _STREAM_CHUNK))
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """Return ``order(epoch)``: the epoch's ``total_samples`` ids in stream order (a read-only integer array)."""
