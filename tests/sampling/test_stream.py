@@ -254,3 +254,13 @@ def test_bad_arguments_name_the_field(bad, field):
         make("random", 1, 0, 1).global_stream(-1, 3)
     with pytest.raises(ConfigError, match="stop"):
         make("random", 1, 0, 1).global_stream(5, 3)
+
+
+def test_consumed_stream_comes_in_bounded_chunks(monkeypatch):
+    import tokenport.sampling.stream as stream
+
+    monkeypatch.setattr(stream, "_STREAM_CHUNK", 7)
+    sampler = make("random", 3, 0, 1, consumed=33, total=10)
+    chunks = list(sampler.consumed_stream())
+    assert [len(chunk) for chunk in chunks] == [7, 7, 7, 7, 5]
+    assert np.concatenate(chunks).tolist() == sampler.global_stream(0, 33).tolist()
