@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -264,3 +267,20 @@ def test_consumed_stream_comes_in_bounded_chunks(monkeypatch):
     chunks = list(sampler.consumed_stream())
     assert [len(chunk) for chunk in chunks] == [7, 7, 7, 7, 5]
     assert np.concatenate(chunks).tolist() == sampler.global_stream(0, 33).tolist()
+
+
+def test_stream_sampler_does_not_import_torch():
+    code = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from tokenport.sampling import StreamSampler
+        grouping = {"lengths": np.arange(100), "group_size": 4}
+        for order, extra in (("random", {}), ("sequential", {}), ("length_grouped", grouping)):
+            s = StreamSampler(100, 0, 4, 1, 2, seed=7, order=order, **extra)
+            assert len(list(s)) == 13
+            s.load_state_dict(s.state_dict())
+        assert "torch" not in sys.modules, "torch was imported"
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
