@@ -235,3 +235,40 @@ def test_samples_fed_across_a_topology_change_equal_the_straight_run(stores, nam
             assert np.array_equal(np.concatenate([head, tail]), straight), (name, order, gbs, dp)
         ids = make(1, 0, 1).global_stream(0, 480)
         assert np.array_equal(straight, tokens_of(dataset, ids.tolist())), (name, order)
+
+
+def test_stateful_loader_with_a_stream_sampler_resumes_on_another_topology(stores):
+    blend = datasets(stores)["blend"][0]
+    total = len(blend)
+
+    def loaders(mbs, dp, workers=0):
+        return [
+            tp.StatefulLoader(
+                blend, StreamSampler(total, 0, mbs, rank, dp, seed=2), num_workers=workers, collate_fn=list
+            )
+            for rank in range(dp)
+        ]
+
+    def feed(ranks, steps):
+        """Tokens of ``steps`` global batches, each loader looping again at the end of an epoch."""
+        per_rank = []
+        for loader in ranks:
+            batches: list[np.ndarray] = []
+            while len(batches) < steps:
+                for batch in loader:
+                    batches.append(np.stack([sample["tokens"] for sample in batch]))
+                    if len(batches) == steps:
+                        break
+            per_rank.append(batches)
+        return np.concatenate([np.concatenate([b[s] for b in per_rank]) for s in range(steps)])
+
+    old = loaders(4, 4)
+    head = feed(old, 16)  # 256 samples, past the end of epoch 0
+    state = old[0].state_dict()
+    assert old[0].consumed_samples == 256 and old[0].epoch == 1
+    new = loaders(16, 2, workers=2)  # 2 ranks, global batch 32
+    for loader in new:
+        loader.load_state_dict(state)
+    tail = feed(new, 7)
+    ids = StreamSampler(total, 0, 1, 0, 1, seed=2).global_stream(0, 256 + 7 * 32)
+    assert np.array_equal(np.concatenate([head, tail]), tokens_of(blend, ids.tolist()))
