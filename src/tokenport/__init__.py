@@ -36,6 +36,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
         PaddingFreeCollator,
         PretrainingSampler,
         RandomSampler,
+        StreamSampler,
     )
     from .tokenizers import Tokenizer, load_tokenizer
 
@@ -68,6 +69,7 @@ _EXPORTS = {
     "RandomSampler": ".sampling",
     "StatefulLoader": ".integrations",
     "StorageError": ".errors",
+    "StreamSampler": ".sampling",
     "Tokenizer": ".tokenizers",
     "TokenizerError": ".errors",
     "TokenportError": ".errors",

@@ -7,6 +7,14 @@ and a ``torch.utils.data.DataLoader``; it imports nothing of tokenport above it,
 Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch samplers, exact
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
+Which sampler when the topology will change: ``StreamSampler`` (``stream``) cuts one global
+stream (random, sequential or length-grouped epochs, nothing dropped) into global batches, so
+its state resumes on any number of ranks with any micro batch and any global batch, and the
+samples from there on are the same. ``PretrainingSampler`` resumes on any layout too (its order
+is the id order). ``RandomSampler`` resumes on another number of ranks with the same global
+batch; another global batch only where that is exact (no data sharding, the same samples per
+epoch), else a ConfigError says so; in Megatron-compatible mode only on the saved layout.
+
 ``progress``: how many epochs of each dataset of a blend the consumed samples cover (the torch
 loader over these samplers, ``StatefulLoader``, is in ``tokenport.integrations``).
 
@@ -34,6 +42,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     )
     from .pretraining import PretrainingSampler, RandomSampler
     from .progress import DatasetEpochs, dataset_epochs
+    from .stream import StreamSampler
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
@@ -44,6 +53,7 @@ _EXPORTS = {
     "PaddingFreeCollator": ".collate",
     "PretrainingSampler": ".pretraining",
     "RandomSampler": ".pretraining",
+    "StreamSampler": ".stream",
     "balanced_micro_batches": ".budget",
     "dataset_epochs": ".progress",
     "get_length_grouped_indices": ".length_grouping",

@@ -16,6 +16,10 @@ never imported; that stream differs from torch's, so the order is a valid length
 not transformers' order. The megabatch sorts are one numba pass of small radix sorts.
 
 Lengths are token counts, e.g. ``IndexedDataset.sequence_lengths``: no tokens are read.
+
+The samplers here are transformers' and keep no resume state. For a length-grouped order that
+resumes exactly on another number of ranks or another batch size, use
+``StreamSampler(order="length_grouped")`` (``stream.py``): this grouping, seeded with numpy.
 """
 
 from __future__ import annotations

@@ -39,6 +39,12 @@ Modes of ``RandomSampler``:
   defined by the global batch, not by ``dp``. The price: a micro-batch holds one sample from each
   of its slots' buckets (a stratified shuffle) rather than ``mbs`` draws from one bucket.
 
+Changing the global batch on resume: ``PretrainingSampler`` takes any (its order is the id
+order). ``RandomSampler``'s epoch length and buckets depend on the global batch, so a state
+resumes with another one only when the stream stays the same: no data sharding, the same
+``active`` samples per epoch and ``consumed_samples`` a multiple of the new batch; otherwise
+ConfigError. Runs that will change their global batch use ``StreamSampler`` (``stream.py``).
+
 Consumed samples: as in Megatron's cyclic sampler, iterating advances ``consumed_samples`` by
 one global batch just before each micro-batch is yielded (for ``PretrainingSampler`` too, where
 Megatron leaves the count to the training loop). A DataLoader fetches batches ahead of training;
@@ -62,7 +68,7 @@ from ..rng.torch_randperm import randperm
 __all__ = ["PretrainingSampler", "RandomSampler"]
 
 # Sampler kinds, stored in the state so that one kind's state is not loaded into the other.
-_KINDS = {1: "PretrainingSampler", 2: "RandomSampler"}
+_KINDS = {1: "PretrainingSampler", 2: "RandomSampler", 3: "StreamSampler"}
 # Rows converted to Python lists at a time: keeps the per-batch cost low without a huge list.
 _CHUNK_ROWS = 4096
 _STREAM_CHUNK = 1 << 22  # ids per array of PretrainingSampler.consumed_stream
@@ -107,8 +113,11 @@ class _PretrainingBase:
         return consumed
 
     def _identity(self) -> dict[str, int]:
-        """Return the fields that fix the global sample order (never dp size or rank)."""
-        return {"sampler": self._kind, "total_samples": self.total_samples, "global_batch_size": self.global_batch_size}
+        """Return the fields that fix the global sample order (never dp size or rank), fingerprinted in the state."""
+        return {"sampler": self._kind, "total_samples": self.total_samples}
+
+    # Identity fields a state may differ in, when _check_state_extra finds the change exact.
+    _resumable: frozenset[str] = frozenset()
 
     def advance(self, num_samples: int | None = None) -> None:
         """Count ``num_samples`` more samples as consumed (default: one global batch, one training step)."""
@@ -138,30 +147,37 @@ class _PretrainingBase:
         for key in (*mine, "consumed_samples", "micro_batch_size", "data_parallel_size", "fingerprint"):
             if key not in state:
                 raise ConfigError(f"state has no {key!r}: pass the dict returned by {type(self).__name__}.state_dict()")
+            if key == "sampler" and int(state[key]) != self._kind:  # before the fields, which differ per kind
+                raise ConfigError(
+                    f"state is from a {_KINDS.get(int(state[key]), 'unknown sampler')}, not a {_KINDS[self._kind]}"
+                )
         theirs = {key: int(state[key]) for key in mine}
-        if theirs["sampler"] != mine["sampler"]:
-            raise ConfigError(
-                f"state is from a {_KINDS.get(theirs['sampler'], 'unknown sampler')}, not a {_KINDS[self._kind]}"
-            )
         if _fingerprint(theirs) != int(state["fingerprint"]):
             raise ConfigError("state fingerprint does not match its fields: the state is corrupt or was edited")
-        differ = [f"{key} (state {theirs[key]}, this sampler {mine[key]})" for key in mine if theirs[key] != mine[key]]
+        differ = [
+            f"{key} (state {theirs[key]}, this sampler {mine[key]})"
+            for key in mine
+            if theirs[key] != mine[key] and key not in self._resumable
+        ]
         if differ:
             raise ConfigError(
                 "state is from a different sampler configuration: "
                 + ", ".join(differ)
                 + "; build the sampler with the configuration the state was saved with"
             )
-        self._check_layout(int(state["micro_batch_size"]), int(state["data_parallel_size"]))
+        self._check_layout(
+            check_int("state['micro_batch_size']", state["micro_batch_size"], 1),
+            check_int("state['data_parallel_size']", state["data_parallel_size"], 1),
+        )
         consumed = check_int("state['consumed_samples']", state["consumed_samples"], 0)
-        self._check_state_extra(state, consumed)
+        self._check_state_extra(state, theirs, consumed)
         self.consumed_samples = self._check_consumed(consumed)
 
     def _check_layout(self, micro_batch_size: int, data_parallel_size: int) -> None:
         """Raise ConfigError if the order cannot continue on this layout (both default modes are elastic)."""
 
-    def _check_state_extra(self, state: Mapping[str, Any], consumed: int) -> None:
-        """Raise ConfigError if fields beyond the identity are inconsistent."""
+    def _check_state_extra(self, state: Mapping[str, Any], identity: Mapping[str, int], consumed: int) -> None:
+        """Raise ConfigError if the state cannot resume exactly here (a resumable identity change, other fields)."""
 
 
 class PretrainingSampler(_PretrainingBase):
@@ -173,7 +189,8 @@ class PretrainingSampler(_PretrainingBase):
     remaining ids gets an empty list (every rank still takes the same number of steps).
     ``consumed_samples`` need not be a multiple of the global batch; it may be at most
     ``total_samples`` (there, nothing is left to yield; Megatron asserts instead).
-    Elastic: the order is the id order, so a state resumes on any layout of the same global batch.
+    Elastic: the order is the id order, so a state resumes on any layout and any global batch
+    (``micro_batch_size * data_parallel_size``), from any consumed count up to ``total_samples``.
     """
 
     _kind = 1
@@ -297,10 +314,14 @@ class RandomSampler(_PretrainingBase):
             )
         return consumed
 
+    # The global batch fixes the epoch length and the buckets, yet some changes of it are exact.
+    _resumable = frozenset({"global_batch_size"})
+
     def _identity(self) -> dict[str, int]:
         """Return the order-defining fields: sampler, total_samples, global batch, seed and modes."""
         return {
             **super()._identity(),
+            "global_batch_size": self.global_batch_size,
             "seed": self.seed,
             "data_sharding": int(self.data_sharding),
             "megatron_compat": int(self.megatron_compat),
@@ -324,14 +345,47 @@ class RandomSampler(_PretrainingBase):
                 "layout, or use megatron_compat=False (elastic) for new runs"
             )
 
-    def _check_state_extra(self, state: Mapping[str, Any], consumed: int) -> None:
-        """Raise ConfigError unless the state's epoch agrees with its consumed samples."""
+    def _check_state_extra(self, state: Mapping[str, Any], identity: Mapping[str, int], consumed: int) -> None:
+        """Raise ConfigError unless a changed global batch keeps the order and the epoch agrees with consumed."""
+        saved = identity["global_batch_size"]
+        if saved != self.global_batch_size:
+            self._check_global_batch_change(saved, consumed)
         if "epoch" not in state:
             raise ConfigError("state has no 'epoch': pass the dict returned by RandomSampler.state_dict()")
         if int(state["epoch"]) != consumed // self.active_samples:
             raise ConfigError(
                 f"state epoch={state['epoch']} disagrees with consumed_samples={consumed} "
                 f"(epoch {consumed // self.active_samples} at {self.active_samples} samples per epoch)"
+            )
+
+    def _check_global_batch_change(self, saved: int, consumed: int) -> None:
+        """Raise ConfigError unless resuming a state of global batch ``saved`` here continues its stream exactly.
+
+        Without data sharding the epoch is ``perm[:active]`` whatever the global batch, so a change
+        is exact when ``active`` stays the same and ``consumed`` falls on a boundary of the new batch.
+        """
+        gbs = self.global_batch_size
+        instead = (
+            "resume with that global batch, or for runs that will change their global batch use StreamSampler "
+            "(its stream does not depend on the global batch)"
+        )
+        change = f"state global_batch_size={saved}, this sampler {gbs}"
+        if self.data_sharding:
+            raise ConfigError(
+                f"{change}: with data_sharding=True each global-batch slot shuffles its own bucket of "
+                f"total_samples // global_batch_size ids, so another global batch is another order; {instead}"
+            )
+        saved_active = self.total_samples - self.total_samples % saved
+        if saved_active != self.active_samples:
+            raise ConfigError(
+                f"{change}: an epoch would use {self.active_samples} of total_samples={self.total_samples} "
+                f"instead of {saved_active} (the tail that does not fill a global batch is dropped), so the "
+                f"stream would change; {instead}, or data_sharding=False with a global batch that leaves the same tail"
+            )
+        if consumed % gbs:
+            raise ConfigError(
+                f"{change}: state consumed_samples={consumed} is not a multiple of the new global batch, and the "
+                f"random sampler resumes only at a global-batch boundary; {instead}"
             )
 
     def __len__(self) -> int:

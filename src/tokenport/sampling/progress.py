@@ -2,8 +2,8 @@
 
 A blend mixes datasets of very different sizes, so "epoch" means little for the whole: a small
 dataset may be on its fifth pass while a large one is a tenth through. Given the global sample
-ids consumed so far, in consumption order (``PretrainingSampler.consumed_stream()``,
-``RandomSampler.consumed_stream()``), ``dataset_epochs`` counts each dataset's samples and finds
+ids consumed so far, in consumption order (``consumed_stream()`` of ``PretrainingSampler``,
+``RandomSampler`` or ``StreamSampler``), ``dataset_epochs`` counts each dataset's samples and finds
 the consumed-sample count at which each of its epochs completed. It needs no state of its own:
 a resumed run reports the same boundaries as an uninterrupted one.
 
