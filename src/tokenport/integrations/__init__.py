@@ -1,0 +1,1 @@
+"""Adapters from tokenport datasets and samplers to trainers: HF Trainer (``integrations.hf``)."""
