@@ -125,6 +125,7 @@ def train(output_dir, dataset, *, resume=None, stop=None, **overrides):
     [
         ({}, 4),  # mid-epoch: 88 samples / batch 2 = 44 batches an epoch
         ({"gradient_accumulation_steps": 2, "max_steps": 6, "save_steps": 2}, 2),  # 4 batches a step
+        ({"dataloader_num_workers": 1, "dataloader_prefetch_factor": 4}, 4),  # a worker fetching ahead
         # 5 batches an epoch with accumulation 2: steps of 2, 2, 1 batches; two epochs
         ({"gradient_accumulation_steps": 2, "max_steps": -1, "num_train_epochs": 2, "save_steps": 2}, 2),
         ({"gradient_accumulation_steps": 2, "max_steps": -1, "num_train_epochs": 2, "save_steps": 2}, 4),
@@ -191,6 +192,19 @@ def test_packed_and_blended_datasets_train(store, tmp_path):
     blended = tp.BlendedDataset(children, [0.5, 0.5], 12)
     losses, _, _ = train(tmp_path / "blend", blended, max_steps=2, save_strategy="no")
     assert len(losses) == 2
+
+
+def test_evaluation_reads_tokenport_samples(store, tmp_path):
+    evaluation = gpt_dataset(store, 8)
+    trainer = TokenportTrainer(
+        model=model(), args=arguments(tmp_path, per_device_eval_batch_size=4), eval_dataset=evaluation
+    )
+    metrics = trainer.evaluate()
+    assert evaluation.read == list(range(8))
+    collate, net = TokenportCollator(), trainer.model.eval()
+    with torch.no_grad():
+        losses = [net(**collate([evaluation.dataset[i] for i in ids])).loss for ids in (range(4), range(4, 8))]
+    assert metrics["eval_loss"] == pytest.approx(float(sum(losses) / 2), rel=1e-6)
 
 
 @pytest.mark.parametrize(

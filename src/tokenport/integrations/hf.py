@@ -164,6 +164,13 @@ class TokenportTrainer(Trainer):
             )
         return sampler
 
+    def _get_collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:
+        """Keep tokenport's sample fields for TokenportCollator (evaluation too): they are not the model's
+        arguments by name (``tokens``, ``loss_mask``...), the collator maps them onto those."""
+        if isinstance(data_collator, TokenportCollator):
+            return data_collator
+        return super()._get_collator_with_removed_columns(data_collator, description)
+
     def _data_seed(self) -> int:
         """``args.data_seed``, else ``args.seed``: the sampler's seed."""
         return self.args.data_seed if self.args.data_seed is not None else self.args.seed
