@@ -220,6 +220,15 @@ def test_settings_that_cannot_resume_are_refused(tmp_path, overrides, match):
         TokenportTrainer(model=model(), args=arguments(tmp_path, **overrides))
 
 
+def test_a_trainer_without_the_hooked_internals_is_refused(tmp_path, monkeypatch):
+    def _run_epoch(self, model, epoch, train_dataloader):  # a Trainer whose internals changed
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(transformers.Trainer, "_run_epoch", _run_epoch)
+    with pytest.raises(tp.ConfigError, match="_run_epoch"):
+        TokenportTrainer(model=model(), args=arguments(tmp_path))
+
+
 def test_sequential_order_is_one_pass_and_refuses_more(store, tmp_path):
     data = gpt_dataset(store, 16)
     train(tmp_path / "one", data, train_sampling_strategy="sequential", max_steps=8, save_strategy="no")

@@ -13,6 +13,7 @@ skipped over), while the Trainer's step, epoch and gradient-accumulation bookkee
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,21 @@ __all__ = ["LOADER_STATE_NAME", "TokenportCollator", "TokenportTrainer"]
 LOADER_STATE_NAME = "tokenport_loader.json"
 _FILE_VERSION = 1
 _STRATEGIES = ("random", "sequential")
+# The Trainer internals TokenportTrainer hooks (transformers 5): _run_epoch and the parameters it passes on.
+_RUN_EPOCH_PARAMETERS = (
+    "self",
+    "model",
+    "epoch",
+    "train_dataloader",
+    "steps_in_epoch",
+    "num_update_steps_per_epoch",
+    "trial",
+    "ignore_keys_for_eval",
+    "start_time",
+    "resume_from_checkpoint",
+    "epochs_trained",
+    "steps_trained_in_current_epoch",
+)
 
 
 class TokenportCollator:
@@ -103,6 +119,7 @@ class TokenportTrainer(Trainer):
     """
 
     def __init__(self, model: Any = None, args: Any = None, data_collator: Any = None, **kwargs: Any) -> None:
+        _check_trainer_api()
         collator = TokenportCollator() if data_collator is None else data_collator
         super().__init__(model, args, collator, **kwargs)
         _check_arguments(self.args)
@@ -267,6 +284,19 @@ class _EpochFromLoader(TrainerCallback):
         if loader is not None and per_epoch:
             epoch, batch = divmod(loader.consumed_samples // loader.sampler.global_batch_size, per_epoch)
             state.epoch = epoch + batch / per_epoch
+
+
+def _check_trainer_api() -> None:
+    """ConfigError unless the installed Trainer has the internals TokenportTrainer hooks, as in transformers 5."""
+    import transformers
+
+    run_epoch = getattr(Trainer, "_run_epoch", None)
+    found = tuple(inspect.signature(run_epoch).parameters) if run_epoch is not None else ()
+    if found != _RUN_EPOCH_PARAMETERS or not hasattr(Trainer, "get_sp_size"):
+        raise ConfigError(
+            f"transformers {transformers.__version__}: its Trainer lacks the _run_epoch(...) TokenportTrainer "
+            "hooks to resume without replaying batches (transformers 5 has it); install a transformers 5 release"
+        )
 
 
 def _check_arguments(args: Any) -> None:
