@@ -128,6 +128,7 @@ def train(output_dir, dataset, *, resume=None, stop=None, **overrides):
         ({"dataloader_num_workers": 1, "dataloader_prefetch_factor": 4}, 4),  # a worker fetching ahead
         # 5 batches an epoch with accumulation 2: steps of 2, 2, 1 batches; two epochs
         ({"gradient_accumulation_steps": 2, "max_steps": -1, "num_train_epochs": 2, "save_steps": 2}, 2),
+        ({"gradient_accumulation_steps": 2, "max_steps": -1, "num_train_epochs": 2, "save_steps": 3}, 3),  # epoch end
         ({"gradient_accumulation_steps": 2, "max_steps": -1, "num_train_epochs": 2, "save_steps": 2}, 4),
     ],
 )
