@@ -214,6 +214,7 @@ def test_evaluation_reads_tokenport_samples(store, tmp_path):
         ({"auto_find_batch_size": True}, "auto_find_batch_size"),
         ({"ignore_data_skip": True}, "ignore_data_skip"),
         ({"train_sampling_strategy": "group_by_length"}, "train_sampling_strategy"),
+        ({"dataloader_in_order": False, "dataloader_num_workers": 2}, "dataloader_in_order"),
     ],
 )
 def test_settings_that_cannot_resume_are_refused(tmp_path, overrides, match):

@@ -113,8 +113,9 @@ class TokenportTrainer(Trainer):
 
     Per-device micro-batch ``per_device_train_batch_size``, data-parallel rank and size from
     ``args.process_index`` and ``args.world_size``; the loader is not wrapped by accelerate (each
-    rank reads only its own samples). ``data_collator`` defaults to ``TokenportCollator()``. Settings
-    that cannot resume exactly are refused with a ConfigError saying what to set instead.
+    rank reads only its own samples). ``data_collator`` defaults to ``TokenportCollator()``. A final
+    incomplete global batch is never used (Megatron's rule), whatever ``dataloader_drop_last`` says.
+    Settings that cannot resume exactly are refused with a ConfigError saying what to set instead.
     ``self.loader`` is the StatefulLoader of the current ``train()`` call.
     """
 
@@ -310,6 +311,11 @@ def _check_arguments(args: Any) -> None:
         raise ConfigError(
             "ignore_data_skip=True: TokenportTrainer never replays data on resume (it restores "
             f"{LOADER_STATE_NAME}), and ignoring the position would restart the epoch's step count; leave it False"
+        )
+    if not getattr(args, "dataloader_in_order", True):
+        raise ConfigError(
+            "dataloader_in_order=False: the loader counts batches in the sampler's order to checkpoint its position; "
+            "batches handed over out of order would make that position wrong; leave it True"
         )
     if args.train_sampling_strategy not in _STRATEGIES:
         raise ConfigError(
