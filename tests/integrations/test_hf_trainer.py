@@ -180,6 +180,21 @@ def test_collator_aligns_megatron_labels_with_the_causal_lm_loss(store):
     assert torch.allclose(out.loss, expected)
 
 
+def test_packed_documents_do_not_attend_to_each_other(store):
+    packed = tp.PackedDataset(store, SEQ, split=True, seed=0)
+    row = next(i for i in range(len(packed)) if packed[i]["num_documents"] >= 2)
+    sample = packed[row]
+    batch = TokenportCollator()([sample])
+    net = model().eval()
+    with torch.no_grad():
+        # use_cache=False as under the Trainer (args.use_cache): with a cache transformers does not detect packing
+        together = net(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits[0]
+        bounds = sample["cu_seqlens"][: sample["num_documents"] + 1]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            alone = net(input_ids=batch["input_ids"][:, start:end]).logits[0]
+            assert torch.allclose(together[start:end], alone, atol=1e-5)
+
+
 def test_packed_and_blended_datasets_train(store, tmp_path):
     packed = tp.PackedDataset(store, SEQ, split=True, seed=0)
     losses, _, _ = train(tmp_path / "packed", packed, max_steps=2, save_strategy="no")

@@ -60,7 +60,8 @@ class TokenportCollator:
     same targets in Hugging Face's unshifted layout (``labels[t + 1] == shift_labels[t]``), so a model
     that ignores ``shift_labels`` still trains on the right targets (all but the last). With
     ``position_ids=True`` the samples' position ids are passed: where they restart (packed samples,
-    ``reset_position_ids``), transformers' sdpa/eager attention masks each document off the others.
+    ``reset_position_ids``), transformers' sdpa/eager attention masks each document off the others
+    (when the model runs without a KV cache, as under the Trainer: ``args.use_cache`` is False).
     """
 
     def __init__(self, *, position_ids: bool = True, ignore_index: int = -100) -> None:
