@@ -7,6 +7,7 @@ counts too); the resumed run reads only the samples it trains on.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -267,6 +268,12 @@ def test_resume_refuses_a_checkpoint_without_loader_state_or_of_another_batch(st
     checkpoint = tmp_path / "run" / "checkpoint-4"
     with pytest.raises(tp.ConfigError, match="global_batch_size"):
         train(tmp_path / "run", gpt_dataset(store), resume=str(checkpoint), per_device_train_batch_size=4)
+    with pytest.raises(tp.ConfigError, match="the loader consumed 8 samples"):  # 4 steps of 1 batch, not 2
+        train(tmp_path / "run", gpt_dataset(store), resume=str(checkpoint), gradient_accumulation_steps=2)
+    saved = json.loads((checkpoint / LOADER_STATE_NAME).read_text())
+    (checkpoint / LOADER_STATE_NAME).write_text(json.dumps({**saved, "global_step": 3}))
+    with pytest.raises(tp.ConfigError, match="mixes two saves"):
+        train(tmp_path / "run", gpt_dataset(store), resume=str(checkpoint))
     os.remove(checkpoint / LOADER_STATE_NAME)
     with pytest.raises(tp.ConfigError, match=f"{LOADER_STATE_NAME}: missing"):
         train(tmp_path / "run", gpt_dataset(store), resume=str(checkpoint))

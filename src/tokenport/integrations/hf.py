@@ -258,7 +258,8 @@ class TokenportTrainer(Trainer):
             raise ConfigError(
                 f"{path}: the loader consumed {consumed} samples ({consumed / gbs:g} global batches of {gbs}) but the "
                 f"Trainer resumes at epoch {epoch}, batch {done} of {self._batches_per_epoch} ({expected} batches); "
-                "resume with the per_device_train_batch_size, world size and gradient_accumulation_steps of the run"
+                "resume with the run's gradient_accumulation_steps and global batch (per_device_train_batch_size x "
+                "world size)"
             )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
