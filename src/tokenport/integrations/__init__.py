@@ -6,7 +6,10 @@ handed to training, so a checkpoint resumes exactly despite workers and prefetch
 takes the data-parallel rank and size from ``torch.distributed``. ``receipt``: the data receipt
 every loader state carries (stores' content, tokenizer, preparation, blend, sample config,
 seed, length, position); resuming on data that differs is refused unless the change is
-accepted by name (``ALLOWED_CHANGES``).
+accepted by name (``ALLOWED_CHANGES``). ``hf``: ``TokenportTrainer``, a ``transformers.Trainer``
+that trains through tokenport's sampler and resumes without its skip loop, and its collator.
+``megatron``: ``datasets_provider``, Megatron-LM's ``train_valid_test_datasets_provider`` read
+from Megatron's own data flags.
 """
 
 import typing
@@ -14,6 +17,7 @@ import typing
 from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .hf import TokenportCollator, TokenportTrainer
     from .receipt import ALLOWED_CHANGES, DataReceipt, check_receipt, data_receipt
     from .torch import StatefulLoader, data_parallel_position
 
@@ -22,6 +26,8 @@ _EXPORTS = {
     "ALLOWED_CHANGES": ".receipt",
     "DataReceipt": ".receipt",
     "StatefulLoader": ".torch",
+    "TokenportCollator": ".hf",
+    "TokenportTrainer": ".hf",
     "check_receipt": ".receipt",
     "data_parallel_position": ".torch",
     "data_receipt": ".receipt",
