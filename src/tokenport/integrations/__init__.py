@@ -1,0 +1,1 @@
+"""Adapters to trainers: torch, the HF Trainer and Megatron-LM (``tokenport.integrations.megatron``)."""
