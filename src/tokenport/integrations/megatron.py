@@ -9,6 +9,10 @@ same arguments, as the dict of torch tensors ``pretrain_gpt``'s ``get_batch`` re
 ``algorithm="tijdeman"`` blends follow tokenport's default schedule and size each store exactly.
 A flag that changes the data and that tokenport does not reproduce is refused with a ConfigError
 naming it; flags that only change how megatron-core builds or loads its files are ignored.
+
+One difference is deliberate: with a pad id that occurs in the data and no reset or EOD-mask
+flag, megatron-core caches the first served sample's loss mask after zeroing its pad labels and
+hands those zeros to every later sample; here each sample masks only its own pad labels.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import operator
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -376,11 +381,8 @@ def datasets_provider(
 
 def _built_on_rank(vp_stage: int | None) -> bool:
     """pretrain_gpt's rule without multi-token prediction: tensor-parallel rank 0 of the first or last stage."""
-    try:
-        from megatron.core import parallel_state
-    except ImportError:
-        return True
-    if not parallel_state.model_parallel_is_initialized():
+    parallel_state = sys.modules.get("megatron.core.parallel_state")  # never imported here: not set up if absent
+    if parallel_state is None or not parallel_state.model_parallel_is_initialized():
         return True
     if parallel_state.get_tensor_model_parallel_rank() != 0:
         return False
