@@ -315,6 +315,14 @@ def test_ranks_that_keep_no_data_get_none_and_vp_stage_is_passed(stores):
     assert provider((20, 4, 2), vp_stage=1) == (None, None, None) and stages == [1]
 
 
+def test_a_split_asked_for_no_samples_is_none(stores):
+    """Megatron-LM asks 0 samples only when it will not evaluate (--eval-iters 0); megatron-core still
+    builds one epoch of a lone store, or an empty blend, which nothing reads. tokenport builds nothing."""
+    args = megatron_args(data_path=[stores[1]], split="90,8,2")
+    train, valid, test = datasets_provider(args, tokenizer=TOKENIZER)((100, 0, 0))
+    assert len(train) >= 100 and valid is None and test is None  # a lone store: at least one epoch, as Megatron
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [

@@ -347,7 +347,11 @@ def datasets_provider(
     def train_valid_test_datasets_provider(
         train_val_test_num_samples: Sequence[int | None], vp_stage: int | None = None
     ) -> tuple[MegatronSamples | None, MegatronSamples | None, MegatronSamples | None]:
-        """The (train, valid, test) datasets of ``train_val_test_num_samples`` samples, None where a split has none."""
+        """The (train, valid, test) datasets of ``train_val_test_num_samples`` samples, None where a split has none.
+
+        A split asked for 0 samples is None (megatron-core builds one epoch of a lone store or an
+        empty blend there, which Megatron-LM never reads: it asks 0 only when it does not evaluate).
+        """
         data = read_megatron_args(args if args is not None else _megatron_get_args())
         chosen = tokenizer if tokenizer is not None else _megatron_tokenizer()
         eod_id, pad_id = token_ids(chosen, data.allow_ambiguous_pad_tokens)
