@@ -281,7 +281,7 @@ def test_samples_batch_through_a_torch_loader_as_megatron_cores_do(stores):
     theirs = megatron_datasets(args, sizes)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        a = next(iter(torch.utils.data.DataLoader(ours, batch_size=8)))
+        a = next(iter(torch.utils.data.DataLoader(ours, batch_size=8, num_workers=2)))  # worker processes
         b = next(iter(torch.utils.data.DataLoader(theirs, batch_size=8)))
     assert list(a) == list(b)
     for key in b:
