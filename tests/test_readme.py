@@ -49,6 +49,11 @@ SKIP = {
         "installs packages (tests run offline in the installed environment); `tokenport demo` is "
         "tests/test_demo.py and `python -m pytest` is the suite this test is part of",
     ),
+    "megatron-lm": (
+        lambda block: "pretrain_gpt.py" in block.code,
+        "runs inside a Megatron-LM checkout (megatron.training), which is not installed; "
+        "tests/integrations/test_megatron_provider.py runs the provider on Megatron's arguments",
+    ),
 }
 
 

@@ -18,6 +18,7 @@ from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .hf import TokenportCollator, TokenportTrainer
+    from .megatron import MegatronSamples, datasets_provider
     from .receipt import ALLOWED_CHANGES, DataReceipt, check_receipt, data_receipt
     from .torch import StatefulLoader, data_parallel_position
 
@@ -25,11 +26,13 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
 _EXPORTS = {
     "ALLOWED_CHANGES": ".receipt",
     "DataReceipt": ".receipt",
+    "MegatronSamples": ".megatron",
     "StatefulLoader": ".torch",
     "TokenportCollator": ".hf",
     "TokenportTrainer": ".hf",
     "check_receipt": ".receipt",
     "data_parallel_position": ".torch",
+    "datasets_provider": ".megatron",
     "data_receipt": ".receipt",
 }
 

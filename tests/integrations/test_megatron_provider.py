@@ -1,0 +1,361 @@
+"""The Megatron-LM datasets provider: from Megatron's own arguments, every sample equal to megatron-core's
+(keys, dtypes, values) for the datasets pretrain_gpt.py builds; refusals name the flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+from tokenport.builder.datasets import build_datasets
+from tokenport.errors import ConfigError
+from tokenport.integrations.megatron import MegatronSamples, datasets_provider, read_megatron_args, token_ids
+
+torch = pytest.importorskip("torch")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    gpt_dataset = pytest.importorskip("megatron.core.datasets.gpt_dataset")
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.utils import get_blend_from_list
+
+EOD = 2
+SEQ = 32
+TOKENIZER = types.SimpleNamespace(eod=EOD, vocab_size=None, unique_identifiers={"test": "provider"})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> list[str]:
+    """Three stores of random documents ending in EOD (token 7 appears often, for the pad tests)."""
+    directory = tmp_path_factory.mktemp("megatron_stores")
+    rng = np.random.default_rng(3)
+    prefixes = []
+    for k, count in enumerate((150, 300, 90)):
+        prefix = str(directory / f"store{k}")
+        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+            for _ in range(count):
+                tokens = rng.integers(3, 12, int(rng.integers(2, 90)))
+                tokens[-1] = EOD
+                writer.add_document(tokens)
+        prefixes.append(prefix)
+    return prefixes
+
+
+def megatron_args(**flags) -> argparse.Namespace:
+    """Megatron-LM's data arguments with its defaults, as parse_and_validate_args leaves them."""
+    defaults = dict(
+        data_path=None,
+        data_args_path=None,
+        train_data_path=None,
+        valid_data_path=None,
+        test_data_path=None,
+        per_split_data_args_path=None,
+        split=None,
+        seq_length=SEQ,
+        seed=1234,
+        data_cache_path=None,
+        mmap_bin_files=True,
+        mock_data=False,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask_in_dataloader=True,
+        num_dataset_builder_threads=1,
+        mid_level_dataset_surplus=0.005,
+        allow_ambiguous_pad_tokens=False,
+    )
+    defaults.update(flags)
+    if defaults["data_path"] is not None and defaults["split"] is None:
+        defaults["split"] = "969, 30, 1"  # validate_args' legacy default
+    return argparse.Namespace(**defaults)
+
+
+def megatron_datasets(args, sizes, tokenizer=TOKENIZER):
+    """megatron-core's datasets as pretrain_gpt.py builds them (core_gpt_dataset_config_from_args, then the builder)."""
+    blend, blend_per_split = None, None
+    if args.data_path is not None or args.data_args_path is not None:
+        if args.data_args_path is not None:
+            with open(args.data_args_path) as f:
+                blend = get_blend_from_list(f.read().split())
+        else:
+            blend = get_blend_from_list(args.data_path)
+    elif args.per_split_data_args_path is not None:
+        with open(args.per_split_data_args_path) as f:
+            per_split = json.load(f)
+        split_strings = {k: v.split() if isinstance(v, str) else v for k, v in per_split.items()}  # as Megatron does
+        blend_per_split = [get_blend_from_list(split_strings[which]) for which in ("train", "valid", "test")]
+    else:
+        blend_per_split = [
+            get_blend_from_list(p) for p in (args.train_data_path, args.valid_data_path, args.test_data_path)
+        ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("megatron").setLevel(logging.ERROR)
+        config = gpt_dataset.GPTDatasetConfig(
+            random_seed=args.seed,
+            sequence_length=args.seq_length,
+            blend=blend,
+            blend_per_split=blend_per_split,
+            split=args.split,
+            num_dataset_builder_threads=args.num_dataset_builder_threads,
+            path_to_cache=args.data_cache_path,
+            mmap_bin_files=args.mmap_bin_files,
+            tokenizer=tokenizer,
+            reset_position_ids=args.reset_position_ids,
+            reset_attention_mask=args.reset_attention_mask,
+            eod_mask_loss=args.eod_mask_loss,
+            create_attention_mask=args.create_attention_mask_in_dataloader,
+            mid_level_dataset_surplus=args.mid_level_dataset_surplus,
+            allow_ambiguous_pad_tokens=args.allow_ambiguous_pad_tokens,
+        )
+        return BlendedMegatronDatasetBuilder(gpt_dataset.GPTDataset, list(sizes), lambda: True, config).build()
+
+
+def assert_same_samples(ours, theirs) -> None:
+    """Every split: both None, or the same length and every sample with the same keys, dtypes and values."""
+    for which, mine, peer in zip(("train", "valid", "test"), ours, theirs):
+        if peer is None:
+            assert mine is None, which
+            continue
+        assert isinstance(mine, MegatronSamples) and len(mine) == len(peer), which
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in range(len(peer)):
+                a, b = mine[i], peer[i]
+                assert list(a) == list(b), (which, i)
+                for key, value in b.items():
+                    if isinstance(value, torch.Tensor):
+                        assert a[key].dtype == value.dtype and a[key].shape == value.shape, (which, i, key)
+                        assert torch.equal(a[key], value), (which, i, key)
+                    else:
+                        assert np.asarray(a[key]).dtype == np.asarray(value).dtype and a[key] == value, (which, i, key)
+
+
+def test_single_store_every_sample_equals_megatron_cores(stores):
+    args = megatron_args(data_path=[stores[1]], split="90,8,2", reset_position_ids=True, eod_mask_loss=True)
+    sizes = (400, 40, 12)
+    provider = datasets_provider(args, tokenizer=TOKENIZER)
+    assert provider.is_distributed is True
+    ours = provider(sizes)
+    assert_same_samples(ours, megatron_datasets(args, sizes))
+    assert isinstance(ours[0].dataset, tp.GPTDataset)
+
+
+def test_weighted_blend_of_two_stores_equals_megatron_cores(stores):
+    args = megatron_args(
+        data_path=["0.3", stores[0], "0.7", stores[1]],
+        split="85,10,5",
+        seed=7,
+        reset_attention_mask=True,
+        create_attention_mask_in_dataloader=False,
+    )
+    sizes = (300, 30, 10)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    assert_same_samples(ours, megatron_datasets(args, sizes))
+    assert "attention_mask" not in ours[0][0] and "dataset_id" in ours[0][0]
+
+
+def test_legacy_default_split_and_a_split_with_a_zero_part(stores, tmp_path):
+    big = str(tmp_path / "big")  # enough documents that 1/1000 of them holds a sample
+    rng = np.random.default_rng(5)
+    with tp.IndexedDatasetWriter(big, dtype=np.uint16) as writer:
+        for _ in range(2000):
+            tokens = rng.integers(3, 12, int(rng.integers(40, 120)))
+            tokens[-1] = EOD
+            writer.add_document(tokens)
+    args = megatron_args(data_path=[big])  # no --split: validate_args' legacy 969,30,1
+    assert args.split == "969, 30, 1"
+    sizes = (200, 10, 2)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+    del args.split  # a namespace without --split gets the same legacy default
+    assert read_megatron_args(args).split == "969, 30, 1"
+    args = megatron_args(data_path=["1", stores[1], "2", stores[2]], split="90,10,0")
+    sizes = (250, 20, 5)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    assert ours[2] is None
+    assert_same_samples(ours, megatron_datasets(args, sizes))
+
+
+def test_per_split_paths_and_the_per_split_json_file(stores, tmp_path):
+    args = megatron_args(
+        train_data_path=["0.4", stores[0], "0.6", stores[1]],
+        valid_data_path=["3", stores[2]],  # a lone store's weight: megatron-core ignores it
+        test_data_path=[stores[2], stores[0]],
+    )
+    sizes = (300, 25, 15)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+    path = tmp_path / "per_split.json"
+    path.write_text(json.dumps({"train": f"1 {stores[1]} 1 {stores[2]}", "valid": [stores[0]], "test": [stores[2]]}))
+    args = megatron_args(per_split_data_args_path=str(path))
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+def test_data_args_path_file(stores, tmp_path):
+    path = tmp_path / "data_args.txt"
+    path.write_text(f"0.5 {stores[0]}\n0.5 {stores[2]}\n")
+    args = megatron_args(data_args_path=str(path), split="80,15,5")
+    sizes = (200, 20, 6)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+def test_a_cache_dir_shared_with_megatron_is_loaded_on_the_second_call(stores, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    args = megatron_args(data_path=["0.5", stores[0], "0.5", stores[1]], split="90,8,2", data_cache_path=str(cache))
+    sizes = (300, 20, 8)
+    # megatron-core's cached blends need a process group: one gloo process, as a one-rank run has
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
+    try:
+        first = datasets_provider(args, tokenizer=TOKENIZER)(sizes)  # tokenport's cache meets at its barrier
+        theirs = megatron_datasets(args, sizes)  # megatron-core writes its own files in the same directory
+    finally:
+        torch.distributed.destroy_process_group()
+    entries = {p: os.stat(p).st_mtime_ns for p in map(str, cache.rglob("*"))}
+    assert any(os.path.basename(p) == "description.json" for p in entries)
+
+    def no_building(*args, **kwargs):
+        raise AssertionError("an index was built although the cache holds it")
+
+    monkeypatch.setattr("tokenport.builder.gpt_datasets.build_indices", no_building)
+    monkeypatch.setattr("tokenport.builder.datasets.build_blending_indices", no_building)
+    second = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    assert {p: os.stat(p).st_mtime_ns for p in map(str, cache.rglob("*"))} == entries
+    assert_same_samples(second, theirs)
+    assert_same_samples(first, theirs)
+
+
+def test_pad_ids_follow_megatron_core(stores):
+    args = megatron_args(data_path=[stores[2]], split="90,8,2", eod_mask_loss=True)
+    sizes = (100, 10, 4)
+    with_pad = types.SimpleNamespace(eod=EOD, pad=7, vocab_size=None, unique_identifiers={"t": "pad"})
+    ours = datasets_provider(args, tokenizer=with_pad)(sizes)
+    assert_same_samples(ours, megatron_datasets(args, sizes, with_pad))
+    assert any(int(ours[0][i]["labels"].eq(0).sum()) for i in range(len(ours[0])))  # pad 7 became 0, unlearned
+    clashing = types.SimpleNamespace(eod=EOD, pad=EOD, vocab_size=None, unique_identifiers={"t": "clash"})
+    assert token_ids(clashing) == (EOD, None)  # megatron-core drops a pad equal to a special token
+    assert_same_samples(datasets_provider(args, tokenizer=clashing)(sizes), megatron_datasets(args, sizes, clashing))
+    with pytest.raises(ConfigError, match="--allow-ambiguous-pad-tokens"):
+        token_ids(clashing, allow_ambiguous_pad_tokens=True)
+
+
+def test_pad_masks_are_per_sample_where_megatron_core_reuses_the_first_ones(stores):
+    """megatron-core (0.16 and Megatron-LM main) caches the loss mask of the first sample it serves *after*
+    zeroing that sample's pad labels, when no flag resets positions, masks or EOD losses: later samples
+    inherit those zeros. Each of our samples equals megatron-core's when it is the first one served."""
+    args = megatron_args(data_path=[stores[2]], split="90,8,2")
+    sizes = (40, 4, 2)
+    with_pad = types.SimpleNamespace(eod=EOD, pad=7, vocab_size=None, unique_identifiers={"t": "pad"})
+    ours = datasets_provider(args, tokenizer=with_pad)(sizes)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in (1, 17, 39):
+            fresh = megatron_datasets(args, sizes, with_pad)[0][i]
+            assert all(torch.equal(ours[i][key], value) for key, value in fresh.items()), i
+
+
+def test_eod_from_the_store_manifest_without_a_tokenizer(tmp_path):
+    prefix = str(tmp_path / "bytes")
+    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte")) as writer:
+        for k in range(120):
+            writer.add_document(np.array([65 + k % 20] * (5 + k % 37) + [256]))
+    args = megatron_args(data_path=[prefix], split="90,8,2", eod_mask_loss=True)
+    sizes = (120, 10, 3)
+    byte_eod = types.SimpleNamespace(eod=256, vocab_size=None, unique_identifiers={"t": "byte"})
+    assert_same_samples(datasets_provider(args)(sizes), megatron_datasets(args, sizes, byte_eod))
+
+
+def test_samples_batch_through_a_torch_loader_as_megatron_cores_do(stores):
+    args = megatron_args(data_path=["1", stores[0], "1", stores[1]], split="90,8,2")
+    sizes = (64, 8, 4)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)[0]
+    theirs = megatron_datasets(args, sizes)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = next(iter(torch.utils.data.DataLoader(ours, batch_size=8, num_workers=2)))  # worker processes
+        b = next(iter(torch.utils.data.DataLoader(theirs, batch_size=8)))
+    assert list(a) == list(b)
+    for key in b:
+        assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+    padding = ours[None]  # Megatron's batch-padding sample: sample 0 with no loss
+    assert torch.equal(padding["tokens"], ours[0]["tokens"]) and float(padding["loss_mask"].sum()) == 0.0
+
+
+def test_tijdeman_algorithm_gives_tokenports_default_blend(stores):
+    args = megatron_args(data_path=["0.2", stores[0], "0.8", stores[1]], split="90,8,2")
+    sizes = (500, 30, 10)
+    ours = datasets_provider(args, algorithm="tijdeman", tokenizer=TOKENIZER)(sizes)
+    expected = build_datasets(
+        ["0.2", stores[0], "0.8", stores[1]],
+        sizes=sizes,
+        config=tp.GPTSampleConfig(seq_length=SEQ, eod_id=EOD, create_attention_mask=True),
+        seed=1234,
+        split="90,8,2",
+    )
+    for mine, peer, size in zip(ours, expected, sizes):
+        assert len(mine) == size == len(peer)
+        assert np.array_equal(mine.dataset.dataset_index, peer.dataset_index)
+        for i in (0, size // 2, size - 1):
+            assert np.array_equal(mine[i]["tokens"].numpy(), peer[i]["tokens"])
+
+
+def test_ranks_that_keep_no_data_get_none_and_vp_stage_is_passed(stores):
+    args = megatron_args(data_path=[stores[0]], split="90,8,2")
+    stages = []
+    provider = datasets_provider(args, tokenizer=TOKENIZER, is_built_on_rank=lambda vp: stages.append(vp) or False)
+    assert provider((20, 4, 2), vp_stage=1) == (None, None, None) and stages == [1]
+
+
+def test_a_split_asked_for_no_samples_is_none(stores):
+    """Megatron-LM asks 0 samples only when it will not evaluate (--eval-iters 0); megatron-core still
+    builds one epoch of a lone store, or an empty blend, which nothing reads. tokenport builds nothing."""
+    args = megatron_args(data_path=[stores[1]], split="90,8,2")
+    train, valid, test = datasets_provider(args, tokenizer=TOKENIZER)((100, 0, 0))
+    assert len(train) >= 100 and valid is None and test is None  # a lone store: at least one epoch, as Megatron
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"mock_data": True}, "--mock-data: tokenport does not make mock data"),
+        ({}, "no data path is set"),
+        ({"fim_data": True}, "--fim-data"),
+        ({"sft": True}, "--sft"),
+        ({"dataloader_inter_document_masking": True}, "--dataloader-inter-document-masking"),
+        ({"multiple_validation_sets": True}, "--multiple-validation-sets"),
+        ({"split": "90,10,0", "train_data_path": ["x"]}, "--split='90,10,0' is set with per-split"),
+        ({"data_path": ["x"], "train_data_path": ["y"]}, "both set"),
+        ({"data_path": ["x"], "seq_length": None}, "--seq-length is not set"),
+        ({"data_path": ["0.5", "x", "y", "z"]}, "--data-path: items: weight positions mix"),
+        ({"data_path": ["x"], "reset_position_ids": "yes"}, "--reset-position-ids"),
+    ],
+)
+def test_refusals_name_the_flag(flags, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        datasets_provider(megatron_args(**flags), tokenizer=TOKENIZER)
+
+
+def test_flags_that_change_no_sample_are_ignored_and_logged(stores, caplog):
+    args = megatron_args(data_path=[stores[0]], split="90,8,2", num_dataset_builder_threads=4, mmap_bin_files=False)
+    sizes = (50, 5, 2)
+    with caplog.at_level(logging.INFO, logger="tokenport.integrations.megatron"):
+        ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    assert "ignoring --num-dataset-builder-threads=4" in caplog.text and "--no-mmap-bin-files" in caplog.text
+    assert_same_samples(ours, megatron_datasets(args, sizes))
+
+
+def test_outside_megatron_lm_the_args_must_be_given():
+    provider = datasets_provider()
+    with pytest.raises(ConfigError, match=r"datasets_provider\(args=namespace\)"):
+        provider((10, 1, 1))
+    with pytest.raises(ConfigError, match="algorithm"):
+        datasets_provider(algorithm="greedy")
