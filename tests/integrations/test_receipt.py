@@ -161,10 +161,11 @@ def test_provenance_packed_datasets_and_unknown_kinds(tmp_path, caplog):
     with pytest.raises(tp.ConfigError, match=r"seed 0 -> 1 \[allow_changes: 'seed'\]"):
         StatefulLoader(reseeded, PretrainingSampler(len(reseeded), 0, 2, 0, 1)).load_state_dict(state)
 
-    second = _write(tmp_path / "b", 0, provenance={"prepare": {"fingerprint": "1" * 64, "recipe": "e" * 64}})  # same tokens
+    same_tokens = {"prepare": {"fingerprint": "1" * 64, "recipe": "e" * 64}}
+    second = _write(tmp_path / "b", 0, provenance=same_tokens)
     again = tp.PackedDataset(tp.IndexedDataset(second), 128, seed=0)
     loader = StatefulLoader(again, PretrainingSampler(len(again), 0, 2, 0, 1))
-    with pytest.raises(tp.ConfigError, match=r"preparation recipe \(cleaning steps, text settings\) ffffffff.. -> eeeeeeee.."):
+    with pytest.raises(tp.ConfigError, match=r"recipe \(cleaning steps, text settings\) ffffffff.. -> eeeeeeee.."):
         loader.load_state_dict(state)
     loader.load_state_dict(state, allow_changes=("provenance",))
 

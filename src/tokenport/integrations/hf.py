@@ -25,8 +25,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..errors import ConfigError, InputDataError
-from .torch import StatefulLoader
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from .torch import StatefulLoader
 
 __all__ = ["LOADER_STATE_NAME", "TokenportCollator", "TokenportTrainer"]
 

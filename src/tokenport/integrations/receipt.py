@@ -1,17 +1,18 @@
 """Data receipts: what a loader checkpoint was trained on, so that resuming against other data is refused.
 
-A ``DataReceipt`` is a JSON-able record of a dataset and a position in it. It walks the dataset:
-a ``BlendedDataset`` records its children, the samples it takes from each (its realized weights)
-and a digest of its order (its schedule); a ``GPTDataset`` its store, sample config, split
-documents and a digest of its indices (its seed); a ``PackedDataset`` its store, packing
-parameters, seed and a digest of its bins. A store is recorded by its content identity
+A ``DataReceipt`` is a JSON-able record of a dataset and a position in it. It walks the dataset: a
+``BlendedDataset`` records its children, the samples it takes from each (its realized weights) and
+a digest of its order (its schedule); a ``GPTDataset`` its store, sample config, split documents
+and a digest of its indices (its seed); a ``PackedDataset`` its store, packing parameters, seed and
+a digest of its bins. A store is recorded by its content identity
 (``builder.cache.store_identity``: the PREFIX.json checksums), its tokenizer (the manifest's
-``tokenizer``) and its preparation recipe (``provenance["prepare"]["recipe"]``: the cleaning
-steps, tokenizer and text settings of ``prepare``, without the input paths, so re-preparing a corpus that moved is no change). The prefix is recorded for people to read but never compared: a
-store moved to another directory with the same content is the same store. A dataset of another
-type is recorded by its type and length only and named in ``uncertified`` (with a warning). A
-store without a manifest (written by Megatron) is identified by its files' sizes and mtimes, so
-copying it (not moving it) counts as a change.
+``tokenizer``) and its preparation recipe (``provenance["prepare"]["recipe"]``: the cleaning steps,
+tokenizer and text settings of ``prepare``, without the input paths, so re-preparing a corpus that
+moved is no change). The prefix is recorded for people to read but never compared: a store moved to
+another directory with the same content is the same store. A dataset of another type is recorded by
+its type and length only and named in ``uncertified`` (with a warning). A store without a manifest
+(written by Megatron) is identified by its files' sizes and mtimes, so copying it (not moving it)
+counts as a change.
 
 Cost: one pass over the datasets' index arrays (hashed 4M values at a time), linear in
 the dataset's size and independent of the position; ``StatefulLoader`` computes it once per dataset.
@@ -430,7 +431,8 @@ def _compare_store(old: Mapping[str, Any], new: Mapping[str, Any], out: list[_Ch
         out.append(
             _Change(
                 "provenance",
-                f"{where}: preparation recipe (cleaning steps, text settings) {_short(old.get('prepared'))} -> {_short(new.get('prepared'))}",
+                f"{where}: preparation recipe (cleaning steps, text settings) "
+                f"{_short(old.get('prepared'))} -> {_short(new.get('prepared'))}",
             )
         )
     return False
