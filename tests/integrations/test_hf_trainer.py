@@ -182,7 +182,7 @@ def test_collator_aligns_megatron_labels_with_the_causal_lm_loss(store):
 
 
 def test_packed_documents_do_not_attend_to_each_other(store):
-    packed = tp.PackedDataset(store, SEQ, split=True, seed=0)
+    packed = tp.PackedDataset(store, SEQ, split_long=True, seed=0)
     row = next(i for i in range(len(packed)) if packed[i]["num_documents"] >= 2)
     sample = packed[row]
     batch = TokenportCollator()([sample])
@@ -197,7 +197,7 @@ def test_packed_documents_do_not_attend_to_each_other(store):
 
 
 def test_packed_and_blended_datasets_train(store, tmp_path):
-    packed = tp.PackedDataset(store, SEQ, split=True, seed=0)
+    packed = tp.PackedDataset(store, SEQ, split_long=True, seed=0)
     losses, _, _ = train(tmp_path / "packed", packed, max_steps=2, save_strategy="no")
     assert len(losses) == 2 and all(np.isfinite(list(losses.values())))
     config = tp.GPTSampleConfig(SEQ, eod_id=EOD)
