@@ -20,7 +20,8 @@ from typing import Any
 
 from .._checks import check_int
 from ..errors import ConfigError
-from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.pretraining import PretrainingSampler
+from ..sampling.stream import StreamSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
 
@@ -43,11 +44,11 @@ SAMPLER_PROTOCOL = (
 class StatefulLoader:
     """Batches of ``dataset`` in the order of a tokenport batch sampler, through ``torch.utils.data.DataLoader``.
 
-    ``sampler`` is a tokenport batch sampler (PretrainingSampler, RandomSampler, or any object
+    ``sampler`` is a tokenport batch sampler (PretrainingSampler, RandomSampler, StreamSampler, or any object
     with ``SAMPLER_PROTOCOL``; its ``auto_advance`` is switched off: the loader counts). Keyword
     arguments go to the DataLoader (``num_workers``, ``prefetch_factor``, ``pin_memory``,
     ``persistent_workers``...). One ``for`` loop runs to the end of the data (PretrainingSampler)
-    or of the current epoch (RandomSampler: loop again for the next; ``epoch`` says which).
+    or of the current epoch (RandomSampler, StreamSampler: loop again for the next; ``epoch`` says which).
     ``state_dict()``/``load_state_dict()`` checkpoint between steps, with a data receipt;
     ``dataset_epochs()`` reports how far each dataset of a blend has got and where its epochs ended.
     """
@@ -91,8 +92,10 @@ class StatefulLoader:
         collate_fn: Callable[[list[Any]], Any] | None = None,
         **loader_options: Any,
     ) -> StatefulLoader:
-        """A loader over ``dataset`` with its sampler built here: RandomSampler(seed) epoch after epoch
-        with ``shuffle``, else PretrainingSampler (one pass in id order; ``seed`` must stay 0).
+        """A loader over ``dataset`` with its sampler built here: with ``shuffle`` a StreamSampler
+        (a fresh random order of every sample each epoch, seeded with ``seed``; its state resumes on
+        any number of ranks and any global batch), else PretrainingSampler (one pass in id order;
+        ``seed`` must stay 0). Build a RandomSampler yourself for Megatron's cyclic order.
 
         ``data_parallel_rank``/``data_parallel_size`` default to this process's rank and size in
         ``group`` (the data-parallel process group; None: the default group) when
@@ -102,9 +105,9 @@ class StatefulLoader:
         mbs = check_int("micro_batch_size", micro_batch_size, 1)
         seed = check_int("seed", seed, 0)
         total = len(dataset)
-        sampler: PretrainingSampler | RandomSampler
+        sampler: PretrainingSampler | StreamSampler
         if shuffle:
-            sampler = RandomSampler(total, 0, mbs, rank, size, seed=seed, auto_advance=False)
+            sampler = StreamSampler(total, 0, mbs, rank, size, seed=seed, order="random", auto_advance=False)
         elif seed:
             raise ConfigError(f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed")
         else:
