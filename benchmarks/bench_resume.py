@@ -20,6 +20,8 @@ Sides:
               with its RandomSampler, prepared by accelerate): epochs_trained = global_step //
               steps_per_epoch, then accelerate's skip_first_batches(dataloader, global_step %
               steps_per_epoch), set_epoch(epochs_trained), the first batch. No model is trained.
+              Once with the Trainer's default RandomSampler, once with train_sampling_strategy=
+              "sequential" (a SequentialSampler: the peer of PretrainingSampler).
   torchdata   StatefulDataLoader(shuffle=True) state at P, load_state_dict into a fresh loader,
               next(iter(loader)). The state at P is constructed, not produced by iterating P
               samples (itself O(P)): the state after one batch with its counters set to P's
@@ -56,6 +58,7 @@ MEAN_LENGTH = 1000
 VOCAB = 50_000
 POSITIONS = (10, 10**3, 10**5, 10**7, 10**9)
 CHECK_BATCHES = 37  # position (in batches) of the correctness checks
+PEERS = ("torchdata", "HF skip", "HF skip, sequential")
 
 
 def write_store(prefix: str, seed: int) -> tp.IndexedDataset:
@@ -131,10 +134,11 @@ class Tokenport:
 class HFTrainer:
     """The HF Trainer's resume path on its own train dataloader (no model is trained)."""
 
-    def __init__(self, dataset: Any, seed: int, workers: int, directory: str) -> None:
+    def __init__(self, dataset: Any, sequential: bool, seed: int, workers: int, directory: str) -> None:
         from transformers import Trainer, TrainingArguments
 
         args = TrainingArguments(
+            train_sampling_strategy="sequential" if sequential else "random",
             output_dir=os.path.join(directory, "hf"),
             per_device_train_batch_size=MICRO_BATCH,
             dataloader_num_workers=workers,
@@ -263,21 +267,23 @@ class TorchData:
 # -- the run ----------------------------------------------------------------------------------------
 
 
-def check_all(sides: dict[str, Any], hf: HFTrainer) -> None:
+def check_all(sides: dict[str, Any]) -> None:
     """Every side hands, after resuming at CHECK_BATCHES batches, what an uninterrupted run hands there."""
     position = CHECK_BATCHES * MICRO_BATCH
     for name, side in sides.items():
         side.setup()
-        if not same_batch(side.resume(side.state_at(position)), side.straight(CHECK_BATCHES)):
+        if isinstance(side, HFTrainer):
+            resumed = side.resume(position)[0]
+        else:
+            resumed = side.resume(side.state_at(position))
+        if not same_batch(resumed, side.straight(CHECK_BATCHES)):
             raise SystemExit(f"{name}: the batch after resuming differs from an uninterrupted run's")
-    hf.setup()
-    resumed, _ = hf.resume(position)
-    if not same_batch(resumed, hf.straight(CHECK_BATCHES)):
-        raise SystemExit("HF Trainer: the batch after skipping differs from an uninterrupted run's")
 
 
 def timed(side: Any, position: int) -> tuple[Callable[[], object], Callable[[], object]]:
-    """(the timed resume, its untimed setup) of a tokenport or torchdata side at `position`."""
+    """(the timed resume, its untimed setup) of a side at `position`: the state is made beforehand."""
+    if isinstance(side, HFTrainer):
+        return (lambda: side.resume(position)), side.setup
     state = side.state_at(position)
     return (lambda: side.resume(state)), side.setup
 
@@ -298,7 +304,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a dataset of 10^6 samples instead of 10^7")
     parser.add_argument("--samples", type=int, default=None, help="GPTDataset samples (overrides --quick)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side and position")
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs per side and position")
     parser.add_argument("--workers-position", type=int, default=10**5, help="the position measured with 2 workers")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temporary one)")
@@ -321,84 +327,44 @@ def main() -> None:
         rows: list[Row] = []
         for workers in (0, 2):
             at = positions if workers == 0 else [args.workers_position - args.workers_position % MICRO_BATCH]
-            random = Tokenport(dataset, False, args.seed, workers, 0)
-            sequential = Tokenport(dataset, True, args.seed, workers, max(at) + 1000 * MICRO_BATCH)
-            torchdata = TorchData(dataset, args.seed, workers)
-            hf = HFTrainer(dataset, args.seed, workers, directory)
+            sides: dict[str, Any] = {
+                "RandomSampler": Tokenport(dataset, False, args.seed, workers, 0),
+                "PretrainingSampler": Tokenport(dataset, True, args.seed, workers, max(at) + 1000 * MICRO_BATCH),
+                "torchdata": TorchData(dataset, args.seed, workers),
+                "HF skip": HFTrainer(dataset, False, args.seed, workers, directory),
+                "HF skip, sequential": HFTrainer(dataset, True, args.seed, workers, directory),
+            }
             if workers == 0:
-                torchdata.check_state(CHECK_BATCHES)
-                check_all(
-                    {
-                        "tokenport RandomSampler": random,
-                        "tokenport PretrainingSampler": sequential,
-                        "torchdata": torchdata,
-                    },
-                    hf,
-                )
+                sides["torchdata"].check_state(CHECK_BATCHES)
+                check_all(sides)
                 print(f"checked: every side resumes at {CHECK_BATCHES} batches with an uninterrupted run's batch")
-            base: dict[str, float] = {}
-            peer_times: dict[str, list[tuple[int, float]]] = {"HF skip": [], "torchdata": []}
+            peer_times: dict[str, list[tuple[int, float]]] = {name: [] for name in PEERS}
+            first_time: dict[str, float] = {}
             for position in at:
-                fns, setups = [], []
-                for side in (random, sequential):
-                    fn, setup = timed(side, position)
-                    fns.append(fn)
-                    setups.append(setup)
-                peers = position < length
-                if peers:
-                    fn, setup = timed(torchdata, position)
-                    fns += [fn, lambda: hf.resume(position)]
-                    setups += [setup, hf.setup]
-                times = best_of_each(fns, args.repeat, setups)
+                measured = [name for name in sides if name not in PEERS or position < length]
+                fns, setups = zip(*(timed(sides[name], position) for name in measured))
+                t = dict(zip(measured, best_of_each(list(fns), args.repeat, list(setups))))
                 case = f"P={position:,}, workers {workers}"
-                names = ("RandomSampler", "PretrainingSampler")
-                if peers:
-                    peer_times["torchdata"].append((position, times[2]))
-                    peer_times["HF skip"].append((position, times[3]))
-                    hf.setup()
-                    skipped = hf.resume(position)[1]
-                    rows.append(
-                        Row(
-                            "resume vs HF Trainer",
-                            case,
-                            "s",
-                            times[0],
-                            times[3],
-                            f"HF skip ({skipped:,} batches)",
-                            lower_is_better=True,
-                        )
-                    )
-                    rows.append(
-                        Row(
-                            "resume vs torchdata",
-                            case,
-                            "s",
-                            times[0],
-                            times[2],
-                            "StatefulDataLoader",
-                            lower_is_better=True,
-                        )
-                    )
-                    rows.append(
-                        Row("resume, sequential", case, "s", times[1], times[3], "HF skip", lower_is_better=True)
-                    )
-                for name, t in zip(names, times[:2]):
-                    base.setdefault(name, t)
-                    if workers == 0:
+                print(f"  {case}: " + ", ".join(f"{name} {human(t[name], 's')}" for name in measured))
+                for name in PEERS:
+                    if name in t:
+                        peer_times[name].append((position, t[name]))
+                if "HF skip" in t:
+                    sides["HF skip"].setup()
+                    skipped = sides["HF skip"].resume(position)[1]
+                    for ours, peer, shown in (
+                        ("RandomSampler", "HF skip", f"HF skip ({skipped:,} batches)"),
+                        ("RandomSampler", "torchdata", "torchdata StatefulDataLoader"),
+                        ("PretrainingSampler", "HF skip, sequential", "HF skip, SequentialSampler"),
+                    ):
+                        rows.append(Row(f"resume, {ours}", case, "s", t[ours], t[peer], shown, lower_is_better=True))
+                if workers == 0:
+                    for name in ("RandomSampler", "PretrainingSampler"):
+                        first = f"tokenport at P={positions[0]}"
+                        base = first_time.setdefault(name, t[name])
                         rows.append(
-                            Row(
-                                f"flat: {name}",
-                                case,
-                                "s",
-                                t,
-                                base[name],
-                                f"tokenport at P={positions[0]}",
-                                0.5,
-                                "<=2x",
-                                lower_is_better=True,
-                            )
+                            Row(f"flat: {name}", case, "s", t[name], base, first, 0.5, "<=2x", lower_is_better=True)
                         )
-                print(f"  {case}: " + ", ".join(human(t, "s") for t in times))
             if workers == 0:
                 extrapolate(peer_times, positions[-1])
         print_table(rows)
