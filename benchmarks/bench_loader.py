@@ -19,6 +19,9 @@ Sides:
              GPTDataset / BlendedDataset built with BlendedMegatronDatasetBuilder on the same stores
              and arguments (split "1,0,0", create_attention_mask=False): tokens, labels, loss_mask,
              position_ids. The two datasets are checked to hold the same tokens first.
+  + get_batch path  tokenport's StatefulLoader over a wrapper of the same dataset whose
+             __getitems__ is its get_batch (torch's DataLoader then fetches a batch in one call) and
+             collate_fn torch.from_numpy: what a batch path in StatefulLoader would bring (none yet).
 Each with num_workers 0 and 2.
 """
 
@@ -121,6 +124,29 @@ def consume(iterator: Iterator[Any], count: int) -> None:
         raise SystemExit("a batch summed to NaN")
 
 
+class Batched:
+    """The dataset with torch's batch fetch: ``__getitems__`` is its ``get_batch`` (one pass for the
+    whole batch). This script's own wrapper, to measure what a batch path in StatefulLoader would
+    bring; the public StatefulLoader fetches sample by sample and collates with torch's default."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, idx: int) -> Any:
+        return self.dataset[idx]
+
+    def __getitems__(self, ids: list[int]) -> dict[str, np.ndarray]:
+        return self.dataset.get_batch(ids)
+
+
+def as_tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """get_batch's arrays as tensors sharing their memory (the collate_fn of the Batched side)."""
+    return {name: torch.from_numpy(np.asarray(array)) for name, array in batch.items()}
+
+
 class Side:
     """One loader under test: `setup` builds it (and starts its iterator, with workers), `run` times it."""
 
@@ -171,20 +197,23 @@ def main() -> None:
                         theirs, batch_size=MICRO_BATCH, shuffle=True, num_workers=workers, generator=generator
                     )
 
-                sides = [Side(tokenport_loader, count), Side(megatron_loader, count)]
-                t_ours, t_theirs = best_of_each([s.run for s in sides], args.repeat, [s.setup for s in sides])
-                samples = count * MICRO_BATCH
-                rows.append(
-                    Row(
-                        f"loader, {label}",
-                        f"workers {workers}, {samples:,} samples",
-                        "samples/s",
-                        samples / t_ours,
-                        samples / t_theirs,
-                        "DataLoader(megatron GPTDataset)",
-                    )
+                def batched_loader(workers: int = workers, ours: Any = ours) -> Any:
+                    sampler = tp.RandomSampler(len(ours), 0, MICRO_BATCH, 0, 1, seed=args.seed)
+                    return tp.StatefulLoader(Batched(ours), sampler, collate_fn=as_tensors, num_workers=workers)
+
+                sides = [Side(make, count) for make in (tokenport_loader, batched_loader, megatron_loader)]
+                t_ours, t_batched, t_theirs = best_of_each(
+                    [s.run for s in sides], args.repeat, [s.setup for s in sides]
                 )
-                rates = f"tokenport {samples / t_ours:,.0f}, megatron {samples / t_theirs:,.0f}"
+                samples = count * MICRO_BATCH
+                case = f"workers {workers}, {samples:,} samples"
+                peer = "DataLoader(megatron's)"
+                for section, t in (("StatefulLoader", t_ours), ("+ get_batch path", t_batched)):
+                    rows.append(Row(f"{section}, {label}", case, "samples/s", samples / t, samples / t_theirs, peer))
+                rates = ", ".join(
+                    f"{name} {samples / t:,.0f}"
+                    for name, t in (("tokenport", t_ours), ("get_batch path", t_batched), ("megatron", t_theirs))
+                )
                 print(f"  workers {workers}: {rates} samples/s")
         print_table(rows)
 
