@@ -22,7 +22,9 @@ Sides:
   + get_batch path  tokenport's StatefulLoader over a wrapper of the same dataset whose
              __getitems__ is its get_batch (torch's DataLoader then fetches a batch in one call) and
              collate_fn torch.from_numpy: what a batch path in StatefulLoader would bring (none yet).
-Each with num_workers 0 and 2.
+Each with num_workers 0 and 2. Last, the hand-off ceiling: a DataLoader with 2 workers over a
+dataset that does no work, handing 4 or 6 tensors of (8, 2048) int64 per batch (megatron's
+batch holds 4 tensors, tokenport's 6: cu_seqlens and max_seqlen besides; blends one more each).
 """
 
 from __future__ import annotations
@@ -142,8 +144,9 @@ class Batched:
         return self.dataset.get_batch(ids)
 
 
-def as_tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """get_batch's arrays as tensors sharing their memory (the collate_fn of the Batched side)."""
+def as_tensors(batch: Any) -> dict[str, torch.Tensor]:
+    """get_batch's arrays (what __getitems__ handed, not a list of samples) as tensors sharing their
+    memory: the collate_fn of the Batched side."""
     return {name: torch.from_numpy(np.asarray(array)) for name, array in batch.items()}
 
 
@@ -161,6 +164,31 @@ class Side:
     def run(self) -> None:
         consume(self.iterator, self.count)
         self.iterator = None
+
+
+class Blank(torch.utils.data.Dataset):
+    """A dataset doing no work: each sample is `fields` zero tensors of seq_length int64."""
+
+    def __init__(self, fields: int) -> None:
+        self.fields = fields
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+        return {f"field{k}": torch.zeros(SEQ_LENGTH, dtype=torch.int64) for k in range(self.fields)}
+
+
+def handoff_ceiling(count: int, repeat: int) -> None:
+    """Print the samples/s a DataLoader with 2 workers hands over when its dataset does no work: the
+    cost of moving each batch's tensors from a worker to the loop, per number of tensors."""
+    sides = [
+        Side(lambda k=k: torch.utils.data.DataLoader(Blank(k), batch_size=MICRO_BATCH, num_workers=2), count)
+        for k in (4, 6)
+    ]
+    times = best_of_each([s.run for s in sides], repeat, [s.setup for s in sides])
+    rates = ", ".join(f"{k} tensors {count * MICRO_BATCH / t:,.0f}" for k, t in zip((4, 6), times))
+    print(f"hand-off ceiling, 2 workers, a dataset doing no work, samples/s: {rates}")
 
 
 def main() -> None:
@@ -216,6 +244,7 @@ def main() -> None:
                 )
                 print(f"  workers {workers}: {rates} samples/s")
         print_table(rows)
+        handoff_ceiling(count, args.repeat)
 
 
 if __name__ == "__main__":

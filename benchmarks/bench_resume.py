@@ -324,6 +324,13 @@ def main() -> None:
             f"store of {len(store):,} documents, GPTDataset of {length:,} samples at seq_length {SEQ_LENGTH}, "
             f"micro batch {MICRO_BATCH} (built in {time.perf_counter() - t0:.1f} s); positions {positions}"
         )
+        permutation = best_of_each(
+            [lambda: tp.RandomSampler(length, 0, MICRO_BATCH, 0, 1, seed=args.seed).epoch_batches(0)], args.repeat
+        )[0]
+        print(
+            f"RandomSampler's epoch order alone (what a straight run pays at every epoch start): "
+            f"{human(permutation, 's')} for {length:,} samples"
+        )
         rows: list[Row] = []
         for workers in (0, 2):
             at = positions if workers == 0 else [args.workers_position - args.workers_position % MICRO_BATCH]
