@@ -32,7 +32,7 @@ Before timing, every side is checked to hand the batch an uninterrupted run hand
 
 The peers skip only within the current epoch (P mod len(dataset) samples), so they are measured
 at positions inside the first epoch (the default dataset is sized to 10^7 samples, like a
-Megatron-style dataset sized to the run); tokenport also at 10^9 (100 epochs). One position is
+Megatron-style dataset sized to the run); tokenport also at 10^9 (~100 epochs). One position is
 measured again with 2 workers on every side (worker start-up included, the same for all).
 """
 
@@ -100,8 +100,8 @@ def same_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
 class Tokenport:
     """tokenport's StatefulLoader with RandomSampler or PretrainingSampler, resumed from a state."""
 
-    def __init__(self, dataset: Any, sequential: bool, seed: int, workers: int, positions: int) -> None:
-        self.view = Repeated(dataset, positions) if sequential else dataset
+    def __init__(self, dataset: Any, sequential: bool, seed: int, workers: int, view_length: int) -> None:
+        self.view = Repeated(dataset, view_length) if sequential else dataset
         self.sequential, self.seed, self.workers = sequential, seed, workers
         self.loader: Any = None
 
