@@ -21,8 +21,8 @@ from typing import Any
 from .._checks import check_int
 from ..errors import ConfigError
 from ..sampling.pretraining import PretrainingSampler
-from ..sampling.stream import StreamSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
+from ..sampling.stream import StreamSampler
 from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
