@@ -108,13 +108,14 @@ def arguments(output_dir, **overrides) -> transformers.TrainingArguments:
     return transformers.TrainingArguments(**options)
 
 
-def train(output_dir, dataset, *, resume=None, stop=None, **overrides):
+def train(output_dir, dataset, *, resume=None, stop=None, allow_changes=(), **overrides):
     """Run a TokenportTrainer; return (losses by step, epochs by step, the trainer)."""
     trainer = TokenportTrainer(
         model=model(),
         args=arguments(output_dir, **overrides),
         train_dataset=dataset,
         callbacks=[StopAt(stop)] if stop else [],
+        allow_changes=allow_changes,
     )
     trainer.train(resume_from_checkpoint=resume)
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -277,3 +278,18 @@ def test_resume_refuses_a_checkpoint_without_loader_state_or_of_another_batch(st
     os.remove(checkpoint / LOADER_STATE_NAME)
     with pytest.raises(tp.ConfigError, match=f"{LOADER_STATE_NAME}: missing"):
         train(tmp_path / "run", gpt_dataset(store), resume=str(checkpoint))
+
+
+def test_resume_checks_the_data_receipt_and_accepts_named_changes(store, tmp_path):
+    def samples(seed):
+        config = tp.GPTSampleConfig(SEQ, eod_id=EOD, eod_mask_loss=True)
+        return tp.GPTDataset(store, np.arange(len(store)), 16, config, seed=seed)
+
+    train(tmp_path / "run", samples(1), stop=4)
+    checkpoint = str(tmp_path / "run" / "checkpoint-4")
+    with pytest.raises(tp.ConfigError, match=r"sample order changed .*\[allow_changes: 'seed'\]"):
+        train(tmp_path / "run", samples(2), resume=checkpoint)
+    losses, _, trainer = train(tmp_path / "run", samples(2), resume=checkpoint, allow_changes=("seed",))
+    assert trainer.state.global_step == 8 and max(losses) == 8
+    with pytest.raises(tp.ConfigError, match="unknown change kind"):
+        TokenportTrainer(model=model(), args=arguments(tmp_path / "x"), train_dataset=samples(1), allow_changes=("x",))

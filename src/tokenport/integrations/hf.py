@@ -26,6 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..errors import ConfigError, InputDataError
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from .receipt import check_allow_changes
 from .torch import StatefulLoader
 
 __all__ = ["LOADER_STATE_NAME", "TokenportCollator", "TokenportTrainer"]
@@ -117,11 +118,22 @@ class TokenportTrainer(Trainer):
     rank reads only its own samples). ``data_collator`` defaults to ``TokenportCollator()``. A final
     incomplete global batch is never used (Megatron's rule), whatever ``dataloader_drop_last`` says.
     Settings that cannot resume exactly are refused with a ConfigError saying what to set instead.
-    ``self.loader`` is the StatefulLoader of the current ``train()`` call.
+    ``self.loader`` is the StatefulLoader of the current ``train()`` call. On
+    ``resume_from_checkpoint`` the checkpoint's data receipt must match ``train_dataset``;
+    ``allow_changes`` names the differences accepted (``tokenport.integrations.ALLOWED_CHANGES``).
     """
 
-    def __init__(self, model: Any = None, args: Any = None, data_collator: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any = None,
+        args: Any = None,
+        data_collator: Any = None,
+        *,
+        allow_changes: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         _check_trainer_api()
+        self.allow_changes = tuple(sorted(check_allow_changes(allow_changes)))
         collator = TokenportCollator() if data_collator is None else data_collator
         super().__init__(model, args, collator, **kwargs)
         _check_arguments(self.args)
@@ -250,7 +262,7 @@ class TokenportTrainer(Trainer):
                 f"{path}: saved at global step {saved.get('global_step')} but the checkpoint's trainer state is at "
                 f"{self.state.global_step}; the directory mixes two saves: resume from an intact checkpoint"
             )
-        self.loader.load_state_dict(saved["loader"])
+        self.loader.load_state_dict(saved["loader"], allow_changes=self.allow_changes)
         gbs = self.loader.sampler.global_batch_size
         consumed = self.loader.consumed_samples
         expected = epoch * self._batches_per_epoch + done
