@@ -52,7 +52,8 @@ from .pretraining import _PretrainingBase
 __all__ = ["StreamSampler"]
 
 ORDERS = ("sequential", "random", "length_grouped", "feistel")  # states store the index: append only
-_CHUNK_ROWS = 4096  # micro-batches converted to Python lists at a time
+_CHUNK_ROWS = 4096  # micro-batches converted to Python lists at a time, at most
+_FIRST_CHUNK_ROWS = 16  # ... and in the first chunk of an __iter__ (time to the first batch)
 _HASH_CHUNK = 1 << 20  # lengths hashed at a time (as int64)
 _STREAM_CHUNK = 1 << 22  # ids per array of consumed_stream
 
@@ -160,13 +161,15 @@ class StreamSampler(_PretrainingBase):
         batches = len(self)
         first = self.consumed_samples + self.data_parallel_rank * mbs
         columns = np.arange(mbs, dtype=np.int64)
-        for row in range(0, batches, _CHUNK_ROWS):
-            rows = np.arange(row, min(batches, row + _CHUNK_ROWS), dtype=np.int64)
+        row, size = 0, _FIRST_CHUNK_ROWS  # chunks double: the first batch comes fast, later ones cheap
+        while row < batches:
+            rows = np.arange(row, min(batches, row + size), dtype=np.int64)
             positions = first + rows[:, None] * gbs + columns
             for batch in self._ids_at(positions).tolist():
                 if self.auto_advance:
                     self.consumed_samples += gbs
                 yield batch
+            row, size = row + size, min(2 * size, _CHUNK_ROWS)
 
     def global_stream(self, start: int, stop: int) -> np.ndarray:
         """The global sample ids at stream positions ``[start, stop)`` (int64): what all ranks read there."""
