@@ -48,7 +48,7 @@ def take(samplers, steps):
     return [sum((batches[step] for batches in per_rank), []) for step in range(steps)]
 
 
-ORDERS = ("random", "sequential", "length_grouped")
+ORDERS = ("random", "sequential", "length_grouped", "feistel")
 
 
 # --- the stream -----------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_stream_sampler_does_not_import_torch():
         import numpy as np
         from tokenport.sampling import StreamSampler
         grouping = {"lengths": np.arange(100), "group_size": 4}
-        for order, extra in (("random", {}), ("sequential", {}), ("length_grouped", grouping)):
+        for order, extra in (("random", {}), ("sequential", {}), ("length_grouped", grouping), ("feistel", {})):
             s = StreamSampler(100, 0, 4, 1, 2, seed=7, order=order, **extra)
             assert len(list(s)) == 13
             s.load_state_dict(s.state_dict())

@@ -185,7 +185,7 @@ def datasets(stores):
     packed = tp.PackedDataset(code, 96, seed=3)
     packed_lengths = np.add.reduceat(packed.piece_length, packed.bin_starts[:-1])[packed.order]
     return {
-        "gpt": (gpt(code, 203), None, ("random",)),
+        "gpt": (gpt(code, 203), None, ("random", "feistel")),
         "blend": (blend, None, ("random",)),
         "schedule": (scheduled, None, ("sequential",)),  # a schedule follows the sample ids: read them in order
         "packed": (packed, packed_lengths, ("random", "length_grouped")),

@@ -18,10 +18,16 @@ Orders (``order=``):
   seed=(seed, epoch))``: transformers' length grouping (megabatches of ``mega_batch_mult *
   group_size`` ids sorted longest first) drawn with numpy. ``group_size`` is the grouping's own
   parameter, part of the order: it stays fixed when the training batch changes (set it to the
-  micro batch you expect, so each micro-batch holds samples of similar length).
+  micro batch you expect, so each micro-batch holds samples of similar length);
+- ``"feistel"``: a keyed pseudo-random permutation of the epoch (``feistel.py``: a Feistel network
+  keyed by (seed, epoch), with cycle walking) computed at the positions a batch needs: the same
+  stream on every rank, without building the epoch's order.
 
-Each rank holds one epoch's order (4 bytes a sample for ``"random"`` below 2^31 samples, 8 for
-``"length_grouped"``, none for ``"sequential"``), as Megatron's unsharded cyclic sampler does.
+For ``"random"`` and ``"length_grouped"`` each rank holds one epoch's order (4 bytes a sample for
+``"random"`` below 2^31 samples, 8 for ``"length_grouped"``), as Megatron's unsharded cyclic
+sampler does, and builds it on each epoch start and each resume (O(total_samples)).
+``"sequential"`` and ``"feistel"`` hold nothing: memory O(batch), resume O(1) in the total and
+the position.
 
 One ``__iter__`` yields the rest of the current epoch: every batch that *starts* in it, the last
 one possibly running into the next epoch; ``epoch`` is the epoch of the next batch's first
@@ -39,13 +45,15 @@ import numpy as np
 
 from .._checks import check_choice, check_int, check_seed
 from ..errors import ConfigError
+from .feistel import feistel_ids
 from .length_grouping import _check_lengths, length_grouped_order
 from .pretraining import _PretrainingBase
 
 __all__ = ["StreamSampler"]
 
-ORDERS = ("sequential", "random", "length_grouped")
-_CHUNK_ROWS = 4096  # micro-batches converted to Python lists at a time
+ORDERS = ("sequential", "random", "length_grouped", "feistel")  # states store the index: append only
+_CHUNK_ROWS = 4096  # micro-batches converted to Python lists at a time, at most
+_FIRST_CHUNK_ROWS = 16  # ... and in the first chunk of an __iter__ (time to the first batch)
 _HASH_CHUNK = 1 << 20  # lengths hashed at a time (as int64)
 _STREAM_CHUNK = 1 << 22  # ids per array of consumed_stream
 
@@ -153,13 +161,15 @@ class StreamSampler(_PretrainingBase):
         batches = len(self)
         first = self.consumed_samples + self.data_parallel_rank * mbs
         columns = np.arange(mbs, dtype=np.int64)
-        for row in range(0, batches, _CHUNK_ROWS):
-            rows = np.arange(row, min(batches, row + _CHUNK_ROWS), dtype=np.int64)
+        row, size = 0, _FIRST_CHUNK_ROWS  # chunks double: the first batch comes fast, later ones cheap
+        while row < batches:
+            rows = np.arange(row, min(batches, row + size), dtype=np.int64)
             positions = first + rows[:, None] * gbs + columns
             for batch in self._ids_at(positions).tolist():
                 if self.auto_advance:
                     self.consumed_samples += gbs
                 yield batch
+            row, size = row + size, min(2 * size, _CHUNK_ROWS)
 
     def global_stream(self, start: int, stop: int) -> np.ndarray:
         """The global sample ids at stream positions ``[start, stop)`` (int64): what all ranks read there."""
@@ -177,7 +187,9 @@ class StreamSampler(_PretrainingBase):
         epoch = check_int("epoch", epoch, 0)
         if self._cache is None or self._cache[0] != epoch:
             order: np.ndarray
-            if self.order == "random":
+            if self.order == "feistel":
+                order = feistel_ids(np.arange(self.total_samples, dtype=np.int64), self.total_samples, self.seed, epoch)
+            elif self.order == "random":
                 # permutation(n) is shuffle(arange(n)); int32 ids where they fit halve the memory, same order
                 order = np.arange(self.total_samples, dtype=np.int32 if self.total_samples < 2**31 else np.int64)
                 np.random.default_rng([self.seed, epoch]).shuffle(order)
@@ -198,11 +210,20 @@ class StreamSampler(_PretrainingBase):
         if self.order == "sequential" or positions.size == 0:
             return positions % total
         epochs = positions // total
+        first, last = int(epochs.min()), int(epochs.max())
+        if first == last:
+            return self._epoch_ids(first, positions - first * total)
         out = np.empty_like(positions)
-        for epoch in range(int(epochs.min()), int(epochs.max()) + 1):
+        for epoch in range(first, last + 1):
             mask = epochs == epoch
-            out[mask] = self.epoch_order(epoch)[positions[mask] - epoch * total]
+            out[mask] = self._epoch_ids(epoch, positions[mask] - epoch * total)
         return out
+
+    def _epoch_ids(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+        """Map offsets into epoch ``epoch`` to sample ids: computed ("feistel") or read from the epoch's order."""
+        if self.order == "feistel":
+            return feistel_ids(offsets, self.total_samples, self.seed, epoch)
+        return self.epoch_order(epoch)[offsets].astype(np.int64, copy=False)
 
 
 def _hash_lengths(lengths: np.ndarray) -> int:
