@@ -8,7 +8,7 @@ Pretraining samplers (``pretraining``): Megatron's sequential and cyclic batch s
 with ``megatron_compat=True``, seeded and elastic by default, with state that resumes exactly.
 
 Which sampler when the topology will change: ``StreamSampler`` (``stream``) cuts one global
-stream (random, sequential or length-grouped epochs, nothing dropped) into global batches, so
+stream (random, Feistel-keyed, sequential or length-grouped epochs, nothing dropped) into global batches, so
 its state resumes on any number of ranks with any micro batch and any global batch, and the
 samples from there on are the same. ``PretrainingSampler`` resumes on any layout too (its order
 is the id order). ``RandomSampler`` resumes on another number of ranks with the same global
