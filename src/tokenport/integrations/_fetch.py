@@ -1,0 +1,142 @@
+"""How StatefulLoader fetches a micro-batch: one ``get_batch`` call when that equals sample by sample.
+
+torch's DataLoader calls ``dataset.__getitems__(ids)`` when the dataset has one; ``BatchFetch`` is
+the object handed to it in place of the dataset, so the user's dataset stays as it is. The batch
+path is taken only for tokenport's own datasets (GPTDataset, PackedDataset and blends of them whose
+children agree on every field), whose ``get_batch`` rows are their samples: the batch then equals
+torch's default collate of the samples (keys and their order, dtypes, shapes, values), checked
+on sample 0. ``fields`` keeps the named fields only, before the batch leaves a worker process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+# (name, dtype, shape of one sample) of each field, in the order a sample lists them
+Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+def check_fields(fields: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``fields`` as a tuple of distinct names (None: all), or a ConfigError."""
+    if fields is None:
+        return None
+    if isinstance(fields, str) or not all(isinstance(name, str) for name in fields):
+        raise ConfigError(f"fields={fields!r}: expected a tuple of field names, e.g. ('tokens', 'labels')")
+    names = tuple(fields)
+    if not names:
+        raise ConfigError("fields=(): name at least one field, or drop fields to keep them all")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"fields: {', '.join(repeated)} named more than once; name each field once")
+    return names
+
+
+def sample_names(dataset: Any) -> tuple[str, ...] | None:
+    """The field names of sample 0 in its order (None for an empty dataset), or a ConfigError when
+    samples are not dicts."""
+    if len(dataset) == 0:
+        return None
+    sample = dataset[0]
+    if not isinstance(sample, Mapping):
+        raise ConfigError(
+            f"fields=: the samples of {type(dataset).__name__} are {type(sample).__name__}, not dicts of fields; "
+            "drop fields"
+        )
+    return tuple(sample)
+
+
+def refuse_unknown(fields: tuple[str, ...], names: tuple[str, ...], dataset: Any) -> None:
+    """A ConfigError naming the fields ``dataset``'s samples do not have, and the ones they have."""
+    unknown = [name for name in fields if name not in names]
+    if unknown:
+        raise ConfigError(
+            f"fields: {', '.join(unknown)} not among the fields of the {type(dataset).__name__}'s samples: "
+            f"{', '.join(names)}"
+        )
+
+
+def batch_signature(dataset: Any) -> Signature | None:
+    """The fields of ``dataset`` when one ``get_batch`` call per micro-batch equals its samples
+    collated by torch's default, else None (keep fetching sample by sample)."""
+    from ..blend.dataset import BlendedDataset
+    from ..samples.gpt import GPTDataset
+    from ..samples.packed import PackedDataset
+
+    if len(dataset) == 0:
+        return None
+    # exact types: a subclass may change __getitem__ without changing get_batch
+    if type(dataset) is BlendedDataset:
+        children = [batch_signature(child) for child in dataset.datasets if len(child)]
+        if not children or children[0] is None or any(child != children[0] for child in children):
+            return None  # a child fetched otherwise, or children with other fields: a batch would mix them
+    elif type(dataset) not in (GPTDataset, PackedDataset):
+        return None
+    batch = dataset.get_batch([0])
+    sample = dataset[0]
+    if set(sample) != set(batch):
+        return None
+    signature = []
+    for name, value in sample.items():
+        row = batch[name]
+        if not (isinstance(row, np.ndarray) and row.shape[:1] == (1,)):
+            return None
+        one = np.asarray(value)
+        if one.dtype != row.dtype or one.shape != row.shape[1:] or not np.array_equal(one, row[0]):
+            return None
+        signature.append((name, row.dtype.str, one.shape))
+    return tuple(signature)
+
+
+class FieldsOnly:
+    """``dataset`` whose samples keep ``names`` only: the per-sample path with ``fields=``."""
+
+    def __init__(self, dataset: Any, names: tuple[str, ...]) -> None:
+        self.dataset = dataset
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        """Sample ``idx`` with ``names`` only, in that order."""
+        sample = self.dataset[idx]
+        return {name: sample[name] for name in self.names}
+
+
+class BatchFetch(FieldsOnly):
+    """``dataset`` as torch's DataLoader sees it on the batch path: ``__getitems__`` is one
+    ``get_batch`` call, keeping ``names`` in that order."""
+
+    def __getitems__(self, ids: list[int]) -> dict[str, np.ndarray]:
+        """Samples ``ids`` stacked on a leading axis, one array per name."""
+        batch = self.dataset.get_batch(ids)
+        return {name: batch[name] for name in self.names}
+
+
+def as_tensors(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A batch of arrays as tensors sharing their memory: the collate of the batch path."""
+    import torch
+
+    return {name: torch.from_numpy(array) for name, array in batch.items()}
+
+
+def fetch_plan(dataset: Any, fields: tuple[str, ...] | None, default_collate: bool) -> tuple[Any, Any]:
+    """(what the DataLoader reads, its collate or None for the caller's) for ``dataset``: the batch
+    path when ``default_collate`` and ``batch_signature`` allow, else sample by sample."""
+    signature = batch_signature(dataset) if default_collate else None
+    if signature is not None:
+        names = tuple(name for name, _, _ in signature)
+        if fields is not None:
+            refuse_unknown(fields, names, dataset)
+        return BatchFetch(dataset, fields or names), as_tensors
+    if fields is None:
+        return dataset, None
+    names_or_none = sample_names(dataset)
+    if names_or_none is not None:
+        refuse_unknown(fields, names_or_none, dataset)
+    return FieldsOnly(dataset, fields), None
