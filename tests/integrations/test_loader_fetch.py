@@ -134,7 +134,11 @@ def test_fields_are_checked_and_apply_sample_by_sample_too(stores):
     dataset = _gpt(stores[0])
     with pytest.raises(tp.ConfigError, match=r"fields: loss_mak not among .*tokens, labels, loss_mask"):
         _loader(dataset, fields=("tokens", "loss_mak"))
-    for bad, message in ((("tokens", "tokens"), "more than once"), ("tokens", "tuple of field names"), ((), "name at least")):
+    for bad, message in (
+        (("tokens", "tokens"), "more than once"),
+        ("tokens", "tuple of field names"),
+        ((), "name at least"),
+    ):
         with pytest.raises(tp.ConfigError, match=message):
             _loader(dataset, fields=bad)
     with pytest.raises(tp.ConfigError, match="not dicts"):

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._checks import check_int
-from ._fetch import check_fields, fetch_plan
 from ..errors import ConfigError
 from ..sampling.pretraining import PretrainingSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
+from ._fetch import check_fields, fetch_plan
 from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
