@@ -118,11 +118,57 @@ class BatchFetch(FieldsOnly):
         return {name: batch[name] for name in self.names}
 
 
-def as_tensors(batch: dict[str, np.ndarray]) -> dict[str, Any]:
-    """A batch of arrays as tensors sharing their memory: the collate of the batch path."""
+_ALIGN = 64  # each field starts at a multiple of this many bytes of the shared buffer
+
+
+def as_tensors(batch: dict[str, np.ndarray]) -> Any:
+    """The collate of the batch path: in process, the arrays as tensors sharing their memory; in a
+    worker process, a ``SharedBatch`` (one buffer to hand over, not one per field)."""
     import torch
 
-    return {name: torch.from_numpy(array) for name, array in batch.items()}
+    tensors = {name: torch.from_numpy(array) for name, array in batch.items()}
+    if torch.utils.data.get_worker_info() is None:
+        return tensors
+    return SharedBatch.pack(tensors)
+
+
+class SharedBatch:
+    """A batch's tensors copied into one shared-memory byte buffer: torch hands each tensor from a
+    worker to the loop through its own file descriptor, the dominant cost per batch; this is one.
+    The loop's side calls ``unpack()`` for the tensors (views of the buffer)."""
+
+    def __init__(self, buffer: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]) -> None:
+        self.buffer = buffer
+        self.layout = layout  # (name, torch dtype, shape, byte offset) of each tensor
+
+    @classmethod
+    def pack(cls, tensors: dict[str, Any]) -> SharedBatch:
+        """``tensors`` copied into a new shared buffer."""
+        import torch
+
+        layout = []
+        size = 0
+        for name, tensor in tensors.items():
+            layout.append((name, tensor.dtype, tuple(tensor.shape), size))
+            size += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+        buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+        shared = cls(buffer, tuple(layout))
+        for view, tensor in zip(shared.unpack().values(), tensors.values()):
+            view.copy_(tensor)
+        return shared
+
+    def unpack(self) -> dict[str, Any]:
+        """The tensors, as views of the buffer."""
+        tensors = {}
+        for name, dtype, shape, offset in self.layout:
+            count = int(np.prod(shape, dtype=np.int64))
+            size = count * dtype.itemsize
+            tensors[name] = self.buffer[offset : offset + size].view(dtype).view(shape)
+        return tensors
+
+    def pin_memory(self) -> SharedBatch:
+        """The batch with its buffer in pinned memory (what DataLoader's ``pin_memory=True`` calls)."""
+        return SharedBatch(self.buffer.pin_memory(), self.layout)
 
 
 def fetch_plan(dataset: Any, fields: tuple[str, ...] | None, default_collate: bool) -> tuple[Any, Any]:

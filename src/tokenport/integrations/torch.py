@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from ..sampling.pretraining import PretrainingSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
-from ._fetch import check_fields, fetch_plan
+from ._fetch import SharedBatch, check_fields, fetch_plan
 from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
@@ -155,7 +155,7 @@ class StatefulLoader:
         loader = DataLoader(source, batch_sampler=self.sampler, **options)
         for batch in loader:
             self.sampler.advance()
-            yield batch
+            yield batch.unpack() if isinstance(batch, SharedBatch) else batch
 
     def _fetch(self) -> tuple[Any, Any]:
         """(what the DataLoader reads, its collate or None) for the current dataset, decided once per dataset."""
