@@ -151,3 +151,25 @@ def test_fields_are_checked_and_apply_sample_by_sample_too(stores):
     seen = []
     list(_loader(dataset, fields=("max_seqlen",), collate_fn=lambda samples: seen.extend(samples) or samples))
     assert seen and all(list(sample) == ["max_seqlen"] for sample in seen)  # a collate_fn gets trimmed samples
+
+
+def _storages(batch: dict) -> set[int]:
+    return {tensor.untyped_storage().data_ptr() for tensor in batch.values()}
+
+
+def test_a_workers_batch_arrives_as_one_shared_buffer_unless_a_collate_fn_is_given(stores):
+    dataset = _gpt(stores[0])
+    for loader in (_loader(dataset, num_workers=2), _loader(_Dicts(), num_workers=2)):  # batch path, per sample
+        batches = list(loader)
+        assert batches and all(len(_storages(batch)) == 1 for batch in batches)
+        assert all(tensor.is_shared() for batch in batches for tensor in batch.values())
+    collated = list(_loader(dataset, num_workers=2, collate_fn=default_collate))
+    assert all(len(_storages(batch)) == len(batch) for batch in collated)  # the caller's collate: untouched
+
+
+@pytest.mark.skipif(not torch.accelerator.is_available(), reason="pinned memory needs an accelerator")
+def test_pinned_batches_equal_the_unpinned(stores):
+    dataset = _gpt(stores[0])
+    pinned = list(_loader(dataset, num_workers=2, pin_memory=True))
+    assert all(tensor.is_pinned() for batch in pinned for tensor in batch.values())
+    _assert_same(pinned, list(_loader(dataset, num_workers=2)))

@@ -6,6 +6,8 @@ path is taken only for tokenport's own datasets (GPTDataset, PackedDataset and b
 children agree on every field), whose ``get_batch`` rows are their samples: the batch then equals
 torch's default collate of the samples (keys and their order, dtypes, shapes, values), checked
 on sample 0. ``fields`` keeps the named fields only, before the batch leaves a worker process.
+Without a caller's collate, a worker hands its batch over as one shared buffer (``SharedBatch``):
+torch passes each tensor through its own file descriptor, the dominant cost of a batch.
 """
 
 from __future__ import annotations
@@ -126,10 +128,28 @@ def as_tensors(batch: dict[str, np.ndarray]) -> Any:
     worker process, a ``SharedBatch`` (one buffer to hand over, not one per field)."""
     import torch
 
-    tensors = {name: torch.from_numpy(array) for name, array in batch.items()}
-    if torch.utils.data.get_worker_info() is None:
-        return tensors
-    return SharedBatch.pack(tensors)
+    return shared_in_worker({name: torch.from_numpy(array) for name, array in batch.items()})
+
+
+def default_collate(samples: list[Any]) -> Any:
+    """torch's default collate, its dict of tensors made a ``SharedBatch`` in a worker process:
+    the collate of the per-sample path when the caller passes none."""
+    import torch
+
+    return shared_in_worker(torch.utils.data.default_collate(samples))
+
+
+def shared_in_worker(batch: Any) -> Any:
+    """``batch`` as a ``SharedBatch`` when it is a dict of CPU tensors made in a worker process, else itself."""
+    import torch
+
+    if torch.utils.data.get_worker_info() is None or type(batch) is not dict:
+        return batch
+    if not all(
+        isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout == torch.strided for t in batch.values()
+    ):
+        return batch
+    return SharedBatch.pack(batch)
 
 
 class SharedBatch:
@@ -171,18 +191,19 @@ class SharedBatch:
         return SharedBatch(self.buffer.pin_memory(), self.layout)
 
 
-def fetch_plan(dataset: Any, fields: tuple[str, ...] | None, default_collate: bool) -> tuple[Any, Any]:
+def fetch_plan(dataset: Any, fields: tuple[str, ...] | None, default_collate_wanted: bool) -> tuple[Any, Any]:
     """(what the DataLoader reads, its collate or None for the caller's) for ``dataset``: the batch
-    path when ``default_collate`` and ``batch_signature`` allow, else sample by sample."""
-    signature = batch_signature(dataset) if default_collate else None
+    path when ``default_collate_wanted`` and ``batch_signature`` allow, else sample by sample."""
+    signature = batch_signature(dataset) if default_collate_wanted else None
     if signature is not None:
         names = tuple(name for name, _, _ in signature)
         if fields is not None:
             refuse_unknown(fields, names, dataset)
         return BatchFetch(dataset, fields or names), as_tensors
+    collate = default_collate if default_collate_wanted else None
     if fields is None:
-        return dataset, None
+        return dataset, collate
     names_or_none = sample_names(dataset)
     if names_or_none is not None:
         refuse_unknown(fields, names_or_none, dataset)
-    return FieldsOnly(dataset, fields), None
+    return FieldsOnly(dataset, fields), collate
