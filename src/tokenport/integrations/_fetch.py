@@ -131,7 +131,7 @@ def as_tensors(batch: dict[str, np.ndarray]) -> Any:
     return shared_in_worker({name: torch.from_numpy(array) for name, array in batch.items()})
 
 
-def default_collate(samples: list[Any]) -> Any:
+def collate_samples(samples: list[Any]) -> Any:
     """torch's default collate, its dict of tensors made a ``SharedBatch`` in a worker process:
     the collate of the per-sample path when the caller passes none."""
     import torch
@@ -200,7 +200,7 @@ def fetch_plan(dataset: Any, fields: tuple[str, ...] | None, default_collate_wan
         if fields is not None:
             refuse_unknown(fields, names, dataset)
         return BatchFetch(dataset, fields or names), as_tensors
-    collate = default_collate if default_collate_wanted else None
+    collate = collate_samples if default_collate_wanted else None
     if fields is None:
         return dataset, collate
     names_or_none = sample_names(dataset)
