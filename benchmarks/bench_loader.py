@@ -13,15 +13,18 @@ runs, the sides timed in turns (A B A B ...).
 Sides:
   tokenport  StatefulLoader(dataset, RandomSampler(len(dataset), 0, 8, 0, 1, seed)), dataset a
              tokenport GPTDataset (one store) or the train split of build_datasets (two stores
-             blended 0.3/0.7): the batch holds tokens, labels, loss_mask, position_ids,
-             cu_seqlens and max_seqlen.
+             blended 0.3/0.7): each micro-batch is one get_batch call, as tensors sharing its
+             arrays; the batch holds tokens, labels, loss_mask, position_ids, cu_seqlens and
+             max_seqlen (the blend's dataset_id besides).
+  tokenport, 4 fields  the same with fields=("tokens", "labels", "loss_mask", "position_ids"):
+             megatron's four tensors.
+  tokenport, per sample  the same with collate_fn=default_collate: the loader then fetches sample
+             by sample (its path for a user collate_fn, and its only path before the batch path).
   megatron   torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True), dataset megatron-core's
              GPTDataset / BlendedDataset built with BlendedMegatronDatasetBuilder on the same stores
              and arguments (split "1,0,0", create_attention_mask=False): tokens, labels, loss_mask,
-             position_ids. The two datasets are checked to hold the same tokens first.
-  + get_batch path  tokenport's StatefulLoader over a wrapper of the same dataset whose
-             __getitems__ is its get_batch (torch's DataLoader then fetches a batch in one call) and
-             collate_fn torch.from_numpy: what a batch path in StatefulLoader would bring (none yet).
+             position_ids (the blend's dataset_id besides). The two datasets are checked to hold the
+             same tokens first.
 Each with num_workers 0 and 2. Last, the hand-off ceiling: a DataLoader with 2 workers over a
 dataset that does no work, handing 4 or 6 tensors of (8, 2048) int64 per batch (megatron's
 batch holds 4 tensors, tokenport's 6: cu_seqlens and max_seqlen besides; blends one more each).
@@ -30,6 +33,7 @@ batch holds 4 tensors, tokenport's 6: cu_seqlens and max_seqlen besides; blends 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import types
@@ -51,6 +55,7 @@ VOCAB = 50_000
 DOCUMENTS = (20_000, 12_000)  # ~2*10^7 and ~1.2*10^7 tokens
 SAMPLES = 50_000  # samples of each dataset: several epochs of the store
 WEIGHTS = (0.3, 0.7)
+FOUR_FIELDS = ("tokens", "labels", "loss_mask", "position_ids")  # what megatron's batch holds
 
 
 def write_store(prefix: str, documents: int, seed: int) -> str:
@@ -126,30 +131,6 @@ def consume(iterator: Iterator[Any], count: int) -> None:
         raise SystemExit("a batch summed to NaN")
 
 
-class Batched:
-    """The dataset with torch's batch fetch: ``__getitems__`` is its ``get_batch`` (one pass for the
-    whole batch). This script's own wrapper, to measure what a batch path in StatefulLoader would
-    bring; the public StatefulLoader fetches sample by sample and collates with torch's default."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, idx: int) -> Any:
-        return self.dataset[idx]
-
-    def __getitems__(self, ids: list[int]) -> dict[str, np.ndarray]:
-        return self.dataset.get_batch(ids)
-
-
-def as_tensors(batch: Any) -> dict[str, torch.Tensor]:
-    """get_batch's arrays (what __getitems__ handed, not a list of samples) as tensors sharing their
-    memory: the collate_fn of the Batched side."""
-    return {name: torch.from_numpy(np.asarray(array)) for name, array in batch.items()}
-
-
 class Side:
     """One loader under test: `setup` builds it (and starts its iterator, with workers), `run` times it."""
 
@@ -215,9 +196,9 @@ def main() -> None:
             print(f"{label}: {len(ours):,} samples, checked equal to megatron's")
             for workers in (0, 2):
 
-                def tokenport_loader(workers: int = workers, ours: Any = ours) -> Any:
+                def tokenport_loader(workers: int = workers, ours: Any = ours, **options: Any) -> Any:
                     sampler = tp.RandomSampler(len(ours), 0, MICRO_BATCH, 0, 1, seed=args.seed)
-                    return tp.StatefulLoader(ours, sampler, num_workers=workers)
+                    return tp.StatefulLoader(ours, sampler, num_workers=workers, **options)
 
                 def megatron_loader(workers: int = workers, theirs: Any = theirs) -> Any:
                     generator = torch.Generator().manual_seed(args.seed)
@@ -225,22 +206,22 @@ def main() -> None:
                         theirs, batch_size=MICRO_BATCH, shuffle=True, num_workers=workers, generator=generator
                     )
 
-                def batched_loader(workers: int = workers, ours: Any = ours) -> Any:
-                    sampler = tp.RandomSampler(len(ours), 0, MICRO_BATCH, 0, 1, seed=args.seed)
-                    return tp.StatefulLoader(Batched(ours), sampler, collate_fn=as_tensors, num_workers=workers)
-
-                sides = [Side(make, count) for make in (tokenport_loader, batched_loader, megatron_loader)]
-                t_ours, t_batched, t_theirs = best_of_each(
-                    [s.run for s in sides], args.repeat, [s.setup for s in sides]
-                )
+                ours_sides = {
+                    "StatefulLoader": tokenport_loader,
+                    "StatefulLoader, 4 fields": functools.partial(tokenport_loader, fields=FOUR_FIELDS),
+                    "StatefulLoader, per sample": functools.partial(
+                        tokenport_loader, collate_fn=torch.utils.data.default_collate
+                    ),
+                }
+                sides = [Side(make, count) for make in (*ours_sides.values(), megatron_loader)]
+                *t_ours, t_theirs = best_of_each([s.run for s in sides], args.repeat, [s.setup for s in sides])
                 samples = count * MICRO_BATCH
                 case = f"workers {workers}, {samples:,} samples"
                 peer = "DataLoader(megatron's)"
-                for section, t in (("StatefulLoader", t_ours), ("+ get_batch path", t_batched)):
+                for section, t in zip(ours_sides, t_ours):
                     rows.append(Row(f"{section}, {label}", case, "samples/s", samples / t, samples / t_theirs, peer))
                 rates = ", ".join(
-                    f"{name} {samples / t:,.0f}"
-                    for name, t in (("tokenport", t_ours), ("get_batch path", t_batched), ("megatron", t_theirs))
+                    f"{name} {samples / t:,.0f}" for name, t in zip((*ours_sides, "megatron"), (*t_ours, t_theirs))
                 )
                 print(f"  workers {workers}: {rates} samples/s")
         print_table(rows)
