@@ -64,6 +64,9 @@ def main(store: str, output_dir: str, result: str, batch: str, max_steps: str, r
     losses = {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
     with open(f"{result}.{args.process_index}.json", "w", encoding="utf-8") as file:
         json.dump({"read": data.read, "world_size": args.world_size, "losses": losses}, file)
+    if torch.distributed.is_initialized():  # leave together: a rank exiting while its peer's gloo
+        torch.distributed.barrier()  # connection is open can abort that peer (SIGABRT under load)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

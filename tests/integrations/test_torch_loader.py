@@ -113,7 +113,7 @@ def test_for_dataset_builds_the_sampler_and_each_rank_reads_only_its_samples():
         batches = [_ids(b) for b in loader]
         assert sorted(dataset.read) == sorted(i for batch in batches for i in batch)  # its own ids, nothing else
         ranks.append(batches)
-    global_batches = StreamSampler(64, 0, 4, 0, 1, seed=3).global_stream(0, 64).reshape(-1, 4).tolist()
+    global_batches = StreamSampler(64, 0, 4, 0, 1, seed=3, order="feistel").global_stream(0, 64).reshape(-1, 4).tolist()
     assert [a + b for a, b in zip(*ranks)] == global_batches  # the ranks partition every global batch
 
     alone = StatefulLoader.for_dataset(_Ids(10), micro_batch_size=5, shuffle=False)
@@ -220,6 +220,6 @@ def test_for_dataset_takes_rank_and_size_from_a_two_process_gloo_group(tmp_path)
     for r in results:
         assert "data_parallel_size=4 but the torch.distributed process group says 2" in r["refused"]
         assert sorted(r["read"]) == sorted(i for batch in r["batches"] for i in batch)  # its own ids, nothing else
-    global_batches = StreamSampler(64, 0, 4, 0, 1, seed=3).global_stream(0, 20).reshape(-1, 4).tolist()
+    global_batches = StreamSampler(64, 0, 4, 0, 1, seed=3, order="feistel").global_stream(0, 20).reshape(-1, 4).tolist()
     assert [a + b for a, b in zip(results[0]["batches"], results[1]["batches"])] == global_batches
     assert not set(results[0]["read"]) & set(results[1]["read"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputDataError
 from ..samples.gpt import GPTDataset
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index
@@ -141,13 +141,31 @@ class BlendedDataset:
         )
         lengths = np.array(self._lengths, dtype=np.int64)
         samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
-        batch: dict[str, np.ndarray] = {}
+        parts = []
         for dataset in np.unique(datasets).tolist():
             rows = np.flatnonzero(datasets == dataset)
-            part = self.datasets[dataset].get_batch(samples[rows])
-            for name, values in part.items():
-                if name not in batch:
-                    batch[name] = np.empty((len(ids),) + values.shape[1:], dtype=values.dtype)
-                batch[name][rows] = values
+            parts.append((dataset, rows, self.datasets[dataset].get_batch(samples[rows])))
+        batch: dict[str, np.ndarray] = {}
+        if parts:
+            first, _, fields = parts[0]
+            for dataset, _, part in parts[1:]:
+                _check_same_fields(first, fields, dataset, part)
+            for name, values in fields.items():
+                dtype = np.result_type(*(part[name].dtype for _, _, part in parts))
+                batch[name] = np.empty((len(ids),) + values.shape[1:], dtype=dtype)
+                for _, rows, part in parts:
+                    batch[name][rows] = part[name]
         batch["dataset_id"] = datasets
         return batch
+
+
+def _check_same_fields(first: int, fields: dict[str, np.ndarray], other: int, part: dict[str, np.ndarray]) -> None:
+    """InputDataError unless child ``other``'s batch has ``first``'s field names and per-sample shapes."""
+    mine = {name: values.shape[1:] for name, values in fields.items()}
+    theirs = {name: values.shape[1:] for name, values in part.items()}
+    if mine != theirs:
+        raise InputDataError(
+            f"BlendedDataset.get_batch: child {other} gives fields {theirs} (name: per-sample shape) but child "
+            f"{first} gives {mine}; samples of different kinds cannot be stacked into one batch: blend datasets of "
+            "one kind and sample config, or read the samples one by one"
+        )

@@ -110,7 +110,8 @@ class StatefulLoader:
         **loader_options: Any,
     ) -> StatefulLoader:
         """A loader over ``dataset`` with its sampler built here: with ``shuffle`` a StreamSampler
-        (a fresh random order of every sample each epoch, seeded with ``seed``; its state resumes on
+        (``order="feistel"``: a fresh keyed random order of every sample each epoch, computed per
+        batch, so resuming costs the same at any position and dataset size; its state resumes on
         any number of ranks and any global batch), else PretrainingSampler (one pass in id order;
         ``seed`` must stay 0). Build a RandomSampler yourself for Megatron's cyclic order.
 
@@ -124,7 +125,7 @@ class StatefulLoader:
         total = len(dataset)
         sampler: PretrainingSampler | StreamSampler
         if shuffle:
-            sampler = StreamSampler(total, 0, mbs, rank, size, seed=seed, order="random", auto_advance=False)
+            sampler = StreamSampler(total, 0, mbs, rank, size, seed=seed, order="feistel", auto_advance=False)
         elif seed:
             raise ConfigError(f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed")
         else:

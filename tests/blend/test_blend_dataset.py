@@ -1,0 +1,42 @@
+"""BlendedDataset.get_batch: children of one kind stack into one batch; other kinds are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+
+
+def _store(path, dtype, seed):
+    rng = np.random.default_rng(seed)
+    with tp.IndexedDatasetWriter(path, dtype=dtype) as writer:
+        for _ in range(40):
+            tokens = rng.integers(3, 200, int(rng.integers(5, 60)))
+            tokens[-1] = 2
+            writer.add_document(tokens)
+    return tp.IndexedDataset(path)
+
+
+def _gpt(store):
+    config = tp.GPTSampleConfig(32, eod_id=2)
+    return tp.GPTDataset(store, np.arange(len(store)), 30, config, seed=1)
+
+
+def test_get_batch_equals_the_samples_one_by_one_across_store_dtypes(tmp_path):
+    blend = tp.BlendedDataset(
+        [_gpt(_store(tmp_path / "a", np.uint16, 0)), _gpt(_store(tmp_path / "b", np.int32, 1))], [0.5, 0.5], 40
+    )
+    ids = np.arange(40)
+    batch = blend.get_batch(ids)
+    for name, values in batch.items():
+        assert np.array_equal(values, np.stack([np.asarray(blend[i][name]) for i in ids])), name
+    assert set(batch["dataset_id"].tolist()) == {0, 1}
+
+
+def test_get_batch_refuses_children_of_different_kinds(tmp_path):
+    gpt = _gpt(_store(tmp_path / "a", np.uint16, 0))
+    packed = tp.PackedDataset(_store(tmp_path / "b", np.uint16, 1), 64)
+    blend = tp.BlendedDataset([gpt, packed], [0.5, 0.5], 20)
+    with pytest.raises(tp.InputDataError, match=r"child 1 gives fields .* but child 0 gives"):
+        blend.get_batch(np.arange(20))
