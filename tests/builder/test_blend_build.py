@@ -212,6 +212,7 @@ def test_scheduled_blend_follows_its_schedule_for_train_and_ends_its_mixture_for
     )
     expected, _ = build_scheduled_indices(schedule, 1200)
     assert np.array_equal(train.dataset_index, expected)
+    assert train.schedule == schedule and valid.schedule is None  # evaluation holds the final mixture
     assert train.samples_per_dataset()[2] == np.count_nonzero(expected == 2) > 0
     assert not np.any(train.dataset_index[:400] == 2)  # weight 0 in the first phase
     for child, n in zip(train.datasets, train.samples_per_dataset().tolist()):

@@ -208,3 +208,30 @@ def test_the_receipt_leaves_topology_to_the_sampler_and_names_uncertified_childr
         receipt = data_receipt(mixed)
     assert receipt.uncertified == ("dataset[1]",) and "dataset[1] is a list" in caplog.text
     assert receipt.dataset["datasets"][0]["store"]["prefix"] == stores["prose"]
+
+
+def test_a_scheduled_blend_is_read_in_order_and_its_schedule_is_certified(stores):
+    from tokenport.blend import MixtureSchedule
+    from tokenport.builder.specs import Blend
+
+    def scheduled(ramp_end):
+        schedule = MixtureSchedule.from_data(
+            [{"at": 0, "weights": [0.8, 0.2]}, {"at": 40, "ramp_to": [0.2, 0.8], "until": ramp_end}]
+        )
+        blend = Blend((stores["prose"], stores["code"]), None, schedule)
+        return tp.build_datasets(blend, sizes=(96, 0, 0), config=CONFIG, seed=1, split="1,0,0")[0]
+
+    dataset = scheduled(80)
+    with pytest.raises(tp.ConfigError, match="mixture schedule whose weights change with the sample position"):
+        StatefulLoader.for_dataset(dataset, micro_batch_size=4, seed=1)
+    with pytest.raises(tp.ConfigError, match="mixture schedule"):
+        _loader(dataset)
+    loader = StatefulLoader.for_dataset(dataset, micro_batch_size=4, shuffle=False)
+    for step, _ in enumerate(loader, 1):
+        if step == 3:
+            break
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["receipt"]["dataset"]["schedule"][1]["until"] == 80
+    StatefulLoader.for_dataset(scheduled(80), micro_batch_size=4, shuffle=False).load_state_dict(state)
+    with pytest.raises(tp.ConfigError, match=r"mixture schedule changed \(.*until=80.* -> .*until=90"):
+        StatefulLoader.for_dataset(scheduled(90), micro_batch_size=4, shuffle=False).load_state_dict(state)

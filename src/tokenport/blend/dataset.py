@@ -13,6 +13,7 @@ from ..errors import ConfigError, InputDataError
 from ..samples.gpt import GPTDataset
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index
+from .schedule import MixtureSchedule
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +65,16 @@ class BlendedDataset:
         datasets: Sequence[Any],
         dataset_index: np.ndarray,
         dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
+        *,
+        schedule: MixtureSchedule | None = None,
     ) -> BlendedDataset:
-        """A blend over indices built earlier (from the index cache, or Megatron's own)."""
+        """A blend over indices built earlier (from the index cache, or Megatron's own).
+
+        ``schedule``: the MixtureSchedule the indices follow, if any; its weights change with the
+        sample position, so a loader refuses to shuffle this blend's ids.
+        """
+        if schedule is not None and not isinstance(schedule, MixtureSchedule):
+            raise ConfigError(f"schedule: expected a MixtureSchedule or None, got {type(schedule).__name__}")
         self = cls.__new__(cls)
         if len(dataset_index) != len(dataset_sample_index):
             raise ConfigError(
@@ -73,12 +82,14 @@ class BlendedDataset:
                 "pass the two arrays of one build"
             )
         self._adopt(datasets, np.asarray(dataset_index), dataset_sample_index)
+        self.schedule = schedule
         return self
 
     def _adopt(
         self, datasets: Sequence[Any], dataset_index: np.ndarray, sample_index: np.ndarray | SampleIndexCheckpoints
     ) -> None:
         self.datasets = list(datasets)
+        self.schedule: MixtureSchedule | None = None
         self.dataset_index = dataset_index
         self.dataset_sample_index = sample_index
         self._lengths = [len(d) for d in self.datasets]

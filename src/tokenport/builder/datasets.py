@@ -170,7 +170,9 @@ class _Builder:
         arrays = self._cached(params, build)
         counts = np.bincount(arrays["dataset_index"], minlength=len(blend.prefixes)).tolist()
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
-        return BlendedDataset.from_indices(children, arrays["dataset_index"], arrays["dataset_sample_index"])
+        return BlendedDataset.from_indices(
+            children, arrays["dataset_index"], arrays["dataset_sample_index"], schedule=schedule
+        )
 
     def _blend_by_size(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
         """Megatron's blend without weights: each child one epoch, weighted by its sample count."""

@@ -219,6 +219,7 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
             "length": len(dataset),
             "datasets": [_describe(child, f"{path}[{k}]", uncertified) for k, child in enumerate(dataset.datasets)],
             "samples_per_dataset": [int(n) for n in dataset.samples_per_dataset()],
+            "schedule": None if dataset.schedule is None else _plain(dataset.schedule.to_data()),
             "order": _digest(dataset.dataset_index),
         }
     if isinstance(dataset, GPTDataset):
@@ -399,7 +400,14 @@ def _compare_blend(
         names = ", ".join(_label(child, f"{path}[{k}]") for k, child in enumerate(before) if k >= len(after))
         out.append(_Change("", f"{label}: {len(before) - len(after)} dataset(s) removed: {names}"))
     kind = "stores_appended" if appended or resized else ""
-    if old.get("samples_per_dataset") != new.get("samples_per_dataset"):
+    if old.get("schedule") != new.get("schedule"):
+        out.append(
+            _Change(
+                kind,
+                f"{label}: mixture schedule changed ({_phases(old.get('schedule'))} -> {_phases(new.get('schedule'))})",
+            )
+        )
+    elif old.get("samples_per_dataset") != new.get("samples_per_dataset"):
         out.append(
             _Change(
                 kind,
@@ -415,6 +423,18 @@ def _compare_blend(
                 "another schedule or blending algorithm",
             )
         )
+
+
+def _phases(schedule: Any) -> str:
+    """A schedule in a line: each phase's end and weights (``none`` for a blend without one)."""
+    if not schedule:
+        return "none"
+    return "; ".join(
+        ", ".join(f"{key}={value}" for key, value in sorted(phase.items()))
+        if isinstance(phase, Mapping)
+        else str(phase)
+        for phase in schedule
+    )
 
 
 def _compare_store(old: Mapping[str, Any], new: Mapping[str, Any], out: list[_Change]) -> bool:

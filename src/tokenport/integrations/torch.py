@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._checks import check_int
+from ..blend import BlendedDataset
 from ..errors import ConfigError
-from ..sampling.pretraining import PretrainingSampler
+from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
 from ._fetch import SharedBatch, check_fields, fetch_plan
@@ -83,6 +84,7 @@ class StatefulLoader:
         for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
             if name in loader_options:
                 raise ConfigError(f"{name}=: the batch sampler decides the batches; drop this DataLoader option")
+        _check_order_kept(dataset, sampler)
         sampler.auto_advance = False
         self.dataset = dataset
         self.sampler = sampler
@@ -247,3 +249,24 @@ def _initialized_distributed() -> Any:
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
     return dist
+
+
+def _check_order_kept(dataset: Any, sampler: Any) -> None:
+    """ConfigError when ``sampler`` shuffles a blend whose mixture schedule follows the sample position."""
+    shuffles = isinstance(sampler, RandomSampler) or (
+        isinstance(sampler, StreamSampler) and sampler.order != "sequential"
+    )
+    if shuffles and _has_schedule(dataset):
+        raise ConfigError(
+            f"sampler: a {type(sampler).__name__} shuffles the sample ids, but the dataset is a blend with a mixture "
+            "schedule whose weights change with the sample position (its children are shuffled already): "
+            "read it in order with a PretrainingSampler, StreamSampler(order='sequential') or "
+            "for_dataset(..., shuffle=False)"
+        )
+
+
+def _has_schedule(dataset: Any) -> bool:
+    """True when ``dataset`` is, or blends, a BlendedDataset built with a mixture schedule."""
+    if not isinstance(dataset, BlendedDataset):
+        return False
+    return dataset.schedule is not None or any(_has_schedule(child) for child in dataset.datasets)
