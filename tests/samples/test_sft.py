@@ -143,6 +143,21 @@ def test_truncate_keeps_the_prompt_and_drops_untrainable(tmp_path):
     assert drop.dropped == int(over.sum()) and drop.truncated == 0
 
 
+@pytest.mark.parametrize("shape", ["megatron", "hf"])
+@pytest.mark.parametrize("packing", ["bfd", "none"])
+def test_stores_read_without_mmap_give_the_same_batches(chats, shape, packing):
+    _, store = chats
+    mapped = SFTDataset(store, SEQ, packing=packing, too_long="split", shape=shape, seed=4)
+    pread = SFTDataset(
+        tp.IndexedDataset(store.prefix, "pread"), SEQ, packing=packing, too_long="split", shape=shape, seed=4
+    )
+    ids = np.random.default_rng(0).permutation(len(mapped))[:50]
+    a, b = mapped.get_batch(ids), pread.get_batch(ids)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    if packing == "bfd":
+        assert all(np.array_equal(mapped[int(ids[0])][k], a[k][0]) for k in a)
+
+
 def test_split_keeps_every_token(chats):
     conversations, store = chats
     ds = SFTDataset(store, SEQ, too_long="split", seed=1)

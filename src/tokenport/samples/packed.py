@@ -93,44 +93,6 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
-def _layout(
-    bin_starts: np.ndarray, piece_length: np.ndarray, bins: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Where the pieces of ``bins`` go: (row, piece, start column, end column) per piece, pieces per row."""
-    counts = bin_starts[bins + 1] - bin_starts[bins]
-    pieces = _ranges(bin_starts[bins], counts)
-    row = np.repeat(np.arange(len(bins), dtype=np.int64), counts)
-    length = piece_length[pieces]
-    firsts = np.cumsum(counts) - counts  # every bin holds at least one piece
-    end = np.cumsum(length)  # end column of each piece inside its sample
-    end -= np.repeat((end - length)[firsts], counts)
-    return row, pieces, end - length, end, counts
-
-
-def _position_ids(row: np.ndarray, column: np.ndarray, length: np.ndarray, batch: int, width: int) -> np.ndarray:
-    """(batch, width) position ids restarting at 0 at every piece, 0 on padding."""
-    positions = np.zeros((batch, width), dtype=np.int64)
-    flat = _ranges(row * width + column, length)
-    positions.reshape(-1)[flat] = flat - np.repeat(row * width + column, length)
-    return positions
-
-
-def _boundaries(
-    row: np.ndarray, end: np.ndarray, length: np.ndarray, counts: np.ndarray, cu_seqlens_length: int
-) -> dict[str, np.ndarray]:
-    """cu_seqlens (padded with each sample's total), max_seqlen and num_documents."""
-    batch = len(counts)
-    totals = np.zeros(batch, dtype=np.int64)
-    np.add.at(totals, row, length)
-    cu_seqlens = np.repeat(totals[:, None], cu_seqlens_length, axis=1).astype(np.int32)
-    cu_seqlens[:, 0] = 0
-    slot = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    cu_seqlens[row, slot + 1] = end
-    max_seqlen = np.zeros(batch, dtype=np.int64)
-    np.maximum.at(max_seqlen, row, length)
-    return {"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen, "num_documents": counts.astype(np.int64)}
-
-
 class PackedDataset:
     """Documents of a token store packed into fixed ``capacity``-token samples (see the module doc)."""
 
@@ -220,11 +182,17 @@ class PackedDataset:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
-        row, pieces, column, end, counts = _layout(self.bin_starts, self.piece_length, self.order[ids])
-        batch = self._tokens_and_labels(row, pieces, column, len(ids))
+        bins = self.order[ids]
+        counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
+        pieces = _ranges(self.bin_starts[bins], counts)
+        row = np.repeat(np.arange(len(ids), dtype=np.int64), counts)
         length = self.piece_length[pieces]
-        batch["position_ids"] = _position_ids(row, column, length, len(ids), self.capacity)
-        batch.update(_boundaries(row, end, length, counts, self.cu_seqlens_length))
+        firsts = np.cumsum(counts) - counts  # every bin holds at least one piece
+        end = np.cumsum(length)  # end column of each piece inside its sample
+        end -= np.repeat((end - length)[firsts], counts)
+        batch = self._tokens_and_labels(row, pieces, end - length, len(ids))
+        batch["position_ids"] = self._position_ids(row, end - length, length, len(ids))
+        batch.update(self._boundaries(row, end, length, counts))
         return batch
 
     def _tokens_and_labels(
@@ -245,6 +213,28 @@ class PackedDataset:
             tokens[r, col : col + length] = chunk[:length]
             labels[r, col : col + read - 1] = chunk[1:]
         return {"tokens": tokens, "labels": labels}
+
+    def _position_ids(self, row: np.ndarray, column: np.ndarray, length: np.ndarray, batch: int) -> np.ndarray:
+        """Position ids restarting at 0 at every piece, 0 on padding."""
+        positions = np.zeros((batch, self.capacity), dtype=np.int64)
+        flat = _ranges(row * self.capacity + column, length)
+        positions.reshape(-1)[flat] = flat - np.repeat(row * self.capacity + column, length)
+        return positions
+
+    def _boundaries(
+        self, row: np.ndarray, end: np.ndarray, length: np.ndarray, counts: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """cu_seqlens (padded with each sample's total), max_seqlen and num_documents."""
+        batch = len(counts)
+        totals = np.zeros(batch, dtype=np.int64)
+        np.add.at(totals, row, length)
+        cu_seqlens = np.repeat(totals[:, None], self.cu_seqlens_length, axis=1).astype(np.int32)
+        cu_seqlens[:, 0] = 0
+        slot = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        cu_seqlens[row, slot + 1] = end
+        max_seqlen = np.zeros(batch, dtype=np.int64)
+        np.maximum.at(max_seqlen, row, length)
+        return {"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen, "num_documents": counts.astype(np.int64)}
 
     def __repr__(self) -> str:
         return (

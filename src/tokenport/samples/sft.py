@@ -44,12 +44,13 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from .._checks import check_choice, check_int
 from ..errors import ConfigError, CorruptStoreError
 from ..indexed import IndexedDataset
-from .packed import _boundaries, _check_ids, _layout, _pack_windows, _position_ids, _ranges
+from .packed import _check_ids, _pack_windows, _ranges
 
 PACKINGS = ("bfd", "none")
 TOO_LONG = ("truncate", "drop", "split")
@@ -61,7 +62,7 @@ SHAPES = {
 
 def open_mask_store(store: IndexedDataset) -> IndexedDataset:
     """The loss-mask store of a chat store (``PREFIX.mask``), checked to match it sequence by sequence."""
-    masks = IndexedDataset(store.prefix + ".mask")
+    masks = IndexedDataset(store.prefix + ".mask", store.mode)
     if len(masks) != len(store) or not np.array_equal(masks.sequence_lengths, store.sequence_lengths):
         raise CorruptStoreError(
             f"{store.prefix}.mask: the loss-mask store does not match its token store (sequences or "
@@ -97,14 +98,42 @@ def _first_trained(masks: IndexedDataset, ids: np.ndarray) -> np.ndarray:
 
 
 def _gather(store: IndexedDataset, documents: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The tokens [offset, offset + length) of each document, concatenated, as int64."""
-    array = store.token_array()
-    if array is not None:
-        starts = store.sequence_pointers[documents] // store.dtype.itemsize + offsets
-        return array[_ranges(starts, lengths)].astype(np.int64)
+    """The tokens [offset, offset + length) of each document, concatenated (a store not memory-mapped)."""
     get = store.get
     chunks = [get(d, o, n) for d, o, n in zip(documents.tolist(), offsets.tolist(), lengths.tolist())]
-    return np.concatenate(chunks).astype(np.int64) if chunks else np.zeros(0, np.int64)
+    return np.concatenate(chunks) if chunks else np.zeros(0, store.dtype)
+
+
+@numba.njit(cache=True)
+def _fill(bins, bin_starts, piece_length, tokens_from, token_start, masks_from, mask_start, megatron, out):  # noqa: ANN001
+    """Write the rows of ``bins`` into ``out`` (tokens, labels, loss_mask, position_ids, cu_seqlens,
+    max_seqlen, num_documents; pre-filled with padding): piece p's tokens are
+    ``tokens_from[token_start[p]:][:piece_length[p]]``, its mask likewise."""
+    tokens, labels, loss_mask, positions, cu_seqlens, max_seqlen, num_documents = out
+    for r in range(bins.shape[0]):
+        b = bins[r]
+        column = 0
+        k = 0
+        for p in range(bin_starts[b], bin_starts[b + 1]):
+            n = piece_length[p]
+            t0 = token_start[p]
+            m0 = mask_start[p]
+            for j in range(n):
+                token = tokens_from[t0 + j]
+                tokens[r, column + j] = token
+                positions[r, column + j] = j
+                if j > 0 and masks_from[m0 + j] != 0:  # a piece's first token is never a target
+                    if megatron:
+                        labels[r, column + j - 1] = token
+                        loss_mask[r, column + j - 1] = 1.0
+                    else:
+                        labels[r, column + j] = token
+            column += n
+            k += 1
+            cu_seqlens[r, k] = column
+            max_seqlen[r] = max(max_seqlen[r], n)
+        cu_seqlens[r, k + 1 :] = column
+        num_documents[r] = k
 
 
 class SFTDataset:
@@ -168,6 +197,14 @@ class SFTDataset:
         self.bin_starts = np.searchsorted(bin_of, np.arange(num_bins + 1)).astype(np.int64)
         self.order = np.arange(num_bins, dtype=np.int64) if rng is None else rng.permutation(num_bins)
         self.counts = self._count(lengths, kept)
+        self._bin_tokens = np.add.reduceat(length, self.bin_starts[:-1]) if num_bins else np.zeros(0, np.int64)
+        self._token_array, self._mask_array = self.store.token_array(), self.masks.token_array()
+        self._starts = None
+        if self._token_array is not None and self._mask_array is not None:  # each piece's place in the .bin files
+            self._starts = tuple(
+                source.sequence_pointers[self.piece_document] // source.dtype.itemsize + self.piece_offset
+                for source in (self.store, self.masks)
+            )
 
     def _kept_lengths(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Tokens kept of each conversation: all, ``seq_length`` (truncated) or 0 (dropped or empty)."""
@@ -213,8 +250,7 @@ class SFTDataset:
     @property
     def lengths(self) -> np.ndarray:
         """Real tokens of every sample, in sample order (for length-grouped samplers)."""
-        totals = np.add.reduceat(self.piece_length, self.bin_starts[:-1]) if len(self) else np.zeros(0, np.int64)
-        return totals[self.order].astype(np.int64)
+        return self._bin_tokens[self.order].astype(np.int64)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -236,38 +272,47 @@ class SFTDataset:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
-        row, pieces, column, end, counts = _layout(self.bin_starts, self.piece_length, self.order[ids])
+        bins = self.order[ids]
         batch = len(ids)
-        width = self.seq_length if self.packing == "bfd" else int(end.max()) if end.size else 0
-        length = self.piece_length[pieces]
-        documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
-        flat = _ranges(row * width + column, length)  # every real token's place in the flat batch
-        starts = np.zeros(len(flat), dtype=bool)
-        starts[np.cumsum(length) - length] = True  # the first token of each piece
-        tokens = np.full(batch * width, self.pad_id, dtype=np.int64)
-        tokens[flat] = _gather(self.store, documents, offsets, length)
-        trained = np.zeros(batch * width, dtype=bool)
-        trained[flat] = _gather(self.masks, documents, offsets, length).astype(bool) & ~starts
-        positions = _position_ids(row, column, length, batch, width)
+        width = self.seq_length if self.packing == "bfd" else int(self._bin_tokens[bins].max(initial=0))
+        out = (
+            np.full((batch, width), self.pad_id, dtype=np.int64),
+            np.full((batch, width), self.label_pad, dtype=np.int64),
+            np.zeros((batch, width), dtype=np.float32),
+            np.zeros((batch, width), dtype=np.int64),
+            np.zeros((batch, self.cu_seqlens_length), dtype=np.int32),
+            np.zeros(batch, dtype=np.int64),
+            np.zeros(batch, dtype=np.int64),
+        )
+        _fill(*self._sources(bins), self.shape == "megatron", out)
         if self.shape == "hf":
-            labels = np.where(trained, tokens, self.label_pad)
-            return {
-                "input_ids": tokens.reshape(batch, width),
-                "labels": labels.reshape(batch, width),
-                "position_ids": positions,
-            }
-        target = np.zeros(batch * width, dtype=bool)  # labels[t] holds tokens[t + 1]
-        target[:-1] = trained[1:]
-        labels = np.full(batch * width, self.label_pad, dtype=np.int64)
-        labels[:-1] = np.where(target[:-1], tokens[1:], self.label_pad)
-        out = {
-            "tokens": tokens.reshape(batch, width),
-            "labels": labels.reshape(batch, width),
-            "loss_mask": target.astype(np.float32).reshape(batch, width),
-            "position_ids": positions,
-        }
-        out.update(_boundaries(row, end, length, counts, self.cu_seqlens_length))
-        return out
+            return {"input_ids": out[0], "labels": out[1], "position_ids": out[3]}
+        return dict(zip(SHAPES["megatron"], out))
+
+    def _sources(self, bins: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(bins, bin_starts, piece_length, tokens, token starts, masks, mask starts) for ``_fill``:
+        the memory-mapped stores themselves, else the pieces of ``bins`` read into local arrays."""
+        if self._starts is not None:
+            token_start, mask_start = self._starts
+            return (
+                bins,
+                self.bin_starts,
+                self.piece_length,
+                self._token_array,
+                token_start,
+                self._mask_array,
+                mask_start,
+            )
+        counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
+        pieces = _ranges(self.bin_starts[bins], counts)
+        documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
+        length = self.piece_length[pieces]
+        starts = np.cumsum(length) - length
+        local_bins = np.arange(len(bins), dtype=np.int64)
+        local_starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        tokens = _gather(self.store, documents, offsets, length)
+        masks = _gather(self.masks, documents, offsets, length)
+        return local_bins, local_starts, length, tokens, starts, masks, starts
 
     def __repr__(self) -> str:
         return (
