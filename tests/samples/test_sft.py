@@ -185,6 +185,12 @@ def test_unpacked_pads_to_the_batch_and_length_grouped_loader(chats):
     sampler = tp.StreamSampler(len(ds), 0, 8, 0, 1, seed=2, order="length_grouped", lengths=ds.lengths, group_size=8)
     loader = tp.StatefulLoader(ds, sampler, fields=["tokens", "labels", "loss_mask"])
     first = next(iter(loader))
+    in_worker = tp.StatefulLoader(
+        ds,
+        tp.StreamSampler(len(ds), 0, 8, 0, 1, seed=2, order="length_grouped", lengths=ds.lengths, group_size=8),
+        num_workers=1,
+    )
+    assert torch.equal(next(iter(in_worker))["tokens"], first["tokens"])
     assert set(first) == {"tokens", "labels", "loss_mask"} and isinstance(first["tokens"], torch.Tensor)
     assert first["tokens"].shape == (8, int(ds.lengths.max()))  # the longest sample leads, padded to it
     state = loader.state_dict()

@@ -198,9 +198,9 @@ class SFTDataset:
         self.order = np.arange(num_bins, dtype=np.int64) if rng is None else rng.permutation(num_bins)
         self.counts = self._count(lengths, kept)
         self._bin_tokens = np.add.reduceat(length, self.bin_starts[:-1]) if num_bins else np.zeros(0, np.int64)
-        self._token_array, self._mask_array = self.store.token_array(), self.masks.token_array()
+        # each piece's place in the .bin files, for stores that are memory-mapped (arrays not kept: pickles stay small)
         self._starts = None
-        if self._token_array is not None and self._mask_array is not None:  # each piece's place in the .bin files
+        if self.store.token_array() is not None and self.masks.token_array() is not None:
             self._starts = tuple(
                 source.sequence_pointers[self.piece_document] // source.dtype.itemsize + self.piece_offset
                 for source in (self.store, self.masks)
@@ -292,17 +292,10 @@ class SFTDataset:
     def _sources(self, bins: np.ndarray) -> tuple[np.ndarray, ...]:
         """(bins, bin_starts, piece_length, tokens, token starts, masks, mask starts) for ``_fill``:
         the memory-mapped stores themselves, else the pieces of ``bins`` read into local arrays."""
-        if self._starts is not None:
+        tokens, masks = self.store.token_array(), self.masks.token_array()
+        if self._starts is not None and tokens is not None and masks is not None:
             token_start, mask_start = self._starts
-            return (
-                bins,
-                self.bin_starts,
-                self.piece_length,
-                self._token_array,
-                token_start,
-                self._mask_array,
-                mask_start,
-            )
+            return bins, self.bin_starts, self.piece_length, tokens, token_start, masks, mask_start
         counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
         pieces = _ranges(self.bin_starts[bins], counts)
         documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
