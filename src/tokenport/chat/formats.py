@@ -127,7 +127,8 @@ def _message(item: Any, where: str) -> dict[str, Any]:
     unknown = sorted(key for key, value in item.items() if value is not None and key not in message and key != "role")
     if unknown:
         raise InputDataError(
-            f"{where}: unknown message field(s) {unknown}; known: role, content, tool_calls, {', '.join(_OPTIONAL_STRINGS)}"
+            f"{where}: unknown message field(s) {unknown}; known: role, content, tool_calls, "
+            + ", ".join(_OPTIONAL_STRINGS)
         )
     return message
 
@@ -140,7 +141,8 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         at = f"{where}[{i}]"
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise InputDataError(f"{at}: expected {{'type': 'function', 'function': {{'name': str, 'arguments': ...}}}}")
+            wanted = "{'type': 'function', 'function': {'name': str, 'arguments': ...}}"
+            raise InputDataError(f"{at}: expected {wanted}")
         arguments = function.get("arguments", {})
         if not isinstance(arguments, (str, Mapping)):
             raise InputDataError(f"{at}.function.arguments: must be an object or a JSON string")
@@ -217,7 +219,10 @@ def _prompt_completion(record: Mapping[str, Any], where: str) -> list[dict[str, 
 
 
 def _alpaca(record: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    """`instruction` and `input` joined by a newline (as LLaMA-Factory does) -> `output`; optional `system`, `history`."""
+    """`instruction` and `input` joined by a newline (as LLaMA-Factory does) -> `output`.
+
+    Optional: `system`, and `history` ([instruction, response] pairs before it, LLaMA-Factory's).
+    """
     strings = {}
     for key in ("instruction", "input", "output", "system"):
         value = record.get(key)
