@@ -6,9 +6,11 @@ import copy
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trl.data_utils import is_conversational, maybe_convert_to_chatml
 
-from tokenport.chat.formats import FORMATS, detect_format, to_messages
+from tokenport.chat.formats import FORMATS, ROLES, detect_format, to_messages
 from tokenport.errors import InputDataError
 
 SHAREGPT = {
@@ -106,6 +108,11 @@ def test_messages_keep_tools_reasoning_and_drop_null_keys() -> None:
         ({"messages": [{"role": "user", "content": "q", "tool_calls": [{}]}]}, "only assistant messages"),
         ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{}]}]}, r"tool_calls\[0\]: expected"),
         ({"messages": ["hello"]}, r"messages\[0\]: a message must be an object"),
+        (
+            {"messages": [{"role": "assistant", "tool_calls": [{"type": "code", "function": {"name": "f"}}]}]},
+            r"tool_calls\[0\].type: 'code' is not 'function'",
+        ),
+        ({"conversations": [{"from": ["human"], "value": "q"}]}, r"conversations\[0\].from: \['human'\] is not one of"),
     ],
 )
 def test_malformed_messages_name_the_field(record: dict, message: str) -> None:
@@ -162,3 +169,39 @@ def test_named_format_is_used_and_checked() -> None:
         to_messages(SHAREGPT, format="chatml")
     with pytest.raises(InputDataError, match="field `messages` is missing"):
         to_messages(SHAREGPT, format="messages")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(
+    ["messages", "conversations", "prompt", "completion", "instruction", "input", "output", "system", "history"]
+)
+_TURN = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from([*ROLES, "human", 3]),
+        "from": st.sampled_from(["human", "gpt", "function_call", "observation", "x"]) | _JSON,
+        "content": st.text(max_size=4) | _JSON,
+        "value": st.text(max_size=4) | _JSON,
+        "tool_calls": _JSON,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _JSON | st.lists(_TURN, max_size=4) | st.text(max_size=4), max_size=4))
+def test_any_record_gives_checked_messages_or_input_data_error(record: dict) -> None:
+    """Never an unexpected exception, never an unchecked message: valid output or InputDataError."""
+    try:
+        messages = to_messages(record, where="fuzz:1")
+    except InputDataError as exc:
+        assert str(exc).startswith("fuzz:1: ")
+        return
+    assert messages and any(m["role"] == "assistant" for m in messages)
+    for message in messages:
+        assert message["role"] in ROLES
+        assert message["content"] is None or isinstance(message["content"], str)
+        assert message["content"] is not None or message.get("tool_calls")

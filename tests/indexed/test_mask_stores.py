@@ -165,6 +165,15 @@ def test_plain_store_over_a_chat_store_removes_its_masks_and_back(tmp_path):
     tp.verify(tmp_path / "s")
 
 
+def test_a_plain_store_leaves_an_unrelated_store_named_like_masks_alone(tmp_path):
+    """PREFIX.mask may be a store of its own: only masks the old manifest lists are removed."""
+    _write_plain(tmp_path / "s.mask", 1)
+    _write_plain(tmp_path / "s", 2)
+    _write_plain(tmp_path / "s", 3)
+    assert {"s.mask.bin", "s.mask.idx", "s.mask.json"} <= set(os.listdir(tmp_path))
+    tp.verify(tmp_path / "s.mask")
+
+
 def test_inspect_shows_mask_coverage(tmp_path, capsys):
     documents = _write_chat(tmp_path / "c", 8)
     expected = sum(int(m.sum()) for _, m in documents) / sum(len(m) for _, m in documents)

@@ -146,11 +146,12 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         arguments = function.get("arguments", {})
         if not isinstance(arguments, (str, Mapping)):
             raise InputDataError(f"{at}.function.arguments: must be an object or a JSON string")
-        entry: dict[str, Any] = {
-            "type": call.get("type") or "function",
-            "function": {"name": function["name"], "arguments": arguments},
-        }
+        if call.get("type") not in (None, "function"):
+            raise InputDataError(f"{at}.type: {call.get('type')!r} is not 'function'")
+        entry: dict[str, Any] = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
         if call.get("id") is not None:
+            if not isinstance(call["id"], str):
+                raise InputDataError(f"{at}.id: must be a string, got {type(call['id']).__name__}")
             entry["id"] = call["id"]
         checked.append(entry)
     return checked
@@ -174,7 +175,7 @@ def _sharegpt(record: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
             messages.append(_message(turn, at))
             continue
         source, value = turn.get("from"), turn.get("value")
-        if source not in _SHAREGPT_ROLES:
+        if not isinstance(source, str) or source not in _SHAREGPT_ROLES:
             raise InputDataError(f"{at}.from: {source!r} is not one of {', '.join(_SHAREGPT_ROLES)}")
         if not isinstance(value, str):
             raise InputDataError(f"{at}.value: must be a string, got {type(value).__name__}")

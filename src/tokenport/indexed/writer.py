@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..errors import ConfigError, TokenizerError, TokenportError
+from ..errors import ConfigError, CorruptStoreError, TokenizerError, TokenportError
 from . import commit
 from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new_hasher
 from .format import IndexHeader, dtype_code, dtype_for_vocab
-from .manifest import Checksums, Manifest, manifest_path, mask_prefix
+from .manifest import Checksums, Manifest, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE, MaskColumn, as_mask
 
 _SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
@@ -438,12 +438,7 @@ class IndexedDatasetWriter:
             self._lengths.discard()  # composed into the .idx: a kill from here on leaves no spill file
             self._documents.discard()
             # the manifest goes last; a plain store replacing a chat store removes the old masks
-            stale = () if self._masks is not None else commit.mask_paths(self.prefix)
-            commit.publish(
-                self.prefix,
-                [*renames, (json_path, manifest_path(self.prefix))],
-                [path for path in stale if os.path.exists(path)],
-            )
+            commit.publish(self.prefix, [*renames, (json_path, manifest_path(self.prefix))], self._stale_masks())
         except BaseException:
             if os.path.exists(commit.journal_path(self.prefix)):
                 raise  # publication began: the journal rolls it forward on the next open
@@ -454,6 +449,19 @@ class IndexedDatasetWriter:
             raise
         self._state = "done"
         return self.prefix
+
+    def _stale_masks(self) -> list[str]:
+        """The masks a plain store must remove: those of the chat store it replaces, as its manifest lists them
+        (never a store of its own that merely happens to be named PREFIX.mask)."""
+        if self._masks is not None:
+            return []
+        try:
+            old = read_manifest(self.prefix)
+        except CorruptStoreError:
+            return []
+        if old is None or old.masks is None:
+            return []
+        return [path for path in commit.mask_paths(self.prefix) if os.path.exists(path)]
 
     def _write_index(self, path: str, dtype: np.dtype) -> str:
         header = IndexHeader(dtype, self._lengths.count, self._documents.count)
