@@ -13,6 +13,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.cli import main
+from tokenport.indexed import resolve_stores
 from tokenport.indexed.inspect import summarize
 
 CHAT = {"format": "messages", "policy": "assistant_only", "template": "sha256:0f1e"}
@@ -172,6 +173,19 @@ def test_a_plain_store_leaves_an_unrelated_store_named_like_masks_alone(tmp_path
     _write_plain(tmp_path / "s", 3)
     assert {"s.mask.bin", "s.mask.idx", "s.mask.json"} <= set(os.listdir(tmp_path))
     tp.verify(tmp_path / "s.mask")
+
+
+def test_a_glob_of_chat_stores_names_each_store_once(tmp_path):
+    """`tokenport merge out stores/*` passes a chat store's mask files too: they belong to it."""
+    _write_chat(tmp_path / "a", 13)
+    _write_chat(tmp_path / "b", 14)
+    files = sorted(str(tmp_path / name) for name in os.listdir(tmp_path))
+    assert len(files) == 10
+    assert resolve_stores(files) == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["merge", str(tmp_path / "out" / "ab"), *files]) == 0
+    assert tp.verify(tmp_path / "out" / "ab").masks.startswith("verified")
+    # a store named like masks, with no store beside it, is a store of its own
+    assert resolve_stores([str(tmp_path / "a.mask.bin")]) == [str(tmp_path / "a.mask")]
 
 
 def test_inspect_shows_mask_coverage(tmp_path, capsys):
