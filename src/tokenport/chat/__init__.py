@@ -1,0 +1,1 @@
+"""Conversations -> token ids + loss masks: record formats, chat templates, masking policies."""
