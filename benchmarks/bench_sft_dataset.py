@@ -43,14 +43,10 @@ def conversations(count: int, seed: int) -> tuple[list[np.ndarray], list[np.ndar
 
 
 def write_store(prefix: str, tokens: list[np.ndarray], masks: list[np.ndarray]) -> tp.IndexedDataset:
-    """The chat store: PREFIX and PREFIX.mask."""
-    with (
-        tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as t,
-        tp.IndexedDatasetWriter(prefix + ".mask", np.uint8) as m,
-    ):
+    """The chat store: PREFIX and its PREFIX.mask."""
+    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
         for ids, mask in zip(tokens, masks):
-            t.add_document(ids)
-            m.add_document(mask)
+            writer.add_document(ids, mask=mask)
     return tp.IndexedDataset(prefix)
 
 

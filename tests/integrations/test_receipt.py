@@ -244,18 +244,14 @@ def test_an_sft_dataset_is_certified_with_its_loss_masks(tmp_path):
 
     def chat_store(name, flip):
         prefix = str(tmp_path / name)
-        with (
-            tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as tokens,
-            tp.IndexedDatasetWriter(prefix + ".mask", dtype=np.uint8) as masks,
-        ):
+        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
             for k, conversation in enumerate(conversations):
                 mask = (np.arange(len(conversation)) >= len(conversation) // 2).astype(np.uint8)
-                tokens.add_document(conversation)
-                masks.add_document(1 - mask if k == flip else mask)
+                writer.add_document(conversation, mask=1 - mask if k == flip else mask)
         return tp.SFTDataset(tp.IndexedDataset(prefix), 64, seed=0)
 
     state = StatefulLoader.for_dataset(chat_store("a", -1), micro_batch_size=2, seed=1).state_dict()
     assert state["receipt"]["dataset"]["type"] == "SFTDataset" and not state["receipt"]["uncertified"]
     StatefulLoader.for_dataset(chat_store("b", -1), micro_batch_size=2, seed=1).load_state_dict(state)
-    with pytest.raises(tp.ConfigError, match=r"store '.*a\.mask' \(now '.*c\.mask'\) changed content"):
+    with pytest.raises(tp.ConfigError, match=r"store '.*a' \(now '.*c'\) changed content \(loss masks bin digest"):
         StatefulLoader.for_dataset(chat_store("c", 3), micro_batch_size=2, seed=1).load_state_dict(state)

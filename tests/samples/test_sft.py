@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.errors import ConfigError, CorruptStoreError
+from tokenport.errors import ConfigError
 from tokenport.samples.sft import SFTDataset
 
 SEQ = 96
@@ -33,14 +33,10 @@ def _conversations(n: int, seed: int, long_prompt_every: int = 0) -> list[tuple[
 
 
 def _write(prefix: str, conversations) -> tp.IndexedDataset:
-    """A chat store: PREFIX (uint16 tokens) and PREFIX.mask (uint8 masks), one sequence each."""
-    with (
-        tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as tokens,
-        tp.IndexedDatasetWriter(prefix + ".mask", dtype=np.uint8) as masks,
-    ):
+    """A chat store: PREFIX (uint16 tokens) and its PREFIX.mask (uint8 masks), one sequence each."""
+    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
         for t, m in conversations:
-            tokens.add_document(t)
-            masks.add_document(m)
+            writer.add_document(t, mask=m)
     return tp.IndexedDataset(prefix)
 
 
@@ -224,5 +220,5 @@ def test_refuses_bad_options_and_mismatched_masks(chats, tmp_path):
     ):
         t.add_document([1, 2, 3])
         m.add_document([0, 1])
-    with pytest.raises(CorruptStoreError, match="mask"):
+    with pytest.raises(ConfigError, match="not a chat store"):  # two plain stores: no masks in the manifest
         SFTDataset(tp.IndexedDataset(prefix), SEQ)

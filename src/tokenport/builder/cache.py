@@ -51,14 +51,19 @@ def store_identity(store: IndexedDataset) -> dict[str, Any]:
     manifest = store.manifest
     if manifest is not None:
         sums = manifest.checksums
-        blocks = hashlib.sha256("\n".join(sums.bin_blocks).encode("ascii")).hexdigest()
-        return {
+        identity: dict[str, Any] = {
             "checksum": sums.algorithm,
             "idx": sums.idx,
             "bin_block_size": sums.bin_block_size,
-            "bin_blocks_sha256": blocks,
+            "bin_blocks_sha256": _blocks_digest(sums.bin_blocks),
             "tokens": manifest.tokens,
         }
+        if manifest.masks is not None:  # a chat store: its loss masks are content too
+            identity["masks"] = {
+                "idx": manifest.masks.idx,
+                "bin_blocks_sha256": _blocks_digest(manifest.masks.bin_blocks),
+            }
+        return identity
     if is_remote(store.prefix):
         raise ConfigError(
             f"{store.prefix}: a remote store without a PREFIX.json manifest has no content identity "
@@ -69,6 +74,11 @@ def store_identity(store: IndexedDataset) -> dict[str, Any]:
         stat = os.stat(local_path(store.prefix) + suffix)
         identity[suffix[1:]] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     return identity
+
+
+def _blocks_digest(blocks: tuple[str, ...]) -> str:
+    """One sha256 over a file's per-block checksums."""
+    return hashlib.sha256("\n".join(blocks).encode("ascii")).hexdigest()
 
 
 def _json_scalar(value: Any) -> Any:

@@ -257,7 +257,6 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
             "type": "SFTDataset",
             "length": len(dataset),
             "store": _describe_store(dataset.store, path, uncertified),
-            "masks": _describe_store(dataset.masks, f"{path}.masks", uncertified),
             "sample_config": _plain(
                 {
                     "seq_length": dataset.seq_length,
@@ -372,8 +371,6 @@ def _compare_node(old: Mapping[str, Any], new: Mapping[str, Any], path: str, out
         out.append(_Change("", f"{path}: was a {old.get('type')}, is now a {new.get('type')}"))
         return
     content_changed = "store" in old and _compare_store(old["store"], new["store"], out)
-    if "masks" in old:  # a chat store's loss masks are content too
-        content_changed = _compare_store(old["masks"], new.get("masks", {}), out) or content_changed
     length_changed = old.get("length") != new.get("length")
     if length_changed:
         out.append(
@@ -488,6 +485,8 @@ def _content_change(old: Any, new: Any) -> str:
     """The first content field that differs, shortened: 'idx digest a1b2c3d4.. -> c3d4e5f6..'."""
     if not isinstance(old, Mapping) or not isinstance(new, Mapping):
         return f"identity {old} -> {new}"
+    if old.get("masks") != new.get("masks") and all(old.get(k) == new.get(k) for k in old if k != "masks"):
+        return f"loss masks {_content_change(old.get('masks'), new.get('masks'))}"
     for key in ("idx", "bin_blocks_sha256", "tokens", "bin"):
         if key in old and old.get(key) != new.get(key):
             name = {"idx": "idx digest", "bin_blocks_sha256": "bin digest"}.get(key, key)

@@ -48,7 +48,7 @@ import numba
 import numpy as np
 
 from .._checks import check_choice, check_int
-from ..errors import ConfigError, CorruptStoreError
+from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from .packed import _check_ids, _pack_windows, _ranges
 
@@ -61,12 +61,12 @@ SHAPES = {
 
 
 def open_mask_store(store: IndexedDataset) -> IndexedDataset:
-    """The loss-mask store of a chat store (``PREFIX.mask``), checked to match it sequence by sequence."""
-    masks = IndexedDataset(store.prefix + ".mask", store.mode)
-    if len(masks) != len(store) or not np.array_equal(masks.sequence_lengths, store.sequence_lengths):
-        raise CorruptStoreError(
-            f"{store.prefix}.mask: the loss-mask store does not match its token store (sequences or "
-            f"lengths differ); write both with one prepare run"
+    """The loss-mask store of a chat store (``PREFIX.mask``, checked against the tokens when opened)."""
+    masks = store.masks
+    if masks is None:
+        raise ConfigError(
+            f"{store.prefix}: not a chat store (its manifest lists no loss masks); write it with "
+            "prepare --format chat or IndexedDatasetWriter(..., masks=True)"
         )
     return masks
 
