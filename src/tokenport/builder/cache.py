@@ -69,11 +69,11 @@ def store_identity(store: IndexedDataset) -> dict[str, Any]:
             f"{store.prefix}: a remote store without a PREFIX.json manifest has no content identity "
             "for the index cache; write the store with tokenport (or add a manifest), or cache nothing"
         )
-    identity: dict[str, Any] = {}
+    files: dict[str, Any] = {}
     for suffix in (".idx", ".bin"):
         stat = os.stat(local_path(store.prefix) + suffix)
-        identity[suffix[1:]] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    return identity
+        files[suffix[1:]] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return files
 
 
 def _blocks_digest(blocks: tuple[str, ...]) -> str:
