@@ -1,0 +1,27 @@
+"""Chat: conversations to token ids and loss masks.
+
+``template``: a model's chat template (from a tokenizer directory, a file, or the built-in ChatML),
+rendered with jinja2 exactly as transformers' ``apply_chat_template`` renders it, with the character
+spans of its ``{% generation %}`` blocks. ``masks``: ``encode_chat``, one conversation to ids and a
+uint8 loss mask by a masking policy (every assistant turn, the last one, or everything but tool
+outputs; reasoning trained or masked), equal to transformers' assistant mask where the template marks
+generation.
+"""
+
+import typing
+
+from .. import _lazy
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .masks import encode_chat
+    from .template import CHATML_TEMPLATE, ChatTemplate
+
+# public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    "CHATML_TEMPLATE": ".template",
+    "ChatTemplate": ".template",
+    "encode_chat": ".masks",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _EXPORTS)

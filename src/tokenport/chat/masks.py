@@ -1,0 +1,209 @@
+"""A conversation to token ids and a loss mask (1 = trained), by a masking policy.
+
+With `{% generation %}` markers the assistant mask is transformers' (`return_assistant_tokens_mask=True`),
+token for token. Without them, the spans of the messages' text are located exactly (see `locate_fields`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_choice
+from ..errors import ConfigError, InputDataError
+from ..tokenizers import Tokenizer
+from .template import REASONING_FIELDS, ChatTemplate, prepare_messages
+
+__all__ = ["POLICIES", "REASONING", "ROLES", "encode_chat"]
+
+ROLES = ("system", "user", "assistant", "tool")
+POLICIES = ("assistant", "last_assistant", "all")
+"""assistant: every assistant turn; last_assistant: the last one; all: every token but tool outputs."""
+REASONING = ("train", "mask")
+
+Span = tuple[int, int]
+_OPEN, _CLOSE = "\U00100000", "\U00100001"  # private-use characters around a sentinel's number
+_SENTINEL_RE = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
+# Ways a template may print a field's text; the located spans are verified against the real render.
+_PRINTED = ((lambda v: v), str.strip, lambda v: v.strip("\n"))
+
+
+def encode_chat(
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    policy: str = "assistant",
+    reasoning: str = "train",
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids (int64) and loss mask (uint8, 1 = trained) of one conversation, with one tokenizer call.
+
+    policy: "assistant" (every assistant turn), "last_assistant", or "all" (every token but tool outputs).
+    reasoning: "train" or "mask" (the tokens of assistant reasoning text carry no loss).
+    With generation markers, "assistant" is transformers' assistant mask exactly; "last_assistant" keeps the
+    last block (one block per assistant message is required). Without markers, an assistant turn is the
+    located text of its content (and of its reasoning when trained); the end-of-turn token is not in it,
+    and an assistant message with tool calls is refused (only markers say where calls are printed).
+    A token is in a span from the token holding its first character to the one holding its last, as
+    transformers maps spans; a token touching masked reasoning or tool text carries no loss."""
+    check_choice("policy", policy, POLICIES)
+    check_choice("reasoning", reasoning, REASONING)
+    check_messages(messages)
+    text, generation = template.render(messages, tools=tools)
+    ids, offsets = tokenizer.encode_offsets(text)
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    chat = prepare_messages(messages)
+    assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+    if policy == "last_assistant":
+        assistants = assistants[-1:]
+    markers = template.has_generation_markers
+    fields: list[tuple[int, str]] = []
+    if policy != "all" and not markers:
+        for i in assistants:
+            if chat[i].get("tool_calls"):
+                raise ConfigError(
+                    f"messages[{i}] has tool_calls, and the chat template from {template.origin} has no "
+                    "{% generation %} markers to say where they are printed; policy "
+                    f"{policy!r} with tool calls needs a template with markers"
+                )
+            fields += [(i, "content")] if "content" in chat[i] else []
+    if reasoning == "mask" or (policy != "all" and not markers):
+        fields += [(i, "reasoning_content") for i in assistants if "reasoning_content" in chat[i]]
+    if policy == "all":
+        fields += [(i, "content") for i, m in enumerate(chat) if m["role"] == "tool"]
+    located = locate_fields(template, chat, fields, text, tools) if fields else {}
+
+    mask = np.zeros(len(ids), np.uint8)
+    if policy == "all":
+        mask[:] = 1
+    elif markers:
+        if policy == "last_assistant":
+            if len(generation) != sum(m["role"] == "assistant" for m in chat):
+                raise ConfigError(
+                    f"the chat template from {template.origin} printed {len(generation)} generation blocks for "
+                    f"{sum(m['role'] == 'assistant' for m in chat)} assistant messages; policy 'last_assistant' "
+                    "needs one block per assistant message"
+                )
+            generation = generation[-1:]
+        _mark_transformers(mask, starts, ends, generation)
+    else:
+        trained = []
+        for i, field in fields:
+            spans = located[i, field]
+            if field == "content" and len(spans) != 1:
+                found = "not printed" if not spans else f"printed {len(spans)} times"
+                raise ConfigError(
+                    f"messages[{i}].content is {found} by the chat template from {template.origin}, so the "
+                    f"assistant turn cannot be located; policy {policy!r} needs a template with generation markers"
+                )
+            if field == "content" or reasoning == "train":
+                trained += spans
+        _mark_transformers(mask, starts, ends, sorted(s for s in trained if s[1] > s[0]))
+    for i, field in fields:  # text that never carries loss
+        if (field == "reasoning_content" and reasoning == "mask") or chat[i]["role"] == "tool":
+            for start, end in located[i, field]:
+                mask[(starts < end) & (ends > start)] = 0
+    return ids, mask
+
+
+def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse (InputDataError naming the field) a message with an unknown role or non-text where text is needed."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InputDataError(f"messages[{i}].role={role!r} is not a chat role; use one of {', '.join(ROLES)}")
+        content = message.get("content")
+        calls = message.get("tool_calls")
+        needs_text = role != "assistant" or not (calls or any(message.get(k) for k in REASONING_FIELDS))
+        if not isinstance(content, str) and (content is not None or needs_text):
+            raise InputDataError(
+                f"messages[{i}].content is {type(content).__name__}; a {role} message needs text (a string)"
+                + ("" if role != "assistant" else ", unless it has tool_calls or reasoning")
+            )
+        for key in REASONING_FIELDS:
+            if message.get(key) is not None and not isinstance(message[key], str):
+                raise InputDataError(f"messages[{i}].{key} is {type(message[key]).__name__}; pass a string")
+        if calls is not None and (
+            role != "assistant" or not isinstance(calls, list) or not all(isinstance(c, Mapping) for c in calls)
+        ):
+            raise InputDataError(
+                f"messages[{i}].tool_calls must be a list of dicts on an assistant message; got "
+                f"{type(calls).__name__} on a {role} message"
+            )
+
+
+def locate_fields(
+    template: ChatTemplate,
+    chat: list[dict[str, Any]],
+    fields: list[tuple[int, str]],
+    text: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> dict[tuple[int, str], list[Span]]:
+    """Character spans of `text` printed from each (message index, field) of `chat`.
+
+    Exact by construction: each field is replaced by a unique sentinel, the conversation rendered again,
+    and the sentinels replaced back by the field's text (as is, stripped, or stripped of newlines); the
+    spans are kept only if that rebuilds `text` character for character. Else a ConfigError."""
+    if _OPEN in text or _CLOSE in text:
+        raise InputDataError(
+            "a message holds the private-use characters U+100000/U+100001 tokenport uses to locate message text; "
+            "remove them"
+        )
+    marked = [dict(m) for m in chat]
+    values = []
+    for k, (i, field) in enumerate(fields):
+        values.append(chat[i][field])
+        keys = REASONING_FIELDS if field == "reasoning_content" else (field,)
+        for key in keys:
+            if key in marked[i]:
+                marked[i][key] = f"{_OPEN}{k}{_CLOSE}"
+    sentinel_text, _ = template.render(marked, tools=tools)
+    for printed in _PRINTED:
+        located: dict[tuple[int, str], list[Span]] = {f: [] for f in fields}
+        pieces, cursor, size = [], 0, 0
+        for match in _SENTINEL_RE.finditer(sentinel_text):
+            k = int(match.group(1))
+            before = sentinel_text[cursor : match.start()]
+            value = printed(values[k])
+            start = size + len(before)
+            located[fields[k]].append((start, start + len(value)))
+            pieces += [before, value]
+            size = start + len(value)
+            cursor = match.end()
+        pieces.append(sentinel_text[cursor:])
+        if "".join(pieces) == text:
+            return located
+    raise ConfigError(
+        f"the chat template from {template.origin} changes the text of "
+        f"{', '.join(f'messages[{i}].{f}' for i, f in fields)} as it prints it (or prints it conditionally), so "
+        "its spans cannot be located exactly; use a template with {% generation %} markers, or policy 'assistant'"
+    )
+
+
+def _mark_transformers(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span]) -> None:
+    """Set `mask` over `spans` as transformers' apply_chat_template sets its assistant mask.
+
+    Each span runs from the first token holding its first character to the first token holding its last
+    character (tokenizers' char_to_token); no token at the start stops the marking; none at the end, or the
+    first token, marks to the end of the text (transformers' `if end_token` test)."""
+    n = len(mask)
+    for start, end in spans:
+        first = _char_to_token(starts, ends, start)
+        last = _char_to_token(starts, ends, end - 1)
+        if first is None:
+            break
+        mask[first : last + 1 if last else n] = 1
+
+
+def _char_to_token(starts: np.ndarray, ends: np.ndarray, char: int) -> int | None:
+    """Index of the first token whose offsets hold `char`, as tokenizers' Encoding.char_to_token."""
+    hits = np.flatnonzero((starts <= char) & (ends > char))
+    return int(hits[0]) if hits.size else None
