@@ -18,7 +18,7 @@ import pytest
 import tokenizers as hf
 from transformers import PreTrainedTokenizerFast
 
-from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat
+from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, load_chat_template
 from tokenport.errors import ConfigError, InputDataError, TokenizerError
 from tokenport.tokenizers import ByteTokenizer, load_tokenizer, train_byte_level_bpe
 
@@ -391,3 +391,19 @@ def test_a_block_ending_in_the_first_token_marks_to_the_end_as_transformers(bpe)
     ids, mask = encode_chat(tok, ChatTemplate(source), messages)
     assert ChatTemplate(source).render(messages)[1] == [(0, 1)] and mask.all()
     assert (ids.tolist(), mask.tolist()) == _peer(peer, source, messages)
+
+
+def test_load_chat_template_resolves_the_default(bpe, tmp_path):
+    tok, peer = bpe
+    assert load_chat_template().source == CHATML_TEMPLATE
+    assert load_chat_template(None, ByteTokenizer()).source == CHATML_TEMPLATE
+    with pytest.raises(ConfigError, match="has no chat template"):
+        load_chat_template(None, tok)  # the trained tokenizer's directory holds no template
+    peer.chat_template = QWEN
+    peer.save_pretrained(tmp_path)
+    assert load_chat_template(None, load_tokenizer(f"hf:{tmp_path}")).source == QWEN
+    assert load_chat_template(str(tmp_path)).source == QWEN
+    assert load_chat_template(str(tmp_path / "chat_template.jinja")).source == QWEN
+    assert load_chat_template("chatml", tok).source == CHATML_TEMPLATE
+    with pytest.raises(ConfigError, match="neither 'chatml'"):
+        load_chat_template(str(tmp_path / "missing.jinja"))

@@ -14,13 +14,14 @@ from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .masks import encode_chat
-    from .template import CHATML_TEMPLATE, ChatTemplate
+    from .template import CHATML_TEMPLATE, ChatTemplate, load_chat_template
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "CHATML_TEMPLATE": ".template",
     "ChatTemplate": ".template",
     "encode_chat": ".masks",
+    "load_chat_template": ".template",
 }
 
 __all__ = sorted(_EXPORTS)

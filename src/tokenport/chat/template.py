@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, InputDataError, TokenportError
+from ..tokenizers import Tokenizer
 
-__all__ = ["CHATML_TEMPLATE", "ChatTemplate"]
+__all__ = ["CHATML_TEMPLATE", "ChatTemplate", "load_chat_template"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -90,8 +91,9 @@ class ChatTemplate:
         """The template a tokenizer directory holds, found where transformers looks for it.
 
         `chat_template.jinja` and `additional_chat_templates/NAME.jinja` first, else `tokenizer_config.json`'s
-        `chat_template` (a string or a list of {name, template}); several templates need `name` unless one is
-        "default". The config's named special tokens (bos_token, eos_token, ...) become template variables."""
+        `chat_template` (a string or a list of {name, template}); `name` picks one, else "default" (pass
+        name="tool_use" for transformers' tool template). The config's named special tokens (bos_token,
+        eos_token, ...) become template variables."""
         config_path = os.path.join(path, "tokenizer_config.json")
         config: dict[str, Any] = {}
         if os.path.isfile(config_path):
@@ -198,6 +200,32 @@ class ChatTemplate:
         return f"ChatTemplate(origin={self.origin!r}, fingerprint={self.fingerprint[:12]!r})"
 
 
+def load_chat_template(source: str | None = None, tokenizer: Tokenizer | None = None) -> ChatTemplate:
+    """The template `source` names: "chatml" (built in), a Jinja file or a tokenizer directory.
+
+    None means the tokenizer's own: the template beside an 'hf:'/'gigatoken:' tokenizer.json, or the
+    built-in ChatML for the byte-level tokenizer (or no tokenizer)."""
+    if source == "chatml":
+        return ChatTemplate.chatml()
+    if source is not None:
+        if os.path.isdir(source):
+            return ChatTemplate.from_tokenizer_dir(source)
+        if os.path.isfile(source):
+            return ChatTemplate.from_file(source)
+        raise ConfigError(
+            f"chat template {source!r} is neither 'chatml', a template file nor a tokenizer directory; check the path"
+        )
+    if tokenizer is None or tokenizer.kind == "byte":
+        return ChatTemplate.chatml()
+    path = getattr(tokenizer, "path", None)
+    if tokenizer.kind in ("hf", "gigatoken") and isinstance(path, str):
+        return ChatTemplate.from_tokenizer_dir(os.path.dirname(path))
+    raise ConfigError(
+        f"the {tokenizer.kind} tokenizer {tokenizer.name!r} carries no chat template; "
+        "name one: 'chatml', a template file or a tokenizer directory"
+    )
+
+
 def _rebuild(source: str, special_tokens: dict[str, str], origin: str) -> ChatTemplate:
     """Unpickle a ChatTemplate."""
     return ChatTemplate(source, special_tokens=special_tokens, origin=origin)
@@ -237,8 +265,6 @@ def _plain(value: Any, field: str) -> Any:
         return value
     if isinstance(value, str):
         return str.__str__(value)
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
