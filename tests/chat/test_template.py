@@ -108,23 +108,23 @@ def _text(rng: random.Random, low: int = 1, rare: bool = True) -> str:
     return "".join(words)
 
 
-def conversation(rng: random.Random, tools: bool = True, reasoning: bool = True) -> list[dict]:
+def conversation(rng: random.Random, tools: bool = True, reasoning: bool = True, rare: bool = True) -> list[dict]:
     """A random conversation: optional system prompt, 1-4 exchanges, tool calls and outputs, reasoning."""
     messages: list[dict] = []
     if rng.random() < 0.5:
-        messages.append({"role": "system", "content": _text(rng)})
+        messages.append({"role": "system", "content": _text(rng, rare=rare)})
     for _ in range(rng.randint(1, 4)):
-        messages.append({"role": "user", "content": _text(rng)})
+        messages.append({"role": "user", "content": _text(rng, rare=rare)})
         if tools and rng.random() < 0.3:
             calls = [
-                {"function": {"name": rng.choice(["lookup", "add"]), "arguments": {"a": _text(rng)}}}
+                {"function": {"name": rng.choice(["lookup", "add"]), "arguments": {"a": _text(rng, rare=rare)}}}
                 for _ in range(rng.randint(1, 2))
             ]
             messages.append({"role": "assistant", "tool_calls": calls, "content": None})
-            messages += [{"role": "tool", "content": _text(rng)} for _ in calls]
-        answer = {"role": "assistant", "content": _text(rng)}
+            messages += [{"role": "tool", "content": _text(rng, rare=rare)} for _ in calls]
+        answer = {"role": "assistant", "content": _text(rng, rare=rare)}
         if reasoning and rng.random() < 0.4:
-            answer["reasoning_content"] = rng.choice(["\n", ""]) + _text(rng) + rng.choice(["\n", ""])
+            answer["reasoning_content"] = rng.choice(["\n", ""]) + _text(rng, rare=rare) + rng.choice(["\n", ""])
         messages.append(answer)
     return messages
 
@@ -203,7 +203,8 @@ def test_generation_spans_cover_assistant_text(bpe):
 
 def test_span_search_without_markers_equals_markers_around_content(bpe):
     """A template without markers: the located assistant content gives the mask that a generation block
-    around exactly that content gives in transformers (the `| trim` is found by the verified search)."""
+    around exactly that content gives in transformers (the `| trim` is found by the verified search).
+    No rare characters: a block ending in a character split over tokens marks only its first token there."""
     tok, peer = bpe
     plain = ChatTemplate(LLAMA3, special_tokens=peer.special_tokens_map)
     marked_source = (
@@ -215,7 +216,7 @@ def test_span_search_without_markers_equals_markers_around_content(bpe):
     rng = random.Random(3)
     checked = 0
     for _ in range(80):
-        messages = conversation(rng, tools=False, reasoning=False)
+        messages = conversation(rng, tools=False, reasoning=False, rare=False)
         if any(m["role"] == "assistant" and not m["content"].strip() for m in messages):
             continue  # an empty span: transformers marks the token holding the character before it
         ids, mask = encode_chat(tok, plain, messages)
@@ -407,3 +408,24 @@ def test_load_chat_template_resolves_the_default(bpe, tmp_path):
     assert load_chat_template("chatml", tok).source == CHATML_TEMPLATE
     with pytest.raises(ConfigError, match="neither 'chatml'"):
         load_chat_template(str(tmp_path / "missing.jinja"))
+
+
+def test_span_search_prints_each_field_its_own_way(bpe):
+    """Qwen-style without markers: content printed as is, reasoning stripped of newlines (and dropped
+    before the last user turn), each located by the verified search; both land in the trained tokens."""
+    tok, _ = bpe
+    template = ChatTemplate(QWEN)
+    rng = random.Random(6)
+    for _ in range(40):
+        messages = conversation(rng, tools=False)
+        text, _ = template.render(messages)
+        ids, trained = encode_chat(tok, template, messages)
+        ids, masked = encode_chat(tok, template, messages, reasoning="mask")
+        kept = tok.decode(ids[trained == 1])
+        for m in messages:
+            if m["role"] == "assistant":
+                assert m["content"] in kept
+                reasoning = m.get("reasoning_content", "").strip("\n")
+                if reasoning and f"<think>\n{reasoning}\n</think>" in text:
+                    assert reasoning in kept
+        assert (masked <= trained).all()

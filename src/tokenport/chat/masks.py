@@ -48,15 +48,16 @@ def encode_chat(
     last block (one block per assistant message is required). Without markers, an assistant turn is the
     located text of its content (and of its reasoning when trained); the end-of-turn token is not in it,
     and an assistant message with tool calls is refused (only markers say where calls are printed).
-    A token is in a span from the token holding its first character to the one holding its last, as
-    transformers maps spans; a token touching masked reasoning or tool text carries no loss."""
+    A generation block covers the tokens from the one holding its first character to the one holding its
+    last, as transformers maps it; a located span covers every token holding one of its characters (so a
+    character split over several tokens is trained whole); a token touching masked text carries no loss."""
     check_choice("policy", policy, POLICIES)
     check_choice("reasoning", reasoning, REASONING)
     check_messages(messages)
-    text, generation = template.render(messages, tools=tools)
+    chat = prepare_messages(messages)
+    text, generation = template.render(chat, tools=tools)  # preparing prepared messages changes nothing
     ids, offsets = tokenizer.encode_offsets(text)
     starts, ends = offsets[:, 0], offsets[:, 1]
-    chat = prepare_messages(messages)
     assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
     if policy == "last_assistant":
         assistants = assistants[-1:]
@@ -102,7 +103,8 @@ def encode_chat(
                 )
             if field == "content" or reasoning == "train":
                 trained += spans
-        _mark_transformers(mask, starts, ends, sorted(s for s in trained if s[1] > s[0]))
+        for start, end in trained:
+            mask[(starts < end) & (ends > start)] = 1
     for i, field in fields:  # text that never carries loss
         if (field == "reasoning_content" and reasoning == "mask") or chat[i]["role"] == "tool":
             for start, end in located[i, field]:
@@ -150,8 +152,9 @@ def locate_fields(
     """Character spans of `text` printed from each (message index, field) of `chat`.
 
     Exact by construction: each field is replaced by a unique sentinel, the conversation rendered again,
-    and the sentinels replaced back by the field's text (as is, stripped, or stripped of newlines); the
-    spans are kept only if that rebuilds `text` character for character. Else a ConfigError."""
+    and the sentinels replaced back by the field's text (as is, stripped, or stripped of newlines, each
+    field its own way); the spans are kept only if exactly one such replacement rebuilds `text` character
+    for character. Else a ConfigError."""
     if _OPEN in text or _CLOSE in text:
         raise InputDataError(
             "a message holds the private-use characters U+100000/U+100001 tokenport uses to locate message text; "
@@ -166,26 +169,44 @@ def locate_fields(
             if key in marked[i]:
                 marked[i][key] = f"{_OPEN}{k}{_CLOSE}"
     sentinel_text, _ = template.render(marked, tools=tools)
-    for printed in _PRINTED:
-        located: dict[tuple[int, str], list[Span]] = {f: [] for f in fields}
-        pieces, cursor, size = [], 0, 0
-        for match in _SENTINEL_RE.finditer(sentinel_text):
-            k = int(match.group(1))
-            before = sentinel_text[cursor : match.start()]
-            value = printed(values[k])
-            start = size + len(before)
-            located[fields[k]].append((start, start + len(value)))
-            pieces += [before, value]
-            size = start + len(value)
-            cursor = match.end()
-        pieces.append(sentinel_text[cursor:])
-        if "".join(pieces) == text:
-            return located
-    raise ConfigError(
-        f"the chat template from {template.origin} changes the text of "
-        f"{', '.join(f'messages[{i}].{f}' for i, f in fields)} as it prints it (or prints it conditionally), so "
-        "its spans cannot be located exactly; use a template with {% generation %} markers, or policy 'assistant'"
-    )
+    segments, cursor = [], 0
+    for match in _SENTINEL_RE.finditer(sentinel_text):
+        segments.append((sentinel_text[cursor : match.start()], int(match.group(1))))
+        cursor = match.end()
+    solutions = _splices(text, segments, sentinel_text[cursor:], values)
+    if len(solutions) != 1:
+        what = "prints the text of" if solutions else "changes the text of"
+        raise ConfigError(
+            f"the chat template from {template.origin} {what} "
+            f"{', '.join(f'messages[{i}].{f}' for i, f in fields)} "
+            + ("in more than one way that gives this text" if solutions else "as it prints it")
+            + ", so its spans cannot be located exactly; use a template with {% generation %} markers"
+        )
+    located: dict[tuple[int, str], list[Span]] = {f: [] for f in fields}
+    for (_, k), span in zip(segments, solutions[0]):
+        located[fields[k]].append(span)
+    return located
+
+
+def _splices(text: str, segments: list[tuple[str, int]], tail: str, values: list[str]) -> list[list[Span]]:
+    """The ways (at most two) to rebuild `text` as before_0 + printed(value_k0) + before_1 + ... + tail,
+    each value printed in one of the `_PRINTED` ways: the spans of the printed values, per way."""
+    solutions: list[list[Span]] = []
+    stack: list[tuple[int, int, tuple[Span, ...]]] = [(0, 0, ())]
+    while stack and len(solutions) < 2:
+        j, pos, spans = stack.pop()
+        if j == len(segments):
+            if text[pos:] == tail:
+                solutions.append(list(spans))
+            continue
+        before, k = segments[j]
+        if not text.startswith(before, pos):
+            continue
+        pos += len(before)
+        for value in dict.fromkeys(printed(values[k]) for printed in _PRINTED):  # distinct ways, in order
+            if text.startswith(value, pos):
+                stack.append((j + 1, pos + len(value), (*spans, (pos, pos + len(value)))))
+    return solutions
 
 
 def _mark_transformers(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span]) -> None:

@@ -263,6 +263,8 @@ def _plain(value: Any, field: str) -> Any:
     """`value` rebuilt from plain JSON types (as transformers does before a render); other objects are refused."""
     if value is None or type(value) in (str, int, float, bool):
         return value
+    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return dict(value)  # the common message: a copy is all it needs
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
