@@ -336,6 +336,14 @@ def test_template_refusals(bpe):
     twice = ChatTemplate("{% for m in messages %}{{ m['content'] }}|{{ m['content'] }}\n{% endfor %}")
     with pytest.raises(ConfigError, match="printed 2 times"):
         encode_chat(tok, twice, messages)
+    glued = ChatTemplate(
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ m['reasoning_content'] }}"
+        "{{ m['content'].strip('\\n') }}{% else %}{{ m['content'] }}|{% endif %}{% endfor %}"
+    )
+    ambiguous = [messages[0], {"role": "assistant", "content": "\ny", "reasoning_content": "x\n"}]
+    assert glued.render(ambiguous)[0] == "hi|x\ny"  # reasoning "x\n" + content "y", or "x" + "\ny"
+    with pytest.raises(ConfigError, match="in more than one way"):
+        encode_chat(tok, glued, ambiguous)
     calls = [{"type": "function", "function": {"name": "lookup", "arguments": {}}}]
     with pytest.raises(ConfigError, match="tool_calls.*needs a template with markers"):
         llama3 = ChatTemplate(LLAMA3, special_tokens={"bos_token": "<|begin_of_text|>"})
