@@ -362,7 +362,7 @@ def test_template_refusals(bpe):
     with pytest.raises(InputDataError, match="cannot render"):
         ChatTemplate("{{ ''.__class__.__mro__ }}").render(messages)
     with pytest.raises(ConfigError, match="not valid Jinja"):
-        ChatTemplate("{% for %}").render(messages)
+        ChatTemplate("{% for %}")
     with pytest.raises(TokenizerError, match="no character offsets"):
         encode_chat(_NoOffsets(), ChatTemplate.chatml(), messages)
 

@@ -74,7 +74,7 @@ class ChatTemplate:
         self.source = source
         self.special_tokens = tokens
         self.origin = origin
-        self._compiled: Any = None
+        self._compiled = _compile(source, origin)  # now, so a bad template fails where it was given
 
     @classmethod
     def chatml(cls) -> ChatTemplate:
@@ -164,7 +164,7 @@ class ChatTemplate:
         variables = {**self.special_tokens, **_plain(kwargs, "kwargs")}
         tool_schemas = None if tools is None else _plain(_check_dicts(tools, "tools"), "tools")
         docs = None if documents is None else _plain(_check_dicts(documents, "documents"), "documents")
-        template = self._template()
+        template = self._compiled
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
         try:
@@ -186,14 +186,8 @@ class ChatTemplate:
             ) from e
         return "".join(blocks), spans
 
-    def _template(self) -> Any:
-        """The compiled template (compiled once per instance, on first use)."""
-        if self._compiled is None:
-            self._compiled = _compile(self.source, self.origin)
-        return self._compiled
-
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle as the source and its tokens; the compiled template is rebuilt on first use."""
+        """Pickle as the source and its tokens; the template is compiled again where it is unpickled."""
         return (_rebuild, (self.source, self.special_tokens, self.origin))
 
     def __repr__(self) -> str:
