@@ -55,7 +55,7 @@ def encode_chat(
     check_choice("reasoning", reasoning, REASONING)
     check_messages(messages)
     chat = prepare_messages(messages)
-    text, generation = template.render(chat, tools=tools)  # preparing prepared messages changes nothing
+    text, generation = template.render_prepared(chat, tools)
     ids, offsets = tokenizer.encode_offsets(text)
     starts, ends = offsets[:, 0], offsets[:, 1]
     assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
@@ -117,7 +117,7 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
     for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
         role = message.get("role")
         if role not in ROLES:
@@ -168,7 +168,7 @@ def locate_fields(
         for key in keys:
             if key in marked[i]:
                 marked[i][key] = f"{_OPEN}{k}{_CLOSE}"
-    sentinel_text, _ = template.render(marked, tools=tools)
+    sentinel_text, _ = template.render_prepared(marked, tools)
     segments, cursor = [], 0
     for match in _SENTINEL_RE.finditer(sentinel_text):
         segments.append((sentinel_text[cursor : match.start()], int(match.group(1))))

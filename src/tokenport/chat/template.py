@@ -160,8 +160,18 @@ class ChatTemplate:
 
         As transformers renders: keys whose value is None dropped, reasoning aliased under each of its
         names, the special tokens and `kwargs` (which win) passed as variables."""
-        chat = prepare_messages(messages)
-        variables = {**self.special_tokens, **_plain(kwargs, "kwargs")}
+        return self.render_prepared(prepare_messages(messages), tools, documents, add_generation_prompt, kwargs)
+
+    def render_prepared(
+        self,
+        chat: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """`render` of messages already passed through `prepare_messages` (which it would repeat)."""
+        variables = {**self.special_tokens, **_plain(dict(kwargs or {}), "kwargs")}
         tool_schemas = None if tools is None else _plain(_check_dicts(tools, "tools"), "tools")
         docs = None if documents is None else _plain(_check_dicts(documents, "documents"), "documents")
         template = self._compiled
@@ -231,7 +241,7 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
     chat = []
     for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
         plain = _plain({k: v for k, v in message.items() if v is not None}, f"messages[{i}]")
         reasoning = next((plain[key] for key in REASONING_FIELDS if plain.get(key) is not None), None)
