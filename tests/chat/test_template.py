@@ -319,6 +319,10 @@ def test_bad_messages_are_refused_naming_the_field(bpe):
         encode_chat(tok, template, [{"role": "user", "content": None}])
     with pytest.raises(InputDataError, match=r"messages\[1\]\.reasoning_content is int"):
         encode_chat(tok, template, [user, {"role": "assistant", "content": "a", "reasoning_content": 3}])
+    with pytest.raises(InputDataError, match=r"messages\[0\]\.extra is a set"):
+        encode_chat(tok, template, [{**user, "extra": {1}}])
+    with pytest.raises(InputDataError, match="private-use characters"):
+        encode_chat(tok, ChatTemplate(QWEN), [user, {"role": "assistant", "content": "a\U00100001"}])
     with pytest.raises(InputDataError, match="non-empty list"):
         encode_chat(tok, template, [])
     with pytest.raises(InputDataError, match=r"tools\[0\] is str"):
@@ -437,3 +441,13 @@ def test_span_search_prints_each_field_its_own_way(bpe):
                 if reasoning and f"<think>\n{reasoning}\n</think>" in text:
                     assert reasoning in kept
         assert (masked <= trained).all()
+
+
+def test_a_template_renders_one_conversation_at_a_time():
+    """The generation tracker is the template's: a second render while one runs is refused, not mixed in."""
+    template = ChatTemplate.chatml()
+    messages = [{"role": "user", "content": "hi"}]
+    with template._compiled.environment.track_generation([], []):  # a render under way (as from another thread)
+        with pytest.raises(ConfigError, match="one conversation at a time"):
+            template.render(messages)
+    assert template.render(messages)[0] == "<|im_start|>user\nhi<|im_end|>\n"

@@ -368,6 +368,11 @@ def _compile(source: str, origin: str) -> Any:
 
         @contextmanager
         def track(self, blocks: list[str], spans: list[tuple[int, int]]) -> Iterator[None]:
+            if self._blocks is not None:
+                raise ConfigError(
+                    f"the chat template from {origin} is already rendering (in another thread?); "
+                    "a ChatTemplate renders one conversation at a time: use one per thread"
+                )
             self._blocks, self._spans = blocks, spans
             try:
                 yield
