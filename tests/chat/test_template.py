@@ -290,6 +290,13 @@ def test_tokenizer_dir_loading_matches_transformers(bpe, tmp_path):
     template = ChatTemplate.from_tokenizer_dir(str(tmp_path / "jinja"))
     assert template.source == LLAMA3_MARKED
     assert template.special_tokens == peer.special_tokens_map
+    peer.chat_template = {"default": CHATML_TEMPLATE, "tool_use": QWEN}
+    peer.save_pretrained(tmp_path / "named")  # chat_template.jinja + additional_chat_templates/tool_use.jinja
+    assert ChatTemplate.from_tokenizer_dir(str(tmp_path / "named")).source == CHATML_TEMPLATE
+    assert ChatTemplate.from_tokenizer_dir(str(tmp_path / "named"), name="tool_use").source == QWEN
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "tokenizer_config.json").write_text(json.dumps({"chat_template": "C"}))
+    assert ChatTemplate.from_tokenizer_dir(str(tmp_path / "plain")).source == "C"
     (tmp_path / "cfg").mkdir()
     config = {"chat_template": [{"name": "default", "template": "A"}, {"name": "tool_use", "template": "B"}]}
     config["bos_token"] = {"content": "<s>", "lstrip": False}
@@ -451,3 +458,11 @@ def test_a_template_renders_one_conversation_at_a_time():
         with pytest.raises(ConfigError, match="one conversation at a time"):
             template.render(messages)
     assert template.render(messages)[0] == "<|im_start|>user\nhi<|im_end|>\n"
+
+
+def test_gigatoken_is_refused_with_the_hf_spec_to_use(bpe):
+    pytest.importorskip("gigatoken")
+    tok, _ = bpe
+    giga = load_tokenizer(f"gigatoken:{tok.path}")
+    with pytest.raises(TokenizerError, match=f"use 'hf:{tok.path}'"):
+        encode_chat(giga, ChatTemplate.chatml(), [{"role": "user", "content": "hi"}])
