@@ -29,6 +29,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.gpt import GPTDataset, GPTSampleConfig
     from .samples.packed import PackedDataset
+    from .samples.sft import SFTDataset
     from .sampling import (
         DatasetEpochs,
         DistributedLengthGroupedSampler,
@@ -69,6 +70,7 @@ _EXPORTS = {
     "PrepareResult": ".corpus",
     "PretrainingSampler": ".sampling",
     "RandomSampler": ".sampling",
+    "SFTDataset": ".samples.sft",
     "StatefulLoader": ".integrations",
     "StorageError": ".errors",
     "StreamSampler": ".sampling",

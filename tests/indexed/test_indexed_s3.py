@@ -112,3 +112,16 @@ def test_cached_index_follows_the_umask(s3, local_store, tmp_path):
     cached = os.listdir(tmp_path / "cache")
     assert len(cached) == 1 and cached[0].endswith("umask.idx")
     assert os.stat(tmp_path / "cache" / cached[0]).st_mode & 0o777 == 0o644
+
+
+def test_remote_chat_store_reads_its_masks(s3, tmp_path):
+    """A chat store on S3: `.masks` opens PREFIX.mask remotely, with the token store's options."""
+    with tp.IndexedDatasetWriter(tmp_path / "c", dtype=np.uint16, masks=True, chat={"policy": "all"}) as writer:
+        for n in (3, 7, 1):
+            writer.add_document(np.arange(n), mask=np.arange(n) % 2)
+    url = _upload(s3, tmp_path / "c", "stores/chat")
+    for suffix in (".mask.bin", ".mask.idx"):
+        s3.put((tmp_path / f"c{suffix}").read_bytes(), key=f"stores/chat{suffix}")
+    remote = tp.IndexedDataset(url, remote_options=_options(s3), cache_dir=tmp_path / "cache")
+    assert remote.manifest.chat == {"policy": "all"}
+    assert [remote.masks[i].tolist() for i in range(3)] == [[0, 1, 0], [0, 1, 0, 1, 0, 1, 0], [0]]

@@ -27,11 +27,15 @@ CHILD = textwrap.dedent(
     import numpy as np
     import tokenport as tp
     action, out, seed, inputs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-    if action == "write":
+    if action in ("write", "chat"):
+        chat = action == "chat"
         rng = np.random.default_rng(seed)
-        with tp.IndexedDatasetWriter(out, dtype=np.uint16, provenance={"seed": seed}) as writer:
+        with tp.IndexedDatasetWriter(
+            out, dtype=np.uint16, provenance={"seed": seed}, masks=chat, chat={"policy": "all"} if chat else None
+        ) as writer:
             for _ in range(30 + seed):
-                writer.add_document(rng.integers(0, 5000, int(rng.integers(1, 60))))
+                tokens = rng.integers(0, 5000, int(rng.integers(1, 60)))
+                writer.add_document(tokens, mask=tokens % 2 if chat else None)
     else:
         tp.merge(out, inputs, overwrite=True)
     """
@@ -48,12 +52,15 @@ def _run(action: str, out, seed: int, inputs=(), fault: int | None = None) -> in
     return subprocess.run(args, env=env, timeout=120).returncode
 
 
-def _write_in_process(out, seed: int) -> None:
-    """The same write as the child's, in this process (the rerun)."""
+def _write_in_process(out, seed: int, chat: bool = False) -> None:
+    """The same write as the child's, in this process (the rerun); `chat` writes a chat store (with masks)."""
     rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(out, dtype=np.uint16, provenance={"seed": seed}) as writer:
+    with tp.IndexedDatasetWriter(
+        out, dtype=np.uint16, provenance={"seed": seed}, masks=chat, chat={"policy": "all"} if chat else None
+    ) as writer:
         for _ in range(30 + seed):
-            writer.add_document(rng.integers(0, 5000, int(rng.integers(1, 60))))
+            tokens = rng.integers(0, 5000, int(rng.integers(1, 60)))
+            writer.add_document(tokens, mask=tokens % 2 if chat else None)
 
 
 def _snapshot(directory) -> dict[str, object]:
@@ -72,8 +79,12 @@ def _snapshot(directory) -> dict[str, object]:
 
 
 def _sequences(prefix) -> list[list[int]]:
+    """The store's sequences, then its masks' when it is a chat store."""
     with tp.IndexedDataset(prefix) as ds:
-        return [ds[i].tolist() for i in range(len(ds))]
+        found = [ds[i].tolist() for i in range(len(ds))]
+        if ds.masks is not None:
+            found += [["mask", *ds.masks[i].tolist()] for i in range(len(ds))]
+        return found
 
 
 def _kill_at_every_step(start, run_killed, rerun, reference, old, new, prefix, directory):
@@ -98,23 +109,34 @@ def _kill_at_every_step(start, run_killed, rerun, reference, old, new, prefix, d
     assert kills >= 8, f"only {kills} publication steps were tried"
 
 
-def test_killed_writer_then_reopen_and_rerun(tmp_path):
+PLAIN = ["s.bin", "s.idx", "s.json"]
+CHAT = ["s.bin", "s.idx", "s.json", "s.mask.bin", "s.mask.idx"]
+
+
+@pytest.mark.parametrize(
+    ("old_chat", "new_chat"),
+    [(False, False), (True, True), (False, True), (True, False)],
+    ids=["plain-over-plain", "chat-over-chat", "chat-over-plain", "plain-over-chat"],
+)
+def test_killed_writer_then_reopen_and_rerun(tmp_path, old_chat, new_chat):
+    """A chat store's masks are published in the same unit as its tokens; a plain store written
+    over a chat store removes the old masks in that unit too."""
     directory = tmp_path / "out"
     prefix = directory / "s"
 
     def start():
-        _write_in_process(prefix, 1)  # the old store the new write replaces
+        _write_in_process(prefix, 1, old_chat)  # the old store the new write replaces
 
     start()
     old = _sequences(prefix)
-    _write_in_process(prefix, 2)
+    _write_in_process(prefix, 2, new_chat)
     new = _sequences(prefix)
     reference = _snapshot(directory)
-    assert old != new and sorted(reference) == ["s.bin", "s.idx", "s.json"]
+    assert old != new and sorted(reference) == (CHAT if new_chat else PLAIN)
     _kill_at_every_step(
         start,
-        lambda step: _run("write", prefix, 2, fault=step),
-        lambda: _write_in_process(prefix, 2),
+        lambda step: _run("chat" if new_chat else "write", prefix, 2, fault=step),
+        lambda: _write_in_process(prefix, 2, new_chat),
         reference,
         old,
         new,
@@ -148,10 +170,11 @@ def test_killed_writer_then_restarted_writer(tmp_path):
     assert step > 8
 
 
-def test_killed_merge_then_reopen_and_rerun(tmp_path):
+@pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat"])
+def test_killed_merge_then_reopen_and_rerun(tmp_path, chat):
     inputs = [tmp_path / "in" / "a", tmp_path / "in" / "b"]
     for seed, prefix in enumerate(inputs, start=3):
-        _write_in_process(prefix, seed)
+        _write_in_process(prefix, seed, chat)
     directory = tmp_path / "out"
     prefix = directory / "m"
 

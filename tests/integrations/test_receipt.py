@@ -235,3 +235,27 @@ def test_a_scheduled_blend_is_read_in_order_and_its_schedule_is_certified(stores
     StatefulLoader.for_dataset(scheduled(80), micro_batch_size=4, shuffle=False).load_state_dict(state)
     with pytest.raises(tp.ConfigError, match=r"mixture schedule changed \(.*until=80.* -> .*until=90"):
         StatefulLoader.for_dataset(scheduled(90), micro_batch_size=4, shuffle=False).load_state_dict(state)
+
+
+def test_an_sft_dataset_is_certified_with_its_loss_masks(tmp_path):
+    """The receipt of an SFTDataset holds its token and mask stores: new masks on the same tokens are named."""
+    rng = np.random.default_rng(0)
+    conversations = [rng.integers(1, 200, int(rng.integers(5, 40))) for _ in range(30)]
+
+    def chat_store(name, flip):
+        prefix = str(tmp_path / name)
+        with (
+            tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as tokens,
+            tp.IndexedDatasetWriter(prefix + ".mask", dtype=np.uint8) as masks,
+        ):
+            for k, conversation in enumerate(conversations):
+                mask = (np.arange(len(conversation)) >= len(conversation) // 2).astype(np.uint8)
+                tokens.add_document(conversation)
+                masks.add_document(1 - mask if k == flip else mask)
+        return tp.SFTDataset(tp.IndexedDataset(prefix), 64, seed=0)
+
+    state = StatefulLoader.for_dataset(chat_store("a", -1), micro_batch_size=2, seed=1).state_dict()
+    assert state["receipt"]["dataset"]["type"] == "SFTDataset" and not state["receipt"]["uncertified"]
+    StatefulLoader.for_dataset(chat_store("b", -1), micro_batch_size=2, seed=1).load_state_dict(state)
+    with pytest.raises(tp.ConfigError, match=r"store '.*a\.mask' \(now '.*c\.mask'\) changed content"):
+        StatefulLoader.for_dataset(chat_store("c", 3), micro_batch_size=2, seed=1).load_state_dict(state)

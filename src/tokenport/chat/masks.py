@@ -15,11 +15,11 @@ import numpy as np
 from .._checks import check_choice
 from ..errors import ConfigError, InputDataError
 from ..tokenizers import Tokenizer
+from .formats import ROLES
 from .template import REASONING_FIELDS, ChatTemplate, prepare_messages
 
-__all__ = ["POLICIES", "REASONING", "ROLES", "encode_chat"]
+__all__ = ["POLICIES", "REASONING", "encode_chat"]
 
-ROLES = ("system", "user", "assistant", "tool")
 POLICIES = ("assistant", "last_assistant", "all")
 """assistant: every assistant turn; last_assistant: the last one; all: every token but tool outputs."""
 REASONING = ("train", "mask")

@@ -1,10 +1,12 @@
-"""Atomic publication of a store's files (.bin, .idx, .json) under their final names.
+"""Atomic publication of a store's files (.bin, .idx, .json, a chat store's .mask.*) under their final names.
 
 A store is several files, and POSIX renames one at a time. So the writer first records the
 planned renames in a journal (itself written atomically), then renames, then deletes the
-journal. Whoever touches the prefix next (reader, writer, merge, verify) calls `recover`: it
-rolls the journal forward first, then deletes what dead writers left. Either the old store or
-the whole new one is visible; never a mix, never a half-written file, never a leftover.
+journal. A publication may also remove files (a plain store replacing a chat store drops the old
+masks); the journal lists them and they go after the renames. Whoever touches the prefix next
+(reader, writer, merge, verify) calls `recover`: it rolls the journal forward first, then deletes
+what dead writers left. Either the old store or the whole new one is visible; never a mix, never
+a half-written file, never a leftover.
 
 Published files take the process umask, as open() would; temporaries stay private until then.
 `fault_point` lets tests kill a process at a chosen step (TOKENPORT_FAULT_AT=NAME:N).
@@ -47,9 +49,14 @@ def journal_path(prefix: str) -> str:
     return prefix + JOURNAL_SUFFIX
 
 
-def store_paths(prefix: str) -> tuple[str, str, str]:
-    """The published files of a store: PREFIX.bin, PREFIX.idx, PREFIX.json."""
-    return prefix + ".bin", prefix + ".idx", prefix + ".json"
+def store_paths(prefix: str) -> tuple[str, ...]:
+    """The published files of a store: PREFIX.bin, PREFIX.idx, PREFIX.json, PREFIX.mask.bin, PREFIX.mask.idx."""
+    return prefix + ".bin", prefix + ".idx", prefix + ".json", *mask_paths(prefix)
+
+
+def mask_paths(prefix: str) -> tuple[str, str]:
+    """A chat store's loss-mask files: PREFIX.mask.bin, PREFIX.mask.idx."""
+    return prefix + ".mask.bin", prefix + ".mask.idx"
 
 
 def make_parents(prefix: str) -> None:
@@ -125,8 +132,8 @@ def _fsync_dir(directory: str) -> None:
         pass  # some file systems cannot fsync a directory; the renames are still atomic
 
 
-def publish(prefix: str, renames: list[tuple[str, str]]) -> None:
-    """Move every (temporary, final) pair into place as one unit, via a journal."""
+def publish(prefix: str, renames: list[tuple[str, str]], removes: tuple[str, ...] | list[str] = ()) -> None:
+    """Move every (temporary, final) pair into place and delete `removes`, as one unit, via a journal."""
     for temporary, _ in renames:
         publish_mode(temporary)
         fault_point("commit.fsync")
@@ -134,7 +141,7 @@ def publish(prefix: str, renames: list[tuple[str, str]]) -> None:
     journal = journal_path(prefix)
     staged = temp_path(journal)
     with open(staged, "w", encoding="utf-8") as f:
-        json.dump({"renames": renames}, f)
+        json.dump({"renames": renames, "removes": list(removes)}, f)
         fault_point("commit.journal")
         f.flush()
         os.fsync(f.fileno())
@@ -156,9 +163,10 @@ def _replay_journal(prefix: str) -> bool:
         return False
     try:
         with open(journal, encoding="utf-8") as f:
-            renames = json.load(f)["renames"]
-        pairs = [(str(temporary), str(final)) for temporary, final in renames]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+            plan = json.load(f)
+        pairs = [(str(temporary), str(final)) for temporary, final in plan["renames"]]
+        removes = [str(path) for path in plan.get("removes", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptStoreError(
             f"{journal}: unreadable commit journal ({exc}); delete it and rebuild the store"
         ) from None
@@ -166,6 +174,13 @@ def _replay_journal(prefix: str) -> bool:
         if os.path.exists(temporary):
             fault_point("commit.rename")
             os.replace(temporary, final)
+    for path in removes:
+        if os.path.exists(path):
+            fault_point("commit.remove")
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass  # a concurrent reader removed it first
     _fsync_dir(os.path.dirname(os.path.abspath(prefix)))
     fault_point("commit.unlink")
     try:

@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from . import IndexedDataset
 
 PERCENTILES = (0, 10, 50, 90, 99, 100)
+_MASK_CHUNK = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class StoreSummary:
     histogram_counts: tuple[int, ...]
     tokenizer: dict | None
     first_documents: tuple[str, ...]
+    mask_coverage: float | None = None  # a chat store's share of tokens trained (mask 1); None for a plain store
+    chat: dict | None = None  # how a chat store was made (manifest `chat`)
 
     def render(self, width: int = 40) -> str:
         """A terminal report of a summary, with a bar histogram of sequence lengths."""
@@ -54,6 +57,9 @@ class StoreSummary:
                 if count:
                     bar = "#" * max(1, round(width * count / peak))
                     lines.append(f"  [{low:>9,}, {high:>9,})  {count:>10,}  {bar}")
+        if self.mask_coverage is not None:
+            made = ", ".join(f"{key} {value}" for key, value in sorted((self.chat or {}).items()))
+            lines.append(f"masks      {self.mask_coverage:.1%} of tokens trained" + (f"  ({made})" if made else ""))
         for k, text in enumerate(self.first_documents):
             flat = " ".join(text.split())
             lines.append(f"document {k}: {flat}")
@@ -94,9 +100,25 @@ def summarize(prefix: str | os.PathLike, *, documents: int = 3, preview_chars: i
         histogram_counts=counts,
         tokenizer=identity,
         first_documents=tuple(_previews(ds, identity, documents, preview_chars)),
+        mask_coverage=_mask_coverage(ds),
+        chat=manifest.chat if manifest is not None else None,
     )
     ds.close()
     return summary
+
+
+def _mask_coverage(ds: IndexedDataset) -> float | None:
+    """The share of a chat store's tokens whose mask is 1, read from its mask store in 16 MiB chunks."""
+    masks = ds.masks
+    if masks is None:
+        return None
+    total = masks.bin_size
+    if not total:
+        return 0.0
+    trained = 0
+    for start in range(0, total, _MASK_CHUNK):
+        trained += int(np.count_nonzero(masks._bin.read_array(start, min(_MASK_CHUNK, total - start), np.uint8)))
+    return trained / total
 
 
 def _log2_histogram(lengths: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -38,11 +38,21 @@ class Manifest:
     provenance: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     format: str = MANIFEST_FORMAT
+    masks: Checksums | None = None  # a chat store's loss-mask store (PREFIX.mask.bin/.idx)
+    chat: dict[str, Any] | None = None  # how a chat store was made: template fingerprint, policy, format
 
     def to_json(self) -> str:
-        """The manifest as the JSON text of ``PREFIX.json`` (sorted keys, one trailing newline)."""
+        """The manifest as the JSON text of ``PREFIX.json`` (sorted keys, one trailing newline).
+
+        `masks` and `chat` appear only in chat stores, so a plain store's manifest is unchanged.
+        """
         data = asdict(self)
         data["checksums"]["bin_blocks"] = list(self.checksums.bin_blocks)
+        for name in ("masks", "chat"):
+            if data[name] is None:
+                del data[name]
+        if self.masks is not None:
+            data["masks"]["bin_blocks"] = list(self.masks.bin_blocks)
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -56,7 +66,12 @@ class Manifest:
             if not isinstance(checks.get("bin_blocks"), list):
                 raise ValueError("checksums.bin_blocks must be a list")
             checks["bin_blocks"] = tuple(checks["bin_blocks"])
-            manifest = cls(checksums=Checksums(**checks), **data)
+            masks = data.pop("masks", None)
+            if masks is not None:
+                if not isinstance(masks, dict) or not isinstance(masks.get("bin_blocks"), list):
+                    raise ValueError("masks must be an object with a bin_blocks list")
+                masks = Checksums(**{**masks, "bin_blocks": tuple(masks["bin_blocks"])})
+            manifest = cls(checksums=Checksums(**checks), masks=masks, **data)
             _check_types(manifest)
         except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
             raise CorruptStoreError(
@@ -85,17 +100,34 @@ def _check_types(manifest: Manifest) -> None:
         raise ValueError("tokenizer must be an object or null")
     if not isinstance(manifest.provenance, dict):
         raise ValueError("provenance must be an object")
-    sums = manifest.checksums
+    if manifest.chat is not None and not isinstance(manifest.chat, dict):
+        raise ValueError("chat must be an object or absent")
+    if manifest.chat is not None and manifest.masks is None:
+        raise ValueError("a chat store's manifest needs `masks` (the loss-mask store's checksums)")
+    _check_checksums("checksums", manifest.checksums)
+    if manifest.masks is not None:
+        _check_checksums("masks", manifest.masks)
+
+
+def _check_checksums(name: str, sums: Checksums) -> None:
     if not isinstance(sums.algorithm, str) or not isinstance(sums.idx, str):
-        raise ValueError("checksums.algorithm and checksums.idx must be strings")
+        raise ValueError(f"{name}.algorithm and {name}.idx must be strings")
     if type(sums.bin_block_size) is not int or sums.bin_block_size <= 0:
-        raise ValueError(f"checksums.bin_block_size={sums.bin_block_size!r} must be a positive integer")
+        raise ValueError(f"{name}.bin_block_size={sums.bin_block_size!r} must be a positive integer")
     if not all(isinstance(block, str) for block in sums.bin_blocks):
-        raise ValueError("checksums.bin_blocks must be strings")
+        raise ValueError(f"{name}.bin_blocks must be strings")
 
 
 def manifest_path(prefix: str) -> str:
     return prefix + ".json"
+
+
+MASK_SUFFIX = ".mask"
+
+
+def mask_prefix(prefix: str) -> str:
+    """The prefix of a chat store's loss-mask store: PREFIX.mask (PREFIX.mask.bin + PREFIX.mask.idx)."""
+    return prefix + MASK_SUFFIX
 
 
 def read_manifest(prefix: str) -> Manifest | None:

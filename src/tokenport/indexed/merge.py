@@ -30,7 +30,8 @@ def merge(
     """Concatenate stores (same dtype) into `output_prefix`, keeping sequence and document order.
 
     Inputs may be prefixes, their file names or prepare output directories (see `resolve_stores`);
-    an existing output store is replaced only with ``overwrite=True``.
+    an existing output store is replaced only with ``overwrite=True``. Chat stores merge with
+    their loss masks when all inputs are chat stores made the same way (manifest `chat`).
     """
     prefixes = resolve_stores(input_prefixes, what="merge input")
     output = strip_suffix(output_prefix)
@@ -44,12 +45,36 @@ def merge(
     tokenizer = next((ds.manifest.tokenizer for ds in inputs if ds.manifest is not None), None)
     if len(tokenizers) > 1:
         raise ConfigError("merge: inputs were made with different tokenizers; their ids are not comparable")
+    masks, chat = _chat_settings(inputs)
     record = {"merged_from": [ds.prefix for ds in inputs], **(provenance or {})}
-    with IndexedDatasetWriter(output, dtype=inputs[0].dtype, tokenizer=tokenizer, provenance=record) as out:
+    with IndexedDatasetWriter(
+        output, dtype=inputs[0].dtype, tokenizer=tokenizer, provenance=record, masks=masks, chat=chat
+    ) as out:
         for ds in inputs:
             _append(out, ds)
             ds.close()
     return out.prefix
+
+
+def _chat_settings(inputs: list[IndexedDataset]) -> tuple[bool, dict[str, Any] | None]:
+    """(masks, chat) for the merged store: all inputs chat stores made alike, or none of them."""
+    chat_stores = [ds.prefix for ds in inputs if ds.masks is not None]
+    if not chat_stores:
+        return False, None
+    if len(chat_stores) != len(inputs):
+        plain = ", ".join(ds.prefix for ds in inputs if ds.masks is None)
+        raise ConfigError(
+            f"merge: {', '.join(chat_stores)} are chat stores (with loss masks) but {plain} are not; "
+            "merge chat stores only with chat stores"
+        )
+    settings = {repr(ds.manifest.chat) for ds in inputs if ds.manifest is not None}
+    if len(settings) > 1:
+        raise ConfigError(
+            "merge: the chat stores were made with different chat settings (template, policy or format): "
+            f"{sorted(settings)}; their masks do not mean the same thing, so prepare them alike first"
+        )
+    manifest = inputs[0].manifest
+    return True, None if manifest is None else manifest.chat
 
 
 def _check_output(output: str, inputs: list[str], overwrite: bool) -> None:
@@ -86,8 +111,10 @@ def _append(out: IndexedDatasetWriter, ds: IndexedDataset) -> None:
         steps = max(1, min(steps, len(window) - 1))
         first_seq, stop_seq = int(window[0]), int(window[steps])
         start, stop = int(byte_at[0]), int(byte_at[steps])
-        tokens = ds._bin.read_array(start, (stop - start) // itemsize, ds.dtype)
-        out.add_documents(tokens, lengths[first_seq:stop_seq], np.diff(window[: steps + 1]))
+        count = (stop - start) // itemsize
+        tokens = ds._bin.read_array(start, count, ds.dtype)
+        masks = None if ds.masks is None else ds.masks._bin.read_array(start // itemsize, count, np.uint8)
+        out.add_documents(tokens, lengths[first_seq:stop_seq], np.diff(window[: steps + 1]), masks=masks)
         first += steps
 
 

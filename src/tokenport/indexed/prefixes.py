@@ -1,10 +1,10 @@
 """Store arguments as people type them -> store prefixes, each once, in order.
 
-A shell glob such as ``stores/web/part-*`` names each store by its three files (``.bin``,
-``.idx``, ``.json``); those collapse to one prefix. A prepare output directory expands to its
-parts, in the order its ``tokenport.json`` lists them. A store named twice (the same spelling
-again, or its bare prefix beside one of its files) is refused: merging or blending it twice
-would silently double its documents.
+A shell glob such as ``stores/web/part-*`` names each store by its files (``.bin``, ``.idx``,
+``.json``, and a chat store's ``.mask.bin``/``.mask.idx``); those collapse to one prefix. A
+prepare output directory expands to its parts, in the order its ``tokenport.json`` lists them.
+A store named twice (the same spelling again, or its bare prefix beside one of its files) is
+refused: merging or blending it twice would silently double its documents.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError, CorruptStoreError
 from ..storage import is_remote, local_path
+from .manifest import MASK_SUFFIX
 from .reader import strip_suffix
 
 RUN_MANIFEST = "tokenport.json"  # a prepare output directory's listing of its parts
@@ -27,8 +28,11 @@ def resolve_stores(args: Sequence[str | os.PathLike], *, what: str = "store") ->
         raise ConfigError(f"give one or more {what}s (prefixes, their .bin/.idx/.json files, or prepare outputs)")
     prefixes: list[str] = []
     forms: dict[str, tuple[str, list[str]]] = {}  # key -> (prefix, spellings seen)
+    named = {strip_suffix(os.fspath(arg)) for arg in args}
     for arg in args:
         text = os.fspath(arg)
+        if _is_mask_file(text, named):
+            continue  # a chat store's mask file beside the store's own files: part of that store
         for prefix, spelling in _expand(text):
             key = prefix if is_remote(prefix) else os.path.normpath(os.path.abspath(local_path(prefix)))
             if key not in forms:
@@ -44,6 +48,12 @@ def resolve_stores(args: Sequence[str | os.PathLike], *, what: str = "store") ->
                 )
             seen.append(spelling)
     return prefixes
+
+
+def _is_mask_file(text: str, named: set[str]) -> bool:
+    """Whether `text` is PREFIX.mask.bin/.idx of a store PREFIX also named (as a glob names them)."""
+    prefix = strip_suffix(text)
+    return text != prefix and prefix.endswith(MASK_SUFFIX) and prefix[: -len(MASK_SUFFIX)] in named
 
 
 def _expand(text: str) -> list[tuple[str, str]]:

@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, CorruptStoreError
+from ..errors import ConfigError, CorruptStoreError, StorageError
 from ..storage import MODES, ByteSource, MmapSource, is_remote, local_path, open_index_source, open_source, read_small
 from ..storage.handles import LazyHandle
 from .bounds import check_index
 from .commit import recover
 from .format import HEADER_SIZE, IndexHeader, parse_header
-from .manifest import Manifest, manifest_path, read_manifest
+from .manifest import Manifest, manifest_path, mask_prefix, read_manifest
+from .masks import MASK_DTYPE
 
 
 def strip_suffix(path: str | os.PathLike) -> str:
@@ -74,6 +75,7 @@ class IndexedDataset:
         self._cache_dir = cache_dir
         self._sources = sources
         self._manifest: Manifest | None | bool = False
+        self._masks: IndexedDataset | None | bool = False
         self._num_tokens: int | None = None
         if sources is not None:
             if not (
@@ -200,6 +202,39 @@ class IndexedDataset:
         text = read_small(manifest_path(self.prefix), **options)
         return None if text is None else Manifest.from_json(text, manifest_path(self.prefix))
 
+    @property
+    def masks(self) -> IndexedDataset | None:
+        """A chat store's loss masks (PREFIX.mask, uint8 0/1, the same sequences), or None for a plain store.
+
+        The manifest says whether there are masks; opening them checks that their lengths and
+        documents are the token store's, so a mask never belongs to another token.
+        """
+        if self._masks is False:
+            manifest = self.manifest
+            self._masks = None if manifest is None or manifest.masks is None else self._open_masks()
+        return self._masks  # type: ignore[return-value]
+
+    def _open_masks(self) -> IndexedDataset:
+        where = mask_prefix(self.prefix)
+        try:
+            masks = IndexedDataset(where, self.mode, remote_options=self._remote_options, cache_dir=self._cache_dir)
+        except (OSError, StorageError) as exc:
+            raise CorruptStoreError(
+                f"{manifest_path(self.prefix)}: lists a loss-mask store but {where}.bin/.idx cannot be "
+                f"opened ({exc}); rebuild the chat store"
+            ) from None
+        if masks.dtype != MASK_DTYPE:
+            raise CorruptStoreError(f"{where}.idx: dtype {masks.dtype}, but a loss-mask store holds uint8")
+        if not (
+            np.array_equal(masks.sequence_lengths, self.sequence_lengths)
+            and np.array_equal(masks.document_indices, self.document_indices)
+        ):
+            raise CorruptStoreError(
+                f"{where}.idx: its sequence lengths or documents differ from {self.prefix}.idx; "
+                "the masks belong to another store: rebuild the chat store"
+            )
+        return masks
+
     # -- reads ---------------------------------------------------------------------------------
 
     def __getitem__(self, idx: int | np.integer | slice) -> np.ndarray | list[np.ndarray]:
@@ -287,6 +322,8 @@ class IndexedDataset:
             self._tokens.close()
         self._idx.close()
         self._bin.close()
+        if isinstance(self._masks, IndexedDataset):
+            self._masks.close()
 
     def __enter__(self) -> IndexedDataset:
         return self

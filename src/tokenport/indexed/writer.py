@@ -3,7 +3,8 @@
 Tokens go straight to a temporary .bin; sequence lengths and document boundaries are buffered
 in small chunks and spilled to temporary side files, so memory stays flat however many
 documents are written. `finalize()` composes the .idx, writes the manifest and publishes all
-three files at once; until then nothing is visible at the prefix.
+three files at once; until then nothing is visible at the prefix. A chat store (`masks=True`)
+adds a loss-mask store, PREFIX.mask.bin/.idx, published in the same unit.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..errors import ConfigError, TokenizerError, TokenportError
+from ..errors import ConfigError, CorruptStoreError, TokenizerError, TokenportError
 from . import commit
 from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new_hasher
 from .format import IndexHeader, dtype_code, dtype_for_vocab
-from .manifest import Checksums, Manifest, manifest_path
+from .manifest import Checksums, Manifest, manifest_path, mask_prefix, read_manifest
+from .masks import MASK_DTYPE, MaskColumn, as_mask
 
 _SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
 _COPY_ITEMS = 1 << 18  # index items per chunk when composing the .idx (a few MiB of temporaries)
@@ -120,6 +122,8 @@ class IndexedDatasetWriter:
 
     `dtype` defaults to the tokenizer's (uint16 up to 65,536 ids, int32 above), else int32.
     A token id that does not fit the dtype, or is at or above `vocab_size`, is an error.
+    With `masks=True` it writes a chat store: every document comes with a 0/1 loss mask, stored
+    in PREFIX.mask.bin/.idx; `chat` (template fingerprint, policy, format) goes in the manifest.
     """
 
     def __init__(
@@ -132,7 +136,15 @@ class IndexedDatasetWriter:
         provenance: dict[str, Any] | None = None,
         checksum: str | None = None,
         checksum_block_size: int = DEFAULT_BLOCK_SIZE,
+        masks: bool = False,
+        chat: dict[str, Any] | None = None,
     ) -> None:
+        if not isinstance(masks, bool):
+            raise ConfigError(f"masks={masks!r} is invalid: pass True for a chat store (with loss masks) or False")
+        if chat is not None and not (masks and isinstance(chat, dict)):
+            raise ConfigError(
+                f"chat={chat!r} is invalid: pass a dict (template fingerprint, policy, format) with masks=True"
+            )
         self.prefix = os.fspath(prefix)
         for suffix in (".bin", ".idx"):
             if self.prefix.endswith(suffix):
@@ -156,6 +168,8 @@ class IndexedDatasetWriter:
         self._bin_hash = BlockHasher(checksum or available_algorithm(), checksum_block_size)
         self._stage = bytearray()
         self._stage_items = _STAGE_BYTES // self.dtype.itemsize
+        self._chat = dict(chat) if chat is not None else None
+        self._masks = MaskColumn(self.prefix, self._bin_hash.algorithm, checksum_block_size) if masks else None
         self._plan_dtype: np.dtype | None = None  # the last input dtype seen, and how to take it
         self._plan: tuple[int, Any] = (_GENERIC, None)
         self._lengths = _Int64Spill(self.prefix + ".idx", np.int32)
@@ -167,12 +181,22 @@ class IndexedDatasetWriter:
 
     # -- adding -----------------------------------------------------------------------------
 
-    def add_document(self, tokens: Sequence[int] | np.ndarray, lengths: Sequence[int] | None = None) -> None:
-        """Append one document: `tokens`, as one sequence or as sequences of `lengths`."""
+    def add_document(
+        self,
+        tokens: Sequence[int] | np.ndarray,
+        lengths: Sequence[int] | None = None,
+        *,
+        mask: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        """Append one document: `tokens`, as one sequence or as sequences of `lengths`.
+
+        A chat store's document needs its `mask`: one 0/1 per token, 1 where the token is trained.
+        """
         if self._state != "open":
             self._check_open()
         array = self._as_tokens(tokens)
         n = len(array)
+        checked_mask = self._check_mask(mask, n, f"{self.prefix}: document {self.num_documents}")
         if lengths is None:
             self._lengths.pending.append(n)
             self._sequences += 1
@@ -195,6 +219,8 @@ class IndexedDatasetWriter:
             self._lengths.pending.extend(sizes)
             self._sequences += len(sizes)
         self._write(array)
+        if checked_mask is not None:
+            self._masks.write(checked_mask)  # type: ignore[union-attr]
         self._documents.pending.append(self._sequences)
         if len(self._lengths.pending) >= _SPILL_ITEMS:
             self._lengths.spill()
@@ -205,10 +231,13 @@ class IndexedDatasetWriter:
         tokens: np.ndarray | Sequence[np.ndarray],
         lengths: Sequence[int] | np.ndarray | None = None,
         sequences_per_document: Sequence[int] | np.ndarray | None = None,
+        *,
+        masks: np.ndarray | Sequence[np.ndarray] | None = None,
     ) -> None:
         """Append many sequences at once: flat `tokens` cut by `lengths` (or a list of arrays).
 
-        Each sequence is its own document unless `sequences_per_document` groups them.
+        Each sequence is its own document unless `sequences_per_document` groups them. A chat
+        store needs `masks`, flat like `tokens` (or a list of arrays like it).
         """
         self._check_open()
         if lengths is None:
@@ -216,6 +245,8 @@ class IndexedDatasetWriter:
                 raise ConfigError("add_documents: pass `lengths` with a flat token array")
             lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
             tokens = np.concatenate(tokens) if len(tokens) else np.zeros(0, self.dtype)
+            if masks is not None and not isinstance(masks, np.ndarray):
+                masks = np.concatenate(masks) if len(masks) else np.zeros(0, MASK_DTYPE)
         array = self._as_tokens(tokens)
         lengths = np.asarray(lengths, dtype=np.int64)
         if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
@@ -233,10 +264,23 @@ class IndexedDatasetWriter:
                     "add_documents: `sequences_per_document` must be non-negative and sum to len(lengths)"
                 )
             ends = self._sequences + np.cumsum(groups)
+        checked_masks = self._check_mask(masks, len(array), f"{self.prefix}: add_documents")
         self._write(array)
+        if checked_masks is not None:
+            self._masks.write(checked_masks)  # type: ignore[union-attr]
         self._lengths.extend_array(lengths)
         self._documents.extend_array(ends)
         self._sequences += len(lengths)
+
+    def _check_mask(self, mask: Any, tokens: int, where: str) -> np.ndarray | None:
+        """The document's checked mask in a chat store; refuse a missing one, or one in a plain store."""
+        if self._masks is None:
+            if mask is not None:
+                raise ConfigError(f"{where}: a mask was given but the writer has masks=False; open it with masks=True")
+            return None
+        if mask is None:
+            raise ConfigError(f"{where}: a chat store (masks=True) needs a loss mask with every document")
+        return as_mask(mask, tokens, where)
 
     def _as_tokens(self, tokens: Sequence[int] | Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """`tokens` as a 1-D array of the store's dtype; an id outside 0..limit raises, never wraps.
@@ -370,21 +414,31 @@ class IndexedDatasetWriter:
             self._documents.close()
             idx_path = commit.temp_path(self.prefix + ".idx")
             staged.append(idx_path)
-            idx_digest = self._write_index(idx_path)
+            idx_digest = self._write_index(idx_path, self.dtype)
+            renames = [(self._bin_path, self.prefix + ".bin"), (idx_path, self.prefix + ".idx")]
+            mask_sums = None
+            if self._masks is not None:
+                self._masks.close()
+                mask_idx_path = commit.temp_path(mask_prefix(self.prefix) + ".idx")
+                staged.append(mask_idx_path)
+                mask_sums = Checksums(
+                    algorithm=self._masks.hasher.algorithm,
+                    idx=self._write_index(mask_idx_path, MASK_DTYPE),
+                    bin_block_size=self._masks.hasher.block_size,
+                    bin_blocks=tuple(self._masks.hasher.finish()),
+                )
+                renames += [
+                    (self._masks.path, mask_prefix(self.prefix) + ".bin"),
+                    (mask_idx_path, mask_prefix(self.prefix) + ".idx"),
+                ]
             json_path = commit.temp_path(manifest_path(self.prefix))
             staged.append(json_path)
             with open(json_path, "w", encoding="utf-8") as f:
-                f.write(self._manifest(idx_digest).to_json())
+                f.write(self._manifest(idx_digest, mask_sums).to_json())
             self._lengths.discard()  # composed into the .idx: a kill from here on leaves no spill file
             self._documents.discard()
-            commit.publish(
-                self.prefix,
-                [
-                    (self._bin_path, self.prefix + ".bin"),
-                    (idx_path, self.prefix + ".idx"),
-                    (json_path, manifest_path(self.prefix)),
-                ],
-            )
+            # the manifest goes last; a plain store replacing a chat store removes the old masks
+            commit.publish(self.prefix, [*renames, (json_path, manifest_path(self.prefix))], self._stale_masks())
         except BaseException:
             if os.path.exists(commit.journal_path(self.prefix)):
                 raise  # publication began: the journal rolls it forward on the next open
@@ -396,10 +450,23 @@ class IndexedDatasetWriter:
         self._state = "done"
         return self.prefix
 
-    def _write_index(self, path: str) -> str:
-        header = IndexHeader(self.dtype, self._lengths.count, self._documents.count)
+    def _stale_masks(self) -> list[str]:
+        """The masks a plain store must remove: those of the chat store it replaces, as its manifest lists them
+        (never a store of its own that merely happens to be named PREFIX.mask)."""
+        if self._masks is not None:
+            return []
+        try:
+            old = read_manifest(self.prefix)
+        except CorruptStoreError:
+            return []
+        if old is None or old.masks is None:
+            return []
+        return [path for path in commit.mask_paths(self.prefix) if os.path.exists(path)]
+
+    def _write_index(self, path: str, dtype: np.dtype) -> str:
+        header = IndexHeader(dtype, self._lengths.count, self._documents.count)
         hasher = new_hasher(self._bin_hash.algorithm)
-        itemsize = self.dtype.itemsize
+        itemsize = dtype.itemsize
         with open(path, "wb", buffering=_IO_BUFFER) as f:
 
             def emit(data: bytes | memoryview) -> None:
@@ -421,7 +488,7 @@ class IndexedDatasetWriter:
                 emit(chunk.data)
         return hasher.hexdigest()
 
-    def _manifest(self, idx_digest: str) -> Manifest:
+    def _manifest(self, idx_digest: str, masks: Checksums | None) -> Manifest:
         provenance = {"tokenport_version": _tokenport_version(), **self._provenance}
         return Manifest(
             dtype=self.dtype.name,
@@ -437,6 +504,8 @@ class IndexedDatasetWriter:
             tokenizer=self._tokenizer,
             provenance=provenance,
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            masks=masks,
+            chat=self._chat,
         )
 
     def abort(self) -> None:
@@ -454,6 +523,8 @@ class IndexedDatasetWriter:
                 pass
         self._lengths.discard()
         self._documents.discard()
+        if self._masks is not None:
+            self._masks.discard()
 
     def _check_open(self) -> None:
         if self._state != "open":

@@ -2,10 +2,11 @@
 
 torch's DataLoader calls ``dataset.__getitems__(ids)`` when the dataset has one; ``BatchFetch`` is
 the object handed to it in place of the dataset, so the user's dataset stays as it is. The batch
-path is taken only for tokenport's own datasets (GPTDataset, PackedDataset and blends of them whose
-children agree on every field), whose ``get_batch`` rows are their samples: the batch then equals
-torch's default collate of the samples (keys and their order, dtypes, shapes, values), checked
-on sample 0. ``fields`` keeps the named fields only, before the batch leaves a worker process.
+path is taken only for tokenport's own datasets (GPTDataset, PackedDataset, SFTDataset and blends of
+them whose children agree on every field), whose ``get_batch`` rows are their samples: the batch then
+equals torch's default collate of the samples (keys and their order, dtypes, shapes, values), checked
+on sample 0; an unpacked SFTDataset's rows are its samples right-padded to the batch's longest.
+``fields`` keeps the named fields only, before the batch leaves a worker process.
 Without a caller's collate, a worker hands its batch over as one shared buffer (``SharedBatch``):
 torch passes each tensor through its own file descriptor, the dominant cost of a batch.
 """
@@ -68,6 +69,7 @@ def batch_signature(dataset: Any) -> Signature | None:
     from ..blend.dataset import BlendedDataset
     from ..samples.gpt import GPTDataset
     from ..samples.packed import PackedDataset
+    from ..samples.sft import SFTDataset
 
     if len(dataset) == 0:
         return None
@@ -76,7 +78,7 @@ def batch_signature(dataset: Any) -> Signature | None:
         children = [batch_signature(child) for child in dataset.datasets if len(child)]
         if not children or children[0] is None or any(child != children[0] for child in children):
             return None  # a child fetched otherwise, or children with other fields: a batch would mix them
-    elif type(dataset) not in (GPTDataset, PackedDataset):
+    elif type(dataset) not in (GPTDataset, PackedDataset, SFTDataset):
         return None
     batch = dataset.get_batch([0])
     sample = dataset[0]

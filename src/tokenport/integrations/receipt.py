@@ -40,6 +40,7 @@ from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset
 from ..samples.packed import PackedDataset
+from ..samples.sft import SFTDataset
 
 __all__ = ["ALLOWED_CHANGES", "DataReceipt", "check_receipt", "data_receipt"]
 
@@ -251,6 +252,29 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
                 dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
             ),
         }
+    if isinstance(dataset, SFTDataset):
+        return {
+            "type": "SFTDataset",
+            "length": len(dataset),
+            "store": _describe_store(dataset.store, path, uncertified),
+            "masks": _describe_store(dataset.masks, f"{path}.masks", uncertified),
+            "sample_config": _plain(
+                {
+                    "seq_length": dataset.seq_length,
+                    "packing": dataset.packing,
+                    "too_long": dataset.too_long,
+                    "window": dataset.window,
+                    "shape": dataset.shape,
+                    "pad_id": dataset.pad_id,
+                    "label_pad": dataset.label_pad,
+                    "cu_seqlens_length": dataset.cu_seqlens_length,
+                }
+            ),
+            "seed": dataset.seed,
+            "order": _digest(
+                dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
+            ),
+        }
     length = _length(dataset)
     if length == 0:  # supplies no samples (e.g. a blend's place for a store it takes nothing from)
         return {"type": type(dataset).__name__, "length": 0}
@@ -348,6 +372,8 @@ def _compare_node(old: Mapping[str, Any], new: Mapping[str, Any], path: str, out
         out.append(_Change("", f"{path}: was a {old.get('type')}, is now a {new.get('type')}"))
         return
     content_changed = "store" in old and _compare_store(old["store"], new["store"], out)
+    if "masks" in old:  # a chat store's loss masks are content too
+        content_changed = _compare_store(old["masks"], new.get("masks", {}), out) or content_changed
     length_changed = old.get("length") != new.get("length")
     if length_changed:
         out.append(

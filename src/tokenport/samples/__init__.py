@@ -1,7 +1,8 @@
 """Samples: documents of a token store cut into what a model trains on.
 
 ``gpt``: Megatron's fixed-length GPT samples and their indices; ``fields``: the kernel that
-assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples.
+assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples;
+``sft``: packed or padded, loss-masked samples of a chat store.
 """
 
 import typing
@@ -11,12 +12,15 @@ from .. import _lazy
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .gpt import GPTDataset, GPTSampleConfig
     from .packed import PackedDataset
+    from .sft import SFTCounts, SFTDataset
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "GPTDataset": ".gpt",
     "GPTSampleConfig": ".gpt",
     "PackedDataset": ".packed",
+    "SFTCounts": ".sft",
+    "SFTDataset": ".sft",
 }
 
 __all__ = sorted(_EXPORTS)

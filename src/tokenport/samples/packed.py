@@ -69,15 +69,17 @@ def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str
 def _pack_windows(
     lengths: np.ndarray, capacity: int, split_long: bool, window: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(bin, item, offset, length) of all pieces, packing each window of items on its own."""
+    """(bin, item, offset, length) of all pieces, packing each window of items on its own.
+
+    Windows count every item; items of length 0 are left out of their window (no piece).
+    """
     step = max(len(lengths), 1) if window is None else window
     parts = []
     bins_so_far = 0
     for start in range(0, len(lengths), step):
-        bin_of, item, offset, length = pack_best_fit_arrays(
-            lengths[start : start + step], capacity, split_long=split_long
-        )
-        parts.append((bin_of + bins_so_far, item + start, offset, length))
+        kept = start + np.flatnonzero(lengths[start : start + step] > 0)
+        bin_of, item, offset, length = pack_best_fit_arrays(lengths[kept], capacity, split_long=split_long)
+        parts.append((bin_of + bins_so_far, kept[item], offset, length))
         bins_so_far += int(bin_of[-1]) + 1 if bin_of.size else 0
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)

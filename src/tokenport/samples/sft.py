@@ -1,0 +1,314 @@
+"""SFTDataset: conversations of a chat store as packed (or padded), loss-masked samples.
+
+A chat store is a token store ``PREFIX`` and a loss-mask store ``PREFIX.mask`` beside it (same
+layout, one uint8 per token, 1 where the token is trained: an assistant token), one sequence per
+conversation. Every conversation is a *piece* or, with ``too_long="split"``, several; pieces never
+share a label or a position: ``position_ids`` restart at 0 at every piece.
+
+Packing (``packing=``):
+
+- ``"bfd"``: pieces packed best-fit decreasing into rows of ``seq_length`` (``packing/``, shared
+  with ``PackedDataset``). With ``seed=None`` and ``window=1000`` the rows are those of TRL's
+  ``pack_dataset(dataset, seq_length, strategy="bfd")`` (``"bfd_split"`` with ``too_long="split"``)
+  in its order: TRL packs each ``datasets.map`` batch (1000 rows by default) on its own;
+  ``window=None`` packs all conversations at once.
+- ``"none"``: one piece per sample, ``get_batch`` pads to the longest sample of the batch;
+  ``lengths`` gives each sample's token count for length-grouped samplers.
+
+Too long (a conversation longer than ``seq_length``), counted in ``counts``:
+``"truncate"`` keeps its first ``seq_length`` tokens (the prompt, the answer cut from the end), as
+TRL does, but drops it when even its first trained token is cut off; ``"drop"`` drops it;
+``"split"`` cuts it into ``seq_length`` pieces and a remainder (each piece its own sequence).
+
+Order: ``seed=None`` keeps the conversations' order and the rows in the order packing opened
+them; ``seed=int`` permutes conversations before packing and rows after
+(``np.random.default_rng(seed)``), as ``PackedDataset`` does.
+
+Labels, two shapes of the same targets (``shape=``):
+
+- ``"megatron"``: ``tokens``, pre-shifted ``labels`` (``labels[t]`` is the token after ``tokens[t]``
+  in the same piece when that token is trained, else ``label_pad``; the last token of a piece always
+  ``label_pad``), ``loss_mask`` (float32, 1 where ``labels`` holds a target), ``position_ids``,
+  ``cu_seqlens`` (int32, padded with the row's total), ``max_seqlen``, ``num_documents``.
+- ``"hf"``: ``input_ids``, unshifted ``labels`` (the token itself where trained, ``label_pad`` at the
+  first token of every piece and where untrained: the model shifts them, and no target crosses
+  two conversations), ``position_ids`` for padding-free attention; TRL's padding-free collator
+  gives the same labels. ``hf["labels"][:, 1:] == megatron["labels"][:, :-1]`` row by row.
+
+Padding: ``pad_id`` tokens, ``label_pad`` labels, loss 0, position 0.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .._checks import check_choice, check_int
+from ..errors import ConfigError, CorruptStoreError
+from ..indexed import IndexedDataset
+from .packed import _check_ids, _pack_windows, _ranges
+
+PACKINGS = ("bfd", "none")
+TOO_LONG = ("truncate", "drop", "split")
+SHAPES = {
+    "megatron": ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "max_seqlen", "num_documents"),
+    "hf": ("input_ids", "labels", "position_ids"),
+}
+
+
+def open_mask_store(store: IndexedDataset) -> IndexedDataset:
+    """The loss-mask store of a chat store (``PREFIX.mask``), checked to match it sequence by sequence."""
+    masks = IndexedDataset(store.prefix + ".mask", store.mode)
+    if len(masks) != len(store) or not np.array_equal(masks.sequence_lengths, store.sequence_lengths):
+        raise CorruptStoreError(
+            f"{store.prefix}.mask: the loss-mask store does not match its token store (sequences or "
+            f"lengths differ); write both with one prepare run"
+        )
+    return masks
+
+
+@dataclass(frozen=True)
+class SFTCounts:
+    """What became of the conversations: kept whole, truncated, split, dropped, empty; tokens lost."""
+
+    conversations: int
+    kept: int
+    truncated: int
+    split: int
+    dropped: int
+    empty: int
+    tokens: int
+    tokens_lost: int
+
+
+def _first_trained(masks: IndexedDataset, ids: np.ndarray) -> np.ndarray:
+    """The index of the first trained token of each conversation ``ids`` (its length when none is)."""
+    mask, offsets = masks.get_many(ids)
+    firsts = offsets[1:].copy()
+    trained = np.flatnonzero(mask)
+    if trained.size:
+        owner = np.searchsorted(offsets, trained, side="right") - 1
+        unique, where = np.unique(owner, return_index=True)
+        firsts[unique] = trained[where]
+    return firsts - offsets[:-1]
+
+
+def _gather(store: IndexedDataset, documents: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The tokens [offset, offset + length) of each document, concatenated (a store not memory-mapped)."""
+    get = store.get
+    chunks = [get(d, o, n) for d, o, n in zip(documents.tolist(), offsets.tolist(), lengths.tolist())]
+    return np.concatenate(chunks) if chunks else np.zeros(0, store.dtype)
+
+
+@numba.njit(cache=True)
+def _fill(bins, bin_starts, piece_length, tokens_from, token_start, masks_from, mask_start, megatron, out):  # noqa: ANN001
+    """Write the rows of ``bins`` into ``out`` (tokens, labels, loss_mask, position_ids, cu_seqlens,
+    max_seqlen, num_documents; pre-filled with padding): piece p's tokens are
+    ``tokens_from[token_start[p]:][:piece_length[p]]``, its mask likewise."""
+    tokens, labels, loss_mask, positions, cu_seqlens, max_seqlen, num_documents = out
+    for r in range(bins.shape[0]):
+        b = bins[r]
+        column = 0
+        k = 0
+        for p in range(bin_starts[b], bin_starts[b + 1]):
+            n = piece_length[p]
+            t0 = token_start[p]
+            m0 = mask_start[p]
+            for j in range(n):
+                token = tokens_from[t0 + j]
+                tokens[r, column + j] = token
+                positions[r, column + j] = j
+                if j > 0 and masks_from[m0 + j] != 0:  # a piece's first token is never a target
+                    if megatron:
+                        labels[r, column + j - 1] = token
+                        loss_mask[r, column + j - 1] = 1.0
+                    else:
+                        labels[r, column + j] = token
+            column += n
+            k += 1
+            cu_seqlens[r, k] = column
+            max_seqlen[r] = max(max_seqlen[r], n)
+        cu_seqlens[r, k + 1 :] = column
+        num_documents[r] = k
+
+
+class SFTDataset:
+    """Conversations of a chat store as packed or padded, loss-masked samples (see the module doc)."""
+
+    def __init__(
+        self,
+        store: IndexedDataset,
+        seq_length: int,
+        *,
+        packing: str = "bfd",
+        too_long: str = "truncate",
+        seed: int | None = None,
+        window: int | None = None,
+        ids: Sequence[int] | np.ndarray | None = None,
+        shape: str = "megatron",
+        pad_id: int = 0,
+        label_pad: int = -100,
+        cu_seqlens_length: int | None = None,
+    ) -> None:
+        self.store = store
+        self.masks = open_mask_store(store)
+        self.seq_length = check_int("seq_length", seq_length, 1)
+        self.packing = str(check_choice("packing", packing, PACKINGS))
+        self.too_long = str(check_choice("too_long", too_long, TOO_LONG))
+        self.shape = str(check_choice("shape", shape, tuple(SHAPES)))
+        self.seed = None if seed is None else check_int("seed", seed, 0)
+        self.window = None if window is None else check_int("window", window, 1)
+        self.pad_id = check_int("pad_id", pad_id, 0)
+        self.label_pad = int(label_pad)
+        if self.label_pad >= 0:
+            raise ConfigError(f"label_pad={label_pad}: must be negative so it never equals a token id (-100)")
+        self._build(_check_ids(ids, len(store)))
+        counts = np.diff(self.bin_starts)
+        needed = int(counts.max()) + 1 if counts.size else 2
+        width = needed if cu_seqlens_length is None else check_int("cu_seqlens_length", cu_seqlens_length, 1)
+        if width < needed:
+            raise ConfigError(
+                f"cu_seqlens_length={width}: a sample holds {needed - 1} conversations, so at least {needed} is needed"
+            )
+        self.cu_seqlens_length = width
+
+    # -- build ------------------------------------------------------------------------------
+
+    def _build(self, ids: np.ndarray) -> None:
+        """Decide each conversation's fate, cut and pack the pieces, fix the order of the samples."""
+        rng = None if self.seed is None else np.random.default_rng(self.seed)
+        if rng is not None:
+            ids = ids[rng.permutation(len(ids))]
+        lengths = self.store.sequence_lengths[ids].astype(np.int64)
+        kept = self._kept_lengths(ids, lengths)
+        split = self.too_long == "split"
+        if self.packing == "bfd":
+            bin_of, item, offset, length = _pack_windows(kept, self.seq_length, split, self.window)
+        else:
+            bin_of, item, offset, length = self._one_piece_per_sample(kept)
+        num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
+        self.piece_document = ids[item]
+        self.piece_offset = offset
+        self.piece_length = length
+        self.bin_starts = np.searchsorted(bin_of, np.arange(num_bins + 1)).astype(np.int64)
+        self.order = np.arange(num_bins, dtype=np.int64) if rng is None else rng.permutation(num_bins)
+        self.counts = self._count(lengths, kept)
+        self._bin_tokens = np.add.reduceat(length, self.bin_starts[:-1]) if num_bins else np.zeros(0, np.int64)
+        # each piece's place in the .bin files, for stores that are memory-mapped (arrays not kept: pickles stay small)
+        self._starts = None
+        if self.store.token_array() is not None and self.masks.token_array() is not None:
+            self._starts = tuple(
+                source.sequence_pointers[self.piece_document] // source.dtype.itemsize + self.piece_offset
+                for source in (self.store, self.masks)
+            )
+
+    def _kept_lengths(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Tokens kept of each conversation: all, ``seq_length`` (truncated) or 0 (dropped or empty)."""
+        kept = lengths.copy()
+        over = np.flatnonzero(lengths > self.seq_length)
+        if self.too_long == "drop":
+            kept[over] = 0
+        elif self.too_long == "truncate" and over.size:
+            trainable = _first_trained(self.masks, ids[over]) < self.seq_length
+            kept[over] = np.where(trainable, self.seq_length, 0)
+        return kept
+
+    def _one_piece_per_sample(self, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(bin, item, offset, length) with each piece its own bin, in conversation order."""
+        pieces = np.where(kept > 0, -(-kept // self.seq_length), 0)
+        item = np.repeat(np.arange(len(kept), dtype=np.int64), pieces)
+        offset = (
+            np.arange(item.size, dtype=np.int64) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        ) * self.seq_length
+        length = np.minimum(self.seq_length, kept[item] - offset)
+        return np.arange(item.size, dtype=np.int64), item, offset, length
+
+    def _count(self, lengths: np.ndarray, kept: np.ndarray) -> SFTCounts:
+        """The counts of what became of the conversations."""
+        over = lengths > self.seq_length
+        dropped = int(np.count_nonzero((kept == 0) & (lengths > 0)))
+        return SFTCounts(
+            conversations=len(lengths),
+            kept=int(np.count_nonzero((kept > 0) & ~over)),
+            truncated=int(np.count_nonzero(over & (kept > 0))) if self.too_long == "truncate" else 0,
+            split=int(np.count_nonzero(over)) if self.too_long == "split" else 0,
+            dropped=dropped,
+            empty=int(np.count_nonzero(lengths == 0)),
+            tokens=int(self.piece_length.sum()),
+            tokens_lost=int(lengths.sum() - self.piece_length.sum()),
+        )
+
+    # -- sizes ----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Real tokens of every sample, in sample order (for length-grouped samplers)."""
+        return self._bin_tokens[self.order].astype(np.int64)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The names of a sample's fields in this ``shape``."""
+        return SHAPES[self.shape]
+
+    # -- samples --------------------------------------------------------------------------------
+
+    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
+        """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        return {name: array[0] for name, array in self.get_batch([index]).items()}
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` stacked on a leading batch axis: rows of ``seq_length`` (bfd) or of the
+        batch's longest sample (none)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        bins = self.order[ids]
+        batch = len(ids)
+        width = self.seq_length if self.packing == "bfd" else int(self._bin_tokens[bins].max(initial=0))
+        out = (
+            np.full((batch, width), self.pad_id, dtype=np.int64),
+            np.full((batch, width), self.label_pad, dtype=np.int64),
+            np.zeros((batch, width), dtype=np.float32),
+            np.zeros((batch, width), dtype=np.int64),
+            np.zeros((batch, self.cu_seqlens_length), dtype=np.int32),
+            np.zeros(batch, dtype=np.int64),
+            np.zeros(batch, dtype=np.int64),
+        )
+        _fill(*self._sources(bins), self.shape == "megatron", out)
+        if self.shape == "hf":
+            return {"input_ids": out[0], "labels": out[1], "position_ids": out[3]}
+        return dict(zip(SHAPES["megatron"], out))
+
+    def _sources(self, bins: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(bins, bin_starts, piece_length, tokens, token starts, masks, mask starts) for ``_fill``:
+        the memory-mapped stores themselves, else the pieces of ``bins`` read into local arrays."""
+        tokens, masks = self.store.token_array(), self.masks.token_array()
+        if self._starts is not None and tokens is not None and masks is not None:
+            token_start, mask_start = self._starts
+            return bins, self.bin_starts, self.piece_length, tokens, token_start, masks, mask_start
+        counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
+        pieces = _ranges(self.bin_starts[bins], counts)
+        documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
+        length = self.piece_length[pieces]
+        starts = np.cumsum(length) - length
+        local_bins = np.arange(len(bins), dtype=np.int64)
+        local_starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        tokens = _gather(self.store, documents, offsets, length)
+        masks = _gather(self.masks, documents, offsets, length)
+        return local_bins, local_starts, length, tokens, starts, masks, starts
+
+    def __repr__(self) -> str:
+        return (
+            f"SFTDataset({self.store.prefix!r}, seq_length={self.seq_length}, packing={self.packing!r}, "
+            f"too_long={self.too_long!r}, samples={len(self)}, shape={self.shape!r})"
+        )
