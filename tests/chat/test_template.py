@@ -466,3 +466,17 @@ def test_gigatoken_is_refused_with_the_hf_spec_to_use(bpe):
     giga = load_tokenizer(f"gigatoken:{tok.path}")
     with pytest.raises(TokenizerError, match=f"use 'hf:{tok.path}'"):
         encode_chat(giga, ChatTemplate.chatml(), [{"role": "user", "content": "hi"}])
+
+
+def test_builtin_chatml_prints_tool_calls_as_qwen_does():
+    """Arguments given as a JSON string are printed as they are, a dict as JSON; a newline separates calls."""
+    calls = [
+        {"type": "function", "function": {"name": "f", "arguments": '{"a":1}'}},
+        {"type": "function", "function": {"name": "g", "arguments": {"b": "é"}}},
+    ]
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": calls}]
+    text, spans = ChatTemplate.chatml().render(messages)
+    assert text[spans[0][0] : spans[0][1]] == (
+        '<tool_call>\n{"name": "f", "arguments": {"a":1}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "g", "arguments": {"b": "é"}}\n</tool_call><|im_end|>'
+    )
