@@ -12,6 +12,7 @@ from ._version import __version__
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .blend import BlendedDataset
     from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
+    from .chat import ChatTemplate, encode_chat
     from .corpus import PrepareConfig, PrepareResult, prepare
     from .dock import Dock, DockAPI
     from .errors import (
@@ -46,6 +47,7 @@ _EXPORTS = {
     "Blend": ".builder",
     "BlendSpec": ".builder",
     "BlendedDataset": ".blend",
+    "ChatTemplate": ".chat",
     "ConfigError": ".errors",
     "CorruptStoreError": ".errors",
     "DatasetEpochs": ".sampling",
@@ -77,6 +79,7 @@ _EXPORTS = {
     "TokenportError": ".errors",
     "build_datasets": ".builder",
     "build_gpt_dataset": ".builder",
+    "encode_chat": ".chat",
     "karmarkar_karp": ".packing",
     "load_blend_spec": ".builder",
     "load_tokenizer": ".tokenizers",

@@ -122,6 +122,15 @@ class Tokenizer(abc.ABC):
     def _decode(self, ids: np.ndarray) -> str:
         """Decode int64 ids already checked to lie in the vocabulary."""
 
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of `text` and each token's (start, end) character offsets, an (n, 2) int64 array.
+
+        Chat loss masks map character spans to tokens through these offsets, as transformers does."""
+        raise TokenizerError(
+            f"the {self.kind} tokenizer {self.name!r} gives no character offsets, which chat loss masks need; "
+            "use the byte-level tokenizer or an 'hf:' tokenizer.json"
+        )
+
     def _ensure_loaded(self) -> None:
         """Set the attributes in _LOADED from the defining files."""
         self._backend, self._vocab_size, self._eod_id, self._fingerprint = self._load()
@@ -204,6 +213,12 @@ class ByteTokenizer(Tokenizer):
     def _decode(self, ids: np.ndarray) -> str:
         return ids.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every byte's offsets are those of the character it belongs to (all bytes of a character share them)."""
+        ids = self.encode(text)
+        starts = np.cumsum((ids & 0xC0) != 0x80) - 1  # a byte that is not a continuation byte starts a character
+        return ids, np.stack([starts, starts + 1], axis=1).astype(np.int64)
+
 
 class HFTokenizer(Tokenizer):
     """A HF `tokenizers` tokenizer.json, encoded without added special tokens."""
@@ -237,6 +252,12 @@ class HFTokenizer(Tokenizer):
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._backend.decode(ids.tolist())
+
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """HF tokenizers' own ids and character offsets (those transformers' assistant masks use)."""
+        encoding = self._backend.encode(text, add_special_tokens=False)
+        offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        return np.asarray(encoding.ids, dtype=np.int64), offsets
 
 
 class GigatokenTokenizer(HFTokenizer):
@@ -280,6 +301,13 @@ class GigatokenTokenizer(HFTokenizer):
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._backend.decode(ids).decode("utf-8", errors="replace")
+
+    def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """gigatoken gives no character offsets: refused (the 'hf:' tokenizer of the same file gives the same ids)."""
+        raise TokenizerError(
+            f"the gigatoken tokenizer {self.name!r} gives no character offsets, which chat loss masks need; "
+            f"use 'hf:{self.path}' (the same ids) for chat data"
+        )
 
 
 class TiktokenTokenizer(Tokenizer):

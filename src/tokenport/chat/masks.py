@@ -1,0 +1,230 @@
+"""A conversation to token ids and a loss mask (1 = trained), by a masking policy.
+
+With `{% generation %}` markers the assistant mask is transformers' (`return_assistant_tokens_mask=True`),
+token for token. Without them, the spans of the messages' text are located exactly (see `locate_fields`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_choice
+from ..errors import ConfigError, InputDataError
+from ..tokenizers import Tokenizer
+from .formats import ROLES
+from .template import REASONING_FIELDS, ChatTemplate, prepare_messages
+
+__all__ = ["POLICIES", "REASONING", "encode_chat"]
+
+POLICIES = ("assistant", "last_assistant", "all")
+"""assistant: every assistant turn; last_assistant: the last one; all: every token but tool outputs."""
+REASONING = ("train", "mask")
+
+Span = tuple[int, int]
+_OPEN, _CLOSE = "\U00100000", "\U00100001"  # private-use characters around a sentinel's number
+_SENTINEL_RE = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
+# Ways a template may print a field's text; the located spans are verified against the real render.
+_PRINTED = ((lambda v: v), str.strip, lambda v: v.strip("\n"))
+
+
+def encode_chat(
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    policy: str = "assistant",
+    reasoning: str = "train",
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids (int64) and loss mask (uint8, 1 = trained) of one conversation, with one tokenizer call.
+
+    policy: "assistant" (every assistant turn), "last_assistant", or "all" (every token but tool outputs).
+    reasoning: "train" or "mask" (the tokens of assistant reasoning text carry no loss).
+    With generation markers, "assistant" is transformers' assistant mask exactly; "last_assistant" keeps the
+    last block (one block per assistant message is required). Without markers, an assistant turn is the
+    located text of its content (and of its reasoning when trained); the end-of-turn token is not in it,
+    and an assistant message with tool calls is refused (only markers say where calls are printed).
+    A generation block covers the tokens from the one holding its first character to the one holding its
+    last, as transformers maps it; a located span covers every token holding one of its characters (so a
+    character split over several tokens is trained whole); a token touching masked text carries no loss."""
+    check_choice("policy", policy, POLICIES)
+    check_choice("reasoning", reasoning, REASONING)
+    check_messages(messages)
+    chat = prepare_messages(messages)
+    text, generation = template.render_prepared(chat, tools)
+    ids, offsets = tokenizer.encode_offsets(text)
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+    if policy == "last_assistant":
+        assistants = assistants[-1:]
+    markers = template.has_generation_markers
+    fields: list[tuple[int, str]] = []
+    if policy != "all" and not markers:
+        for i in assistants:
+            if chat[i].get("tool_calls"):
+                raise ConfigError(
+                    f"messages[{i}] has tool_calls, and the chat template from {template.origin} has no "
+                    "{% generation %} markers to say where they are printed; policy "
+                    f"{policy!r} with tool calls needs a template with markers"
+                )
+            fields += [(i, "content")] if "content" in chat[i] else []
+    if reasoning == "mask" or (policy != "all" and not markers):
+        fields += [(i, "reasoning_content") for i in assistants if "reasoning_content" in chat[i]]
+    if policy == "all":
+        fields += [(i, "content") for i, m in enumerate(chat) if m["role"] == "tool"]
+    located = locate_fields(template, chat, fields, text, tools) if fields else {}
+
+    mask = np.zeros(len(ids), np.uint8)
+    if policy == "all":
+        mask[:] = 1
+    elif markers:
+        if policy == "last_assistant":
+            if len(generation) != sum(m["role"] == "assistant" for m in chat):
+                raise ConfigError(
+                    f"the chat template from {template.origin} printed {len(generation)} generation blocks for "
+                    f"{sum(m['role'] == 'assistant' for m in chat)} assistant messages; policy 'last_assistant' "
+                    "needs one block per assistant message"
+                )
+            generation = generation[-1:]
+        _mark_transformers(mask, starts, ends, generation)
+    else:
+        trained = []
+        for i, field in fields:
+            spans = located[i, field]
+            if field == "content" and len(spans) != 1:
+                found = "not printed" if not spans else f"printed {len(spans)} times"
+                raise ConfigError(
+                    f"messages[{i}].content is {found} by the chat template from {template.origin}, so the "
+                    f"assistant turn cannot be located; policy {policy!r} needs a template with generation markers"
+                )
+            if field == "content" or reasoning == "train":
+                trained += spans
+        for start, end in trained:
+            mask[(starts < end) & (ends > start)] = 1
+    for i, field in fields:  # text that never carries loss
+        if (field == "reasoning_content" and reasoning == "mask") or chat[i]["role"] == "tool":
+            for start, end in located[i, field]:
+                mask[(starts < end) & (ends > start)] = 0
+    return ids, mask
+
+
+def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse (InputDataError naming the field) a message with an unknown role or non-text where text is needed."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
+    for i, message in enumerate(messages):
+        if type(message) is not dict and not isinstance(message, Mapping):
+            raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InputDataError(f"messages[{i}].role={role!r} is not a chat role; use one of {', '.join(ROLES)}")
+        content = message.get("content")
+        calls = message.get("tool_calls")
+        needs_text = role != "assistant" or not (calls or any(message.get(k) for k in REASONING_FIELDS))
+        if not isinstance(content, str) and (content is not None or needs_text):
+            raise InputDataError(
+                f"messages[{i}].content is {type(content).__name__}; a {role} message needs text (a string)"
+                + ("" if role != "assistant" else ", unless it has tool_calls or reasoning")
+            )
+        for key in REASONING_FIELDS:
+            if message.get(key) is not None and not isinstance(message[key], str):
+                raise InputDataError(f"messages[{i}].{key} is {type(message[key]).__name__}; pass a string")
+        if calls is not None and (
+            role != "assistant" or not isinstance(calls, list) or not all(isinstance(c, Mapping) for c in calls)
+        ):
+            raise InputDataError(
+                f"messages[{i}].tool_calls must be a list of dicts on an assistant message; got "
+                f"{type(calls).__name__} on a {role} message"
+            )
+
+
+def locate_fields(
+    template: ChatTemplate,
+    chat: list[dict[str, Any]],
+    fields: list[tuple[int, str]],
+    text: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> dict[tuple[int, str], list[Span]]:
+    """Character spans of `text` printed from each (message index, field) of `chat`.
+
+    Exact by construction: each field is replaced by a unique sentinel, the conversation rendered again,
+    and the sentinels replaced back by the field's text (as is, stripped, or stripped of newlines, each
+    field its own way); the spans are kept only if exactly one such replacement rebuilds `text` character
+    for character. Else a ConfigError."""
+    if _OPEN in text or _CLOSE in text:
+        raise InputDataError(
+            "a message holds the private-use characters U+100000/U+100001 tokenport uses to locate message text; "
+            "remove them"
+        )
+    marked = [dict(m) for m in chat]
+    values = []
+    for k, (i, field) in enumerate(fields):
+        values.append(chat[i][field])
+        keys = REASONING_FIELDS if field == "reasoning_content" else (field,)
+        for key in keys:
+            if key in marked[i]:
+                marked[i][key] = f"{_OPEN}{k}{_CLOSE}"
+    sentinel_text, _ = template.render_prepared(marked, tools)
+    segments, cursor = [], 0
+    for match in _SENTINEL_RE.finditer(sentinel_text):
+        segments.append((sentinel_text[cursor : match.start()], int(match.group(1))))
+        cursor = match.end()
+    solutions = _splices(text, segments, sentinel_text[cursor:], values)
+    if len(solutions) != 1:
+        what = "prints the text of" if solutions else "changes the text of"
+        raise ConfigError(
+            f"the chat template from {template.origin} {what} "
+            f"{', '.join(f'messages[{i}].{f}' for i, f in fields)} "
+            + ("in more than one way that gives this text" if solutions else "as it prints it")
+            + ", so its spans cannot be located exactly; use a template with {% generation %} markers"
+        )
+    located: dict[tuple[int, str], list[Span]] = {f: [] for f in fields}
+    for (_, k), span in zip(segments, solutions[0]):
+        located[fields[k]].append(span)
+    return located
+
+
+def _splices(text: str, segments: list[tuple[str, int]], tail: str, values: list[str]) -> list[list[Span]]:
+    """The ways (at most two) to rebuild `text` as before_0 + printed(value_k0) + before_1 + ... + tail,
+    each value printed in one of the `_PRINTED` ways: the spans of the printed values, per way."""
+    solutions: list[list[Span]] = []
+    stack: list[tuple[int, int, tuple[Span, ...]]] = [(0, 0, ())]
+    while stack and len(solutions) < 2:
+        j, pos, spans = stack.pop()
+        if j == len(segments):
+            if text[pos:] == tail:
+                solutions.append(list(spans))
+            continue
+        before, k = segments[j]
+        if not text.startswith(before, pos):
+            continue
+        pos += len(before)
+        for value in dict.fromkeys(printed(values[k]) for printed in _PRINTED):  # distinct ways, in order
+            if text.startswith(value, pos):
+                stack.append((j + 1, pos + len(value), (*spans, (pos, pos + len(value)))))
+    return solutions
+
+
+def _mark_transformers(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span]) -> None:
+    """Set `mask` over `spans` as transformers' apply_chat_template sets its assistant mask.
+
+    Each span runs from the first token holding its first character to the first token holding its last
+    character (tokenizers' char_to_token); no token at the start stops the marking; none at the end, or the
+    first token, marks to the end of the text (transformers' `if end_token` test)."""
+    n = len(mask)
+    for start, end in spans:
+        first = _char_to_token(starts, ends, start)
+        last = _char_to_token(starts, ends, end - 1)
+        if first is None:
+            break
+        mask[first : last + 1 if last else n] = 1
+
+
+def _char_to_token(starts: np.ndarray, ends: np.ndarray, char: int) -> int | None:
+    """Index of the first token whose offsets hold `char`, as tokenizers' Encoding.char_to_token."""
+    hits = np.flatnonzero((starts <= char) & (ends > char))
+    return int(hits[0]) if hits.size else None
