@@ -57,6 +57,11 @@ def _prepare(args: argparse.Namespace) -> int:
         "append_eod",
         "keep_rejected",
         "allow_empty",
+        "format",
+        "chat_template",
+        "chat_policy",
+        "reasoning",
+        "chat_format",
     )
     if args.steps:
         options["steps"] = load_steps(args.steps)
@@ -165,6 +170,10 @@ _ALGORITHMS = _Constant("tokenport.blend.indices", "ALGORITHMS")
 _SHARD_BY = _Constant("tokenport.corpus.run.config", "SHARD_BY")
 _ON_ERROR = _Constant("tokenport.corpus.run.config", "ON_ERROR")
 _EXECUTORS = _Constant("tokenport.corpus.run.config", "EXECUTORS")
+_INPUT_FORMATS = _Constant("tokenport.corpus.run.config", "INPUT_FORMATS")
+_CHAT_POLICIES = _Constant("tokenport.chat.masks", "POLICIES")
+_REASONING = _Constant("tokenport.chat.masks", "REASONING")
+_CHAT_FORMATS = _Constant("tokenport.chat.formats", "FORMATS")
 _TOKENIZER_FORMS = _Constant("tokenport.tokenizers", "SPEC_FORMS")
 _FORMS = "{tokenizer forms}"  # in help: filled with the tokenizer spec forms
 _DEFAULT = "{default}"  # in help: filled with the verb's library default of the flag
@@ -316,6 +325,40 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="succeed even when no document is left (by default that is an error)",
+    )
+
+    prep.add_argument(
+        "--format",
+        choices=_INPUT_FORMATS,
+        metavar="FORMAT",
+        default=None,
+        help="%(choices)s: documents of text, or conversations to chat stores with loss masks (default: {default})",
+    )
+    prep.add_argument(
+        "--chat-template",
+        default=None,
+        help="--format chat: 'chatml', a Jinja file or a tokenizer directory (default: the tokenizer's own)",
+    )
+    prep.add_argument(
+        "--chat-policy",
+        choices=_CHAT_POLICIES,
+        metavar="POLICY",
+        default=None,
+        help="--format chat: %(choices)s: which tokens carry loss (default: {default})",
+    )
+    prep.add_argument(
+        "--reasoning",
+        choices=_REASONING,
+        metavar="R",
+        default=None,
+        help="--format chat: %(choices)s the assistant's reasoning text (default: {default})",
+    )
+    prep.add_argument(
+        "--chat-format",
+        choices=_CHAT_FORMATS,
+        metavar="SHAPE",
+        default=None,
+        help="--format chat: the records' shape, %(choices)s (default: detected per record)",
     )
 
     rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")

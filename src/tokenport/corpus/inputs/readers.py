@@ -2,8 +2,9 @@
 
 Malformed input goes to `Problems`, which stops with an InputDataError naming the file and
 line (1-based) or row (0-based), or skips and counts it. Ids are ``path:line`` for jsonl,
-``path:row`` for parquet and ``path`` for text files. Every reader adds the bytes it consumed
-(after decompression) to the unit's `bytes_in`.
+``path:row`` for parquet and ``path`` for text files. With ``text_key=None`` (conversations) a
+record's document has no text and the whole record as its metadata. Every reader adds the bytes
+it consumed (after decompression) to the unit's `bytes_in`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from .sources import decode_errors, open_decoded, open_raw, parquet_module
 _PARQUET_BATCH_ROWS = 4096
 
 
-def read_slice(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
-    """The documents of `piece`, in order."""
+def read_slice(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
+    """The documents of `piece`, in order (whole records when `text_key` is None)."""
     return _READERS[piece.format](piece, text_key, problems)
 
 
-def _jsonl(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
+def _jsonl(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
     """One document per non-blank line; the other fields of the object become its metadata."""
     stats = problems.stats
     path = piece.path
@@ -60,11 +61,13 @@ def _jsonl(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
         problems.report("corrupt_input", f"{path}: after line {line}", f"cannot be decompressed ({exc})")
 
 
-def _record(record: object, text_key: str, path: str, line: int, problems: Problems) -> Document | None:
+def _record(record: object, text_key: str | None, path: str, line: int, problems: Problems) -> Document | None:
     """The document of one parsed jsonl line, or None (reported) when it has no string text."""
     if not isinstance(record, dict):
         problems.report("bad_json", f"{path}: line {line}", f"is a JSON {type(record).__name__}, not an object")
         return None
+    if text_key is None:
+        return Document("", f"{path}:{line}", record)
     text = record.pop(text_key, None)
     if isinstance(text, str):
         return Document(text, f"{path}:{line}", record)
@@ -83,7 +86,7 @@ def _record(record: object, text_key: str, path: str, line: int, problems: Probl
     return None
 
 
-def _text(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
+def _text(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
     """The whole file, decoded as UTF-8, is one document."""
     path = piece.path
     try:
@@ -101,8 +104,9 @@ def _text(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]
     yield Document(text, path, {})
 
 
-def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
-    """One document per row of column `text_key`, row groups [start, stop) of the file."""
+def _parquet(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
+    """One document per row of column `text_key`, row groups [start, stop) of the file (with
+    `text_key` None: every row as a record)."""
     import pyarrow as pa
 
     pq = parquet_module(piece.path)
@@ -112,6 +116,13 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
         try:
             parquet = pq.ParquetFile(f)
             groups = list(range(parquet.num_row_groups) if piece.stop is None else range(piece.start, piece.stop))
+            if text_key is None:
+                for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=groups):
+                    problems.stats.bytes_in += batch.nbytes
+                    for record in batch.to_pylist():
+                        yield Document("", f"{path}:{row}", record)
+                        row += 1
+                return
             if text_key not in parquet.schema_arrow.names:
                 rows = sum(parquet.metadata.row_group(g).num_rows for g in groups)
                 problems.report(
@@ -137,9 +148,9 @@ def _parquet(piece: Slice, text_key: str, problems: Problems) -> Iterator[Docume
             problems.report("corrupt_input", f"{path}: row {row}", f"cannot be read as parquet ({exc})")
 
 
-def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document]:
+def _arrow(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
     """One document per row of column `text_key` of an Arrow IPC stream (HF datasets' shards);
-    the row's other columns become the document's metadata."""
+    the row's other columns become the document's metadata (all of them with `text_key` None)."""
     try:
         import pyarrow as pa
     except ImportError:
@@ -152,6 +163,13 @@ def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
     with open_raw(path) as f:
         try:
             reader = pa.ipc.open_stream(f)
+            if text_key is None:
+                for batch in reader:
+                    problems.stats.bytes_in += batch.nbytes
+                    for record in batch.to_pylist():
+                        yield Document("", f"{path}:{row}", record)
+                        row += 1
+                return
             if text_key not in reader.schema.names:
                 problems.report(
                     "missing_text",
@@ -176,7 +194,7 @@ def _arrow(piece: Slice, text_key: str, problems: Problems) -> Iterator[Document
             problems.report("corrupt_input", f"{path}: row {row}", f"cannot be read as an Arrow stream ({exc})")
 
 
-_READERS: dict[str, Callable[[Slice, str, Problems], Iterator[Document]]] = {
+_READERS: dict[str, Callable[[Slice, str | None, Problems], Iterator[Document]]] = {
     "arrow": _arrow,
     "jsonl": _jsonl,
     "parquet": _parquet,

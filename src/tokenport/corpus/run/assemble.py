@@ -131,11 +131,14 @@ def finished_part(part: Part) -> bool:
     return manifest is not None and manifest.provenance.get("prepare", {}).get("fingerprint") == part.fingerprint
 
 
-def write_part(part: Part, tokenizer: Any, inputs: Sequence[str], recipe: str) -> tuple[int, int]:
+def write_part(
+    part: Part, tokenizer: Any, inputs: Sequence[str], recipe: str, chat: dict[str, Any] | None = None
+) -> tuple[int, int]:
     """Stream `part`'s segments into its store, atomically; returns (documents, tokens).
 
     `recipe` digests how text became tokens (steps, tokenizer, text settings) without the input
-    paths, so a store prepared the same way from a corpus that moved keeps its recipe.
+    paths, so a store prepared the same way from a corpus that moved keeps its recipe. With `chat`
+    (the stores' chat description) the part is a chat store: the loss masks are copied too.
     """
     provenance = {
         "prepare": {
@@ -146,7 +149,8 @@ def write_part(part: Part, tokenizer: Any, inputs: Sequence[str], recipe: str) -
             ],
         }
     }
-    with IndexedDatasetWriter(part.prefix, tokenizer=tokenizer, provenance=provenance) as out:
+    masks = {} if chat is None else {"masks": True, "chat": chat}
+    with IndexedDatasetWriter(part.prefix, tokenizer=tokenizer, provenance=provenance, **masks) as out:
         for segment in part.segments:
             with IndexedDataset(segment.prefix) as ds:
                 _copy(ds, segment.first, segment.first + segment.count, out)
@@ -154,12 +158,14 @@ def write_part(part: Part, tokenizer: Any, inputs: Sequence[str], recipe: str) -
 
 
 def _copy(ds: IndexedDataset, start: int, stop: int, out: IndexedDatasetWriter) -> None:
-    """Append documents [start, stop) of `ds` (one sequence each) to `out`, ~16M tokens at a time."""
+    """Append documents [start, stop) of `ds` (one sequence each) to `out`, ~16M tokens at a time,
+    with their loss masks when `ds` is a chat store."""
     ends = np.cumsum(ds.sequence_lengths[start:stop], dtype=np.int64)
     first = start
     while first < stop:
         done = int(ends[first - start - 1]) if first > start else 0
         last = max(first + 1, start + int(np.searchsorted(ends, done + _COPY_TOKENS, side="right")))
         tokens, offsets = ds.get_many(np.arange(first, last))
-        out.add_documents(tokens, np.diff(offsets))
+        masks = None if ds.masks is None else ds.masks.get_many(np.arange(first, last))[0]
+        out.add_documents(tokens, np.diff(offsets), masks=masks)
         first = last

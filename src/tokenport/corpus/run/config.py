@@ -11,6 +11,9 @@ from typing import Any
 
 from ..._checks import check_int
 from ..._files import parse_structured, read_text
+from ...chat.formats import FORMATS as CHAT_FORMATS
+from ...chat.masks import POLICIES as CHAT_POLICIES
+from ...chat.masks import REASONING
 from ...errors import ConfigError
 from ...storage import is_remote
 from ..steps.registry import check_steps
@@ -18,6 +21,9 @@ from ..steps.registry import check_steps
 SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
 EXECUTORS = ("local", "ray")
+INPUT_FORMATS = ("text", "chat")
+CHAT_FIELDS = ("chat_template", "chat_policy", "reasoning", "chat_format")
+"""The fields that describe conversations; they mean something only with format="chat"."""
 OUTPUT_FORMAT = "tokenport.prepare/1"
 
 OUTPUT_FIELDS = ("inputs", "text_key", "append_eod", "shard_by", "shard_tokens", "max_chars_per_piece")
@@ -62,6 +68,17 @@ class PrepareConfig:
       The output is the same either way.
     allow_empty: accept a run that produces no documents; otherwise it raises InputDataError
       and leaves the output directory as it found it.
+    format: "text" (each record's `text_key` is a document) or "chat" (each jsonl/parquet/Arrow
+      record is a conversation, rendered by a chat template into a chat store: tokens and a
+      loss mask per conversation; steps see each message's text, dedup the whole conversation;
+      `text_key`, `append_eod` and `max_chars_per_piece` do not apply).
+    chat_template: "chatml" (built in), a Jinja file or a tokenizer directory; None: the
+      tokenizer's own (ChatML for the byte-level tokenizer, the directory of an ``hf:`` one).
+    chat_policy: which tokens carry loss (`tokenport.chat.encode_chat`'s policy): "assistant",
+      "last_assistant" or "all".
+    reasoning: "train" or "mask" the assistant's reasoning text.
+    chat_format: the record shape (one of `tokenport.chat.formats.FORMATS`); None: detected
+      per record.
     """
 
     inputs: Sequence[str]
@@ -81,6 +98,11 @@ class PrepareConfig:
     executor: str = "local"
     ray_address: str | None = None
     allow_empty: bool = False
+    format: str = "text"
+    chat_template: str | None = None
+    chat_policy: str = "assistant"
+    reasoning: str = "train"
+    chat_format: str | None = None
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -108,6 +130,7 @@ class PrepareConfig:
         for name, choices in (("executor", EXECUTORS), ("shard_by", SHARD_BY), ("on_error", ON_ERROR)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
+        self._check_chat()
         for name in ("keep_rejected", "append_eod", "allow_empty"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be True or False")
@@ -116,6 +139,29 @@ class PrepareConfig:
         except ConfigError as error:
             raise ConfigError(f"PrepareConfig.{error}") from None
 
+    def _check_chat(self) -> None:
+        """The chat fields: valid choices, and set only with format="chat"."""
+        if self.format not in INPUT_FORMATS:
+            raise ConfigError(f"{_named('format', self.format)}: must be one of {', '.join(INPUT_FORMATS)}")
+        for name, choices in (("chat_policy", CHAT_POLICIES), ("reasoning", REASONING)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
+        if self.chat_format is not None and self.chat_format not in CHAT_FORMATS:
+            raise ConfigError(
+                f"{_named('chat_format', self.chat_format)}: must be one of {', '.join(CHAT_FORMATS)}, "
+                "or None to detect each record's"
+            )
+        if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
+            raise ConfigError(f"{_named('chat_template', self.chat_template)}: must be a non-empty string or None")
+        if self.format != "chat":
+            defaults = {"chat_template": None, "chat_policy": "assistant", "reasoning": "train", "chat_format": None}
+            for name, default in defaults.items():
+                if getattr(self, name) != default:
+                    raise ConfigError(
+                        f"{_named(name, getattr(self, name))}: describes conversations, but format is "
+                        f"{self.format!r}; add format='chat' (--format chat) or drop it"
+                    )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able copy of every field (kept in the dataset manifest)."""
         data = asdict(self)
@@ -123,8 +169,9 @@ class PrepareConfig:
         data["steps"] = [dict(spec) for spec in self.steps]
         return data
 
-    def output_settings(self, tokenizer_identity: dict[str, Any]) -> dict[str, Any]:
-        """What decides the output bytes: OUTPUT_FIELDS and the tokenizer's content identity."""
+    def output_settings(self, tokenizer_identity: dict[str, Any], chat: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What decides the output bytes: OUTPUT_FIELDS, the tokenizer's content identity and, for
+        format="chat", `chat` (the stores' chat description: format, template fingerprint, policy, reasoning)."""
         settings = {name: getattr(self, name) for name in OUTPUT_FIELDS}
         settings["inputs"] = list(self.inputs)
         if self.steps:  # runs without steps keep the fingerprints they always had
@@ -133,6 +180,10 @@ class PrepareConfig:
             settings["keep_rejected"] = True
         settings["tokenizer"] = {k: tokenizer_identity[k] for k in ("kind", "fingerprint", "vocab_size", "eod_id")}
         settings["format"] = OUTPUT_FORMAT
+        if self.format == "chat":  # text runs keep the fingerprints they always had
+            if chat is None:
+                raise ConfigError("PrepareConfig.output_settings: format='chat' needs the chat description")
+            settings["chat"] = dict(chat)
         return settings
 
 
@@ -150,6 +201,11 @@ FLAGS = {
     "executor": "--executor",
     "ray_address": "--address",
     "allow_empty": "--allow-empty",
+    "format": "--format",
+    "chat_template": "--chat-template",
+    "chat_policy": "--chat-policy",
+    "reasoning": "--reasoning",
+    "chat_format": "--chat-format",
 }
 """The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
 

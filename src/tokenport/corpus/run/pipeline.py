@@ -22,14 +22,16 @@ from typing import Any
 import numpy as np
 
 from ..._jit import announce_compilation
-from ...errors import InputDataError
+from ...chat.template import load_chat_template
+from ...errors import ConfigError, InputDataError
 from ...indexed import IndexedDataset
 from ...tokenizers import Tokenizer, load_tokenizer
 from ..inputs.inflate import discard_chunk
-from ..inputs.sources import expand_inputs
+from ..inputs.sources import InputFile, expand_inputs
 from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from ..steps.registry import dedup_positions, registered_steps, step_modules
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
+from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
 from .ray_executor import RayExecutor
@@ -107,7 +109,8 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     announce_compilation(step_modules(config.steps))
     tokenizer = load_tokenizer(config.tokenizer)
     identity = tokenizer.identity()
-    settings = config.output_settings(identity)
+    chat = _chat_job(config, tokenizer)
+    settings = config.output_settings(identity, None if chat is None else chat.describe())
     run_fingerprint = fingerprint(settings)
     out = OutputDir(config.output)
     manifest = out.finished(run_fingerprint)
@@ -117,12 +120,14 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     with contextlib.ExitStack() as stack:
         executor: Executor = stack.enter_context(_executor(config, tokenizer))  # workers start while we plan
         files = expand_inputs(config.inputs, exclude=out.path)
+        if chat is not None:
+            _check_records(files)
         stack.enter_context(out.claim(settings, run_fingerprint))
         units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
         out.remove_stale_units(unit.name for unit in units)
         for position in dedup_positions(config.steps):
-            _dedup_pass(config, executor, out.work, units, position, progress)
-        records, resumed = _run(config, executor, out.work, units, progress)
+            _dedup_pass(config, executor, out.work, units, position, progress, chat)
+        records, resumed = _run(config, executor, out.work, units, progress, chat)
         executor.close()
         totals = UnitStats.total(r.stats for r in records)
         _warn_of_steps_that_removed_everything(totals)
@@ -131,7 +136,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             raise InputDataError(_nothing_left(config, totals, len(files)))
         parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
         recipe = fingerprint({key: value for key, value in settings.items() if key != "inputs"})
-        described = _assemble(parts, tokenizer, [f.path for f in files], recipe)
+        described = _assemble(parts, tokenizer, [f.path for f in files], recipe, chat)
         manifest = {
             "format": DATASET_FORMAT,
             "tokenport_version": _version(),
@@ -151,12 +156,33 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
             "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
             "step_costs": {label: dict(sorted(counts.items())) for label, counts in totals.step_costs.items()},
         }
+        if chat is not None:
+            manifest["chat"] = {**chat.describe(), "template_origin": chat.template.origin}
         if config.keep_rejected:
             manifest["rejected"] = _move_rejected(out, units)
         out.finish(manifest, len(parts))
     result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
     logger.info("prepared %s", result.summary().replace("\n", "; "))
     return result
+
+
+def _chat_job(config: PrepareConfig, tokenizer: Tokenizer) -> ChatJob | None:
+    """How a chat run renders and masks its conversations (None for text): the template loaded once
+    here, so a bad one fails before any work."""
+    if config.format != "chat":
+        return None
+    template = load_chat_template(config.chat_template, tokenizer)
+    return ChatJob(template, config.chat_format, config.chat_policy, config.reasoning)
+
+
+def _check_records(files: list[InputFile]) -> None:
+    """Refuse text-file inputs in a chat run (a whole file is no conversation record) before any work."""
+    for file in files:
+        if file.format == "text":
+            raise ConfigError(
+                f"inputs: {file.path} is read as a text file (one document), which holds no conversation "
+                "records; give jsonl, parquet or HF dataset inputs with format='chat' (--format chat)"
+            )
 
 
 def _executor(config: PrepareConfig, tokenizer: Tokenizer) -> Executor:
@@ -167,7 +193,7 @@ def _executor(config: PrepareConfig, tokenizer: Tokenizer) -> Executor:
 
 
 def _run(
-    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], progress: bool
+    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], progress: bool, chat: ChatJob | None
 ) -> tuple[list[UnitRecord], int]:
     """Records of every unit, in unit order (finished earlier, or run now on the workers), and
     how many were finished earlier."""
@@ -179,7 +205,7 @@ def _run(
     resumed = len(records)
     todo = [unit for unit in units if unit.name not in records]
     logger.info("%d units to run (%d finished earlier) on %d workers", len(todo), len(records), config.workers)
-    job = _unit_job(config, work, keep_rejected=config.keep_rejected)
+    job = _unit_job(config, work, keep_rejected=config.keep_rejected, chat=chat)
     bar = _Bar(progress, "prepare", units, records)
 
     def on_done(unit: Unit, record: UnitRecord) -> None:
@@ -246,13 +272,19 @@ def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
 
 
 def _dedup_pass(
-    config: PrepareConfig, executor: Executor, work: str, units: list[Unit], position: int, progress: bool
+    config: PrepareConfig,
+    executor: Executor,
+    work: str,
+    units: list[Unit],
+    position: int,
+    progress: bool,
+    chat: ChatJob | None = None,
 ) -> None:
     """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
     the decisions; both kept in ``work`` so a rerun skips what is done."""
     if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
         return
-    job = _unit_job(config, work, sign_position=position)
+    job = _unit_job(config, work, sign_position=position, chat=chat)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
@@ -270,15 +302,17 @@ def _dedup_pass(
         save_atomically(drops_path(work, position, unit.name), drop)
 
 
-def _assemble(parts: list[Part], tokenizer: Tokenizer, inputs: list[str], recipe: str) -> list[dict[str, Any]]:
-    """Write every part not finished earlier; describe each for the dataset manifest."""
+def _assemble(
+    parts: list[Part], tokenizer: Tokenizer, inputs: list[str], recipe: str, chat: ChatJob | None = None
+) -> list[dict[str, Any]]:
+    """Write every part not finished earlier (chat stores for a chat run); describe each for the dataset manifest."""
     described = []
     for part in parts:
         if finished_part(part):
             with IndexedDataset(part.prefix) as ds:
                 documents, tokens = ds.num_documents, ds.num_tokens
         else:
-            documents, tokens = write_part(part, tokenizer, inputs, recipe)
+            documents, tokens = write_part(part, tokenizer, inputs, recipe, None if chat is None else chat.describe())
         sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
         described.append(
             {"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources}

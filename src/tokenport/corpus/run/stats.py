@@ -16,7 +16,15 @@ from ...errors import InputDataError
 
 logger = logging.getLogger(__name__)
 
-SKIP_KINDS = ("bad_json", "missing_text", "not_text", "bad_encoding", "corrupt_input", "encode_failed")
+SKIP_KINDS = (
+    "bad_json",
+    "missing_text",
+    "not_text",
+    "bad_encoding",
+    "corrupt_input",
+    "encode_failed",
+    "bad_conversation",
+)
 """Kinds of malformed input that on_error="skip" drops and counts."""
 
 

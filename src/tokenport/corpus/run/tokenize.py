@@ -25,10 +25,12 @@ MAX_BATCH_CHARS = 64 << 20
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """Documents as one flat token array: document k is tokens[sum(lengths[:k]):][:lengths[k]]."""
+    """Documents as one flat token array: document k is tokens[sum(lengths[:k]):][:lengths[k]];
+    conversations carry their loss masks, flat like the tokens."""
 
     tokens: np.ndarray
     lengths: np.ndarray
+    masks: np.ndarray | None = None
 
 
 def split_text(text: str, limit: int) -> list[str]:

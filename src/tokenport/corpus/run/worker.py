@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,14 +19,17 @@ import numpy as np
 from ...errors import StorageError
 from ...indexed import IndexedDataset, IndexedDatasetWriter
 from ...tokenizers import Tokenizer
+from ..inputs.documents import Document
 from ..inputs.readers import read_slice
+from ..steps.base import Step
 from ..steps.dedup import keys_path, make_signer, save_atomically
 from ..steps.registry import build_steps, register_step, run_steps
 from ..steps.rejects import RejectedWriter
+from .chat import ChatJob, EncodeChat, conversations, per_message
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
 from .tokenize import Tokenize
-from .units import Unit
+from .units import Slice, Unit
 
 
 class Cancelled(Exception):
@@ -47,6 +50,7 @@ class UnitJob:
     sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
     keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
     step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register
+    chat: ChatJob | None = None  # set: records are conversations, written to chat stores (tokens + masks)
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,14 @@ def run_unit(
         max_chars_per_piece=job.max_chars_per_piece,
         batch_size=job.batch_size,
     )
+    encode_chat = EncodeChat(tokenizer, job.chat, problems, job.batch_size) if job.chat is not None else None
     prefix = unit_prefix(job.work_dir, unit)
-    steps = build_steps(job.steps, job.work_dir, unit.name)
+    steps = _steps(job, unit)
     rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
     documents_per_slice = []
-    with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance={"prepare_unit": unit.describe()}) as writer:
+    chat = None if job.chat is None else {"masks": True, "chat": job.chat.describe()}
+    provenance = {"prepare_unit": unit.describe()}
+    with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance=provenance, **(chat or {})) as writer:
         sink_file = open(rejected + ".tmp", "w", encoding="utf-8") if rejected else None
         try:
             if sink_file is not None:
@@ -100,11 +107,11 @@ def run_unit(
             for piece in unit.slices:
                 before = stats.documents
                 meter.start(piece.size)
-                documents = run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps, stats.step_costs)
-                for batch in tokenize(documents):
+                documents = run_steps(_documents(job, piece, problems), steps, stats.steps, stats.step_costs)
+                for batch in tokenize(documents) if encode_chat is None else encode_chat(documents):
                     if cancelled():
                         raise Cancelled(unit.name)
-                    writer.add_documents(batch.tokens, batch.lengths)
+                    writer.add_documents(batch.tokens, batch.lengths, masks=batch.masks)
                     meter.tick()
                 meter.tick(finished=True)
                 documents_per_slice.append(stats.documents - before)
@@ -143,6 +150,19 @@ class _Meter:
         self.last = time.monotonic()
 
 
+def _documents(job: UnitJob, piece: Slice, problems: Problems) -> Iterator[Document]:
+    """The documents of `piece` as the steps see them: texts, or conversations for a chat run."""
+    if job.chat is None:
+        return read_slice(piece, job.text_key, problems)
+    return conversations(read_slice(piece, None, problems), job.chat.format, problems)
+
+
+def _steps(job: UnitJob, unit: Unit, upto: int | None = None) -> list[tuple[str, Step]]:
+    """The unit's cleaning steps (before position `upto`), each on whole messages in a chat run."""
+    steps = build_steps(job.steps, job.work_dir, unit.name, upto=upto)
+    return steps if job.chat is None else per_message(steps)
+
+
 def rejected_path(work_dir: str, unit: Unit) -> str:
     """Where a unit's rejected documents go (moved beside the parts when the run finishes)."""
     return os.path.join(work_dir, f"{unit.name}.rejected.jsonl")
@@ -161,12 +181,12 @@ def sign_unit(
     problems = Problems(job.on_error, stats)
     spec = dict(job.steps[position])
     sign = make_signer(spec.pop("step"), **spec)
-    steps = build_steps(job.steps, job.work_dir, unit.name, upto=position)
+    steps = _steps(job, unit, upto=position)
     rows = []
     meter = _Meter(stats, progress)
     for piece in unit.slices:
         meter.start(piece.size)
-        for document in run_steps(read_slice(piece, job.text_key, problems), steps, stats.steps):
+        for document in run_steps(_documents(job, piece, problems), steps, stats.steps):
             if len(rows) % 1024 == 0:
                 if cancelled():
                     raise Cancelled(unit.name)

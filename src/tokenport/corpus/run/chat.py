@@ -1,0 +1,153 @@
+"""`prepare` with format="chat": records to conversations, cleaning per message, conversations to ids + masks.
+
+A record becomes one conversation document: its text is a canonical serialization of the messages
+(and tools), so dedup steps compare whole conversations; its metadata holds the messages. Other
+cleaning steps see each message's text (content and reasoning): a rejected message drops the whole
+conversation, a scrubber rewrites the message. `encode_chat` then gives each conversation's ids and
+loss mask.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ...chat.formats import to_messages
+from ...chat.masks import encode_chat
+from ...chat.template import ChatTemplate
+from ...errors import InputDataError
+from ..inputs.documents import Document
+from ..steps.base import Step
+from ..steps.dedup import DropDuplicates
+from .stats import Problems
+from .tokenize import TokenBatch
+
+TEXT_FIELDS = ("content", "reasoning_content")
+"""The fields of a message that cleaning steps see and may rewrite."""
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """How a run's conversations become tokens: the template, the record shape and the masking."""
+
+    template: ChatTemplate
+    format: str | None
+    policy: str
+    reasoning: str
+
+    def describe(self) -> dict[str, Any]:
+        """The stores' (and the dataset manifest's) `chat` entry: what decides their tokens and masks."""
+        return {
+            "format": self.format or "detected",
+            "template": self.template.fingerprint,
+            "policy": self.policy,
+            "reasoning": self.reasoning,
+        }
+
+
+def canonical(messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
+    """One string per conversation (sorted keys, no spaces): what dedup steps key on."""
+    data: dict[str, Any] = {"messages": messages}
+    if tools is not None:
+        data["tools"] = tools
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def conversations(records: Iterable[Document], format: str | None, problems: Problems) -> Iterator[Document]:
+    """Each record (a document whose metadata is the whole record) as a conversation document;
+    a malformed one is refused or skipped ("bad_conversation") naming its file and line or row."""
+    for record in records:
+        try:
+            messages = to_messages(record.metadata, format, where=record.id)
+            tools = record.metadata.get("tools")
+            if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+                raise InputDataError(f"{record.id}: field `tools` must be a list of objects (tool schemas)")
+        except InputDataError as error:
+            problems.report("bad_conversation", record.id, str(error).removeprefix(record.id + ": "))
+            continue
+        yield Document(canonical(messages, tools), record.id, {"messages": messages, "tools": tools})
+
+
+class PerMessage(Step):
+    """A cleaning step applied to each message's text of a conversation: any rejected message drops
+    the conversation (counted by the step's reason), a transformed text replaces the message's."""
+
+    def __init__(self, inner: Step) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def process(self, document: Document) -> Document | None:
+        messages = document.metadata["messages"]
+        changed: list[dict[str, Any]] = []
+        for i, message in enumerate(messages):
+            new = message
+            for field in TEXT_FIELDS:
+                text = message.get(field)
+                if not isinstance(text, str):
+                    continue
+                before = Counter(self.inner.removed)
+                kept = self.inner.process(Document(text, f"{document.id}: messages[{i}].{field}"))
+                if kept is None:
+                    if self.sink is not None:
+                        reasons = list(self.inner.removed - before) or ["rejected"]
+                        self.sink(document, reasons[0])
+                    return None
+                if kept.text != text:
+                    new = {**new, field: kept.text}
+            changed.append(new)
+        if all(a is b for a, b in zip(changed, messages)):
+            return document
+        tools = document.metadata["tools"]
+        return replace(document, text=canonical(changed, tools), metadata={"messages": changed, "tools": tools})
+
+    def counts(self) -> dict[str, int]:
+        """The inner step's counters (its removals are of whole conversations)."""
+        return self.inner.counts()
+
+
+def per_message(steps: list[tuple[str, Step]]) -> list[tuple[str, Step]]:
+    """The run's steps for conversations: dedup on whole conversations, the others per message."""
+    return [(label, step if isinstance(step, DropDuplicates) else PerMessage(step)) for label, step in steps]
+
+
+class EncodeChat:
+    """Conversation documents in, TokenBatch (with masks) out: `batch_size` conversations per batch."""
+
+    def __init__(self, tokenizer: Any, chat: ChatJob, problems: Problems, batch_size: int) -> None:
+        self.tokenizer, self.chat, self.problems, self.batch_size = tokenizer, chat, problems, batch_size
+
+    def __call__(self, documents: Iterable[Document]) -> Iterator[TokenBatch]:
+        ids: list[np.ndarray] = []
+        masks: list[np.ndarray] = []
+        for document in documents:
+            try:
+                tokens, mask = encode_chat(
+                    self.tokenizer,
+                    self.chat.template,
+                    document.metadata["messages"],
+                    policy=self.chat.policy,
+                    reasoning=self.chat.reasoning,
+                    tools=document.metadata["tools"],
+                )
+            except InputDataError as error:
+                self.problems.report("bad_conversation", document.id, str(error))
+                continue
+            ids.append(tokens)
+            masks.append(mask)
+            if len(ids) >= self.batch_size:
+                yield self._batch(ids, masks)
+                ids, masks = [], []
+        if ids:
+            yield self._batch(ids, masks)
+
+    def _batch(self, ids: list[np.ndarray], masks: list[np.ndarray]) -> TokenBatch:
+        lengths = np.array([len(t) for t in ids], dtype=np.int64)
+        stats = self.problems.stats
+        stats.documents += len(ids)
+        stats.tokens += int(lengths.sum())
+        return TokenBatch(np.concatenate(ids), lengths, np.concatenate(masks))
