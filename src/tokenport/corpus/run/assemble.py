@@ -149,8 +149,9 @@ def write_part(
             ],
         }
     }
-    masks = {} if chat is None else {"masks": True, "chat": chat}
-    with IndexedDatasetWriter(part.prefix, tokenizer=tokenizer, provenance=provenance, **masks) as out:
+    with IndexedDatasetWriter(
+        part.prefix, tokenizer=tokenizer, provenance=provenance, masks=chat is not None, chat=chat
+    ) as out:
         for segment in part.segments:
             with IndexedDataset(segment.prefix) as ds:
                 _copy(ds, segment.first, segment.first + segment.count, out)

@@ -94,9 +94,11 @@ def run_unit(
     steps = _steps(job, unit)
     rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
     documents_per_slice = []
-    chat = None if job.chat is None else {"masks": True, "chat": job.chat.describe()}
+    chat = None if job.chat is None else job.chat.describe()
     provenance = {"prepare_unit": unit.describe()}
-    with IndexedDatasetWriter(prefix, tokenizer=tokenizer, provenance=provenance, **(chat or {})) as writer:
+    with IndexedDatasetWriter(
+        prefix, tokenizer=tokenizer, provenance=provenance, masks=chat is not None, chat=chat
+    ) as writer:
         sink_file = open(rejected + ".tmp", "w", encoding="utf-8") if rejected else None
         try:
             if sink_file is not None:
