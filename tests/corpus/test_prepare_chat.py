@@ -272,3 +272,31 @@ def test_a_run_killed_midway_resumes_to_the_same_stores(tmp_path):
     assert child.returncode == 137 and os.path.isdir(os.path.join(out, ".work"))
     prepare(PrepareConfig(output=out, **config))
     assert store_bytes(out) == store_bytes(reference)
+
+
+def test_an_hf_tokenizer_directory_brings_its_own_template(tmp_path):
+    import tokenizers as hf
+
+    from tokenport.tokenizers import train_byte_level_bpe
+
+    texts = [json.dumps(r, ensure_ascii=False) for r in RECORDS] * 20
+    path = train_byte_level_bpe(texts, 400, str(tmp_path / "tokenizer.json"))
+    raw = hf.Tokenizer.from_file(path)
+    raw.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    raw.save(path)
+    marked = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    marked += "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}"
+    marked += "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
+    (tmp_path / "chat_template.jinja").write_text(marked)
+    out, _ = run(tmp_path, [write_jsonl(tmp_path / "a.jsonl", RECORDS[1:4])], tokenizer="hf:" + path)
+    tokenizer, template = load_tokenizer("hf:" + path), ChatTemplate.from_tokenizer_dir(str(tmp_path))
+    expected = [encode_chat(tokenizer, template, to_messages(r)) for r in RECORDS[1:4]]
+    assert tokens_and_masks(out) == [(ids.tolist(), mask.tolist()) for ids, mask in expected]
+    assert stores(out)[0].manifest.chat["template"] == template.fingerprint
+
+
+def test_the_ray_executor_writes_the_same_chat_stores(tmp_path, ray_session):
+    inputs = [write_jsonl(tmp_path / "a.jsonl", RECORDS)]
+    local, _ = run(tmp_path, inputs, "local", unit_bytes=400)
+    ray, _ = run(tmp_path, inputs, "ray", unit_bytes=400, executor="ray")
+    assert store_bytes(local) == store_bytes(ray)
