@@ -234,6 +234,8 @@ def test_cli_prepare_format_chat(tmp_path, capsys):
     assert json.loads(pathlib.Path(out, "tokenport.json").read_text())["skipped"] == {"bad_conversation": 5}
     assert main(["prepare", path, "-o", str(tmp_path / "x"), "--chat-policy", "all", "-q"]) != 0
     assert "--chat-policy" in capsys.readouterr().err
+    assert main(["prepare", path, "-o", str(tmp_path / "x"), "--format", "chat", "--text-key", "body", "-q"]) != 0
+    assert "--text-key applies to text documents" in capsys.readouterr().err
 
 
 def test_parquet_conversations(tmp_path):

@@ -212,7 +212,8 @@ FLAGS = {
 
 def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str, Any]) -> PrepareConfig:
     """A PrepareConfig from the fields a user set (the rest keep their defaults), refusing a field
-    that means nothing without another: shard_tokens needs shard_by "tokens", ray_address executor "ray"."""
+    that means nothing without another: shard_tokens needs shard_by "tokens", ray_address executor "ray";
+    and the text settings (text_key, append_eod, max_chars_per_piece) with format "chat"."""
     if "shard_tokens" in options and options.get("shard_by") != "tokens":
         raise ConfigError(
             "--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
@@ -223,6 +224,13 @@ def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str
             "--address names a Ray cluster only with --executor ray; add --executor ray, "
             "or drop --address to prepare with local worker processes"
         )
+    if options.get("format") == "chat":
+        for name in ("text_key", "append_eod", "max_chars_per_piece"):
+            if name in options:
+                raise ConfigError(
+                    f"{FLAGS[name]} applies to text documents, not to --format chat (conversations are whole "
+                    f"records, rendered by the chat template); drop {FLAGS[name]}"
+                )
     return PrepareConfig(inputs=tuple(inputs), output=output, **options)
 
 
