@@ -63,6 +63,8 @@ class TokenportCollator:
     ``position_ids=True`` the samples' position ids are passed: where they restart (packed samples,
     ``reset_position_ids``), transformers' sdpa/eager attention masks each document off the others
     (when the model runs without a KV cache, as under the Trainer: ``args.use_cache`` is False).
+    Hugging Face-shaped samples (``SFTDataset(shape="hf")``: ``input_ids`` and unshifted ``labels``) are
+    taken as they are: ``labels`` is passed and ``shift_labels`` is ``labels`` shifted left by one.
     """
 
     def __init__(self, *, position_ids: bool = True, ignore_index: int = -100) -> None:
@@ -73,14 +75,26 @@ class TokenportCollator:
         """The batch of ``samples`` as int64 tensors of shape (batch, seq_length)."""
         if len(samples) == 0:
             raise ConfigError("samples: the batch is empty; the sampler must give at least one sample")
-        tokens = _stack(samples, "tokens")
-        targets = _stack(samples, "labels").copy()
-        if targets.shape != tokens.shape:
-            raise InputDataError(f"samples: labels {targets.shape} and tokens {tokens.shape} differ in shape")
-        if "loss_mask" in samples[0]:
-            targets[_stack(samples, "loss_mask", integer=False) == 0] = self.ignore_index
-        labels = np.full_like(targets, self.ignore_index)
-        labels[:, 1:] = targets[:, :-1]
+        hf = isinstance(samples[0], Mapping) and "input_ids" in samples[0]
+        tokens = _stack(samples, "input_ids" if hf else "tokens")
+        given = _stack(samples, "labels")
+        if given.shape != tokens.shape:
+            raise InputDataError(f"samples: labels {given.shape} and tokens {tokens.shape} differ in shape")
+        if hf:  # unshifted: labels[t] is the target of position t - 1
+            labels = given
+            if ((labels < 0) & (labels != self.ignore_index)).any():
+                raise InputDataError(
+                    f"samples: labels hold negative values other than ignore_index={self.ignore_index}; build the "
+                    f"dataset with label_pad={self.ignore_index} or pass TokenportCollator(ignore_index=...) to match"
+                )
+            targets = np.full_like(labels, self.ignore_index)
+            targets[:, :-1] = labels[:, 1:]
+        else:  # pre-shifted: labels[t] is the target of position t
+            targets = given.copy()
+            if "loss_mask" in samples[0]:
+                targets[_stack(samples, "loss_mask", integer=False) == 0] = self.ignore_index
+            labels = np.full_like(targets, self.ignore_index)
+            labels[:, 1:] = targets[:, :-1]
         batch = {"input_ids": tokens, "labels": labels, "shift_labels": targets}
         if self.position_ids and "position_ids" in samples[0]:
             batch["position_ids"] = _stack(samples, "position_ids")
@@ -94,7 +108,7 @@ def _stack(samples: Sequence[Mapping[str, Any]], name: str, *, integer: bool = T
             keys = sorted(sample) if isinstance(sample, Mapping) else type(sample).__name__
             raise ConfigError(
                 f"samples[{index}] has no {name!r} (got {keys}): TokenportCollator takes tokenport's GPT, "
-                "blended or packed samples; pass your own data_collator= for other data"
+                "blended, packed or SFT samples; pass your own data_collator= for other data"
             )
     rows = [np.asarray(sample[name]) for sample in samples]
     lengths = {row.shape for row in rows}
