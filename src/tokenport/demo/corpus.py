@@ -90,3 +90,61 @@ def build_demo_corpus(directory: str, limit: int | None = None) -> DemoCorpus:
     os.replace(code_path + ".tmp", code_path)
     os.replace(prose_path + ".tmp", prose_path)
     return DemoCorpus(code_path, prose_path, code_docs, prose_docs, code_bytes, prose_bytes)
+
+
+_SYSTEM_PROMPT = "You are a concise assistant for the Python standard library."
+
+
+def stdlib_functions(limit: int | None = None) -> Iterator[tuple[str, str, str]]:
+    """(dotted name, signature, docstring's first paragraph) of each public module-level function
+    with a docstring in the first ``limit`` stdlib source files, in file order."""
+    root = sysconfig.get_paths()["stdlib"]
+    for path in stdlib_sources(limit):
+        module = os.path.splitext(os.path.relpath(path, root))[0].replace(os.sep, ".").removesuffix(".__init__")
+        source = read_source(path)
+        if source is None or any(part.startswith("_") for part in module.split(".")):
+            continue
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                text = ast.get_docstring(node)
+                if text:
+                    paragraph = " ".join(text.split("\n\n")[0].split())
+                    yield f"{module}.{node.name}", f"{node.name}({ast.unparse(node.args)})", paragraph
+
+
+def build_sft_conversations(path: str, limit: int | None = None, max_conversations: int = 400) -> int:
+    """Write a jsonl of conversations about stdlib functions; returns how many.
+
+    A user asks what a function does and the assistant answers with its docstring's first paragraph.
+    Records rotate through the shapes `prepare --format chat` detects: OpenAI ``messages`` (every
+    other one with a system prompt), ShareGPT ``conversations`` and ``prompt``/``completion``;
+    every fourth messages or ShareGPT record follows up asking for the function's signature.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    count = 0
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        for name, signature, answer in stdlib_functions(limit):
+            if count == max_conversations:
+                break
+            question = f"What does `{name}` do?"
+            turns = [("user", question), ("assistant", answer)]
+            if count % 4 == 1:
+                turns += [("user", "What is its signature?"), ("assistant", f"`{signature}`")]
+            if count % 6 == 0:
+                turns.insert(0, ("system", _SYSTEM_PROMPT))
+            shape = count % 3
+            if shape == 0:
+                record: dict[str, object] = {"messages": [{"role": r, "content": c} for r, c in turns]}
+            elif shape == 1:
+                roles = {"system": "system", "user": "human", "assistant": "gpt"}
+                record = {"conversations": [{"from": roles[r], "value": c} for r, c in turns]}
+            else:
+                record = {"prompt": question, "completion": answer}
+            out.write(json.dumps(record) + "\n")
+            count += 1
+    os.replace(path + ".tmp", path)
+    return count

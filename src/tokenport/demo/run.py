@@ -27,10 +27,11 @@ from ..indexed import IndexedDataset, merge, verify
 from ..indexed.inspect import summarize
 from ..samples.gpt import GPTSampleConfig
 from ..samples.packed import PackedDataset
+from ..samples.sft import SFTDataset
 from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
-from .corpus import build_demo_corpus
+from .corpus import build_demo_corpus, build_sft_conversations
 
 Echo = Callable[[str], None]
 
@@ -124,6 +125,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _dock(merged, os.path.join(workdir, "dock-checkpoint"), echo)
     _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
     _train(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
+    _sft(workdir, limit, echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
@@ -367,6 +369,84 @@ def _train(spec: str, directory: str, echo: Echo) -> None:
         f"all {config.steps} losses, sample ids and token digests "
         f"{'bitwise equal' if same else 'DIFFER'} (checkpoint {os.path.basename(halves)}/step-000012.pt)"
     )
+
+
+SFT_SEQ_LENGTH = 384
+
+
+def _sft(workdir: str, limit: int | None, echo: Echo) -> None:
+    """Supervised fine-tuning: stdlib Q&A conversations -> a chat store with loss masks -> packed
+    samples (one shown with its trained tokens marked) -> a few steps of the tiny decoder."""
+    echo("\n== 12. sft: conversations about stdlib functions -> chat store with loss masks -> packed samples")
+    conversations = os.path.join(workdir, "corpus", "conversations.jsonl")
+    count = build_sft_conversations(conversations, limit=limit)
+    echo(
+        f"{count:,} conversations (messages, ShareGPT and prompt-completion records; some with a system prompt, "
+        f"some asking for the signature next) -> {os.path.relpath(conversations, workdir)}"
+    )
+    output = _fresh(os.path.join(workdir, "stores", "chat"))
+    result = prepare(PrepareConfig(inputs=(conversations,), output=output, format="chat", workers=1))
+    coverage = summarize(result.parts[0]).mask_coverage or 0.0
+    echo(
+        f"prepared with the built-in ChatML template: {result.documents:,} conversations, {result.tokens:,} tokens, "
+        f"{coverage:.1%} of tokens trained (assistant turns only)"
+    )
+    store = IndexedDataset(result.parts[0])
+    dataset = SFTDataset(store, SFT_SEQ_LENGTH, packing="bfd")
+    counts = dataset.counts
+    echo(
+        f"packed best-fit into {len(dataset):,} samples of {SFT_SEQ_LENGTH} tokens at "
+        f"{counts.tokens / (len(dataset) * SFT_SEQ_LENGTH):.1%} fill; {counts.truncated} too long truncated "
+        f"(prompt kept), {counts.dropped} dropped"
+    )
+    # the sample holding conversation 1, the first with a follow-up turn (samples keep packing's order: no seed)
+    pick = int(np.searchsorted(dataset.bin_starts, np.flatnonzero(dataset.piece_document == 1)[0], "right")) - 1
+    sample = dataset[pick]
+    ends = sample["cu_seqlens"][1 : int(sample["num_documents"]) + 1]
+    echo(
+        f"sample {pick}: {len(ends)} conversation{'s' * (len(ends) > 1)} ending at {ends.tolist()}, position_ids "
+        f"restarting at each; loss on {int(sample['loss_mask'].sum())} of {SFT_SEQ_LENGTH} positions. "
+        "Its text, [trained targets] bracketed:"
+    )
+    lines = render_loss_mask(sample["tokens"][: int(ends[-1])], sample["loss_mask"][: int(ends[-1])])
+    for line in lines[:16]:
+        echo(f"  | {line if len(line) <= 100 else line[:99] + '…'}")
+    if len(lines) > 16:
+        echo(f"  | ... {len(lines) - 16} more lines")
+    try:
+        from .train import TrainConfig, fit
+    except ModuleNotFoundError as missing:
+        if missing.name != "torch":
+            raise
+        echo('skipped training: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0)')
+        return
+    config = TrainConfig(steps=20, global_batch_size=4, seq_length=SFT_SEQ_LENGTH)
+    begin = time.perf_counter()
+    losses = fit(dataset, config)
+    echo(
+        f"{config.steps} steps of {config.global_batch_size} packed samples in {time.perf_counter() - begin:.1f} s, "
+        f"loss on assistant tokens {losses[0]:.4f} -> {losses[-1]:.4f} "
+        f"({'falls' if losses[-1] < losses[0] else 'DOES NOT FALL'}): "
+        + " ".join(f"{loss:.2f}" for loss in losses[:: config.steps // 5])
+    )
+    store.close()
+
+
+def render_loss_mask(tokens: np.ndarray, loss_mask: np.ndarray) -> list[str]:
+    """The byte-level text of one sample's tokens, lines split, with trained target tokens in brackets.
+
+    Labels are pre-shifted, so ``loss_mask[i]`` trains the target ``tokens[i + 1]``: token ``j`` is
+    marked when ``loss_mask[j - 1]`` is 1 (the first token is never a target).
+    """
+    tokenizer = load_tokenizer("byte")
+    trained = np.concatenate([[False], np.asarray(loss_mask[:-1]) > 0])
+    edges = np.flatnonzero(np.diff(trained.astype(np.int8))) + 1
+    text = []
+    for span in np.split(np.arange(len(tokens)), edges):
+        if span.size:
+            piece = tokenizer.decode(np.asarray(tokens)[span].tolist())
+            text.append(f"[{piece}]" if trained[span[0]] else piece)
+    return "".join(text).splitlines()
 
 
 def _time_reads(ds: IndexedDataset, echo: Echo) -> None:

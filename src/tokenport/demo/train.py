@@ -42,8 +42,10 @@ __all__ = [
     "TrainConfig",
     "TrainLog",
     "document_mask",
+    "fit",
     "latest_checkpoint",
     "launch",
+    "masked_loss",
     "prepare_training_stores",
     "train",
 ]
@@ -284,11 +286,7 @@ def _step(
     consumed = sampler.consumed_samples - sampler.global_batch_size  # the loader counted this batch already
     epoch, offset = divmod(consumed, sampler.active_samples)
     ids = sampler.global_batches(epoch)[offset // sampler.global_batch_size]
-    logits = model(batch["tokens"].long(), batch["position_ids"].long(), batch["cu_seqlens"])
-    losses = F.cross_entropy(logits.flatten(0, 1), batch["labels"].long().flatten(), reduction="none")
-    mask = batch["loss_mask"].flatten().to(losses.dtype)
-    total = (losses * mask).sum()
-    count = mask.sum()
+    total, count = masked_loss(model, batch)
     tokens = batch["tokens"].long()
     if data_parallel_size > 1:
         dist.all_reduce(count)
@@ -315,6 +313,41 @@ def _step(
         "sample_ids": ids.tolist(),
         "tokens_digest": hashlib.blake2b(tokens.numpy().astype(np.int64).tobytes(), digest_size=16).hexdigest(),
     }
+
+
+def masked_loss(model: TinyDecoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of the token losses where ``loss_mask`` is 1, their count) on a Megatron-shaped batch
+    (``tokens``, pre-shifted ``labels`` with -100 ignored, ``loss_mask``, ``position_ids``, ``cu_seqlens``)."""
+    logits = model(batch["tokens"].long(), batch["position_ids"].long(), batch["cu_seqlens"])
+    losses = F.cross_entropy(logits.flatten(0, 1), batch["labels"].long().flatten(), reduction="none")
+    mask = batch["loss_mask"].flatten().to(losses.dtype)
+    return (losses * mask).sum(), mask.sum()
+
+
+def fit(dataset: Any, config: TrainConfig) -> list[float]:
+    """Train a fresh `TinyDecoder` for ``config.steps`` steps on one rank over ``dataset`` (any tokenport
+    dataset of Megatron-shaped samples of ``config.seq_length`` tokens, e.g. an `SFTDataset`); returns
+    the per-step losses. No checkpoints: the quick run the demo's SFT stage makes."""
+    if getattr(dataset, "seq_length", config.seq_length) != config.seq_length:
+        raise ConfigError(
+            f"seq_length={config.seq_length}: the dataset's samples hold {dataset.seq_length} tokens; "
+            "pass the dataset's seq_length"
+        )
+    with _deterministic():
+        torch.manual_seed(config.seed)
+        model = TinyDecoder(
+            load_tokenizer("byte").vocab_size, config.seq_length, config.width, config.layers, config.heads
+        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+        batches = _batches(_loader(dataset, config, 0, 1)[0])
+        losses = []
+        for _ in range(config.steps):
+            total, count = masked_loss(model, next(batches))
+            optimizer.zero_grad(set_to_none=True)
+            (total / count).backward()
+            optimizer.step()
+            losses.append(float(total.detach() / count))
+        return losses
 
 
 def _save(
