@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 import tokenport as tp
 from tokenport.cli import main
+from tokenport.demo.run import render_loss_mask
 
 
 def test_demo_runs_every_stage(tmp_path, capsys):
@@ -26,6 +32,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         "9. dock",
         "10. clean",
         "11. train",
+        "12. sft",
     )
     for stage in stages:
         assert stage in out
@@ -41,6 +48,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
     # stage 6's dataset, then 2 stores x 3 splits and one blend per split, then stage 11's 2 stores and blend
     assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3 + 3
+    check_sft_stage(tmp_path, out.split("== 12. sft")[1])
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
     assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()
@@ -59,6 +67,59 @@ def test_demo_training_stage_without_torch_says_it_was_skipped(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert "11. train" in lines[0] and len(lines) == 2
     assert lines[1].startswith("skipped: torch is not installed") and "torch==2.13.0" in lines[1]
+
+
+def check_sft_stage(workdir, out: str) -> None:
+    """Stage 12's report agrees with the files it wrote: conversations, coverage, the mask, the loss."""
+    records = [json.loads(line) for line in open(workdir / "corpus" / "conversations.jsonl", encoding="utf-8")]
+    assert f"{len(records):,} conversations (messages, ShareGPT and prompt-completion" in out
+    assert {next(iter(r)) for r in records} == {"messages", "conversations", "prompt"}
+    assert any(m["role"] == "system" for r in records if "messages" in r for m in r["messages"])
+    assert any(len(r["conversations"]) == 4 for r in records if "conversations" in r)  # a signature follow-up
+    store = tp.IndexedDataset(workdir / "stores" / "chat" / "part-00000")
+    masks = np.concatenate([store.masks[i] for i in range(len(store))])
+    assert len(store) == len(records) and store.num_tokens == len(masks)
+    assert f"{len(records):,} conversations, {store.num_tokens:,} tokens, {masks.mean():.1%} of tokens trained" in out
+    assert "packed best-fit into" in out and "position_ids restarting at each" in out
+    # the first follow-up conversation (abc.update_abstractmethods): questions untrained, answers bracketed
+    assert "  | What is its signature?<|im_end|>\n" in out
+    assert "  | [`update_abstractmethods(cls)`<|im_end|>]\n" in out
+    assert "  | <|im_start|>assistant\n" in out
+    losses = re.search(r"loss on assistant tokens ([0-9.]+) -> ([0-9.]+) \(falls\)", out)
+    assert losses and float(losses[2]) < float(losses[1])
+
+
+def test_render_loss_mask_marks_targets_one_position_after_their_mask():
+    tokens = np.array(list(b"ab\ncd"), dtype=np.int64)
+    assert render_loss_mask(tokens, np.array([1, 0, 0, 1, 1])) == ["a[b]", "c[d]"]
+    assert render_loss_mask(tokens, np.array([0, 0, 0, 0, 1])) == ["ab", "cd"]  # the last mask has no target
+    assert render_loss_mask(tokens, np.array([0, 1, 1, 1, 0])) == ["ab[", "cd]"]
+
+
+def test_demo_sft_stage_without_torch_skips_only_the_training(tmp_path):
+    code = (
+        "import sys; sys.modules['torch'] = None  # as if torch were not installed\n"
+        "from tokenport.demo.run import _sft\n"
+        f"_sft({str(tmp_path)!r}, 40, print)"
+    )
+    src = str(Path(tp.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert "12. sft" in lines[0] and "of tokens trained" in done.stdout and "  | [" in done.stdout
+    assert lines[-1].startswith("skipped training: torch is not installed") and "torch==2.13.0" in lines[-1]
+
+
+def test_fit_refuses_a_config_of_another_seq_length(tmp_path):
+    from tokenport.demo.corpus import build_sft_conversations
+    from tokenport.demo.train import TrainConfig, fit
+
+    path = str(tmp_path / "conversations.jsonl")
+    build_sft_conversations(path, limit=40, max_conversations=8)
+    result = tp.prepare(tp.PrepareConfig(inputs=(path,), output=str(tmp_path / "chat"), format="chat", workers=1))
+    dataset = tp.SFTDataset(tp.IndexedDataset(result.parts[0]), 256)
+    with pytest.raises(tp.ConfigError, match="seq_length=64: the dataset's samples hold 256 tokens"):
+        fit(dataset, TrainConfig(seq_length=64))
 
 
 def sorted_first_source() -> str:
