@@ -1,4 +1,4 @@
-"""build_datasets with an SFTConfig: chat stores split Megatron's way, blended by weight, small sets served in epochs."""
+"""build_datasets with an SFTConfig: chat stores split Megatron's way, blended by weight, served in epochs."""
 
 from __future__ import annotations
 
