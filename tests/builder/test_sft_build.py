@@ -165,3 +165,12 @@ def test_refuses_a_gpt_store_and_bad_configs(stores):
     with pytest.raises(ConfigError, match="num_samples"):
         SFTDataset(store, SEQ, seed=0, num_samples=-1)
     assert len(SFTDataset(store, SEQ, seed=0, num_samples=2)) == 2  # fewer samples: the first rows of epoch 0
+
+
+def test_unweighted_blend_takes_one_epoch_of_every_store(stores):
+    train, _, _ = tp.build_datasets([stores["a"], stores["b"]], sizes=(None, 0, 0), config=CONFIG, seed=2, split="1")
+    rows = [child.rows for child in train.datasets]
+    assert [len(child) for child in train.datasets] == rows  # one epoch each, no repeat
+    assert train.samples_per_dataset().tolist() == rows and len(train) == sum(rows)
+    batch = train.get_batch(np.arange(len(train)))
+    assert batch["tokens"].shape == (sum(rows), SEQ)
