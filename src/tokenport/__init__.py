@@ -29,7 +29,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.gpt import GPTDataset, GPTSampleConfig
     from .samples.packed import PackedDataset
-    from .samples.sft import SFTDataset
+    from .samples.sft import SFTConfig, SFTDataset
     from .sampling import (
         DatasetEpochs,
         DistributedLengthGroupedSampler,
@@ -70,6 +70,7 @@ _EXPORTS = {
     "PrepareResult": ".corpus",
     "PretrainingSampler": ".sampling",
     "RandomSampler": ".sampling",
+    "SFTConfig": ".samples.sft",
     "SFTDataset": ".samples.sft",
     "StatefulLoader": ".integrations",
     "StorageError": ".errors",

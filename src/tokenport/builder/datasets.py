@@ -11,6 +11,13 @@ then read past a child's end is refused, naming the dataset and the surplus that
 Every index goes through the index cache when one is given. A blend with a mixture schedule
 follows it over the training stream; its valid and test blends hold the mixture training ends
 with.
+
+With an `SFTConfig` each child is an `SFTDataset` over the conversations of its split (the same
+document ranges) and the store must be a chat store. A child asked for more samples than its split
+packs into serves epochs, each in a new order (see `SFTDataset`), rather than being read modulo its
+length; ``sizes=None`` without weights takes one epoch of every store. SFT rows are packed when
+the dataset is made (the blending indices still go through the cache); children of one blend get
+``cu_seqlens`` of one width, so their batches stack.
 """
 
 from __future__ import annotations
@@ -27,19 +34,20 @@ from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, bui
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset, GPTSampleConfig
+from ..samples.sft import SFTConfig, SFTDataset
 from .cache import IndexCache, canonical_json
 from .gpt_datasets import build_gpt_dataset
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
 
-Dataset = GPTDataset | BlendedDataset
+Dataset = GPTDataset | SFTDataset | BlendedDataset
 
 
 def build_datasets(
     spec: BlendSpec | Blend | Sequence[str],
     *,
     sizes: Sequence[int | None],
-    config: GPTSampleConfig,
+    config: GPTSampleConfig | SFTConfig,
     seed: int,
     split: str = "969,30,1",
     cache: IndexCache | str | os.PathLike | None = None,
@@ -53,8 +61,11 @@ def build_datasets(
     list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples
     wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
-    stores whole.
+    stores whole. ``config``: a GPTSampleConfig for GPT samples, an SFTConfig for SFT samples of
+    chat stores (see the module doc).
     """
+    if not isinstance(config, (GPTSampleConfig, SFTConfig)):
+        raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
     spec = _as_spec(spec)
     sizes = _check_sizes(sizes)
     if not 0.0 <= surplus < 1e6 or not math.isfinite(surplus):
@@ -106,7 +117,7 @@ class _Builder:
 
     def __init__(
         self,
-        config: GPTSampleConfig,
+        config: GPTSampleConfig | SFTConfig,
         seed: int,
         cache: IndexCache | None,
         algorithm: str,
@@ -153,7 +164,7 @@ class _Builder:
         dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
         counts = np.bincount(dataset_index, minlength=len(weights)).tolist()
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
-        return BlendedDataset.from_indices(children, dataset_index, sample_index)
+        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index)
 
     def _blend_scheduled(
         self, blend: Blend, schedule: MixtureSchedule, split: str, which: str, size: int | None
@@ -171,7 +182,7 @@ class _Builder:
         counts = np.bincount(arrays["dataset_index"], minlength=len(blend.prefixes)).tolist()
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
         return BlendedDataset.from_indices(
-            children, arrays["dataset_index"], arrays["dataset_sample_index"], schedule=schedule
+            _aligned(children), arrays["dataset_index"], arrays["dataset_sample_index"], schedule=schedule
         )
 
     def _blend_by_size(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
@@ -182,7 +193,7 @@ class _Builder:
         dataset_index, sample_index = self.blending_indices(
             lengths if total is None else megatron_normalize(lengths), total, self.algorithm
         )
-        return BlendedDataset.from_indices(children, dataset_index, sample_index)
+        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index)
 
     def _blend_like_megatron(
         self, blend: Blend, weights: list[float], split: str, which: str, size: int
@@ -201,19 +212,22 @@ class _Builder:
                     "or use the default algorithm, which sizes every dataset exactly"
                 )
         children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
-        return BlendedDataset.from_indices(children, dataset_index, sample_index)
+        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index)
 
-    def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset:
+    def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | SFTDataset:
         """The ``which`` split (of nonzero weight) of one store with ``num_samples`` samples (None: one epoch)."""
         store = self.store(prefix)
+        config = self.config
+        if isinstance(config, SFTConfig):
+            return self._sft_child(store, config, split, which, num_samples)
         if num_samples is None:
-            num_samples = self._one_epoch(store, split, which)
+            num_samples = self._one_epoch(store, config, split, which)
         drop_last = which != "valid" or self.drop_last_partial_validation
         try:
             dataset = build_gpt_dataset(
                 store,
                 num_samples,
-                self.config,
+                config,
                 self.seed,
                 split=split,
                 which=which,
@@ -224,6 +238,24 @@ class _Builder:
             raise ConfigError(f"{prefix}, {which} split of {split!r}: {exc}") from None
         assert dataset is not None and dataset.config.eod_id is not None  # a nonzero-weight split, its EOD resolved
         self._check_eod(prefix, dataset.config.eod_id)
+        return dataset
+
+    def _sft_child(
+        self, store: IndexedDataset, config: SFTConfig, split: str, which: str, num_samples: int | None
+    ) -> SFTDataset:
+        """The conversations of one store's ``which`` split as an SFTDataset of ``num_samples`` (None: one epoch)."""
+        bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
+        assert bounds is not None  # build_datasets builds no zero-weight split
+        ids = np.arange(bounds[0], bounds[1], dtype=np.int64)
+        try:
+            dataset = SFTDataset.from_config(store, config, seed=self.seed, ids=ids, num_samples=num_samples)
+        except ConfigError as exc:
+            raise ConfigError(f"{store.prefix}, {which} split of {split!r}: {exc}") from None
+        if len(dataset) == 0:
+            raise ConfigError(
+                f"{store.prefix}: its {which} split ({len(ids)} conversations) gives no SFT sample of "
+                f"{config.seq_length} tokens; give it a larger share of the split, or drop it"
+            )
         return dataset
 
     def _check_eod(self, prefix: str, eod_id: int) -> None:
@@ -237,16 +269,16 @@ class _Builder:
                 "differ; blend stores made with one tokenizer"
             )
 
-    def _one_epoch(self, store: IndexedDataset, split: str, which: str) -> int:
+    def _one_epoch(self, store: IndexedDataset, config: GPTSampleConfig, split: str, which: str) -> int:
         """The samples in one epoch of a store's split: what Megatron builds when given no count."""
         bounds = split_document_ranges(split, len(store))[SPLIT_NAMES.index(which)]
         assert bounds is not None  # build_datasets builds no zero-weight split
         tokens = int(store.sequence_lengths[bounds[0] : bounds[1]].sum(dtype=np.int64))
-        count = (tokens - int(self.config.add_extra_token)) // self.config.seq_length
+        count = (tokens - int(config.add_extra_token)) // config.seq_length
         if count < 1:
             raise ConfigError(
                 f"{store.prefix}: its {which} split holds {tokens} tokens, less than one sample of "
-                f"{self.config.seq_length}; give it a weight, a larger share of the split, or drop it"
+                f"{config.seq_length}; give it a weight, a larger share of the split, or drop it"
             )
         return count
 
@@ -269,6 +301,15 @@ class _Builder:
             return build()
         canonical_json(params)  # refuse what cannot be a key before building
         return self.cache.get_or_build_for({}, params, build, source=params["kind"])
+
+
+def _aligned(children: list[Any]) -> list[Any]:
+    """``children``, its SFTDatasets widened to one ``cu_seqlens`` length so a blend's batches stack."""
+    sft = [child for child in children if isinstance(child, SFTDataset)]
+    width = max((child.cu_seqlens_length for child in sft), default=0)
+    for child in sft:
+        child.widen_cu_seqlens(width)
+    return children
 
 
 class _Unused:

@@ -12,13 +12,14 @@ from .. import _lazy
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .gpt import GPTDataset, GPTSampleConfig
     from .packed import PackedDataset
-    from .sft import SFTCounts, SFTDataset
+    from .sft import SFTConfig, SFTCounts, SFTDataset
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "GPTDataset": ".gpt",
     "GPTSampleConfig": ".gpt",
     "PackedDataset": ".packed",
+    "SFTConfig": ".sft",
     "SFTCounts": ".sft",
     "SFTDataset": ".sft",
 }

@@ -36,6 +36,12 @@ Labels, two shapes of the same targets (``shape=``):
   gives the same labels. ``hf["labels"][:, 1:] == megatron["labels"][:, :-1]`` row by row.
 
 Padding: ``pad_id`` tokens, ``label_pad`` labels, loss 0, position 0.
+
+Epochs (``num_samples=``): None serves every row once. A larger count serves the rows again,
+epoch after epoch, without re-packing: epoch 0 in the order above, epoch ``e >= 1`` in the order
+``np.random.default_rng((seed, e)).permutation(rows)`` (a seed is required); the last epoch may be
+partial. A smaller count serves the first ``num_samples`` rows of epoch 0. ``build_datasets`` sizes
+the children of an SFT blend this way, so a small set is repeated, not read modulo its length.
 """
 
 from __future__ import annotations
@@ -43,11 +49,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_int, is_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from .packed import _check_ids, _pack_windows, _ranges
@@ -69,6 +76,43 @@ def open_mask_store(store: IndexedDataset) -> IndexedDataset:
             "prepare --format chat or IndexedDatasetWriter(..., masks=True)"
         )
     return masks
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """How ``build_datasets`` makes SFT samples of each chat store: `SFTDataset`'s options by name.
+
+    The seed, the conversations (a split's ids) and the number of samples come from the build.
+    """
+
+    seq_length: int
+    packing: str = "bfd"
+    too_long: str = "truncate"
+    shape: str = "megatron"
+    window: int | None = None
+    pad_id: int = 0
+    label_pad: int = -100
+    cu_seqlens_length: int | None = None
+
+    def __post_init__(self) -> None:
+        """Validate every field, naming the one at fault."""
+        check_int("seq_length", self.seq_length, 1)
+        check_choice("packing", self.packing, PACKINGS)
+        check_choice("too_long", self.too_long, TOO_LONG)
+        check_choice("shape", self.shape, tuple(SHAPES))
+        if self.window is not None:
+            check_int("window", self.window, 1)
+        check_int("pad_id", self.pad_id, 0)
+        _check_label_pad(self.label_pad)
+        if self.cu_seqlens_length is not None:
+            check_int("cu_seqlens_length", self.cu_seqlens_length, 1)
+
+
+def _check_label_pad(label_pad: Any) -> int:
+    """``label_pad`` as an int, or a ConfigError unless it is negative (never a token id)."""
+    if not is_int(label_pad) or int(label_pad) >= 0:
+        raise ConfigError(f"label_pad={label_pad}: must be negative so it never equals a token id (-100)")
+    return int(label_pad)
 
 
 @dataclass(frozen=True)
@@ -153,6 +197,7 @@ class SFTDataset:
         pad_id: int = 0,
         label_pad: int = -100,
         cu_seqlens_length: int | None = None,
+        num_samples: int | None = None,
     ) -> None:
         self.store = store
         self.masks = open_mask_store(store)
@@ -163,10 +208,10 @@ class SFTDataset:
         self.seed = None if seed is None else check_int("seed", seed, 0)
         self.window = None if window is None else check_int("window", window, 1)
         self.pad_id = check_int("pad_id", pad_id, 0)
-        self.label_pad = int(label_pad)
-        if self.label_pad >= 0:
-            raise ConfigError(f"label_pad={label_pad}: must be negative so it never equals a token id (-100)")
+        self.label_pad = _check_label_pad(label_pad)
         self._build(_check_ids(ids, len(store)))
+        if num_samples is not None:
+            self.order = self._epochs(check_int("num_samples", num_samples, 0))
         counts = np.diff(self.bin_starts)
         needed = int(counts.max()) + 1 if counts.size else 2
         width = needed if cu_seqlens_length is None else check_int("cu_seqlens_length", cu_seqlens_length, 1)
@@ -175,6 +220,40 @@ class SFTDataset:
                 f"cu_seqlens_length={width}: a sample holds {needed - 1} conversations, so at least {needed} is needed"
             )
         self.cu_seqlens_length = width
+
+    @classmethod
+    def from_config(
+        cls,
+        store: IndexedDataset,
+        config: SFTConfig,
+        *,
+        seed: int | None,
+        ids: Sequence[int] | np.ndarray | None = None,
+        num_samples: int | None = None,
+    ) -> SFTDataset:
+        """``store``'s conversations ``ids`` as an SFTDataset made as ``config`` says (as ``build_datasets`` does)."""
+        if not isinstance(config, SFTConfig):
+            raise ConfigError(f"config: expected an SFTConfig, got {type(config).__name__}")
+        return cls(
+            store,
+            config.seq_length,
+            packing=config.packing,
+            too_long=config.too_long,
+            seed=seed,
+            window=config.window,
+            ids=ids,
+            shape=config.shape,
+            pad_id=config.pad_id,
+            label_pad=config.label_pad,
+            cu_seqlens_length=config.cu_seqlens_length,
+            num_samples=num_samples,
+        )
+
+    def widen_cu_seqlens(self, width: int) -> None:
+        """Make ``cu_seqlens`` rows ``width`` long (at least the current width), so datasets blended together
+        give batches of one shape."""
+        check_int("width", width, self.cu_seqlens_length)
+        self.cu_seqlens_length = int(width)
 
     # -- build ------------------------------------------------------------------------------
 
@@ -205,6 +284,31 @@ class SFTDataset:
                 source.sequence_pointers[self.piece_document] // source.dtype.itemsize + self.piece_offset
                 for source in (self.store, self.masks)
             )
+
+    def _epochs(self, num_samples: int) -> np.ndarray:
+        """The bins of ``num_samples`` samples: epoch 0 in ``order``, epoch ``e`` permuted by (seed, e)."""
+        rows = len(self.order)
+        if num_samples <= rows:
+            return self.order[:num_samples]
+        if rows == 0:
+            raise ConfigError(
+                f"num_samples={num_samples}: {self.store.prefix} gives no sample from these conversations "
+                f"({self.counts.conversations} of them, {self.counts.dropped} dropped as too long); "
+                "pass other ids, a larger seq_length or too_long='split'"
+            )
+        if self.seed is None:
+            raise ConfigError(
+                f"num_samples={num_samples} is more than the {rows} rows of one epoch and seed=None: every epoch "
+                "after the first is reordered from (seed, epoch); pass a seed"
+            )
+        epochs = -(-num_samples // rows)
+        orders = [self.order] + [np.random.default_rng((self.seed, e)).permutation(rows) for e in range(1, epochs)]
+        return np.concatenate(orders)[:num_samples].astype(np.int64, copy=False)
+
+    @property
+    def rows(self) -> int:
+        """Packed rows of one epoch (``len(self)`` counts the samples served, ``num_samples`` when given)."""
+        return len(self.bin_starts) - 1
 
     def _kept_lengths(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Tokens kept of each conversation: all, ``seq_length`` (truncated) or 0 (dropped or empty)."""
