@@ -14,12 +14,18 @@ generation markers, rows of --seq-length tokens packed best-fit decreasing. One 
 Both results are checked equal (every packed row's input_ids, labels and sequence lengths) before timing.
 A breakdown of tokenport's time (render, tokenizer with offsets, the rest) is printed after the table.
 
+Scaling with workers: ``prepare(PrepareConfig(format="chat", workers=W))`` end to end, from the same
+conversations written once to a jsonl file (untimed, cut into eight units of work) to published chat
+stores, for each ``--workers`` count; checked to hold the same tokens and trained-token count as the
+in-process path.
+
     python benchmarks/bench_sft_prepare.py
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -42,6 +48,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per side")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--workers", default="1,2", help="prepare --format chat worker counts to time")
     args = parser.parse_args()
 
     import datasets
@@ -119,7 +126,41 @@ def main() -> None:
             raise SystemExit(f"tokenport and TRL disagree on packed row {r}")
     tokens = int(ds.counts.tokens)
 
-    timed = best_of_each([ours, ours_rows, theirs], args.repeat)
+    source = os.path.join(tmp, "chats.jsonl")
+    with open(source, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"messages": chat}) + "\n" for chat in chats)
+    counts = [int(w) for w in args.workers.split(",")]
+    trained = int(sum(int(np.count_nonzero(ds.masks[i])) for i in range(len(ds.masks))))
+
+    def prepared(workers: int):
+        def run() -> None:
+            output = os.path.join(tmp, f"prepared-{workers}")
+            if os.path.exists(output):
+                import shutil
+
+                shutil.rmtree(output)
+            result = tp.prepare(
+                tp.PrepareConfig(
+                    inputs=[source],
+                    output=output,
+                    format="chat",
+                    tokenizer="hf:" + path,
+                    chat_template="chatml",
+                    workers=workers,
+                    unit_bytes=max(1, os.path.getsize(source) // 8),  # eight units of work to share
+                )
+            )
+            stores = [tp.IndexedDataset(part) for part in result.parts]
+            got = (
+                sum(s.num_tokens for s in stores),
+                sum(int(np.count_nonzero(m[i])) for s in stores for m in [s.masks] for i in range(len(m))),
+            )
+            if got != (tokens, trained):
+                raise SystemExit(f"prepare with {workers} workers: {got} tokens/trained, in process {tokens, trained}")
+
+        return run
+
+    timed = best_of_each([ours, ours_rows, theirs, *(prepared(w) for w in counts)], args.repeat)
     case = f"{len(chats)} conv, {tokens / len(chats):.0f} tok each, {len(ds)} rows of {args.seq_length}"
     print_table(
         [
@@ -148,6 +189,17 @@ def main() -> None:
                 tokens / timed[0],
                 tokens / timed[2],
                 "TRL _prepare_dataset",
+            ),
+            *(
+                Row(
+                    f"prepare --format chat, {w} worker{'s' * (w > 1)}",
+                    f"{len(chats)} conv from jsonl to chat stores",
+                    "conv/s",
+                    len(chats) / timed[3 + k],
+                    len(chats) / timed[2],
+                    "TRL _prepare_dataset (1 process)",
+                )
+                for k, w in enumerate(counts)
             ),
         ]
     )
