@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -39,6 +40,11 @@ from tokenport.chat import ChatTemplate, encode_chat
 from tokenport.chat.template import prepare_messages
 from tokenport.samples.sft import SFTDataset
 from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
+
+
+def _trained(masks: tp.IndexedDataset) -> int:
+    """Tokens a chat store's mask store marks trained."""
+    return int(np.count_nonzero(masks.get_many(np.arange(len(masks)))[0]))
 
 
 def main() -> None:
@@ -130,35 +136,30 @@ def main() -> None:
     with open(source, "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"messages": chat}) + "\n" for chat in chats)
     counts = [int(w) for w in args.workers.split(",")]
-    trained = int(sum(int(np.count_nonzero(ds.masks[i])) for i in range(len(ds.masks))))
+    trained = _trained(ds.masks)
 
     def prepared(workers: int):
-        def run() -> None:
+        def run() -> list[str]:
             output = os.path.join(tmp, f"prepared-{workers}")
-            if os.path.exists(output):
-                import shutil
-
-                shutil.rmtree(output)
-            result = tp.prepare(
-                tp.PrepareConfig(
-                    inputs=[source],
-                    output=output,
-                    format="chat",
-                    tokenizer="hf:" + path,
-                    chat_template="chatml",
-                    workers=workers,
-                    unit_bytes=max(1, os.path.getsize(source) // 8),  # eight units of work to share
-                )
+            shutil.rmtree(output, ignore_errors=True)
+            config = tp.PrepareConfig(
+                inputs=[source],
+                output=output,
+                format="chat",
+                tokenizer="hf:" + path,
+                chat_template="chatml",
+                workers=workers,
+                unit_bytes=max(1, os.path.getsize(source) // 8),  # eight units of work to share
             )
-            stores = [tp.IndexedDataset(part) for part in result.parts]
-            got = (
-                sum(s.num_tokens for s in stores),
-                sum(int(np.count_nonzero(m[i])) for s in stores for m in [s.masks] for i in range(len(m))),
-            )
-            if got != (tokens, trained):
-                raise SystemExit(f"prepare with {workers} workers: {got} tokens/trained, in process {tokens, trained}")
+            return tp.prepare(config).parts
 
         return run
+
+    for workers in counts:  # checked once, untimed: the same tokens and trained tokens as in process
+        stores = [tp.IndexedDataset(part) for part in prepared(workers)()]
+        got = (sum(store.num_tokens for store in stores), sum(_trained(store.masks) for store in stores))
+        if got != (tokens, trained):
+            raise SystemExit(f"prepare with {workers} workers: {got} tokens/trained, in process {tokens, trained}")
 
     timed = best_of_each([ours, ours_rows, theirs, *(prepared(w) for w in counts)], args.repeat)
     case = f"{len(chats)} conv, {tokens / len(chats):.0f} tok each, {len(ds)} rows of {args.seq_length}"
