@@ -2,22 +2,25 @@
 
 The same conversations (built from the standard library's docstrings, as in bench_chat_template.py),
 the same BPE tokenizer trained here with ChatML's special tokens, the built-in ChatML template with
-generation markers, rows of --seq-length tokens packed best-fit decreasing. One process, one core.
+generation markers, rows of --seq-length tokens packed best-fit decreasing. Per core: the process is
+pinned to one CPU while both sides run.
 
-- tokenport: ``encode_chat`` per conversation into a chat store (``IndexedDatasetWriter(masks=True)``),
-  then ``SFTDataset(store, seq_length, window=1000)`` (the packing); "+ rows" also reads every packed
-  row once (``get_batch`` in chunks), since TRL's result holds its rows written out.
+- tokenport: ``encode_chats`` over batches of 1000 conversations into a chat store
+  (``IndexedDatasetWriter(masks=True).add_documents``), then ``SFTDataset(store, seq_length,
+  window=1000)`` (the packing); with the tokenizer run by HF ``tokenizers`` ('hf:', its own offsets) and by
+  gigatoken ('gigatoken:', the same ids, offsets derived from them); "+ rows" also reads every packed row
+  once (``get_batch`` in chunks), since TRL's result holds its rows written out.
 - TRL 1.16: ``SFTTrainer._prepare_dataset`` on a ``datasets.Dataset`` of the messages (in memory,
   ``dataset_num_proc=None``): tokenize with ``apply_chat_template(..., return_assistant_tokens_mask=True)``,
   build labels, ``pack_dataset(..., "bfd")``; the trainer itself is built once, untimed.
 
-Both results are checked equal (every packed row's input_ids, labels and sequence lengths) before timing.
-A breakdown of tokenport's time (render, tokenizer with offsets, the rest) is printed after the table.
+Every side's packed rows (input_ids, labels, position ids) are checked equal to TRL's before timing.
+A breakdown of tokenport's time (render, tokenizer with offsets, masks, store + packing) follows the table.
 
-Scaling with workers: ``prepare(PrepareConfig(format="chat", workers=W))`` end to end, from the same
-conversations written once to a jsonl file (untimed, cut into eight units of work) to published chat
-stores, for each ``--workers`` count; checked to hold the same tokens and trained-token count as the
-in-process path.
+Scaling with workers (both CPUs): ``prepare(PrepareConfig(format="chat", workers=W))`` end to end, from
+--scaling-conversations conversations (more, so that worker start-up is amortized) written once to a jsonl
+file (untimed, cut into eight units of work) to published chat stores, for each ``--workers`` count and both
+tokenizer engines; checked to hold the same tokens and trained-token count as the in-process path.
 
     python benchmarks/bench_sft_prepare.py
 """
@@ -29,17 +32,18 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
 import numpy as np
 
 import tokenport as tp
-from _harness import Row, best_of_each, print_table
+from _harness import Row, best_of, best_of_each, print_table
 from bench_chat_template import SPECIALS, conversations, docstrings
-from tokenport.chat import ChatTemplate, encode_chat
-from tokenport.chat.template import prepare_messages
+from tokenport.chat import ChatTemplate, encode_chats
+from tokenport.chat.masks import encode_plans, plan_chat
 from tokenport.samples.sft import SFTDataset
 from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
+
+BATCH = 1000  # conversations per encode_chats call
 
 
 def _trained(masks: tp.IndexedDataset) -> int:
@@ -55,6 +59,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per side")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--workers", default="1,2", help="prepare --format chat worker counts to time")
+    parser.add_argument("--scaling-conversations", type=int, default=40000, help="conversations prepare is timed on")
     args = parser.parse_args()
 
     import datasets
@@ -71,22 +76,22 @@ def main() -> None:
     raw = hf.Tokenizer.from_file(path)
     raw.add_special_tokens(SPECIALS)
     raw.save(path)
-    tok = load_tokenizer("hf:" + path)
+    engines = {"hf": load_tokenizer("hf:" + path), "gigatoken": load_tokenizer("gigatoken:" + path)}
     template = ChatTemplate.chatml()
     peer = PreTrainedTokenizerFast(tokenizer_object=hf.Tokenizer.from_file(path), eos_token="<|im_end|>")
     peer.chat_template = template.source
     chats = conversations(docs, args.conversations, args.seed)
     prefix = os.path.join(tmp, "chat")
 
-    def ours() -> SFTDataset:
+    def ours(tok: tp.Tokenizer) -> SFTDataset:
         with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-            for chat in chats:
-                ids, mask = encode_chat(tok, template, chat)
-                writer.add_document(ids, mask=mask)
+            for start in range(0, len(chats), BATCH):
+                batch = encode_chats(tok, template, chats[start : start + BATCH])
+                writer.add_documents(batch.ids, batch.lengths, masks=batch.masks)
         return SFTDataset(tp.IndexedDataset(prefix), args.seq_length, window=1000, shape="hf")
 
-    def ours_rows() -> int:
-        ds = ours()
+    def ours_rows(tok: tp.Tokenizer) -> int:
+        ds = ours(tok)
         return sum(len(ds.get_batch(np.arange(s, min(s + 256, len(ds))))["input_ids"]) for s in range(0, len(ds), 256))
 
     config = SFTConfig(
@@ -117,36 +122,44 @@ def main() -> None:
     def theirs():
         return trainer._prepare_dataset(rows, peer, config, True, None, "train")
 
-    ds, packed = ours(), theirs()[:]
-    if len(ds) != len(packed["input_ids"]):
-        raise SystemExit(f"tokenport packed {len(ds)} rows, TRL {len(packed['input_ids'])}")
-    batch = ds.get_batch(np.arange(len(ds)))
-    for r, ids in enumerate(packed["input_ids"]):
-        n = len(ids)
-        positions = np.concatenate([np.arange(k) for k in packed["seq_lengths"][r]])
-        if (
-            batch["input_ids"][r, :n].tolist() != ids
-            or batch["labels"][r, :n].tolist() != packed["labels"][r]
-            or batch["position_ids"][r, :n].tolist() != positions.tolist()
-        ):
-            raise SystemExit(f"tokenport and TRL disagree on packed row {r}")
+    packed = theirs()[:]
+    for name, tok in engines.items():
+        ds = ours(tok)
+        if len(ds) != len(packed["input_ids"]):
+            raise SystemExit(f"tokenport ({name}) packed {len(ds)} rows, TRL {len(packed['input_ids'])}")
+        batch = ds.get_batch(np.arange(len(ds)))
+        for r, ids in enumerate(packed["input_ids"]):
+            n = len(ids)
+            positions = np.concatenate([np.arange(k) for k in packed["seq_lengths"][r]])
+            if (
+                batch["input_ids"][r, :n].tolist() != ids
+                or batch["labels"][r, :n].tolist() != packed["labels"][r]
+                or batch["position_ids"][r, :n].tolist() != positions.tolist()
+            ):
+                raise SystemExit(f"tokenport ({name}) and TRL disagree on packed row {r}")
     tokens = int(ds.counts.tokens)
 
     source = os.path.join(tmp, "chats.jsonl")
+    many = conversations(docs, args.scaling_conversations, args.seed)
     with open(source, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"messages": chat}) + "\n" for chat in chats)
+        f.writelines(json.dumps({"messages": chat}) + "\n" for chat in many)
+    with tp.IndexedDatasetWriter(prefix + "-many", dtype=np.uint16, masks=True) as writer:  # the in-process reference
+        for start in range(0, len(many), BATCH):
+            batch = encode_chats(engines["hf"], template, many[start : start + BATCH])
+            writer.add_documents(batch.ids, batch.lengths, masks=batch.masks)
+    reference = tp.IndexedDataset(prefix + "-many")
     counts = [int(w) for w in args.workers.split(",")]
-    trained = _trained(ds.masks)
+    want = (reference.num_tokens, _trained(reference.masks))
 
-    def prepared(workers: int):
+    def prepared(workers: int, engine: str):
         def run() -> list[str]:
-            output = os.path.join(tmp, f"prepared-{workers}")
+            output = os.path.join(tmp, f"prepared-{engine}-{workers}")
             shutil.rmtree(output, ignore_errors=True)
             config = tp.PrepareConfig(
                 inputs=[source],
                 output=output,
                 format="chat",
-                tokenizer="hf:" + path,
+                tokenizer=f"{engine}:{path}",
                 chat_template="chatml",
                 workers=workers,
                 unit_bytes=max(1, os.path.getsize(source) // 8),  # eight units of work to share
@@ -155,80 +168,57 @@ def main() -> None:
 
         return run
 
-    for workers in counts:  # checked once, untimed: the same tokens and trained tokens as in process
-        stores = [tp.IndexedDataset(part) for part in prepared(workers)()]
+    runs = [(w, engine) for engine in engines for w in counts]
+    for workers, engine in runs:  # checked once, untimed: the same tokens and trained tokens as in process
+        stores = [tp.IndexedDataset(part) for part in prepared(workers, engine)()]
         got = (sum(store.num_tokens for store in stores), sum(_trained(store.masks) for store in stores))
-        if got != (tokens, trained):
-            raise SystemExit(f"prepare with {workers} workers: {got} tokens/trained, in process {tokens, trained}")
+        if got != want:
+            raise SystemExit(f"prepare ({engine}, {workers} workers): {got} tokens/trained, in process {want}")
 
-    timed = best_of_each([ours, ours_rows, theirs, *(prepared(w) for w in counts)], args.repeat)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # per core: both sides on one CPU
+    hf_tok, giga = engines["hf"], engines["gigatoken"]
+    timed = best_of_each([lambda: ours(hf_tok), lambda: ours(giga), lambda: ours_rows(giga), theirs], args.repeat)
+    os.sched_setaffinity(0, cpus)
+    scaling = best_of_each([prepared(w, engine) for w, engine in runs], args.repeat)
     case = f"{len(chats)} conv, {tokens / len(chats):.0f} tok each, {len(ds)} rows of {args.seq_length}"
+    trl = timed[3]
     print_table(
         [
-            Row(
-                "conv -> ids+masks+packed",
-                case,
-                "conv/s",
-                len(chats) / timed[0],
-                len(chats) / timed[2],
-                "TRL _prepare_dataset",
-                goal=10,
-            ),
-            Row(
-                "... + every row read",
-                case,
-                "conv/s",
-                len(chats) / timed[1],
-                len(chats) / timed[2],
-                "TRL _prepare_dataset",
-                goal=10,
-            ),
-            Row(
-                "conv -> ids+masks+packed",
-                case,
-                "tokens/s",
-                tokens / timed[0],
-                tokens / timed[2],
-                "TRL _prepare_dataset",
-            ),
+            Row("conv -> ids+masks+packed, hf", case, "conv/s", len(chats) / timed[0], len(chats) / trl,
+                "TRL _prepare_dataset", goal=10),
+            Row("conv -> ids+masks+packed, gigatoken", case, "conv/s", len(chats) / timed[1], len(chats) / trl,
+                "TRL _prepare_dataset", goal=10),
+            Row("... + every row read, gigatoken", case, "conv/s", len(chats) / timed[2], len(chats) / trl,
+                "TRL _prepare_dataset", goal=10),
+            Row("conv -> ids+masks+packed, gigatoken", case, "tokens/s", tokens / timed[1], tokens / trl,
+                "TRL _prepare_dataset"),
             *(
-                Row(
-                    f"prepare --format chat, {w} worker{'s' * (w > 1)}",
-                    f"{len(chats)} conv from jsonl to chat stores",
-                    "conv/s",
-                    len(chats) / timed[3 + k],
-                    len(chats) / timed[2],
-                    "TRL _prepare_dataset (1 process)",
-                )
-                for k, w in enumerate(counts)
+                Row(f"prepare --format chat, {engine}, {w} worker{'s' * (w > 1)}",
+                    f"{len(many)} conv from jsonl to chat stores (2 CPUs)", "conv/s",
+                    len(many) / scaling[k], len(chats) / trl, "TRL _prepare_dataset (1 process, 1 CPU)")
+                for k, (w, engine) in enumerate(runs)
             ),
         ]
-    )
+    )  # fmt: skip
 
-    # where tokenport's time goes, per conversation
-    prepared = [prepare_messages(chat) for chat in chats]
-    t0 = time.perf_counter()
-    texts = [template.render_prepared(chat, None)[0] for chat in prepared]
-    render = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for text in texts:
-        tok.encode_offsets(text)
-    encode = time.perf_counter() - t0
+    # where tokenport's time goes, per conversation, on one CPU
+    os.sched_setaffinity(0, {min(cpus)})
     per = 1e6 / len(chats)
-    try:  # the same ids from gigatoken (it gives no offsets, so encode_chat cannot use it yet)
-        giga = load_tokenizer("gigatoken:" + path)
-        t0 = time.perf_counter()
-        for text in texts:
-            giga.encode(text)
-        print(f"\ngigatoken ids alone (no offsets): {(time.perf_counter() - t0) * per:.0f} us per conversation")
-    except tp.TokenizerError as error:
-        print(f"\ngigatoken not measured: {error}")
-    print(
-        f"\ntokenport per conversation: {timed[0] * per:.0f} us in all; render {render * per:.0f} us, "
-        f"tokenizer with offsets {encode * per:.0f} us, "
-        f"masks + store + packing {(timed[0] - render - encode) * per:.0f} us; "
-        f"TRL {timed[2] * per:.0f} us"
-    )
+    plans = [plan_chat(template, chat) for chat in chats]
+    render = best_of(lambda: [plan_chat(template, chat) for chat in chats], args.repeat)
+    texts = [plan.text for plan in plans]
+    for name, tok in engines.items():
+        offsets = best_of(lambda: tok.encode_offsets_batch(texts), args.repeat)
+        encoded = best_of(lambda: encode_plans(tok, plans), args.repeat)
+        total = timed[0 if name == "hf" else 1]
+        print(
+            f"\ntokenport ({name}) per conversation: {total * per:.1f} us in all; render {render * per:.1f} us, "
+            f"tokenizer with offsets {offsets * per:.1f} us, masks {(encoded - offsets) * per:.1f} us, "
+            f"store + packing {(total - render - encoded) * per:.1f} us"
+        )
+    print(f"TRL per conversation: {trl * per:.1f} us")
+    os.sched_setaffinity(0, cpus)
 
 
 if __name__ == "__main__":

@@ -214,6 +214,94 @@ def test_gigatoken_refuses_configs_it_would_mistokenize(bpe_path, tmp_path):
         load_tokenizer(f"gigatoken:{path}")
 
 
+@pytest.mark.parametrize(
+    "post_processor",
+    [
+        None,
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        {"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False}]},
+    ],
+    ids=["none", "trim", "trim-keep-prefix-space", "sequence-no-trim"],
+)
+def test_gigatoken_offsets_derived_from_ids_equal_hf(bpe_path, stdlib_texts, tmp_path, post_processor):
+    """Offsets from token byte lengths equal HF tokenizers' own, spaces trimmed as its post-processor trims."""
+    pytest.importorskip("gigatoken")
+    import random
+
+    config = json.loads(pathlib.Path(bpe_path).read_text())
+    config["added_tokens"].append(
+        {
+            "id": 1000,
+            "content": "<|im_end|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
+    config["post_processor"] = post_processor
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(config))
+    hf, gt = load_tokenizer(f"hf:{path}"), load_tokenizer(f"gigatoken:{path}")
+    rng = random.Random(0)
+    alphabet = "ab Z  \n\t\u00e9\u4e2d\U0001f600\u0301 \u00a0" + "<|im_end|>"
+    texts = [*UNICODE, " lead", "  two", "trail  ", "x <|im_end|> y", *(t[:400] for t in stdlib_texts[100:130])]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 50))) for _ in range(300)]
+    for text in texts:
+        ids, offsets = gt.encode_offsets(text)
+        want_ids, want = hf.encode_offsets(text)
+        assert ids.tolist() == want_ids.tolist(), text
+        assert offsets.tolist() == want.tolist(), text
+    assert_pickles(gt, UNICODE[0])
+
+
+def test_derived_offsets_refuse_tokenizers_whose_ids_do_not_spell_the_text(bpe_path, tmp_path):
+    pytest.importorskip("gigatoken")
+    from tokenport._offsets import ByteLevelOffsets
+
+    config = json.loads(pathlib.Path(bpe_path).read_text())
+    gt = load_tokenizer(f"gigatoken:{bpe_path}")
+    for change, reason in [
+        (lambda c: c["pre_tokenizer"].update(add_prefix_space=True), "prefix space"),
+        (lambda c: c.update(normalizer={"type": "NFC"}), "normalizer"),
+        (lambda c: c["model"].update(continuing_subword_prefix="##"), "affixes"),
+        (lambda c: c["added_tokens"][0].update(rstrip=True), "lstrip/rstrip"),
+        (lambda c: c.update(pre_tokenizer={"type": "Whitespace"}), "no ByteLevel pre-tokenizer"),
+    ]:
+        edited = json.loads(json.dumps(config))
+        change(edited)
+        with pytest.raises(TokenizerError, match=reason) as err:
+            ByteLevelOffsets(edited, gt)
+        assert f"hf:{gt.path}" in str(err.value)
+    offsets = ByteLevelOffsets(config, gt)
+    ids = np.concatenate([gt.encode("x"), gt.encode("a")])
+    with pytest.raises(TokenizerError, match="for text 1 spell 1 bytes of its 2"):
+        offsets(["x", "ab", ""], ids, np.array([1, 1, 0]))  # ids that are not the texts' are caught
+    with pytest.raises(TokenizerError, match="no entry"):
+        offsets(["x"], np.array([1001]), np.array([1]))  # an id between the vocabulary and the added tokens
+    assert offsets(["", ""], ids[:0], np.array([0, 0])).shape == (0, 2)
+
+
+def test_offsets_batch_equals_one_by_one(bpe_path):
+    """Every backend's batch gives each text's offsets counted from the text's own start."""
+    texts = [*UNICODE, "a", "", "héllo wörld"]
+    for spec in ["byte", f"hf:{bpe_path}", f"gigatoken:{bpe_path}"]:
+        if spec.startswith("gigatoken"):
+            pytest.importorskip("gigatoken")
+        tok = load_tokenizer(spec)
+        ids, lengths, offsets = tok.encode_offsets_batch(texts)
+        assert ids.dtype == offsets.dtype == np.int64 and lengths.tolist() == [len(tok.encode(t)) for t in texts]
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        for k, text in enumerate(texts):
+            want_ids, want = tok.encode_offsets(text)
+            assert ids[bounds[k] : bounds[k + 1]].tolist() == want_ids.tolist()
+            assert offsets[bounds[k] : bounds[k + 1]].tolist() == want.tolist()
+        empty = tok.encode_offsets_batch([])
+        assert [len(a) for a in empty] == [0, 0, 0]
+
+
 # ---------------------------------------------------------------- tiktoken
 
 

@@ -91,6 +91,7 @@ _TIKTOKEN_BUILTINS = {
 
 # Attributes set by Tokenizer._load; they are never pickled and are rebuilt on first use.
 _LOADED = ("_backend", "_vocab_size", "_eod_id", "_fingerprint")
+_DERIVED = ("_byte_offsets",)  # built on first use from the files, like _LOADED
 
 
 class Tokenizer(abc.ABC):
@@ -131,6 +132,16 @@ class Tokenizer(abc.ABC):
             "use the byte-level tokenizer or an 'hf:' tokenizer.json"
         )
 
+    def encode_offsets_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`encode_offsets` of many texts at once: flat ids, each text's token count, flat (n, 2) offsets.
+
+        Offsets count characters from the start of each token's own text."""
+        pairs = [self.encode_offsets(text) for text in texts]
+        lengths = np.fromiter((len(ids) for ids, _ in pairs), np.int64, count=len(pairs))
+        if not pairs:
+            return np.zeros(0, np.int64), lengths, np.zeros((0, 2), np.int64)
+        return np.concatenate([ids for ids, _ in pairs]), lengths, np.concatenate([o for _, o in pairs])
+
     def _ensure_loaded(self) -> None:
         """Set the attributes in _LOADED from the defining files."""
         self._backend, self._vocab_size, self._eod_id, self._fingerprint = self._load()
@@ -144,7 +155,7 @@ class Tokenizer(abc.ABC):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle only the spec's parts; the backend is reloaded from its files."""
-        return {k: v for k, v in self.__dict__.items() if k not in _LOADED}
+        return {k: v for k, v in self.__dict__.items() if k not in _LOADED and k not in _DERIVED}
 
     @property
     def vocab_size(self) -> int:
@@ -215,9 +226,12 @@ class ByteTokenizer(Tokenizer):
 
     def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Every byte's offsets are those of the character it belongs to (all bytes of a character share them)."""
-        ids = self.encode(text)
-        starts = np.cumsum((ids & 0xC0) != 0x80) - 1  # a byte that is not a continuation byte starts a character
-        return ids, np.stack([starts, starts + 1], axis=1).astype(np.int64)
+        ids, _, offsets = self.encode_offsets_batch([text])
+        return ids, offsets
+
+    def encode_offsets_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ids, lengths, chars = _utf8_chars(texts)
+        return ids.astype(np.int64), lengths, np.stack([chars, chars + 1], axis=1)
 
 
 class HFTokenizer(Tokenizer):
@@ -258,6 +272,17 @@ class HFTokenizer(Tokenizer):
         encoding = self._backend.encode(text, add_special_tokens=False)
         offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
         return np.asarray(encoding.ids, dtype=np.int64), offsets
+
+    def encode_offsets_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, count=len(encodings))
+        ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int64, count=int(lengths.sum()))
+        offsets = np.fromiter(
+            itertools.chain.from_iterable(itertools.chain.from_iterable(e.offsets) for e in encodings),
+            np.int64,
+            count=2 * len(ids),
+        )
+        return ids, lengths, offsets.reshape(-1, 2)
 
 
 class GigatokenTokenizer(HFTokenizer):
@@ -303,11 +328,28 @@ class GigatokenTokenizer(HFTokenizer):
         return self._backend.decode(ids).decode("utf-8", errors="replace")
 
     def encode_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """gigatoken gives no character offsets: refused (the 'hf:' tokenizer of the same file gives the same ids)."""
-        raise TokenizerError(
-            f"the gigatoken tokenizer {self.name!r} gives no character offsets, which chat loss masks need; "
-            f"use 'hf:{self.path}' (the same ids) for chat data"
-        )
+        """The ids and the character offsets HF tokenizers reports for them, derived from each token's bytes.
+
+        gigatoken gives no offsets, but in a byte-level BPE the tokens' bytes are the text's bytes in
+        order, so each token's characters follow from its byte length (see `tokenport._offsets`)."""
+        ids, _, offsets = self.encode_offsets_batch([text])
+        return ids, offsets
+
+    def encode_offsets_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        derive = self.__dict__.get("_byte_offsets")
+        if derive is None:
+            from ._offsets import ByteLevelOffsets  # numba: loaded only where offsets are needed
+
+            derive = self.__dict__["_byte_offsets"] = ByteLevelOffsets(json.loads(_read(self.path, self.kind)), self)
+        texts = list(texts)
+        if not texts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
+        import awkward as ak
+
+        out = self._backend.encode_batch(texts)
+        ids = ak.flatten(out).to_numpy().astype(np.int64)
+        lengths = ak.num(out).to_numpy().astype(np.int64)
+        return ids, lengths, derive(texts, ids, lengths)
 
 
 class TiktokenTokenizer(Tokenizer):
@@ -482,6 +524,22 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, path: str) -> st
         path = os.path.join(path, "tokenizer.json")
     tok.save(path)
     return path
+
+
+def _utf8_chars(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of `texts` end to end (uint8), each text's byte count, and for each byte the index of
+    the character it belongs to within its own text."""
+    joined = "".join(texts)
+    data = np.frombuffer(joined.encode("utf-8"), np.uint8)
+    chars = np.fromiter((len(t) for t in texts), np.int64, count=len(texts))
+    char_starts = np.cumsum(chars) - chars
+    if len(data) == len(joined):  # ASCII: a byte per character
+        return data, chars, np.arange(len(data), dtype=np.int64) - np.repeat(char_starts, chars)
+    first_bytes = np.flatnonzero((data & 0xC0) != 0x80)  # where each character starts
+    byte_starts = np.append(first_bytes, len(data))[char_starts]
+    text_bytes = np.diff(np.append(byte_starts, len(data)))
+    char = np.cumsum((data & 0xC0) != 0x80) - 1
+    return data, text_bytes, char - np.repeat(char_starts, text_bytes)
 
 
 def _split(flat: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:

@@ -18,7 +18,7 @@ import pytest
 import tokenizers as hf
 from transformers import PreTrainedTokenizerFast
 
-from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, load_chat_template
+from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, encode_chats, load_chat_template
 from tokenport.errors import ConfigError, InputDataError, TokenizerError
 from tokenport.tokenizers import ByteTokenizer, load_tokenizer, train_byte_level_bpe
 
@@ -158,9 +158,14 @@ def _peer(peer, template, messages, tools=None, **kwargs):
     return out["input_ids"], out["assistant_masks"]
 
 
+@pytest.mark.parametrize("engine", ["hf", "gigatoken"])
 @pytest.mark.parametrize("source", [CHATML_TEMPLATE, LLAMA3_MARKED], ids=["chatml", "llama3-marked"])
-def test_ids_and_masks_equal_transformers(bpe, source):
+def test_ids_and_masks_equal_transformers(bpe, source, engine):
+    """gigatoken's offsets are derived from its ids, HF's are its own: both give transformers' masks."""
     tok, peer = bpe
+    if engine == "gigatoken":
+        pytest.importorskip("gigatoken")
+        tok = load_tokenizer(f"gigatoken:{tok.path}")
     template = ChatTemplate(source, special_tokens=peer.special_tokens_map)
     rng = random.Random(1)
     for _ in range(80):
@@ -381,7 +386,8 @@ def test_template_refusals(bpe):
 class _NoOffsets(ByteTokenizer):
     """A tokenizer backend without character offsets (the base class's refusal)."""
 
-    encode_offsets = ByteTokenizer.__mro__[1].encode_offsets  # the Tokenizer base implementation
+    encode_offsets = ByteTokenizer.__mro__[1].encode_offsets  # the Tokenizer base implementations
+    encode_offsets_batch = ByteTokenizer.__mro__[1].encode_offsets_batch
 
 
 def test_masked_reasoning_is_found_where_the_template_strips_it(bpe):
@@ -460,11 +466,15 @@ def test_a_template_renders_one_conversation_at_a_time():
     assert template.render(messages)[0] == "<|im_start|>user\nhi<|im_end|>\n"
 
 
-def test_gigatoken_is_refused_with_the_hf_spec_to_use(bpe):
+def test_gigatoken_without_derivable_offsets_is_refused_with_the_hf_spec_to_use(bpe, tmp_path):
     pytest.importorskip("gigatoken")
     tok, _ = bpe
-    giga = load_tokenizer(f"gigatoken:{tok.path}")
-    with pytest.raises(TokenizerError, match=f"use 'hf:{tok.path}'"):
+    config = json.loads(open(tok.path).read())
+    config["added_tokens"][-1]["lstrip"] = True  # an added token that swallows the spaces before it
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(config))
+    giga = load_tokenizer(f"gigatoken:{path}")
+    with pytest.raises(TokenizerError, match=f"lstrip.*use 'hf:{path}'"):
         encode_chat(giga, ChatTemplate.chatml(), [{"role": "user", "content": "hi"}])
 
 
@@ -480,3 +490,34 @@ def test_builtin_chatml_prints_tool_calls_as_qwen_does():
         '<tool_call>\n{"name": "f", "arguments": {"a":1}}\n</tool_call>\n'
         '<tool_call>\n{"name": "g", "arguments": {"b": "é"}}\n</tool_call><|im_end|>'
     )
+
+
+@pytest.mark.parametrize("engine", ["hf", "gigatoken"])
+def test_encode_chats_equals_one_conversation_at_a_time(bpe, engine):
+    """The batch (one tokenizer call, one marking pass) gives each conversation's own ids and mask."""
+    tok, peer = bpe
+    if engine == "gigatoken":
+        pytest.importorskip("gigatoken")
+        tok = load_tokenizer(f"gigatoken:{tok.path}")
+    rng = random.Random(5)
+    cases = [
+        (CHATML_TEMPLATE, "assistant", "train", True),
+        (LLAMA3_MARKED, "last_assistant", "mask", True),
+        (LLAMA3, "assistant", "train", False),
+        (QWEN, "all", "mask", True),
+        (QWEN, "last_assistant", "train", False),
+    ]
+    for source, policy, reasoning, calls in cases:
+        template = ChatTemplate(source, special_tokens=peer.special_tokens_map)
+        chats = [conversation(rng, tools=calls) for _ in range(25)]
+        tools = [TOOLS if rng.random() < 0.5 else None for _ in chats]
+        batch = encode_chats(tok, template, chats, policy=policy, reasoning=reasoning, tools=tools)
+        assert len(batch) == len(chats) and batch.ids.dtype == np.int64 and batch.masks.dtype == np.uint8
+        for k, (chat, schemas) in enumerate(zip(chats, tools)):
+            ids, mask = encode_chat(tok, template, chat, policy=policy, reasoning=reasoning, tools=schemas)
+            got_ids, got_mask = batch[k]
+            assert got_ids.tolist() == ids.tolist() and got_mask.tolist() == mask.tolist(), (source[:20], policy, k)
+        assert batch[-1][0].tolist() == batch.ids[len(batch.ids) - int(batch.lengths[-1]) :].tolist()
+    assert len(encode_chats(tok, ChatTemplate.chatml(), [])) == 0
+    with pytest.raises(ConfigError, match="tools has 1 entries for 2 conversations"):
+        encode_chats(tok, ChatTemplate.chatml(), [chats[0], chats[1]], tools=[None])

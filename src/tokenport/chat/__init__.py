@@ -15,15 +15,17 @@ from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .formats import detect_format, to_messages
-    from .masks import encode_chat
+    from .masks import ChatTokens, encode_chat, encode_chats
     from .template import CHATML_TEMPLATE, ChatTemplate, load_chat_template
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "CHATML_TEMPLATE": ".template",
     "ChatTemplate": ".template",
+    "ChatTokens": ".masks",
     "detect_format": ".formats",
     "encode_chat": ".masks",
+    "encode_chats": ".masks",
     "load_chat_template": ".template",
     "to_messages": ".formats",
 }

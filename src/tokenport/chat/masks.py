@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 
 from .._checks import check_choice
@@ -18,17 +20,46 @@ from ..tokenizers import Tokenizer
 from .formats import ROLES
 from .template import REASONING_FIELDS, ChatTemplate, prepare_messages
 
-__all__ = ["POLICIES", "REASONING", "encode_chat"]
+__all__ = ["POLICIES", "REASONING", "ChatPlan", "ChatTokens", "encode_chat", "encode_chats", "plan_chat"]
 
 POLICIES = ("assistant", "last_assistant", "all")
 """assistant: every assistant turn; last_assistant: the last one; all: every token but tool outputs."""
 REASONING = ("train", "mask")
 
 Span = tuple[int, int]
+# What a plan's ops do to the tokens of a character span (applied in order): mark all, map a generation
+# block as transformers does, train / mask every token touching the span.
+_ALL, _GENERATION, _TRAIN, _MASK = 0, 1, 2, 3
 _OPEN, _CLOSE = "\U00100000", "\U00100001"  # private-use characters around a sentinel's number
 _SENTINEL_RE = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
 # Ways a template may print a field's text; the located spans are verified against the real render.
 _PRINTED = ((lambda v: v), str.strip, lambda v: v.strip("\n"))
+
+
+class ChatPlan(NamedTuple):
+    """A rendered conversation and its mask's ops: (kind, start, end) character spans, applied in order."""
+
+    text: str
+    ops: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class ChatTokens:
+    """Many conversations' token ids (int64) and loss masks (uint8, 1 = trained) end to end, and their lengths."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    masks: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Conversation `index`'s (ids, mask), views into the flat arrays."""
+        k = range(len(self.lengths))[index]
+        start = int(self.lengths[:k].sum())
+        stop = start + int(self.lengths[k])
+        return self.ids[start:stop], self.masks[start:stop]
 
 
 def encode_chat(
@@ -51,13 +82,50 @@ def encode_chat(
     A generation block covers the tokens from the one holding its first character to the one holding its
     last, as transformers maps it; a located span covers every token holding one of its characters (so a
     character split over several tokens is trained whole); a token touching masked text carries no loss."""
+    chat = encode_chats(tokenizer, template, [messages], policy=policy, reasoning=reasoning, tools=[tools])
+    return chat.ids, chat.masks
+
+
+def encode_chats(
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    conversations: Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    policy: str = "assistant",
+    reasoning: str = "train",
+    tools: Sequence[Sequence[Mapping[str, Any]] | None] | None = None,
+) -> ChatTokens:
+    """`encode_chat` of many conversations (`tools`: one list or None per conversation), in one tokenizer call.
+
+    The same ids and masks as one call each, faster: the texts are tokenized as a batch and the masks
+    marked by one compiled pass over all of them."""
+    if tools is not None and len(tools) != len(conversations):
+        raise ConfigError(
+            f"tools has {len(tools)} entries for {len(conversations)} conversations; pass one per conversation"
+        )
+    plans = [
+        plan_chat(template, messages, policy=policy, reasoning=reasoning, tools=None if tools is None else tools[k])
+        for k, messages in enumerate(conversations)
+    ]
+    return encode_plans(tokenizer, plans)
+
+
+def plan_chat(
+    template: ChatTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    policy: str = "assistant",
+    reasoning: str = "train",
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> ChatPlan:
+    """The rendered text of a conversation and the character spans its mask is made from (see encode_chat).
+
+    Everything that can refuse a conversation happens here, before tokenization."""
     check_choice("policy", policy, POLICIES)
     check_choice("reasoning", reasoning, REASONING)
     check_messages(messages)
     chat = prepare_messages(messages)
     text, generation = template.render_prepared(chat, tools)
-    ids, offsets = tokenizer.encode_offsets(text)
-    starts, ends = offsets[:, 0], offsets[:, 1]
     assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
     if policy == "last_assistant":
         assistants = assistants[-1:]
@@ -78,9 +146,9 @@ def encode_chat(
         fields += [(i, "content") for i, m in enumerate(chat) if m["role"] == "tool"]
     located = locate_fields(template, chat, fields, text, tools) if fields else {}
 
-    mask = np.zeros(len(ids), np.uint8)
+    ops: list[tuple[int, int, int]] = []
     if policy == "all":
-        mask[:] = 1
+        ops.append((_ALL, 0, 0))
     elif markers:
         if policy == "last_assistant":
             if len(generation) != sum(m["role"] == "assistant" for m in chat):
@@ -90,9 +158,8 @@ def encode_chat(
                     "needs one block per assistant message"
                 )
             generation = generation[-1:]
-        _mark_transformers(mask, starts, ends, generation)
+        ops += [(_GENERATION, start, end) for start, end in generation]
     else:
-        trained = []
         for i, field in fields:
             spans = located[i, field]
             if field == "content" and len(spans) != 1:
@@ -102,14 +169,22 @@ def encode_chat(
                     f"assistant turn cannot be located; policy {policy!r} needs a template with generation markers"
                 )
             if field == "content" or reasoning == "train":
-                trained += spans
-        for start, end in trained:
-            mask[(starts < end) & (ends > start)] = 1
+                ops += [(_TRAIN, start, end) for start, end in spans]
     for i, field in fields:  # text that never carries loss
         if (field == "reasoning_content" and reasoning == "mask") or chat[i]["role"] == "tool":
-            for start, end in located[i, field]:
-                mask[(starts < end) & (ends > start)] = 0
-    return ids, mask
+            ops += [(_MASK, start, end) for start, end in located[i, field]]
+    return ChatPlan(text, tuple(ops))
+
+
+def encode_plans(tokenizer: Tokenizer, plans: Sequence[ChatPlan]) -> ChatTokens:
+    """Tokenize the plans' texts in one batch and mark their masks in one compiled pass."""
+    ids, lengths, offsets = tokenizer.encode_offsets_batch([plan.text for plan in plans])
+    ops = [op for plan in plans for op in plan.ops]
+    table = np.array(ops, np.int64).reshape(-1, 3)
+    counts = np.fromiter((len(plan.ops) for plan in plans), np.int64, count=len(plans))
+    masks = np.zeros(len(ids), np.uint8)
+    _mark(lengths, offsets[:, 0].copy(), offsets[:, 1].copy(), counts, table, masks)
+    return ChatTokens(ids, lengths, masks)
 
 
 def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
@@ -209,22 +284,47 @@ def _splices(text: str, segments: list[tuple[str, int]], tail: str, values: list
     return solutions
 
 
-def _mark_transformers(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray, spans: Sequence[Span]) -> None:
-    """Set `mask` over `spans` as transformers' apply_chat_template sets its assistant mask.
+@numba.njit(cache=True)
+def _mark(lengths, starts, ends, counts, ops, masks):  # type: ignore[no-untyped-def]
+    """Apply each conversation's ops, in order, to its tokens' mask (a numba kernel over the whole batch).
 
-    Each span runs from the first token holding its first character to the first token holding its last
-    character (tokenizers' char_to_token); no token at the start stops the marking; none at the end, or the
-    first token, marks to the end of the text (transformers' `if end_token` test)."""
-    n = len(mask)
-    for start, end in spans:
-        first = _char_to_token(starts, ends, start)
-        last = _char_to_token(starts, ends, end - 1)
-        if first is None:
-            break
-        mask[first : last + 1 if last else n] = 1
+    _GENERATION spans map as transformers' apply_chat_template does: from the first token holding the
+    first character to the first token holding the last (tokenizers' char_to_token); a span whose first
+    character no token holds stops the marking of generation spans; none at the end, or the first token,
+    marks to the end of the text (transformers' `if end_token` test). _TRAIN/_MASK set/clear every token
+    holding a character of the span."""
+    token0 = 0
+    op0 = 0
+    for d in range(len(lengths)):
+        n = lengths[d]
+        stopped = False
+        for k in range(op0, op0 + counts[d]):
+            kind, first_char, end_char = ops[k, 0], ops[k, 1], ops[k, 2]
+            if kind == _ALL:
+                masks[token0 : token0 + n] = 1
+            elif kind == _GENERATION:
+                if stopped:
+                    continue
+                first = _char_to_token(starts, ends, token0, n, first_char)
+                if first < 0:
+                    stopped = True
+                    continue
+                last = _char_to_token(starts, ends, token0, n, end_char - 1)
+                stop = last + 1 if last > 0 else n
+                masks[token0 + first : token0 + max(first, stop)] = 1
+            else:
+                value = 1 if kind == _TRAIN else 0
+                for t in range(token0, token0 + n):
+                    if starts[t] < end_char and ends[t] > first_char:
+                        masks[t] = value
+        token0 += n
+        op0 += counts[d]
 
 
-def _char_to_token(starts: np.ndarray, ends: np.ndarray, char: int) -> int | None:
-    """Index of the first token whose offsets hold `char`, as tokenizers' Encoding.char_to_token."""
-    hits = np.flatnonzero((starts <= char) & (ends > char))
-    return int(hits[0]) if hits.size else None
+@numba.njit(cache=True)
+def _char_to_token(starts, ends, token0, n, char):  # type: ignore[no-untyped-def]
+    """Index (within its conversation) of the first token whose offsets hold `char`, or -1."""
+    for t in range(token0, token0 + n):
+        if starts[t] <= char < ends[t]:
+            return t - token0
+    return -1

@@ -78,6 +78,7 @@ class ChatTemplate:
         self.special_tokens = tokens
         self.origin = origin
         self._compiled = _compile(source, origin)  # now, so a bad template fails where it was given
+        self._markers = _GENERATION_RE.search(source) is not None
 
     @classmethod
     def chatml(cls) -> ChatTemplate:
@@ -139,7 +140,7 @@ class ChatTemplate:
     @property
     def has_generation_markers(self) -> bool:
         """Whether the source has `{% generation %}` blocks marking what the assistant wrote."""
-        return _GENERATION_RE.search(self.source) is not None
+        return self._markers
 
     def identity(self) -> dict[str, Any]:
         """JSON-able description for a manifest: origin, fingerprint, special tokens, markers."""
@@ -329,6 +330,9 @@ def _read_text(path: str) -> str:
         raise ConfigError(f"cannot read chat template file {path}: {e}; check the path") from e
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))  # names a template's `d.name` / `d['name']` finds on a dict itself
+
+
 def _compile(source: str, origin: str) -> Any:
     """`source` compiled in transformers' sandboxed environment, with a generation tracker of its own."""
     try:
@@ -421,15 +425,55 @@ def _compile(source: str, origin: str) -> Any:
                     f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}."
                 )
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTracker, jinja2.ext.loopcontrols]
-    )
+    class ChatEnvironment(jinja2.sandbox.ImmutableSandboxedEnvironment):
+        """transformers' sandbox, answering its most frequent questions faster with the same answers.
+
+        A key of a plain dict that is no dict attribute is looked up directly (the sandbox would first
+        try the attribute and fail); the sandbox's verdict on an attribute, which depends only on the
+        object's type and the name, is remembered per (type, name); the generation tracker's own method
+        is called without the safety check every call gets."""
+
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self._verdicts: dict[tuple[type, str], bool] = {}
+
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            if type(obj) is dict and type(argument) is str and argument not in _DICT_ATTRIBUTES:
+                try:
+                    return obj[argument]
+                except KeyError:
+                    return self.undefined(obj=obj, name=argument)
+            return super().getitem(obj, argument)
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+                try:
+                    return obj[attribute]
+                except KeyError:
+                    return self.undefined(obj=obj, name=attribute)
+            return super().getattr(obj, attribute)
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            key = (type(obj), attr)
+            verdict = self._verdicts.get(key)
+            if verdict is None:
+                verdict = self._verdicts[key] = super().is_safe_attribute(obj, attr, value)
+            return verdict
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's names)
+            if getattr(__obj, "__func__", None) is GenerationTracker._generation:
+                return __context.call(__obj, *args, **kwargs)
+            return super().call(__context, __obj, *args, **kwargs)
+
+    env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTracker, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
     try:
-        return env.from_string(source)
+        template = env.from_string(source)
     except jinja2.exceptions.TemplateSyntaxError as e:
         raise ConfigError(f"the chat template from {origin} is not valid Jinja: {e.message} (line {e.lineno})") from e
+    template.globals = dict(template.globals)  # a ChainMap over env.globals, copied by every render: flattened once
+    return template

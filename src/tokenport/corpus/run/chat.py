@@ -3,8 +3,8 @@
 A record becomes one conversation document: its text is a canonical serialization of the messages
 (and tools), so dedup steps compare whole conversations; its metadata holds the messages. Other
 cleaning steps see each message's text (content and reasoning): a rejected message drops the whole
-conversation, a scrubber rewrites the message. `encode_chat` then gives each conversation's ids and
-loss mask.
+conversation, a scrubber rewrites the message. Each conversation is then rendered (`plan_chat`) and a
+batch of them tokenized and masked at once (`encode_plans`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from ...chat.formats import to_messages
-from ...chat.masks import encode_chat
+from ...chat.masks import ChatPlan, encode_plans, plan_chat
 from ...chat.template import ChatTemplate
 from ...errors import InputDataError
 from ..inputs.documents import Document
@@ -116,18 +114,19 @@ def per_message(steps: list[tuple[str, Step]]) -> list[tuple[str, Step]]:
 
 
 class EncodeChat:
-    """Conversation documents in, TokenBatch (with masks) out: `batch_size` conversations per batch."""
+    """Conversation documents in, TokenBatch (with masks) out: `batch_size` conversations per batch.
+
+    Each conversation is rendered (and refused, counted, if it cannot be) one at a time; a batch's texts
+    are then tokenized and masked together (`encode_plans`)."""
 
     def __init__(self, tokenizer: Any, chat: ChatJob, problems: Problems, batch_size: int) -> None:
         self.tokenizer, self.chat, self.problems, self.batch_size = tokenizer, chat, problems, batch_size
 
     def __call__(self, documents: Iterable[Document]) -> Iterator[TokenBatch]:
-        ids: list[np.ndarray] = []
-        masks: list[np.ndarray] = []
+        plans: list[ChatPlan] = []
         for document in documents:
             try:
-                tokens, mask = encode_chat(
-                    self.tokenizer,
+                plan = plan_chat(
                     self.chat.template,
                     document.metadata["messages"],
                     policy=self.chat.policy,
@@ -137,17 +136,16 @@ class EncodeChat:
             except InputDataError as error:
                 self.problems.report("bad_conversation", document.id, str(error))
                 continue
-            ids.append(tokens)
-            masks.append(mask)
-            if len(ids) >= self.batch_size:
-                yield self._batch(ids, masks)
-                ids, masks = [], []
-        if ids:
-            yield self._batch(ids, masks)
+            plans.append(plan)
+            if len(plans) >= self.batch_size:
+                yield self._batch(plans)
+                plans = []
+        if plans:
+            yield self._batch(plans)
 
-    def _batch(self, ids: list[np.ndarray], masks: list[np.ndarray]) -> TokenBatch:
-        lengths = np.array([len(t) for t in ids], dtype=np.int64)
+    def _batch(self, plans: list[ChatPlan]) -> TokenBatch:
+        chats = encode_plans(self.tokenizer, plans)
         stats = self.problems.stats
-        stats.documents += len(ids)
-        stats.tokens += int(lengths.sum())
-        return TokenBatch(np.concatenate(ids), lengths, np.concatenate(masks))
+        stats.documents += len(chats)
+        stats.tokens += len(chats.ids)
+        return TokenBatch(chats.ids, chats.lengths, chats.masks)
