@@ -174,3 +174,27 @@ def test_unweighted_blend_takes_one_epoch_of_every_store(stores):
     assert train.samples_per_dataset().tolist() == rows and len(train) == sum(rows)
     batch = train.get_batch(np.arange(len(train)))
     assert batch["tokens"].shape == (sum(rows), SEQ)
+
+
+def test_unpacked_blend_batches_pad_every_child_to_one_width(stores):
+    """packing="none" children pad to their own longest sample; the blend pads them all to the widest."""
+    config = SFTConfig(seq_length=SEQ, packing="none", too_long="truncate", shape="hf")
+    train, _, _ = tp.build_datasets(["0.5", stores["a"], "0.5", stores["b"]], sizes=(200, 0, 0), config=config, seed=3)
+    assert isinstance(train, BlendedDataset)
+    ids = np.arange(0, 200, 7)
+    batch = train.get_batch(ids)
+    width = max(len(train[int(i)]["input_ids"]) for i in ids)
+    assert batch["input_ids"].shape == (len(ids), width) and batch["dataset_id"].tolist() == [
+        train.locate(int(i))[0] for i in ids
+    ]
+    assert set(batch["dataset_id"].tolist()) == {0, 1}
+    for row, idx in enumerate(ids.tolist()):
+        sample = train[idx]
+        n = len(sample["input_ids"])
+        for name in ("input_ids", "labels", "position_ids"):
+            np.testing.assert_array_equal(batch[name][row, :n], sample[name])
+        assert (batch["labels"][row, n:] == -100).all() and (batch["position_ids"][row, n:] == 0).all()
+        assert list(sample) == ["input_ids", "labels", "position_ids", "dataset_id"]
+    child = train.datasets[0]
+    with pytest.raises(ConfigError, match="narrower"):
+        child.get_batch([0, 1], width=child.batch_width([0, 1]) - 1)

@@ -11,6 +11,8 @@ import numpy as np
 
 from ..errors import ConfigError, InputDataError
 from ..samples.gpt import GPTDataset
+from ..samples.packed import PackedDataset
+from ..samples.sft import SFTDataset
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index
 from .schedule import MixtureSchedule
@@ -105,7 +107,7 @@ class BlendedDataset:
                     self._lengths[d],
                     int(taken[d]),
                 )
-        self._fresh = [isinstance(d, (GPTDataset, BlendedDataset)) for d in self.datasets]
+        self._fresh = [isinstance(d, (GPTDataset, PackedDataset, SFTDataset, BlendedDataset)) for d in self.datasets]
 
     def __len__(self) -> int:
         return len(self.dataset_index)
@@ -152,10 +154,21 @@ class BlendedDataset:
         )
         lengths = np.array(self._lengths, dtype=np.int64)
         samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
-        parts = []
-        for dataset in np.unique(datasets).tolist():
-            rows = np.flatnonzero(datasets == dataset)
-            parts.append((dataset, rows, self.datasets[dataset].get_batch(samples[rows])))
+        groups = [(d, np.flatnonzero(datasets == d)) for d in np.unique(datasets).tolist()]
+        # children that pad their rows (SFT samples) are padded to one width, the widest any of them needs
+        padding = [hasattr(self.datasets[d], "batch_width") for d, _ in groups]
+        widths = [self.datasets[d].batch_width(samples[rows]) for (d, rows), pads in zip(groups, padding) if pads]
+        width = max(widths, default=None)
+        parts = [
+            (
+                d,
+                rows,
+                self.datasets[d].get_batch(samples[rows], width=width)
+                if pads
+                else self.datasets[d].get_batch(samples[rows]),
+            )
+            for (d, rows), pads in zip(groups, padding)
+        ]
         batch: dict[str, np.ndarray] = {}
         if parts:
             first, _, fields = parts[0]

@@ -6,7 +6,7 @@ ChatML), rendered with jinja2 exactly as transformers' ``apply_chat_template`` r
 character spans of its ``{% generation %}`` blocks. ``masks``: ``encode_chat``, one conversation to
 ids and a uint8 loss mask by a masking policy (every assistant turn, the last one, or everything but
 tool outputs; reasoning trained or masked), equal to transformers' assistant mask where the template
-marks generation.
+marks generation; ``encode_chats``, many conversations in one tokenizer call and one masking pass.
 """
 
 import typing

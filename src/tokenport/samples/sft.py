@@ -370,15 +370,23 @@ class SFTDataset:
             raise IndexError(f"sample id {index} is outside [0, {len(self)})")
         return {name: array[0] for name, array in self.get_batch([index]).items()}
 
-    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+    def batch_width(self, ids: Sequence[int] | np.ndarray) -> int:
+        """The row width ``get_batch(ids)`` pads to: ``seq_length`` (bfd) or the longest of the samples (none)."""
+        if self.packing == "bfd":
+            return self.seq_length
+        return int(self._bin_tokens[self.order[self._checked(ids)]].max(initial=0))
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray, width: int | None = None) -> dict[str, np.ndarray]:
         """Samples ``ids`` stacked on a leading batch axis: rows of ``seq_length`` (bfd) or of the
-        batch's longest sample (none)."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        batch's longest sample (none), or of ``width`` when given (a blend pads its children alike)."""
+        ids = self._checked(ids)
         bins = self.order[ids]
         batch = len(ids)
-        width = self.seq_length if self.packing == "bfd" else int(self._bin_tokens[bins].max(initial=0))
+        needed = self.seq_length if self.packing == "bfd" else int(self._bin_tokens[bins].max(initial=0))
+        if width is None:
+            width = needed
+        elif not is_int(width) or width < needed:
+            raise ConfigError(f"get_batch: width={width!r} is narrower than these samples' {needed} tokens")
         out = (
             np.full((batch, width), self.pad_id, dtype=np.int64),
             np.full((batch, width), self.label_pad, dtype=np.int64),
@@ -392,6 +400,13 @@ class SFTDataset:
         if self.shape == "hf":
             return {"input_ids": out[0], "labels": out[1], "position_ids": out[3]}
         return dict(zip(SHAPES["megatron"], out))
+
+    def _checked(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """``ids`` as a 1-D int64 array, or an IndexError if one lies outside the dataset."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        return ids
 
     def _sources(self, bins: np.ndarray) -> tuple[np.ndarray, ...]:
         """(bins, bin_starts, piece_length, tokens, token starts, masks, mask starts) for ``_fill``:
