@@ -22,7 +22,7 @@ ROOMS: tuple[frozenset[str], ...] = tuple(
         {"dock"},
         {"sampling", "packing"},
         {"indexed"},
-        {"tokenizers"},
+        {"tokenizers", "_offsets"},  # _offsets: character offsets derived from byte-level ids (tokenizers.py uses it)
         {"storage"},
         {"rng"},
         {"errors", "_checks", "_files", "metrics", "_jit", "_lazy", "_version"},

@@ -95,7 +95,7 @@ class ByteLevelOffsets:
 
 
 @numba.njit(cache=True)
-def _offsets(data, text_bytes, ids, lengths, nbytes, lead, trail, trim, keep_first_space, ascii, out):  # type: ignore[no-untyped-def]
+def _offsets(data, text_bytes, ids, lengths, nbytes, lead, trail, trim, keep_first_space, ascii, out):  # noqa: ANN001
     """Fill `out` with each token's (start, stop) characters, one pass over the bytes (none if `ascii`);
     returns the index of the first text whose ids do not spell its bytes, or -1."""
     byte = 0

@@ -285,7 +285,7 @@ def _splices(text: str, segments: list[tuple[str, int]], tail: str, values: list
 
 
 @numba.njit(cache=True)
-def _mark(lengths, starts, ends, counts, ops, masks):  # type: ignore[no-untyped-def]
+def _mark(lengths, starts, ends, counts, ops, masks):  # noqa: ANN001 (a numba kernel)
     """Apply each conversation's ops, in order, to its tokens' mask (a numba kernel over the whole batch).
 
     _GENERATION spans map as transformers' apply_chat_template does: from the first token holding the
@@ -322,7 +322,7 @@ def _mark(lengths, starts, ends, counts, ops, masks):  # type: ignore[no-untyped
 
 
 @numba.njit(cache=True)
-def _char_to_token(starts, ends, token0, n, char):  # type: ignore[no-untyped-def]
+def _char_to_token(starts, ends, token0, n, char):  # noqa: ANN001 (a numba kernel)
     """Index (within its conversation) of the first token whose offsets hold `char`, or -1."""
     for t in range(token0, token0 + n):
         if starts[t] <= char < ends[t]:
