@@ -154,42 +154,48 @@ class BlendedDataset:
         )
         lengths = np.array(self._lengths, dtype=np.int64)
         samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
-        groups = [(d, np.flatnonzero(datasets == d)) for d in np.unique(datasets).tolist()]
-        # children that pad their rows (SFT samples) are padded to one width, the widest any of them needs
-        padding = [hasattr(self.datasets[d], "batch_width") for d, _ in groups]
-        widths = [self.datasets[d].batch_width(samples[rows]) for (d, rows), pads in zip(groups, padding) if pads]
-        width = max(widths, default=None)
-        parts = [
-            (
-                d,
-                rows,
-                self.datasets[d].get_batch(samples[rows], width=width)
-                if pads
-                else self.datasets[d].get_batch(samples[rows]),
-            )
-            for (d, rows), pads in zip(groups, padding)
-        ]
-        batch: dict[str, np.ndarray] = {}
-        if parts:
-            first, _, fields = parts[0]
-            for dataset, _, part in parts[1:]:
-                _check_same_fields(first, fields, dataset, part)
-            for name, values in fields.items():
-                dtype = np.result_type(*(part[name].dtype for _, _, part in parts))
-                batch[name] = np.empty((len(ids),) + values.shape[1:], dtype=dtype)
-                for _, rows, part in parts:
-                    batch[name][rows] = part[name]
-        batch["dataset_id"] = datasets
-        return batch
+        return gather(self.datasets, datasets, samples, "BlendedDataset")
 
 
-def _check_same_fields(first: int, fields: dict[str, np.ndarray], other: int, part: dict[str, np.ndarray]) -> None:
+def gather(children: Sequence[Any], datasets: np.ndarray, samples: np.ndarray, owner: str) -> dict[str, np.ndarray]:
+    """Sample ``samples[k]`` of child ``datasets[k]`` for every ``k``, stacked on a leading axis with
+    ``dataset_id``: one ``get_batch`` per child involved (``owner`` names the blend in errors)."""
+    groups = [(d, np.flatnonzero(datasets == d)) for d in np.unique(datasets).tolist()]
+    # children that pad their rows (SFT samples) are padded to one width, the widest any of them needs
+    padding = [hasattr(children[d], "batch_width") for d, _ in groups]
+    widths = [children[d].batch_width(samples[rows]) for (d, rows), pads in zip(groups, padding) if pads]
+    width = max(widths, default=None)
+    parts = [
+        (
+            d,
+            rows,
+            children[d].get_batch(samples[rows], width=width) if pads else children[d].get_batch(samples[rows]),
+        )
+        for (d, rows), pads in zip(groups, padding)
+    ]
+    batch: dict[str, np.ndarray] = {}
+    if parts:
+        first, _, fields = parts[0]
+        for dataset, _, part in parts[1:]:
+            _check_same_fields(first, fields, dataset, part, owner)
+        for name, values in fields.items():
+            dtype = np.result_type(*(part[name].dtype for _, _, part in parts))
+            batch[name] = np.empty((len(datasets),) + values.shape[1:], dtype=dtype)
+            for _, rows, part in parts:
+                batch[name][rows] = part[name]
+    batch["dataset_id"] = datasets
+    return batch
+
+
+def _check_same_fields(
+    first: int, fields: dict[str, np.ndarray], other: int, part: dict[str, np.ndarray], owner: str
+) -> None:
     """InputDataError unless child ``other``'s batch has ``first``'s field names and per-sample shapes."""
     mine = {name: values.shape[1:] for name, values in fields.items()}
     theirs = {name: values.shape[1:] for name, values in part.items()}
     if mine != theirs:
         raise InputDataError(
-            f"BlendedDataset.get_batch: child {other} gives fields {theirs} (name: per-sample shape) but child "
+            f"{owner}.get_batch: child {other} gives fields {theirs} (name: per-sample shape) but child "
             f"{first} gives {mine}; samples of different kinds cannot be stacked into one batch: blend datasets of "
             "one kind and sample config, or read the samples one by one"
         )

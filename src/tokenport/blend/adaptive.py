@@ -1,0 +1,287 @@
+"""AdaptiveBlend: a blend whose weights change while it is read, at sample boundaries, without losing data.
+
+Weights are quantized to integer shares ``a_i(t)`` summing to ``Q = 2**40`` (a positive weight keeps
+at least 1). The ideal count of dataset ``i`` after ``t`` samples is ``I_i(t) = sum_{u<t} a_i(u) / Q``,
+the integral of its share. Sample ``t`` goes to the dataset with the largest deficit after this
+sample's share, ``argmax_i I_i(t + 1) - C_i(t)`` (ties to the lowest index), where ``C_i(t)`` counts
+its samples among the first ``t``: the largest-deficit rule, in exact integer arithmetic.
+
+Bound (for ``n`` datasets, at every prefix ``t``, under any sequence of weight updates):
+``-(1 - 1/n) <= I_i(t) - C_i(t) <= (n - 1) (1 - 1/n)``. Proof: the deficits ``D_i = I_i - C_i``
+sum to 0, so the keys ``D_i + a_i/Q`` sum to 1 and the largest is at least ``1/n``; the dataset
+taken drops to at least ``1/n - 1``, the others only rise. So every ``D_j >= -(1 - 1/n)`` and
+``D_i = -sum_{j != i} D_j <= (n - 1)(1 - 1/n)``. A dataset is never more than one sample ahead of
+its integral, and one whose share stays positive is never starved: its deficit grows by ``a_i/Q``
+each sample it is not taken, so it is taken within ``((n - 1)(1 - 1/n) + 1) Q / a_i`` samples.
+A dataset whose weight drops to 0 may still catch up its remaining deficit (fewer samples than the bound).
+
+Each child's samples are taken in order 0, 1, 2, ...; past its length the count goes on and the
+child is read modulo its length (its next epoch repeats its own order), so within an epoch none is
+lost or repeated. The stream is realized lazily and in order by a numba kernel, only as far as it is
+read; an update applies from a sample not yet realized. The stream is a pure function of
+(the children's lengths, the initial weights, the updates): rebuilding with the same updates gives it back.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+
+from .._checks import check_int
+from ..errors import ConfigError
+from .dataset import gather
+
+__all__ = ["AdaptiveBlend"]
+
+_SCALE = 1 << 40  # Q: the integer shares of a weight vector sum to this
+_MAX_DATASETS = 1 << 21  # deficits stay below n * Q < 2**62
+
+
+def quantized_shares(weights: np.ndarray) -> np.ndarray:
+    """Integer shares (int64) summing to ``Q`` of finite weights >= 0, not all zero; a positive weight gets >= 1.
+
+    The largest share absorbs the rounding remainder, so the shares are a pure function of the weights.
+    """
+    shares = np.floor(weights / weights.sum() * _SCALE).astype(np.int64)
+    shares[(weights > 0) & (shares == 0)] = 1
+    shares[int(np.argmax(shares))] += _SCALE - int(shares.sum())
+    return shares
+
+
+class AdaptiveBlend:
+    """``num_samples`` samples over ``datasets`` whose weights change at sample boundaries (``set_weights``).
+
+    Items are the child's sample dict plus ``dataset_id``, as in ``BlendedDataset``. ``updates`` is a
+    sequence of ``(from_sample, weights)`` applied in order, as ``updates`` returns them. The
+    realization rule, its bound and how a child wraps are in the module docstring.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        weights: Sequence[float] | np.ndarray,
+        *,
+        num_samples: int,
+        updates: Iterable[tuple[int, Sequence[float]]] = (),
+    ) -> None:
+        if not len(datasets):
+            raise ConfigError("datasets is empty: an adaptive blend needs at least one dataset")
+        if len(datasets) > _MAX_DATASETS:
+            raise ConfigError(f"datasets: {len(datasets):,} datasets, past {_MAX_DATASETS:,}: blend fewer")
+        self.datasets = list(datasets)
+        self._lengths = np.array([len(d) for d in self.datasets], dtype=np.int64)
+        self.num_samples = check_int("num_samples", num_samples, 0, what="the samples the blend holds")
+        self.initial_weights = self._checked(weights, "weights")
+        self.restore_updates(updates)
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def _checked(self, weights: object, name: str) -> tuple[float, ...]:
+        """``weights`` as floats, one finite value >= 0 per dataset, not all zero, no positive weight on
+        an empty child; else ConfigError."""
+        try:
+            values = np.asarray(weights, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{name}={weights!r}: expected one number per dataset ({exc})") from None
+        if values.shape != (len(self.datasets),):
+            raise ConfigError(
+                f"{name}: expected {len(self.datasets)} weights, one per dataset, got shape {values.shape}"
+            )
+        bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+        if len(bad):
+            raise ConfigError(
+                f"{name}[{int(bad[0])}]={values[bad[0]]!r}: weights must be finite and >= 0 (0: take no samples)"
+            )
+        if not values.any():
+            raise ConfigError(f"{name} is all zero: give at least one dataset a positive weight")
+        empty = np.flatnonzero((values > 0) & (self._lengths == 0))
+        if len(empty):
+            raise ConfigError(
+                f"{name}[{int(empty[0])}]={values[empty[0]]!r} but dataset {int(empty[0])} holds no samples: give it 0"
+            )
+        return tuple(float(v) for v in values)
+
+    @property
+    def updates(self) -> tuple[tuple[int, tuple[float, ...]], ...]:
+        """The weight updates so far, as ``(from_sample, weights)``, from_sample strictly increasing."""
+        return tuple(self._updates)
+
+    @property
+    def frontier(self) -> int:
+        """Samples realized so far: an update may apply from here on, not earlier."""
+        return self._frontier
+
+    def set_weights(self, weights: Sequence[float] | np.ndarray, from_sample: int) -> None:
+        """Use ``weights`` (relative) from sample ``from_sample`` on; one at the same sample as the last
+        update replaces it. ConfigError for bad weights or a sample already realized or before the last update."""
+        start = check_int("from_sample", from_sample, 0, self.num_samples, what="the first sample the weights apply to")
+        checked = self._checked(weights, "weights")
+        if start < self._frontier:
+            raise ConfigError(
+                f"from_sample={start}: samples up to {self._frontier} are realized already; "
+                f"apply the weights from sample {self._frontier} or later"
+            )
+        last = self._updates[-1][0] if self._updates else 0
+        if start < last:
+            raise ConfigError(
+                f"from_sample={start} is before the last update's ({last}): updates must come in sample order"
+            )
+        shares = quantized_shares(np.asarray(checked))
+        if self._updates and start == last:
+            self._updates[-1] = (start, checked)
+            self._shares[-1] = (start, shares)
+        else:
+            self._updates.append((start, checked))
+            self._shares.append((start, shares))
+
+    def restore_updates(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
+        """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream."""
+        self._updates: list[tuple[int, tuple[float, ...]]] = []
+        self._shares: list[tuple[int, np.ndarray]] = [(0, quantized_shares(np.asarray(self.initial_weights)))]
+        self._frontier = 0
+        self._deficit = np.zeros(len(self.datasets), np.int64)
+        self._counts = np.zeros(len(self.datasets), np.int64)
+        self._dataset_index = np.empty(0, np.int32)
+        self._sample_count = np.empty(0, np.int64)
+        for j, update in enumerate(updates):
+            try:
+                from_sample, weights = update
+            except (TypeError, ValueError):
+                raise ConfigError(f"updates[{j}]={update!r}: expected a pair (from_sample, weights)") from None
+            self.set_weights(weights, from_sample)
+
+    # -- realization ---------------------------------------------------------------------------
+
+    def realize(self, upto: int) -> None:
+        """Realize the stream's first ``upto`` samples (no-op for those realized already)."""
+        stop = check_int("upto", upto, 0, self.num_samples, what="samples to realize")
+        if stop <= self._frontier:
+            return
+        if stop > len(self._dataset_index):
+            capacity = min(self.num_samples, max(stop, 2 * len(self._dataset_index), 4096))
+            self._dataset_index = np.concatenate(
+                (self._dataset_index[: self._frontier], np.empty(capacity - self._frontier, np.int32))
+            )
+            self._sample_count = np.concatenate(
+                (self._sample_count[: self._frontier], np.empty(capacity - self._frontier, np.int64))
+            )
+        starts = [start for start, _ in self._shares]
+        segment = int(np.searchsorted(starts, self._frontier, side="right")) - 1
+        while self._frontier < stop:
+            end = starts[segment + 1] if segment + 1 < len(starts) else stop
+            end = min(end, stop)
+            if end > self._frontier:
+                _realize_kernel(
+                    self._shares[segment][1],
+                    _SCALE,
+                    self._deficit,
+                    self._counts,
+                    self._dataset_index,
+                    self._sample_count,
+                    self._frontier,
+                    end,
+                )
+                self._frontier = end
+            segment += 1
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    @property
+    def dataset_index(self) -> np.ndarray:
+        """The dataset of each realized sample (int32, ``frontier`` entries)."""
+        return self._dataset_index[: self._frontier]
+
+    def _located(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dataset, sample within it) of blended samples ``ids`` (int64 arrays), realizing as needed."""
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_samples):
+            raise IndexError(f"sample ids must lie in [0, {self.num_samples}): got {ids.min()}..{ids.max()}")
+        if len(ids):
+            self.realize(int(ids.max()) + 1)
+        datasets = self._dataset_index[ids].astype(np.int64)
+        return datasets, self._sample_count[ids] % self._lengths[datasets]
+
+    def locate(self, idx: int) -> tuple[int, int]:
+        """(dataset, sample within it) of blended sample ``idx``."""
+        datasets, samples = self._located(np.array([operator.index(idx)], np.int64))
+        return int(datasets[0]), int(samples[0])
+
+    def locate_many(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(datasets, samples within them) of blended samples ``ids``, as int64 arrays."""
+        return self._located(np.asarray(ids, dtype=np.int64).reshape(-1))
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        """The child's sample with its ``dataset_id``."""
+        dataset, sample = self.locate(idx)
+        return {**self.datasets[dataset][sample], "dataset_id": dataset}
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` stacked on a leading axis: one ``get_batch`` per child dataset involved."""
+        datasets, samples = self.locate_many(ids)
+        return gather(self.datasets, datasets, samples, "AdaptiveBlend")
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def _check_upto(self, upto: int) -> int:
+        return check_int("upto", upto, 1, self.num_samples, what="the prefix of the stream to report on")
+
+    def samples_per_dataset(self, upto: int) -> np.ndarray:
+        """How many of the first ``upto`` samples each dataset supplies (int64, one per dataset)."""
+        stop = check_int("upto", upto, 0, self.num_samples, what="the prefix of the stream to count")
+        self.realize(stop)
+        return np.bincount(self._dataset_index[:stop], minlength=len(self.datasets)).astype(np.int64)
+
+    def ideal_counts(self, upto: int) -> np.ndarray:
+        """``I_i(upto)``: the integral of each dataset's share over the first ``upto`` samples (float64)."""
+        stop = check_int("upto", upto, 0, self.num_samples, what="the prefix of the stream")
+        total = np.zeros(len(self.datasets), dtype=object)  # exact integers, then one division
+        starts = [start for start, _ in self._shares] + [math.inf]
+        for (start, shares), end in zip(self._shares, starts[1:]):
+            length = max(0, min(end, stop) - start)
+            total += shares.astype(object) * length
+        return np.array([float(value) / _SCALE for value in total], dtype=np.float64)
+
+    def target_shares(self, upto: int) -> np.ndarray:
+        """Each dataset's intended share of the first ``upto`` samples (the integral of its weights)."""
+        return self.ideal_counts(self._check_upto(upto)) / upto
+
+    def realized_shares(self, upto: int) -> np.ndarray:
+        """Each dataset's share of the first ``upto`` samples as realized."""
+        return self.samples_per_dataset(self._check_upto(upto)) / upto
+
+    def describe(self, *, updates: bool = True) -> dict[str, Any]:
+        """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates."""
+        described: dict[str, Any] = {
+            "type": "AdaptiveBlend",
+            "length": self.num_samples,
+            "dataset_lengths": [int(n) for n in self._lengths],
+            "initial_weights": list(self.initial_weights),
+        }
+        if updates:
+            described["updates"] = [[start, list(weights)] for start, weights in self._updates]
+        return described
+
+
+@numba.njit(cache=True)
+def _realize_kernel(shares, scale, deficit, counts, out_dataset, out_count, start, stop):
+    """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index)."""
+    n = shares.shape[0]
+    for t in range(start, stop):
+        best = 0
+        best_key = deficit[0] + shares[0]
+        deficit[0] = best_key
+        for j in range(1, n):
+            key = deficit[j] + shares[j]
+            deficit[j] = key
+            if key > best_key:
+                best_key = key
+                best = j
+        deficit[best] -= scale
+        out_dataset[t] = best
+        out_count[t] = counts[best]
+        counts[best] += 1
