@@ -22,7 +22,8 @@ every dataset at every prefix (``max_prefix_deviation``). Three algorithms:
 of every dataset is taken exactly once (Megatron's ``build_exhaustive_blending_indices``).
 A weight of 0 drops its dataset. ``BlendedDataset`` (``dataset.py``) reads the blended stream.
 ``MixtureSchedule`` (``schedule.py``) changes the weights over training: constant phases and
-linear ramps, each dataset's samples numbered across phases. For very large blends ``build_dataset_index`` plus
+linear ramps, each dataset's samples numbered across phases. ``AdaptiveBlend`` (``adaptive.py``)
+changes them while training, driven by a ``MixtureController`` (``controller.py``). For very large blends ``build_dataset_index`` plus
 ``SampleIndexCheckpoints`` (``checkpoints.py``) stand in for the int64 ``dataset_sample_index``.
 """
 
@@ -31,7 +32,16 @@ import typing
 from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .adaptive import AdaptiveBlend
     from .checkpoints import SampleIndexCheckpoints
+    from .controller import (
+        ADOController,
+        DoReMiController,
+        MixtureController,
+        MixtureSignals,
+        ScheduleController,
+        ValidationController,
+    )
     from .dataset import BlendedDataset
     from .indices import (
         ALGORITHMS,
@@ -44,7 +54,14 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
+    "ADOController": ".controller",
     "ALGORITHMS": ".indices",
+    "AdaptiveBlend": ".adaptive",
+    "DoReMiController": ".controller",
+    "MixtureController": ".controller",
+    "MixtureSignals": ".controller",
+    "ScheduleController": ".controller",
+    "ValidationController": ".controller",
     "BlendedDataset": ".dataset",
     "MixtureSchedule": ".schedule",
     "Phase": ".schedule",
