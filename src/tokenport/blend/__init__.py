@@ -23,8 +23,9 @@ of every dataset is taken exactly once (Megatron's ``build_exhaustive_blending_i
 A weight of 0 drops its dataset. ``BlendedDataset`` (``dataset.py``) reads the blended stream.
 ``MixtureSchedule`` (``schedule.py``) changes the weights over training: constant phases and
 linear ramps, each dataset's samples numbered across phases. ``AdaptiveBlend`` (``adaptive.py``)
-changes them while training, driven by a ``MixtureController`` (``controller.py``). For very large blends ``build_dataset_index`` plus
-``SampleIndexCheckpoints`` (``checkpoints.py``) stand in for the int64 ``dataset_sample_index``.
+changes them while training, driven by a ``MixtureController`` (``controller.py``). For very
+large blends ``build_dataset_index`` plus ``SampleIndexCheckpoints`` (``checkpoints.py``) stand in
+for the int64 ``dataset_sample_index``.
 """
 
 import typing
