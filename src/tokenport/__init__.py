@@ -10,7 +10,16 @@ from . import _lazy
 from ._version import __version__
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
-    from .blend import BlendedDataset
+    from .blend import (
+        AdaptiveBlend,
+        ADOController,
+        BlendedDataset,
+        DoReMiController,
+        MixtureController,
+        MixtureSignals,
+        ScheduleController,
+        ValidationController,
+    )
     from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
     from .chat import ChatTemplate, encode_chat
     from .corpus import PrepareConfig, PrepareResult, prepare
@@ -44,6 +53,8 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
+    "ADOController": ".blend",
+    "AdaptiveBlend": ".blend",
     "Blend": ".builder",
     "BlendSpec": ".builder",
     "BlendedDataset": ".blend",
@@ -52,6 +63,7 @@ _EXPORTS = {
     "CorruptStoreError": ".errors",
     "DatasetEpochs": ".sampling",
     "DistributedLengthGroupedSampler": ".sampling",
+    "DoReMiController": ".blend",
     "Dock": ".dock",
     "DockAPI": ".dock",
     "DockTimeout": ".errors",
@@ -63,6 +75,8 @@ _EXPORTS = {
     "InputDataError": ".errors",
     "LengthGroupedSampler": ".sampling",
     "Manifest": ".indexed",
+    "MixtureController": ".blend",
+    "MixtureSignals": ".blend",
     "PackedDataset": ".samples.packed",
     "PaddingCollator": ".sampling",
     "PaddingFreeCollator": ".sampling",
@@ -72,12 +86,14 @@ _EXPORTS = {
     "RandomSampler": ".sampling",
     "SFTConfig": ".samples.sft",
     "SFTDataset": ".samples.sft",
+    "ScheduleController": ".blend",
     "StatefulLoader": ".integrations",
     "StorageError": ".errors",
     "StreamSampler": ".sampling",
     "Tokenizer": ".tokenizers",
     "TokenizerError": ".errors",
     "TokenportError": ".errors",
+    "ValidationController": ".blend",
     "build_datasets": ".builder",
     "build_gpt_dataset": ".builder",
     "encode_chat": ".chat",
