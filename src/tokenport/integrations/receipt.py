@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import is_int
-from ..blend import BlendedDataset
+from ..blend import AdaptiveBlend, BlendedDataset
 from ..builder.cache import store_identity
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset
@@ -214,6 +214,10 @@ def check_allow_changes(allow_changes: Iterable[str]) -> frozenset[str]:
 
 def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]:
     """The receipt node of one dataset (recursing into a blend's children)."""
+    if isinstance(dataset, AdaptiveBlend):  # its updates travel in the loader state, not the receipt
+        node = dataset.describe(updates=False)
+        node["datasets"] = [_describe(child, f"{path}[{k}]", uncertified) for k, child in enumerate(dataset.datasets)]
+        return {**node, "order": _digest(np.asarray(dataset.initial_weights))}
     if isinstance(dataset, BlendedDataset):
         return {
             "type": "BlendedDataset",

@@ -25,12 +25,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._checks import check_int
-from ..blend import BlendedDataset
+from ..blend import AdaptiveBlend, BlendedDataset
+from ..blend.controller import MixtureSignals
 from ..errors import ConfigError
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
 from ._fetch import SharedBatch, check_fields, fetch_plan
+from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
@@ -72,6 +74,7 @@ class StatefulLoader:
         *,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         fields: Sequence[str] | None = None,
+        controller: Any = None,
         **loader_options: Any,
     ) -> None:
         missing = [name for name in SAMPLER_PROTOCOL if not hasattr(sampler, name)]
@@ -85,7 +88,9 @@ class StatefulLoader:
             if name in loader_options:
                 raise ConfigError(f"{name}=: the batch sampler decides the batches; drop this DataLoader option")
         _check_order_kept(dataset, sampler)
+        _check_controller(dataset, controller)
         sampler.auto_advance = False
+        self.controller = controller
         self.dataset = dataset
         self.sampler = sampler
         self.collate_fn = collate_fn
@@ -156,7 +161,8 @@ class StatefulLoader:
         source, collate = self._fetch()
         if self.collate_fn is not None or collate is not None:
             options["collate_fn"] = self.collate_fn or collate
-        loader = DataLoader(source, batch_sampler=self.sampler, **options)
+        batches = ResolvingSampler(self.sampler, self.dataset) if isinstance(self.dataset, AdaptiveBlend) else None
+        loader = DataLoader(source, batch_sampler=batches or self.sampler, **options)
         for batch in loader:
             self.sampler.advance()
             yield batch.unpack() if isinstance(batch, SharedBatch) else batch
@@ -164,7 +170,8 @@ class StatefulLoader:
     def _fetch(self) -> tuple[Any, Any]:
         """(what the DataLoader reads, its collate or None) for the current dataset, decided once per dataset."""
         if self._plan is None or self._plan[0] is not self.dataset:
-            source, collate = fetch_plan(self.dataset, self.fields, self.collate_fn is None)
+            plan = located_plan if isinstance(self.dataset, AdaptiveBlend) else fetch_plan
+            source, collate = plan(self.dataset, self.fields, self.collate_fn is None)
             self._plan = (self.dataset, source, collate)
         return self._plan[1], self._plan[2]
 
@@ -183,9 +190,34 @@ class StatefulLoader:
             base.dataset, base.length, sampler_seed(self.sampler), sampler_position(self.sampler), base.uncertified
         )
 
+    def update_mixture(self, signals: MixtureSignals) -> int | None:
+        """Ask the controller for weights at the current step; apply them (``set_mixture``) when it gives some.
+        Returns the first sample they apply to, or None when the controller keeps the weights."""
+        if self.controller is None:
+            raise ConfigError("update_mixture: this loader has no controller; pass controller= or call set_mixture")
+        step = self.consumed_samples // global_batch_size(self.sampler)
+        weights = self.controller.update(step, signals)
+        return None if weights is None else self.set_mixture(weights)
+
+    def set_mixture(self, weights: Sequence[float] | Any) -> int:
+        """Blend by ``weights`` from the first sample the loader has not yet resolved (deterministic given
+        ``num_workers`` and ``prefetch_factor``); returns that sample. Needs an AdaptiveBlend."""
+        if not isinstance(self.dataset, AdaptiveBlend):
+            raise ConfigError(
+                f"set_mixture: the dataset is a {type(self.dataset).__name__}; weights change while training "
+                "over an AdaptiveBlend only"
+            )
+        start = self.dataset.frontier
+        self.dataset.set_weights(weights, start)
+        return start
+
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state at the last batch handed over, and the data receipt (plain JSON types)."""
-        return {"version": _STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
+        """The sampler's state at the last batch handed over, and the data receipt (plain JSON types); over an
+        AdaptiveBlend also ``mixture``: ``{"updates": [[from_sample, [weights...]], ...]}``."""
+        state = {"version": _STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
+        if isinstance(self.dataset, AdaptiveBlend):
+            state["mixture"] = {"updates": self.dataset.describe()["updates"]}
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_changes: Iterable[str] = ()) -> None:
         """Resume where ``state_dict()`` was taken, refusing (ConfigError naming every change) to resume
@@ -212,6 +244,7 @@ class StatefulLoader:
         else:
             saved = None
         check_receipt(saved, self.receipt(), allowed)
+        _restore_mixture(self.dataset, state)
         self.sampler.load_state_dict(state["sampler"])
 
 
@@ -259,14 +292,49 @@ def _check_order_kept(dataset: Any, sampler: Any) -> None:
     if shuffles and _has_schedule(dataset):
         raise ConfigError(
             f"sampler: a {type(sampler).__name__} shuffles the sample ids, but the dataset is a blend with a mixture "
-            "schedule whose weights change with the sample position (its children are shuffled already): "
+            "schedule whose weights change with the sample position (or an AdaptiveBlend) (its children are "
+            "shuffled already): "
             "read it in order with a PretrainingSampler, StreamSampler(order='sequential') or "
             "for_dataset(..., shuffle=False)"
         )
 
 
+def _check_controller(dataset: Any, controller: Any) -> None:
+    """ConfigError unless ``controller`` is None, or an object with ``update`` over an AdaptiveBlend."""
+    if controller is None:
+        return
+    if not callable(getattr(controller, "update", None)):
+        raise ConfigError(
+            f"controller: a {type(controller).__name__} has no update(step, signals) method; pass a MixtureController"
+        )
+    if not isinstance(dataset, AdaptiveBlend):
+        raise ConfigError(
+            f"controller: the dataset is a {type(dataset).__name__}, whose weights are fixed; "
+            "blend with an AdaptiveBlend to change them while training"
+        )
+
+
+def _restore_mixture(dataset: Any, state: Mapping[str, Any]) -> None:
+    """Give an AdaptiveBlend the updates stored in ``state``; ConfigError when the state and dataset disagree."""
+    mixture = state.get("mixture")
+    if isinstance(dataset, AdaptiveBlend):
+        if not isinstance(mixture, Mapping) or not isinstance(mixture.get("updates"), list):
+            raise ConfigError(
+                "state has no 'mixture' updates but the dataset is an AdaptiveBlend: pass the state_dict() "
+                "of a loader over the same adaptive blend"
+            )
+        dataset.restore_updates(mixture["updates"])
+    elif mixture is not None:
+        raise ConfigError(
+            f"state holds mixture updates but the dataset is a {type(dataset).__name__}: resume over the AdaptiveBlend"
+        )
+
+
 def _has_schedule(dataset: Any) -> bool:
-    """True when ``dataset`` is, or blends, a BlendedDataset built with a mixture schedule."""
+    """True when ``dataset`` is, or blends, a blend whose weights follow the sample position (a mixture
+    schedule, or an AdaptiveBlend)."""
+    if isinstance(dataset, AdaptiveBlend):
+        return True
     if not isinstance(dataset, BlendedDataset):
         return False
     return dataset.schedule is not None or any(_has_schedule(child) for child in dataset.datasets)

@@ -1,0 +1,92 @@
+"""How StatefulLoader reads an AdaptiveBlend: sample ids resolved in the main process, pairs read in workers.
+
+DataLoader worker processes hold their own copy of the dataset, which never sees a weight update
+made in the main process. So the batch sampler is wrapped (``ResolvingSampler``): in the main
+process it realizes the blend through the end of each global batch (the same point on every rank)
+and yields ``(dataset, sample)`` pairs; the DataLoader reads the pairs from a thin dataset over the
+blend's children (``LocatedReader``), one ``get_batch`` per child on the batch path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..blend.adaptive import AdaptiveBlend
+from ..blend.dataset import gather
+from ._fetch import as_tensors, batch_signature, collate_samples, refuse_unknown, sample_names
+
+
+def global_batch_size(sampler: Any) -> int:
+    """Samples per step over all data-parallel ranks."""
+    size = getattr(sampler, "global_batch_size", None)
+    return int(size) if size is not None else int(sampler.micro_batch_size) * int(sampler.data_parallel_size)
+
+
+class ResolvingSampler:
+    """``sampler``'s micro-batches as ``(dataset, sample)`` pairs of ``blend``, resolved here: the
+    blend is realized through the end of each id's global batch, so updates land alike on every rank."""
+
+    def __init__(self, sampler: Any, blend: AdaptiveBlend) -> None:
+        self.sampler = sampler
+        self.blend = blend
+        self.global_batch_size = global_batch_size(sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        gbs = self.global_batch_size
+        for ids in self.sampler:
+            ids = np.asarray(ids, dtype=np.int64)
+            if len(ids):
+                self.blend.realize(min(len(self.blend), -(-(int(ids.max()) + 1) // gbs) * gbs))
+            datasets, samples = self.blend.locate_many(ids)
+            yield list(zip(datasets.tolist(), samples.tolist()))
+
+
+class LocatedReader:
+    """The blend's children read by ``(dataset, sample)`` pairs, each sample with its ``dataset_id``;
+    ``names`` keeps those fields only (None: all); ``batched``: ``__getitems__`` is one ``get_batch`` per child."""
+
+    def __init__(self, blend: AdaptiveBlend, names: tuple[str, ...] | None, batched: bool) -> None:
+        self.datasets = blend.datasets
+        self.length = len(blend)
+        self.names = names
+        self.batched = batched
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, pair: tuple[int, int]) -> dict[str, Any]:
+        """Sample ``pair[1]`` of child ``pair[0]`` with its ``dataset_id``."""
+        dataset, sample = pair
+        item = {**self.datasets[dataset][sample], "dataset_id": dataset}
+        return item if self.names is None else {name: item[name] for name in self.names}
+
+    def __getitems__(self, pairs: list[tuple[int, int]]) -> Any:
+        """The pairs' samples stacked (batched) or listed one by one."""
+        if not self.batched:
+            return [self[pair] for pair in pairs]
+        located = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        batch = gather(self.datasets, located[:, 0], located[:, 1], "AdaptiveBlend")
+        return batch if self.names is None else {name: batch[name] for name in self.names}
+
+
+def located_plan(blend: AdaptiveBlend, fields: tuple[str, ...] | None, default_collate_wanted: bool) -> tuple[Any, Any]:
+    """(what the DataLoader reads, its collate or None for the caller's) for an adaptive blend: the batch
+    path when the caller wants the default collate and every child with samples has the same batch fields."""
+    children = [batch_signature(child) for child in blend.datasets if len(child)]
+    batched = default_collate_wanted and bool(children) and children[0] is not None
+    batched = batched and all(child == children[0] for child in children)
+    if batched:
+        names: tuple[str, ...] = tuple(name for name, _, _ in children[0]) + ("dataset_id",)  # type: ignore[index]
+        if fields is not None:
+            refuse_unknown(fields, names, blend)
+        return LocatedReader(blend, fields or names, True), as_tensors
+    if fields is not None:  # names from a child: reading blend[0] would realize the stream
+        child = next(child for child in blend.datasets if len(child))
+        refuse_unknown(fields, (*(sample_names(child) or ()), "dataset_id"), blend)
+    return LocatedReader(blend, fields, False), collate_samples if default_collate_wanted else None
