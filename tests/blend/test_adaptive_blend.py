@@ -161,3 +161,14 @@ def test_restore_updates_rebuilds_the_same_stream():
     assert blend.frontier == 0
     again = blend.locate_many(np.arange(500))
     assert np.array_equal(full[0], again[0]) and np.array_equal(full[1], again[1])
+
+
+def test_both_kernels_make_the_same_choices():
+    rng = np.random.default_rng(3)
+    n = 40
+    updates = [(start, rng.random(n) * (rng.random(n) < 0.7)) for start in range(1, 5000, 97)]
+    packed = AdaptiveBlend([Child(i, 11) for i in range(n)], np.ones(n), num_samples=5000, updates=updates)
+    scanned = AdaptiveBlend([Child(i, 11) for i in range(n)], np.ones(n), num_samples=5000, updates=updates)
+    scanned._bits = None  # the general kernel, used where the packed keys would not fit an int64
+    assert packed._bits is not None
+    assert np.array_equal(packed.locate_many(np.arange(5000))[0], scanned.locate_many(np.arange(5000))[0])

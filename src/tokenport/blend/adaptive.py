@@ -40,6 +40,7 @@ __all__ = ["AdaptiveBlend"]
 
 _SCALE = 1 << 40  # Q: the integer shares of a weight vector sum to this
 _MAX_DATASETS = 1 << 21  # deficits stay below n * Q < 2**62
+_FOLD = 256  # the packed kernel folds the shares into the deficits every this many samples
 
 
 def quantized_shares(weights: np.ndarray) -> np.ndarray:
@@ -77,6 +78,9 @@ class AdaptiveBlend:
         self._lengths = np.array([len(d) for d in self.datasets], dtype=np.int64)
         self.num_samples = check_int("num_samples", num_samples, 0, what="the samples the blend holds")
         self.initial_weights = self._checked(weights, "weights")
+        bits = max(1, (len(self.datasets) - 1).bit_length())
+        # the packed kernel's keys (deficits within (n + _FOLD + 1) Q) must keep ``bits`` spare bits
+        self._bits: int | None = bits if (len(self.datasets) + _FOLD + 1) * _SCALE << bits < 1 << 62 else None
         self.restore_updates(updates)
 
     # -- weights -------------------------------------------------------------------------------
@@ -176,16 +180,11 @@ class AdaptiveBlend:
             end = starts[segment + 1] if segment + 1 < len(starts) else stop
             end = min(end, stop)
             if end > self._frontier:
-                _realize_kernel(
-                    self._shares[segment][1],
-                    _SCALE,
-                    self._deficit,
-                    self._counts,
-                    self._dataset_index,
-                    self._sample_count,
-                    self._frontier,
-                    end,
-                )
+                arrays = (self._deficit, self._counts, self._dataset_index, self._sample_count, self._frontier, end)
+                if self._bits is None:
+                    _scan_kernel(self._shares[segment][1], _SCALE, *arrays)
+                else:
+                    _packed_kernel(self._shares[segment][1], _SCALE, self._bits, *arrays)
                 self._frontier = end
             segment += 1
 
@@ -268,8 +267,39 @@ class AdaptiveBlend:
 
 
 @numba.njit(cache=True)
-def _realize_kernel(shares, scale, deficit, counts, out_dataset, out_count, start, stop):
-    """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index)."""
+def _packed_kernel(shares, scale, bits, deficit, counts, out_dataset, out_count, start, stop):
+    """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index).
+
+    Branch-free: a dataset's key is its deficit shifted left by ``bits`` with ``low - j`` in the low
+    bits, so the largest key is the largest deficit, ties to the lowest ``j``. The deficits are kept
+    as of the last fold, the shares added ``k`` times on the fly and folded in every ``_FOLD`` samples.
+    """
+    n = shares.shape[0]
+    low = (np.int64(1) << bits) - 1
+    tag = np.empty(n, np.int64)
+    for j in range(n):
+        tag[j] = low - j
+    begin = start
+    while begin < stop:
+        end = min(stop, begin + _FOLD)
+        for t in range(begin, end):
+            k = t - begin + 1
+            best = np.int64(-(2**62)) << 1
+            for j in range(n):
+                best = max(best, ((deficit[j] + shares[j] * k) << bits) | tag[j])
+            i = low - (best & low)
+            deficit[i] -= scale
+            out_dataset[t] = i
+            out_count[t] = counts[i]
+            counts[i] += 1
+        for j in range(n):
+            deficit[j] += shares[j] * (end - begin)
+        begin = end
+
+
+@numba.njit(cache=True)
+def _scan_kernel(shares, scale, deficit, counts, out_dataset, out_count, start, stop):
+    """The same choices as ``_packed_kernel`` by a plain scan, for blends whose keys do not pack."""
     n = shares.shape[0]
     for t in range(start, stop):
         best = 0
