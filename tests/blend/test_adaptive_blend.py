@@ -46,9 +46,9 @@ def _runs(draw):
 def _exact_deficits(blend: AdaptiveBlend, size: int) -> np.ndarray:
     """``(I_i(t) - C_i(t)) * Q`` for every prefix t = 1..size, computed here in exact integers (int64 fits)."""
     n = len(blend.datasets)
-    starts = [start for start, _ in blend._shares]
+    starts = blend._starts
     shares = np.zeros((size, n), np.int64)
-    for j, (start, value) in enumerate(blend._shares):
+    for j, (start, value) in enumerate(zip(starts, blend._rows)):
         end = starts[j + 1] if j + 1 < len(starts) else size
         shares[start:end] = value
     ideal = np.cumsum(shares, axis=0)

@@ -24,6 +24,7 @@ read; an update applies from a sample not yet realized. The stream is a pure fun
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 from collections.abc import Iterable, Sequence
@@ -32,7 +33,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, is_int
 from ..errors import ConfigError
 from .dataset import gather
 
@@ -44,14 +45,16 @@ _FOLD = 256  # the packed kernel folds the shares into the deficits every this m
 
 
 def quantized_shares(weights: np.ndarray) -> np.ndarray:
-    """Integer shares (int64) summing to ``Q`` of finite weights >= 0, not all zero; a positive weight gets >= 1.
-
-    The largest share absorbs the rounding remainder, so the shares are a pure function of the weights.
+    """Integer shares (int64) summing to ``Q`` of each row of finite weights >= 0, not all zero; a positive
+    weight gets >= 1. Rows are normalized by their exactly rounded sum (``math.fsum``) and the largest
+    share absorbs the rounding remainder, so the shares are a pure function of the weights.
     """
-    shares = np.floor(weights / weights.sum() * _SCALE).astype(np.int64)
-    shares[(weights > 0) & (shares == 0)] = 1
-    shares[int(np.argmax(shares))] += _SCALE - int(shares.sum())
-    return shares
+    rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    sums = np.array([math.fsum(row) for row in rows.tolist()], dtype=np.float64)
+    shares = np.floor(rows / sums[:, None] * _SCALE).astype(np.int64)
+    shares[(rows > 0) & (shares == 0)] = 1
+    shares[np.arange(len(rows)), np.argmax(shares, axis=1)] += _SCALE - shares.sum(axis=1)
+    return shares.reshape(np.shape(weights))
 
 
 class AdaptiveBlend:
@@ -138,26 +141,59 @@ class AdaptiveBlend:
         shares = quantized_shares(np.asarray(checked))
         if self._updates and start == last:
             self._updates[-1] = (start, checked)
-            self._shares[-1] = (start, shares)
+            self._rows[-1] = shares
         else:
             self._updates.append((start, checked))
-            self._shares.append((start, shares))
+            self._starts.append(start)
+            self._rows.append(shares)
 
     def restore_updates(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
         """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream."""
         self._updates: list[tuple[int, tuple[float, ...]]] = []
-        self._shares: list[tuple[int, np.ndarray]] = [(0, quantized_shares(np.asarray(self.initial_weights)))]
+        self._starts: list[int] = [0]  # segment j: shares self._rows[j] from sample self._starts[j] on
+        self._rows: list[np.ndarray] = [quantized_shares(np.asarray(self.initial_weights))]
         self._frontier = 0
         self._deficit = np.zeros(len(self.datasets), np.int64)
         self._counts = np.zeros(len(self.datasets), np.int64)
         self._dataset_index = np.empty(0, np.int32)
         self._sample_count = np.empty(0, np.int64)
+        pairs = []
         for j, update in enumerate(updates):
             try:
                 from_sample, weights = update
             except (TypeError, ValueError):
                 raise ConfigError(f"updates[{j}]={update!r}: expected a pair (from_sample, weights)") from None
-            self.set_weights(weights, from_sample)
+            pairs.append((from_sample, weights))
+        if not self._restore_valid(pairs):  # one by one: the first bad update is named
+            for from_sample, weights in pairs:
+                self.set_weights(weights, from_sample)
+
+    def _restore_valid(self, pairs: list[tuple[Any, Any]]) -> bool:
+        """Adopt ``pairs`` at once when every one is valid and their samples strictly increase; else False."""
+        if not pairs:
+            return True
+        starts = [start for start, _ in pairs]
+        if not all(is_int(start) for start in starts):
+            return False
+        try:
+            matrix = np.asarray([weights for _, weights in pairs], dtype=np.float64)
+        except (TypeError, ValueError):
+            return False
+        lengths_ok = matrix.shape == (len(pairs), len(self.datasets))
+        if not lengths_ok or not (np.isfinite(matrix).all() and (matrix >= 0).all() and matrix.any(axis=1).all()):
+            return False
+        steps = np.diff(np.array([0, *starts, self.num_samples], dtype=np.int64))
+        if (
+            int(starts[0]) < 0
+            or (steps[1:-1] <= 0).any()
+            or steps[-1] < 0
+            or ((matrix > 0) & (self._lengths == 0)).any()
+        ):
+            return False
+        self._updates = [(int(start), tuple(row)) for start, row in zip(starts, matrix.tolist())]
+        self._starts += [int(start) for start in starts]
+        self._rows += list(quantized_shares(matrix))
+        return True
 
     # -- realization ---------------------------------------------------------------------------
 
@@ -174,19 +210,15 @@ class AdaptiveBlend:
             self._sample_count = np.concatenate(
                 (self._sample_count[: self._frontier], np.empty(capacity - self._frontier, np.int64))
             )
-        starts = [start for start, _ in self._shares]
-        segment = int(np.searchsorted(starts, self._frontier, side="right")) - 1
-        while self._frontier < stop:
-            end = starts[segment + 1] if segment + 1 < len(starts) else stop
-            end = min(end, stop)
-            if end > self._frontier:
-                arrays = (self._deficit, self._counts, self._dataset_index, self._sample_count, self._frontier, end)
-                if self._bits is None:
-                    _scan_kernel(self._shares[segment][1], _SCALE, *arrays)
-                else:
-                    _packed_kernel(self._shares[segment][1], _SCALE, self._bits, *arrays)
-                self._frontier = end
-            segment += 1
+        segment = bisect.bisect_right(self._starts, self._frontier) - 1
+        rows = np.array(self._rows[segment:])
+        ends = np.array(self._starts[segment + 1 :] + [stop], dtype=np.int64)
+        arrays = (self._deficit, self._counts, self._dataset_index, self._sample_count, self._frontier, stop)
+        if self._bits is None:
+            _scan_kernel(rows, ends, _SCALE, *arrays)
+        else:
+            _packed_kernel(rows, ends, _SCALE, self._bits, *arrays)
+        self._frontier = stop
 
     def __len__(self) -> int:
         return self.num_samples
@@ -239,8 +271,7 @@ class AdaptiveBlend:
         """``I_i(upto)``: the integral of each dataset's share over the first ``upto`` samples (float64)."""
         stop = check_int("upto", upto, 0, self.num_samples, what="the prefix of the stream")
         total = np.zeros(len(self.datasets), dtype=object)  # exact integers, then one division
-        starts = [start for start, _ in self._shares] + [math.inf]
-        for (start, shares), end in zip(self._shares, starts[1:]):
+        for start, shares, end in zip(self._starts, self._rows, self._starts[1:] + [stop]):
             length = max(0, min(end, stop) - start)
             total += shares.astype(object) * length
         return np.array([float(value) / _SCALE for value in total], dtype=np.float64)
@@ -267,51 +298,59 @@ class AdaptiveBlend:
 
 
 @numba.njit(cache=True)
-def _packed_kernel(shares, scale, bits, deficit, counts, out_dataset, out_count, start, stop):
-    """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index).
+def _packed_kernel(rows, ends, scale, bits, deficit, counts, out_dataset, out_count, start, stop):
+    """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index),
+    with the shares ``rows[s]`` until sample ``ends[s]``.
 
     Branch-free: a dataset's key is its deficit shifted left by ``bits`` with ``low - j`` in the low
     bits, so the largest key is the largest deficit, ties to the lowest ``j``. The deficits are kept
     as of the last fold, the shares added ``k`` times on the fly and folded in every ``_FOLD`` samples.
     """
-    n = shares.shape[0]
+    n = rows.shape[1]
     low = (np.int64(1) << bits) - 1
     tag = np.empty(n, np.int64)
     for j in range(n):
         tag[j] = low - j
     begin = start
-    while begin < stop:
-        end = min(stop, begin + _FOLD)
-        for t in range(begin, end):
-            k = t - begin + 1
-            best = np.int64(-(2**62)) << 1
+    for s in range(rows.shape[0]):
+        shares = rows[s]
+        last = min(ends[s], stop)
+        while begin < last:
+            end = min(last, begin + _FOLD)
+            for t in range(begin, end):
+                k = t - begin + 1
+                best = np.int64(-(2**62)) << 1
+                for j in range(n):
+                    best = max(best, ((deficit[j] + shares[j] * k) << bits) | tag[j])
+                i = low - (best & low)
+                deficit[i] -= scale
+                out_dataset[t] = i
+                out_count[t] = counts[i]
+                counts[i] += 1
             for j in range(n):
-                best = max(best, ((deficit[j] + shares[j] * k) << bits) | tag[j])
-            i = low - (best & low)
-            deficit[i] -= scale
-            out_dataset[t] = i
-            out_count[t] = counts[i]
-            counts[i] += 1
-        for j in range(n):
-            deficit[j] += shares[j] * (end - begin)
-        begin = end
+                deficit[j] += shares[j] * (end - begin)
+            begin = end
 
 
 @numba.njit(cache=True)
-def _scan_kernel(shares, scale, deficit, counts, out_dataset, out_count, start, stop):
+def _scan_kernel(rows, ends, scale, deficit, counts, out_dataset, out_count, start, stop):
     """The same choices as ``_packed_kernel`` by a plain scan, for blends whose keys do not pack."""
-    n = shares.shape[0]
-    for t in range(start, stop):
-        best = 0
-        best_key = deficit[0] + shares[0]
-        deficit[0] = best_key
-        for j in range(1, n):
-            key = deficit[j] + shares[j]
-            deficit[j] = key
-            if key > best_key:
-                best_key = key
-                best = j
-        deficit[best] -= scale
-        out_dataset[t] = best
-        out_count[t] = counts[best]
-        counts[best] += 1
+    n = rows.shape[1]
+    t = start
+    for s in range(rows.shape[0]):
+        shares = rows[s]
+        while t < min(ends[s], stop):
+            best = 0
+            best_key = deficit[0] + shares[0]
+            deficit[0] = best_key
+            for j in range(1, n):
+                key = deficit[j] + shares[j]
+                deficit[j] = key
+                if key > best_key:
+                    best_key = key
+                    best = j
+            deficit[best] -= scale
+            out_dataset[t] = best
+            out_count[t] = counts[best]
+            counts[best] += 1
+            t += 1

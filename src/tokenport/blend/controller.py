@@ -213,7 +213,7 @@ class ADOController:
     domain has a fit.
     """
 
-    _EPS_GRID = np.array([0.0, 0.25, 0.5, 0.75, 0.9])  # eps as fractions of the lowest loss seen
+    _EPS_GRID = np.array([0.0, 0.5, 0.9])  # eps as fractions of the lowest loss seen
 
     def __init__(
         self,
@@ -222,7 +222,7 @@ class ADOController:
         prior: np.ndarray | None = None,
         decay: float = 0.9,
         smoothing: float = 1e-2,
-        window: int = 64,
+        window: int = 32,
         min_points: int = 4,
     ) -> None:
         self.num_datasets = check_int("num_datasets", num_datasets, 1)
@@ -238,7 +238,7 @@ class ADOController:
         self.min_points = check_int("min_points", min_points, 2, self.window)
         self.weights = self.prior.copy()
         self.tokens_seen = np.zeros(self.num_datasets, np.int64)
-        self._tokens = np.zeros((self.num_datasets, self.window))  # ring buffers of (tokens seen, mean loss)
+        self._log_tokens = np.zeros((self.num_datasets, self.window))  # ring buffers of (log tokens seen, mean loss)
         self._losses = np.zeros((self.num_datasets, self.window))
         self._points = np.zeros(self.num_datasets, np.int64)
 
@@ -249,7 +249,7 @@ class ADOController:
         self.tokens_seen += signals.token_counts
         rows = np.flatnonzero(seen)
         slots = self._points[rows] % self.window
-        self._tokens[rows, slots] = self.tokens_seen[rows]
+        self._log_tokens[rows, slots] = np.log(np.maximum(self.tokens_seen[rows], 1))
         self._losses[rows, slots] = signals.mean_loss()[rows]
         self._points[rows] += 1
         speed = self._speeds()
@@ -267,34 +267,38 @@ class ADOController:
         if not fitted.any():
             return None
         mask = np.arange(self.window)[None, :] < count[:, None]  # the valid points of each ring buffer
-        x = np.log(np.maximum(self._tokens, 1.0))
-        lowest = np.where(mask, self._losses, np.inf).min(axis=1)
+        full = bool(mask.all())
+        points = np.maximum(count, 1)
+        x = self._log_tokens
+        ones = np.ones(self.window)
+        mean_x = ((x if full else np.where(mask, x, 0.0)) @ ones) / points
+        dx = x - mean_x[:, None]
+        if not full:
+            dx = np.where(mask, dx, 0.0)
+        var = np.einsum("ij,ij->i", dx, dx)
+        finite_var = var
+        var = np.where(var > 0, var, np.inf)  # constant x: slope 0
+        now = np.log(np.maximum(self.tokens_seen, 1)).astype(np.float64)
+        lowest = (self._losses if full else np.where(mask, self._losses, np.inf)).min(axis=1)
+        lowest = np.where(np.isfinite(lowest), lowest, 0.0)
         best_error = np.full(self.num_datasets, np.inf)
         speed = np.zeros(self.num_datasets)
         for fraction in self._EPS_GRID:  # a log-space line per candidate eps; keep the best fit
-            eps = fraction * np.where(np.isfinite(lowest), lowest, 0.0)
-            y = np.log(np.maximum(self._losses - eps[:, None], 1e-12))
-            slope, intercept = _line_fits(x, y, mask)
-            residual = np.where(mask, y - (intercept[:, None] + slope[:, None] * x), 0.0)
-            error = (residual**2).sum(axis=1)
+            y = np.log(np.maximum(self._losses - (fraction * lowest)[:, None], 1e-12))
+            if not full:
+                y = np.where(mask, y, 0.0)
+            mean_y = (y @ ones) / points  # a row sum, faster than sum(axis=1) on short rows
+            slope = np.einsum("ij,ij->i", dx, y) / var  # sum(dx) = 0 over the valid points
+            intercept = mean_y - slope * mean_x
+            # the residuals' sum of squares: sum (y - mean_y)^2 - slope^2 var, over the valid points
+            centred = y - mean_y[:, None]
+            if not full:
+                centred = np.where(mask, centred, 0.0)
+            error = np.einsum("ij,ij->i", centred, centred) - slope * slope * finite_var
             better = error < best_error
             best_error = np.where(better, error, best_error)
-            alpha = -slope
-            rate = alpha * np.exp(intercept + slope * np.log(np.maximum(self.tokens_seen, 1)))  # alpha beta n^-alpha
-            speed = np.where(better, rate, speed)
+            speed = np.where(better, -slope * np.exp(intercept + slope * now), speed)  # alpha beta n^-alpha
         good = fitted & np.isfinite(speed) & (speed > 0)
         if not good.any():
             return None
         return np.where(good, speed, np.median(speed[good]))
-
-
-def _line_fits(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, least-squares ``y = intercept + slope x`` over the masked points (slope 0 when x is constant)."""
-    count = np.maximum(mask.sum(axis=1), 1)
-    mean_x = np.where(mask, x, 0.0).sum(axis=1) / count
-    mean_y = np.where(mask, y, 0.0).sum(axis=1) / count
-    dx = np.where(mask, x - mean_x[:, None], 0.0)
-    dy = np.where(mask, y - mean_y[:, None], 0.0)
-    var = (dx * dx).sum(axis=1)
-    slope = np.where(var > 0, (dx * dy).sum(axis=1) / np.where(var > 0, var, 1.0), 0.0)
-    return slope, mean_y - slope * mean_x
