@@ -387,3 +387,37 @@ def test_config_from_options_refuses_a_flag_that_means_nothing_alone(tmp_path, c
     assert main(["prepare", str(corpus), "-o", str(tmp_path / "out"), "--address", "auto"]) == 2
     assert "--address names a Ray cluster only with --executor ray" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_blend_reports_a_scheduled_blend_over_the_run(stores, capsys, tmp_path):
+    (tmp_path / "spec.yaml").write_text(
+        f"blend: [1, {stores / 'a'}, 1, {stores / 'b'}]\n"
+        "schedule:\n  - {at: 0, weights: [1, 0]}\n  - {at: 60, ramp_to: [0, 1], until: 100}\n"
+    )
+    plot = tmp_path / "mix.png"
+    assert main(["blend", str(tmp_path / "spec.yaml"), "--size", "120", "--windows", "3", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "target -> realized" in out and "1.000 -> 1.000" in out and plot.stat().st_size > 1000
+    data = _json_of(capsys, ["blend", str(tmp_path / "spec.yaml"), "--size", "120", "--windows", "3"])
+    assert np.allclose(data[0]["target"][0], [1, 0]) and np.allclose(data[0]["target"][2], [0.125, 0.875])
+
+
+def test_blend_reports_an_adaptive_run_from_its_loader_state(stores, capsys, tmp_path):
+    pytest.importorskip("torch")
+    from tokenport.integrations import StatefulLoader
+    from tokenport.sampling import PretrainingSampler
+
+    config = tp.GPTSampleConfig(8, 256)
+    children = [tp.GPTDataset(tp.IndexedDataset(stores / name), np.arange(20), 40, config, 1) for name in "ab"]
+    blend = tp.AdaptiveBlend(children, [1, 1], num_samples=80)
+    loader = StatefulLoader(blend, PretrainingSampler(80, 0, 4, 0, 1))
+    for step, _ in enumerate(loader):
+        loader.set_mixture([1, step % 3])
+    (tmp_path / "state.json").write_text(json.dumps(loader.state_dict()))
+    data = _json_of(capsys, ["blend", "--state", str(tmp_path / "state.json"), "--windows", "4"])
+    assert data[0]["updates"] == len(blend.updates) and data[0]["ends"][-1] == 80
+    assert data[0]["labels"] == [str(stores / "a"), str(stores / "b")]
+    windows = [np.bincount(blend.dataset_index[k : k + 20], minlength=2) / 20 for k in range(0, 80, 20)]
+    assert np.allclose(data[0]["realized"], windows)  # the stream rebuilt from the state is the one trained on
+    assert main(["blend", "--state", str(tmp_path / "state.json"), str(stores / "a")]) == 2
+    assert "not both" in capsys.readouterr().err

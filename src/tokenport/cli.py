@@ -125,13 +125,30 @@ def _build_cache(args: argparse.Namespace) -> int:
 
 
 def _blend(args: argparse.Namespace) -> int:
-    from .builder.report import blend_report, plot_blend
-    from .builder.specs import spec_from_arguments
+    from .blend.trajectory import plot_trajectories
+    from .builder.report import (
+        adaptive_report,
+        blend_report,
+        blend_spec_or_state,
+        has_schedule,
+        mixture_report,
+        plot_blend,
+    )
 
-    spec = spec_from_arguments(args.spec)
-    _emit(args, blend_report(spec, args.size, **_given(args, "seq_length", "algorithm")), many=True)
+    spec, state = blend_spec_or_state(args.spec, args.state, args.size)
+    if spec is None:
+        trajectories = [adaptive_report(state, **_given(args, "windows"))]
+    elif has_schedule(spec):
+        trajectories = mixture_report(spec, args.size, **_given(args, "windows", "algorithm"))
+    else:
+        _emit(args, blend_report(spec, args.size, **_given(args, "seq_length", "algorithm")), many=True)
+        if args.plot:
+            plot_blend(spec, args.size, args.plot, **_given(args, "algorithm"))
+            print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
+        return 0
+    _emit(args, trajectories, many=True)
     if args.plot:
-        plot_blend(spec, args.size, args.plot, **_given(args, "algorithm"))
+        plot_trajectories(trajectories, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -386,16 +403,28 @@ def _parser() -> argparse.ArgumentParser:
     blend = verb(
         "blend",
         _blend,
-        "show what a blend takes from each dataset: shares, samples, epochs, deviation",
+        "show what a blend takes from each dataset: shares, samples, epochs, deviation; a scheduled "
+        "or adaptive (--state) blend's target vs realized share over the run",
         library=("tokenport.builder.report", "blend_report"),
     )
     blend.add_argument(
         "spec",
-        nargs="+",
+        nargs="*",
         help="a spec file (.yaml/.yml/.json), or Megatron's list: "
         "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")",
     )
-    blend.add_argument("--size", type=int, required=True, help="samples to blend")
+    blend.add_argument("--size", type=int, default=None, help="samples to blend (with a spec)")
+    blend.add_argument(
+        "--state",
+        default=None,
+        help="a saved StatefulLoader.state_dict() (JSON) over an AdaptiveBlend, in place of a spec",
+    )
+    blend.add_argument(
+        "--windows",
+        type=int,
+        default=None,
+        help="windows of the run a changing mixture is reported in (default: 10)",
+    )
     blend.add_argument(
         "--seq-length", type=int, default=None, help="tokens per sample, for the epochs column (default: {default})"
     )

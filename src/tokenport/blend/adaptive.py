@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numba
@@ -276,6 +276,15 @@ class AdaptiveBlend:
             total += shares.astype(object) * length
         return np.array([float(value) / _SCALE for value in total], dtype=np.float64)
 
+    def ideal_counts_at(self, t: Sequence[int] | np.ndarray) -> np.ndarray:
+        """``I_i(t)`` for each ``t`` (float64, ``len(t) x n``; in floating point, for reports)."""
+        at = np.asarray(t, dtype=np.int64).reshape(-1, 1)
+        total = np.zeros((len(at), len(self.datasets)))
+        ends = self._starts[1:] + [np.iinfo(np.int64).max]
+        for start, shares, end in zip(self._starts, self._rows, ends):
+            total += np.clip(at - start, 0, end - start).astype(np.float64) * (shares / _SCALE)
+        return total
+
     def target_shares(self, upto: int) -> np.ndarray:
         """Each dataset's intended share of the first ``upto`` samples (the integral of its weights)."""
         return self.ideal_counts(self._check_upto(upto)) / upto
@@ -283,6 +292,20 @@ class AdaptiveBlend:
     def realized_shares(self, upto: int) -> np.ndarray:
         """Each dataset's share of the first ``upto`` samples as realized."""
         return self.samples_per_dataset(self._check_upto(upto)) / upto
+
+    @classmethod
+    def from_description(cls, described: Mapping[str, Any], datasets: Sequence[Any] | None = None) -> AdaptiveBlend:
+        """The blend ``describe()`` described (its updates included when present), over ``datasets``, or
+        over stand-ins of the recorded lengths that report the stream but hold no samples."""
+        try:
+            lengths = [int(n) for n in described["dataset_lengths"]]
+            weights, length = described["initial_weights"], described["length"]
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(
+                "described: expected the dict of AdaptiveBlend.describe() (dataset_lengths, initial_weights, length)"
+            ) from None
+        children = [_StandIn(n) for n in lengths] if datasets is None else datasets
+        return cls(children, weights, num_samples=length, updates=[tuple(u) for u in described.get("updates", ())])
 
     def describe(self, *, updates: bool = True) -> dict[str, Any]:
         """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates."""
@@ -295,6 +318,23 @@ class AdaptiveBlend:
         if updates:
             described["updates"] = [[start, list(weights)] for start, weights in self._updates]
         return described
+
+
+class _StandIn:
+    """A child of a known length whose samples are not at hand (a blend rebuilt to report on)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        raise ConfigError("this AdaptiveBlend was rebuilt from a description: pass datasets= to read samples")
+
+    def get_batch(self, ids: Any) -> dict[str, np.ndarray]:
+        """Refused: the samples are not at hand."""
+        raise ConfigError("this AdaptiveBlend was rebuilt from a description: pass datasets= to read samples")
 
 
 @numba.njit(cache=True)

@@ -1,22 +1,25 @@
 """What a blend does, per dataset: target and achieved share, samples taken, epochs implied, deviation.
 
 ``tokenport blend SPEC --size N`` prints this; ``plot_blend`` draws achieved against target share
-over the run (matplotlib, the ``plot`` extra).
+over the run (matplotlib, the ``plot`` extra). A scheduled blend is reported window by window
+(``mixture_report``), an adaptive one from a saved loader state (``adaptive_report``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from .._checks import check_int
-from ..blend import build_blending_indices, prefix_deviations
+from .._files import parse_structured, read_text
+from ..blend import AdaptiveBlend, MixtureSchedule, build_blending_indices, prefix_deviations
+from ..blend.trajectory import MixtureTrajectory, adaptive_trajectory, scheduled_trajectory
 from ..errors import ConfigError
-from .specs import Blend, BlendSpec, store_tokens
+from .specs import Blend, BlendSpec, spec_from_arguments, store_tokens
 from .splits import SPLIT_NAMES
 
 
@@ -118,7 +121,7 @@ def _report(
     if blend.schedule is not None:
         raise ConfigError(
             f"{name}: the blend follows a mixture schedule; this report measures constant weights "
-            "only: report each phase's weights as a blend of its own"
+            "only: use mixture_report (tokenport blend does) for target vs realized share over the run"
         )
     tokens = np.array([size_of(prefix) for prefix in blend.prefixes], dtype=np.float64)
     weights = np.array(blend.weights, dtype=np.float64) if blend.weights is not None else tokens
@@ -169,3 +172,63 @@ def plot_blend(
     figure.tight_layout()
     figure.savefig(os.fspath(path), dpi=100)
     plt.close(figure)
+
+
+def has_schedule(spec: BlendSpec) -> bool:
+    """True when any blend of ``spec`` follows a mixture schedule."""
+    return any(blend.schedule is not None for _, blend in _named_blends(spec))
+
+
+def mixture_report(
+    spec: BlendSpec, size: int, *, windows: int = 10, algorithm: str = "tijdeman"
+) -> list[MixtureTrajectory]:
+    """Per blend of ``spec`` (a schedule, or constant weights), target vs realized share per window of
+    ``size`` samples."""
+    reports = []
+    for name, blend in _named_blends(spec):
+        schedule = blend.schedule
+        if schedule is None:
+            weights = _weights(blend, store_tokens)
+            schedule = MixtureSchedule.from_data([{"at": 0, "weights": weights.tolist()}])
+        reports.append(
+            scheduled_trajectory(schedule, size, labels=blend.prefixes, windows=windows, algorithm=algorithm, name=name)
+        )
+    return reports
+
+
+def adaptive_report(state: Any, *, windows: int = 10) -> MixtureTrajectory:
+    """Target vs realized share per window of an adaptive blend, from a ``StatefulLoader.state_dict()``
+    (its receipt's blend and its stored updates): the stream is rebuilt, no sample is read."""
+    try:
+        described = dict(state["receipt"]["dataset"])
+        described["updates"] = state["mixture"]["updates"]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            "state: expected a StatefulLoader.state_dict() over an AdaptiveBlend (with 'receipt' and 'mixture')"
+        ) from None
+    if described.get("type") != "AdaptiveBlend":
+        raise ConfigError(f"state: the loader read a {described.get('type')}, not an AdaptiveBlend")
+    blend = AdaptiveBlend.from_description(described)
+    labels = [_child_label(child, k) for k, child in enumerate(described.get("datasets", ()))] or None
+    return adaptive_trajectory(blend, labels=labels, windows=windows, name="adaptive")
+
+
+def _child_label(child: Any, k: int) -> str:
+    """A readable name of a receipt's child node: its store's prefix, else its position."""
+    store = child.get("store") if isinstance(child, dict) else None
+    prefix = store.get("prefix") if isinstance(store, dict) else None
+    return str(prefix) if prefix else f"dataset {k}"
+
+
+def blend_spec_or_state(spec: Sequence[str], state: str | None, size: int | None) -> tuple[BlendSpec | None, Any]:
+    """What ``tokenport blend`` reports on: (a spec from its arguments, None) or (None, a loader state
+    read from JSON); ConfigError unless exactly one is given, and a spec with ``size``."""
+    if state is not None:
+        if spec:
+            raise ConfigError("blend: give a spec or --state, not both")
+        return None, parse_structured(read_text(state, "loader state"), state, yaml_ok=False)
+    if not spec:
+        raise ConfigError("blend: give a spec (a file, or W1 STORE1 W2 STORE2 ...) or --state STATE.json")
+    if size is None:
+        raise ConfigError("blend: --size is missing: give the number of samples to blend")
+    return spec_from_arguments(spec), None

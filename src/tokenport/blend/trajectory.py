@@ -1,0 +1,175 @@
+"""A changing mixture over the run: target against realized share per dataset, window by window.
+
+``scheduled_trajectory`` measures a ``MixtureSchedule`` (its indices built as a run builds them);
+``adaptive_trajectory`` an ``AdaptiveBlend`` (e.g. rebuilt from a loader state's updates with
+``AdaptiveBlend.from_description``). The target of a window is the integral of the intended shares
+over its samples; the deviation is the largest ``|C_i(t) - I_i(t)|`` at any prefix ``t``.
+``tokenport blend`` prints these and plots them with ``--plot``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_int
+from ..errors import ConfigError
+from .adaptive import AdaptiveBlend
+from .schedule import MixtureSchedule, build_scheduled_indices
+
+_CHUNK = 1 << 16  # prefixes measured per pass
+
+
+@dataclass(frozen=True)
+class MixtureTrajectory:
+    """Per window of samples (``ends``), each dataset's target and realized share, and the worst prefix deviation."""
+
+    name: str
+    labels: tuple[str, ...]
+    ends: tuple[int, ...]
+    target: tuple[tuple[float, ...], ...]  # [window][dataset]
+    realized: tuple[tuple[float, ...], ...]
+    max_deviation: float
+    updates: int = 0
+
+    def render(self) -> str:
+        """An aligned text table: one line per window, target -> realized per dataset."""
+        width = max(12, *(len(label) for label in self.labels))
+        head = f"{'samples':>13}  " + "  ".join(f"{label[-width:]:>{width}}" for label in self.labels)
+        lines = [
+            f"{self.name}: {self.ends[-1]:,} samples, {len(self.labels)} datasets"
+            + (f", {self.updates} weight updates" if self.updates else "")
+            + "; per window: target -> realized share",
+            head,
+        ]
+        for end, target, realized in zip(self.ends, self.target, self.realized):
+            cells = "  ".join(f"{f'{t:.3f} -> {r:.3f}':>{width}}" for t, r in zip(target, realized))
+            lines.append(f"{end:>13,}  {cells}")
+        lines.append(f"largest prefix deviation |C_i(t) - I_i(t)|: {self.max_deviation:.3f} samples")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The trajectory as JSON-able data."""
+        return {
+            "name": self.name,
+            "labels": list(self.labels),
+            "ends": list(self.ends),
+            "target": [list(row) for row in self.target],
+            "realized": [list(row) for row in self.realized],
+            "max_deviation": self.max_deviation,
+            "updates": self.updates,
+        }
+
+
+def scheduled_trajectory(
+    schedule: MixtureSchedule,
+    size: int,
+    *,
+    labels: Sequence[str] | None = None,
+    windows: int = 10,
+    algorithm: str = "tijdeman",
+    name: str = "schedule",
+) -> MixtureTrajectory:
+    """The trajectory of ``size`` samples blended by ``schedule``."""
+    size = check_int("size", size, 1, what="the number of samples to blend")
+    dataset_index, _ = build_scheduled_indices(schedule, size, algorithm=algorithm)
+    return _trajectory(
+        name, _labels(labels, schedule.num_datasets), dataset_index, lambda t: schedule_ideal(schedule, t), windows
+    )
+
+
+def adaptive_trajectory(
+    blend: AdaptiveBlend, *, labels: Sequence[str] | None = None, windows: int = 10, name: str = "adaptive"
+) -> MixtureTrajectory:
+    """The trajectory of the whole adaptive blend (realized here)."""
+    blend.realize(len(blend))
+    trajectory = _trajectory(
+        name, _labels(labels, len(blend.datasets)), blend.dataset_index, blend.ideal_counts_at, windows
+    )
+    return MixtureTrajectory(**{**trajectory.__dict__, "updates": len(blend.updates)})
+
+
+def schedule_ideal(schedule: MixtureSchedule, t: np.ndarray) -> np.ndarray:
+    """``I_i(t)``: the sum of ``schedule.shares_at(u)`` over ``u < t``, for each ``t`` (float64, ``len(t) x n``).
+
+    Closed form per phase: a ramp of ``L`` samples from ``p`` to ``q`` gives its first ``r`` samples
+    ``r^2 / 2L`` of ``q`` (``shares_at`` takes each sample at its midpoint) and the rest of ``p``.
+    """
+    t = np.asarray(t, dtype=np.int64).reshape(-1, 1)
+    phases = schedule.phases
+    total = np.zeros((len(t), schedule.num_datasets))
+    for j, phase in enumerate(phases):
+        end = phases[j + 1].at if j + 1 < len(phases) else np.iinfo(np.int64).max
+        m = np.clip(t - phase.at, 0, end - phase.at).astype(np.float64)
+        p = np.asarray(phase.weights, np.float64) / sum(phase.weights)
+        if phase.ramp_to is None:
+            total += m * p
+            continue
+        q = np.asarray(phase.ramp_to, np.float64) / sum(phase.ramp_to)
+        length = float(phase.until - phase.at)
+        r = np.minimum(m, length)
+        late = r * r / (2 * length)
+        total += (r - late) * p + late * q + (m - r) * q
+    return total
+
+
+def _labels(labels: Sequence[str] | None, n: int) -> tuple[str, ...]:
+    if labels is None:
+        return tuple(f"dataset {i}" for i in range(n))
+    if len(labels) != n:
+        raise ConfigError(f"labels: expected {n} labels, one per dataset, got {len(labels)}")
+    return tuple(str(label) for label in labels)
+
+
+def _trajectory(
+    name: str, labels: tuple[str, ...], dataset_index: np.ndarray, ideal: Any, windows: int
+) -> MixtureTrajectory:
+    """Windows' target and realized shares and the worst prefix deviation of ``dataset_index`` against ``ideal(t)``."""
+    windows = check_int("windows", windows, 1)
+    size, n = len(dataset_index), len(labels)
+    ends = np.unique(np.linspace(0, size, windows + 1).round().astype(np.int64))
+    counts = np.zeros(n, np.int64)
+    worst = 0.0
+    boundary_counts = [counts.copy()]
+    for begin in range(0, size, _CHUNK):
+        chunk = np.asarray(dataset_index[begin : begin + _CHUNK], dtype=np.int64)
+        taken = counts + np.cumsum(np.eye(n, dtype=np.int64)[chunk], axis=0)  # C(t) for t = begin+1 ..
+        prefixes = np.arange(begin + 1, begin + len(chunk) + 1)
+        worst = max(worst, float(np.abs(taken - ideal(prefixes)).max()))
+        for end in ends[(ends > begin) & (ends <= begin + len(chunk))]:
+            boundary_counts.append(taken[end - begin - 1].copy())
+        counts = taken[-1].copy()
+    at = ideal(ends)
+    target, realized = [], []
+    for k in range(1, len(ends)):
+        length = float(ends[k] - ends[k - 1])
+        target.append(tuple(float(v) for v in (at[k] - at[k - 1]) / length))
+        realized.append(tuple(float(v) for v in (boundary_counts[k] - boundary_counts[k - 1]) / length))
+    return MixtureTrajectory(name, labels, tuple(int(e) for e in ends[1:]), tuple(target), tuple(realized), worst)
+
+
+def plot_trajectories(trajectories: Sequence[MixtureTrajectory], path: str | os.PathLike) -> None:
+    """Draw each trajectory's target (dotted) and realized (solid) share per window into ``path`` (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'tokenport[plot]'") from None
+    figure, axes = plt.subplots(len(trajectories), 1, figsize=(9, 3.5 * len(trajectories)), squeeze=False)
+    for trajectory, axis in zip(trajectories, axes[:, 0]):
+        target, realized = np.array(trajectory.target), np.array(trajectory.realized)
+        for d, label in enumerate(trajectory.labels):
+            (line,) = axis.step(trajectory.ends, realized[:, d], where="pre", label=os.path.basename(label))
+            axis.step(trajectory.ends, target[:, d], where="pre", color=line.get_color(), linestyle=":")
+        axis.set_title(f"{trajectory.name}: realized share (solid) vs target (dotted) per window")
+        axis.set_xlabel("samples")
+        axis.legend(fontsize="small", loc="upper right")
+    figure.tight_layout()
+    figure.savefig(os.fspath(path), dpi=100)
+    plt.close(figure)
