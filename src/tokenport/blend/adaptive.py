@@ -25,7 +25,6 @@ read; an update applies from a sample not yet realized. The stream is a pure fun
 from __future__ import annotations
 
 import bisect
-import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -46,11 +45,11 @@ _FOLD = 256  # the packed kernel folds the shares into the deficits every this m
 
 def quantized_shares(weights: np.ndarray) -> np.ndarray:
     """Integer shares (int64) summing to ``Q`` of each row of finite weights >= 0, not all zero; a positive
-    weight gets >= 1. Rows are normalized by their exactly rounded sum (``math.fsum``) and the largest
+    weight gets >= 1. Rows are normalized by their sum taken left to right (``_row_sums``) and the largest
     share absorbs the rounding remainder, so the shares are a pure function of the weights.
     """
     rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    sums = np.array([math.fsum(row) for row in rows.tolist()], dtype=np.float64)
+    sums = _row_sums(rows)
     shares = np.floor(rows / sums[:, None] * _SCALE).astype(np.int64)
     shares[(rows > 0) & (shares == 0)] = 1
     shares[np.arange(len(rows)), np.argmax(shares, axis=1)] += _SCALE - shares.sum(axis=1)
@@ -116,7 +115,7 @@ class AdaptiveBlend:
     @property
     def updates(self) -> tuple[tuple[int, tuple[float, ...]], ...]:
         """The weight updates so far, as ``(from_sample, weights)``, from_sample strictly increasing."""
-        return tuple(self._updates)
+        return tuple((start, tuple(weights.tolist())) for start, weights in self._updates)
 
     @property
     def frontier(self) -> int:
@@ -140,16 +139,16 @@ class AdaptiveBlend:
             )
         shares = quantized_shares(np.asarray(checked))
         if self._updates and start == last:
-            self._updates[-1] = (start, checked)
+            self._updates[-1] = (start, np.asarray(checked))
             self._rows[-1] = shares
         else:
-            self._updates.append((start, checked))
+            self._updates.append((start, np.asarray(checked)))
             self._starts.append(start)
             self._rows.append(shares)
 
     def restore_updates(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
         """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream."""
-        self._updates: list[tuple[int, tuple[float, ...]]] = []
+        self._updates: list[tuple[int, np.ndarray]] = []
         self._starts: list[int] = [0]  # segment j: shares self._rows[j] from sample self._starts[j] on
         self._rows: list[np.ndarray] = [quantized_shares(np.asarray(self.initial_weights))]
         self._frontier = 0
@@ -190,7 +189,7 @@ class AdaptiveBlend:
             or ((matrix > 0) & (self._lengths == 0)).any()
         ):
             return False
-        self._updates = [(int(start), tuple(row)) for start, row in zip(starts, matrix.tolist())]
+        self._updates = [(int(start), row) for start, row in zip(starts, matrix)]
         self._starts += [int(start) for start in starts]
         self._rows += list(quantized_shares(matrix))
         return True
@@ -316,7 +315,7 @@ class AdaptiveBlend:
             "initial_weights": list(self.initial_weights),
         }
         if updates:
-            described["updates"] = [[start, list(weights)] for start, weights in self._updates]
+            described["updates"] = [[start, weights.tolist()] for start, weights in self._updates]
         return described
 
 
@@ -335,6 +334,18 @@ class _StandIn:
     def get_batch(self, ids: Any) -> dict[str, np.ndarray]:
         """Refused: the samples are not at hand."""
         raise ConfigError("this AdaptiveBlend was rebuilt from a description: pass datasets= to read samples")
+
+
+@numba.njit(cache=True)
+def _row_sums(rows):
+    """Each row's sum, left to right: the same bits whatever the other rows (numpy's reductions may block)."""
+    sums = np.zeros(rows.shape[0])
+    for r in range(rows.shape[0]):
+        total = 0.0
+        for j in range(rows.shape[1]):
+            total += rows[r, j]
+        sums[r] = total
+    return sums
 
 
 @numba.njit(cache=True)
