@@ -282,22 +282,26 @@ class ADOController:
         lowest = (self._losses if full else np.where(mask, self._losses, np.inf)).min(axis=1)
         lowest = np.where(np.isfinite(lowest), lowest, 0.0)
         best_error = np.full(self.num_datasets, np.inf)
-        speed = np.zeros(self.num_datasets)
+        best_slope = np.zeros(self.num_datasets)
+        best_intercept = np.zeros(self.num_datasets)
+        y = np.empty_like(self._losses)
         for fraction in self._EPS_GRID:  # a log-space line per candidate eps; keep the best fit
-            y = np.log(np.maximum(self._losses - (fraction * lowest)[:, None], 1e-12))
+            np.subtract(self._losses, (fraction * lowest)[:, None], out=y)
+            np.log(np.maximum(y, 1e-12, out=y), out=y)
             if not full:
-                y = np.where(mask, y, 0.0)
+                y[~mask] = 0.0
             mean_y = (y @ ones) / points  # a row sum, faster than sum(axis=1) on short rows
-            slope = np.einsum("ij,ij->i", dx, y) / var  # sum(dx) = 0 over the valid points
-            intercept = mean_y - slope * mean_x
-            # the residuals' sum of squares: sum (y - mean_y)^2 - slope^2 var, over the valid points
-            centred = y - mean_y[:, None]
+            np.subtract(y, mean_y[:, None], out=y)  # centred: sum(dx * y) is unchanged as sum(dx) = 0
             if not full:
-                centred = np.where(mask, centred, 0.0)
-            error = np.einsum("ij,ij->i", centred, centred) - slope * slope * finite_var
+                y[~mask] = 0.0
+            slope = np.einsum("ij,ij->i", dx, y) / var
+            # the residuals' sum of squares: sum (y - mean_y)^2 - slope^2 var, over the valid points
+            error = np.einsum("ij,ij->i", y, y) - slope * slope * finite_var
             better = error < best_error
             best_error = np.where(better, error, best_error)
-            speed = np.where(better, -slope * np.exp(intercept + slope * now), speed)  # alpha beta n^-alpha
+            best_slope = np.where(better, slope, best_slope)
+            best_intercept = np.where(better, mean_y - slope * mean_x, best_intercept)
+        speed = -best_slope * np.exp(best_intercept + best_slope * now)  # alpha beta n^-alpha
         good = fitted & np.isfinite(speed) & (speed > 0)
         if not good.any():
             return None
