@@ -119,6 +119,8 @@ def test_doremi_steers_towards_the_high_excess_loss_store(children):
         loader.update_mixture(_signals(batch))  # store k's loss is k: store 2 is furthest above its reference
     early, late = blend.samples_per_dataset(60), blend.samples_per_dataset(240) - blend.samples_per_dataset(180)
     assert late[2] > early[2] and late[0] < early[0]
+    epochs = loader.dataset_epochs()  # per child, from the realized stream
+    assert [e.samples for e in epochs] == blend.samples_per_dataset(240).tolist()
 
 
 def test_set_mixture_and_refusals(children):
