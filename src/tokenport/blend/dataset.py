@@ -61,7 +61,11 @@ class BlendedDataset:
         else:
             dataset_index, sample_index = build_blending_indices(target, size, algorithm=algorithm)
         self._adopt(datasets, dataset_index, sample_index)
-        self.recipe = {"weights": None if size is None else target.tolist(), "size": size, "algorithm": algorithm}
+        self.recipe: dict[str, Any] | None = {
+            "weights": None if size is None else target.tolist(),
+            "size": size,
+            "algorithm": algorithm,
+        }
 
     @classmethod
     def from_indices(
@@ -99,7 +103,7 @@ class BlendedDataset:
     ) -> None:
         self.datasets = list(datasets)
         self.schedule: MixtureSchedule | None = None
-        self.recipe: dict[str, Any] | None = None
+        self.recipe = None
         self.dataset_index = dataset_index
         self.dataset_sample_index = sample_index
         self._lengths = [len(d) for d in self.datasets]
