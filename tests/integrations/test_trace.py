@@ -178,3 +178,33 @@ def test_the_recipe_rebuilds_and_adds_no_difference_to_old_receipts(blend_run):
     assert check_receipt(saved, current) == ()
     with pytest.raises(tp.ConfigError, match=r"dataset \(BlendedDataset\): the receipt records no recipe"):
         rebuild_dataset(old)
+
+
+def test_packed_datasets_and_scheduled_blends_rebuild_from_their_receipts(tmp_path):
+    from tokenport.blend import MixtureSchedule
+    from tokenport.builder.specs import Blend
+
+    store = tp.IndexedDataset(_write(tmp_path / "p", 3, 60))
+    packed = tp.PackedDataset(store, 96, ids=np.r_[2:20, 30:55], split_long=True, window=8, seed=6)
+    state, steps = _run(
+        lambda rank: StatefulLoader.for_dataset(
+            packed, micro_batch_size=2, seed=2, data_parallel_rank=rank, data_parallel_size=RANKS
+        )
+    )
+    assert state["receipt"]["dataset"]["build"] == {"ids": [[2, 20], [30, 55]], "shuffle": True}
+    for step in (0, 4, len(steps) - 1):
+        _check(tp.trace(state, step), steps, step)
+    prefixes = [_write(tmp_path / name, seed) for seed, name in enumerate(("a", "b"))]
+    schedule = MixtureSchedule.from_data(
+        [{"at": 0, "weights": [0.8, 0.2]}, {"at": 40, "ramp_to": [0.2, 0.8], "until": 80}]
+    )
+    blend = Blend(tuple(prefixes), None, schedule)
+    train = tp.build_datasets(blend, sizes=(96, 0, 0), config=tp.GPTSampleConfig(32), seed=1, split="1,0,0")[0]
+    state, steps = _run(
+        lambda rank: StatefulLoader.for_dataset(
+            train, micro_batch_size=2, shuffle=False, data_parallel_rank=rank, data_parallel_size=RANKS
+        )
+    )
+    assert rebuild_dataset(state["receipt"]).schedule is not None
+    for step in (1, 20):
+        _check(tp.trace(state, step), steps, step)

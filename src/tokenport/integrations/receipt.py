@@ -14,6 +14,11 @@ its type and length only and named in ``uncertified`` (with a warning). A store 
 (written by Megatron) is identified by its files' sizes and mtimes, so copying it (not moving it)
 counts as a change.
 
+Each node also records its recipe (``build``, never compared, so receipts without it compare as
+before): a GPTDataset's seed, ``num_samples``, ``drop_last_partial`` and split documents as runs of
+ids; a packed or SFT dataset's ids and shuffle or ``num_samples``; a blend's weights (or schedule),
+size and algorithm. ``rebuild.rebuild_dataset`` builds the dataset again from it (``tokenport trace``).
+
 Cost: one pass over the datasets' index arrays (hashed 4M values at a time), linear in
 the dataset's size and independent of the position; ``StatefulLoader`` computes it once per dataset.
 
