@@ -69,7 +69,7 @@ class TraceReport:
 
     def render(self) -> str:
         """The report as text: per sample, its blend path, store, and each document's range (and text)."""
-        lines = [f"step {self.step} (0-based: the {self.step + 1}th batch handed to the trainer) from {self.source}"]
+        lines = [f"step {self.step} (0-based: batch {self.step + 1} handed to the trainer) from {self.source}"]
         for item in self.samples:
             lineage = item.lineage
             via = "".join(f" <- dataset[{child}] sample {sample}" for child, sample in lineage.path)
