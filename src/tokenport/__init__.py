@@ -35,8 +35,10 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     )
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
     from .integrations import StatefulLoader
+    from .integrations.tracing import trace
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.gpt import GPTDataset, GPTSampleConfig
+    from .samples.lineage import SampleLineage
     from .samples.packed import PackedDataset
     from .samples.sft import SFTConfig, SFTDataset
     from .sampling import (
@@ -86,6 +88,7 @@ _EXPORTS = {
     "RandomSampler": ".sampling",
     "SFTConfig": ".samples.sft",
     "SFTDataset": ".samples.sft",
+    "SampleLineage": ".samples.lineage",
     "ScheduleController": ".blend",
     "StatefulLoader": ".integrations",
     "StorageError": ".errors",
@@ -103,6 +106,7 @@ _EXPORTS = {
     "merge": ".indexed",
     "pack_best_fit": ".packing",
     "prepare": ".corpus",
+    "trace": ".integrations.tracing",
     "verify": ".indexed",
 }
 

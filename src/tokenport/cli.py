@@ -39,6 +39,13 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trace(args: argparse.Namespace) -> int:
+    from .integrations.tracing import trace_file
+
+    _emit(args, [trace_file(args.state, args.step, args.rank)], many=False)
+    return 0
+
+
 def _prepare(args: argparse.Namespace) -> int:
     from .corpus import prepare
     from .corpus.run.config import config_from_options, load_steps
@@ -451,6 +458,13 @@ def _parser() -> argparse.ArgumentParser:
         help="data-parallel ranks to balance across (default: {default})",
     )
     pack.add_argument("--seed", type=int, default=None, help="seed of the random order (default: {default})")
+
+    tra = verb("trace", _trace, "which documents made a training step: its samples' stores, documents and tokens")
+    tra.add_argument(
+        "state", metavar="CHECKPOINT_OR_STATE", help="a JSON loader state, or a torch checkpoint holding one"
+    )
+    tra.add_argument("--step", type=int, required=True, help="the step: 0 is the first batch handed to the trainer")
+    tra.add_argument("--rank", type=int, default=None, help="one data-parallel rank (default: every rank)")
 
     mer = verb("merge", _merge, "concatenate stores into one, streaming")
     mer.add_argument("output", help="the output prefix")

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ConfigError, InputDataError
 from ..samples.gpt import GPTDataset
+from ..samples.lineage import SampleLineage
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
 from .checkpoints import SampleIndexCheckpoints
@@ -60,6 +61,11 @@ class BlendedDataset:
         else:
             dataset_index, sample_index = build_blending_indices(target, size, algorithm=algorithm)
         self._adopt(datasets, dataset_index, sample_index)
+        self.recipe: dict[str, Any] | None = {
+            "weights": None if size is None else target.tolist(),
+            "size": size,
+            "algorithm": algorithm,
+        }
 
     @classmethod
     def from_indices(
@@ -69,11 +75,15 @@ class BlendedDataset:
         dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
         *,
         schedule: MixtureSchedule | None = None,
+        recipe: dict[str, Any] | None = None,
     ) -> BlendedDataset:
         """A blend over indices built earlier (from the index cache, or Megatron's own).
 
         ``schedule``: the MixtureSchedule the indices follow, if any; its weights change with the
-        sample position, so a loader refuses to shuffle this blend's ids.
+        sample position, so a loader refuses to shuffle this blend's ids. ``recipe``: how the indices
+        were built, when known (``weights``, ``size``, ``algorithm``: the arguments of
+        ``build_blending_indices``, or ``size`` and ``algorithm`` with the schedule), so a data
+        receipt can rebuild the blend.
         """
         if schedule is not None and not isinstance(schedule, MixtureSchedule):
             raise ConfigError(f"schedule: expected a MixtureSchedule or None, got {type(schedule).__name__}")
@@ -85,6 +95,7 @@ class BlendedDataset:
             )
         self._adopt(datasets, np.asarray(dataset_index), dataset_sample_index)
         self.schedule = schedule
+        self.recipe = None if recipe is None else dict(recipe)
         return self
 
     def _adopt(
@@ -92,6 +103,7 @@ class BlendedDataset:
     ) -> None:
         self.datasets = list(datasets)
         self.schedule: MixtureSchedule | None = None
+        self.recipe = None
         self.dataset_index = dataset_index
         self.dataset_sample_index = sample_index
         self._lengths = [len(d) for d in self.datasets]
@@ -132,6 +144,17 @@ class BlendedDataset:
         if self._wraps[dataset]:
             sample %= self._lengths[dataset]
         return dataset, sample
+
+    def lineage(self, idx: int) -> SampleLineage:
+        """Where blended sample ``idx`` comes from: the child's lineage, with (child, its sample) on its path."""
+        dataset, sample = self.locate(idx)
+        child = self.datasets[dataset]
+        if not hasattr(child, "lineage"):
+            raise ConfigError(
+                f"dataset {dataset} of the blend is a {type(child).__name__}, which cannot say where its samples "
+                "come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
+            )
+        return child.lineage(sample).through(operator.index(idx), dataset)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The child's sample with its ``dataset_id``."""

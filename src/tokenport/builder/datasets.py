@@ -162,9 +162,10 @@ class _Builder:
         if self.algorithm == "megatron":
             return self._blend_like_megatron(blend, weights, split, which, size)
         dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
+        recipe = {"weights": list(weights), "size": size, "algorithm": self.algorithm}
         counts = np.bincount(dataset_index, minlength=len(weights)).tolist()
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
-        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index)
+        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
 
     def _blend_scheduled(
         self, blend: Blend, schedule: MixtureSchedule, split: str, which: str, size: int | None
@@ -182,7 +183,11 @@ class _Builder:
         counts = np.bincount(arrays["dataset_index"], minlength=len(blend.prefixes)).tolist()
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
         return BlendedDataset.from_indices(
-            _aligned(children), arrays["dataset_index"], arrays["dataset_sample_index"], schedule=schedule
+            _aligned(children),
+            arrays["dataset_index"],
+            arrays["dataset_sample_index"],
+            schedule=schedule,
+            recipe={"schedule": schedule.to_data(), "size": size, "algorithm": self.algorithm},
         )
 
     def _blend_by_size(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
@@ -190,10 +195,10 @@ class _Builder:
         children = [self.child(p, split, which, None) for p in blend.prefixes]
         lengths = [len(child) for child in children]
         total = None if size is None else min(size, sum(lengths))
-        dataset_index, sample_index = self.blending_indices(
-            lengths if total is None else megatron_normalize(lengths), total, self.algorithm
-        )
-        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index)
+        target = lengths if total is None else megatron_normalize(lengths)
+        dataset_index, sample_index = self.blending_indices(target, total, self.algorithm)
+        recipe = {"weights": list(target), "size": total, "algorithm": self.algorithm}
+        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
 
     def _blend_like_megatron(
         self, blend: Blend, weights: list[float], split: str, which: str, size: int
@@ -212,7 +217,8 @@ class _Builder:
                     "or use the default algorithm, which sizes every dataset exactly"
                 )
         children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
-        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index)
+        recipe = {"weights": megatron_normalize(weights), "size": sum(targets), "algorithm": "megatron"}
+        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
 
     def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | SFTDataset:
         """The ``which`` split (of nonzero weight) of one store with ``num_samples`` samples (None: one epoch)."""

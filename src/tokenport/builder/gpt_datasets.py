@@ -45,7 +45,15 @@ def build_gpt_dataset(
         return None
     arrays = cache.get_or_build(store, request.params, request.build) if cache is not None else request.build()
     return GPTDataset.from_indices(
-        store, request.indices, arrays["document_index"], arrays["sample_index"], arrays["shuffle_index"], config
+        store,
+        request.indices,
+        arrays["document_index"],
+        arrays["sample_index"],
+        arrays["shuffle_index"],
+        config,
+        seed=seed,
+        num_samples=num_samples,
+        drop_last_partial=drop_last_partial,
     )
 
 

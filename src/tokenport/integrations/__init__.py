@@ -9,7 +9,8 @@ seed, length, position); resuming on data that differs is refused unless the cha
 accepted by name (``ALLOWED_CHANGES``). ``hf``: ``TokenportTrainer``, a ``transformers.Trainer``
 that trains through tokenport's sampler and resumes without its skip loop, and its collator.
 ``megatron``: ``datasets_provider``, Megatron-LM's ``train_valid_test_datasets_provider`` read
-from Megatron's own data flags.
+from Megatron's own data flags. ``tracing``: ``trace``, which documents made a training step, from a
+loader state alone (``rebuild``: the dataset a receipt describes, built again and verified).
 """
 
 import typing
@@ -19,14 +20,17 @@ from .. import _lazy
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .hf import TokenportCollator, TokenportTrainer
     from .megatron import MegatronSamples, datasets_provider
+    from .rebuild import rebuild_dataset
     from .receipt import ALLOWED_CHANGES, DataReceipt, check_receipt, data_receipt
     from .torch import StatefulLoader, data_parallel_position
+    from .tracing import SampleTrace, trace
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "ALLOWED_CHANGES": ".receipt",
     "DataReceipt": ".receipt",
     "MegatronSamples": ".megatron",
+    "SampleTrace": ".tracing",
     "StatefulLoader": ".torch",
     "TokenportCollator": ".hf",
     "TokenportTrainer": ".hf",
@@ -34,6 +38,8 @@ _EXPORTS = {
     "data_parallel_position": ".torch",
     "datasets_provider": ".megatron",
     "data_receipt": ".receipt",
+    "rebuild_dataset": ".rebuild",
+    "trace": ".tracing",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -14,6 +14,11 @@ its type and length only and named in ``uncertified`` (with a warning). A store 
 (written by Megatron) is identified by its files' sizes and mtimes, so copying it (not moving it)
 counts as a change.
 
+Each node also records its recipe (``build``, never compared, so receipts without it compare as
+before): a GPTDataset's seed, ``num_samples``, ``drop_last_partial`` and split documents as runs of
+ids; a packed or SFT dataset's ids and shuffle or ``num_samples``; a blend's weights (or schedule),
+size and algorithm. ``rebuild.rebuild_dataset`` builds the dataset again from it (``tokenport trace``).
+
 Cost: one pass over the datasets' index arrays (hashed 4M values at a time), linear in
 the dataset's size and independent of the position; ``StatefulLoader`` computes it once per dataset.
 
@@ -74,6 +79,7 @@ ALLOWED_CHANGES: dict[str, str] = {
 }
 """The change kinds ``allow_changes`` may name, each with what accepting it means for the stream."""
 
+_MAX_RUNS = 4096  # runs of sequence ids a receipt records for rebuilding (a split is one)
 _DIGEST_CHUNK = 1 << 22  # values hashed per step: bounded memory for arrays of any size
 _TOKENIZER_KEYS = ("kind", "fingerprint", "vocab_size", "eod_id")  # name and spec may be paths: not compared
 
@@ -226,6 +232,7 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
             "samples_per_dataset": [int(n) for n in dataset.samples_per_dataset()],
             "schedule": None if dataset.schedule is None else _plain(dataset.schedule.to_data()),
             "order": _digest(dataset.dataset_index),
+            "build": None if dataset.recipe is None else _plain(dataset.recipe),
         }
     if isinstance(dataset, GPTDataset):
         return {
@@ -235,6 +242,14 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
             "sample_config": _plain(dataclasses.asdict(dataset.config)),
             "documents": {"count": len(dataset.indices), "digest": _digest(dataset.indices)},
             "order": _digest(dataset.document_index, dataset.sample_index, dataset.shuffle_index),
+            "build": None
+            if dataset.seed is None or dataset.num_samples is None
+            else {
+                "seed": dataset.seed,
+                "num_samples": dataset.num_samples,
+                "drop_last_partial": dataset.drop_last_partial,
+                "documents": id_runs(dataset.indices),
+            },
         }
     if isinstance(dataset, PackedDataset):
         return {
@@ -255,6 +270,7 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
             "order": _digest(
                 dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
             ),
+            "build": {"ids": "all" if dataset.ids is None else id_runs(dataset.ids), "shuffle": dataset.shuffle},
         }
     if isinstance(dataset, SFTDataset):
         return {
@@ -277,6 +293,10 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
             "order": _digest(
                 dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
             ),
+            "build": {
+                "ids": "all" if dataset.ids is None else id_runs(dataset.ids),
+                "num_samples": dataset.num_samples,
+            },
         }
     length = _length(dataset)
     if length == 0:  # supplies no samples (e.g. a blend's place for a store it takes nothing from)
@@ -309,6 +329,20 @@ def _describe_store(store: IndexedDataset, path: str, uncertified: list[str]) ->
         else _plain({k: tokenizer.get(k) for k in _TOKENIZER_KEYS}),
         "prepared": prepare.get("recipe") if isinstance(prepare, dict) else None,
     }
+
+
+def id_runs(ids: np.ndarray) -> list[list[int]] | None:
+    """Sequence ids as runs ``[start, stop)`` of consecutive ids (a split is one run), so a receipt can
+    rebuild them; None when they make more than ``_MAX_RUNS`` runs (the digest still certifies them)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return []
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    if len(breaks) >= _MAX_RUNS:
+        return None
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [len(ids)]))
+    return [[int(ids[a]), int(ids[b - 1]) + 1] for a, b in zip(starts.tolist(), stops.tolist())]
 
 
 def _digest(*arrays: Any) -> str:

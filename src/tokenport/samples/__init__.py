@@ -2,7 +2,8 @@
 
 ``gpt``: Megatron's fixed-length GPT samples and their indices; ``fields``: the kernel that
 assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples;
-``sft``: packed or padded, loss-masked samples of a chat store.
+``sft``: packed or padded, loss-masked samples of a chat store; ``lineage``: where a sample's tokens
+come from (``SampleLineage``).
 """
 
 import typing
@@ -11,6 +12,7 @@ from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .gpt import GPTDataset, GPTSampleConfig
+    from .lineage import SampleLineage
     from .packed import PackedDataset
     from .sft import SFTConfig, SFTCounts, SFTDataset
 
@@ -22,6 +24,7 @@ _EXPORTS = {
     "SFTConfig": ".sft",
     "SFTCounts": ".sft",
     "SFTDataset": ".sft",
+    "SampleLineage": ".lineage",
 }
 
 __all__ = sorted(_EXPORTS)

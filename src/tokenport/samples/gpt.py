@@ -22,6 +22,7 @@ from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
 from .fields import FieldOptions, fields_from_store, fields_from_windows
+from .lineage import SampleLineage, gpt_pieces
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
@@ -314,6 +315,7 @@ class GPTDataset:
             drop_last_partial=drop_last_partial,
         )
         self._adopt(dataset, checked, checked[positions], sample_index, shuffle_index, config)
+        self._recipe(seed, num_samples, drop_last_partial)
 
     @classmethod
     def from_indices(
@@ -324,12 +326,24 @@ class GPTDataset:
         sample_index: np.ndarray,
         shuffle_index: np.ndarray,
         config: GPTSampleConfig,
+        *,
+        seed: int | None = None,
+        num_samples: int | None = None,
+        drop_last_partial: bool = True,
     ) -> GPTDataset:
         """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
-        holds store sequence ids, as ``self.document_index`` does."""
+        holds store sequence ids, as ``self.document_index`` does. ``seed`` and ``num_samples``: what
+        the indices were built with, when known (a receipt records them, so the dataset can be rebuilt)."""
         self = cls.__new__(cls)
         self._adopt(dataset, _check_indices(indices, len(dataset)), document_index, sample_index, shuffle_index, config)
+        self._recipe(seed, num_samples, drop_last_partial)
         return self
+
+    def _recipe(self, seed: int | None, num_samples: int | None, drop_last_partial: bool) -> None:
+        """Keep what the indices were built from (None: unknown), so a receipt can name it."""
+        self.seed = None if seed is None else check_seed("seed", seed)
+        self.num_samples = None if num_samples is None else check_int("num_samples", num_samples)
+        self.drop_last_partial = bool(drop_last_partial)
 
     def _adopt(
         self,
@@ -378,6 +392,16 @@ class GPTDataset:
             raise IndexError(f"sample id {index} is outside [0, {len(self)})")
         rows = np.array([self.shuffle_index.item(index)], dtype=np.int64)
         return {name: array[0] for name, array in self._fields(rows).items()}
+
+    def lineage(self, idx: int) -> SampleLineage:
+        """Where sample ``idx`` comes from: the documents and token ranges of its window (tokens and last label)."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        row = int(self.shuffle_index[index])
+        extra = int(self.config.add_extra_token)
+        pieces = gpt_pieces(self.document_index, self.sample_index, self._lengths, row, extra, self.dataset.prefix)
+        return SampleLineage(index, str(self.dataset.prefix), "GPTDataset", pieces)
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis, built in one pass."""

@@ -37,6 +37,7 @@ from .._checks import check_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
+from .lineage import SampleLineage, bin_pieces
 
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
 
@@ -118,7 +119,9 @@ class PackedDataset:
         self.pad_id = check_int("pad_id", pad_id, 0)
         self.label_pad = int(label_pad)
         self._sequence_lengths = np.asarray(store.sequence_lengths, dtype=np.int64)
-        self._build(_check_ids(ids, len(store)), bool(shuffle))
+        self.ids = None if ids is None else _check_ids(ids, len(store))  # kept for the receipt (None: all)
+        self.shuffle = bool(shuffle)
+        self._build(_check_ids(ids, len(store)), self.shuffle)
         self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
 
     # -- build ------------------------------------------------------------------------------
@@ -176,6 +179,16 @@ class PackedDataset:
         if not 0 <= index < len(self):
             raise IndexError(f"sample id {index} is outside [0, {len(self)})")
         return {name: array[0] for name, array in self.get_batch([index]).items()}
+
+    def lineage(self, idx: int) -> SampleLineage:
+        """Where sample ``idx`` comes from: the documents and token ranges of its pieces, in sample order."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        pieces = bin_pieces(
+            self.bin_starts, self.piece_document, self.piece_offset, self.piece_length, int(self.order[index])
+        )
+        return SampleLineage(index, str(self.store.prefix), "PackedDataset", pieces)
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis."""

@@ -57,6 +57,7 @@ import numpy as np
 from .._checks import check_choice, check_int, is_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
+from .lineage import SampleLineage, bin_pieces
 from .packed import _check_ids, _pack_windows, _ranges
 
 PACKINGS = ("bfd", "none")
@@ -209,9 +210,11 @@ class SFTDataset:
         self.window = None if window is None else check_int("window", window, 1)
         self.pad_id = check_int("pad_id", pad_id, 0)
         self.label_pad = _check_label_pad(label_pad)
+        self.ids = None if ids is None else _check_ids(ids, len(store))  # kept for the receipt (None: all)
+        self.num_samples = None if num_samples is None else check_int("num_samples", num_samples, 0)
         self._build(_check_ids(ids, len(store)))
-        if num_samples is not None:
-            self.order = self._epochs(check_int("num_samples", num_samples, 0))
+        if self.num_samples is not None:
+            self.order = self._epochs(self.num_samples)
         counts = np.diff(self.bin_starts)
         needed = int(counts.max()) + 1 if counts.size else 2
         width = needed if cu_seqlens_length is None else check_int("cu_seqlens_length", cu_seqlens_length, 1)
@@ -369,6 +372,16 @@ class SFTDataset:
         if not 0 <= index < len(self):
             raise IndexError(f"sample id {index} is outside [0, {len(self)})")
         return {name: array[0] for name, array in self.get_batch([index]).items()}
+
+    def lineage(self, idx: int) -> SampleLineage:
+        """Where sample ``idx`` comes from: the conversations and token ranges of its pieces, in sample order."""
+        index = operator.index(idx)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        pieces = bin_pieces(
+            self.bin_starts, self.piece_document, self.piece_offset, self.piece_length, int(self.order[index])
+        )
+        return SampleLineage(index, str(self.store.prefix), "SFTDataset", pieces)
 
     def batch_width(self, ids: Sequence[int] | np.ndarray) -> int:
         """The row width ``get_batch(ids)`` pads to: ``seq_length`` (bfd) or the longest of the samples (none)."""

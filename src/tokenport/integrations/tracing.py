@@ -1,0 +1,301 @@
+"""Which documents made step N: the samples of a training step traced back to stores, documents and tokens.
+
+A loader state (``StatefulLoader.state_dict()``) holds the sampler's configuration and the data
+receipt; the order of the samples is a pure function of them, so no per-step log is needed. Step
+``N`` is the ``N``-th batch handed to the trainer, counted from 0, in the state's global batch
+(``micro_batch_size * data_parallel_size``; a run that changed its global batch midway counts its
+earlier steps in the batch it was saved with). Its global sample ids come from the sampler built
+from its state at ``N`` global batches consumed; each sample's lineage from the dataset, rebuilt
+from the receipt (``rebuild.rebuild_dataset``) or given and checked against the receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._checks import check_int
+from ..errors import ConfigError
+from ..indexed import IndexedDataset
+from ..samples.lineage import SampleLineage
+from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.stream import ORDERS, StreamSampler
+from .rebuild import check_same_data, rebuild_dataset
+from .receipt import DataReceipt
+
+__all__ = ["SampleTrace", "TraceReport", "load_state", "trace", "trace_file"]
+
+_STATE_KEYS = ("version", "sampler", "receipt")
+
+
+@dataclass(frozen=True)
+class SampleTrace:
+    """One sample of a traced step: its ``rank`` and ``slot`` in the rank's micro-batch, its global id
+    ``sample``, its lineage, and ``texts`` (one per piece) when the store's tokenizer is available."""
+
+    step: int
+    rank: int
+    slot: int
+    sample: int
+    lineage: SampleLineage
+    texts: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types: the fields above, the lineage as its own dict."""
+        return {
+            "step": self.step,
+            "rank": self.rank,
+            "slot": self.slot,
+            "sample": self.sample,
+            "lineage": self.lineage.to_dict(),
+            "texts": None if self.texts is None else list(self.texts),
+        }
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """The traced samples of one step, and where the state was found (for ``tokenport trace``)."""
+
+    source: str
+    step: int
+    samples: tuple[SampleTrace, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON types."""
+        return {"source": self.source, "step": self.step, "samples": [s.to_dict() for s in self.samples]}
+
+    def render(self) -> str:
+        """The report as text: per sample, its blend path, store, and each document's range (and text)."""
+        lines = [f"step {self.step} (0-based: batch {self.step + 1} handed to the trainer) from {self.source}"]
+        for item in self.samples:
+            lineage = item.lineage
+            via = "".join(f" <- dataset[{child}] sample {sample}" for child, sample in lineage.path)
+            lines.append(f"rank {item.rank} slot {item.slot}: sample {item.sample}{via} ({lineage.kind})")
+            lines.append(f"  store {lineage.store}: {lineage.num_tokens} tokens")
+            for k, (document, start, end) in enumerate(lineage.pieces):
+                lines.append(f"    document {document} tokens [{start}, {end})")
+                if item.texts is not None:
+                    lines.append("      " + json.dumps(_clip(item.texts[k]), ensure_ascii=False))
+        return "\n".join(lines)
+
+
+def _clip(text: str, limit: int = 240) -> str:
+    """``text`` shortened to ``limit`` characters for a terminal ('...' in the middle)."""
+    return text if len(text) <= limit else f"{text[: limit // 2]} ... {text[-limit // 2 :]}"
+
+
+def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """(loader state, where it was found) from a JSON file of ``StatefulLoader.state_dict()`` or a torch
+    checkpoint holding one at its top level or one level down (``torch.load(weights_only=True)``)."""
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        head = handle.read(1)
+    if head in (b"{", b"[", b" ", b"\n"):
+        try:
+            with open(name, encoding="utf-8") as handle:
+                data: Any = json.load(handle)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{name}: not a JSON loader state nor a torch checkpoint ({exc})") from None
+    else:
+        import torch  # lazily: only checkpoints need it
+
+        try:
+            data = torch.load(name, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many kinds for a file that is no checkpoint
+            raise ConfigError(
+                f"{name}: not a JSON loader state nor a torch checkpoint loadable with weights_only=True ({exc})"
+            ) from None
+    if _is_state(data):
+        return dict(data), name
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if _is_state(value):
+                return dict(value), f"{name} key {key!r}"
+    raise ConfigError(
+        f"{name}: holds no StatefulLoader state (a dict with 'version', 'sampler' and 'receipt') at its top level "
+        "or one level down; save loader.state_dict() in the checkpoint, or pass its JSON file"
+    )
+
+
+def _is_state(value: Any) -> bool:
+    """True for a mapping that looks like ``StatefulLoader.state_dict()`` (a receipt is checked later)."""
+    return isinstance(value, Mapping) and "sampler" in value and "version" in value
+
+
+def trace(
+    state: Mapping[str, Any] | str | os.PathLike[str],
+    step: int,
+    rank: int | None = None,
+    *,
+    dataset: Any = None,
+    stores: Mapping[str, str] | None = None,
+    detokenize: bool = True,
+) -> list[SampleTrace]:
+    """The samples of training step ``step`` (0-based) on data-parallel ``rank`` (None: every rank, in rank
+    order), each with its lineage: from a loader state (or the path of a JSON state or torch checkpoint).
+
+    ``dataset``: the loader's dataset, checked against the receipt (else rebuilt from it; ``stores`` maps
+    recorded prefixes to where the stores are now). ``detokenize``: add each piece's text when the
+    store's tokenizer is available here. ConfigError for a step the run had not reached, a state without
+    a receipt, data that changed since, or a file that holds no state.
+    """
+    return list(_trace(state, step, rank, dataset, stores, detokenize)[1])
+
+
+def trace_file(path: str | os.PathLike[str], step: int, rank: int | None = None) -> TraceReport:
+    """``trace`` of the state in ``path``, as a report naming where the state was found (``tokenport trace``)."""
+    source, samples = _trace(path, step, rank, None, None, True)
+    return TraceReport(source, int(step), tuple(samples))
+
+
+def _trace(
+    state: Any, step: int, rank: int | None, dataset: Any, stores: Mapping[str, str] | None, detokenize: bool
+) -> tuple[str, list[SampleTrace]]:
+    if isinstance(state, (str, os.PathLike)):
+        state, source = load_state(state)
+    elif _is_state(state):
+        source = "the state given"
+    else:
+        raise ConfigError("state: expected the dict StatefulLoader.state_dict() returned, or the path of a file")
+    if "receipt" not in state:
+        raise ConfigError(
+            f"{source}: the state has no data receipt (saved before receipts, or stripped), so what its steps "
+            "read cannot be known; trace a state saved by StatefulLoader.state_dict()"
+        )
+    saved = DataReceipt.from_dict(state["receipt"])
+    if dataset is None:
+        dataset = rebuild_dataset(saved, stores=stores)
+    else:
+        check_same_data(saved, dataset)
+    ids = step_sample_ids(state["sampler"], step, rank, dataset)
+    texts = _Texts(dataset) if detokenize else None
+    traced = []
+    for r, batch in ids.items():
+        for slot, sample in enumerate(batch):
+            lineage = dataset.lineage(sample) if hasattr(dataset, "lineage") else None
+            if lineage is None:
+                raise ConfigError(f"dataset: a {type(dataset).__name__} has no lineage(); it cannot be traced")
+            text = None if texts is None else texts.of(lineage)
+            traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text))
+    return source, traced
+
+
+def step_sample_ids(
+    sampler_state: Mapping[str, Any], step: int, rank: int | None, dataset: Any
+) -> dict[int, list[int]]:
+    """rank -> the global sample ids of its micro-batch at step ``step``, from a sampler state; ConfigError
+    for a step at or past the steps the state had consumed (the run had not trained on it)."""
+    if not isinstance(sampler_state, Mapping) or "micro_batch_size" not in sampler_state:
+        raise ConfigError("state['sampler']: expected a tokenport sampler's state_dict()")
+    step = check_int("step", step, 0)
+    mbs = check_int("state['sampler']['micro_batch_size']", sampler_state["micro_batch_size"], 1)
+    size = check_int("state['sampler']['data_parallel_size']", sampler_state["data_parallel_size"], 1)
+    consumed = check_int("state['sampler']['consumed_samples']", sampler_state["consumed_samples"], 0)
+    gbs = mbs * size
+    taken = -(-consumed // gbs)
+    if step >= taken:
+        raise ConfigError(
+            f"step={step}: the state was saved after {taken} step(s) (consumed_samples={consumed}, global batch "
+            f"{gbs} = micro batch {mbs} x {size} rank(s)), so step {step} was not trained yet; trace a step "
+            f"below {taken}, or a state saved later"
+        )
+    if rank is not None and not 0 <= check_int("rank", rank, 0) < size:
+        raise ConfigError(f"rank={rank}: the run had {size} data-parallel rank(s); pass a rank below {size}")
+    out = {}
+    for r in range(size) if rank is None else (int(rank),):
+        sampler = _sampler(sampler_state, r, dataset)
+        sampler.consumed_samples = step * gbs
+        batch = next(iter(sampler), None)
+        out[r] = [] if batch is None else [int(i) for i in batch]
+    return out
+
+
+def _sampler(state: Mapping[str, Any], rank: int, dataset: Any) -> Any:
+    """The sampler a state was saved from, on ``rank``, its configuration checked by ``load_state_dict``."""
+    kind = state.get("sampler")
+    total = check_int("state['sampler']['total_samples']", state.get("total_samples"), 1)
+    if total != len(dataset):
+        raise ConfigError(
+            f"state['sampler']: total_samples={total} but the dataset holds {len(dataset)} samples: "
+            "the state belongs to another dataset"
+        )
+    mbs, size = int(state["micro_batch_size"]), int(state["data_parallel_size"])
+    sampler: Any
+    if kind == 1:
+        sampler = PretrainingSampler(total, 0, mbs, rank, size, auto_advance=False)
+    elif kind == 2:
+        sampler = RandomSampler(
+            total,
+            0,
+            mbs,
+            rank,
+            size,
+            int(state["seed"]),
+            bool(state["data_sharding"]),
+            bool(state["megatron_compat"]),
+            auto_advance=False,
+        )
+    elif kind == 3:
+        order = ORDERS[int(state["order"])]
+        grouped = order == "length_grouped"
+        if grouped and not hasattr(dataset, "lengths"):
+            raise ConfigError("state['sampler']: a length-grouped order needs the dataset's sample lengths")
+        sampler = StreamSampler(
+            total,
+            0,
+            mbs,
+            rank,
+            size,
+            int(state["seed"]),
+            order,
+            lengths=dataset.lengths if grouped else None,
+            group_size=int(state["group_size"]) if grouped else None,
+            mega_batch_mult=int(state["mega_batch_mult"]) if grouped else None,
+            auto_advance=False,
+        )
+    else:
+        raise ConfigError(
+            f"state['sampler']['sampler']={kind!r}: not a sampler tokenport can replay "
+            "(PretrainingSampler, RandomSampler, StreamSampler)"
+        )
+    sampler.load_state_dict(state)  # refuses a state whose fields do not fit (fingerprint, configuration)
+    return sampler
+
+
+class _Texts:
+    """Each store's tokenizer, loaded once (None when it is not available here), to decode pieces
+    read from the dataset's own stores."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.stores: dict[str, IndexedDataset] = {}
+        self.tokenizers: dict[str, Any] = {}
+        _collect_stores(dataset, self.stores)
+
+    def of(self, lineage: SampleLineage) -> tuple[str, ...] | None:
+        """The pieces' texts, or None when the store's tokenizer is not available here."""
+        from ..tokenizers import tokenizer_from_identity
+
+        store = self.stores.get(lineage.store)
+        if store is None:
+            return None
+        if lineage.store not in self.tokenizers:
+            manifest = store.manifest
+            identity = manifest.tokenizer if manifest is not None else None
+            self.tokenizers[lineage.store] = tokenizer_from_identity(identity) if isinstance(identity, dict) else None
+        tokenizer = self.tokenizers[lineage.store]
+        if tokenizer is None:
+            return None
+        return tuple(tokenizer.decode(store.get(doc, start, end - start)) for doc, start, end in lineage.pieces)
+
+
+def _collect_stores(dataset: Any, out: dict[str, IndexedDataset]) -> None:
+    """prefix -> store of every store ``dataset`` reads (through blends)."""
+    for child in getattr(dataset, "datasets", ()):
+        _collect_stores(child, out)
+    for name in ("store", "dataset"):
+        store = getattr(dataset, name, None)
+        if isinstance(store, IndexedDataset):
+            out[str(store.prefix)] = store

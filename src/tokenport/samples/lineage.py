@@ -1,0 +1,83 @@
+"""Lineage: where a sample's tokens come from (store, documents, token ranges), so a step can be traced.
+
+``SampleLineage.pieces`` are ``(document, start, end)``: tokens ``[start, end)`` of the store's
+sequence ``document``, in the order the sample holds them. A GPT sample's pieces are its window of
+``seq_length`` tokens plus the extra token (the ``tokens`` and the last label); a packed or SFT
+sample's pieces are its non-padding tokens. ``path`` holds, for a sample read through blends, each
+blend's (child, sample of the child) from the outermost in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..errors import CorruptStoreError
+
+
+@dataclass(frozen=True)
+class SampleLineage:
+    """Where sample ``sample`` of a dataset came from: blend ``path``, ``store`` prefix, ``kind`` of the
+    dataset that assembled it, and its ``pieces`` (document id, token start, token end) in sample order."""
+
+    sample: int
+    store: str
+    kind: str
+    pieces: tuple[tuple[int, int, int], ...]
+    path: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the pieces hold together."""
+        return sum(end - start for _, start, end in self.pieces)
+
+    def through(self, sample: int, child: int) -> SampleLineage:
+        """This lineage (of a blend's child's sample) seen from the blend: its ``sample`` is ``child``'s."""
+        return replace(self, sample=sample, path=((child, self.sample), *self.path))
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain JSON types: sample, path, store, kind and pieces (lists)."""
+        return {
+            "sample": self.sample,
+            "path": [list(step) for step in self.path],
+            "store": self.store,
+            "kind": self.kind,
+            "pieces": [list(piece) for piece in self.pieces],
+        }
+
+
+def gpt_pieces(
+    document_index: np.ndarray,
+    sample_index: np.ndarray,
+    lengths: np.ndarray,
+    row: int,
+    extra: int,
+    prefix: str,
+) -> tuple[tuple[int, int, int], ...]:
+    """The pieces of GPT sample ``row`` (a sample_index row): from document position ``sample_index[row]``
+    to ``sample_index[row + 1]`` plus ``extra`` tokens, as Megatron reads it; empty pieces left out."""
+    if not 0 <= row < len(sample_index) - 1:
+        raise CorruptStoreError(f"{prefix}: shuffle_index names sample row {row} outside the sample index")
+    first_pos, first_off = (int(v) for v in sample_index[row])
+    last_pos, last_off = (int(v) for v in sample_index[row + 1])
+    if not 0 <= first_pos <= last_pos < len(document_index):
+        raise CorruptStoreError(f"{prefix}: sample_index row {row} points outside the document index")
+    pieces = []
+    for position in range(first_pos, last_pos + 1):
+        document = int(document_index[position])
+        begin = first_off if position == first_pos else 0
+        end = last_off + extra if position == last_pos else int(lengths[document])
+        if end > begin:
+            pieces.append((document, begin, end))
+    return tuple(pieces)
+
+
+def bin_pieces(
+    bin_starts: np.ndarray, piece_document: np.ndarray, piece_offset: np.ndarray, piece_length: np.ndarray, bin_: int
+) -> tuple[tuple[int, int, int], ...]:
+    """The pieces of packed bin ``bin_`` (PackedDataset, SFTDataset): each piece's document and token range."""
+    return tuple(
+        (int(piece_document[p]), int(piece_offset[p]), int(piece_offset[p] + piece_length[p]))
+        for p in range(int(bin_starts[bin_]), int(bin_starts[bin_ + 1]))
+    )
