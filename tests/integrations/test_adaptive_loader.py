@@ -150,3 +150,13 @@ def test_set_mixture_and_refusals(children):
     other = StatefulLoader(AdaptiveBlend(children, [1, 2, 1], num_samples=240), PretrainingSampler(240, 0, 4, 0, 1))
     with pytest.raises(tp.ConfigError, match="order"):  # other initial weights: the receipt differs
         other.load_state_dict(loader.state_dict())
+
+
+def test_lineage_of_an_adaptive_sample_names_the_child_and_its_documents(children):
+    blend = AdaptiveBlend(children, [1, 2, 3], num_samples=240)
+    blend.set_weights([0, 0, 1], 100)
+    for idx in (0, 57, 150):
+        dataset, sample = blend.locate(idx)
+        traced = blend.lineage(idx)
+        assert traced == children[dataset].lineage(sample).through(idx, dataset)
+        assert traced.sample == idx and traced.path[0] == (dataset, sample)

@@ -34,6 +34,7 @@ import numpy as np
 
 from .._checks import check_int, is_int
 from ..errors import ConfigError
+from ..samples.lineage import SampleLineage
 from .dataset import gather
 
 __all__ = ["AdaptiveBlend"]
@@ -244,6 +245,17 @@ class AdaptiveBlend:
     def locate_many(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(datasets, samples within them) of blended samples ``ids``, as int64 arrays."""
         return self._located(np.asarray(ids, dtype=np.int64).reshape(-1))
+
+    def lineage(self, idx: int) -> SampleLineage:
+        """Where blended sample ``idx`` comes from: the child's lineage, with (child, its sample) on its path."""
+        dataset, sample = self.locate(idx)
+        child = self.datasets[dataset]
+        if not hasattr(child, "lineage"):
+            raise ConfigError(
+                f"dataset {dataset} of the adaptive blend is a {type(child).__name__}, which cannot say where its "
+                "samples come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
+            )
+        return child.lineage(sample).through(operator.index(idx), dataset)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The child's sample with its ``dataset_id``."""
