@@ -160,3 +160,26 @@ def test_lineage_of_an_adaptive_sample_names_the_child_and_its_documents(childre
         traced = blend.lineage(idx)
         assert traced == children[dataset].lineage(sample).through(idx, dataset)
         assert traced.sample == idx and traced.path[0] == (dataset, sample)
+
+
+def test_trace_of_an_adaptive_run_replays_the_stored_updates(children, tmp_path):
+    """tokenport.trace rebuilds the blend from the receipt, restores the state's updates, and every traced
+    sample's documents are the tokens the trainer got (on 2 data-parallel ranks, with 2 workers prefetching)."""
+    ranks = [_run(children, None, size=2, rank=r, mbs=2, workers=2, stop=20) for r in range(2)]
+    state = ranks[0][1].state_dict()
+    assert len(state["mixture"]["updates"]) > 5
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    for step in (0, 7, 13, 19):
+        traced = tp.trace(str(path), step, detokenize=False)
+        assert [(t.rank, t.slot) for t in traced] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        for item in traced:
+            store = tp.IndexedDataset(item.lineage.store)
+            tokens = np.concatenate([store.get(d, a, b - a) for d, a, b in item.lineage.pieces])
+            batch = ranks[item.rank][0][step]
+            got = np.append(batch["tokens"][item.slot].numpy(), batch["labels"][item.slot][-1].item())
+            np.testing.assert_array_equal(tokens, got)
+            assert item.lineage.path[0][0] == int(batch["dataset_id"][item.slot])  # (child, its sample) in the blend
+    del state["mixture"]
+    with pytest.raises(tp.ConfigError, match="no 'mixture' updates"):
+        tp.trace(state, 0)

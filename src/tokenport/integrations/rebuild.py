@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..blend import BlendedDataset
+from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.schedule import MixtureSchedule, build_scheduled_indices
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset
@@ -165,11 +165,18 @@ def _blend(node: Mapping[str, Any], path: str, stores: _Stores) -> BlendedDatase
     return blend
 
 
+def _adaptive(node: Mapping[str, Any], path: str, stores: _Stores) -> AdaptiveBlend:
+    """The adaptive blend without its weight updates (they travel in the loader state's "mixture")."""
+    children = [_rebuild(child, f"{path}[{k}]", stores) for k, child in enumerate(node["datasets"])]
+    return AdaptiveBlend.from_description({**node["build"], "updates": []}, children)
+
+
 REBUILDERS: dict[str, Rebuilder] = {
+    "AdaptiveBlend": _adaptive,
     "BlendedDataset": _blend,
     "GPTDataset": _gpt,
     "PackedDataset": _packed,
     "SFTDataset": _sft,
 }
-"""Receipt node type -> its rebuilder ``(node, path, stores) -> dataset``; a new dataset kind (an adaptive
-blend) registers its own here."""
+"""Receipt node type -> its rebuilder ``(node, path, stores) -> dataset``; a new dataset kind registers its own
+here."""

@@ -223,7 +223,7 @@ def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]
     if isinstance(dataset, AdaptiveBlend):  # its updates travel in the loader state, not the receipt
         node = dataset.describe(updates=False)
         node["datasets"] = [_describe(child, f"{path}[{k}]", uncertified) for k, child in enumerate(dataset.datasets)]
-        return {**node, "order": _digest(np.asarray(dataset.initial_weights))}
+        return {**node, "order": _digest(np.asarray(dataset.initial_weights)), "build": dataset.describe(updates=False)}
     if isinstance(dataset, BlendedDataset):
         return {
             "type": "BlendedDataset",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._checks import check_int
+from ..blend import AdaptiveBlend
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.lineage import SampleLineage
@@ -170,6 +171,14 @@ def _trace(
         dataset = rebuild_dataset(saved, stores=stores)
     else:
         check_same_data(saved, dataset)
+    if isinstance(dataset, AdaptiveBlend):  # its stream is a function of the weight updates the state stored
+        mixture = state.get("mixture")
+        if not isinstance(mixture, Mapping) or "updates" not in mixture:
+            raise ConfigError(
+                f"{source}: the state's dataset is an AdaptiveBlend but the state holds no 'mixture' updates; "
+                "trace a state saved by StatefulLoader.state_dict()"
+            )
+        dataset.restore_updates([tuple(update) for update in mixture["updates"]])
     ids = step_sample_ids(state["sampler"], step, rank, dataset)
     texts = _Texts(dataset) if detokenize else None
     traced = []
