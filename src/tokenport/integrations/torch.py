@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from time import perf_counter
 from typing import Any
 
 from .._checks import check_int
 from ..blend import BlendedDataset
 from ..errors import ConfigError
+from ..metrics import live
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
@@ -157,9 +159,21 @@ class StatefulLoader:
         if self.collate_fn is not None or collate is not None:
             options["collate_fn"] = self.collate_fn or collate
         loader = DataLoader(source, batch_sampler=self.sampler, **options)
-        for batch in loader:
+        batches = iter(loader)
+        while True:
+            recorder = live.recorder  # None while metrics are off: one check per batch
+            began = perf_counter() if recorder is not None else 0.0
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            if isinstance(batch, SharedBatch):
+                batch = batch.unpack()
+            if recorder is not None:  # torch's private count of batches in flight, when it has one
+                outstanding = getattr(batches, "_tasks_outstanding", 0 if loader.num_workers == 0 else None)
+                recorder.loader_batch(batch, perf_counter() - began, outstanding)
             self.sampler.advance()
-            yield batch.unpack() if isinstance(batch, SharedBatch) else batch
+            yield batch
 
     def _fetch(self) -> tuple[Any, Any]:
         """(what the DataLoader reads, its collate or None) for the current dataset, decided once per dataset."""
