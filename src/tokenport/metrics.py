@@ -14,7 +14,10 @@ in each ``Recorder`` attribute's comment.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from math import prod
+from threading import get_ident
 from typing import Any
 
 from ._checks import check_int
@@ -60,29 +63,10 @@ class Recorder:
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        # loader (StatefulLoader, training process): what was handed to the training loop
-        self.loader_batches = Counter(
-            "tokenport_loader_batches_total", "Batches handed to the training loop", registry=r
-        )
-        self.loader_samples = Counter(
-            "tokenport_loader_samples_total", "Samples handed to the training loop (this rank)", registry=r
-        )
-        self.loader_tokens = Counter(
-            "tokenport_loader_tokens_total",
-            "Token positions handed to the training loop (elements of the tokens/input_ids field, padding included)",
-            registry=r,
-        )
-        self.loader_wait = Histogram(  # its _sum is the total wait, its _count the batches
-            "tokenport_loader_wait_seconds",
-            "Seconds the training loop waited inside next() on the DataLoader for one batch",
-            buckets=_SECONDS_BUCKETS,
-            registry=r,
-        )
-        self.loader_outstanding = Gauge(
-            "tokenport_loader_batches_outstanding",
-            "Batches sent to DataLoader workers and not handed over yet (in progress or prefetched)",
-            registry=r,
-        )
+        # loader (StatefulLoader, training process): plain per-thread tallies, exported when scraped
+        self._loader_tallies: dict[int, _LoaderTally] = {}
+        self._loader_outstanding: int | None = None
+        r.register(_LoaderCollector(self))
         # storage (ObjectStoreSource): ranged GETs, block cache, retries
         self.storage_requests = Counter(
             "tokenport_storage_get_requests_total", "Ranged GETs sent to object stores (retries included)", registry=r
@@ -121,15 +105,19 @@ class Recorder:
         )
 
     def loader_batch(self, batch: Any, wait_seconds: float, outstanding: int | None) -> None:
-        """One batch handed over after ``wait_seconds`` inside ``next()``; ``outstanding`` None when unknown."""
-        self.loader_batches.inc()
+        """One batch handed over after ``wait_seconds`` inside ``next()``; ``outstanding`` None when unknown.
+        No lock: each thread adds to a tally of its own (the exporter sums them)."""
         samples, tokens = batch_size(batch)
-        if samples:
-            self.loader_samples.inc(samples)
-            self.loader_tokens.inc(tokens)
-        self.loader_wait.observe(wait_seconds)
+        tally = self._loader_tallies.get(get_ident())
+        if tally is None:
+            tally = self._loader_tallies.setdefault(get_ident(), _LoaderTally())
+        tally.batches += 1
+        tally.samples += samples
+        tally.tokens += tokens
+        tally.wait += wait_seconds
+        tally.buckets[bisect_left(_SECONDS_BUCKETS, wait_seconds)] += 1
         if outstanding is not None:
-            self.loader_outstanding.set(outstanding)
+            self._loader_outstanding = outstanding
 
     def storage_cache(self, hits: int, misses: int) -> None:
         """Block lookups of one read: ``hits`` from the cache, ``misses`` to fetch."""
@@ -137,19 +125,75 @@ class Recorder:
         self.storage_cache_misses.inc(misses)
 
 
+class _LoaderTally:
+    """What one thread's loaders handed over: batches, samples, tokens, wait (total and per bucket)."""
+
+    __slots__ = ("batches", "samples", "tokens", "wait", "buckets")
+
+    def __init__(self) -> None:
+        self.batches = self.samples = self.tokens = 0
+        self.wait = 0.0
+        self.buckets = [0] * (len(_SECONDS_BUCKETS) + 1)  # the last one: above every bound
+
+
+class _LoaderCollector:
+    """The loader's tallies as metric families, summed over threads when scraped."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def describe(self) -> list[Any]:
+        return self.collect()
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        tallies = list(self.recorder._loader_tallies.values())
+        batches = CounterMetricFamily("tokenport_loader_batches", "Batches handed to the training loop")
+        batches.add_metric([], sum(t.batches for t in tallies))
+        samples = CounterMetricFamily(
+            "tokenport_loader_samples", "Samples handed to the training loop (this rank): the tokens field's rows"
+        )
+        samples.add_metric([], sum(t.samples for t in tallies))
+        tokens = CounterMetricFamily(
+            "tokenport_loader_tokens",
+            "Token positions handed to the training loop (elements of the tokens/input_ids field, padding included)",
+        )
+        tokens.add_metric([], sum(t.tokens for t in tallies))
+        cumulative, buckets = 0, []
+        for bound, count in zip((*_SECONDS_BUCKETS, float("inf")), zip(*(t.buckets for t in tallies))):
+            cumulative += sum(count)
+            buckets.append((floatToGoString(bound), cumulative))
+        wait = HistogramMetricFamily(
+            "tokenport_loader_wait_seconds",
+            "Seconds the training loop waited inside next() on the DataLoader for one batch (_sum: in all)",
+            buckets=buckets or [("+Inf", 0)],
+            sum_value=sum(t.wait for t in tallies),
+        )
+        found = [batches, samples, tokens, wait]
+        if self.recorder._loader_outstanding is not None:
+            outstanding = GaugeMetricFamily(
+                "tokenport_loader_batches_outstanding",
+                "Batches sent to DataLoader workers and not handed over yet (in progress or prefetched)",
+            )
+            outstanding.add_metric([], self.recorder._loader_outstanding)
+            found.append(outstanding)
+        return found
+
+
 def batch_size(batch: Any) -> tuple[int, int]:
     """(samples, token positions) of a batch: from its ``tokens`` (else ``input_ids``) field when it is a
     mapping, or from the batch itself when it is one tensor or array; (0, 0) when neither applies."""
     field = batch
-    if isinstance(batch, Mapping):
-        field = batch.get("tokens", batch.get("input_ids"))
+    if isinstance(batch, dict) or isinstance(batch, Mapping):  # a dict first: the ABC check costs more
+        field = batch.get("tokens")
+        if field is None:
+            field = batch.get("input_ids")
     shape = getattr(field, "shape", None)
     if not shape:
         return 0, 0
-    tokens = 1
-    for size in shape:
-        tokens *= int(size)
-    return int(shape[0]), tokens
+    return shape[0], shape[0] * shape[1] if len(shape) == 2 else prod(shape)
 
 
 def enable() -> Any:

@@ -160,6 +160,7 @@ class StatefulLoader:
             options["collate_fn"] = self.collate_fn or collate
         loader = DataLoader(source, batch_sampler=self.sampler, **options)
         batches = iter(loader)
+        unknown = 0 if loader.num_workers == 0 else None  # torch's count of batches in flight, when it has none
         while True:
             recorder = live.recorder  # None while metrics are off: one check per batch
             began = perf_counter() if recorder is not None else 0.0
@@ -169,9 +170,9 @@ class StatefulLoader:
                 return
             if isinstance(batch, SharedBatch):
                 batch = batch.unpack()
-            if recorder is not None:  # torch's private count of batches in flight, when it has one
-                outstanding = getattr(batches, "_tasks_outstanding", 0 if loader.num_workers == 0 else None)
-                recorder.loader_batch(batch, perf_counter() - began, outstanding)
+            if recorder is not None:
+                wait = perf_counter() - began
+                recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
             self.sampler.advance()
             yield batch
 
