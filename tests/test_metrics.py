@@ -148,6 +148,8 @@ def test_dock_rows_leases_and_latencies(exporter):
     assert value(samples, "tokenport_dock_rows_served_total", dock="rl", consumer="ref") == 3
     assert value(samples, "tokenport_dock_put_seconds_count") == 2
     assert value(samples, "tokenport_dock_get_seconds_count") == 3
+    with pytest.raises(ConfigError, match="watched already"):
+        metrics.watch_dock(dock, "rl")
 
 
 def test_mixture_shares_and_weight_updates(exporter):
@@ -156,11 +158,14 @@ def test_mixture_shares_and_weight_updates(exporter):
     for _ in range(3):
         metrics.record_weight_update()
     samples = scrape(exporter)
-    assert value(samples, "tokenport_mixture_target_share", dataset="code") == 0.6
-    assert value(samples, "tokenport_mixture_realized_share", dataset="docs") == 0.3
+    assert value(samples, "tokenport_mixture_target_ratio", dataset="code") == 0.6
+    assert value(samples, "tokenport_mixture_realized_ratio", dataset="docs") == 0.3
     assert value(samples, "tokenport_mixture_weight_updates_total") == 3
     with pytest.raises(ConfigError, match="realized 1"):
         metrics.record_mixture([0.5, 0.5], [1.0])
+    metrics.disable()
+    with pytest.raises(ConfigError, match="names 3"):  # refused while off too
+        metrics.record_mixture([0.5, 0.5], [0.5, 0.5], names=["a", "b", "c"])
 
 
 def test_disabled_records_nothing_and_an_exporter_serves_nothing(gpt):

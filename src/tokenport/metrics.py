@@ -7,8 +7,14 @@ HTTP exporter; ``disable()`` drops the recorder and its values.
 
 Values are per process: what DataLoader worker processes record (their storage reads) stays in
 those processes; the loader's own counters are taken in the training process, where batches are
-handed over. Metric names (``_total`` counters, ``_seconds`` durations, base units) are listed
-in each ``Recorder`` attribute's comment.
+handed over. Each metric's help text (scraped with it) says what it counts:
+
+- loader: ``tokenport_loader_{batches,samples,tokens}_total``, ``tokenport_loader_wait_seconds``
+  (histogram), ``tokenport_loader_batches_outstanding``;
+- storage: ``tokenport_storage_{get_requests,fetched_bytes,cache_hits,cache_misses,retries}_total``;
+- mixture: ``tokenport_mixture_{target,realized}_ratio{dataset}``, ``tokenport_mixture_weight_updates_total``;
+- dock: ``tokenport_dock_{put,get}_seconds`` (histograms), and per watched dock (``watch_dock``) its
+  rows, ready rows, outstanding and leased rows, leases out and expired.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .errors import ConfigError
 __all__ = [
     "Exporter",
     "Recorder",
+    "batch_size",
     "disable",
     "enable",
     "enabled",
@@ -63,6 +70,7 @@ class Recorder:
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.docks: set[str] = set()  # the names watch_dock has registered
         # loader (StatefulLoader, training process): plain per-thread tallies, exported when scraped
         self._loader_tallies: dict[int, _LoaderTally] = {}
         self._loader_outstanding: int | None = None
@@ -85,10 +93,10 @@ class Recorder:
         )
         # mixture (blends, adaptive controllers)
         self.mixture_target = Gauge(
-            "tokenport_mixture_target_share", "Target share of each dataset in the mixture", ["dataset"], registry=r
+            "tokenport_mixture_target_ratio", "Target share of each dataset in the mixture", ["dataset"], registry=r
         )
         self.mixture_realized = Gauge(
-            "tokenport_mixture_realized_share", "Realized share of each dataset so far", ["dataset"], registry=r
+            "tokenport_mixture_realized_ratio", "Realized share of each dataset so far", ["dataset"], registry=r
         )
         self.mixture_updates = Counter(
             "tokenport_mixture_weight_updates_total", "Updates of the mixture weights", registry=r
@@ -273,16 +281,17 @@ def serve(port: int, addr: str = "127.0.0.1") -> Exporter:
 
 
 def record_mixture(target: Sequence[float], realized: Sequence[float], names: Sequence[str] | None = None) -> None:
-    """Set the target and realized share of each dataset (label ``dataset``: ``names``, default ``0, 1, ...``)."""
-    current = live.recorder
-    if current is None:
-        return
+    """Set the target and realized share of each dataset (label ``dataset``: ``names``, default ``0, 1, ...``).
+    Checked even while off (a call per weight update, not per batch)."""
     labels = [str(i) for i in range(len(target))] if names is None else [str(name) for name in names]
     if not len(target) == len(realized) == len(labels):
         raise ConfigError(
             f"record_mixture: target has {len(target)} shares, realized {len(realized)}, names {len(labels)}; "
             "pass one of each per dataset"
         )
+    current = live.recorder
+    if current is None:
+        return
     for label, want, got in zip(labels, target, realized):
         current.mixture_target.labels(dataset=label).set(float(want))
         current.mixture_realized.labels(dataset=label).set(float(got))
@@ -307,10 +316,14 @@ def watch_dock(dock: Any, name: str = "dock") -> None:
     """
     if not callable(getattr(dock, "stats", None)):
         raise ConfigError(f"watch_dock: a {type(dock).__name__} has no stats(); pass a Dock or a RayDock")
-    enable()
-    current = live.recorder
-    assert current is not None
-    current.registry.register(_DockCollector(dock, str(name)))
+    with _switch:
+        if live.recorder is None:
+            live.recorder = Recorder()
+        current = live.recorder
+        if str(name) in current.docks:
+            raise ConfigError(f"watch_dock: a dock named {name!r} is watched already; give each dock its own name")
+        current.docks.add(str(name))
+        current.registry.register(_DockCollector(dock, str(name)))
 
 
 class _DockCollector:
