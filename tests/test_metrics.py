@@ -161,6 +161,9 @@ def test_mixture_shares_and_weight_updates(exporter):
     assert value(samples, "tokenport_mixture_target_ratio", dataset="code") == 0.6
     assert value(samples, "tokenport_mixture_realized_ratio", dataset="docs") == 0.3
     assert value(samples, "tokenport_mixture_weight_updates_total") == 3
+    with urllib.request.urlopen(exporter.url + "?name[]=tokenport_mixture_weight_updates_total", timeout=10) as reply:
+        only = [f.name for f in parser.text_string_to_metric_families(reply.read().decode())]
+    assert only == ["tokenport_mixture_weight_updates"]
     with pytest.raises(ConfigError, match="realized 1"):
         metrics.record_mixture([0.5, 0.5], [1.0])
     metrics.disable()

@@ -265,6 +265,11 @@ class _Current:
         current = live.recorder
         return [] if current is None else current.registry.collect()
 
+    def restricted_registry(self, names: Any) -> Any:
+        """The current registry kept to ``names`` (a scrape of ``/metrics?name[]=...``)."""
+        current = live.recorder
+        return self if current is None else current.registry.restricted_registry(names)
+
 
 def serve(port: int, addr: str = "127.0.0.1") -> Exporter:
     """Enable metrics and serve them over HTTP on ``addr:port`` (0: a free port, see ``Exporter.port``)."""
