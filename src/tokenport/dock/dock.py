@@ -17,11 +17,13 @@ that crashes mid-batch loses no rows and the same stage never consumes a row twi
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..metrics import live
 from .aio import AsyncMethods
 from .arguments import Sampler, checked_put, wanted_columns
 from .batch import Batch
@@ -139,6 +141,7 @@ class Dock(AsyncMethods):
         an error unless ``overwrite=True``. ``completed`` (one flag, or one per row) marks rows
         finished or not (see the class docstring). On any error nothing is written.
         """
+        began = time.perf_counter() if live.recorder is not None else 0.0
         state = self._state
         ids, checked, finished = checked_put(state.column, columns, rows, completed)
         with state.lock:
@@ -146,6 +149,8 @@ class Dock(AsyncMethods):
             for name, value in checked.items():
                 target.write(state.column(name), ids, value)
             state.mark_ready(target, list(checked), ids, finished)
+        if (recorder := live.recorder) is not None:
+            recorder.dock_put.observe(time.perf_counter() - began)
 
     # -- get ----------------------------------------------------------------------------------------
 
@@ -172,16 +177,22 @@ class Dock(AsyncMethods):
         ``unfinished=True`` (the rollout stage) returns up to ``count`` unfinished rows without
         waiting, or None when there are none.
         """
+        began = time.perf_counter() if live.recorder is not None else 0.0
         wanted = wanted_columns(columns)
         state = self._state
         with state.lock:
             taken = state.take(consumer, wanted, count, partition, rows, timeout, sampler, lease, unfinished)
             if taken is None:
-                return None
-            target, give, lease_id = taken
-            data = {name: target.read(state.column(name), give) for name in wanted}
-            state.served(consumer, sum(v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values()))
-            return Batch(target.name, give, data, lease_id, state.n_samples_per_prompt, target.age[give])
+                batch = None
+            else:
+                target, give, lease_id = taken
+                data = {name: target.read(state.column(name), give) for name in wanted}
+                nbytes = sum(v.values.nbytes if isinstance(v, Packed) else v.nbytes for v in data.values())
+                state.served(consumer, nbytes)
+                batch = Batch(target.name, give, data, lease_id, state.n_samples_per_prompt, target.age[give])
+        if (recorder := live.recorder) is not None:
+            recorder.dock_get.observe(time.perf_counter() - began)
+        return batch
 
     def ack(self, lease_id: int) -> None:
         """Consume the rows of a lease."""

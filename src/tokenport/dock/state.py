@@ -63,6 +63,7 @@ class DockState:
         self._partitions: dict[str, Partition] = {}
         self._leases: dict[int, _Lease] = {}
         self._next_lease = 1
+        self.leases_expired = 0
         self.closed = False
         self.n_samples_per_prompt = check_int("n_samples_per_prompt", n_samples_per_prompt)
         self.max_age = None if max_age is None else check_int("max_age", max_age)
@@ -324,7 +325,7 @@ class DockState:
 
     def stats(self) -> dict[str, Any]:
         """Per consumer: rows, batches and bytes served, wait time; per partition: bytes held, ready,
-        consumed and leased rows."""
+        consumed and leased rows; leases out and leases expired so far."""
         with self.lock:
             consumers = {name: dict(vars(s)) for name, s in self._consumers.items()}
             partitions = {}
@@ -336,7 +337,12 @@ class DockState:
                     "consumed": {c: int(np.count_nonzero(p.consumed_of(c))) for c in self._consumers},
                     "leased": {c: int(np.count_nonzero(p.leased_of(c))) for c in self._consumers},
                 }
-            return {"consumers": consumers, "partitions": partitions, "leases": len(self._leases)}
+            return {
+                "consumers": consumers,
+                "partitions": partitions,
+                "leases": len(self._leases),
+                "leases_expired": self.leases_expired,
+            }
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -432,6 +438,7 @@ class DockState:
             held = self._leases.pop(lease_id)
             self._release(held)
             self._consumers[held.consumer].redelivered += len(held.rows)
+        self.leases_expired += len(expired)
         if expired:
             self.lock.notify_all()
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from time import perf_counter
 from typing import Any
 
 from .._checks import check_int
 from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.controller import MixtureSignals
 from ..errors import ConfigError
+from ..metrics import live, record_mixture, record_weight_update
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
@@ -161,11 +163,24 @@ class StatefulLoader:
         source, collate = self._fetch()
         if self.collate_fn is not None or collate is not None:
             options["collate_fn"] = self.collate_fn or collate
-        batches = ResolvingSampler(self.sampler, self.dataset) if isinstance(self.dataset, AdaptiveBlend) else None
-        loader = DataLoader(source, batch_sampler=batches or self.sampler, **options)
-        for batch in loader:
+        resolving = ResolvingSampler(self.sampler, self.dataset) if isinstance(self.dataset, AdaptiveBlend) else None
+        loader = DataLoader(source, batch_sampler=resolving or self.sampler, **options)
+        batches = iter(loader)
+        unknown = 0 if loader.num_workers == 0 else None  # torch's count of batches in flight, when it has none
+        while True:
+            recorder = live.recorder  # None while metrics are off: one check per batch
+            began = perf_counter() if recorder is not None else 0.0
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            if isinstance(batch, SharedBatch):
+                batch = batch.unpack()
+            if recorder is not None:
+                wait = perf_counter() - began
+                recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
             self.sampler.advance()
-            yield batch.unpack() if isinstance(batch, SharedBatch) else batch
+            yield batch
 
     def _fetch(self) -> tuple[Any, Any]:
         """(what the DataLoader reads, its collate or None) for the current dataset, decided once per dataset."""
@@ -209,6 +224,13 @@ class StatefulLoader:
             )
         start = self.dataset.frontier
         self.dataset.set_weights(weights, start)
+        if live.recorder is not None:  # metrics on: the shares of what the trainer has been handed so far
+            handed = min(self.consumed_samples, self.dataset.frontier)
+            if handed:
+                record_mixture(
+                    self.dataset.target_shares(handed).tolist(), self.dataset.realized_shares(handed).tolist()
+                )
+            record_weight_update()
         return start
 
     def state_dict(self) -> dict[str, Any]:

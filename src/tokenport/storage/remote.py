@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, TypeVar
 from .._checks import check_int
 from .._files import publish_mode
 from ..errors import ConfigError, StorageError
+from ..metrics import live
 from .base import ByteSource, Range
 from .schemes import GLOB_CHARS, FileInfo, Scheme
 
@@ -482,6 +483,8 @@ class ObjectStoreSource(ByteSource):
                     found[index] = data
             self.stats.cache_hits += len(found)
             self.stats.cache_misses += len(missing)
+        if (recorder := live.recorder) is not None:
+            recorder.storage_cache(len(found), len(missing))
         if missing:
             fetched = self._fetch(plan_spans(missing, 0, self._max_blocks()))
             self._store(fetched, missing)
@@ -574,14 +577,20 @@ class ObjectStoreSource(ByteSource):
     def _ranged_get(self, start: int, end: int) -> bytes:
         with self._lock:
             self.stats.requests += 1
+        if (recorder := live.recorder) is not None:
+            recorder.storage_requests.inc()
         data = self._fs.cat_file(self._path, start=start, end=end)
         with self._lock:
             self.stats.bytes_fetched += len(data)
+        if (recorder := live.recorder) is not None:
+            recorder.storage_bytes.inc(len(data))
         return data
 
     def _count_retry(self) -> None:
         with self._lock:
             self.stats.retries += 1
+        if (recorder := live.recorder) is not None:
+            recorder.storage_retries.inc()
 
 
 # --- whole small objects --------------------------------------------------------------
