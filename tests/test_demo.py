@@ -33,6 +33,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         "10. clean",
         "11. train",
         "12. sft",
+        "13. mix",
     )
     for stage in stages:
         assert stage in out
@@ -46,9 +47,11 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "4:minhash_dedup" in out and "rejected documents kept for audit" in out
     assert "(falls)" in out and "all 24 losses, sample ids and token digests bitwise equal" in out
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
-    # stage 6's dataset, then 2 stores x 3 splits and one blend per split, then stage 11's 2 stores and blend
-    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3 + 3
-    check_sft_stage(tmp_path, out.split("== 12. sft")[1])
+    # stage 6's dataset, then 2 stores x 3 splits and one blend per split, then stage 11's 2 stores and blend,
+    # then stage 13's 3 stores (one part each at this limit)
+    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3 + 3 + 3
+    check_sft_stage(tmp_path, out.split("== 12. sft")[1].split("== 13. mix")[0])
+    check_mix_stage(tmp_path, out.split("== 13. mix")[1])
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
     assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()
@@ -67,6 +70,27 @@ def test_demo_training_stage_without_torch_says_it_was_skipped(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert "11. train" in lines[0] and len(lines) == 2
     assert lines[1].startswith("skipped: torch is not installed") and "torch==2.13.0" in lines[1]
+
+
+def check_mix_stage(workdir, out: str) -> None:
+    """Stage 13: the weights moved, the realized shares stay within the blend's bound of the target, and the
+    traced samples' documents hold the text the report shows."""
+    from tokenport.demo.run import MIX_STEPS
+
+    updates = int(re.search(r"(\d+) weight updates", out).group(1))
+    assert 0 < updates < MIX_STEPS
+    shares = re.findall(r"(code|docstrings|documentation) ([01]\.\d{3})/([01]\.\d{3})", out)
+    assert [name for name, _, _ in shares] == ["code", "docstrings", "documentation"]
+    for _, target, realized in shares:  # at most (n - 1)(1 - 1/n) = 4/3 samples apart, printed to 3 digits
+        assert abs(float(target) - float(realized)) * MIX_STEPS * 8 <= 4 / 3 + MIX_STEPS * 8 * 0.001
+    assert len({target for _, target, _ in shares}) > 1  # the controller moved the mixture off equal shares
+    traced = re.findall(r"sample (\d+) <- (\w+): (\S+) doc (\d+) \[(\d+), (\d+)\)", out)
+    assert len(traced) == 3
+    byte = tp.load_tokenizer("byte")
+    for _, _, store, document, start, end in traced:
+        text = byte.decode(tp.IndexedDataset(workdir / store).get(int(document), int(start), int(end) - int(start)))
+        assert " ".join(text.split())[:40] in out
+    assert (workdir / "corpus" / "documentation.jsonl").exists()
 
 
 def check_sft_stage(workdir, out: str) -> None:

@@ -148,3 +148,29 @@ def build_sft_conversations(path: str, limit: int | None = None, max_conversatio
             count += 1
     os.replace(path + ".tmp", path)
     return count
+
+
+_SECTION_CHARS = 2000
+
+
+def build_documentation(path: str) -> int:
+    """Write the standard library's documentation prose (``pydoc_data.topics``: the language reference
+    topics ``help()`` shows) to ``path`` as jsonl, one section of at most ~2,000 characters per line
+    (paragraphs kept whole); returns the number of sections."""
+    from pydoc_data.topics import topics
+
+    count = 0
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        for name in sorted(topics):
+            section: list[str] = []
+            for paragraph in topics[name].split("\n\n"):
+                if section and sum(map(len, section)) + len(paragraph) > _SECTION_CHARS:
+                    out.write(json.dumps({"text": "\n\n".join(section), "topic": name}) + "\n")
+                    count += 1
+                    section = []
+                section.append(paragraph)
+            if section:
+                out.write(json.dumps({"text": "\n\n".join(section), "topic": name}) + "\n")
+                count += 1
+    os.replace(path + ".tmp", path)
+    return count

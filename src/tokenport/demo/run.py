@@ -31,7 +31,7 @@ from ..samples.sft import SFTDataset
 from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
-from .corpus import build_demo_corpus, build_sft_conversations
+from .corpus import build_demo_corpus, build_documentation, build_sft_conversations
 
 Echo = Callable[[str], None]
 
@@ -126,6 +126,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
     _train(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
     _sft(workdir, limit, echo)
+    _mixing(parts, workdir, os.path.join(stores, "index-cache"), echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
@@ -430,6 +431,75 @@ def _sft(workdir: str, limit: int | None, echo: Echo) -> None:
         + " ".join(f"{loss:.2f}" for loss in losses[:: config.steps // 5])
     )
     store.close()
+
+
+MIX_STEPS = 40
+
+
+def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -> None:
+    """Code, docstrings and documentation prose mixed by ADO as a tiny decoder learns; one step traced."""
+    echo("\n== 13. mix: code, docstrings and documentation prose, weighted by what the model is learning (ADO)")
+    documentation = os.path.join(workdir, "corpus", "documentation.jsonl")
+    sections = build_documentation(documentation)
+    output = _fresh(os.path.join(workdir, "stores", "docs"))
+    docs = prepare(PrepareConfig(inputs=(documentation,), output=output, workers=1))
+    echo(
+        f"documentation: {sections} sections of the language reference (pydoc_data.topics) -> "
+        f"{docs.tokens:,} tokens in {os.path.relpath(output, workdir)}"
+    )
+    try:
+        from .mixing import train_mixture
+        from .train import TrainConfig
+    except ModuleNotFoundError as missing:
+        if missing.name != "torch":
+            raise
+        echo('skipped: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0 to run it)')
+        return
+    from ..blend import ADOController
+    from ..integrations import trace
+
+    config = TrainConfig(steps=MIX_STEPS, global_batch_size=8)
+    sample_config = GPTSampleConfig(config.seq_length, reset_position_ids=True, eod_mask_loss=True)
+    names = ("code", "docstrings", "documentation")
+    sources = (parts["code"], parts["prose"], list(docs.parts))
+    children = [
+        build_datasets(prefixes, sizes=(config.steps * config.global_batch_size, 0, 0), config=sample_config,
+                       seed=config.seed, split="1,0,0", cache=cache)[0]
+        for prefixes in sources
+    ]  # fmt: skip
+    begin = time.perf_counter()
+    run = train_mixture(children, config, ADOController(len(children), window=16, min_points=4))
+    echo(
+        f"{config.steps} steps of {config.global_batch_size} samples in {time.perf_counter() - begin:.1f} s; "
+        f"{len(run.updates)} weight updates, each applied from the first sample not yet read"
+    )
+    echo("step  " + "".join(f"{name:>15}" for name in names) + "   (weights in force; mean loss in its batch)")
+    weights = np.full(len(names), 1 / len(names))
+    starts = {start // config.global_batch_size: np.asarray(w) / sum(w) for start, w in run.updates}
+    for step in range(config.steps):
+        weights = starts.get(step, weights)
+        if step % 8 == 0 or step == config.steps - 1:
+            cells = "".join(
+                f"{w:>7.1%} {'  -  ' if np.isnan(loss) else f'{loss:5.2f}'} "
+                for w, loss in zip(weights, run.losses[step])
+            )
+            echo(f"{step + 1:>4}  {cells}")
+    echo(
+        "shares of all samples read, target (integral of the weights) vs realized: "
+        + ", ".join(f"{n} {t:.3f}/{r:.3f}" for n, t, r in zip(names, run.target, run.realized))
+    )
+    step = config.steps - 1
+    traced = trace(run.state, step)
+    echo(
+        f"tokenport trace STATE --step {step}: the batch rebuilt from the loader state alone "
+        f"(receipt + {len(run.updates)} stored updates), first 3 of {len(traced)} samples:"
+    )
+    for item in traced[:3]:
+        child = item.lineage.path[0][0] if item.lineage.path else 0
+        pieces = ", ".join(f"doc {d} [{a}, {b})" for d, a, b in item.lineage.pieces[:3])
+        text = " ".join("".join(item.texts or ()).split())[:60]
+        store = os.path.relpath(item.lineage.store, workdir)
+        echo(f"  sample {item.sample} <- {names[child]}: {store} {pieces} {text!r}")
 
 
 def render_loss_mask(tokens: np.ndarray, loss_mask: np.ndarray) -> list[str]:
