@@ -337,15 +337,20 @@ def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
     )
 
 
+def _skipped_without_torch(missing: ModuleNotFoundError, what: str, echo: Echo) -> None:
+    """Say a stage's torch part was skipped when torch is what is missing; re-raise any other missing module."""
+    if missing.name != "torch":
+        raise missing
+    echo(f'{what}: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0 to run it)')
+
+
 def _train(spec: str, directory: str, echo: Echo) -> None:
     """Train a tiny decoder on the blend (1 rank, in process): once straight, once in two halves with a resume."""
     echo("\n== 11. train: a tiny decoder-only model on the code/prose blend, checkpointed mid-way and resumed")
     try:
         from .train import TrainConfig, launch
     except ModuleNotFoundError as missing:
-        if missing.name != "torch":
-            raise
-        echo('skipped: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0 to run it)')
+        _skipped_without_torch(missing, "skipped", echo)
         return
 
     config = TrainConfig(steps=24, checkpoint_every=12)
@@ -417,9 +422,7 @@ def _sft(workdir: str, limit: int | None, echo: Echo) -> None:
     try:
         from .train import TrainConfig, fit
     except ModuleNotFoundError as missing:
-        if missing.name != "torch":
-            raise
-        echo('skipped training: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0)')
+        _skipped_without_torch(missing, "skipped training", echo)
         return
     config = TrainConfig(steps=20, global_batch_size=4, seq_length=SFT_SEQ_LENGTH)
     begin = time.perf_counter()
@@ -451,9 +454,7 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
         from .mixing import train_mixture
         from .train import TrainConfig
     except ModuleNotFoundError as missing:
-        if missing.name != "torch":
-            raise
-        echo('skipped: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0 to run it)')
+        _skipped_without_torch(missing, "skipped", echo)
         return
     from ..blend import ADOController
     from ..integrations import trace

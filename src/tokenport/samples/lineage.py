@@ -9,7 +9,9 @@ blend's (child, sample of the child) from the outermost in.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -73,11 +75,16 @@ def gpt_pieces(
     return tuple(pieces)
 
 
-def bin_pieces(
-    bin_starts: np.ndarray, piece_document: np.ndarray, piece_offset: np.ndarray, piece_length: np.ndarray, bin_: int
-) -> tuple[tuple[int, int, int], ...]:
-    """The pieces of packed bin ``bin_`` (PackedDataset, SFTDataset): each piece's document and token range."""
-    return tuple(
-        (int(piece_document[p]), int(piece_offset[p]), int(piece_offset[p] + piece_length[p]))
-        for p in range(int(bin_starts[bin_]), int(bin_starts[bin_ + 1]))
+def bin_lineage(dataset: Any, idx: int, kind: str) -> SampleLineage:
+    """Lineage of sample ``idx`` of a dataset of packed bins (PackedDataset, SFTDataset): each piece's
+    document and token range, in sample order."""
+    index = operator.index(idx)
+    if not 0 <= index < len(dataset):
+        raise IndexError(f"sample id {index} is outside [0, {len(dataset)})")
+    bin_ = int(dataset.order[index])
+    documents, offsets, lengths = dataset.piece_document, dataset.piece_offset, dataset.piece_length
+    pieces = tuple(
+        (int(documents[p]), int(offsets[p]), int(offsets[p] + lengths[p]))
+        for p in range(int(dataset.bin_starts[bin_]), int(dataset.bin_starts[bin_ + 1]))
     )
+    return SampleLineage(index, str(dataset.store.prefix), kind, pieces)

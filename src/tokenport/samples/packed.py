@@ -37,7 +37,7 @@ from .._checks import check_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
-from .lineage import SampleLineage, bin_pieces
+from .lineage import SampleLineage, bin_lineage
 
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
 
@@ -182,13 +182,7 @@ class PackedDataset:
 
     def lineage(self, idx: int) -> SampleLineage:
         """Where sample ``idx`` comes from: the documents and token ranges of its pieces, in sample order."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
-        pieces = bin_pieces(
-            self.bin_starts, self.piece_document, self.piece_offset, self.piece_length, int(self.order[index])
-        )
-        return SampleLineage(index, str(self.store.prefix), "PackedDataset", pieces)
+        return bin_lineage(self, idx, "PackedDataset")
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis."""

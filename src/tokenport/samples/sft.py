@@ -57,7 +57,7 @@ import numpy as np
 from .._checks import check_choice, check_int, is_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
-from .lineage import SampleLineage, bin_pieces
+from .lineage import SampleLineage, bin_lineage
 from .packed import _check_ids, _pack_windows, _ranges
 
 PACKINGS = ("bfd", "none")
@@ -375,13 +375,7 @@ class SFTDataset:
 
     def lineage(self, idx: int) -> SampleLineage:
         """Where sample ``idx`` comes from: the conversations and token ranges of its pieces, in sample order."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
-        pieces = bin_pieces(
-            self.bin_starts, self.piece_document, self.piece_offset, self.piece_length, int(self.order[index])
-        )
-        return SampleLineage(index, str(self.store.prefix), "SFTDataset", pieces)
+        return bin_lineage(self, idx, "SFTDataset")
 
     def batch_width(self, ids: Sequence[int] | np.ndarray) -> int:
         """The row width ``get_batch(ids)`` pads to: ``seq_length`` (bfd) or the longest of the samples (none)."""
