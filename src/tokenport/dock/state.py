@@ -285,6 +285,11 @@ class DockState:
                     handed[name] = np.sort(np.concatenate(parts))
             return handed
 
+    def requeue(self, partition: str, rows: np.ndarray) -> None:
+        """Queue expired ``rows`` of ``partition`` for ``expired()`` again (a checkpoint keeps them)."""
+        with self.lock:
+            self._requeue.setdefault(self.partition(partition).name, []).append(rows)
+
     def can_admit(self) -> bool:
         """Whether a rollout may start now without more than ``max_inflight_versions`` versions in flight."""
         with self.lock:
@@ -329,8 +334,13 @@ class DockState:
         with self.lock:
             target = self.partition(partition)
             ids = in_range(np.array([row], dtype=np.int64), target)
+            if version is None and self.tracks_versions:
+                raise ConfigError(
+                    "append: this dock limits staleness or admission by version: pass version= (the policy "
+                    "version that produced the segment)"
+                )
             stamp = np.array([self.version if version is None else version], dtype=np.int64)
-            self.check_version(None if version is None else stamp, target, ids)
+            self.check_version(stamp, target, ids)
             names = tuple(sorted(checked))
             for name in names:
                 if not self.column(name).segmented:
