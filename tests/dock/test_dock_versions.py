@@ -262,7 +262,10 @@ def turn(tokens, model: bool, seed: int) -> dict:
 def test_multi_turn_rollout_appended_turn_by_turn_across_versions_matches_a_hand_built_reference():
     dock = segmented_dock()
     script = {  # row -> (turns under version 0, turns under version 1 after resuming)
-        0: ([turn([1, 2, 3], False, 0), turn([10, 11], True, 1), turn([50, 51, 52, 53], False, 2)], [turn([12], True, 3)]),
+        0: (
+            [turn([1, 2, 3], False, 0), turn([10, 11], True, 1), turn([50, 51, 52, 53], False, 2)],
+            [turn([12], True, 3)],
+        ),
         1: ([turn([4, 5], False, 4), turn([20, 21, 22], True, 5)], [turn([60], False, 6), turn([23, 24], True, 7)]),
     }
     for row, (early, _) in script.items():
@@ -298,13 +301,13 @@ def test_multi_turn_rollout_appended_turn_by_turn_across_versions_matches_a_hand
     [
         (lambda d: d.append("p", 0, turn([1], True, 0), version=0), "row 0 is finished"),
         (lambda d: d.append("p", 1, {"tokens": np.ones(2, np.int32)}, version=0), "every segment of a row"),
-        (lambda d: d.append("p", 1, {**turn([1, 2], True, 0), "tokens": np.ones(3, np.int32)}, version=0), "same number"),
+        (lambda d: d.append("p", 1, {**turn([1, 2], True, 0), "tokens": np.ones(3, np.int32)}, version=0), "same"),
         (lambda d: d.append("p", 1, turn([1], True, 0), version=5), "newer than the dock's current version"),
         (lambda d: d.append("p", 1, turn([1], True, 0)), "pass version="),
         (lambda d: d.append("p", 1, {"reward": np.ones(1)}, version=0), "not segmented"),
         (lambda d: d.append("p", 9, turn([1], True, 0), version=0), "out of range"),
         (lambda d: d.append("p", 1, {"tokens": np.array([2**40])}, version=0), "tokens"),
-        (lambda d: d.put("p", {"tokens": [np.ones(2, np.int32)]}, rows=[1], version=0), "segmented: write it with append"),
+        (lambda d: d.put("p", {"tokens": [np.ones(2, np.int32)]}, rows=[1], version=0), "segmented: write it with"),
     ],
 )
 def test_bad_appends_are_refused_and_change_nothing(call, match):

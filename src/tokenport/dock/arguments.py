@@ -81,9 +81,7 @@ def checked_segment(column_of: Callable[[str], Column], columns: Mapping[str, An
             raise ConfigError(f"column {name!r} is not segmented: write it with put, or declare it segmented=True")
         array = as_array(value, f"column {name!r}")
         if array.ndim == 0 or array.shape[1:] != column.shape:
-            raise ConfigError(
-                f"column {name!r}: a segment of shape {array.shape}, expected (items, *{column.shape})"
-            )
+            raise ConfigError(f"column {name!r}: a segment of shape {array.shape}, expected (items, *{column.shape})")
         checked[name] = fitted(array, column.dtype, f"column {name!r}")
     lengths = {name: len(array) for name, array in checked.items()}
     if len(set(lengths.values())) > 1 or 0 in lengths.values():

@@ -71,6 +71,7 @@ class Batch:
                 columns[name] = take_rows(column, positions)
             else:
                 columns[name] = column[positions]
+
         def rows_of(values: np.ndarray | None) -> np.ndarray | None:
             return None if values is None else values[positions]
 

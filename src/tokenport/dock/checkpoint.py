@@ -224,6 +224,7 @@ def _restore(state: DockState, partition: Partition, arrays: dict[str, np.ndarra
         partition.version_first[written] = 0
         partition.version_last[written] = 0
 
+
 def _swap_in(staging: str, target: str) -> None:
     """Put ``staging`` where ``target`` is, keeping the old one until the new one is in place."""
     old = target + ".old"

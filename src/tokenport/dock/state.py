@@ -482,9 +482,9 @@ class DockState:
                 target.leased_of(consumer)[consume] = lease_id
             stats.rows += len(give)
             stats.batches += 1
-            lags = self.version - target.version_first[give]
-            for lag, rows in zip(*np.unique(lags[target.version_first[give] >= 0], return_counts=True)):
-                stats.staleness[int(lag)] = stats.staleness.get(int(lag), 0) + int(rows)
+            versions = target.version_first[give]
+            for lag, served in _counts(self.version - versions[versions >= 0]).items():
+                stats.staleness[lag] = stats.staleness.get(lag, 0) + served
             self.lock.notify_all()  # consumption can admit rollouts
             return target, give, lease_id
 
