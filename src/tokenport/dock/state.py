@@ -406,15 +406,27 @@ class DockState:
             self.lock.notify_all()
 
     def restore(
-        self, partition: str, consumed: Mapping[str, np.ndarray], completed: np.ndarray, age: np.ndarray
-    ) -> None:  # used by RayDock's copies
-        """Set a partition's consumption, finished flags and ages (loading a checkpoint, copying a dock)."""
+        self,
+        partition: str,
+        consumed: Mapping[str, np.ndarray],
+        completed: np.ndarray,
+        age: np.ndarray,
+        versions: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Set a partition's consumption, finished flags, ages and (oldest, newest) versions per row
+        (copying a dock); without ``versions``, written rows that have none get the current one."""
         with self.lock:
             target = self.partition(partition)
             for consumer, bits in consumed.items():
                 target.consumed_of(consumer)[:] = bits
             target.completed[:] = completed
             target.age[:] = age
+            if versions is not None:
+                target.version_first[:], target.version_last[:] = versions
+            else:
+                written = np.logical_or.reduce([*target.ready.values(), np.zeros(target.rows, dtype=bool)])
+                fresh = np.flatnonzero(written & (target.version_first < 0))
+                target.stamp(fresh, np.full(len(fresh), self.version, dtype=np.int64), np.ones(len(fresh), bool))
             self.lock.notify_all()
 
     # -- get ----------------------------------------------------------------------------------------
@@ -485,7 +497,8 @@ class DockState:
             versions = target.version_first[give]
             for lag, served in _counts(self.version - versions[versions >= 0]).items():
                 stats.staleness[lag] = stats.staleness.get(lag, 0) + served
-            self.lock.notify_all()  # consumption can admit rollouts
+            if self.max_inflight_versions is not None:
+                self.lock.notify_all()  # consumption can admit rollouts
             return target, give, lease_id
 
     def served(self, consumer: str, nbytes: int) -> None:
