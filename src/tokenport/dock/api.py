@@ -46,8 +46,8 @@ class DockAPI(Protocol):
     def add_column(self, column: Column) -> None:
         """Add a column; existing partitions get it with no row ready."""
 
-    def add_consumer(self, name: str) -> None:
-        """Add a consumer (a stage); it has consumed nothing yet."""
+    def add_consumer(self, name: str, *, max_staleness: int | None = None) -> None:
+        """Add a consumer (a stage); it has consumed nothing yet. ``max_staleness`` overrides the dock's."""
 
     def add_partition(self, name: str, num_prompts: int) -> None:
         """Add a partition of ``num_prompts * n_samples_per_prompt`` rows."""
@@ -69,8 +69,36 @@ class DockAPI(Protocol):
         *,
         overwrite: bool = False,
         completed: bool | Sequence[bool] | np.ndarray = True,
+        version: int | Sequence[int] | np.ndarray | None = None,
     ) -> None:
         """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready."""
+
+    def append(
+        self,
+        partition: str,
+        row: int,
+        columns: Mapping[str, Any],
+        *,
+        version: int | None = None,
+        finished: bool = False,
+    ) -> None:
+        """Append one segment (a turn) to ``row``'s segmented ``columns``, with its policy version."""
+
+    @property
+    def version(self) -> int:
+        """The current (trainer's) policy version; 0 until ``set_version``."""
+
+    def set_version(self, version: int) -> None:
+        """Move the current policy version forward (going back is refused); rows now too stale expire."""
+
+    def expired(self, partition: str | None = None) -> dict[str, np.ndarray]:
+        """Rows expired under ``on_stale="requeue"`` since the last call, by partition: put them again."""
+
+    def can_admit(self) -> bool:
+        """Whether a rollout may start without more than ``max_inflight_versions`` versions in flight."""
+
+    def admit(self, timeout: float | None = None) -> None:
+        """Block a rollout worker until ``can_admit()``; DockTimeout after ``timeout`` seconds."""
 
     async def aput(
         self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
@@ -89,6 +117,7 @@ class DockAPI(Protocol):
         sampler: Sampler | None = None,
         lease: float | None = None,
         unfinished: bool = False,
+        max_staleness: int | None = None,
     ) -> Batch | None:
         """``count`` rows whose ``columns`` are ready and that ``consumer`` has not consumed; None when all are."""
 

@@ -21,7 +21,16 @@ from .samplers import SampleRequest, Selection
 from .schema import Column
 from .storage import Partition
 
-__all__ = ["Sampler", "checked_get", "checked_put", "in_range", "row_ids", "wanted_columns"]
+__all__ = [
+    "Sampler",
+    "checked_get",
+    "checked_put",
+    "checked_segment",
+    "checked_version",
+    "in_range",
+    "row_ids",
+    "wanted_columns",
+]
 
 Sampler = Callable[[SampleRequest], Selection]
 
@@ -47,6 +56,39 @@ def checked_put(
     ids = row_ids(rows)
     checked = {name: _checked_values(column_of(name), value, len(ids)) for name, value in columns.items()}
     return ids, checked, _completed_flags(completed, len(ids))
+
+
+def checked_version(version: int | Sequence[int] | np.ndarray | None, rows: int) -> np.ndarray | None:
+    """One policy version per row (int64, >= 0), from one version or one per row; None stays None."""
+    if version is None:
+        return None
+    versions = as_array(version, "version")
+    if versions.shape not in ((), (rows,)) or (versions.size and versions.dtype.kind not in "iu"):
+        raise ConfigError(f"version: expected an integer or {rows} integers, one per row, got {version!r:.60}")
+    if versions.size and int(versions.min()) < 0:
+        raise ConfigError(f"version: {int(versions.min())} is negative; policy versions count from 0")
+    return np.broadcast_to(versions.astype(np.int64), (rows,))
+
+
+def checked_segment(column_of: Callable[[str], Column], columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """One segment's values per segmented column, cast to its dtype, all with the same number of items."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise ConfigError("columns: expected a non-empty dict of segmented column name -> one segment's items")
+    checked = {}
+    for name, value in columns.items():
+        column = column_of(name)
+        if not column.segmented:
+            raise ConfigError(f"column {name!r} is not segmented: write it with put, or declare it segmented=True")
+        array = as_array(value, f"column {name!r}")
+        if array.ndim == 0 or array.shape[1:] != column.shape:
+            raise ConfigError(f"column {name!r}: a segment of shape {array.shape}, expected (items, *{column.shape})")
+        checked[name] = fitted(array, column.dtype, f"column {name!r}")
+    lengths = {name: len(array) for name, array in checked.items()}
+    if len(set(lengths.values())) > 1 or 0 in lengths.values():
+        raise ConfigError(
+            f"segment item counts {lengths}: every column of a segment holds the same number (> 0) of items"
+        )
+    return checked
 
 
 def wanted_columns(columns: Sequence[str]) -> list[str]:

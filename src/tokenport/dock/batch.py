@@ -18,7 +18,10 @@ __all__ = ["Batch"]
 class Batch:
     """Rows of one partition. ``batch[name]`` is an array ``(rows, *shape)`` for a fixed column and
     ``Packed`` (flat values + lengths) for a ragged one. ``lease_id`` is set when the rows were
-    handed out under a lease: ``Dock.ack(lease_id)`` consumes them, ``Dock.nack`` returns them."""
+    handed out under a lease: ``Dock.ack(lease_id)`` consumes them, ``Dock.nack`` returns them.
+    ``versions`` and ``latest_versions`` are each row's oldest and newest policy version; when a
+    segmented column is asked for, ``segments`` holds each row's segment item counts (boundaries in
+    its concatenation) and ``segment_versions`` their versions, both ``Packed`` by row."""
 
     partition: str
     rows: np.ndarray
@@ -26,6 +29,10 @@ class Batch:
     lease_id: int | None = None
     group_size: int = field(default=1, repr=False)
     ages: np.ndarray | None = field(default=None, repr=False)  # unfinished puts per row (partial rollout)
+    versions: np.ndarray | None = field(default=None, repr=False)  # oldest policy version per row
+    latest_versions: np.ndarray | None = field(default=None, repr=False)  # newest policy version per row
+    segments: Packed | None = field(default=None, repr=False)  # per row: items of each segment
+    segment_versions: Packed | None = field(default=None, repr=False)  # per row: version of each segment
 
     def __getitem__(self, name: str) -> np.ndarray | Packed:
         try:
@@ -64,8 +71,25 @@ class Batch:
                 columns[name] = take_rows(column, positions)
             else:
                 columns[name] = column[positions]
-        ages = None if self.ages is None else self.ages[positions]
-        return Batch(self.partition, self.rows[positions], columns, self.lease_id, self.group_size, ages)
+
+        def rows_of(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else values[positions]
+
+        def packed_of(values: Packed | None) -> Packed | None:
+            return None if values is None else take_rows(values, positions)
+
+        return Batch(
+            self.partition,
+            self.rows[positions],
+            columns,
+            self.lease_id,
+            self.group_size,
+            rows_of(self.ages),
+            rows_of(self.versions),
+            rows_of(self.latest_versions),
+            packed_of(self.segments),
+            packed_of(self.segment_versions),
+        )
 
     def to_torch(self, pad_value: Any = 0) -> dict[str, Any]:
         """Torch tensors: fixed columns as they are; ragged ones padded, with ``<name>_lengths``."""

@@ -36,6 +36,9 @@ class SampleRequest:
     leased: int  # rows leased to this consumer and not yet acknowledged
     consumed: np.ndarray  # bool per row, read-only
     lengths: Callable[[str, np.ndarray], np.ndarray]  # items per row of a ragged column
+    versions: np.ndarray | None = None  # oldest policy version per row (-1: unwritten), read-only
+    latest_versions: np.ndarray | None = None  # newest policy version per row (a partial rollout's resume)
+    current_version: int = 0  # the trainer's version: a row's staleness is current_version - versions[row]
 
 
 def _tail_or_wait(request: SampleRequest) -> Selection:

@@ -17,12 +17,15 @@ __all__ = ["Column"]
 class Column:
     """One kind of per-row data. Fixed columns hold ``shape`` per row (``()``: a scalar such as a
     reward); ragged columns hold a variable number of items of shape ``shape`` per row (tokens,
-    per-token log-probs), stored packed."""
+    per-token log-probs), stored packed. Segmented columns (``segmented=True``, ragged by
+    definition) are written with ``Dock.append``, one segment (a turn) at a time, each with its
+    policy version; a get returns each row's concatenation with its segment boundaries."""
 
     name: str
     dtype: Any
     shape: tuple[int, ...] = ()
     ragged: bool = False
+    segmented: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -38,4 +41,5 @@ class Column:
             raise ConfigError(f"column {self.name!r}: shape {self.shape!r} must be a tuple of positive integers")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
-        object.__setattr__(self, "ragged", bool(self.ragged))
+        object.__setattr__(self, "segmented", bool(self.segmented))
+        object.__setattr__(self, "ragged", bool(self.ragged) or self.segmented)

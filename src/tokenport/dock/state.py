@@ -5,6 +5,15 @@ One ``DockState`` is what a ``Dock`` is, what its checkpoint saves and loads, an
 the lock (a re-entrant condition variable); hold ``lock`` around a sequence of calls that must
 be atomic, such as check, write, mark ready. Getters wait on it (no polling); every change that
 can make rows available (put, ack, nack, clear, lease expiry, close) notifies it.
+
+Versions and staleness: every row records the span of policy versions that wrote it (oldest and
+newest; ``set_version`` moves the current one forward). A consumer with a staleness limit (its own,
+or the dock's ``max_staleness``) is never served a row whose oldest version is more than the limit
+behind the current one. Such a row, once no consumer still holding it on lease, expires exactly
+once by the dock's ``on_stale`` policy: ``"requeue"`` forgets the row (data, readiness, consumption,
+versions) and queues its id for ``expired()``, so the rollout stage regenerates that prompt's row
+and puts it again; ``"drop"`` marks it consumed by every consumer and counts it. Both counts are
+in ``stats()["expired"]``.
 """
 
 from __future__ import annotations
@@ -12,20 +21,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_choice, check_int
 from ..errors import ConfigError, DockTimeout
 from .arguments import Sampler, checked_get, in_range, row_ids
 from .samplers import SampleRequest, Selection, Sequential
 from .schema import Column
 from .storage import Partition
 
-__all__ = ["DockState"]
+__all__ = ["STALE_POLICIES", "DockState"]
+
+STALE_POLICIES = ("requeue", "drop")  # what becomes of a row that falls too stale (see the module docstring)
 
 
 @dataclass
@@ -44,6 +55,7 @@ class _ConsumerStats:
     wait_seconds: float = 0.0
     timeouts: int = 0
     redelivered: int = 0
+    staleness: dict[int, int] = field(default_factory=dict)  # rows served by how many versions behind
 
 
 class DockState:
@@ -56,6 +68,9 @@ class DockState:
         n_samples_per_prompt: int = 1,
         *,
         max_age: int | None = None,
+        max_staleness: int | None = None,
+        on_stale: str = "requeue",
+        max_inflight_versions: int | None = None,
     ) -> None:
         self.lock = threading.Condition()
         self._columns: dict[str, Column] = {}
@@ -67,6 +82,16 @@ class DockState:
         self.closed = False
         self.n_samples_per_prompt = check_int("n_samples_per_prompt", n_samples_per_prompt)
         self.max_age = None if max_age is None else check_int("max_age", max_age)
+        self.max_staleness = None if max_staleness is None else check_int("max_staleness", max_staleness, 0)
+        self.on_stale = str(check_choice("on_stale", on_stale, STALE_POLICIES))
+        self.max_inflight_versions = (
+            None if max_inflight_versions is None else check_int("max_inflight_versions", max_inflight_versions)
+        )
+        self.version = 0
+        self.expired_requeued = 0
+        self.expired_dropped = 0
+        self._limits: dict[str, int | None] = {}  # a consumer's own max_staleness
+        self._requeue: dict[str, list[np.ndarray]] = {}  # expired rows not yet handed back, by partition
         for column in columns:
             self.add_column(column)
         for consumer in consumers:
@@ -83,14 +108,34 @@ class DockState:
                 raise ConfigError(f"column {column.name!r} exists already")
             self._columns[column.name] = column
 
-    def add_consumer(self, name: str) -> None:
-        """Add a consumer (a stage); it has consumed nothing yet."""
+    def add_consumer(self, name: str, max_staleness: int | None = None) -> None:
+        """Add a consumer (a stage); it has consumed nothing yet. ``max_staleness`` (versions) overrides
+        the dock's for it."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"consumer name={name!r} is invalid: pass a non-empty string")
+        limit = None if max_staleness is None else check_int("max_staleness", max_staleness, 0)
         with self.lock:
             if name in self._consumers:
                 raise ConfigError(f"consumer {name!r} exists already")
             self._consumers[name] = _ConsumerStats()
+            self._limits[name] = limit
+
+    def staleness_limit(self, consumer: str) -> int | None:
+        """The versions ``consumer``'s rows may lag the current one (its own limit, else the dock's)."""
+        own = self._limits.get(consumer)
+        return self.max_staleness if own is None else own
+
+    @property
+    def consumer_limits(self) -> dict[str, int | None]:
+        """Each consumer's own max_staleness (None: the dock's)."""
+        with self.lock:
+            return dict(self._limits)
+
+    @property
+    def tracks_versions(self) -> bool:
+        """Whether staleness or admission depends on versions (then every written row must carry one)."""
+        limits = self.max_staleness is not None or any(v is not None for v in self._limits.values())
+        return limits or self.max_inflight_versions is not None
 
     @property
     def columns(self) -> dict[str, Column]:
@@ -132,6 +177,7 @@ class DockState:
         """Forget a partition's data, readiness, consumption and leases; its rows stay, empty."""
         with self.lock:
             self.partition(partition).clear()
+            self._requeue.pop(partition, None)
             self._drop_leases(partition)
             self.lock.notify_all()
 
@@ -140,6 +186,7 @@ class DockState:
         with self.lock:
             self.partition(partition)
             del self._partitions[partition]
+            self._requeue.pop(partition, None)
             self._drop_leases(partition)
             self.lock.notify_all()
 
@@ -173,14 +220,21 @@ class DockState:
 
     # -- put ----------------------------------------------------------------------------------------
 
-    def check_put(self, partition: str, names: Sequence[str], ids: np.ndarray, overwrite: bool) -> Partition:
+    def check_put(
+        self, partition: str, names: Sequence[str], ids: np.ndarray, overwrite: bool, version: np.ndarray | None = None
+    ) -> Partition:
         """The partition a put of ``names`` for rows ``ids`` writes to, once checked: the rows exist, the
-        columns exist, and (unless ``overwrite``) no cell is written already."""
+        columns exist and are not segmented, (unless ``overwrite``) no cell is written already, and the
+        rows have a version no newer than the current one (given, or from an earlier put)."""
         with self.lock:
             target = self.partition(partition)
             in_range(ids, target)
+            self.check_version(version, target, ids)
             for name in names:
-                self.column(name)
+                if self.column(name).segmented:
+                    raise ConfigError(
+                        f"column {name!r} is segmented: write it with append(partition, row, columns, version=...)"
+                    )
                 if not overwrite:
                     again = ids[target.ready_of(name)[ids]]
                     if len(again):
@@ -190,13 +244,153 @@ class DockState:
                         )
             return target
 
-    def mark_ready(self, target: Partition, names: Sequence[str], ids: np.ndarray, finished: np.ndarray) -> None:
-        """Make the cells visible, record which rows are finished, wake the waiting getters.
+    def check_version(self, version: np.ndarray | None, target: Partition, ids: np.ndarray) -> None:
+        """Refuse a version newer than the current one, and a write without one to rows that have none
+        when the dock tracks versions."""
+        if version is not None:
+            if len(version) and int(version.max()) > self.version:
+                raise ConfigError(
+                    f"version={int(version.max())} is newer than the dock's current version {self.version}: "
+                    "call set_version first (rows are produced by a policy the trainer has published)"
+                )
+        elif self.tracks_versions:
+            unversioned = ids[target.version_first[ids] < 0]
+            if len(unversioned):
+                raise ConfigError(
+                    f"partition {target.name!r} row {int(unversioned[0])} has no version and this dock limits "
+                    "staleness or admission by version: pass version= (the policy version that produced it)"
+                )
+
+    def set_version(self, version: int) -> None:
+        """Make ``version`` the current policy version (never backwards); rows now too stale expire."""
+        version = check_int("version", version, 0)
+        with self.lock:
+            if version < self.version:
+                raise ConfigError(
+                    f"version={version} is older than the current version {self.version}: versions only move forward"
+                )
+            self.version = version
+            for target in self._partitions.values():
+                self._expire(target)
+            self.lock.notify_all()
+
+    def expired(self, partition: str | None = None) -> dict[str, np.ndarray]:
+        """The rows expired under ``"requeue"`` since the last call, by partition (each row once)."""
+        with self.lock:
+            names = list(self._requeue) if partition is None else [self.partition(partition).name]
+            handed: dict[str, np.ndarray] = {}
+            for name in names:
+                parts = self._requeue.pop(name, [])
+                if parts:
+                    handed[name] = np.sort(np.concatenate(parts))
+            return handed
+
+    def requeue(self, partition: str, rows: np.ndarray) -> None:
+        """Queue expired ``rows`` of ``partition`` for ``expired()`` again (a checkpoint keeps them)."""
+        with self.lock:
+            self._requeue.setdefault(self.partition(partition).name, []).append(rows)
+
+    def can_admit(self) -> bool:
+        """Whether a rollout may start now without more than ``max_inflight_versions`` versions in flight."""
+        with self.lock:
+            if self.max_inflight_versions is None:
+                return True
+            oldest = self.oldest_in_flight()
+            return oldest is None or self.version - oldest < self.max_inflight_versions
+
+    def admit(self, timeout: float | None = None) -> None:
+        """Wait until ``can_admit``; DockTimeout after ``timeout`` seconds."""
+        checked_get(1, timeout, None, None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while not self.can_admit():
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise DockTimeout(
+                        f"admit waited {timeout} s: rows of version {self.oldest_in_flight()} are still unconsumed "
+                        f"at version {self.version} (max_inflight_versions={self.max_inflight_versions}); "
+                        "check that the training stage is consuming, or raise the limit"
+                    )
+                self.lock.wait(None if deadline is None else deadline - now)
+
+    def oldest_in_flight(self) -> int | None:
+        """The oldest version of a written row some consumer has not consumed (None: there is none)."""
+        with self.lock:
+            oldest = None
+            for target in self._partitions.values():
+                pending = target.version_first >= 0
+                if not self._consumers:
+                    break
+                pending &= ~np.logical_and.reduce([target.consumed_of(c) for c in self._consumers])
+                if pending.any():
+                    least = int(target.version_first[pending].min())
+                    oldest = least if oldest is None else min(oldest, least)
+            return oldest
+
+    def append(
+        self, partition: str, row: int, checked: Mapping[str, np.ndarray], version: int | None, finished: bool
+    ) -> None:
+        """Append one segment (equal item counts, already checked) to segmented columns of ``row``."""
+        with self.lock:
+            target = self.partition(partition)
+            ids = in_range(np.array([row], dtype=np.int64), target)
+            if version is None and self.tracks_versions:
+                raise ConfigError(
+                    "append: this dock limits staleness or admission by version: pass version= (the policy "
+                    "version that produced the segment)"
+                )
+            stamp = np.array([self.version if version is None else version], dtype=np.int64)
+            self.check_version(stamp, target, ids)
+            names = tuple(sorted(checked))
+            for name in names:
+                if not self.column(name).segmented:
+                    raise ConfigError(f"column {name!r} is not segmented: write it with put")
+            if target.completed[row]:
+                raise ConfigError(
+                    f"partition {target.name!r} row {row} is finished: append to rows put with completed=False "
+                    "(or never put), and pass finished=True with the last segment"
+                )
+            known = target.segment_columns.get(row, names)
+            if known != names:
+                raise ConfigError(
+                    f"partition {target.name!r} row {row}: its segments hold columns {list(known)}, this append "
+                    f"{list(names)}: every segment of a row writes the same columns"
+                )
+            for name in names:
+                target.extend(self.column(name), row, checked[name])
+                target.ready_of(name)[row] = True
+            target.segment_columns[row] = names
+            target.segments.setdefault(row, []).append((len(checked[names[0]]), int(stamp[0])))
+            target.stamp(ids, stamp, np.zeros(1, dtype=bool))
+            target.completed[row] = finished
+            if not finished:
+                for consumer in self._consumers:
+                    target.consumed_of(consumer)[row] = False
+            self._expire(target, ids)
+            self.lock.notify_all()
+
+    def mark_ready(
+        self,
+        target: Partition,
+        names: Sequence[str],
+        ids: np.ndarray,
+        finished: np.ndarray,
+        version: np.ndarray | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        """Make the cells visible, record which rows are finished and their versions, wake the getters.
 
         Rows put unfinished age by one and go back to every consumer unconsumed (the rollout
         stage takes them again with ``unfinished=True``); past ``max_age`` they count as finished.
+        ``version`` (one per row) widens the rows' version span (a finished row overwritten starts
+        a new one); without it, rows with no version yet get the current one.
         """
         with self.lock:
+            if version is None:
+                fresh = ids[target.version_first[ids] < 0]
+                target.stamp(fresh, np.full(len(fresh), self.version, dtype=np.int64), np.ones(len(fresh), bool))
+            else:
+                target.stamp(ids, version, target.completed[ids] & overwrite)
             for name in names:
                 target.ready_of(name)[ids] = True
             pending = ids[~finished]
@@ -208,18 +402,31 @@ class DockState:
                     target.consumed_of(consumer)[pending] = False
             target.completed[ids] = True
             target.completed[pending] = False
+            self._expire(target, ids)
             self.lock.notify_all()
 
     def restore(
-        self, partition: str, consumed: Mapping[str, np.ndarray], completed: np.ndarray, age: np.ndarray
+        self,
+        partition: str,
+        consumed: Mapping[str, np.ndarray],
+        completed: np.ndarray,
+        age: np.ndarray,
+        versions: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """Set a partition's consumption, finished flags and ages (loading a checkpoint, copying a dock)."""
+        """Set a partition's consumption, finished flags, ages and (oldest, newest) versions per row
+        (copying a dock); without ``versions``, written rows that have none get the current one."""
         with self.lock:
             target = self.partition(partition)
             for consumer, bits in consumed.items():
                 target.consumed_of(consumer)[:] = bits
             target.completed[:] = completed
             target.age[:] = age
+            if versions is not None:
+                target.version_first[:], target.version_last[:] = versions
+            else:
+                written = np.logical_or.reduce([*target.ready.values(), np.zeros(target.rows, dtype=bool)])
+                fresh = np.flatnonzero(written & (target.version_first < 0))
+                target.stamp(fresh, np.full(len(fresh), self.version, dtype=np.int64), np.ones(len(fresh), bool))
             self.lock.notify_all()
 
     # -- get ----------------------------------------------------------------------------------------
@@ -235,13 +442,18 @@ class DockState:
         sampler: Sampler | None,
         lease: float | None,
         unfinished: bool = False,
+        max_staleness: int | None = None,
     ) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased) and count them (rows, batches)
         for ``consumer``; ``(partition, rows, lease id)``, or None at the end. The caller reads the
-        data and reports its size with ``served``."""
+        data and reports its size with ``served``. Rows more than ``max_staleness`` (default: the
+        consumer's limit) versions behind are not served."""
         count = checked_get(count, timeout, sampler, lease)
+        if max_staleness is not None:
+            max_staleness = check_int("max_staleness", max_staleness, 0)
         with self.lock:
             stats = self._consumer(consumer)
+            limit = self.staleness_limit(consumer) if max_staleness is None else max_staleness
             for name in wanted:
                 self.column(name)
             targets = self._targets(partition, count)
@@ -255,7 +467,8 @@ class DockState:
             while True:
                 now = time.monotonic()
                 self._expire_leases(now)
-                found = self._select(consumer, wanted, count, partition, sampler, unfinished)
+                oldest = None if limit is None else self.version - limit
+                found = self._select(consumer, wanted, count, partition, sampler, unfinished, oldest)
                 if found is not _WAIT:
                     break
                 if deadline is not None and now >= deadline:
@@ -281,6 +494,11 @@ class DockState:
                 target.leased_of(consumer)[consume] = lease_id
             stats.rows += len(give)
             stats.batches += 1
+            versions = target.version_first[give]
+            for lag, served in _counts(self.version - versions[versions >= 0]).items():
+                stats.staleness[lag] = stats.staleness.get(lag, 0) + served
+            if self.max_inflight_versions is not None:
+                self.lock.notify_all()  # consumption can admit rollouts
             return target, give, lease_id
 
     def served(self, consumer: str, nbytes: int) -> None:
@@ -313,6 +531,8 @@ class DockState:
         with self.lock:
             held = self._take_lease(lease_id)
             self._release(held)
+            if held.partition in self._partitions:
+                self._expire(self._partitions[held.partition], held.rows)
             self.lock.notify_all()
 
     # -- progress -----------------------------------------------------------------------------------
@@ -324,10 +544,11 @@ class DockState:
             return self.partition(partition).remaining(consumer) == 0
 
     def stats(self) -> dict[str, Any]:
-        """Per consumer: rows, batches and bytes served, wait time; per partition: bytes held, ready,
-        consumed and leased rows; leases out and leases expired so far."""
+        """Per consumer: rows, batches and bytes served, wait time, rows served by staleness; per
+        partition: bytes held, ready, consumed and leased rows, written rows by (oldest) version;
+        leases out and expired; the current version and the rows expired as stale by policy."""
         with self.lock:
-            consumers = {name: dict(vars(s)) for name, s in self._consumers.items()}
+            consumers = {name: {**vars(s), "staleness": dict(s.staleness)} for name, s in self._consumers.items()}
             partitions = {}
             for name, p in self._partitions.items():
                 partitions[name] = {
@@ -336,15 +557,47 @@ class DockState:
                     "ready": {c: int(np.count_nonzero(p.ready_of(c))) for c in self._columns},
                     "consumed": {c: int(np.count_nonzero(p.consumed_of(c))) for c in self._consumers},
                     "leased": {c: int(np.count_nonzero(p.leased_of(c))) for c in self._consumers},
+                    "versions": _counts(p.version_first[p.version_first >= 0]),
                 }
             return {
                 "consumers": consumers,
                 "partitions": partitions,
                 "leases": len(self._leases),
                 "leases_expired": self.leases_expired,
+                "version": self.version,
+                "expired": {
+                    "requeued": self.expired_requeued,
+                    "dropped": self.expired_dropped,
+                    "pending": sum(len(part) for parts in self._requeue.values() for part in parts),
+                },
             }
 
     # -- internals ----------------------------------------------------------------------------------
+
+    def _expire(self, target: Partition, rows: np.ndarray | None = None) -> None:
+        """Expire (by ``on_stale``) the written ``rows`` (default: all) that some consumer that has not
+        consumed them may no longer be served, unless a consumer holds them on lease."""
+        ids = np.arange(target.rows) if rows is None else rows
+        first = target.version_first[ids]
+        stale = np.zeros(len(ids), dtype=bool)
+        leased = np.zeros(len(ids), dtype=bool)
+        for consumer in self._consumers:
+            leased |= target.leased_of(consumer)[ids] != 0
+            limit = self.staleness_limit(consumer)
+            if limit is not None:
+                stale |= ~target.consumed_of(consumer)[ids] & (self.version - first > limit)
+        gone = ids[stale & (first >= 0) & ~leased]
+        if not len(gone):
+            return
+        if self.on_stale == "drop":
+            for consumer in self._consumers:
+                target.consumed_of(consumer)[gone] = True
+            self.expired_dropped += len(gone)
+        else:
+            target.reset_rows(gone)
+            self._requeue.setdefault(target.name, []).append(gone.copy())
+            self.expired_requeued += len(gone)
+        self.lock.notify_all()
 
     def _held_bytes(self, target: Partition) -> int:
         """Bytes of data a partition holds: fixed columns whole once written, ragged items appended."""
@@ -379,6 +632,7 @@ class DockState:
         partition: str | None,
         sampler: Sampler,
         unfinished: bool = False,
+        oldest: int | None = None,
     ) -> Any:
         """``(partition, give, consume)``, None at the end, or _WAIT."""
         targets = [self.partition(partition)] if partition is not None else list(self._partitions.values())
@@ -390,11 +644,14 @@ class DockState:
                 count=min(count, target.rows),
                 rows=target.rows,
                 group_size=self.n_samples_per_prompt,
-                eligible=target.eligible(consumer, wanted, unfinished),
+                eligible=target.eligible(consumer, wanted, unfinished, oldest),
                 unconsumed=target.remaining(consumer),
                 leased=int(np.count_nonzero(leased)),
                 consumed=_read_only(target.consumed_of(consumer)),
                 lengths=partial(self._ragged_lengths, target),
+                versions=_read_only(target.version_first),
+                latest_versions=_read_only(target.version_last),
+                current_version=self.version,
             )
             selection = sampler(request)
             if selection is None:
@@ -438,6 +695,8 @@ class DockState:
             held = self._leases.pop(lease_id)
             self._release(held)
             self._consumers[held.consumer].redelivered += len(held.rows)
+            if held.partition in self._partitions:
+                self._expire(self._partitions[held.partition], held.rows)
         self.leases_expired += len(expired)
         if expired:
             self.lock.notify_all()
@@ -479,6 +738,11 @@ def _lengths(target: Partition, column: Column, ids: np.ndarray) -> np.ndarray:
     if column.name not in target.ragged:
         return np.zeros(len(ids), dtype=np.int64)
     return target.ragged[column.name].lengths[ids]
+
+
+def _counts(values: np.ndarray) -> dict[int, int]:
+    """How many times each value occurs, as plain ints."""
+    return {int(v): int(n) for v, n in zip(*np.unique(values, return_counts=True))}
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

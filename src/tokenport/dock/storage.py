@@ -49,6 +49,22 @@ class _RaggedColumn:
         self.lengths[rows] = lengths
         self.used = needed
 
+    def extend(self, row: int, values: np.ndarray) -> None:
+        """Append ``values`` to the end of one row: in place when the row is the buffer's last run, else
+        the row moves to the end (its old items are abandoned, never rewritten)."""
+        start, length, added = int(self.starts[row]), int(self.lengths[row]), len(values)
+        at_end = start + length == self.used and length > 0
+        moved = 0 if at_end else length
+        needed = self.used + moved + added
+        if needed > len(self.buffer):
+            self._grow(needed, (length + added) * 2.0 / max(1, len(self.starts)))
+        if not at_end:
+            self.buffer[self.used : self.used + length] = self.buffer[start : start + length]
+            self.starts[row] = self.used
+        self.buffer[self.used + moved : needed] = values
+        self.lengths[row] = length + added
+        self.used = needed
+
     def record(self, rows: np.ndarray, lengths: np.ndarray) -> None:
         """Point the rows at items held elsewhere (lengths only; ``used`` counts them as appended)."""
         self.lengths[rows] = lengths
@@ -85,6 +101,10 @@ class Partition:
         self.leased: dict[str, np.ndarray] = {}  # lease id per row, 0 when not leased
         self.completed = np.zeros(rows, dtype=bool)  # set by puts; unfinished rollouts are False
         self.age = np.zeros(rows, dtype=np.int64)  # times a row was put unfinished
+        self.version_first = np.full(rows, -1, dtype=np.int64)  # oldest policy version in a row, -1: unwritten
+        self.version_last = np.full(rows, -1, dtype=np.int64)  # newest policy version in a row
+        self.segments: dict[int, list[tuple[int, int]]] = {}  # row -> (items, version) per appended segment
+        self.segment_columns: dict[int, tuple[str, ...]] = {}  # row -> the segmented columns it appends to
 
     def ready_of(self, name: str) -> np.ndarray:
         """The readiness bits of a column (created empty on first use)."""
@@ -114,6 +134,42 @@ class Partition:
                 self.fixed[column.name] = np.zeros((self.rows, *column.shape), dtype=column.dtype)
             self.fixed[column.name][rows] = value
 
+    def extend(self, column: Column, row: int, values: np.ndarray) -> None:
+        """Append one segment's items to a segmented column of ``row`` (already checked)."""
+        if column.name not in self.ragged:
+            self.ragged[column.name] = _RaggedColumn(column, self.rows)
+        self.ragged[column.name].extend(row, values)
+
+    def stamp(self, rows: np.ndarray, version: np.ndarray, replace: np.ndarray) -> None:
+        """Record that ``version`` (one per row) wrote ``rows``: the span restarts where ``replace``
+        (a row never written, or a finished row overwritten), else it widens."""
+        first, last = self.version_first[rows], self.version_last[rows]
+        replace = replace | (first < 0)
+        self.version_first[rows] = np.where(replace, version, np.minimum(first, version))
+        self.version_last[rows] = np.where(replace, version, np.maximum(last, version))
+
+    def segments_of(self, rows: np.ndarray) -> tuple[Packed, Packed]:
+        """Per row: the item counts of its segments and their versions (rows never appended to: none)."""
+        counts = np.array([len(self.segments.get(int(r), ())) for r in rows], dtype=np.int64)
+        pairs = [pair for r in rows for pair in self.segments.get(int(r), ())]
+        table = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        return Packed(table[:, 0].copy(), counts), Packed(table[:, 1].copy(), counts)
+
+    def reset_rows(self, rows: np.ndarray) -> None:
+        """Forget ``rows``: no cell ready, nobody has consumed them, no versions, no segments (their
+        prompt goes back to the rollout stage; ragged items are abandoned until the partition is cleared)."""
+        for bits in (*self.ready.values(), *self.consumed.values()):
+            bits[rows] = False
+        for column in self.ragged.values():
+            column.lengths[rows] = 0
+        self.completed[rows] = False
+        self.age[rows] = 0
+        self.version_first[rows] = -1
+        self.version_last[rows] = -1
+        for row in rows.tolist():
+            self.segments.pop(row, None)
+            self.segment_columns.pop(row, None)
+
     def record_lengths(self, column: Column, rows: np.ndarray, lengths: np.ndarray) -> None:
         """Keep only the row lengths of a ragged column (a dock that holds metadata, not data)."""
         if column.name not in self.ragged:
@@ -126,11 +182,15 @@ class Partition:
             return self.ragged[column.name].read(rows)
         return self.fixed[column.name][rows]
 
-    def eligible(self, consumer: str, columns: list[str], unfinished: bool = False) -> np.ndarray:
-        """Rows whose ``columns`` are all ready, not consumed by ``consumer``, not leased to it, and
-        completed (or, with ``unfinished``, not completed)."""
+    def eligible(
+        self, consumer: str, columns: list[str], unfinished: bool = False, oldest: int | None = None
+    ) -> np.ndarray:
+        """Rows whose ``columns`` are all ready, not consumed by ``consumer``, not leased to it,
+        completed (or, with ``unfinished``, not completed), and no older than version ``oldest``."""
         mask = ~self.consumed_of(consumer) & (self.leased_of(consumer) == 0)
         mask &= ~self.completed if unfinished else self.completed
+        if oldest is not None:
+            mask &= self.version_first >= oldest
         for name in columns:
             mask &= self.ready_of(name)
         return np.flatnonzero(mask)
@@ -143,6 +203,10 @@ class Partition:
         """Forget all data and bits."""
         self.completed[:] = False
         self.age[:] = 0
+        self.version_first[:] = -1
+        self.version_last[:] = -1
+        self.segments.clear()
+        self.segment_columns.clear()
         self.fixed.clear()
         self.ragged.clear()
         self.ready.clear()
