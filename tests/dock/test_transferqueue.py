@@ -177,18 +177,36 @@ def adapter():
     dock_tq.close()
 
 
+def _same(got, expected):
+    assert [label for label, _ in got] == [label for label, _ in expected]
+    for (label, value), (_, want) in zip(got, expected, strict=True):
+        assert value == want, label
+
+
 def test_same_as_transferqueue(ray_session, adapter):
     import transfer_queue as tq
 
-    tq.init({"controller": {"polling_mode": True}, "backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
+    from tokenport.dock.ray import RayDock
+
+    storage = {"SimpleStorage": {"num_data_storage_units": 1}}  # the controller and one unit fit 2 CPUs
+    tq.init({"controller": {"polling_mode": True}, "backend": storage})
     try:
         expected = _script(tq, tq.get_client())
     finally:
         tq.close()
-    got = _script(adapter, adapter.get_client())
-    assert [label for label, _ in got] == [label for label, _ in expected]
-    for (label, value), (_, want) in zip(got, expected, strict=True):
-        assert value == want, label
+    _same(_script(adapter, adapter.get_client()), expected)
+    # the same over a RayDock (the adapter uses DockAPI only)
+    adapter.close()
+    adapter.init({"controller": {"polling_mode": True}, "dock": {"partition_rows": 64}}, dock=RayDock([], []))
+    _same(_script(adapter, adapter.get_client()), expected)
+    # without polling mode, too few ready samples is a RuntimeError after TransferQueue's wait (about 5 s)
+    tq.init({"controller": {"polling_mode": False}, "backend": storage})
+    try:
+        tq.get_client().put(data=_batch(2, 1), partition_id="p")
+        with pytest.raises(RuntimeError, match="Timeout while waiting for sufficient data"):
+            tq.get_client().get_meta(["reward"], 3, "p", task_name="t")
+    finally:
+        tq.close()
 
 
 def test_fetch_waits_then_times_out_without_polling():

@@ -243,7 +243,8 @@ class _Partition:
     fields: dict[str, _Field] = field(default_factory=dict)
     registered: set[str] = field(default_factory=set)  # every field ever put (TransferQueue keeps them)
     custom_meta: dict[int, dict[str, Any]] = field(default_factory=dict)
-    keys: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)  # kv key -> global index
+    key_of: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.global_of = np.full(self.rows, -1, dtype=np.int64)
@@ -363,8 +364,10 @@ class TransferQueueClient:
     def _create(self, partition_id: str) -> _Partition:
         if not isinstance(partition_id, str) or not partition_id:
             raise ConfigError(f"partition_id={partition_id!r} must be a non-empty string")
-        self.dock.add_partition(partition_id, self.config.partition_rows // self.dock.n_samples_per_prompt)
-        part = _Partition(partition_id, self.config.partition_rows)
+        group = self.dock.n_samples_per_prompt  # the dock counts rows in prompts: round up to whole ones
+        prompts = -(-self.config.partition_rows // group)
+        self.dock.add_partition(partition_id, prompts)
+        part = _Partition(partition_id, prompts * group)
         if self.config.pre_allocated:
             part.pre_allocated.update(self._indexes.allocate(partition_id, self.config.pre_allocated))
         self._partitions[partition_id] = part
@@ -621,7 +624,7 @@ class TransferQueueClient:
                 for index in indexes:
                     part.global_of[part.slot_of.pop(index)] = -1
                     part.custom_meta.pop(index, None)
-                    for key in [k for k, v in part.keys.items() if v == index]:
+                    if (key := part.key_of.pop(index, None)) is not None:
                         del part.keys[key]
                 part.active.difference_update(indexes)
                 for name in list(part.fields):
@@ -650,6 +653,7 @@ class TransferQueueClient:
                 for k, index in zip(missing, new, strict=True):
                     indexes[k] = index
                     part.keys[keys[k]] = index
+                    part.key_of[index] = keys[k]
             found = [i for i in indexes if i is not None]
             fields = [n for n, f in part.fields.items() if found and all(i in f.indexes for i in found)]
             return self._meta(part, found, fields, "force_fetch")
