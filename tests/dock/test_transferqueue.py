@@ -16,6 +16,7 @@ from tensordict import TensorDict  # noqa: E402
 
 import tokenport.dock.transferqueue as dock_tq  # noqa: E402
 from tokenport.dock import Dock  # noqa: E402
+from tokenport.dock.transferqueue_loader import StreamingDataLoader, StreamingDataset  # noqa: E402
 from tokenport.errors import ConfigError, InputDataError  # noqa: E402
 
 torch.set_num_threads(1)
@@ -88,8 +89,9 @@ def _kv_meta(meta):
             "fields": list(meta.fields or [])}  # fmt: skip
 
 
-def _script(tq, client):
-    """One client sequence as verl drives TransferQueue; returns what every call returned."""
+def _script(tq, client, streaming):
+    """One client sequence as verl drives TransferQueue; returns what every call returned.
+    ``streaming(**options)``: a StreamingDataLoader over a StreamingDataset made with ``options``."""
     seen: list[tuple[str, object]] = []
 
     def note(label, value):
@@ -160,6 +162,17 @@ def _script(tq, client):
         return _data(got), listed, await tq.async_kv_list("kv")
 
     note("kv async", asyncio.run(kv_twins()))
+    # consumption status and the streaming loader (finite mode: it stops once all are consumed)
+    client.put(data=_batch(8, 6), partition_id="stream")
+    note("consumed before", [t.tolist() for t in client.get_consumption_status("train", "stream")])
+    loader = streaming(batch_size=4, micro_batch_size=3, data_fields=["reward", "tokens"], partition_id="stream",
+                       task_name="train", dp_rank=0, should_check_consumption_status=True)  # fmt: skip
+    note("loader", [(_data(td), _meta(meta)) for td, meta in loader])
+    note("loader buffer", len(loader.get_buffer()))
+    note("consumed after", [t.tolist() for t in client.get_consumption_status("train", "stream")])
+    note("all consumed", (client.check_consumption_status("train", "stream"),
+                          client.check_consumption_status("other", "stream")))  # fmt: skip
+    note("no partition", client.get_consumption_status("train", "nope"))
     for missing in (["nope"], ["k1"]):
         try:
             tq.kv_batch_get(missing, "kv")
@@ -167,6 +180,10 @@ def _script(tq, client):
         except ValueError as error:
             note(f"kv_get {missing}", ("ValueError", str(error)))
     return seen
+
+
+def _streaming(**options):
+    return StreamingDataLoader(StreamingDataset(None, **options))
 
 
 @pytest.fixture
@@ -189,16 +206,20 @@ def test_same_as_transferqueue(ray_session, adapter):
     from tokenport.dock.ray import RayDock
 
     storage = {"SimpleStorage": {"num_data_storage_units": 1}}  # the controller and one unit fit 2 CPUs
-    tq.init({"controller": {"polling_mode": True}, "backend": storage})
+    conf = tq.init({"controller": {"polling_mode": True}, "backend": storage})
+
+    def peer_streaming(**options):
+        return tq.StreamingDataLoader(tq.StreamingDataset(config=conf, **options))
+
     try:
-        expected = _script(tq, tq.get_client())
+        expected = _script(tq, tq.get_client(), peer_streaming)
     finally:
         tq.close()
-    _same(_script(adapter, adapter.get_client()), expected)
+    _same(_script(adapter, adapter.get_client(), _streaming), expected)
     # the same over a RayDock (the adapter uses DockAPI only)
     adapter.close()
     adapter.init({"controller": {"polling_mode": True}, "dock": {"partition_rows": 64}}, dock=RayDock([], []))
-    _same(_script(adapter, adapter.get_client()), expected)
+    _same(_script(adapter, adapter.get_client(), _streaming), expected)
     # without polling mode, too few ready samples is a RuntimeError after TransferQueue's wait (about 5 s)
     tq.init({"controller": {"polling_mode": False}, "backend": storage})
     try:
@@ -240,8 +261,13 @@ def test_refusals():
         client.get_data(client.get_meta(["x"], 2, "q", mode="insert"))
     with pytest.raises(ConfigError, match="mode='pop' is invalid"):
         client.get_meta(["x"], 1, "p", mode="pop", task_name="t")
-    with pytest.raises(ConfigError, match="SequentialSampler only"):
-        client.get_meta(["x"], 1, "p", task_name="t", sampling_config={"n_samples_per_prompt": 2})
+    with pytest.raises(ConfigError, match="must be a dict or None"):
+        client.get_meta(["x"], 1, "p", task_name="t", sampling_config=[2])
+    with pytest.raises(ConfigError, match="only SequentialSampler"):
+        dock_tq.TransferQueueConfig.from_conf({"controller": {"sampler": "RankAwareSampler"}})
+    dataset = StreamingDataset(None, 2, 1, ["x"], "p", "t", 0, client=client)
+    with pytest.raises(ConfigError, match="num_workers=2"):
+        StreamingDataLoader(dataset, num_workers=2)
     with pytest.raises(ConfigError, match="Partition nope not found"):
         client.get_meta(["x"], 1, "nope", mode="force_fetch")
     meta = client.get_meta(["x"], 2, "p", task_name="t")

@@ -36,11 +36,12 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 | ``async_`` twins of all the above | yes | the sync call in a worker thread |
 | ``kv_put``, ``kv_batch_put``, ``kv_batch_get`` | yes | tags are ``custom_meta`` |
 | ``kv_batch_get_by_meta``, ``kv_list``, ``kv_clear`` | yes | and their ``async_`` twins |
-| ``StreamingDataset``, ``StreamingDataLoader`` | no | not done yet (issue 17) |
-| samplers but Sequential, ``sampling_config`` | no | refused; the dock's samplers do these jobs |
+| ``StreamingDataset``, ``StreamingDataLoader`` | yes | ``transferqueue_loader``; ``num_workers=0`` |
+| samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
 | non-tensor or bfloat16 fields | no | dock columns hold numbers: refused |
 | strided or inner-ragged nested tensors | no | refused (``InputDataError``) |
-| status queries, ``reset_consumption`` | no | the dock has ``stats``, ``all_consumed`` |
+| ``c.get_consumption_status``, ``c.check_*`` | yes | consumption only, and async twins |
+| ``reset_consumption``, production status | no | the dock has ``stats``, ``all_consumed`` |
 | checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
 | storage backends, ``data_parser`` | no | the dock is the storage; refused |
 """
@@ -245,6 +246,7 @@ class _Partition:
     custom_meta: dict[int, dict[str, Any]] = field(default_factory=dict)
     keys: dict[str, int] = field(default_factory=dict)  # kv key -> global index
     key_of: dict[int, str] = field(default_factory=dict)
+    consumed: dict[str, set[int]] = field(default_factory=dict)  # per task, the indexes fetch gave it
 
     def __post_init__(self) -> None:
         self.global_of = np.full(self.rows, -1, dtype=np.int64)
@@ -425,8 +427,9 @@ class TransferQueueClient:
 
         if mode not in _MODES:
             raise ConfigError(f"mode={mode!r} is invalid: pass one of {_MODES}")
-        if sampling_config:
-            raise ConfigError(f"sampling_config={sampling_config!r}: the dock speaks SequentialSampler only")
+        if sampling_config is not None and not isinstance(sampling_config, dict):
+            raise ConfigError(f"sampling_config={sampling_config!r:.60} must be a dict or None")
+        # sampling_config goes to TransferQueue's sampler as keywords; SequentialSampler ignores them
         fields = list(data_fields or [])
         if mode == "insert":
             check_int("batch_size", batch_size)
@@ -464,6 +467,7 @@ class TransferQueueClient:
                 if batch is not None:
                     with self._lock:
                         indexes = [int(target.global_of[s]) for s in batch.rows]
+                        target.consumed.setdefault(task_name, set()).update(indexes)
                         return self._meta(target, indexes, fields, mode)
             elif left > 0:
                 time.sleep(min(left, 0.05))
@@ -627,11 +631,34 @@ class TransferQueueClient:
                     if (key := part.key_of.pop(index, None)) is not None:
                         del part.keys[key]
                 part.active.difference_update(indexes)
+                for consumed in part.consumed.values():
+                    consumed.difference_update(indexes)
                 for name in list(part.fields):
                     part.fields[name].remove(indexes)
                     if not part.fields[name].indexes:
                         del part.fields[name]
                 self._indexes.release(pid, indexes)
+
+    # -- status -------------------------------------------------------------------------------------
+
+    def get_consumption_status(self, task_name: str, partition_id: str) -> tuple[Any, Any]:
+        """The partition's global indexes (pre-allocated ones included) and 1 for each ``task_name`` has
+        consumed, as torch tensors; ``(None, None)`` for an unknown partition."""
+        import torch
+
+        with self._lock:
+            part = self._partitions.get(partition_id)
+            if part is None:
+                return None, None
+            indexes = sorted(part.active | part.pre_allocated)
+            consumed = part.consumed.get(task_name, set())
+            status = torch.tensor([i in consumed for i in indexes], dtype=torch.int8)
+            return torch.tensor(indexes, dtype=torch.long), status
+
+    def check_consumption_status(self, task_name: str, partition_id: str) -> bool:
+        """Whether ``task_name`` has consumed every sample of the partition (False when it has none)."""
+        _, status = self.get_consumption_status(task_name, partition_id)
+        return status is not None and status.numel() > 0 and bool((status == 1).all())
 
     # -- key-value ----------------------------------------------------------------------------------
 
@@ -701,6 +728,14 @@ class TransferQueueClient:
     async def async_kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, Any]]:
         """``kv_list`` from asyncio code."""
         return await asyncio.to_thread(self.kv_list, partition_id)
+
+    async def async_get_consumption_status(self, task_name: str, partition_id: str) -> tuple[Any, Any]:
+        """``get_consumption_status`` from asyncio code."""
+        return await asyncio.to_thread(self.get_consumption_status, task_name, partition_id)
+
+    async def async_check_consumption_status(self, task_name: str, partition_id: str) -> bool:
+        """``check_consumption_status`` from asyncio code."""
+        return await asyncio.to_thread(self.check_consumption_status, task_name, partition_id)
 
     async def async_get_partition_list(self) -> list[str]:
         """``get_partition_list`` from asyncio code."""
