@@ -265,6 +265,12 @@ def test_refusals():
         client.get_meta(["x"], 1, "p", task_name="t", sampling_config=[2])
     with pytest.raises(ConfigError, match="only SequentialSampler"):
         dock_tq.TransferQueueConfig.from_conf({"controller": {"sampler": "RankAwareSampler"}})
+    dock_tq.close()
+    dock = Dock([], [])
+    assert dock_tq.init(dock=dock) is dock_tq.init({"controller": {"polling_mode": True}})  # the running one's
+    with pytest.raises(ConfigError, match="already runs over another dock"):
+        dock_tq.init(dock=Dock([], []))
+    dock_tq.close()
     dataset = StreamingDataset(None, 2, 1, ["x"], "p", "t", 0, client=client)
     with pytest.raises(ConfigError, match="num_workers=2"):
         StreamingDataLoader(dataset, num_workers=2)

@@ -52,7 +52,7 @@ import asyncio
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,8 +61,8 @@ from .._checks import check_int
 from ..errors import ConfigError, DockTimeout, InputDataError
 from .api import DockAPI
 from .ragged import Packed
-from .samplers import SampleRequest
 from .schema import Column
+from .transferqueue_state import Field, Indexes, LowestGlobal, TQPartition
 
 __all__ = [
     "TransferQueueClient",
@@ -137,172 +137,6 @@ class TransferQueueConfig:
             raise ConfigError(f"conf.dock: {error}") from None
 
 
-# -- TransferQueue's controller bookkeeping, mirrored ----------------------------------------------
-
-
-class _Indexes:
-    """Global indexes per partition, allocated and reused exactly as TransferQueue's controller does."""
-
-    def __init__(self) -> None:
-        self.by_partition: dict[str, set[int]] = defaultdict(set)
-        self.reusable: list[int] = []
-        self.counter = 0
-
-    def allocate(self, partition: str, count: int) -> list[int]:
-        indexes = self.reusable[:count]
-        del self.reusable[:count]
-        if len(indexes) < count:
-            start = self.counter
-            self.counter += count - len(indexes)
-            indexes.extend(range(start, self.counter))
-        self.by_partition[partition].update(indexes)
-        return indexes
-
-    def release_partition(self, partition: str) -> None:
-        self.reusable.extend(self.by_partition.pop(partition, set()))
-
-    def release(self, partition: str, indexes: list[int]) -> None:
-        owned = self.by_partition.get(partition)
-        if owned is None:
-            return
-        owned.difference_update(indexes)
-        self.reusable.extend(indexes)
-        if not owned:
-            self.by_partition.pop(partition, None)
-
-    def of(self, partition: str) -> list[int]:
-        return list(self.by_partition.get(partition, set()).copy())
-
-
-@dataclass
-class _Field:
-    """One field's schema in one partition (TransferQueue's FieldMeta)."""
-
-    indexes: set[int] = field(default_factory=set)
-    dtype: Any = None
-    shape: tuple[int, ...] | None = None
-    is_nested: bool | None = None
-    per_sample: dict[int, tuple[int, ...]] = field(default_factory=dict)
-
-    def update(self, schema: dict[str, Any], indexes: list[int]) -> None:
-        if self.dtype is None:
-            self.dtype = schema["dtype"]
-        elif self.dtype != schema["dtype"]:
-            raise ConfigError(f"dtype mismatch: existing={self.dtype}, incoming={schema['dtype']}")
-        if not self.indexes:  # new (or emptied) field
-            self.is_nested, self.shape = schema["is_nested"], tuple(schema["shape"])  # nested: the first row's
-            self.per_sample = {}
-        if schema["is_nested"]:
-            if self.is_nested is False:
-                if self.shape is not None:
-                    self.per_sample.update(dict.fromkeys(self.indexes, self.shape))
-                self.is_nested, self.shape = True, None
-            self.per_sample.update({i: tuple(s) for i, s in zip(indexes, schema["per_sample_shapes"], strict=True)})
-        else:
-            shape = tuple(schema["shape"])
-            if self.is_nested:
-                self.per_sample.update(dict.fromkeys(indexes, shape))
-            elif self.indexes and self.shape is not None and self.shape != shape:
-                self.per_sample.update(dict.fromkeys(self.indexes, self.shape))
-                self.per_sample.update(dict.fromkeys(indexes, shape))
-                self.is_nested, self.shape = True, None
-        self.indexes.update(indexes)
-
-    def remove(self, indexes: list[int]) -> None:
-        for i in indexes:
-            self.per_sample.pop(i, None)
-            self.indexes.discard(i)
-        if self.is_nested and self.indexes:
-            shapes = set(self.per_sample.values())
-            if len(shapes) == 1:
-                self.is_nested, self.shape = False, next(iter(shapes))
-                self.per_sample.clear()
-
-    def schema(self, indexes: list[int]) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "dtype": self.dtype,
-            "shape": None if self.shape is None else list(self.shape),
-            "is_nested": self.is_nested,
-            "is_non_tensor": False,
-        }
-        if self.is_nested and self.per_sample:
-            out["per_sample_shapes"] = [None if (s := self.per_sample.get(i)) is None else list(s) for i in indexes]
-        return out
-
-
-@dataclass
-class _Partition:
-    """A TransferQueue partition on the dock: slots for its global indexes, fields, tags, keys."""
-
-    name: str
-    rows: int
-    slot_of: dict[int, int] = field(default_factory=dict)
-    global_of: np.ndarray = field(init=False)  # global index per slot, -1: free or retired
-    next_slot: int = 0
-    pre_allocated: set[int] = field(default_factory=set)
-    active: set[int] = field(default_factory=set)
-    fields: dict[str, _Field] = field(default_factory=dict)
-    registered: set[str] = field(default_factory=set)  # every field ever put (TransferQueue keeps them)
-    custom_meta: dict[int, dict[str, Any]] = field(default_factory=dict)
-    keys: dict[str, int] = field(default_factory=dict)  # kv key -> global index
-    key_of: dict[int, str] = field(default_factory=dict)
-    consumed: dict[str, set[int]] = field(default_factory=dict)  # per task, the indexes fetch gave it
-
-    def __post_init__(self) -> None:
-        self.global_of = np.full(self.rows, -1, dtype=np.int64)
-
-    def activate(self, count: int) -> list[int]:
-        """Pre-allocated indexes first (TransferQueue's ``activate_pre_allocated_indexes``)."""
-        if len(self.pre_allocated) < count:
-            taken = list(self.pre_allocated)
-        else:
-            taken = sorted(self.pre_allocated)[:count]
-        self.active.update(taken)
-        self.pre_allocated.difference_update(taken)
-        return taken
-
-    def check_room(self, count: int) -> None:
-        """Refuse ``count`` new samples when the partition's slots cannot hold them."""
-        if self.next_slot + count > self.rows:
-            raise ConfigError(
-                f"partition {self.name!r} has used {self.next_slot} of its {self.rows} slots and cannot take "
-                f"{count} more samples: clear_partition it, or raise TransferQueueConfig.partition_rows"
-            )
-
-    def give_slots(self, indexes: list[int]) -> None:
-        """Slots for newly activated indexes (room checked by ``check_room``)."""
-        for index in indexes:
-            self.slot_of[index] = self.next_slot
-            self.global_of[self.next_slot] = index
-            self.next_slot += 1
-
-    def ready(self, indexes: list[int], names: list[str]) -> np.ndarray:
-        """1 per index whose ``names`` are all produced (TransferQueue's production status)."""
-        out = np.zeros(len(indexes), dtype=np.int8)
-        known = [n for n in names if n in self.registered]
-        if known:
-            for k, index in enumerate(indexes):
-                out[k] = all(n in self.fields and index in self.fields[n].indexes for n in known)
-        return out
-
-
-@dataclass(frozen=True)
-class _LowestGlobal:
-    """Dock sampler: the ``count`` eligible slots of the lowest global indexes, or wait (TransferQueue's
-    fetch never returns a short batch)."""
-
-    global_of: np.ndarray
-    trusted = True
-
-    def __call__(self, request: SampleRequest) -> tuple[np.ndarray, np.ndarray] | None:
-        globals_ = self.global_of[request.eligible]
-        live = globals_ >= 0
-        if int(live.sum()) < request.count:
-            return None
-        slots = request.eligible[live][np.argsort(globals_[live], kind="stable")[: request.count]]
-        return slots, slots
-
-
 # -- data in and out ---------------------------------------------------------------------------------
 
 
@@ -358,18 +192,18 @@ class TransferQueueClient:
         self.dock = dock
         self.config = config or TransferQueueConfig()
         self._lock = threading.RLock()
-        self._indexes = _Indexes()
-        self._partitions: dict[str, _Partition] = {}
+        self._indexes = Indexes()
+        self._partitions: dict[str, TQPartition] = {}
 
     # -- partitions ---------------------------------------------------------------------------------
 
-    def _create(self, partition_id: str) -> _Partition:
+    def _create(self, partition_id: str) -> TQPartition:
         if not isinstance(partition_id, str) or not partition_id:
             raise ConfigError(f"partition_id={partition_id!r} must be a non-empty string")
         group = self.dock.n_samples_per_prompt  # the dock counts rows in prompts: round up to whole ones
         prompts = -(-self.config.partition_rows // group)
         self.dock.add_partition(partition_id, prompts)
-        part = _Partition(partition_id, prompts * group)
+        part = TQPartition(partition_id, prompts * group)
         if self.config.pre_allocated:
             part.pre_allocated.update(self._indexes.allocate(partition_id, self.config.pre_allocated))
         self._partitions[partition_id] = part
@@ -380,7 +214,7 @@ class TransferQueueClient:
         with self._lock:
             return list(self._partitions)
 
-    def _allocate(self, part: _Partition, count: int) -> list[int]:
+    def _allocate(self, part: TQPartition, count: int) -> list[int]:
         """``count`` indexes for new samples of ``part`` (pre-allocated first, then the pool)."""
         part.check_room(count)
         indexes = part.activate(count)
@@ -390,7 +224,7 @@ class TransferQueueClient:
         part.active.update(indexes)
         return indexes
 
-    def _meta(self, part: _Partition, indexes: list[int], fields: list[str], mode: str) -> Any:
+    def _meta(self, part: TQPartition, indexes: list[int], fields: list[str], mode: str) -> Any:
         from transfer_queue.metadata import BatchMeta
 
         schema = {f: part.fields[f].schema(indexes) for f in fields if f in part.fields}
@@ -460,7 +294,7 @@ class TransferQueueClient:
                 try:
                     batch = self.dock.get(
                         task_name, fields, batch_size, partition_id,
-                        sampler=_LowestGlobal(target.global_of), timeout=max(0.0, min(left, 0.25)),
+                        sampler=LowestGlobal(target.global_of), timeout=max(0.0, min(left, 0.25)),
                     )  # fmt: skip
                 except DockTimeout:
                     batch = None
@@ -519,7 +353,7 @@ class TransferQueueClient:
                     sub = dict(meta)
                     if meta["is_nested"]:
                         sub["per_sample_shapes"] = [meta["per_sample_shapes"][p] for p in positions]
-                    part.fields.setdefault(name, _Field()).update(sub, indexes)
+                    part.fields.setdefault(name, Field()).update(sub, indexes)
                     part.registered.add(name)
                 for p, index in zip(positions, indexes, strict=True):
                     part.custom_meta[index] = dict(metadata.custom_meta[p])
@@ -758,9 +592,12 @@ _CLIENT: TransferQueueClient | None = None
 
 
 def init(conf: Any = None, *, dock: DockAPI | None = None) -> TransferQueueConfig:
-    """Start the adapter (once per process): over ``dock``, or a new empty in-process ``Dock``."""
+    """Start the adapter (once per process): over ``dock``, or a new empty in-process ``Dock``. Later
+    calls return the running adapter's settings (TransferQueue ignores ``conf`` then, too)."""
     global _CLIENT
     config = TransferQueueConfig.from_conf(conf)
+    if _CLIENT is not None and dock is not None and dock is not _CLIENT.dock:
+        raise ConfigError("init(dock=...): the adapter already runs over another dock; close() it first")
     if _CLIENT is None:
         if dock is None:
             from .dock import Dock
