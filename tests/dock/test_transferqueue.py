@@ -281,3 +281,38 @@ def test_refusals():
     with pytest.raises(ConfigError, match="does not exist"):
         client.get_data(meta)
     assert np.array_equal(client.get_meta(["x"], 0, "p", mode="force_fetch").production_status, [])
+
+
+def test_concurrent_producers_and_consumers_see_each_sample_once():
+    import threading
+
+    client = dock_tq.TransferQueueClient(Dock([], []), dock_tq.TransferQueueConfig(get_meta_timeout=0.5))
+    total, got, errors = 160, {"train": [], "ref": []}, []
+
+    def produce(seed):
+        for k in range(10):
+            client.put(data=_batch(4, seed * 10 + k), partition_id="p")
+
+    def consume(task):
+        try:
+            while len(got[task]) < total:
+                try:
+                    meta = client.get_meta(["reward", "tokens"], 8, "p", task_name=task)
+                except dock_tq.TransferQueueTimeout:
+                    continue
+                data = client.get_data(meta)
+                assert data.batch_size[0] == 8
+                got[task].extend(meta.global_indexes)
+        except Exception as error:  # reported below, not lost in the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=produce, args=(s,)) for s in range(4)]
+    threads += [threading.Thread(target=consume, args=(t,)) for t in ("train", "ref")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    for task in ("train", "ref"):
+        assert sorted(got[task]) == list(range(total)), task
+    assert client.check_consumption_status("train", "p")
