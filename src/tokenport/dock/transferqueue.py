@@ -21,7 +21,15 @@ How TransferQueue's concepts map onto the dock:
   those as jagged nested tensors, so does the adapter); a field keeps one dtype across partitions;
 - a ``task_name`` is a dock consumer; ``get_meta(mode="fetch")`` is a dock ``get`` that consumes
   the lowest ready global indexes (TransferQueue's ``SequentialSampler``), ``get_data`` a read
-  under a lease that is given back (nothing consumed), production status the dock's readiness.
+  under a lease that is given back (nothing consumed); a fetch waits on the dock's readiness bits.
+
+Where the adapter differs from TransferQueue, on purpose: bad calls raise tokenport errors naming
+what to fix (``ConfigError`` is a ValueError, as TransferQueue's are; a fetch timeout is a
+``TransferQueueTimeout``, a RuntimeError like TransferQueue's); ``get_data`` of samples whose fields
+were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundError``); a put the dock
+refuses changes nothing (TransferQueue has already allocated the indexes by then); a field whose
+dtype or kind changes is refused (TransferQueue logs the mismatch in its controller and goes on).
+The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
 
 Covered and not (the issue 17 table; ``c.`` is the client):
 
