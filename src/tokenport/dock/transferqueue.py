@@ -28,7 +28,7 @@ what to fix (``ConfigError`` is a ValueError, as TransferQueue's are; a fetch ti
 ``TransferQueueTimeout``, a RuntimeError like TransferQueue's); ``get_data`` of samples whose fields
 were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundError``); a put the dock
 refuses changes nothing (TransferQueue has already allocated the indexes by then); a field whose
-dtype or kind changes is refused (TransferQueue logs the mismatch in its controller and goes on).
+dtype or kind changes is refused (TransferQueue's controller catches that mismatch and logs it).
 The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
 
 Covered and not (the issue 17 table; ``c.`` is the client):
