@@ -261,6 +261,8 @@ def test_refusals():
         client.get_data(client.get_meta(["x"], 2, "q", mode="insert"))
     with pytest.raises(ConfigError, match="mode='pop' is invalid"):
         client.get_meta(["x"], 1, "p", mode="pop", task_name="t")
+    with pytest.raises(ConfigError, match=r"lacks the DockAPI members \['columns'"):
+        dock_tq.TransferQueueClient(object())
     with pytest.raises(ConfigError, match="must be a dict or None"):
         client.get_meta(["x"], 1, "p", task_name="t", sampling_config=[2])
     with pytest.raises(ConfigError, match="only SequentialSampler"):

@@ -94,6 +94,9 @@ __all__ = [
 ]
 
 _MODES = ("fetch", "force_fetch", "insert")
+# the DockAPI members the adapter uses (a dock needs these, not the whole protocol)
+_USED = ("columns", "consumers", "n_samples_per_prompt", "add_column", "add_consumer", "add_partition",
+         "drop_partition", "put", "get", "nack")  # fmt: skip
 _READER = "transferqueue-reader-"  # consumer names under which get_data reads (never consumes)
 
 
@@ -195,8 +198,8 @@ class TransferQueueClient:
     """TransferQueue's ``TransferQueueClient`` calls over a ``DockAPI``: put, get_meta, get_data, clear."""
 
     def __init__(self, dock: DockAPI, config: TransferQueueConfig | None = None) -> None:
-        if not isinstance(dock, DockAPI):
-            raise ConfigError(f"dock={dock!r:.60} does not implement DockAPI: pass a Dock or RayDock")
+        if missing := [name for name in _USED if not hasattr(dock, name)]:
+            raise ConfigError(f"dock={dock!r:.60} lacks the DockAPI members {missing}: pass a Dock or RayDock")
         self.dock = dock
         self.config = config or TransferQueueConfig()
         self._lock = threading.RLock()
