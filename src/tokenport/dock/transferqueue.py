@@ -1,0 +1,735 @@
+"""TransferQueue's client API (the ``transferqueue`` package, 0.1.11) spoken by a dock.
+
+verl, NeMo-RL and ROLL move RL data through ``transfer_queue``: ``tq.init()``,
+``client = tq.get_client()``, ``client.put(data=TensorDict, partition_id=...)``,
+``client.get_meta(...)``, ``client.get_data(meta)``, ``client.clear_*`` and ``tq.kv_*``. This module
+offers the same calls over any ``DockAPI`` (``Dock`` in process), so such code runs on the dock by
+changing its import: ``import tokenport.dock.transferqueue as tq``. It returns TransferQueue's own
+``BatchMeta`` and ``KVBatchMeta`` objects and TensorDicts shaped as TransferQueue returns them.
+
+How TransferQueue's concepts map onto the dock:
+
+- a partition (``partition_id``) is a dock partition of ``TransferQueueConfig.partition_rows``
+  rows (slots), added when TransferQueue would create the partition and dropped by
+  ``clear_partition``;
+- a global index is a slot of that partition; indexes are allocated exactly as TransferQueue's
+  controller allocates them (one pre-allocated per new partition, cleared ones reused first in
+  first-out order), so the same calls return the same indexes; a slot is never reused while its
+  partition lives (a cleared sample's slot is retired, its index goes back to the pool);
+- a field is a dock column: a 1-D field ``(batch,)`` a scalar column, any other tensor field a
+  ragged column whose rows are the per-sample tensors' first dimension (TransferQueue returns
+  those as jagged nested tensors, so does the adapter); a field keeps one dtype across partitions;
+- a ``task_name`` is a dock consumer; ``get_meta(mode="fetch")`` is a dock ``get`` that consumes
+  the lowest ready global indexes (TransferQueue's ``SequentialSampler``), ``get_data`` a read
+  under a lease that is given back (nothing consumed); a fetch waits on the dock's readiness bits.
+
+Where the adapter differs from TransferQueue, on purpose: bad calls raise tokenport errors naming
+what to fix (``ConfigError`` is a ValueError, as TransferQueue's are; a fetch timeout is a
+``TransferQueueTimeout``, a RuntimeError like TransferQueue's); ``get_data`` of samples whose fields
+were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundError``); a put the dock
+refuses changes nothing (TransferQueue has already allocated the indexes by then); a field whose
+dtype or kind changes is refused (TransferQueue's controller catches that mismatch and logs it).
+The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
+
+Covered and not (the issue 17 table; ``c.`` is the client):
+
+| TransferQueue API | here | notes |
+|---|---|---|
+| ``init``, ``get_client``, ``close`` | yes | ``init(conf, dock=...)``: a ``DockAPI``, or a new ``Dock`` |
+| ``c.put(data, metadata, partition_id)`` | yes | new samples, or fields of a ``BatchMeta`` |
+| ``c.get_meta`` fetch, force_fetch, insert | yes | too few ready: empty (polling) or timeout |
+| ``c.get_data`` | yes | 1-D fields dense, the others jagged nested |
+| ``c.clear_partition``, ``c.clear_samples`` | yes | |
+| ``c.set_custom_meta``, ``c.get_partition_list`` | yes | |
+| ``async_`` twins of all the above | yes | the sync call in a worker thread |
+| ``kv_put``, ``kv_batch_put``, ``kv_batch_get`` | yes | tags are ``custom_meta`` |
+| ``kv_batch_get_by_meta``, ``kv_list``, ``kv_clear`` | yes | and their ``async_`` twins |
+| ``StreamingDataset``, ``StreamingDataLoader`` | yes | ``transferqueue_loader``; ``num_workers=0`` |
+| samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
+| non-tensor or bfloat16 fields | no | dock columns hold numbers: refused |
+| strided or inner-ragged nested tensors | no | refused (``InputDataError``) |
+| ``c.get_consumption_status``, ``c.check_*`` | yes | consumption only, and async twins |
+| ``reset_consumption``, production status | no | the dock has ``stats``, ``all_consumed`` |
+| checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
+| storage backends, ``data_parser`` | no | the dock is the storage; refused |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_int
+from ..errors import ConfigError, DockTimeout, InputDataError
+from .api import DockAPI
+from .ragged import Packed
+from .schema import Column
+from .transferqueue_state import Field, Indexes, LowestGlobal, TQPartition
+
+__all__ = [
+    "TransferQueueClient",
+    "TransferQueueConfig",
+    "TransferQueueTimeout",
+    "async_kv_batch_get",
+    "async_kv_batch_get_by_meta",
+    "async_kv_batch_put",
+    "async_kv_clear",
+    "async_kv_list",
+    "async_kv_put",
+    "close",
+    "get_client",
+    "init",
+    "kv_batch_get",
+    "kv_batch_get_by_meta",
+    "kv_batch_put",
+    "kv_clear",
+    "kv_list",
+    "kv_put",
+]
+
+_MODES = ("fetch", "force_fetch", "insert")
+# the DockAPI members the adapter uses (a dock needs these, not the whole protocol)
+_USED = ("columns", "consumers", "n_samples_per_prompt", "add_column", "add_consumer", "add_partition",
+         "drop_partition", "put", "get", "nack")  # fmt: skip
+_READER = "transferqueue-reader-"  # consumer names under which get_data reads (never consumes)
+
+
+class TransferQueueTimeout(DockTimeout, RuntimeError):
+    """``get_meta(mode="fetch")`` waited ``get_meta_timeout`` s for too few ready samples (TransferQueue
+    raises a RuntimeError there; this is both that and the dock's ``DockTimeout``)."""
+
+
+@dataclass(frozen=True)
+class TransferQueueConfig:
+    """How the adapter behaves: TransferQueue's ``controller.polling_mode``, how long a fetch waits
+    for enough ready samples (TransferQueue's default waits one 5 s check interval), and the
+    samples a partition can hold over its life (slots; ``clear_partition`` frees them)."""
+
+    polling_mode: bool = False
+    get_meta_timeout: float = 5.0
+    partition_rows: int = 65536
+    pre_allocated: int = 1  # TransferQueue's TQ_PRE_ALLOC_SAMPLE_NUM
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.polling_mode, bool):
+            raise ConfigError(f"polling_mode={self.polling_mode!r} must be True or False")
+        if not isinstance(self.get_meta_timeout, (int, float)) or not 0 <= self.get_meta_timeout < float("inf"):
+            raise ConfigError(f"get_meta_timeout={self.get_meta_timeout!r} must be seconds >= 0")
+        check_int("partition_rows", self.partition_rows)
+        check_int("pre_allocated", self.pre_allocated, minimum=0)
+
+    @classmethod
+    def from_conf(cls, conf: Any) -> TransferQueueConfig:
+        """The settings from a TransferQueue-style config (``{"controller": {"polling_mode": ...}}``,
+        plus an optional ``"dock"`` section with this class's fields)."""
+        conf = dict(conf or {})
+        known = {"controller", "dock", "backend", "metrics"}
+        if unknown := set(conf) - known:
+            raise ConfigError(f"conf: unknown sections {sorted(unknown)}; expected some of {sorted(known)}")
+        controller = dict(conf.get("controller") or {})
+        sampler = controller.pop("sampler", "SequentialSampler")
+        if sampler != "SequentialSampler":
+            raise ConfigError(f"conf.controller.sampler={sampler!r}: only SequentialSampler is spoken by the dock")
+        options = dict(conf.get("dock") or {})
+        if "polling_mode" in controller:
+            options["polling_mode"] = controller.pop("polling_mode")
+        controller.pop("zmq_info", None)
+        if controller:
+            raise ConfigError(f"conf.controller: unknown keys {sorted(controller)}")
+        try:
+            return cls(**options)
+        except TypeError as error:
+            raise ConfigError(f"conf.dock: {error}") from None
+
+
+# -- data in and out ---------------------------------------------------------------------------------
+
+
+def _column_value(name: str, value: Any) -> tuple[Column, np.ndarray | Packed]:
+    """A TensorDict field as a dock column and its rows; anything the dock cannot hold is refused."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise InputDataError(
+            f"field {name!r} is a {type(value).__name__}: the dock holds tensor fields only "
+            "(bool, integer or float); encode it as a tensor"
+        )
+    if value.dtype == torch.bfloat16 or value.is_complex():
+        raise InputDataError(f"field {name!r} has dtype {value.dtype}, which numpy cannot hold: cast it first")
+    if value.is_nested:
+        if value.layout != torch.jagged or value._ragged_idx != 1:  # type: ignore[attr-defined]
+            raise InputDataError(
+                f"field {name!r}: only jagged nested tensors ragged in their first per-sample dimension are "
+                "supported; convert with torch.nested.nested_tensor(list, layout=torch.jagged)"
+            )
+        values = value.values().detach().cpu().numpy()
+        lengths = np.diff(value.offsets().cpu().numpy()).astype(np.int64)  # type: ignore[attr-defined]
+        column = Column(name, values.dtype, tuple(values.shape[1:]), ragged=True)
+        return column, Packed(values, lengths)
+    array = value.detach().cpu().numpy()
+    if array.ndim == 1:
+        return Column(name, array.dtype), array
+    batch, length = array.shape[:2]
+    packed = Packed(array.reshape(batch * length, *array.shape[2:]), np.full(batch, length, dtype=np.int64))
+    return Column(name, array.dtype, tuple(array.shape[2:]), ragged=True), packed
+
+
+def _tensor(value: np.ndarray | Packed) -> Any:
+    """A dock column's rows as TransferQueue returns them: dense for scalars, jagged otherwise."""
+    import torch
+
+    if isinstance(value, Packed):
+        values = torch.from_numpy(np.array(value.values))
+        offsets = torch.from_numpy(value.offsets)
+        return torch.nested.nested_tensor_from_jagged(values, offsets)
+    return torch.from_numpy(np.array(value))
+
+
+# -- the client ----------------------------------------------------------------------------------------
+
+
+class TransferQueueClient:
+    """TransferQueue's ``TransferQueueClient`` calls over a ``DockAPI``: put, get_meta, get_data, clear."""
+
+    def __init__(self, dock: DockAPI, config: TransferQueueConfig | None = None) -> None:
+        if missing := [name for name in _USED if not hasattr(dock, name)]:
+            raise ConfigError(f"dock={dock!r:.60} lacks the DockAPI members {missing}: pass a Dock or RayDock")
+        self.dock = dock
+        self.config = config or TransferQueueConfig()
+        self._lock = threading.RLock()
+        self._indexes = Indexes()
+        self._partitions: dict[str, TQPartition] = {}
+
+    # -- partitions ---------------------------------------------------------------------------------
+
+    def _create(self, partition_id: str) -> TQPartition:
+        if not isinstance(partition_id, str) or not partition_id:
+            raise ConfigError(f"partition_id={partition_id!r} must be a non-empty string")
+        group = self.dock.n_samples_per_prompt  # the dock counts rows in prompts: round up to whole ones
+        prompts = -(-self.config.partition_rows // group)
+        self.dock.add_partition(partition_id, prompts)
+        part = TQPartition(partition_id, prompts * group)
+        if self.config.pre_allocated:
+            part.pre_allocated.update(self._indexes.allocate(partition_id, self.config.pre_allocated))
+        self._partitions[partition_id] = part
+        return part
+
+    def get_partition_list(self) -> list[str]:
+        """The partitions, in creation order."""
+        with self._lock:
+            return list(self._partitions)
+
+    def _allocate(self, part: TQPartition, count: int) -> list[int]:
+        """``count`` indexes for new samples of ``part`` (pre-allocated first, then the pool)."""
+        part.check_room(count)
+        indexes = part.activate(count)
+        if len(indexes) < count:
+            indexes.extend(self._indexes.allocate(part.name, count - len(indexes)))
+        part.give_slots([i for i in indexes if i not in part.slot_of])
+        part.active.update(indexes)
+        return indexes
+
+    def _meta(self, part: TQPartition, indexes: list[int], fields: list[str], mode: str) -> Any:
+        from transfer_queue.metadata import BatchMeta
+
+        schema = {f: part.fields[f].schema(indexes) for f in fields if f in part.fields}
+        if mode == "insert":
+            for name in fields:
+                schema.setdefault(name, {"dtype": None, "shape": None, "is_nested": False, "is_non_tensor": False})
+            status = np.zeros(len(indexes), dtype=np.int8)
+        elif mode == "fetch":
+            status = np.ones(len(indexes), dtype=np.int8)
+        else:
+            status = part.ready(indexes, fields)
+        return BatchMeta(
+            global_indexes=indexes,
+            partition_ids=[part.name] * len(indexes),
+            field_schema=schema,
+            production_status=status,
+            custom_meta=[part.custom_meta.get(i, {}) for i in indexes],
+        )
+
+    # -- get_meta -----------------------------------------------------------------------------------
+
+    def get_meta(
+        self,
+        data_fields: list[str],
+        batch_size: int,
+        partition_id: str,
+        mode: str = "fetch",
+        task_name: str | None = None,
+        sampling_config: dict[str, Any] | None = None,
+    ) -> Any:
+        """A ``BatchMeta``: new samples (``insert``), ready samples ``task_name`` has not consumed, which
+        become consumed (``fetch``), or every sample of the partition (``force_fetch``)."""
+        from transfer_queue.metadata import BatchMeta
+
+        if mode not in _MODES:
+            raise ConfigError(f"mode={mode!r} is invalid: pass one of {_MODES}")
+        if sampling_config is not None and not isinstance(sampling_config, dict):
+            raise ConfigError(f"sampling_config={sampling_config!r:.60} must be a dict or None")
+        # sampling_config goes to TransferQueue's sampler as keywords; SequentialSampler ignores them
+        fields = list(data_fields or [])
+        if mode == "insert":
+            check_int("batch_size", batch_size)
+            with self._lock:
+                part = self._partitions.get(partition_id) or self._create(partition_id)
+                indexes = self._allocate(part, batch_size)
+                return self._meta(part, indexes, fields, mode)
+        if mode == "force_fetch":
+            with self._lock:
+                part_or_none = self._partitions.get(partition_id)
+                if part_or_none is None:
+                    raise ConfigError(f"Partition {partition_id} not found: put data into it first")
+                return self._meta(part_or_none, self._indexes.of(partition_id), fields, mode)
+        if not isinstance(task_name, str) or not task_name:
+            raise ConfigError(f"task_name={task_name!r}: fetch needs the consuming task's name")
+        if not fields:
+            raise ConfigError("data_fields is empty: fetch needs the fields the task reads")
+        check_int("batch_size", batch_size)
+        deadline = time.monotonic() + (0.0 if self.config.polling_mode else self.config.get_meta_timeout)
+        while True:
+            with self._lock:
+                target = self._partitions.get(partition_id)
+                known = target is not None and all(f in target.fields for f in fields)
+                if known and task_name not in self.dock.consumers:
+                    self.dock.add_consumer(task_name)
+            left = deadline - time.monotonic()
+            if known and target is not None:
+                try:
+                    batch = self.dock.get(
+                        task_name, fields, batch_size, partition_id,
+                        sampler=LowestGlobal(target.global_of), timeout=max(0.0, min(left, 0.25)),
+                    )  # fmt: skip
+                except DockTimeout:
+                    batch = None
+                if batch is not None:
+                    with self._lock:
+                        indexes = [int(target.global_of[s]) for s in batch.rows]
+                        target.consumed.setdefault(task_name, set()).update(indexes)
+                        return self._meta(target, indexes, fields, mode)
+            elif left > 0:
+                time.sleep(min(left, 0.05))
+            if time.monotonic() >= deadline:
+                if self.config.polling_mode:
+                    return BatchMeta.empty()
+                raise TransferQueueTimeout(
+                    f"task {task_name!r} waited {self.config.get_meta_timeout} s for {batch_size} samples of "
+                    f"partition {partition_id!r} with fields {fields} ready; put more data, ask for fewer, or "
+                    "raise TransferQueueConfig.get_meta_timeout"
+                )
+
+    # -- put ----------------------------------------------------------------------------------------
+
+    def put(self, data: Any, metadata: Any = None, partition_id: str | None = None, data_parser: Any = None) -> Any:
+        """Write ``data`` (a TensorDict) as new samples of ``partition_id``, or as fields of the samples
+        of ``metadata``; returns the ``BatchMeta`` with the written fields added, ready."""
+        from tensordict import TensorDict
+        from transfer_queue.metadata import extract_field_schema
+
+        if data_parser is not None:
+            raise ConfigError("data_parser is a SimpleStorage feature the dock does not offer: parse before put")
+        if not isinstance(data, TensorDict):
+            raise InputDataError(f"data is a {type(data).__name__}: pass a TensorDict with a batch dimension")
+        converted = {name: _column_value(name, value) for name, value in data.items()}
+        schema = extract_field_schema(data)
+        with self._lock:
+            self._check_columns(converted)  # before insert allocates: a refused put changes nothing
+        if metadata is None:
+            if partition_id is None:
+                raise ConfigError("partition_id must be provided if metadata is not given")
+            metadata = self.get_meta(list(converted), data.batch_size[0], partition_id, mode="insert")
+        if metadata is None or metadata.size == 0:
+            raise ConfigError("metadata cannot be None or empty: put with partition_id= or a non-empty BatchMeta")
+        if data.batch_size[0] != metadata.size:
+            raise InputDataError(f"data has {data.batch_size[0]} samples but metadata {metadata.size}")
+        with self._lock:
+            self._check_columns(converted)
+            groups = self._slots_by_partition(metadata)
+            for name, (column, _) in converted.items():
+                if name not in self.dock.columns:
+                    self.dock.add_column(column)
+            for pid, (positions, slots) in groups.items():
+                columns = {n: _select(v, positions) for n, (_, v) in converted.items()}
+                self.dock.put(pid, columns, slots, overwrite=True)
+                part = self._partitions[pid]
+                indexes = [metadata.global_indexes[p] for p in positions]
+                for name, meta in schema.items():
+                    sub = dict(meta)
+                    if meta["is_nested"]:
+                        sub["per_sample_shapes"] = [meta["per_sample_shapes"][p] for p in positions]
+                    part.fields.setdefault(name, Field()).update(sub, indexes)
+                    part.registered.add(name)
+                for p, index in zip(positions, indexes, strict=True):
+                    part.custom_meta[index] = dict(metadata.custom_meta[p])
+        return metadata.add_fields(data)
+
+    def _check_columns(self, converted: dict[str, tuple[Column, Any]]) -> None:
+        """Refuse a field whose kind, dtype or item shape differs from the dock column of that name."""
+        existing = self.dock.columns
+        for name, (column, _) in converted.items():
+            have = existing.get(name)
+            if have is not None and have != column:
+                raise InputDataError(
+                    f"field {name!r} comes as {column.dtype} {'ragged' if column.ragged else 'scalar'} items of "
+                    f"shape {column.shape}, but the dock holds it as {have.dtype} "
+                    f"{'ragged' if have.ragged else 'scalar'} items of shape {have.shape} (a field keeps one "
+                    "dtype and kind in every partition): use another field name"
+                )
+
+    def _slots_by_partition(self, metadata: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Positions in ``metadata`` and dock slots, grouped by partition; unknown samples refused."""
+        groups: dict[str, tuple[list[int], list[int]]] = {}
+        for position, (index, pid) in enumerate(zip(metadata.global_indexes, metadata.partition_ids, strict=True)):
+            part = self._partitions.get(pid)
+            if part is None or index not in part.slot_of or part.global_of[part.slot_of[index]] != index:
+                raise ConfigError(
+                    f"sample {index} of partition {pid!r} does not exist (cleared, or never put): get a fresh BatchMeta"
+                )
+            positions, slots = groups.setdefault(pid, ([], []))
+            positions.append(position)
+            slots.append(part.slot_of[index])
+        return {pid: (np.asarray(p), np.asarray(s)) for pid, (p, s) in groups.items()}
+
+    def set_custom_meta(self, metadata: Any) -> None:
+        """Store ``metadata.custom_meta`` per sample (it travels with later BatchMetas of those samples)."""
+        with self._lock:
+            for index, pid, meta in zip(metadata.global_indexes, metadata.partition_ids, metadata.custom_meta,
+                                        strict=True):  # fmt: skip
+                if (part := self._partitions.get(pid)) is not None:
+                    part.custom_meta[index] = dict(meta)
+
+    # -- get_data -----------------------------------------------------------------------------------
+
+    def get_data(self, metadata: Any) -> Any:
+        """The samples of ``metadata``, its fields, in its order, as a TensorDict (nothing is consumed)."""
+        import torch
+        from tensordict import TensorDict
+
+        if metadata is None or metadata.size == 0 or not metadata.field_names:
+            return TensorDict({}, batch_size=0)
+        names = list(metadata.field_names)
+        reader = f"{_READER}{threading.get_ident()}"
+        with self._lock:
+            groups = self._slots_by_partition(metadata)
+            if reader not in self.dock.consumers:
+                self.dock.add_consumer(reader)
+        parts: dict[str, list[Any]] = {n: [None] * metadata.size for n in names}
+        for pid, (positions, slots) in groups.items():
+            try:
+                batch = self.dock.get(reader, names, len(slots), pid, rows=slots, timeout=0, lease=60.0)
+            except DockTimeout:
+                raise InputDataError(
+                    f"samples of partition {pid!r} do not all have fields {names} produced: get_meta in fetch "
+                    "mode (ready samples only), or put the missing fields first"
+                ) from None
+            assert batch is not None and batch.lease_id is not None
+            self.dock.nack(batch.lease_id)
+            for name in names:
+                value = batch[name]
+                rows = value.to_list() if isinstance(value, Packed) else list(value)
+                for position, row in zip(positions, rows, strict=True):
+                    parts[name][position] = row
+        out = {}
+        for name in names:
+            rows = parts[name]
+            if rows[0].ndim == 0:
+                out[name] = torch.from_numpy(np.stack(rows))
+            else:
+                out[name] = _tensor(Packed(np.concatenate(rows), np.array([len(r) for r in rows], dtype=np.int64)))
+        return TensorDict(out, batch_size=metadata.size)
+
+    # -- clear --------------------------------------------------------------------------------------
+
+    def clear_partition(self, partition_id: str) -> None:
+        """Forget a partition: its samples, consumption, tags and keys; its indexes go back to the pool."""
+        with self._lock:
+            if self._partitions.pop(partition_id, None) is None:
+                return
+            self._indexes.release_partition(partition_id)
+            self.dock.drop_partition(partition_id)
+
+    def clear_samples(self, metadata: Any) -> None:
+        """Forget the samples of ``metadata`` (their slots are retired); their indexes go back to the pool."""
+        if metadata is None or metadata.size == 0:
+            return
+        with self._lock:
+            grouped: dict[str, list[int]] = defaultdict(list)
+            for pid, index in sorted(zip(metadata.partition_ids, metadata.global_indexes, strict=True)):
+                grouped[pid].append(index)
+            for pid, asked in grouped.items():
+                part = self._partitions.get(pid)
+                if part is None:
+                    continue
+                indexes = list(set(asked) & part.active)
+                if not indexes:
+                    continue
+                for index in indexes:
+                    part.global_of[part.slot_of.pop(index)] = -1
+                    part.custom_meta.pop(index, None)
+                    if (key := part.key_of.pop(index, None)) is not None:
+                        del part.keys[key]
+                part.active.difference_update(indexes)
+                for consumed in part.consumed.values():
+                    consumed.difference_update(indexes)
+                for name in list(part.fields):
+                    part.fields[name].remove(indexes)
+                    if not part.fields[name].indexes:
+                        del part.fields[name]
+                self._indexes.release(pid, indexes)
+
+    # -- status -------------------------------------------------------------------------------------
+
+    def get_consumption_status(self, task_name: str, partition_id: str) -> tuple[Any, Any]:
+        """The partition's global indexes (pre-allocated ones included) and 1 for each ``task_name`` has
+        consumed, as torch tensors; ``(None, None)`` for an unknown partition."""
+        import torch
+
+        with self._lock:
+            part = self._partitions.get(partition_id)
+            if part is None:
+                return None, None
+            indexes = sorted(part.active | part.pre_allocated)
+            consumed = part.consumed.get(task_name, set())
+            status = torch.tensor([i in consumed for i in indexes], dtype=torch.int8)
+            return torch.tensor(indexes, dtype=torch.long), status
+
+    def check_consumption_status(self, task_name: str, partition_id: str) -> bool:
+        """Whether ``task_name`` has consumed every sample of the partition (False when it has none)."""
+        _, status = self.get_consumption_status(task_name, partition_id)
+        return status is not None and status.numel() > 0 and bool((status == 1).all())
+
+    # -- key-value ----------------------------------------------------------------------------------
+
+    def kv_retrieve_meta(self, keys: list[str] | str, partition_id: str, create: bool = False) -> Any:
+        """The ``BatchMeta`` of ``keys`` (new keys get samples when ``create``), with the fields all have."""
+        from transfer_queue.metadata import BatchMeta
+
+        if isinstance(keys, str):
+            keys = [keys]
+        with self._lock:
+            found_part = self._partitions.get(partition_id)
+            if found_part is None and not create:
+                return BatchMeta.empty()
+            part = found_part or self._create(partition_id)
+            indexes: list[int | None] = [part.keys.get(k) for k in keys]
+            missing = [k for k, i in enumerate(indexes) if i is None]
+            if missing and create:
+                new = self._allocate(part, len(missing))
+                for k, index in zip(missing, new, strict=True):
+                    indexes[k] = index
+                    part.keys[keys[k]] = index
+                    part.key_of[index] = keys[k]
+            found = [i for i in indexes if i is not None]
+            fields = [n for n, f in part.fields.items() if found and all(i in f.indexes for i in found)]
+            return self._meta(part, found, fields, "force_fetch")
+
+    def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """Per partition, its keys and their tags."""
+        with self._lock:
+            pids = list(self._partitions) if partition_id is None else [partition_id]
+            out = {}
+            for pid in pids:
+                if (part := self._partitions.get(pid)) is not None:
+                    out[pid] = {k: dict(part.custom_meta.get(i, {})) for k, i in part.keys.items()}
+            return out
+
+    # -- asyncio twins ------------------------------------------------------------------------------
+
+    async def async_get_meta(self, *args: Any, **kwargs: Any) -> Any:
+        """``get_meta`` from asyncio code (the wait runs in a worker thread)."""
+        return await asyncio.to_thread(self.get_meta, *args, **kwargs)
+
+    async def async_put(self, *args: Any, **kwargs: Any) -> Any:
+        """``put`` from asyncio code."""
+        return await asyncio.to_thread(self.put, *args, **kwargs)
+
+    async def async_get_data(self, metadata: Any) -> Any:
+        """``get_data`` from asyncio code."""
+        return await asyncio.to_thread(self.get_data, metadata)
+
+    async def async_clear_partition(self, partition_id: str) -> None:
+        """``clear_partition`` from asyncio code."""
+        await asyncio.to_thread(self.clear_partition, partition_id)
+
+    async def async_clear_samples(self, metadata: Any) -> None:
+        """``clear_samples`` from asyncio code."""
+        await asyncio.to_thread(self.clear_samples, metadata)
+
+    async def async_set_custom_meta(self, metadata: Any) -> None:
+        """``set_custom_meta`` from asyncio code."""
+        await asyncio.to_thread(self.set_custom_meta, metadata)
+
+    async def async_kv_retrieve_meta(self, *args: Any, **kwargs: Any) -> Any:
+        """``kv_retrieve_meta`` from asyncio code."""
+        return await asyncio.to_thread(self.kv_retrieve_meta, *args, **kwargs)
+
+    async def async_kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """``kv_list`` from asyncio code."""
+        return await asyncio.to_thread(self.kv_list, partition_id)
+
+    async def async_get_consumption_status(self, task_name: str, partition_id: str) -> tuple[Any, Any]:
+        """``get_consumption_status`` from asyncio code."""
+        return await asyncio.to_thread(self.get_consumption_status, task_name, partition_id)
+
+    async def async_check_consumption_status(self, task_name: str, partition_id: str) -> bool:
+        """``check_consumption_status`` from asyncio code."""
+        return await asyncio.to_thread(self.check_consumption_status, task_name, partition_id)
+
+    async def async_get_partition_list(self) -> list[str]:
+        """``get_partition_list`` from asyncio code."""
+        return await asyncio.to_thread(self.get_partition_list)
+
+    def close(self) -> None:
+        """Nothing to release (the dock outlives the client); kept for TransferQueue's API."""
+
+
+def _select(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
+    """Rows ``positions`` of a column value."""
+    from .ragged import take_rows
+
+    return take_rows(value, positions) if isinstance(value, Packed) else value[positions]
+
+
+# -- module-level API (``transfer_queue``'s functions) -------------------------------------------------
+
+_CLIENT: TransferQueueClient | None = None
+
+
+def init(conf: Any = None, *, dock: DockAPI | None = None) -> TransferQueueConfig:
+    """Start the adapter (once per process): over ``dock``, or a new empty in-process ``Dock``. Later
+    calls return the running adapter's settings (TransferQueue ignores ``conf`` then, too)."""
+    global _CLIENT
+    config = TransferQueueConfig.from_conf(conf)
+    if _CLIENT is not None and dock is not None and dock is not _CLIENT.dock:
+        raise ConfigError("init(dock=...): the adapter already runs over another dock; close() it first")
+    if _CLIENT is None:
+        if dock is None:
+            from .dock import Dock
+
+            dock = Dock([], [])
+        _CLIENT = TransferQueueClient(dock, config)
+    return _CLIENT.config
+
+
+def get_client() -> TransferQueueClient:
+    """The client ``init`` made."""
+    if _CLIENT is None:
+        raise ConfigError("TransferQueue is not initialized: call init() first")
+    return _CLIENT
+
+
+def close() -> None:
+    """Forget the client (the next ``init`` starts afresh)."""
+    global _CLIENT
+    _CLIENT = None
+
+
+def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] | None = None) -> Any:
+    """Put one sample under ``key``: ``fields`` (a TensorDict of one sample or a dict of unbatched
+    tensors) and/or a ``tag``; returns its ``KVBatchMeta``."""
+    from tensordict import TensorDict
+
+    if fields is None and tag is None:
+        raise ConfigError("Please provide at least one parameter of `fields` or `tag`.")
+    if isinstance(fields, dict):
+        fields = TensorDict({k: v.unsqueeze(0) for k, v in fields.items()}, batch_size=1)
+    return kv_batch_put([key], partition_id, fields, None if tag is None else [tag])
+
+
+def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: list[dict] | None = None) -> Any:
+    """Put samples under ``keys`` (new keys get new samples): ``fields`` (a TensorDict) and/or ``tags``."""
+    from transfer_queue.metadata import KVBatchMeta
+
+    if fields is None and tags is None:
+        raise ConfigError("Please provide at least one parameter of `fields` or `tags`.")
+    if fields is not None and fields.batch_size[0] != len(keys):
+        raise ConfigError(f"`keys` with length {len(keys)} does not match the `fields` batch {fields.batch_size[0]}")
+    client = get_client()
+    meta = client.kv_retrieve_meta(keys, partition_id, create=True)
+    if tags is not None:
+        if len(tags) != len(keys):
+            raise ConfigError(f"keys with length {len(keys)} does not match length of tags {len(tags)}")
+        meta.update_custom_meta(tags)
+    if fields is not None:
+        meta = client.put(fields, meta)
+    else:
+        client.set_custom_meta(meta)
+    return KVBatchMeta(
+        keys=keys, tags=meta.custom_meta, partition_id=partition_id, fields=meta.field_names,
+        extra_info=meta.extra_info,
+    )  # fmt: skip
+
+
+def kv_batch_get(keys: list[str] | str, partition_id: str, select_fields: list[str] | str | None = None) -> Any:
+    """The samples under ``keys`` (all their common fields, or ``select_fields``) as a TensorDict."""
+    client = get_client()
+    meta = client.kv_retrieve_meta(keys, partition_id, create=False)
+    if meta.size == 0:
+        raise ConfigError("keys or partition were not found!")
+    if select_fields is not None:
+        meta = meta.select_fields([select_fields] if isinstance(select_fields, str) else select_fields)
+    if not meta.is_ready:
+        raise ConfigError("Some fields are not ready in all the requested keys!")
+    return client.get_data(meta)
+
+
+def kv_batch_get_by_meta(meta: Any, select_fields: list[str] | str | None = None) -> Any:
+    """``kv_batch_get`` of a ``KVBatchMeta`` (its keys, partition and fields)."""
+    if meta.partition_id is None:
+        raise ConfigError("Must provide partition_id in the input KVBatchMeta.")
+    if select_fields is None:
+        return kv_batch_get(meta.keys, meta.partition_id, meta.fields)
+    wanted = [select_fields] if isinstance(select_fields, str) else select_fields
+    if meta.fields is None or any(f not in meta.fields for f in wanted):
+        raise ConfigError(f"Some fields assigned in select_fields not found in the metadata: {wanted}")
+    return kv_batch_get(meta.keys, meta.partition_id, wanted)
+
+
+def kv_list(partition_id: str | None = None) -> dict[str, dict[str, Any]]:
+    """Per partition (or the one asked for), its keys and their tags."""
+    return get_client().kv_list(partition_id)
+
+
+def kv_clear(keys: list[str] | str, partition_id: str) -> None:
+    """Forget the samples under ``keys``."""
+    client = get_client()
+    meta = client.kv_retrieve_meta([keys] if isinstance(keys, str) else keys, partition_id, create=False)
+    if meta.size > 0:
+        client.clear_samples(meta)
+
+
+async def async_kv_put(*args: Any, **kwargs: Any) -> Any:
+    """``kv_put`` from asyncio code."""
+    return await asyncio.to_thread(kv_put, *args, **kwargs)
+
+
+async def async_kv_batch_put(*args: Any, **kwargs: Any) -> Any:
+    """``kv_batch_put`` from asyncio code."""
+    return await asyncio.to_thread(kv_batch_put, *args, **kwargs)
+
+
+async def async_kv_batch_get(*args: Any, **kwargs: Any) -> Any:
+    """``kv_batch_get`` from asyncio code."""
+    return await asyncio.to_thread(kv_batch_get, *args, **kwargs)
+
+
+async def async_kv_batch_get_by_meta(*args: Any, **kwargs: Any) -> Any:
+    """``kv_batch_get_by_meta`` from asyncio code."""
+    return await asyncio.to_thread(kv_batch_get_by_meta, *args, **kwargs)
+
+
+async def async_kv_list(partition_id: str | None = None) -> dict[str, dict[str, Any]]:
+    """``kv_list`` from asyncio code."""
+    return await asyncio.to_thread(kv_list, partition_id)
+
+
+async def async_kv_clear(keys: list[str] | str, partition_id: str) -> None:
+    """``kv_clear`` from asyncio code."""
+    await asyncio.to_thread(kv_clear, keys, partition_id)
