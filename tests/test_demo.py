@@ -34,6 +34,7 @@ def test_demo_runs_every_stage(tmp_path, capsys):
         "11. train",
         "12. sft",
         "13. mix",
+        "14. grpo",
     )
     for stage in stages:
         assert stage in out
@@ -51,7 +52,9 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     # then stage 13's 3 stores (one part each at this limit)
     assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3 + 3 + 3
     check_sft_stage(tmp_path, out.split("== 12. sft")[1].split("== 13. mix")[0])
-    check_mix_stage(tmp_path, out.split("== 13. mix")[1])
+    check_mix_stage(tmp_path, out.split("== 13. mix")[1].split("== 14. grpo")[0])
+    grpo = out.split("== 14. grpo")[1]
+    assert grpo.count("(rises)") == 2 and "policy versions 0, 1, 2, 3" in grpo and "policy versions 0, 0, 1, 2" in grpo
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
     assert tp.load_tokenizer("byte").decode(code[0].tolist()) in open(sorted_first_source(), encoding="utf-8").read()

@@ -127,6 +127,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _train(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
     _sft(workdir, limit, echo)
     _mixing(parts, workdir, os.path.join(stores, "index-cache"), echo)
+    _grpo(echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
 
 
@@ -501,6 +502,27 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
         text = " ".join("".join(item.texts or ()).split())[:60]
         store = os.path.relpath(item.lineage.store, workdir)
         echo(f"  sample {item.sample} <- {names[child]}: {store} {pieces} {text!r}")
+
+
+def _grpo(echo: Echo) -> None:
+    """A toy GRPO run through the dock: synchronous, then asynchronous with rollouts one version behind."""
+    echo("\n== 14. grpo: a tiny policy learns small sums from a verifiable reward, its stages meeting in the dock")
+    try:
+        from .grpo import GRPOConfig, run_grpo
+    except ModuleNotFoundError as missing:
+        _skipped_without_torch(missing, "skipped", echo)
+        return
+    config = GRPOConfig()
+    for mode, how in (("sync", "stages in turn"), ("async", "stages in threads, rollout one version behind")):
+        begin = time.perf_counter()
+        run = run_grpo(config, mode)
+        first, last = np.mean(run.rewards[:5]), np.mean(run.rewards[-5:])
+        echo(
+            f"{mode:>5} ({how}): {config.steps} steps of {config.prompts} prompts x {config.group} answers in "
+            f"{time.perf_counter() - begin:.1f} s; mean reward {first:.2f} -> {last:.2f} "
+            f"({'rises' if last > first else 'DOES NOT RISE'}); trained on policy versions "
+            f"{', '.join(map(str, run.versions[:4]))}, ..."
+        )
 
 
 def render_loss_mask(tokens: np.ndarray, loss_mask: np.ndarray) -> list[str]:
