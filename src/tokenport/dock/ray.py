@@ -3,10 +3,22 @@
 TransferDock keeps everything in one actor, so every byte of every stage passes through it.
 Here the controller knows readiness, consumption, leases and ragged row lengths (for balancing)
 and nothing else; row ``r`` of a partition lives on shard ``(r // n_samples_per_prompt) % K``
-(a prompt group stays on one shard). A client writes the data to the shards first and then asks
-the controller to mark the cells ready, so no reader ever sees a cell before its data is stored;
-a get asks the controller which rows (waiting there, on a condition variable) and reads them
-from the shards in parallel. numpy payloads go through Ray's object store, read zero-copy.
+(a prompt group stays on one shard). One round trip per put and per get from the client's view:
+
+* put: the client stages each shard's rows there directly (one call per shard, concurrent) and
+  sends the commit (readiness, ragged lengths) to the controller in the same breath, with the
+  staging calls' results as its arguments, so Ray starts the commit once every shard holds its
+  rows. The client waits on the commit alone. The controller checks the put as ``Dock`` does
+  (nothing changes if it is refused: the staged rows are discarded), tells the shards to apply
+  the staged rows, then makes the cells ready.
+* get: one controller call chooses and claims the rows (waiting there, on a condition variable),
+  asks every shard holding some of them to read them, and returns those reads' object refs; the
+  client fetches them in parallel, zero-copy out of Ray's object store.
+
+Every call the controller makes to a shard (apply, read, forget, snapshot) comes from that one
+process, and Ray runs an actor's calls from one caller in the order they were sent: a read the
+controller sends after a commit finds the commit's rows applied, a read after a clear finds them
+gone. A shard refuses to read a cell it does not hold (a broken order would fail loudly).
 
 ``RayDock`` implements ``DockAPI`` (``Dock``'s methods, ``aput``/``aget`` and byte counts in
 ``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
@@ -29,7 +41,7 @@ import numpy as np
 import ray
 
 from .._checks import check_int
-from ..errors import ConfigError, TokenportError
+from ..errors import ConfigError, CorruptStoreError, TokenportError
 from .aio import AsyncMethods
 from .arguments import Sampler, checked_get, checked_put, row_ids, wanted_columns
 from .batch import Batch
@@ -47,13 +59,20 @@ _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds on
 
 
 class _Controller:
-    """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only."""
+    """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only; the one
+    process that sends the shards their apply, read, forget and snapshot calls (see the module docstring)."""
 
     def __init__(
-        self, columns: list[Column], consumers: list[str], n_samples_per_prompt: int, max_age: int | None
+        self,
+        columns: list[Column],
+        consumers: list[str],
+        n_samples_per_prompt: int,
+        max_age: int | None,
+        shards: list[Any],
     ) -> None:
         self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)
         self.samplers: dict[str, Sampler] = {}
+        self.shards = shards
 
     def schema(self) -> tuple[dict[str, Column], list[str], int, int | None]:
         state = self.state
@@ -64,30 +83,47 @@ class _Controller:
         attribute = getattr(self.state, method)
         return attribute(*args) if callable(attribute) else attribute
 
-    def check_put(self, partition: str, names: list[str], rows: np.ndarray, overwrite: bool) -> int:
-        """Raise as ``Dock.put`` would for these rows and columns; return the partition's row count."""
-        return self.state.check_put(partition, names, rows, overwrite).rows
+    def forget(self, method: str, partition: str) -> None:
+        """``clear`` or ``drop_partition`` a partition here and on every shard (in order after earlier applies)."""
+        with self.state.lock:
+            getattr(self.state, method)(partition)
+            forgotten = [shard.forget.remote(partition) for shard in self.shards]
+        ray.get(forgotten)
+
+    def add_column(self, column: Column) -> None:
+        """Add a column here and on every shard."""
+        with self.state.lock:
+            self.state.add_column(column)
+            added = [shard.add_column.remote(column) for shard in self.shards]
+        ray.get(added)
 
     def commit(
         self,
+        put_id: str,
         partition: str,
         names: list[str],
         rows: np.ndarray,
         lengths: dict[str, np.ndarray],
         overwrite: bool,
         finished: np.ndarray,
+        staged_on: list[int],
+        *staged: None,
     ) -> None:
-        """The shards hold the data: record ragged lengths and make the cells ready."""
+        """The shards ``staged_on`` hold the put's rows (``staged``: their calls' results): check the put
+        as ``Dock.put`` does, have the shards apply the rows, record ragged lengths, make the cells ready."""
         state = self.state
         ids = row_ids(rows)
         with state.lock:
             target = state.check_put(partition, names, ids, overwrite)
+            for k in staged_on:
+                self.shards[k].apply.remote(put_id, partition, target.rows)
             for name, row_lengths in lengths.items():
                 target.record_lengths(state.column(name), ids, row_lengths)
             state.mark_ready(target, names, ids, finished)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Per partition: name, rows, and the bits (readiness, consumption, finished, age)."""
+        """Per partition: name, rows, the bits (readiness, consumption, finished, age) and the refs of
+        every shard's snapshot of its data."""
         with self.state.lock:
             return [
                 {
@@ -97,6 +133,7 @@ class _Controller:
                     "consumed": dict(p.consumed),
                     "completed": p.completed.copy(),
                     "age": p.age.copy(),
+                    "held": [shard.snapshot.remote(p.name) for shard in self.shards],
                 }
                 for p in self.state.each_partition()
             ]
@@ -113,33 +150,53 @@ class _Controller:
         sampler: Sampler | None,
         lease: float | None,
         unfinished: bool,
-    ) -> tuple[str, np.ndarray, int | None, np.ndarray] | None:
-        """Choose and claim rows as ``Dock.get`` does; ``(partition, rows, lease id, ages)`` or None."""
+    ) -> tuple[str, np.ndarray, int | None, np.ndarray, list[tuple[np.ndarray, Any]]] | None:
+        """Choose and claim rows as ``Dock.get`` does and send the reads to the shards holding them:
+        ``(partition, rows, lease id, ages, [(positions in rows, ref of a shard's read)])`` or None."""
         if sampler is not None:
             self.samplers[sampler_key] = sampler
         chosen = self.samplers.get(sampler_key) if sampler_key else None
-        with self.state.lock:
-            taken = self.state.take(consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished)
+        state = self.state
+        with state.lock:
+            taken = state.take(consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished)
             if taken is None:
                 return None
             target, give, lease_id = taken
-            self.state.served(consumer, self.state.batch_bytes(target, wanted, give))
-            return target.name, give, lease_id, target.age[give]
+            state.served(consumer, state.batch_bytes(target, wanted, give))
+            ages = target.age[give]
+        shard_of = (give // state.n_samples_per_prompt) % len(self.shards)
+        reads = []
+        for k, shard in enumerate(self.shards):
+            positions = np.flatnonzero(shard_of == k)
+            if len(positions) == len(give):  # one shard holds every row
+                return target.name, give, lease_id, ages, [(positions, shard.read.remote(target.name, wanted, give))]
+            if len(positions):
+                reads.append((positions, shard.read.remote(target.name, wanted, give[positions])))
+        return target.name, give, lease_id, ages, reads
 
 
 class _Shard:
-    """The data of the rows routed here, per partition."""
+    """The data of the rows routed here, per partition, and the rows of puts staged but not yet applied."""
 
     def __init__(self, columns: list[Column]) -> None:
         self.columns = {column.name: column for column in columns}
         self.partitions: dict[str, Partition] = {}
+        self.staged: dict[str, tuple[np.ndarray, dict[str, np.ndarray | Packed]]] = {}
 
     def add_column(self, column: Column) -> None:
         self.columns[column.name] = column
 
-    def write(
-        self, partition: str, rows_in_partition: int, ids: np.ndarray, values: dict[str, np.ndarray | Packed]
-    ) -> None:
+    def stage(self, put_id: str, ids: np.ndarray, values: dict[str, np.ndarray | Packed]) -> None:
+        """Keep a put's rows (as Ray hands them over: views of the object store) until the controller
+        applies or the client discards them."""
+        self.staged[put_id] = (ids, values)
+
+    def discard(self, put_id: str) -> None:
+        self.staged.pop(put_id, None)
+
+    def apply(self, put_id: str, partition: str, rows_in_partition: int) -> None:
+        """Write a staged put's rows into the partition (the controller checked the put)."""
+        ids, values = self.staged.pop(put_id)
         target = self.partitions.get(partition)
         if target is None or target.rows != rows_in_partition:
             target = self.partitions[partition] = Partition(partition, rows_in_partition)
@@ -156,8 +213,14 @@ class _Shard:
         return {name: (ids, target.read(self.columns[name], ids)) for name, ids in held.items() if len(ids)}
 
     def read(self, partition: str, names: list[str], ids: np.ndarray) -> dict[str, np.ndarray | Packed]:
-        target = self.partitions[partition]
-        return {name: target.read(self.columns[name], ids) for name in names}
+        target = self.partitions.get(partition)
+        for name in names:
+            if target is None or not target.ready_of(name)[ids].all():
+                raise CorruptStoreError(
+                    f"RayDock shard: partition {partition!r} column {name!r}: asked for rows it does not hold "
+                    "(a read overtook its commit); report this as a tokenport bug"
+                )
+        return {name: target.read(self.columns[name], ids) for name in names}  # type: ignore[union-attr]
 
     def forget(self, partition: str) -> None:
         self.partitions.pop(partition, None)
@@ -182,10 +245,10 @@ class RayDock(AsyncMethods):
         shards = check_int("shards", shards)
         columns, consumers = list(columns), list(consumers)
         DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor
-        self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
-            columns, consumers, n_samples_per_prompt, max_age
-        )
         self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
+        self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
+            columns, consumers, n_samples_per_prompt, max_age, self._shards
+        )
         self._columns = {column.name: column for column in columns}
         self.n_samples_per_prompt = int(n_samples_per_prompt)
         self.max_age = None if max_age is None else int(max_age)
@@ -206,16 +269,13 @@ class RayDock(AsyncMethods):
         _get(self._controller.call.remote("add_partition", name, num_prompts))
 
     def clear(self, partition: str) -> None:
-        _get(self._controller.call.remote("clear", partition))
-        _get([shard.forget.remote(partition) for shard in self._shards])
+        _get(self._controller.forget.remote("clear", partition))
 
     def drop_partition(self, partition: str) -> None:
-        _get(self._controller.call.remote("drop_partition", partition))
-        _get([shard.forget.remote(partition) for shard in self._shards])
+        _get(self._controller.forget.remote("drop_partition", partition))
 
     def add_column(self, column: Column) -> None:
-        _get(self._controller.call.remote("add_column", column))
-        _get([shard.add_column.remote(column) for shard in self._shards])
+        _get(self._controller.add_column.remote(column))
         self._columns[column.name] = column
 
     def add_consumer(self, name: str) -> None:
@@ -260,26 +320,36 @@ class RayDock(AsyncMethods):
         overwrite: bool = False,
         completed: bool | Sequence[bool] | np.ndarray = True,
     ) -> None:
-        """As ``Dock.put`` (the same checks, here, before any actor call): data to the shards, then
-        readiness at the controller."""
+        """As ``Dock.put`` (the same checks, here, before any actor call): the rows staged on their
+        shards and the commit sent to the controller at once; one wait, for the commit."""
         if isinstance(columns, Mapping):
             self._refresh_columns(columns)
         ids, checked, finished = checked_put(self._column, columns, rows, completed)
         names = list(checked)
-        rows_in_partition = _get(self._controller.check_put.remote(partition, names, ids, bool(overwrite)))
         checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
+        put_id = uuid.uuid4().hex
         shard_of = (ids // self.n_samples_per_prompt) % len(self._shards)
-        writes = []
+        staged_on, staged = [], []
         for k, shard in enumerate(self._shards):
             positions = np.flatnonzero(shard_of == k)
             if len(positions) == len(ids):  # every row goes to this shard: send the data as it is
-                writes.append(shard.write.remote(partition, rows_in_partition, ids, checked))
+                staged.append(shard.stage.remote(put_id, ids, checked))
             elif len(positions):
                 values = {name: _subset(value, positions) for name, value in checked.items()}
-                writes.append(shard.write.remote(partition, rows_in_partition, ids[positions], values))
-        _get(writes)
+                staged.append(shard.stage.remote(put_id, ids[positions], values))
+            else:
+                continue
+            staged_on.append(k)
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
-        _get(self._controller.commit.remote(partition, names, ids, lengths, bool(overwrite), finished))
+        commit = self._controller.commit.remote(
+            put_id, partition, names, ids, lengths, bool(overwrite), finished, staged_on, *staged
+        )
+        try:
+            _get(commit)
+        except BaseException:
+            for k in staged_on:  # refused: nothing was applied, drop what the shards staged
+                self._shards[k].discard.remote(put_id)
+            raise
 
     def get(
         self,
@@ -294,7 +364,8 @@ class RayDock(AsyncMethods):
         lease: float | None = None,
         unfinished: bool = False,
     ) -> Batch | None:
-        """As ``Dock.get`` (the same checks): rows chosen by the controller, data read from the shards."""
+        """As ``Dock.get`` (the same checks): one controller call chooses the rows and starts their reads
+        on the shards; the reads come back in parallel from the object store."""
         wanted = wanted_columns(columns)
         checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
@@ -315,19 +386,12 @@ class RayDock(AsyncMethods):
         )
         if taken is None:
             return None
-        name, give, lease_id, ages = taken
-        shard_of = (give // self.n_samples_per_prompt) % len(self._shards)
-        parts, order = [], []
-        for k, shard in enumerate(self._shards):
-            positions = np.flatnonzero(shard_of == k)
-            if len(positions):
-                parts.append(shard.read.remote(name, wanted, give[positions]))
-                order.append(positions)
-        pieces = _get(parts)
+        name, give, lease_id, ages, reads = taken
+        pieces = _get([ref for _, ref in reads])
         if len(pieces) == 1:  # one shard holds every row, already in order
             return Batch(name, give, pieces[0], lease_id, self.n_samples_per_prompt, ages)
         merged = {column: _concatenate([piece[column] for piece in pieces]) for column in wanted}
-        positions = np.concatenate(order)
+        positions = np.concatenate([where for where, _ in reads])
         batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
         return batch.select(np.argsort(positions, kind="stable"))
 
@@ -362,7 +426,7 @@ class RayDock(AsyncMethods):
         state = DockState(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age)
         for entry in _get(self._controller.snapshot.remote()):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
-            for held in _get([shard.snapshot.remote(target.name) for shard in self._shards]):
+            for held in _get(entry["held"]):
                 for column, (ids, values) in held.items():
                     kept = np.flatnonzero(entry["ready"].get(column, np.zeros(target.rows, dtype=bool))[ids])
                     if len(kept):
