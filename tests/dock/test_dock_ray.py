@@ -486,3 +486,65 @@ def test_ray_dock_runs_a_scripted_workload_exactly_as_dock_does(ray_session):
     assert any(len(entry) == 3 for entry in expected)  # the refusals are compared too
     end = dict(entry[:2] for entry in expected)["stats at the end"]
     assert end["consumers"]["train"]["bytes"] > 0 and end["partitions"]["s0"]["bytes"] > 0
+
+
+def versioned_workload(dock) -> list:
+    """Policy versions, staleness limits, requeued expiry and admission, step by step (results or errors)."""
+    log = []
+
+    def step(name, call):
+        try:
+            value = call()
+            if isinstance(value, tp.dock.Batch):
+                value = (seen(value), value.versions.tolist(), value.latest_versions.tolist())
+            log.append((name, seen(value)))
+        except tp.TokenportError as error:
+            log.append((name, type(error).__name__, str(error)))
+
+    tokens = [np.arange(n, dtype=np.int64) for n in (3, 1, 4, 1, 5, 9, 2, 6)]
+    step("add", lambda: dock.add_partition("v", num_prompts=4))
+    step("too new", lambda: dock.put("v", {"responses": tokens[:2]}, rows=[0, 1], version=1))
+    step("v0", lambda: dock.put("v", {"responses": tokens[:4]}, rows=[0, 1, 2, 3], version=0))
+    step("version", lambda: dock.version)
+    step("set 1", lambda: dock.set_version(1))
+    step("v1 per row", lambda: dock.put("v", {"responses": tokens[4:6]}, rows=[4, 5], version=[1, 0]))
+    step("strict get", lambda: dock.get("train", ["responses"], 2, "v", max_staleness=0, timeout=0.01))
+    step("get", lambda: dock.get("train", ["responses"], 2, "v"))
+    step("admit?", dock.can_admit)
+    step("back", lambda: dock.set_version(0))
+    step("set 2", lambda: dock.set_version(2))
+    step("admit timeout", lambda: dock.admit(timeout=0.01))
+    step("expired", lambda: dock.expired("v"))
+    step("expired again", lambda: dock.expired("v"))
+    step("strict consumer", lambda: dock.add_consumer("eval", max_staleness=0))
+    step("v2", lambda: dock.put("v", {"responses": tokens[6:]}, rows=[6, 7], version=2))
+    step("eval", lambda: dock.get("eval", ["responses"], 4, "v", timeout=0.01))
+    step("append", lambda: dock.append("v", 0, {"responses": tokens[0]}, version=2))
+    step("stats", dock.stats)
+    step("saved", lambda: saved_versions(dock))
+    return log
+
+
+def saved_versions(dock):
+    with tempfile.TemporaryDirectory() as directory:
+        dock.save(directory)
+        loaded = Dock.load(directory)
+    batch = loaded.get("train", ["responses"], 3, "v", timeout=0.01)
+    return loaded.version, None if batch is None else (batch.rows.tolist(), batch.versions.tolist())
+
+
+def test_ray_dock_keeps_versions_staleness_and_admission_as_dock_does(ray_session):
+    """The same versioned workload on a Dock and a RayDock (2 shards): every result and refusal equal, except
+    that a RayDock refuses appends (it holds no segmented columns yet) where the Dock refuses a non-segmented one."""
+    columns = [Column("responses", np.int64, ragged=True)]
+    options = dict(max_staleness=1, on_stale="requeue", max_inflight_versions=2)
+    local = Dock(columns, ["train"], n_samples_per_prompt=2, **options)
+    remote = RayDock(columns, ["train"], n_samples_per_prompt=2, shards=2, **options)
+    expected, got = versioned_workload(local), versioned_workload(remote)
+    remote.shutdown()
+    differ = {entry[0] for entry in got if entry not in expected}
+    assert differ == {"append"}, [entry for entry in got if entry[0] in differ - {"append"}]
+    results = dict(entry[:2] for entry in expected)
+    assert results["expired"] != {} and results["admit?"] is True
+    with pytest.raises(tp.ConfigError, match="segmented"):
+        RayDock([Column("turns", np.int64, segmented=True)], ["train"])

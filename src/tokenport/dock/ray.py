@@ -43,7 +43,7 @@ import ray
 from .._checks import check_int
 from ..errors import ConfigError, CorruptStoreError, TokenportError
 from .aio import AsyncMethods
-from .arguments import Sampler, checked_get, checked_put, row_ids, wanted_columns
+from .arguments import Sampler, checked_get, checked_put, checked_version, row_ids, wanted_columns
 from .batch import Batch
 from .casting import as_array
 from .checkpoint import load_state, save_state
@@ -69,14 +69,15 @@ class _Controller:
         n_samples_per_prompt: int,
         max_age: int | None,
         shards: list[Any],
+        versioning: dict[str, Any],
     ) -> None:
-        self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)
+        self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning)
         self.samplers: dict[str, Sampler] = {}
         self.shards = shards
 
-    def schema(self) -> tuple[dict[str, Column], list[str], int, int | None]:
+    def schema(self) -> tuple[dict[str, Column], list[str], int, int | None, dict[str, Any]]:
         state = self.state
-        return state.columns, state.consumers, state.n_samples_per_prompt, state.max_age
+        return state.columns, state.consumers, state.n_samples_per_prompt, state.max_age, _versioning(state)
 
     def call(self, method: str, *args: Any) -> Any:
         """Run one of the state's plain methods (partitions, consumers, acks, stats), or read a property."""
@@ -106,6 +107,7 @@ class _Controller:
         lengths: dict[str, np.ndarray],
         overwrite: bool,
         finished: np.ndarray,
+        versions: np.ndarray | None,
         staged_on: list[int],
         *staged: None,
     ) -> None:
@@ -114,12 +116,12 @@ class _Controller:
         state = self.state
         ids = row_ids(rows)
         with state.lock:
-            target = state.check_put(partition, names, ids, overwrite)
+            target = state.check_put(partition, names, ids, overwrite, versions)
             for k in staged_on:
                 self.shards[k].apply.remote(put_id, partition, target.rows)
             for name, row_lengths in lengths.items():
                 target.record_lengths(state.column(name), ids, row_lengths)
-            state.mark_ready(target, names, ids, finished)
+            state.mark_ready(target, names, ids, finished, versions, overwrite)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Per partition: name, rows, the bits (readiness, consumption, finished, age) and the refs of
@@ -133,6 +135,7 @@ class _Controller:
                     "consumed": dict(p.consumed),
                     "completed": p.completed.copy(),
                     "age": p.age.copy(),
+                    "versions": (p.version_first.copy(), p.version_last.copy()),
                     "held": [shard.snapshot.remote(p.name) for shard in self.shards],
                 }
                 for p in self.state.each_partition()
@@ -150,29 +153,35 @@ class _Controller:
         sampler: Sampler | None,
         lease: float | None,
         unfinished: bool,
-    ) -> tuple[str, np.ndarray, int | None, np.ndarray, list[tuple[np.ndarray, Any]]] | None:
+        max_staleness: int | None,
+    ) -> tuple[str, np.ndarray, int | None, np.ndarray, tuple[np.ndarray, np.ndarray], list[Any]] | None:
         """Choose and claim rows as ``Dock.get`` does and send the reads to the shards holding them:
-        ``(partition, rows, lease id, ages, [(positions in rows, ref of a shard's read)])`` or None."""
+        ``(partition, rows, lease id, ages, (oldest, newest versions), [(positions in rows, ref of a shard's
+        read)])`` or None."""
         if sampler is not None:
             self.samplers[sampler_key] = sampler
         chosen = self.samplers.get(sampler_key) if sampler_key else None
         state = self.state
         with state.lock:
-            taken = state.take(consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished)
+            taken = state.take(
+                consumer, wanted, count, partition, rows, timeout, chosen, lease, unfinished, max_staleness
+            )
             if taken is None:
                 return None
             target, give, lease_id = taken
             state.served(consumer, state.batch_bytes(target, wanted, give))
             ages = target.age[give]
+            versions = (target.version_first[give], target.version_last[give])
         shard_of = (give // state.n_samples_per_prompt) % len(self.shards)
         reads = []
         for k, shard in enumerate(self.shards):
             positions = np.flatnonzero(shard_of == k)
             if len(positions) == len(give):  # one shard holds every row
-                return target.name, give, lease_id, ages, [(positions, shard.read.remote(target.name, wanted, give))]
+                read = shard.read.remote(target.name, wanted, give)
+                return target.name, give, lease_id, ages, versions, [(positions, read)]
             if len(positions):
                 reads.append((positions, shard.read.remote(target.name, wanted, give[positions])))
-        return target.name, give, lease_id, ages, reads
+        return target.name, give, lease_id, ages, versions, reads
 
 
 class _Shard:
@@ -241,13 +250,23 @@ class RayDock(AsyncMethods):
         *,
         shards: int = 1,
         max_age: int | None = None,
+        max_staleness: int | None = None,
+        on_stale: str = "requeue",
+        max_inflight_versions: int | None = None,
     ) -> None:
         shards = check_int("shards", shards)
         columns, consumers = list(columns), list(consumers)
-        DockState(columns, consumers, n_samples_per_prompt, max_age=max_age)  # the same checks, before any actor
+        versioning = {
+            "max_staleness": max_staleness,
+            "on_stale": on_stale,
+            "max_inflight_versions": max_inflight_versions,
+        }
+        _versioning(DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning))  # checks
+        for column in columns:
+            _not_segmented(column)
         self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
         self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
-            columns, consumers, n_samples_per_prompt, max_age, self._shards
+            columns, consumers, n_samples_per_prompt, max_age, self._shards, versioning
         )
         self._columns = {column.name: column for column in columns}
         self.n_samples_per_prompt = int(n_samples_per_prompt)
@@ -275,11 +294,48 @@ class RayDock(AsyncMethods):
         _get(self._controller.forget.remote("drop_partition", partition))
 
     def add_column(self, column: Column) -> None:
+        _not_segmented(column)
         _get(self._controller.add_column.remote(column))
         self._columns[column.name] = column
 
-    def add_consumer(self, name: str) -> None:
-        _get(self._controller.call.remote("add_consumer", name))
+    def add_consumer(self, name: str, *, max_staleness: int | None = None) -> None:
+        _get(self._controller.call.remote("add_consumer", name, max_staleness))
+
+    @property
+    def version(self) -> int:
+        """The current (trainer's) policy version, as the controller holds it."""
+        return _get(self._controller.call.remote("version"))
+
+    def set_version(self, version: int) -> None:
+        """As ``Dock.set_version``: rows now too stale expire by the dock's policy."""
+        _get(self._controller.call.remote("set_version", version))
+
+    def expired(self, partition: str | None = None) -> dict[str, np.ndarray]:
+        """As ``Dock.expired``: rows expired under ``on_stale="requeue"`` since the last call."""
+        return _get(self._controller.call.remote("expired", partition))
+
+    def can_admit(self) -> bool:
+        """As ``Dock.can_admit``."""
+        return _get(self._controller.call.remote("can_admit"))
+
+    def admit(self, timeout: float | None = None) -> None:
+        """As ``Dock.admit``: blocks (in one controller thread) until a rollout may start."""
+        _get(self._controller.call.remote("admit", timeout))
+
+    def append(
+        self,
+        partition: str,
+        row: int,
+        columns: Mapping[str, Any],
+        *,
+        version: int | None = None,
+        finished: bool = False,
+    ) -> None:
+        """Segmented rows are not held by a RayDock yet (its columns refuse ``segmented=True``)."""
+        raise ConfigError(
+            "RayDock.append: a RayDock holds no segmented columns yet; append multi-turn rows to an in-process "
+            "Dock, or put whole rows (ragged columns) to the RayDock"
+        )
 
     def close(self) -> None:
         _get(self._controller.call.remote("close"))
@@ -319,12 +375,14 @@ class RayDock(AsyncMethods):
         *,
         overwrite: bool = False,
         completed: bool | Sequence[bool] | np.ndarray = True,
+        version: int | Sequence[int] | np.ndarray | None = None,
     ) -> None:
         """As ``Dock.put`` (the same checks, here, before any actor call): the rows staged on their
         shards and the commit sent to the controller at once; one wait, for the commit."""
         if isinstance(columns, Mapping):
             self._refresh_columns(columns)
         ids, checked, finished = checked_put(self._column, columns, rows, completed)
+        versions = checked_version(version, len(ids))
         names = list(checked)
         checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
         put_id = uuid.uuid4().hex
@@ -342,7 +400,7 @@ class RayDock(AsyncMethods):
             staged_on.append(k)
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
         commit = self._controller.commit.remote(
-            put_id, partition, names, ids, lengths, bool(overwrite), finished, staged_on, *staged
+            put_id, partition, names, ids, lengths, bool(overwrite), finished, versions, staged_on, *staged
         )
         try:
             _get(commit)
@@ -363,6 +421,7 @@ class RayDock(AsyncMethods):
         sampler: Sampler | None = None,
         lease: float | None = None,
         unfinished: bool = False,
+        max_staleness: int | None = None,
     ) -> Batch | None:
         """As ``Dock.get`` (the same checks): one controller call chooses the rows and starts their reads
         on the shards; the reads come back in parallel from the object store."""
@@ -382,17 +441,19 @@ class RayDock(AsyncMethods):
                 send,
                 lease,
                 bool(unfinished),
+                max_staleness,
             )
         )
         if taken is None:
             return None
-        name, give, lease_id, ages, reads = taken
+        name, give, lease_id, ages, (first, last), reads = taken
         pieces = _get([ref for _, ref in reads])
+        n = self.n_samples_per_prompt
         if len(pieces) == 1:  # one shard holds every row, already in order
-            return Batch(name, give, pieces[0], lease_id, self.n_samples_per_prompt, ages)
+            return Batch(name, give, pieces[0], lease_id, n, ages, first, last)
         merged = {column: _concatenate([piece[column] for piece in pieces]) for column in wanted}
         positions = np.concatenate([where for where, _ in reads])
-        batch = Batch(name, give[positions], merged, lease_id, self.n_samples_per_prompt, ages[positions])
+        batch = Batch(name, give[positions], merged, lease_id, n, ages[positions], first[positions], last[positions])
         return batch.select(np.argsort(positions, kind="stable"))
 
     def save(self, directory: str | os.PathLike[str]) -> None:
@@ -422,8 +483,9 @@ class RayDock(AsyncMethods):
 
     def _copy_state(self) -> DockState:
         """This dock's data and progress gathered from the controller and the shards into one state."""
-        columns, consumers, n_samples_per_prompt, max_age = _get(self._controller.schema.remote())
-        state = DockState(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age)
+        columns, consumers, n_samples_per_prompt, max_age, versioning = _get(self._controller.schema.remote())
+        state = DockState(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age, **versioning)
+        state.version = _get(self._controller.call.remote("version"))
         for entry in _get(self._controller.snapshot.remote()):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
             for held in _get(entry["held"]):
@@ -432,7 +494,7 @@ class RayDock(AsyncMethods):
                     if len(kept):
                         target.write(columns[column], ids[kept], _subset(values, kept))
                         target.ready_of(column)[ids[kept]] = True
-            state.restore(target.name, entry["consumed"], entry["completed"], entry["age"])
+            state.restore(target.name, entry["consumed"], entry["completed"], entry["age"], entry["versions"])
         if _get(self._controller.call.remote("closed")):
             state.close()
         return state
@@ -447,7 +509,9 @@ class RayDock(AsyncMethods):
                 state.n_samples_per_prompt,
                 shards=shards,
                 max_age=state.max_age,
+                **_versioning(state),
             )
+            copy.set_version(state.version)
             for partition in state.each_partition():
                 copy.add_partition(partition.name, partition.rows // state.n_samples_per_prompt)
                 for column, ready in partition.ready.items():
@@ -456,7 +520,12 @@ class RayDock(AsyncMethods):
                         copy.put(partition.name, {column: partition.read(state.column(column), ids)}, rows=ids)
                 _get(
                     copy._controller.call.remote(
-                        "restore", partition.name, dict(partition.consumed), partition.completed, partition.age
+                        "restore",
+                        partition.name,
+                        dict(partition.consumed),
+                        partition.completed,
+                        partition.age,
+                        (partition.version_first, partition.version_last),
                     )
                 )
             if state.closed:
@@ -488,6 +557,24 @@ class RayDock(AsyncMethods):
             key = self._sampler_keys[sampler] = uuid.uuid4().hex
             return key, sampler
         return key, None
+
+
+def _versioning(state: DockState) -> dict[str, Any]:
+    """A dock's staleness and admission settings, as DockState's keyword arguments."""
+    return {
+        "max_staleness": state.max_staleness,
+        "on_stale": state.on_stale,
+        "max_inflight_versions": state.max_inflight_versions,
+    }
+
+
+def _not_segmented(column: Column) -> None:
+    """ConfigError for a segmented column: a RayDock does not hold them yet."""
+    if isinstance(column, Column) and column.segmented:
+        raise ConfigError(
+            f"column {column.name!r} is segmented: a RayDock holds no segmented columns yet; use an in-process "
+            "Dock for multi-turn rows appended turn by turn, or a ragged column put whole"
+        )
 
 
 def _get(refs: Any) -> Any:
