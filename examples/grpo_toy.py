@@ -2,11 +2,14 @@
 
     python examples/grpo_toy.py --mode async --steps 40
     python examples/grpo_toy.py --mode sync --seed 1
+    python examples/grpo_toy.py --mode async --ray-shards 2     # Ray actors around a RayDock (starts a local Ray)
 
 A prompt is two digits; the policy answers one; the reward is 1 for ``(a + b) % 10``. Rollout, reward,
 reference and training stages meet in a ``Dock`` (``tokenport.demo.grpo``): ``--mode sync`` runs them in
 turn, ``--mode async`` in their own threads with the rollout one step ahead on the policy one version
-behind (``max_staleness=1``, admission control). Both are deterministic for a seed. Needs torch.
+behind (``max_staleness=1``, admission control). Both are deterministic for a seed. ``--ray-shards K`` runs
+the rollout and scoring stages as Ray actors around a ``RayDock`` of K shards, with the same results bit for
+bit. Needs torch (and ray for ``--ray-shards``).
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("sync", "async"), default="async")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ray-shards", type=int, default=None, help="run on a local Ray with a RayDock of K shards")
     args = parser.parse_args(argv)
+    if args.ray_shards is not None:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        run = run_grpo(GRPOConfig(steps=args.steps, seed=args.seed), args.mode)
+        run = run_grpo(GRPOConfig(steps=args.steps, seed=args.seed), args.mode, ray_shards=args.ray_shards)
     except TokenportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -53,3 +53,13 @@ def test_the_example_script_runs(capsys):
     assert module.main(["--mode", "async", "--steps", "12"]) == 0
     out = capsys.readouterr().out
     assert out.count("mean reward") == 13 and "(rollouts of policy version 10)" in out
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_on_ray_actors_and_a_ray_dock_the_run_is_the_same_bit_for_bit(ray_session, mode):
+    """Rollout and scoring as Ray actors around a RayDock of 2 shards give the in-process run's bits."""
+    config = GRPOConfig(steps=12, prompts=32)
+    local, remote = run_grpo(config, mode), run_grpo(config, mode, ray_shards=2)
+    assert remote.rewards == local.rewards and remote.versions == local.versions
+    for name, value in local.parameters.items():
+        assert torch.equal(value, remote.parameters[name]), name

@@ -11,6 +11,8 @@ advantage), takes one clipped policy-gradient step and moves the dock's version 
 ``mode="async"``: each stage in its own thread, the rollout one step ahead on the policy one version
 behind (``max_staleness=1``; admission holds it back from running further ahead). The rollout's version
 for each step is fixed by the schedule, not by timing, so both modes are deterministic for a seed.
+``run_grpo(..., ray_shards=K)`` runs the same schedule with a ``RayDock`` of K shards and the rollout and
+scoring stages as Ray actors: the same bits as in process.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .._checks import check_int, check_positive
 from ..dock import Column, Dock
 from ..errors import ConfigError, DockTimeout
 
-__all__ = ["GRPOConfig", "GRPORun", "Policy", "make_dock", "run_grpo"]
+__all__ = ["GRPOConfig", "GRPORun", "Policy", "RolloutStage", "ScoreStage", "make_dock", "run_grpo"]
 
 DIGITS = 10
 COLUMNS = (
@@ -92,64 +94,31 @@ def make_dock(config: GRPOConfig) -> Dock:
     return Dock(COLUMNS, STAGES, config.group, max_staleness=1, on_stale="drop", max_inflight_versions=2)
 
 
-def run_grpo(config: GRPOConfig, mode: str = "sync") -> GRPORun:
-    """Train a fresh policy for ``config.steps`` GRPO steps through a Dock (see the module docstring)."""
+def run_grpo(config: GRPOConfig, mode: str = "sync", *, ray_shards: int | None = None) -> GRPORun:
+    """Train a fresh policy for ``config.steps`` GRPO steps through a dock (see the module docstring).
+
+    ``ray_shards=K``: the dock is a ``RayDock`` of K shards and the rollout and scoring stages are Ray
+    actors (``ray.init`` must have run); the run gives the same bits as in process, in either mode."""
     if mode not in ("sync", "async"):
         raise ConfigError(f"mode={mode!r}: pass 'sync' or 'async'")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _Run(config, make_dock(config)).go(mode)
+        if ray_shards is None:
+            return _Run(config, make_dock(config)).go(mode)
+        return _ray_run(config, mode, check_int("ray_shards", ray_shards))
     finally:
         torch.set_num_threads(threads)
 
 
-class _Run:
-    """The stages of one run over one dock; the policy's published versions for the rollout."""
+class RolloutStage:
+    """Samples ``group`` answers per prompt with a given policy version's parameters and puts them in the dock."""
 
-    def __init__(self, config: GRPOConfig, dock: Dock) -> None:
-        self.config, self.dock = config, dock
-        torch.manual_seed(config.seed)
-        self.policy = Policy(config.hidden)
-        self.reference = Policy(config.hidden)
-        self.reference.load_state_dict(self.policy.state_dict())
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
-        self.published = {0: _snapshot(self.policy)}  # version -> parameters, as the trainer published them
-        self.ready = threading.Condition()
-        self.failure: BaseException | None = None  # a stage thread's error, raised in the trainer's thread
-        self.rewards: list[float] = []
-        self.versions: list[int] = []
+    def __init__(self, dock: Any, config: GRPOConfig) -> None:
+        self.dock, self.config = dock, config
+        torch.set_num_threads(1)
 
-    def go(self, mode: str) -> GRPORun:
-        rows = self.config.prompts * self.config.group
-        for step in range(self.config.steps):
-            self.dock.add_partition(_partition(step), self.config.prompts)
-        if mode == "sync":
-            for step in range(self.config.steps):
-                self.rollout(step, version=step)
-                self.score(step, rows)
-                self.train(step, rows)
-        else:
-            stages = [
-                threading.Thread(target=self._guarded, args=(self._rollouts,), daemon=True),
-                threading.Thread(target=self._guarded, args=(self._scores,), daemon=True),
-            ]
-            for stage in stages:
-                stage.start()
-            for step in range(self.config.steps):
-                self.train(step, rows)
-            for stage in stages:
-                stage.join(timeout=60)
-        return GRPORun(tuple(self.rewards), tuple(self.versions), _snapshot(self.policy))
-
-    # -- stages ---------------------------------------------------------------------------------
-
-    def rollout(self, step: int, version: int) -> None:
-        """Sample ``group`` answers per prompt with the policy of ``version``; put them with that version."""
-        with self.ready:
-            if not self.ready.wait_for(lambda: version in self.published, timeout=60):
-                raise DockTimeout(f"the rollout waited 60 s for policy version {version}; is the trainer running?")
-            parameters = self.published[version]
+    def run(self, step: int, version: int, parameters: dict[str, torch.Tensor]) -> None:
         policy = Policy(self.config.hidden)
         policy.load_state_dict(parameters)
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
@@ -162,23 +131,45 @@ class _Run:
         columns = {"prompt": prompts.numpy(), "answer": answers.numpy(), "old_logprob": old.numpy()}
         self.dock.put(_partition(step), columns, rows=range(len(answers)), version=version)
 
-    def score(self, step: int, rows: int) -> None:
-        """The reward (the verifier) and the reference policy's log-probs of the step's answers."""
-        batch = self._get("reward", ["prompt", "answer"], rows, step)
+
+class ScoreStage:
+    """The reward (the verifier) and the reference policy's log-probs of a step's answers."""
+
+    def __init__(self, dock: Any, config: GRPOConfig, reference: dict[str, torch.Tensor]) -> None:
+        self.dock, self.config = dock, config
+        torch.set_num_threads(1)
+        self.reference = Policy(config.hidden)
+        self.reference.load_state_dict(reference)
+
+    def run(self, step: int) -> None:
+        rows = self.config.prompts * self.config.group
+        batch = self.dock.get("reward", ["prompt", "answer"], rows, _partition(step), timeout=60)
         prompts, answers = np.asarray(batch["prompt"]), np.asarray(batch["answer"])
         rewards = (answers == prompts.sum(axis=1) % DIGITS).astype(np.float32)
         self.dock.put(_partition(step), {"reward": rewards}, rows=batch.rows)
-        batch = self._get("reference", ["prompt", "answer"], rows, step)
+        batch = self.dock.get("reference", ["prompt", "answer"], rows, _partition(step), timeout=60)
         with torch.no_grad():
             logprobs = F.log_softmax(self.reference(torch.from_numpy(np.asarray(batch["prompt"]))), dim=-1)
             answers_t = torch.from_numpy(np.asarray(batch["answer"]))
             reference = logprobs.gather(1, answers_t[:, None]).squeeze(1).numpy()
         self.dock.put(_partition(step), {"ref_logprob": reference}, rows=batch.rows)
 
-    def train(self, step: int, rows: int) -> None:
-        """One clipped GRPO step on the step's rows; then publish the new policy as the next version."""
+
+class _Trainer:
+    """The policy, its optimizer and the GRPO step; each step's mean reward and the version it trained on."""
+
+    def __init__(self, config: GRPOConfig, dock: Any) -> None:
+        self.config, self.dock = config, dock
+        torch.manual_seed(config.seed)
+        self.policy = Policy(config.hidden)
+        self.initial = _snapshot(self.policy)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.rewards: list[float] = []
+        self.versions: list[int] = []
+
+    def train(self, batch: Any) -> dict[str, torch.Tensor]:
+        """One clipped GRPO step on a step's rows; the new parameters (the next version's)."""
         names = ["prompt", "answer", "old_logprob", "ref_logprob", "reward"]
-        batch = self._get("train", names, rows, step)
         order = np.argsort(batch.rows, kind="stable")  # rows in row order: groups are consecutive rows
         data = {name: torch.from_numpy(np.asarray(batch[name])[order]) for name in names}
         reward = data["reward"].view(-1, self.config.group)
@@ -196,22 +187,76 @@ class _Run:
         self.optimizer.step()
         self.rewards.append(float(reward.mean()))
         self.versions.append(int(np.asarray(batch.versions).min()))
+        return _snapshot(self.policy)
+
+    def result(self) -> GRPORun:
+        return GRPORun(tuple(self.rewards), tuple(self.versions), _snapshot(self.policy))
+
+
+_NAMES = ["prompt", "answer", "old_logprob", "ref_logprob", "reward"]
+
+
+class _Run:
+    """One in-process run: the stages over one Dock, in turn or in threads; the published policy versions."""
+
+    def __init__(self, config: GRPOConfig, dock: Dock) -> None:
+        self.config, self.dock = config, dock
+        self.trainer = _Trainer(config, dock)
+        self.rollouts = RolloutStage(dock, config)
+        self.scores = ScoreStage(dock, config, self.trainer.initial)
+        self.published = {0: self.trainer.initial}  # version -> parameters, as the trainer published them
+        self.ready = threading.Condition()
+        self.failure: BaseException | None = None  # a stage thread's error, raised in the trainer's thread
+
+    def go(self, mode: str) -> GRPORun:
+        for step in range(self.config.steps):
+            self.dock.add_partition(_partition(step), self.config.prompts)
+        if mode == "sync":
+            for step in range(self.config.steps):
+                self.rollout(step, version=step)
+                self.scores.run(step)
+                self.train(step)
+        else:
+            stages = [
+                threading.Thread(target=self._guarded, args=(self._rollouts,), daemon=True),
+                threading.Thread(target=self._guarded, args=(self._scores,), daemon=True),
+            ]
+            for stage in stages:
+                stage.start()
+            for step in range(self.config.steps):
+                self.train(step)
+            for stage in stages:
+                stage.join(timeout=60)
+        return self.trainer.result()
+
+    def rollout(self, step: int, version: int) -> None:
+        """The rollout of ``step`` on the policy of ``version``, once the trainer has published it."""
+        with self.ready:
+            if not self.ready.wait_for(lambda: version in self.published, timeout=60):
+                raise DockTimeout(f"the rollout waited 60 s for policy version {version}; is the trainer running?")
+            parameters = self.published[version]
+        self.rollouts.run(step, version, parameters)
+
+    def train(self, step: int) -> None:
+        """Train on the step's rows; move the dock's version on, then publish the policy as that version."""
+        parameters = self.trainer.train(self._get(step))
         self.dock.set_version(step + 1)  # first: a rollout may put rows of a version once it is published
         with self.ready:
-            self.published[step + 1] = _snapshot(self.policy)
+            self.published[step + 1] = parameters
             self.ready.notify_all()
 
-    def _get(self, consumer: str, names: list[str], rows: int, step: int) -> Any:
-        """The step's rows for ``consumer``, waiting up to 60 s, a second at a time so that a failed stage
+    def _get(self, step: int) -> Any:
+        """The step's rows for the trainer, waiting up to 60 s, a second at a time so that a failed stage
         thread's error is raised here instead of a timeout."""
+        rows = self.config.prompts * self.config.group
         for _ in range(60):
             if self.failure is not None:
                 raise self.failure
             try:
-                return self.dock.get(consumer, names, rows, _partition(step), timeout=1)
+                return self.dock.get("train", _NAMES, rows, _partition(step), timeout=1)
             except DockTimeout:
                 continue
-        raise DockTimeout(f"{consumer} waited 60 s for the rows of step {step}")
+        raise DockTimeout(f"train waited 60 s for the rows of step {step}")
 
     def _guarded(self, stage: Any) -> None:
         try:
@@ -225,9 +270,44 @@ class _Run:
             self.rollout(step, version=max(0, step - 1))  # one step ahead, one version behind
 
     def _scores(self) -> None:
-        rows = self.config.prompts * self.config.group
         for step in range(self.config.steps):
-            self.score(step, rows)
+            self.scores.run(step)
+
+
+def _ray_run(config: GRPOConfig, mode: str, shards: int) -> GRPORun:
+    """The run with a RayDock and the rollout and scoring stages as Ray actors, the trainer in this process.
+    The schedule is the in-process one: sync rolls out step s on version s; async rolls out step s + 1 on
+    version s while step s trains."""
+    import ray
+
+    from ..dock.ray import RayDock
+
+    dock = RayDock(COLUMNS, STAGES, config.group, shards=shards, max_staleness=1, on_stale="drop",
+                   max_inflight_versions=2)  # fmt: skip
+    try:
+        trainer = _Trainer(config, dock)
+        rollouts = ray.remote(RolloutStage).remote(dock, config)
+        scores = ray.remote(ScoreStage).remote(dock, config, trainer.initial)
+        for step in range(config.steps):
+            dock.add_partition(_partition(step), config.prompts)
+        rows = config.prompts * config.group
+        parameters = trainer.initial
+        pending: list[Any] = []
+        if mode == "async":
+            pending = [rollouts.run.remote(0, 0, parameters), scores.run.remote(0)]
+        for step in range(config.steps):
+            if mode == "sync":
+                ray.get(rollouts.run.remote(step, step, parameters))
+                ray.get(scores.run.remote(step))
+            elif step + 1 < config.steps:  # the next step's rollout, on the version just published
+                pending += [rollouts.run.remote(step + 1, step, parameters), scores.run.remote(step + 1)]
+            batch = dock.get("train", _NAMES, rows, _partition(step), timeout=120)
+            parameters = trainer.train(batch)
+            dock.set_version(step + 1)
+        ray.get(pending)
+        return trainer.result()
+    finally:
+        dock.shutdown()
 
 
 def _partition(step: int) -> str:
