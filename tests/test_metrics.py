@@ -152,6 +152,25 @@ def test_dock_rows_leases_and_latencies(exporter):
         metrics.watch_dock(dock, "rl")
 
 
+def test_dock_versions_staleness_and_expiry(exporter):
+    """The dock's version, its served rows by versions behind, and rows expired by policy, as the run did."""
+    dock = Dock([Column("reward", np.float32)], ["train"], max_staleness=1, on_stale="requeue")
+    metrics.watch_dock(dock, "async")
+    dock.add_partition("p", 6)
+    dock.put("p", {"reward": np.zeros(4, np.float32)}, range(4), version=0)
+    dock.set_version(1)
+    dock.put("p", {"reward": np.zeros(2, np.float32)}, [4, 5], version=1)
+    assert len(dock.get("train", ["reward"], 3, "p").rows) == 3  # rows 0-2: one version behind
+    dock.set_version(2)  # row 3 (version 0) is now too stale: requeued
+    assert len(dock.get("train", ["reward"], 2, "p").rows) == 2  # rows 4-5: one version behind
+    samples = scrape(exporter)
+    assert value(samples, "tokenport_dock_version", dock="async") == 2
+    served = "tokenport_dock_rows_served_by_staleness_total"
+    assert value(samples, served, dock="async", consumer="train", versions_behind="1") == 5
+    assert value(samples, "tokenport_dock_rows_expired_total", dock="async", policy="requeued") == 1
+    assert value(samples, "tokenport_dock_rows_expired_total", dock="async", policy="dropped") == 0
+
+
 def test_mixture_shares_and_weight_updates(exporter):
     metrics.record_mixture([0.5, 0.3, 0.2], [0.45, 0.35, 0.2], names=["code", "docs", "prose"])
     metrics.record_mixture([0.6, 0.2, 0.2], [0.5, 0.3, 0.2], names=["code", "docs", "prose"])

@@ -317,7 +317,10 @@ def watch_dock(dock: Any, name: str = "dock") -> None:
     (rows whose column is ready), ``tokenport_dock_rows_outstanding{dock,partition,consumer}`` (rows the
     consumer has not consumed), ``tokenport_dock_rows_leased{dock,partition,consumer}``,
     ``tokenport_dock_leases{dock}`` (leases out); counters ``tokenport_dock_leases_expired_total{dock}``,
-    ``tokenport_dock_rows_served_total{dock,consumer}``, ``tokenport_dock_wait_seconds_total{dock,consumer}``.
+    ``tokenport_dock_rows_served_total{dock,consumer}``, ``tokenport_dock_wait_seconds_total{dock,consumer}``;
+    staleness: ``tokenport_dock_version{dock}`` (the current policy version),
+    ``tokenport_dock_rows_served_by_staleness_total{dock,consumer,versions_behind}`` and
+    ``tokenport_dock_rows_expired_total{dock,policy}`` (``requeued`` or ``dropped``).
     """
     if not callable(getattr(dock, "stats", None)):
         raise ConfigError(f"watch_dock: a {type(dock).__name__} has no stats(); pass a Dock or a RayDock")
@@ -376,7 +379,23 @@ class _DockCollector:
         waited = CounterMetricFamily(
             "tokenport_dock_wait_seconds", "Seconds each consumer's gets waited for rows", labels=["dock", "consumer"]
         )
+        stale = CounterMetricFamily(
+            "tokenport_dock_rows_served_by_staleness",
+            "Rows handed to each consumer, by how many policy versions behind the current one they were",
+            labels=["dock", "consumer", "versions_behind"],
+        )
         for consumer, c in stats["consumers"].items():
             served.add_metric([dock, consumer], c["rows"])
             waited.add_metric([dock, consumer], c["wait_seconds"])
-        return [rows, ready, outstanding, leased, leases, expired, served, waited]
+            for behind, count in sorted(c.get("staleness", {}).items()):
+                stale.add_metric([dock, consumer, str(behind)], count)
+        version = GaugeMetricFamily("tokenport_dock_version", "The current (trainer's) policy version", labels=["dock"])
+        version.add_metric([dock], stats.get("version", 0))
+        gone = CounterMetricFamily(
+            "tokenport_dock_rows_expired",
+            "Rows that fell too stale, by what became of them (requeued: handed back to regenerate; dropped)",
+            labels=["dock", "policy"],
+        )
+        for policy in ("requeued", "dropped"):
+            gone.add_metric([dock, policy], stats.get("expired", {}).get(policy, 0))
+        return [rows, ready, outstanding, leased, leases, expired, served, waited, stale, version, gone]
