@@ -534,17 +534,84 @@ def saved_versions(dock):
 
 
 def test_ray_dock_keeps_versions_staleness_and_admission_as_dock_does(ray_session):
-    """The same versioned workload on a Dock and a RayDock (2 shards): every result and refusal equal, except
-    that a RayDock refuses appends (it holds no segmented columns yet) where the Dock refuses a non-segmented one."""
+    """The same versioned workload on a Dock and a RayDock (2 shards): every result and refusal equal."""
     columns = [Column("responses", np.int64, ragged=True)]
     options = dict(max_staleness=1, on_stale="requeue", max_inflight_versions=2)
     local = Dock(columns, ["train"], n_samples_per_prompt=2, **options)
     remote = RayDock(columns, ["train"], n_samples_per_prompt=2, shards=2, **options)
     expected, got = versioned_workload(local), versioned_workload(remote)
     remote.shutdown()
-    differ = {entry[0] for entry in got if entry not in expected}
-    assert differ == {"append"}, [entry for entry in got if entry[0] in differ - {"append"}]
+    assert [entry for entry in got if entry not in expected] == []
     results = dict(entry[:2] for entry in expected)
     assert results["expired"] != {} and results["admit?"] is True
-    with pytest.raises(tp.ConfigError, match="segmented"):
-        RayDock([Column("turns", np.int64, segmented=True)], ["train"])
+
+
+def multi_turn_workload(dock) -> list:
+    """Agent rows appended turn by turn (model turns trained, tool output not) across two versions, read with
+    a ragged column beside them, checkpointed and copied; every result (or refusal) in order."""
+    log = []
+
+    def step(name, call):
+        try:
+            value = call()
+            if isinstance(value, tp.dock.Batch):
+                value = (seen(value), value.versions.tolist(), seen(value.segments), seen(value.segment_versions))
+            log.append((name, seen(value)))
+        except tp.TokenportError as error:
+            log.append((name, type(error).__name__, str(error)))
+
+    def turn(row, tokens, trained, version, finished=False):
+        items = {"tokens": np.array(tokens), "mask": np.full(len(tokens), trained), "logp": -np.ones(len(tokens)) / 4}
+        return lambda: dock.append("a", row, items, version=version, finished=finished)
+
+    step("add", lambda: dock.add_partition("a", num_prompts=4))
+    step("prompts", lambda: dock.put("a", {"prompt": [np.arange(3), np.arange(2), np.arange(5), np.arange(1)]},
+                                     rows=[0, 1, 2, 3], version=0, completed=False))  # fmt: skip
+    step("r0 model", turn(0, [5, 6, 7], 1, 0))
+    step("r1 model", turn(1, [8], 1, 0))
+    step("r0 tool", turn(0, [90, 91], 0, 0))
+    step("unfinished", lambda: dock.get("rollout", ["tokens"], 4, "a", unfinished=True))
+    step("set 1", lambda: dock.set_version(1))
+    step("r0 model v1", turn(0, [4, 4], 1, 1, finished=True))
+    step("r1 model v1", turn(1, [3, 2, 1], 1, 1, finished=True))
+    step("bad columns", lambda: dock.append("a", 2, {"tokens": np.array([1])}, version=1))
+    step("finished", turn(0, [1], 1, 1))
+    step("put segmented", lambda: dock.put("a", {"tokens": [np.arange(2)]}, rows=[2]))
+    step("train", lambda: dock.get("train", ["prompt", "tokens", "mask", "logp"], 2, "a", timeout=5))
+    step("stats", dock.stats)
+    step("saved", lambda: saved_turns(dock))
+    return log
+
+
+def saved_turns(dock):
+    with tempfile.TemporaryDirectory() as directory:
+        dock.save(directory)
+        loaded = Dock.load(directory)
+    batch = loaded.get("eval", ["tokens", "mask"], 2, "a", timeout=1)
+    return seen(batch), seen(batch.segments), seen(batch.segment_versions)
+
+
+def test_ray_dock_holds_multi_turn_rows_as_dock_does(ray_session):
+    """Segmented columns on a RayDock (held by its controller) give every result a Dock gives, through a
+    checkpoint and a copy onto another shard count too."""
+    columns = [
+        Column("prompt", np.int64, ragged=True),
+        Column("tokens", np.int32, segmented=True),
+        Column("mask", np.uint8, segmented=True),
+        Column("logp", np.float32, segmented=True),
+    ]
+    consumers = ["rollout", "train", "eval"]
+    local = Dock(columns, consumers, max_staleness=1)
+    remote = RayDock(columns, consumers, shards=2, max_staleness=1)
+    expected, got = multi_turn_workload(local), multi_turn_workload(remote)
+    assert [entry for entry in got if entry not in expected] == []
+    results = dict(entry[:2] for entry in expected)
+    assert results["train"][0][5]["tokens"][2] == [5, 6, 7, 90, 91, 4, 4, 8, 3, 2, 1]  # two rows, no retokenizing
+    assert results["train"][2][2:] == [[3, 2, 2, 1, 3], [3, 2]]  # segment item counts: 3 and 2 segments
+    assert results["train"][3][2] == [0, 0, 1, 0, 1]  # and the version of each
+    copied = RayDock.from_dock(local, shards=1)
+    again = copied.get("eval", ["prompt", "tokens"], 2, "a", timeout=5)
+    mine = local.get("eval", ["prompt", "tokens"], 2, "a", timeout=5)
+    assert seen(again) == seen(mine) and seen(again.segments) == seen(mine.segments)
+    remote.shutdown()
+    copied.shutdown()

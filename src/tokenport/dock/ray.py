@@ -43,7 +43,7 @@ import ray
 from .._checks import check_int
 from ..errors import ConfigError, CorruptStoreError, TokenportError
 from .aio import AsyncMethods
-from .arguments import Sampler, checked_get, checked_put, checked_version, row_ids, wanted_columns
+from .arguments import Sampler, checked_get, checked_put, checked_segment, checked_version, row_ids, wanted_columns
 from .batch import Batch
 from .casting import as_array
 from .checkpoint import load_state, save_state
@@ -137,9 +137,15 @@ class _Controller:
                     "age": p.age.copy(),
                     "versions": (p.version_first.copy(), p.version_last.copy()),
                     "held": [shard.snapshot.remote(p.name) for shard in self.shards],
+                    "segmented": _segmented_data(self.state, p),
                 }
                 for p in self.state.each_partition()
             ]
+
+    def restore_segments(self, partition: str, segmented: dict[str, Any]) -> None:
+        """Hold a copied partition's segmented columns (data, readiness, segment table) as they were."""
+        with self.state.lock:
+            _adopt_segmented(self.state, self.state.partition(partition), segmented)
 
     def take(
         self,
@@ -154,10 +160,10 @@ class _Controller:
         lease: float | None,
         unfinished: bool,
         max_staleness: int | None,
-    ) -> tuple[str, np.ndarray, int | None, np.ndarray, tuple[np.ndarray, np.ndarray], list[Any]] | None:
+    ) -> tuple[Any, ...] | None:
         """Choose and claim rows as ``Dock.get`` does and send the reads to the shards holding them:
-        ``(partition, rows, lease id, ages, (oldest, newest versions), [(positions in rows, ref of a shard's
-        read)])`` or None."""
+        ``(partition, rows, lease id, ages, (oldest, newest versions), segmented columns' data (held here),
+        (segment counts, segment versions) or None, [(positions in rows, ref of a shard's read)])`` or None."""
         if sampler is not None:
             self.samplers[sampler_key] = sampler
         chosen = self.samplers.get(sampler_key) if sampler_key else None
@@ -172,16 +178,22 @@ class _Controller:
             state.served(consumer, state.batch_bytes(target, wanted, give))
             ages = target.age[give]
             versions = (target.version_first[give], target.version_last[give])
+            segmented = [name for name in wanted if state.column(name).segmented]
+            held = {name: target.read(state.column(name), give) for name in segmented}  # the controller's own
+            segments = target.segments_of(give) if segmented else None
+            wanted = [name for name in wanted if name not in held]
+        if not wanted:
+            return target.name, give, lease_id, ages, versions, held, segments, []
         shard_of = (give // state.n_samples_per_prompt) % len(self.shards)
         reads = []
         for k, shard in enumerate(self.shards):
             positions = np.flatnonzero(shard_of == k)
             if len(positions) == len(give):  # one shard holds every row
                 read = shard.read.remote(target.name, wanted, give)
-                return target.name, give, lease_id, ages, versions, [(positions, read)]
+                return target.name, give, lease_id, ages, versions, held, segments, [(positions, read)]
             if len(positions):
                 reads.append((positions, shard.read.remote(target.name, wanted, give[positions])))
-        return target.name, give, lease_id, ages, versions, reads
+        return target.name, give, lease_id, ages, versions, held, segments, reads
 
 
 class _Shard:
@@ -262,8 +274,6 @@ class RayDock(AsyncMethods):
             "max_inflight_versions": max_inflight_versions,
         }
         _versioning(DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning))  # checks
-        for column in columns:
-            _not_segmented(column)
         self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
         self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
             columns, consumers, n_samples_per_prompt, max_age, self._shards, versioning
@@ -294,7 +304,6 @@ class RayDock(AsyncMethods):
         _get(self._controller.forget.remote("drop_partition", partition))
 
     def add_column(self, column: Column) -> None:
-        _not_segmented(column)
         _get(self._controller.add_column.remote(column))
         self._columns[column.name] = column
 
@@ -331,10 +340,17 @@ class RayDock(AsyncMethods):
         version: int | None = None,
         finished: bool = False,
     ) -> None:
-        """Segmented rows are not held by a RayDock yet (its columns refuse ``segmented=True``)."""
-        raise ConfigError(
-            "RayDock.append: a RayDock holds no segmented columns yet; append multi-turn rows to an in-process "
-            "Dock, or put whole rows (ragged columns) to the RayDock"
+        """As ``Dock.append``: the segment goes to the controller, which holds segmented columns itself (a
+        turn's items are small; they are not spread over the shards)."""
+        row = check_int("row", row, 0)
+        if isinstance(columns, Mapping):
+            self._refresh_columns(columns)
+        checked = checked_segment(self._column, columns)
+        stamp = checked_version(version, 1)
+        _get(
+            self._controller.call.remote(
+                "append", partition, row, checked, None if stamp is None else int(stamp[0]), bool(finished)
+            )
         )
 
     def close(self) -> None:
@@ -446,15 +462,18 @@ class RayDock(AsyncMethods):
         )
         if taken is None:
             return None
-        name, give, lease_id, ages, (first, last), reads = taken
+        name, give, lease_id, ages, (first, last), held, segments, reads = taken
         pieces = _get([ref for _, ref in reads])
-        n = self.n_samples_per_prompt
         if len(pieces) == 1:  # one shard holds every row, already in order
-            return Batch(name, give, pieces[0], lease_id, n, ages, first, last)
-        merged = {column: _concatenate([piece[column] for piece in pieces]) for column in wanted}
-        positions = np.concatenate([where for where, _ in reads])
-        batch = Batch(name, give[positions], merged, lease_id, n, ages[positions], first[positions], last[positions])
-        return batch.select(np.argsort(positions, kind="stable"))
+            data = pieces[0]
+        elif pieces:  # each shard's rows, put back in the order of give
+            order = np.argsort(np.concatenate([where for where, _ in reads]), kind="stable")
+            data = {column: _subset(_concatenate([p[column] for p in pieces]), order) for column in pieces[0]}
+        else:  # only segmented columns, which the controller holds
+            data = {}
+        data = {column: held[column] if column in held else data[column] for column in wanted}
+        counts, versions = (None, None) if segments is None else segments
+        return Batch(name, give, data, lease_id, self.n_samples_per_prompt, ages, first, last, counts, versions)
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Checkpoint to ``directory`` in ``Dock.save``'s format (the data passes through this process)."""
@@ -494,6 +513,7 @@ class RayDock(AsyncMethods):
                     if len(kept):
                         target.write(columns[column], ids[kept], _subset(values, kept))
                         target.ready_of(column)[ids[kept]] = True
+            _adopt_segmented(state, target, entry["segmented"])
             state.restore(target.name, entry["consumed"], entry["completed"], entry["age"], entry["versions"])
         if _get(self._controller.call.remote("closed")):
             state.close()
@@ -516,8 +536,17 @@ class RayDock(AsyncMethods):
                 copy.add_partition(partition.name, partition.rows // state.n_samples_per_prompt)
                 for column, ready in partition.ready.items():
                     ids = np.flatnonzero(ready)
-                    if len(ids):
-                        copy.put(partition.name, {column: partition.read(state.column(column), ids)}, rows=ids)
+                    if len(ids) and not state.column(column).segmented:
+                        versions = partition.version_first[ids]  # the rows' own (restored exactly below)
+                        copy.put(
+                            partition.name,
+                            {column: partition.read(state.column(column), ids)},
+                            rows=ids,
+                            version=None if (versions < 0).any() else versions,
+                        )
+                segmented = _segmented_data(state, partition)
+                if segmented["columns"]:
+                    _get(copy._controller.restore_segments.remote(partition.name, segmented))
                 _get(
                     copy._controller.call.remote(
                         "restore",
@@ -559,6 +588,29 @@ class RayDock(AsyncMethods):
         return key, None
 
 
+def _segmented_data(state: DockState, partition: Partition) -> dict[str, Any]:
+    """A partition's segmented columns: per column the ready rows and their items, and the segment table."""
+    columns = {}
+    for name, ready in partition.ready.items():
+        if state.column(name).segmented and ready.any():
+            ids = np.flatnonzero(ready)
+            columns[name] = (ids, partition.read(state.column(name), ids))
+    return {
+        "columns": columns,
+        "segments": {row: list(pairs) for row, pairs in partition.segments.items()},
+        "segment_columns": dict(partition.segment_columns),
+    }
+
+
+def _adopt_segmented(state: DockState, target: Partition, segmented: dict[str, Any]) -> None:
+    """Write ``_segmented_data``'s columns and segment table into ``target`` (a copy of their partition)."""
+    for name, (ids, values) in segmented["columns"].items():
+        target.write(state.column(name), ids, values)
+        target.ready_of(name)[ids] = True
+    target.segments.update({row: list(pairs) for row, pairs in segmented["segments"].items()})
+    target.segment_columns.update(segmented["segment_columns"])
+
+
 def _versioning(state: DockState) -> dict[str, Any]:
     """A dock's staleness and admission settings, as DockState's keyword arguments."""
     return {
@@ -566,15 +618,6 @@ def _versioning(state: DockState) -> dict[str, Any]:
         "on_stale": state.on_stale,
         "max_inflight_versions": state.max_inflight_versions,
     }
-
-
-def _not_segmented(column: Column) -> None:
-    """ConfigError for a segmented column: a RayDock does not hold them yet."""
-    if isinstance(column, Column) and column.segmented:
-        raise ConfigError(
-            f"column {column.name!r} is segmented: a RayDock holds no segmented columns yet; use an in-process "
-            "Dock for multi-turn rows appended turn by turn, or a ragged column put whole"
-        )
 
 
 def _get(refs: Any) -> Any:
