@@ -41,6 +41,9 @@ COLUMNS = (
     Column("reward", "float32"),
 )
 STAGES = ("reward", "reference", "train")
+TRAINED = ["prompt", "answer", "old_logprob", "ref_logprob", "reward"]  # what the trainer gets of a row
+# Staleness at most 1 version; rows that fall too stale are dropped (counted), at most 2 versions in flight.
+DOCK_OPTIONS = {"max_staleness": 1, "on_stale": "drop", "max_inflight_versions": 2}
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class GRPORun:
 
 def make_dock(config: GRPOConfig) -> Dock:
     """The dock the stages share: one partition per step, rows = prompts x group, staleness at most 1."""
-    return Dock(COLUMNS, STAGES, config.group, max_staleness=1, on_stale="drop", max_inflight_versions=2)
+    return Dock(COLUMNS, STAGES, config.group, **DOCK_OPTIONS)
 
 
 def run_grpo(config: GRPOConfig, mode: str = "sync", *, ray_shards: int | None = None) -> GRPORun:
@@ -158,8 +161,8 @@ class ScoreStage:
 class _Trainer:
     """The policy, its optimizer and the GRPO step; each step's mean reward and the version it trained on."""
 
-    def __init__(self, config: GRPOConfig, dock: Any) -> None:
-        self.config, self.dock = config, dock
+    def __init__(self, config: GRPOConfig) -> None:
+        self.config = config
         torch.manual_seed(config.seed)
         self.policy = Policy(config.hidden)
         self.initial = _snapshot(self.policy)
@@ -169,9 +172,8 @@ class _Trainer:
 
     def train(self, batch: Any) -> dict[str, torch.Tensor]:
         """One clipped GRPO step on a step's rows; the new parameters (the next version's)."""
-        names = ["prompt", "answer", "old_logprob", "ref_logprob", "reward"]
         order = np.argsort(batch.rows, kind="stable")  # rows in row order: groups are consecutive rows
-        data = {name: torch.from_numpy(np.asarray(batch[name])[order]) for name in names}
+        data = {name: torch.from_numpy(np.asarray(batch[name])[order]) for name in TRAINED}
         reward = data["reward"].view(-1, self.config.group)
         advantage = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-4)).flatten()
         logprobs = F.log_softmax(self.policy(data["prompt"]), dim=-1)
@@ -193,15 +195,12 @@ class _Trainer:
         return GRPORun(tuple(self.rewards), tuple(self.versions), _snapshot(self.policy))
 
 
-_NAMES = ["prompt", "answer", "old_logprob", "ref_logprob", "reward"]
-
-
 class _Run:
     """One in-process run: the stages over one Dock, in turn or in threads; the published policy versions."""
 
     def __init__(self, config: GRPOConfig, dock: Dock) -> None:
         self.config, self.dock = config, dock
-        self.trainer = _Trainer(config, dock)
+        self.trainer = _Trainer(config)
         self.rollouts = RolloutStage(dock, config)
         self.scores = ScoreStage(dock, config, self.trainer.initial)
         self.published = {0: self.trainer.initial}  # version -> parameters, as the trainer published them
@@ -253,7 +252,7 @@ class _Run:
             if self.failure is not None:
                 raise self.failure
             try:
-                return self.dock.get("train", _NAMES, rows, _partition(step), timeout=1)
+                return self.dock.get("train", TRAINED, rows, _partition(step), timeout=1)
             except DockTimeout:
                 continue
         raise DockTimeout(f"train waited 60 s for the rows of step {step}")
@@ -282,10 +281,9 @@ def _ray_run(config: GRPOConfig, mode: str, shards: int) -> GRPORun:
 
     from ..dock.ray import RayDock
 
-    dock = RayDock(COLUMNS, STAGES, config.group, shards=shards, max_staleness=1, on_stale="drop",
-                   max_inflight_versions=2)  # fmt: skip
+    dock = RayDock(COLUMNS, STAGES, config.group, shards=shards, **DOCK_OPTIONS)
     try:
-        trainer = _Trainer(config, dock)
+        trainer = _Trainer(config)
         rollouts = ray.remote(RolloutStage).remote(dock, config)
         scores = ray.remote(ScoreStage).remote(dock, config, trainer.initial)
         for step in range(config.steps):
@@ -301,7 +299,7 @@ def _ray_run(config: GRPOConfig, mode: str, shards: int) -> GRPORun:
                 ray.get(scores.run.remote(step))
             elif step + 1 < config.steps:  # the next step's rollout, on the version just published
                 pending += [rollouts.run.remote(step + 1, step, parameters), scores.run.remote(step + 1)]
-            batch = dock.get("train", _NAMES, rows, _partition(step), timeout=120)
+            batch = dock.get("train", TRAINED, rows, _partition(step), timeout=120)
             parameters = trainer.train(batch)
             dock.set_version(step + 1)
         ray.get(pending)
