@@ -85,7 +85,9 @@ def test_loader_counts_what_it_hands_to_the_training_loop(exporter, gpt, workers
     assert value(samples, "tokenport_loader_wait_seconds_sum") > 0
     assert value(samples, "tokenport_loader_wait_seconds_bucket", le="+Inf") == 7
     outstanding = value(samples, "tokenport_loader_batches_outstanding")
-    assert outstanding == workers * 3  # torch refills the queue before it hands a batch over
+    # torch refills its queue (prefetch_factor per worker) when it hands a batch over, but a batch that
+    # arrived out of order waits in torch without a refill: one fewer per worker running ahead
+    assert workers * 3 - max(workers - 1, 0) <= outstanding <= workers * 3
 
     del handed[:]
     for batch in loader:  # the rest of the data

@@ -349,6 +349,7 @@ def test_ray_dock_refuses_bad_input_exactly_as_dock_does_and_changes_nothing(ray
     for counts in stats:
         for consumer in counts["consumers"].values():
             consumer.pop("wait_seconds")
+    assert docks[1].held_objects() == {"objects": 1, "pinned": 1}  # the refused puts' objects were not kept
     assert stats[0] == stats[1] and stats[0]["partitions"]["p"]["ready"] == {"x": 2, "e": 0, "t": 2, "u": 0}
     for dock in docks:
         batch = dock.get("train", ["x", "t"], 2, "p", rows=[5, 6])
@@ -615,3 +616,85 @@ def test_ray_dock_holds_multi_turn_rows_as_dock_does(ray_session):
     assert seen(again) == seen(mine) and seen(again.segments) == seen(mine.segments)
     remote.shutdown()
     copied.shutdown()
+
+
+# -- rows in the object store: pinned past their producers, released when no cell refers to them -------
+
+
+@ray.remote
+class _Producer:
+    def put(self, dock: RayDock, partition: str, rows: list[int], seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        tokens = [rng.integers(0, 1000, int(rng.integers(1, 50))).astype(np.int32) for _ in rows]
+        dock.put(partition, {"responses": tokens, "reward": np.full(len(rows), seed, np.float32)}, rows=rows)
+
+
+def _pinned(dock: RayDock) -> int:
+    held = dock.held_objects()
+    assert held["objects"] == held["pinned"]
+    return held["pinned"]
+
+
+def test_rows_outlive_the_process_that_put_them_and_are_released_with_their_cells(ray_session):
+    dock = RayDock(COLUMNS, ["train"], shards=2)
+    try:
+        dock.add_partition("a", 8)
+        producers = [_Producer.remote() for _ in range(2)]
+        ray.get([p.put.remote(dock, "a", list(range(4 * i, 4 * i + 4)), i) for i, p in enumerate(producers)])
+        for producer in producers:  # their processes exit: Ray would free what they put, unless pinned
+            ray.kill(producer, no_restart=True)
+        time.sleep(1)
+        rng = [np.random.default_rng(i) for i in range(2)]
+        expected = [rng[i].integers(0, 1000, int(rng[i].integers(1, 50))) for i in range(2) for _ in range(4)]
+        batch = dock.get("train", ["responses", "reward"], 8, "a", rows=range(8))
+        assert [r.tolist() for r in batch["responses"].to_list()] == [e.tolist() for e in expected]
+        assert batch["reward"].tolist() == [0.0] * 4 + [1.0] * 4
+        assert _pinned(dock) == 2
+
+        # overwriting every cell of the first put releases its object; a partial overwrite keeps the second
+        dock.put(
+            "a",
+            {"responses": [np.arange(3, dtype=np.int32)] * 4, "reward": np.zeros(4, np.float32)},
+            rows=range(4),
+            overwrite=True,
+        )
+        dock.put("a", {"reward": np.zeros(2, np.float32)}, rows=[4, 5], overwrite=True)
+        assert _pinned(dock) == 3  # the first producer's object went; the second's still holds rows 4-7
+        dock.put("a", {"reward": np.zeros(4, np.float32)}, rows=range(4), overwrite=True)
+        assert _pinned(dock) == 4  # the first overwrite's responses still live in its object
+        dock.put("a", {"responses": [np.arange(2, dtype=np.int32)] * 4}, rows=range(4), overwrite=True)
+        assert _pinned(dock) == 4  # ... until they are overwritten too
+
+        dock.clear("a")
+        assert _pinned(dock) == 0
+        dock.put("a", {"reward": np.ones(8, np.float32)}, rows=range(8))
+        dock.drop_partition("a")
+        assert _pinned(dock) == 0
+    finally:
+        dock.shutdown()
+
+
+def test_a_batch_gathered_from_several_objects_keeps_the_row_order_and_views_are_read_only(ray_session):
+    dock, local = RayDock(COLUMNS, ["train"], shards=3), Dock(COLUMNS, ["train"])
+    try:
+        rng = np.random.default_rng(7)
+        for d in (dock, local):
+            d.add_partition("p", 16)
+        order = rng.permutation(16)
+        for chunk in np.array_split(order, 5):  # five puts, rows scattered over them
+            tokens = [np.full(int(r) % 7 + 1, r, np.int32) for r in chunk]
+            for d in (dock, local):
+                d.put("p", {"responses": tokens, "reward": chunk.astype(np.float32)}, rows=chunk)
+        wanted = rng.permutation(16)
+        got = dock.get("train", ["responses", "reward"], 16, "p", rows=wanted)
+        want = local.get("train", ["responses", "reward"], 16, "p", rows=wanted)
+        assert got.rows.tolist() == want.rows.tolist()
+        assert got["reward"].tolist() == want["reward"].tolist()
+        assert [r.tolist() for r in got["responses"].to_list()] == [r.tolist() for r in want["responses"].to_list()]
+
+        dock.add_partition("q", 4)
+        dock.put("q", {"reward": np.arange(4, dtype=np.float32)}, rows=range(4))
+        view = dock.get("train", ["reward"], 2, "q", rows=[1, 2])["reward"]
+        assert view.tolist() == [1.0, 2.0] and not view.flags.writeable
+    finally:
+        dock.shutdown()

@@ -1,32 +1,36 @@
-"""The dock on Ray: a controller actor holding only metadata, K shard actors holding the data.
+"""The dock on Ray: rows in Ray's object store, a controller actor holding only metadata.
 
-TransferDock keeps everything in one actor, so every byte of every stage passes through it.
-Here the controller knows readiness, consumption, leases and ragged row lengths (for balancing)
-and nothing else; row ``r`` of a partition lives on shard ``(r // n_samples_per_prompt) % K``
-(a prompt group stays on one shard). One round trip per put and per get from the client's view:
+TransferDock keeps everything in one actor, so every byte of every stage passes through it. Here a
+put's rows go into Ray's object store straight from the producer (``ray.put``: one copy into shared
+memory, no actor in the way), and the controller keeps, per cell, which object holds it and where;
+it also keeps readiness, consumption, leases and ragged row lengths (for balancing), never data.
+One round trip per put and per get from the client's view:
 
-* put: the client stages each shard's rows there directly (one call per shard, concurrent) and
-  sends the commit (readiness, ragged lengths) to the controller in the same breath, with the
-  staging calls' results as its arguments, so Ray starts the commit once every shard holds its
-  rows. The client waits on the commit alone. The controller checks the put as ``Dock`` does
-  (nothing changes if it is refused: the staged rows are discarded), tells the shards to apply
-  the staged rows, then makes the cells ready.
-* get: one controller call chooses and claims the rows (waiting there, on a condition variable),
-  asks every shard holding some of them to read them, and returns those reads' object refs; the
-  client fetches them in parallel, zero-copy out of Ray's object store.
+* put: the client writes its rows into the object store and sends the commit (cells, readiness,
+  ragged lengths, the object's ref) to the controller, which checks the put as ``Dock`` does,
+  records where each cell lives and makes the cells ready. Nothing is recorded if it is refused.
+* get: one controller call chooses and claims the rows (waiting there, on a condition variable)
+  and returns, per column, each row's object and position, with the objects' refs; the client
+  reads those objects zero-copy out of the object store (several at once) and gathers the rows.
+  A column whose rows lie end to end in one object comes back as a read-only view of it, as
+  ``Dock`` returns rows that lie end to end in its buffers.
 
-Every call the controller makes to a shard (apply, read, forget, snapshot) comes from that one
-process, and Ray runs an actor's calls from one caller in the order they were sent: a read the
-controller sends after a commit finds the commit's rows applied, a read after a clear finds them
-gone. A shard refuses to read a cell it does not hold (a broken order would fail loudly).
+Ray frees an object when its owner, the process that put it, exits. So the controller hands each
+object to one of K shard actors (``shards``), which maps it and holds it ("pins" it): on one node
+a pinned object outlives its producer, so rows put by a finished task or a killed rollout worker
+are still served. The controller sends every pin and release, so a shard sees them in order, and
+releases an object once no cell refers to it (overwritten everywhere, or its partition cleared or
+dropped). Rows whose producer died before their object was pinned (milliseconds after the put),
+or, across nodes, whose object's owner is gone, raise a StorageError naming the rows when read.
 
 ``RayDock`` implements ``DockAPI`` (``Dock``'s methods, ``aput``/``aget`` and byte counts in
 ``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
-controller and shards. ``put`` and ``get`` check their arguments in the calling process with
-``Dock``'s own code (``arguments``) before any actor call, the controller is the same
-``DockState``, and errors raised in the actors reach the caller as the same TokenportError, so a
-bad call fails as it fails on a ``Dock``. Concurrent puts of the same cells without ``overwrite``
-are a caller bug: one of them fails, and the cells hold one of the two writes.
+controller. ``put`` and ``get`` check their arguments in the calling process with ``Dock``'s own
+code (``arguments``) before any actor call, the controller is the same ``DockState``, and errors
+raised in the actors reach the caller as the same TokenportError, so a bad call fails as it fails
+on a ``Dock``. Concurrent puts of the same cells without ``overwrite`` are a caller bug: one of
+them fails, and the cells hold one of the two writes. Segmented columns (rows appended turn by
+turn) are held by the controller itself: a turn's items are small.
 """
 
 from __future__ import annotations
@@ -35,13 +39,14 @@ import os
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import ray
 
 from .._checks import check_int
-from ..errors import ConfigError, CorruptStoreError, TokenportError
+from ..errors import ConfigError, CorruptStoreError, StorageError, TokenportError
 from .aio import AsyncMethods
 from .arguments import Sampler, checked_get, checked_put, checked_segment, checked_version, row_ids, wanted_columns
 from .batch import Batch
@@ -58,9 +63,24 @@ __all__ = ["RayDock"]
 _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds one
 
 
+class _Cells:
+    """Where one partition's cells live: per column, each row's object slot (-1: none) and its position there."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.slot: dict[str, np.ndarray] = {}
+        self.position: dict[str, np.ndarray] = {}
+
+    def of(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name not in self.slot:
+            self.slot[name] = np.full(self.rows, -1, dtype=np.int64)
+            self.position[name] = np.zeros(self.rows, dtype=np.int64)
+        return self.slot[name], self.position[name]
+
+
 class _Controller:
-    """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only; the one
-    process that sends the shards their apply, read, forget and snapshot calls (see the module docstring)."""
+    """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only, and where
+    each cell's data lives in the object store (see the module docstring)."""
 
     def __init__(
         self,
@@ -74,6 +94,9 @@ class _Controller:
         self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning)
         self.samplers: dict[str, Sampler] = {}
         self.shards = shards
+        self.cells: dict[str, _Cells] = {}
+        self.objects: dict[int, list[Any]] = {}  # slot -> [ref, shard, cells referring to it, partition]
+        self.next_slot = 0
 
     def schema(self) -> tuple[dict[str, Column], list[str], int, int | None, dict[str, Any]]:
         state = self.state
@@ -84,23 +107,21 @@ class _Controller:
         attribute = getattr(self.state, method)
         return attribute(*args) if callable(attribute) else attribute
 
+    def held_objects(self) -> dict[str, int]:
+        """Objects held and pinned (the shards are asked from here, so after every pin and release sent)."""
+        pinned = sum(ray.get([shard.count.remote() for shard in self.shards]))
+        with self.state.lock:
+            return {"objects": len(self.objects), "pinned": pinned}
+
     def forget(self, method: str, partition: str) -> None:
-        """``clear`` or ``drop_partition`` a partition here and on every shard (in order after earlier applies)."""
+        """``clear`` or ``drop_partition`` a partition, releasing the objects that held its rows."""
         with self.state.lock:
             getattr(self.state, method)(partition)
-            forgotten = [shard.forget.remote(partition) for shard in self.shards]
-        ray.get(forgotten)
-
-    def add_column(self, column: Column) -> None:
-        """Add a column here and on every shard."""
-        with self.state.lock:
-            self.state.add_column(column)
-            added = [shard.add_column.remote(column) for shard in self.shards]
-        ray.get(added)
+            self.cells.pop(partition, None)
+            self._release([slot for slot, entry in self.objects.items() if entry[3] == partition])
 
     def commit(
         self,
-        put_id: str,
         partition: str,
         names: list[str],
         rows: np.ndarray,
@@ -108,24 +129,35 @@ class _Controller:
         overwrite: bool,
         finished: np.ndarray,
         versions: np.ndarray | None,
-        staged_on: list[int],
-        *staged: None,
+        boxed: list[Any],
     ) -> None:
-        """The shards ``staged_on`` hold the put's rows (``staged``: their calls' results): check the put
-        as ``Dock.put`` does, have the shards apply the rows, record ragged lengths, make the cells ready."""
+        """A put whose rows are in the object ``boxed[0]`` (a ref in a list, so Ray passes the ref, not the
+        data): check it as ``Dock.put`` does, record where its cells live, pin the object, make the cells ready."""
         state = self.state
         ids = row_ids(rows)
         with state.lock:
             target = state.check_put(partition, names, ids, overwrite, versions)
-            for k in staged_on:
-                self.shards[k].apply.remote(put_id, partition, target.rows)
+            cells = self.cells.get(partition)
+            if cells is None or cells.rows != target.rows:
+                cells = self.cells[partition] = _Cells(target.rows)
+            slot, self.next_slot = self.next_slot, self.next_slot + 1
+            shard = int(ids[0] // state.n_samples_per_prompt) % len(self.shards)
+            self.objects[slot] = [boxed[0], shard, len(ids) * len(names), partition]
+            self.shards[shard].pin.remote(slot, boxed)
+            replaced = []
+            for name in names:
+                where, position = cells.of(name)
+                replaced.append(where[ids])
+                where[ids] = slot
+                position[ids] = np.arange(len(ids))
+            self._drop_cells(np.concatenate(replaced))
             for name, row_lengths in lengths.items():
                 target.record_lengths(state.column(name), ids, row_lengths)
             state.mark_ready(target, names, ids, finished, versions, overwrite)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Per partition: name, rows, the bits (readiness, consumption, finished, age) and the refs of
-        every shard's snapshot of its data."""
+        """Per partition: name, rows, the bits (readiness, consumption, finished, age, versions), where
+        each ready cell lives (``_Placement``) and the segmented columns' data."""
         with self.state.lock:
             return [
                 {
@@ -136,11 +168,15 @@ class _Controller:
                     "completed": p.completed.copy(),
                     "age": p.age.copy(),
                     "versions": (p.version_first.copy(), p.version_last.copy()),
-                    "held": [shard.snapshot.remote(p.name) for shard in self.shards],
+                    "placement": self._placement(p, self._stored_columns(p)),
                     "segmented": _segmented_data(self.state, p),
                 }
                 for p in self.state.each_partition()
             ]
+
+    def _stored_columns(self, target: Partition) -> list[str]:
+        """The columns with ready rows whose data lives in the object store (not segmented)."""
+        return [n for n, r in target.ready.items() if r.any() and not self.state.column(n).segmented]
 
     def restore_segments(self, partition: str, segmented: dict[str, Any]) -> None:
         """Hold a copied partition's segmented columns (data, readiness, segment table) as they were."""
@@ -161,9 +197,9 @@ class _Controller:
         unfinished: bool,
         max_staleness: int | None,
     ) -> tuple[Any, ...] | None:
-        """Choose and claim rows as ``Dock.get`` does and send the reads to the shards holding them:
-        ``(partition, rows, lease id, ages, (oldest, newest versions), segmented columns' data (held here),
-        (segment counts, segment versions) or None, [(positions in rows, ref of a shard's read)])`` or None."""
+        """Choose and claim rows as ``Dock.get`` does: ``(partition, rows, lease id, ages, (oldest, newest
+        versions), segmented columns' data (held here), (segment counts, segment versions) or None,
+        where the other columns' cells live)`` or None."""
         if sampler is not None:
             self.samplers[sampler_key] = sampler
         chosen = self.samplers.get(sampler_key) if sampler_key else None
@@ -181,70 +217,87 @@ class _Controller:
             segmented = [name for name in wanted if state.column(name).segmented]
             held = {name: target.read(state.column(name), give) for name in segmented}  # the controller's own
             segments = target.segments_of(give) if segmented else None
-            wanted = [name for name in wanted if name not in held]
-        if not wanted:
-            return target.name, give, lease_id, ages, versions, held, segments, []
-        shard_of = (give // state.n_samples_per_prompt) % len(self.shards)
-        reads = []
-        for k, shard in enumerate(self.shards):
-            positions = np.flatnonzero(shard_of == k)
-            if len(positions) == len(give):  # one shard holds every row
-                read = shard.read.remote(target.name, wanted, give)
-                return target.name, give, lease_id, ages, versions, held, segments, [(positions, read)]
-            if len(positions):
-                reads.append((positions, shard.read.remote(target.name, wanted, give[positions])))
-        return target.name, give, lease_id, ages, versions, held, segments, reads
+            stored = [name for name in wanted if name not in held]
+            placement = self._placement(target, stored, give)
+        return target.name, give, lease_id, ages, versions, held, segments, placement
+
+    def _placement(self, target: Partition, names: list[str], give: np.ndarray | None = None) -> _Placement:
+        """Where the ready cells of ``names`` for rows ``give`` (None: every ready row, per column) live."""
+        cells = self.cells.get(target.name)
+        columns = {}
+        for name in names:
+            rows = np.flatnonzero(target.ready_of(name)) if give is None else give
+            where = np.full(len(rows), -1, np.int64) if cells is None else cells.of(name)[0][rows]
+            if len(where) and int(where.min()) < 0:
+                raise CorruptStoreError(
+                    f"RayDock: partition {target.name!r} column {name!r}: rows are ready but no object holds "
+                    "them; report this as a tokenport bug"
+                )
+            columns[name] = (rows, where, cells.of(name)[1][rows] if cells is not None else where)
+        slots = np.unique(np.concatenate([where for _, where, _ in columns.values()])).tolist() if columns else []
+        return _Placement(columns, slots, [self.objects[slot][0] for slot in slots])
+
+    def _drop_cells(self, slots: np.ndarray) -> None:
+        """Cells that no longer refer to their objects (overwritten): release objects left with none."""
+        emptied = []
+        for slot, n in zip(*np.unique(slots[slots >= 0], return_counts=True)):
+            entry = self.objects[int(slot)]
+            entry[2] -= int(n)
+            if entry[2] == 0:
+                emptied.append(int(slot))
+        self._release(emptied)
+
+    def _release(self, slots: list[int]) -> None:
+        """Forget these objects and have their shards unpin them (in order after the pins)."""
+        by_shard: dict[int, list[int]] = {}
+        for slot in slots:
+            by_shard.setdefault(self.objects.pop(slot)[1], []).append(slot)
+        for shard, released in by_shard.items():
+            self.shards[shard].release.remote(released)
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where a get's (or a snapshot's) cells live: per column ``(rows, object slots, positions)``, and
+    the slots' object refs."""
+
+    columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    slots: list[int]
+    refs: list[Any]
+
+    def gather(self, partition: str) -> dict[str, np.ndarray | Packed]:
+        """Read the objects out of the object store (all at once, zero-copy) and gather each column's rows."""
+        try:
+            objects = dict(zip(self.slots, ray.get(self.refs)))
+        except ray.exceptions.ObjectLostError as error:
+            raise StorageError(
+                f"RayDock: partition {partition!r}: the object holding rows of this batch is lost (its producer "
+                f"exited before the dock pinned it, or its node is gone): {type(error).__name__}. Put those rows "
+                "again (clear or overwrite them)"
+            ) from None
+        return {name: _gathered(objects, name, where, position) for name, (_, where, position) in self.columns.items()}
 
 
 class _Shard:
-    """The data of the rows routed here, per partition, and the rows of puts staged but not yet applied."""
+    """Holds (pins) objects of the object store the controller hands it, so they outlive their producers."""
 
-    def __init__(self, columns: list[Column]) -> None:
-        self.columns = {column.name: column for column in columns}
-        self.partitions: dict[str, Partition] = {}
-        self.staged: dict[str, tuple[np.ndarray, dict[str, np.ndarray | Packed]]] = {}
+    def __init__(self) -> None:
+        self.pinned: dict[int, Any] = {}
 
-    def add_column(self, column: Column) -> None:
-        self.columns[column.name] = column
+    def pin(self, slot: int, boxed: list[Any]) -> None:
+        """Map the object (zero-copy) and keep it; a lost object is left unpinned (its reads raise)."""
+        try:
+            self.pinned[slot] = ray.get(boxed[0])
+        except ray.exceptions.ObjectLostError:
+            return
 
-    def stage(self, put_id: str, ids: np.ndarray, values: dict[str, np.ndarray | Packed]) -> None:
-        """Keep a put's rows (as Ray hands them over: views of the object store) until the controller
-        applies or the client discards them."""
-        self.staged[put_id] = (ids, values)
+    def release(self, slots: list[int]) -> None:
+        for slot in slots:
+            self.pinned.pop(slot, None)
 
-    def discard(self, put_id: str) -> None:
-        self.staged.pop(put_id, None)
-
-    def apply(self, put_id: str, partition: str, rows_in_partition: int) -> None:
-        """Write a staged put's rows into the partition (the controller checked the put)."""
-        ids, values = self.staged.pop(put_id)
-        target = self.partitions.get(partition)
-        if target is None or target.rows != rows_in_partition:
-            target = self.partitions[partition] = Partition(partition, rows_in_partition)
-        for name, value in values.items():
-            target.write(self.columns[name], ids, value)
-            target.ready_of(name)[ids] = True  # this shard holds the cell (readiness is the controller's)
-
-    def snapshot(self, partition: str) -> dict[str, tuple[np.ndarray, np.ndarray | Packed]]:
-        """Per column, the rows this shard holds and their data (for a checkpoint)."""
-        target = self.partitions.get(partition)
-        if target is None:
-            return {}
-        held = {name: np.flatnonzero(ready) for name, ready in target.ready.items()}
-        return {name: (ids, target.read(self.columns[name], ids)) for name, ids in held.items() if len(ids)}
-
-    def read(self, partition: str, names: list[str], ids: np.ndarray) -> dict[str, np.ndarray | Packed]:
-        target = self.partitions.get(partition)
-        for name in names:
-            if target is None or not target.ready_of(name)[ids].all():
-                raise CorruptStoreError(
-                    f"RayDock shard: partition {partition!r} column {name!r}: asked for rows it does not hold "
-                    "(a read overtook its commit); report this as a tokenport bug"
-                )
-        return {name: target.read(self.columns[name], ids) for name in names}  # type: ignore[union-attr]
-
-    def forget(self, partition: str) -> None:
-        self.partitions.pop(partition, None)
+    def count(self) -> int:
+        """How many objects this shard pins (for tests and stats)."""
+        return len(self.pinned)
 
 
 class RayDock(AsyncMethods):
@@ -274,7 +327,7 @@ class RayDock(AsyncMethods):
             "max_inflight_versions": max_inflight_versions,
         }
         _versioning(DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning))  # checks
-        self._shards = [ray.remote(_Shard).remote(columns) for _ in range(shards)]
+        self._shards = [ray.remote(_Shard).remote() for _ in range(shards)]
         self._controller = ray.remote(max_concurrency=_CONTROLLER_THREADS)(_Controller).remote(
             columns, consumers, n_samples_per_prompt, max_age, self._shards, versioning
         )
@@ -304,7 +357,7 @@ class RayDock(AsyncMethods):
         _get(self._controller.forget.remote("drop_partition", partition))
 
     def add_column(self, column: Column) -> None:
-        _get(self._controller.add_column.remote(column))
+        _get(self._controller.call.remote("add_column", column))
         self._columns[column.name] = column
 
     def add_consumer(self, name: str, *, max_staleness: int | None = None) -> None:
@@ -369,6 +422,11 @@ class RayDock(AsyncMethods):
         """As ``Dock.stats``; byte counts come from the row lengths the controller keeps."""
         return _get(self._controller.call.remote("stats"))
 
+    def held_objects(self) -> dict[str, int]:
+        """How many objects of Ray's object store hold this dock's rows (``objects``) and how many its shards
+        pin (``pinned``, equal once their calls have run): what the dock keeps in shared memory."""
+        return _get(self._controller.held_objects.remote())
+
     @property
     def columns(self) -> dict[str, Column]:
         self._columns = _get(self._controller.call.remote("columns"))
@@ -393,37 +451,20 @@ class RayDock(AsyncMethods):
         completed: bool | Sequence[bool] | np.ndarray = True,
         version: int | Sequence[int] | np.ndarray | None = None,
     ) -> None:
-        """As ``Dock.put`` (the same checks, here, before any actor call): the rows staged on their
-        shards and the commit sent to the controller at once; one wait, for the commit."""
+        """As ``Dock.put`` (the same checks, here, before any actor call): the rows written into the object
+        store here, and one controller call to commit them."""
         if isinstance(columns, Mapping):
             self._refresh_columns(columns)
         ids, checked, finished = checked_put(self._column, columns, rows, completed)
         versions = checked_version(version, len(ids))
-        names = list(checked)
         checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
-        put_id = uuid.uuid4().hex
-        shard_of = (ids // self.n_samples_per_prompt) % len(self._shards)
-        staged_on, staged = [], []
-        for k, shard in enumerate(self._shards):
-            positions = np.flatnonzero(shard_of == k)
-            if len(positions) == len(ids):  # every row goes to this shard: send the data as it is
-                staged.append(shard.stage.remote(put_id, ids, checked))
-            elif len(positions):
-                values = {name: _subset(value, positions) for name, value in checked.items()}
-                staged.append(shard.stage.remote(put_id, ids[positions], values))
-            else:
-                continue
-            staged_on.append(k)
         lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
-        commit = self._controller.commit.remote(
-            put_id, partition, names, ids, lengths, bool(overwrite), finished, versions, staged_on, *staged
+        stored = ray.put(checked)
+        _get(
+            self._controller.commit.remote(
+                partition, list(checked), ids, lengths, bool(overwrite), finished, versions, [stored]
+            )
         )
-        try:
-            _get(commit)
-        except BaseException:
-            for k in staged_on:  # refused: nothing was applied, drop what the shards staged
-                self._shards[k].discard.remote(put_id)
-            raise
 
     def get(
         self,
@@ -439,8 +480,8 @@ class RayDock(AsyncMethods):
         unfinished: bool = False,
         max_staleness: int | None = None,
     ) -> Batch | None:
-        """As ``Dock.get`` (the same checks): one controller call chooses the rows and starts their reads
-        on the shards; the reads come back in parallel from the object store."""
+        """As ``Dock.get`` (the same checks): one controller call chooses the rows and says which objects
+        hold them; the objects are read here, together, zero-copy out of the object store."""
         wanted = wanted_columns(columns)
         checked_get(count, timeout, sampler, lease)
         key, send = self._sampler_key(sampler)
@@ -462,15 +503,8 @@ class RayDock(AsyncMethods):
         )
         if taken is None:
             return None
-        name, give, lease_id, ages, (first, last), held, segments, reads = taken
-        pieces = _get([ref for _, ref in reads])
-        if len(pieces) == 1:  # one shard holds every row, already in order
-            data = pieces[0]
-        elif pieces:  # each shard's rows, put back in the order of give
-            order = np.argsort(np.concatenate([where for where, _ in reads]), kind="stable")
-            data = {column: _subset(_concatenate([p[column] for p in pieces]), order) for column in pieces[0]}
-        else:  # only segmented columns, which the controller holds
-            data = {}
+        name, give, lease_id, ages, (first, last), held, segments, placement = taken
+        data = placement.gather(name)
         data = {column: held[column] if column in held else data[column] for column in wanted}
         counts, versions = (None, None) if segments is None else segments
         return Batch(name, give, data, lease_id, self.n_samples_per_prompt, ages, first, last, counts, versions)
@@ -507,12 +541,11 @@ class RayDock(AsyncMethods):
         state.version = _get(self._controller.call.remote("version"))
         for entry in _get(self._controller.snapshot.remote()):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
-            for held in _get(entry["held"]):
-                for column, (ids, values) in held.items():
-                    kept = np.flatnonzero(entry["ready"].get(column, np.zeros(target.rows, dtype=bool))[ids])
-                    if len(kept):
-                        target.write(columns[column], ids[kept], _subset(values, kept))
-                        target.ready_of(column)[ids[kept]] = True
+            placement = entry["placement"]
+            for column, values in placement.gather(target.name).items():
+                ids = placement.columns[column][0]
+                target.write(columns[column], ids, values)
+                target.ready_of(column)[ids] = True
             _adopt_segmented(state, target, entry["segmented"])
             state.restore(target.name, entry["consumed"], entry["completed"], entry["age"], entry["versions"])
         if _get(self._controller.call.remote("closed")):
@@ -631,11 +664,46 @@ def _get(refs: Any) -> Any:
         raise
 
 
+def _gathered(
+    objects: dict[int, dict[str, Any]], name: str, where: np.ndarray, position: np.ndarray
+) -> np.ndarray | Packed:
+    """Column ``name``'s rows in order, row ``i`` at ``position[i]`` of object ``where[i]``: a read-only
+    view of the object when the rows lie end to end in one, else a copy."""
+    first = int(where[0])
+    if (where == first).all():
+        value = objects[first][name]
+        start = int(position[0])
+        if (np.diff(position) == 1).all():
+            return _read_only(value, start, start + len(position))
+        return _subset(value, position)
+    slots = np.unique(where)
+    if not isinstance(objects[first][name], Packed):
+        sample = objects[first][name]
+        out = np.empty((len(where), *sample.shape[1:]), dtype=sample.dtype)
+        for slot in slots:
+            mine = where == slot
+            out[mine] = objects[int(slot)][name][position[mine]]
+        return out
+    pieces, order = [], []
+    for slot in slots:
+        mine = np.flatnonzero(where == slot)
+        pieces.append(take_rows(objects[int(slot)][name], position[mine]))
+        order.append(mine)
+    joined = Packed(np.concatenate([p.values for p in pieces]), np.concatenate([p.lengths for p in pieces]))
+    return take_rows(joined, np.argsort(np.concatenate(order), kind="stable"))
+
+
+def _read_only(value: np.ndarray | Packed, start: int, stop: int) -> np.ndarray | Packed:
+    """Rows ``start:stop`` of an object's column, as a read-only view."""
+    if isinstance(value, Packed):
+        offsets = value.offsets
+        view = value.values[offsets[start] : offsets[stop]]
+        view.flags.writeable = False
+        return Packed(view, value.lengths[start:stop])
+    view = value[start:stop]
+    view.flags.writeable = False
+    return view
+
+
 def _subset(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
     return take_rows(value, positions) if isinstance(value, Packed) else value[positions]
-
-
-def _concatenate(pieces: list[np.ndarray | Packed]) -> np.ndarray | Packed:
-    if isinstance(pieces[0], Packed):
-        return Packed(np.concatenate([p.values for p in pieces]), np.concatenate([p.lengths for p in pieces]))
-    return np.concatenate(pieces)
