@@ -1,9 +1,10 @@
 """The dock on Ray: rows in Ray's object store, a controller actor holding only metadata.
 
 TransferDock keeps everything in one actor, so every byte of every stage passes through it. Here a
-put's rows go into Ray's object store straight from the producer (``ray.put``: one copy into shared
-memory, no actor in the way), and the controller keeps, per cell, which object holds it and where;
-it also keeps readiness, consumption, leases and ragged row lengths (for balancing), never data.
+put's rows go into Ray's object store straight from the producer (``ray.put`` of one buffer, see
+``blob``: one copy into shared memory, no actor in the way), and the controller keeps, per cell,
+which object holds it and where; it also keeps readiness, consumption, leases and ragged row
+lengths (for balancing), never data.
 One round trip per put and per get from the client's view:
 
 * put: the client writes its rows into the object store and sends the commit (cells, readiness,
@@ -16,12 +17,12 @@ One round trip per put and per get from the client's view:
   ``Dock`` returns rows that lie end to end in its buffers.
 
 Ray frees an object when its owner, the process that put it, exits. So the controller hands each
-object to one of K shard actors (``shards``), which maps it and holds it ("pins" it): on one node
-a pinned object outlives its producer, so rows put by a finished task or a killed rollout worker
-are still served. The controller sends every pin and release, so a shard sees them in order, and
-releases an object once no cell refers to it (overwritten everywhere, or its partition cleared or
-dropped). Rows whose producer died before their object was pinned (milliseconds after the put),
-or, across nodes, whose object's owner is gone, raise a StorageError naming the rows when read.
+put's object to one of K shard actors (``shards``), which maps it and holds it ("pins" it), sent
+with the commit and waited on with it: once ``put`` returns, the rows outlive their producer on
+this node (a finished task, a killed rollout worker). The controller releases an object once no
+cell refers to it (overwritten everywhere, or its partition cleared or dropped); a release that
+overtakes its pin is remembered, so the pin that follows is dropped. Across nodes, rows whose
+object's owner is gone raise a StorageError when read (Ray fetches objects through their owner).
 
 ``RayDock`` implements ``DockAPI`` (``Dock``'s methods, ``aput``/``aget`` and byte counts in
 ``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
@@ -50,6 +51,7 @@ from ..errors import ConfigError, CorruptStoreError, StorageError, TokenportErro
 from .aio import AsyncMethods
 from .arguments import Sampler, checked_get, checked_put, checked_segment, checked_version, row_ids, wanted_columns
 from .batch import Batch
+from .blob import pack_columns, unpack_columns
 from .casting import as_array
 from .checkpoint import load_state, save_state
 from .dock import Dock
@@ -129,10 +131,13 @@ class _Controller:
         overwrite: bool,
         finished: np.ndarray,
         versions: np.ndarray | None,
+        put_id: str,
+        shard: int,
         boxed: list[Any],
     ) -> None:
         """A put whose rows are in the object ``boxed[0]`` (a ref in a list, so Ray passes the ref, not the
-        data): check it as ``Dock.put`` does, record where its cells live, pin the object, make the cells ready."""
+        data), pinned as ``put_id`` by shard ``shard``: check it as ``Dock.put`` does, record where its cells
+        live, make the cells ready."""
         state = self.state
         ids = row_ids(rows)
         with state.lock:
@@ -141,9 +146,7 @@ class _Controller:
             if cells is None or cells.rows != target.rows:
                 cells = self.cells[partition] = _Cells(target.rows)
             slot, self.next_slot = self.next_slot, self.next_slot + 1
-            shard = int(ids[0] // state.n_samples_per_prompt) % len(self.shards)
-            self.objects[slot] = [boxed[0], shard, len(ids) * len(names), partition]
-            self.shards[shard].pin.remote(slot, boxed)
+            self.objects[slot] = [boxed[0], shard, len(ids) * len(names), partition, put_id]
             replaced = []
             for name in names:
                 where, position = cells.of(name)
@@ -248,10 +251,11 @@ class _Controller:
         self._release(emptied)
 
     def _release(self, slots: list[int]) -> None:
-        """Forget these objects and have their shards unpin them (in order after the pins)."""
-        by_shard: dict[int, list[int]] = {}
+        """Forget these objects and have their shards unpin them."""
+        by_shard: dict[int, list[str]] = {}
         for slot in slots:
-            by_shard.setdefault(self.objects.pop(slot)[1], []).append(slot)
+            _, shard, _, _, put_id = self.objects.pop(slot)
+            by_shard.setdefault(shard, []).append(put_id)
         for shard, released in by_shard.items():
             self.shards[shard].release.remote(released)
 
@@ -268,7 +272,7 @@ class _Placement:
     def gather(self, partition: str) -> dict[str, np.ndarray | Packed]:
         """Read the objects out of the object store (all at once, zero-copy) and gather each column's rows."""
         try:
-            objects = dict(zip(self.slots, ray.get(self.refs)))
+            objects = {slot: unpack_columns(*stored) for slot, stored in zip(self.slots, ray.get(self.refs))}
         except ray.exceptions.ObjectLostError as error:
             raise StorageError(
                 f"RayDock: partition {partition!r}: the object holding rows of this batch is lost (its producer "
@@ -279,24 +283,26 @@ class _Placement:
 
 
 class _Shard:
-    """Holds (pins) objects of the object store the controller hands it, so they outlive their producers."""
+    """Holds (pins) objects of the object store, so they outlive the producers that put them."""
 
     def __init__(self) -> None:
-        self.pinned: dict[int, Any] = {}
+        self.pinned: dict[str, Any] = {}
+        self.released: set[str] = set()  # released before their pin arrived (another caller's call)
 
-    def pin(self, slot: int, boxed: list[Any]) -> None:
-        """Map the object (zero-copy) and keep it; a lost object is left unpinned (its reads raise)."""
-        try:
-            self.pinned[slot] = ray.get(boxed[0])
-        except ray.exceptions.ObjectLostError:
+    def pin(self, put_id: str, boxed: list[Any]) -> None:
+        """Map the object (zero-copy) and keep it, unless it was released already."""
+        if put_id in self.released:
+            self.released.discard(put_id)
             return
+        self.pinned[put_id] = ray.get(boxed[0])
 
-    def release(self, slots: list[int]) -> None:
-        for slot in slots:
-            self.pinned.pop(slot, None)
+    def release(self, put_ids: list[str]) -> None:
+        for put_id in put_ids:
+            if self.pinned.pop(put_id, None) is None:
+                self.released.add(put_id)
 
     def count(self) -> int:
-        """How many objects this shard pins (for tests and stats)."""
+        """How many objects this shard pins."""
         return len(self.pinned)
 
 
@@ -452,19 +458,25 @@ class RayDock(AsyncMethods):
         version: int | Sequence[int] | np.ndarray | None = None,
     ) -> None:
         """As ``Dock.put`` (the same checks, here, before any actor call): the rows written into the object
-        store here, and one controller call to commit them."""
+        store here, then the commit to the controller and the pin to a shard at once; one wait."""
         if isinstance(columns, Mapping):
             self._refresh_columns(columns)
         ids, checked, finished = checked_put(self._column, columns, rows, completed)
         versions = checked_version(version, len(ids))
-        checked = {name: value.packed() if isinstance(value, Padded) else value for name, value in checked.items()}
-        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, Packed)}
-        stored = ray.put(checked)
-        _get(
-            self._controller.commit.remote(
-                partition, list(checked), ids, lengths, bool(overwrite), finished, versions, [stored]
-            )
+        lengths = {name: value.lengths for name, value in checked.items() if isinstance(value, (Packed, Padded))}
+        stored = [ray.put(pack_columns(checked))]  # one buffer (see blob.py); a list passes the ref itself
+        put_id, k = uuid.uuid4().hex, int(ids[0] // self.n_samples_per_prompt) % len(self._shards)
+        pinned = self._shards[k].pin.remote(put_id, stored)
+        commit = self._controller.commit.remote(
+            partition, list(checked), ids, lengths, bool(overwrite), finished, versions, put_id, k, stored
         )
+        try:
+            _get(commit)
+        except BaseException:
+            self._shards[k].release.remote([put_id])  # refused: nothing refers to the object
+            raise
+        finally:
+            ray.get(pinned)
 
     def get(
         self,
