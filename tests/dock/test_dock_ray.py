@@ -698,3 +698,32 @@ def test_a_batch_gathered_from_several_objects_keeps_the_row_order_and_views_are
         assert view.tolist() == [1.0, 2.0] and not view.flags.writeable
     finally:
         dock.shutdown()
+
+
+def test_copies_and_checkpoints_keep_expired_rows_counters_and_consumer_limits(ray_session, tmp_path):
+    columns = [Column("reward", np.float32)]
+
+    def scenario(dock: DockAPI) -> None:
+        dock.add_consumer("eval", max_staleness=1)  # stricter than the dock's 2
+        dock.set_version(1)
+        dock.add_partition("a", 6)
+        dock.put("a", {"reward": np.arange(6, dtype=np.float32)}, rows=range(6), version=[0, 0, 1, 1, 1, 1])
+        dock.set_version(2)  # rows 0 and 1 are too stale for "eval": requeued, not yet handed back
+
+    local, remote = Dock(columns, ["train"], max_staleness=2), RayDock(columns, ["train"], max_staleness=2, shards=2)
+    copies: list = []
+    try:
+        for dock in (local, remote):
+            scenario(dock)
+        copies = [remote.to_dock(), RayDock.from_dock(local, shards=1)]
+        remote.save(tmp_path / "ckpt")
+        copies += [Dock.load(tmp_path / "ckpt"), RayDock.load(tmp_path / "ckpt", shards=3), local]
+        for dock in (*copies, remote):
+            assert dock.stats()["expired"] == {"requeued": 2, "dropped": 0, "pending": 2}
+            assert {name: rows.tolist() for name, rows in dock.expired().items()} == {"a": [0, 1]}
+            dock.set_version(3)  # "eval"'s own limit expires the version-1 rows; the dock's would keep them
+            assert {name: rows.tolist() for name, rows in dock.expired().items()} == {"a": [2, 3, 4, 5]}
+    finally:
+        for dock in (*copies, remote):
+            if isinstance(dock, RayDock):
+                dock.shutdown()

@@ -181,6 +181,17 @@ class _Controller:
         """The columns with ready rows whose data lives in the object store (not segmented)."""
         return [n for n, r in target.ready.items() if r.any() and not self.state.column(n).segmented]
 
+    def progress(self) -> dict[str, Any]:
+        """What a copy needs besides the partitions (``_progress`` of the state)."""
+        return _progress(self.state)
+
+    def restore_progress(self, progress: dict[str, Any]) -> None:
+        """Take a copied dock's expiry counters and the expired rows it had not handed back yet."""
+        with self.state.lock:
+            self.state.expired_requeued, self.state.expired_dropped = progress["expired"]
+            for name, rows in progress["requeue"].items():
+                self.state.requeue(name, rows)
+
     def restore_segments(self, partition: str, segmented: dict[str, Any]) -> None:
         """Hold a copied partition's segmented columns (data, readiness, segment table) as they were."""
         with self.state.lock:
@@ -548,9 +559,13 @@ class RayDock(AsyncMethods):
 
     def _copy_state(self) -> DockState:
         """This dock's data and progress gathered from the controller and the shards into one state."""
-        columns, consumers, n_samples_per_prompt, max_age, versioning = _get(self._controller.schema.remote())
-        state = DockState(list(columns.values()), consumers, n_samples_per_prompt, max_age=max_age, **versioning)
-        state.version = _get(self._controller.call.remote("version"))
+        columns, _, n_samples_per_prompt, max_age, versioning = _get(self._controller.schema.remote())
+        state = DockState(list(columns.values()), [], n_samples_per_prompt, max_age=max_age, **versioning)
+        progress = _get(self._controller.progress.remote())
+        for consumer, limit in progress["limits"].items():
+            state.add_consumer(consumer, limit)
+        state.version = progress["version"]
+        state.expired_requeued, state.expired_dropped = progress["expired"]
         for entry in _get(self._controller.snapshot.remote()):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
             placement = entry["placement"]
@@ -560,7 +575,9 @@ class RayDock(AsyncMethods):
                 target.ready_of(column)[ids] = True
             _adopt_segmented(state, target, entry["segmented"])
             state.restore(target.name, entry["consumed"], entry["completed"], entry["age"], entry["versions"])
-        if _get(self._controller.call.remote("closed")):
+        for name, rows in progress["requeue"].items():
+            state.requeue(name, rows)
+        if progress["closed"]:
             state.close()
         return state
 
@@ -568,14 +585,17 @@ class RayDock(AsyncMethods):
     def _from_state(cls, state: DockState, shards: int) -> RayDock:
         """A new RayDock holding a copy of ``state``'s data and progress."""
         with state.lock:
+            progress = _progress(state)
             copy = cls(
                 list(state.columns.values()),
-                state.consumers,
+                [],
                 state.n_samples_per_prompt,
                 shards=shards,
                 max_age=state.max_age,
                 **_versioning(state),
             )
+            for consumer, limit in progress["limits"].items():
+                copy.add_consumer(consumer, max_staleness=limit)
             copy.set_version(state.version)
             for partition in state.each_partition():
                 copy.add_partition(partition.name, partition.rows // state.n_samples_per_prompt)
@@ -602,6 +622,7 @@ class RayDock(AsyncMethods):
                         (partition.version_first, partition.version_last),
                     )
                 )
+            _get(copy._controller.restore_progress.remote(progress))
             if state.closed:
                 copy.close()
         return copy
@@ -654,6 +675,22 @@ def _adopt_segmented(state: DockState, target: Partition, segmented: dict[str, A
         target.ready_of(name)[ids] = True
     target.segments.update({row: list(pairs) for row, pairs in segmented["segments"].items()})
     target.segment_columns.update(segmented["segment_columns"])
+
+
+def _progress(state: DockState) -> dict[str, Any]:
+    """A dock's version, consumers' own staleness limits, expiry counters, the expired rows not yet handed
+    back (left in place: peeking takes them and queues them again) and whether it is closed."""
+    with state.lock:
+        requeue = state.expired()
+        for name, rows in requeue.items():
+            state.requeue(name, rows)
+        return {
+            "version": state.version,
+            "limits": state.consumer_limits,
+            "expired": (state.expired_requeued, state.expired_dropped),
+            "requeue": requeue,
+            "closed": state.closed,
+        }
 
 
 def _versioning(state: DockState) -> dict[str, Any]:
