@@ -278,7 +278,9 @@ class IndexedDataset:
         return self._bin.read_array(index.pointers.item(idx) + offset * self._itemsize, length, self.dtype)
 
     def get_many(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]]."""
+        """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]].
+
+        Negative ids count from the end; an id out of range raises IndexError."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         index = self._index.get()
         if self._tokens is not None:
