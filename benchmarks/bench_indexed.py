@@ -24,12 +24,14 @@ import time
 import warnings
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 import tokenport as tp
 from _harness import Row, best_of, best_of_each, lognormal_lengths, print_table, scratch_directory
 from tokenport.indexed.bounds import check_index
 from tokenport.indexed.format import IndexHeader
+from tokenport.rng.prefetch import prefetch
 
 # -- helpers ----------------------------------------------------------------------------------------
 
@@ -160,6 +162,43 @@ def bench_reads(rows, case: Case, dtype, ours, theirs, args, rng) -> None:
     rows.append(
         Row(f"get_many({args.batch}), same batch", label, "docs/s", per(t_many), per(t_concat), "tp loop+concat")
     )
+
+    # the memory floor: only reading the batches' tokens (numba sums, prefetched as get_many
+    # does), no output; any reader, the per-call loop included, pays at least this
+    tokens = ours.token_array()
+    itemsize = np.dtype(dtype).itemsize
+    ranges = [(ours.sequence_pointers[b] // itemsize, ours.sequence_lengths[b].astype(np.int64)) for b in batches]
+
+    def touch():
+        for starts, lengths in ranges:
+            _touch(tokens, starts, lengths)
+
+    t_many, t_concat, t_touch = best_of_each([get_many, loop_concat(ours), touch], repeat)
+    rows.append(
+        Row(f"get_many({args.batch}) vs reading alone", label, "docs/s", per(t_many), per(t_touch), "memory floor")
+    )
+    print(
+        f"  {label}: get_many {t_many / total_docs * 1e6:.3f} us/doc, reading the tokens alone "
+        f"{t_touch / total_docs * 1e6:.3f} us/doc, loop+concat {t_concat / total_docs * 1e6:.3f} us/doc: "
+        f"get_many is {t_concat / t_many:.2f}x the loop; a reader at the floor would be {t_concat / t_touch:.2f}x",
+        flush=True,
+    )
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _touch(tokens, starts, lengths):
+    """Sum the tokens of the ranges (start, length): the memory traffic of a gather, without its output."""
+    total = 0
+    n = len(starts)
+    for k in range(min(16, n)):
+        prefetch(tokens, starts[k])
+    for k in range(n):
+        if k + 16 < n:
+            prefetch(tokens, starts[k + 16])
+        source = tokens[starts[k] : starts[k] + lengths[k]]
+        for t in range(lengths[k]):
+            total += source[t]
+    return total
 
 
 def bench_scan(rows, case: Case, dtype, ours, theirs, args) -> None:

@@ -69,6 +69,31 @@ def test_views_slices_get_and_get_many(tmp_path):
     assert ds.get_many([])[0].size == 0
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int32, np.int64])
+def test_get_many_mapped_and_pread_agree(tmp_path, dtype):
+    """The numba gather (mmap) returns what the per-call loop and the pread path return: random,
+    repeated, negative, sequential and empty sequences; an id out of range raises IndexError."""
+    written = _random_store(tmp_path / "s", np.random.default_rng(4), dtype, documents=300)
+    expected = list(_sequences(written))
+    mapped, pread = tp.IndexedDataset(tmp_path / "s"), tp.IndexedDataset(tmp_path / "s", mode="pread")
+    n = len(mapped)
+    empty = [i for i, s in enumerate(expected) if len(s) == 0]
+    rng = np.random.default_rng(5)
+    for ids in (rng.integers(-n, n, 700), np.arange(n), np.array([3, 3, n - 1, -1, *empty[:3]]), [5]):
+        tokens, offsets = mapped.get_many(ids)
+        ids = np.asarray(ids)
+        assert tokens.dtype == np.dtype(dtype) and offsets.dtype == np.int64 and len(offsets) == len(ids) + 1
+        assert np.array_equal(tokens, np.concatenate([expected[i] for i in ids]))
+        assert np.array_equal(offsets, np.cumsum([0] + [len(expected[i]) for i in ids]))
+        other_tokens, other_offsets = pread.get_many(ids)
+        assert np.array_equal(tokens, other_tokens) and np.array_equal(offsets, other_offsets)
+    for bad in ([0, n], [-n - 1]):
+        with pytest.raises(IndexError, match=f"id {bad[-1]} is out of range for {n} sequences"):
+            mapped.get_many(bad)
+    tokens, offsets = mapped.get_many(np.zeros(0, dtype=np.int64))
+    assert tokens.size == 0 and offsets.tolist() == [0]
+
+
 def test_dtype_rules_and_range_checks(tmp_path):
     assert dtype_for_vocab(257) == np.uint16
     assert dtype_for_vocab(65536) == np.uint16

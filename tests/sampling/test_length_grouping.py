@@ -257,3 +257,18 @@ def test_empty_lengths_give_an_empty_order():
 def test_bad_arguments_raise_config_error_naming_the_field(call, field):
     with pytest.raises(ConfigError, match=field):
         call()
+
+
+def test_a_list_of_ints_is_read_like_the_array():
+    """A list of Python ints takes the array.array route; other lists (numpy ints first, bools,
+    floats, ints beyond int64) take numpy's, which refuses all but numpy ints."""
+    lengths = np.random.default_rng(7).integers(0, 3000, 2000)
+    expected = length_grouped_order(lengths, 8, seed=3).tolist()
+    assert get_length_grouped_indices(lengths.tolist(), 8, seed=3) == expected
+    assert get_length_grouped_indices(list(lengths), 8, seed=3) == expected  # numpy ints
+    assert hf.get_length_grouped_indices(lengths.tolist(), 8, generator=generator(2)) == (
+        get_length_grouped_indices(lengths.tolist(), 8, generator=generator(2))
+    )
+    for bad in ([True, False], [3, 2.5], [3, 2**64], [3, "4"], [3, -1]):
+        with pytest.raises(ConfigError, match="lengths"):
+            get_length_grouped_indices(bad, 2, seed=0)

@@ -278,27 +278,36 @@ class IndexedDataset:
         return self._bin.read_array(index.pointers.item(idx) + offset * self._itemsize, length, self.dtype)
 
     def get_many(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]]."""
+        """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]].
+
+        Negative ids count from the end; an id out of range raises IndexError."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         index = self._index.get()
+        if self._tokens is not None:
+            return self._gather_mapped(index, ids)
         lengths = index.lengths[ids].astype(np.int64)
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         if not len(ids) or not offsets[-1]:
             return np.zeros(0, self.dtype), offsets
-        pointers = index.pointers[ids]
-        total = int(offsets[-1])
-        if self._tokens is not None:
-            starts, counts = _runs(pointers // self._itemsize, lengths, offsets)
-            tokens = _gather(self._tokens.get(), starts, counts, total)  # the index was checked
-        else:
-            starts, counts = _runs(pointers, lengths * self._itemsize, offsets * self._itemsize)
-            chunks = self._bin.read_ranges(list(zip(starts.tolist(), counts.tolist())))
-            tokens = np.frombuffer(bytearray().join(chunks), dtype=self.dtype)
-        if len(tokens) != total:
+        starts, counts = _runs(index.pointers[ids], lengths * self._itemsize, offsets * self._itemsize)
+        chunks = self._bin.read_ranges(list(zip(starts.tolist(), counts.tolist())))
+        tokens = np.frombuffer(bytearray().join(chunks), dtype=self.dtype)
+        if len(tokens) != offsets[-1]:
             raise CorruptStoreError(
                 f"{self._bin.url}: the index points outside the file; run `tokenport verify` on the store"
             )
+        return tokens, offsets
+
+    def _gather_mapped(self, index: _IndexArrays, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """get_many from the memory-mapped .bin: one numba pass (the index was checked on first use)."""
+        from .gather_kernels import gather_sequences
+
+        tokens_array = self._tokens.get()  # type: ignore[union-attr]  # only called when mapped
+        shift = self._itemsize.bit_length() - 1
+        tokens, offsets, bad = gather_sequences(tokens_array, index.lengths, index.pointers, ids, shift)
+        if bad >= 0:
+            raise IndexError(f"{self.prefix}: get_many: id {int(ids[bad])} is out of range for {len(self)} sequences")
         return tokens, offsets
 
     def prefetch(self, requests: Sequence[tuple[int, int, int | None]]) -> None:
@@ -356,12 +365,6 @@ class IndexedDataset:
         )
 
 
-_GATHER_MAX_MEAN_LENGTH = 40  # below this many tokens a run, one fancy index beats per-run copies
-# positions (int64) made at a time by the fancy-index path: 128 KiB temporaries stay in malloc's
-# heap; larger ones are fresh mmaps whose page faults doubled the cost of a batch (measured)
-_GATHER_POSITIONS = 1 << 14
-
-
 def _runs(starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, length) of each run of ranges that follow one another in the file: sequential ids
     (a scan, a shard copy) become one range, so they cost one copy, not one per sequence."""
@@ -373,41 +376,3 @@ def _runs(starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> tuple
     first = np.flatnonzero(np.concatenate(([True], ~follows)))
     bounds = np.append(offsets[first], offsets[-1])
     return starts[first], np.diff(bounds)
-
-
-def _gather(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray:
-    """A new array of tokens[s:s+n] for each (s, n), concatenated; `total` is the sum of the n.
-    Every range must lie inside `tokens` (check_index made sure when the index was first used).
-
-    Short ranges (mean <= _GATHER_MAX_MEAN_LENGTH tokens): fancy indexing, 16Ki positions at a
-    time. Longer ranges: one C-level pass (bytearray.join over memoryview slices), about 0.2 us a
-    range plus the copy; numpy slices cost about twice that, plus np.concatenate's per-array cost.
-    """
-    runs = len(starts)
-    if runs == 1:
-        start = int(starts[0])
-        return tokens[start : start + total].copy()
-    if total <= _GATHER_MAX_MEAN_LENGTH * runs:
-        out = np.empty(total, dtype=tokens.dtype)
-        cuts = np.zeros(runs + 1, dtype=np.int64)
-        np.cumsum(lengths, out=cuts[1:])
-        shift = starts - cuts[:-1]  # source position minus output position, per run
-        a = 0
-        while a < runs:  # runs [a, b) hold at most _GATHER_POSITIONS tokens (or are one run)
-            b = max(a + 1, int(np.searchsorted(cuts, cuts[a] + _GATHER_POSITIONS, side="right")) - 1)
-            lo, hi = int(cuts[a]), int(cuts[b])
-            if b == a + 1:  # a single (possibly long) run: a slice copy
-                start = int(starts[a])
-                out[lo:hi] = tokens[start : start + hi - lo]
-            else:
-                positions = np.arange(lo, hi, dtype=np.int64)
-                positions += np.repeat(shift[a:b], lengths[a:b])
-                # mode="clip" never clips (the caller checked the ranges); unlike "raise" it
-                # writes straight into `out` instead of through a temporary copy
-                np.take(tokens, positions, out=out[lo:hi], mode="clip")
-            a = b
-        return out
-    view = memoryview(tokens)  # type: ignore[arg-type]  # ndarray exports a buffer; numpy's stubs say so only on 3.12+
-    ends = starts + lengths
-    data = bytearray().join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
-    return np.frombuffer(data, dtype=tokens.dtype)

@@ -24,6 +24,7 @@ resumes exactly on another number of ranks or another batch size, use
 
 from __future__ import annotations
 
+import array as pyarray
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -328,7 +329,9 @@ def _sort_megabatches(lengths: np.ndarray, permutation: np.ndarray, size: int, o
 
 def _check_lengths(lengths: Any) -> np.ndarray:
     """Return the lengths as a 1-D non-negative integer array (no copy when already one), or raise."""
-    array = np.asarray(lengths)
+    array = _list_as_int64(lengths) if type(lengths) is list else None
+    if array is None:
+        array = np.asarray(lengths)
     if array.ndim == 1 and array.size == 0:
         return np.zeros(0, dtype=np.int64)
     if array.ndim != 1 or array.dtype.kind not in "iu":
@@ -339,6 +342,18 @@ def _check_lengths(lengths: Any) -> np.ndarray:
     if array.dtype.kind == "i" and int(array.min()) < 0:
         raise ConfigError(f"lengths holds a negative length ({int(array.min())}): lengths are token counts, >= 0")
     return array
+
+
+def _list_as_int64(lengths: list[Any]) -> np.ndarray | None:
+    """A list of Python ints as int64 through array.array, which reads them about twice as fast as
+    np.asarray (no dtype discovery pass) and refuses floats; None when it cannot (other items, too
+    large, or bools, which np.asarray's path refuses), so that path reports what is wrong."""
+    if not lengths or type(lengths[0]) is not int:
+        return None
+    try:
+        return np.frombuffer(pyarray.array("q", lengths), dtype=np.int64)
+    except (TypeError, OverflowError):
+        return None
 
 
 def _check_seed(name: str, value: object, sequence_allowed: bool = True) -> None:
