@@ -16,6 +16,7 @@ from ...chat.masks import POLICIES as CHAT_POLICIES
 from ...chat.masks import REASONING
 from ...errors import ConfigError
 from ...storage import is_remote
+from ...tokenizers import ENGINES
 from ..steps.registry import check_steps
 
 SHARD_BY = ("file", "tokens")
@@ -42,6 +43,9 @@ class PrepareConfig:
       file (one document); ``.gz``/``.zst``/``.bz2``/``.xz`` are decompressed.
     output: a local directory; parts ``part-00000.{bin,idx,json}``... and ``tokenport.json``.
     tokenizer: a `tokenport.tokenizers.load_tokenizer` spec ("byte", "hf:PATH", ...).
+    tokenizer_engine: how an ``hf:`` tokenizer.json is run: "auto" (gigatoken when it gives HF's ids
+      on a sample of the input, checked at the start; else HF tokenizers, saying why), "hf" or
+      "gigatoken" (forced). The output bytes are the same whichever engine runs.
     text_key: the jsonl field or parquet column holding the text.
     workers: worker processes (default: one per CPU).
     append_eod: append the tokenizer's end-of-document id to every document.
@@ -84,6 +88,7 @@ class PrepareConfig:
     inputs: Sequence[str]
     output: str
     tokenizer: str = "byte"
+    tokenizer_engine: str = "auto"
     text_key: str = "text"
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     append_eod: bool = True
@@ -127,7 +132,12 @@ class PrepareConfig:
             value = getattr(self, name)
             checked = check_int(f"PrepareConfig.{name}", value, 1, what=FLAGS.get(name, "a positive integer"))
             object.__setattr__(self, name, checked)
-        for name, choices in (("executor", EXECUTORS), ("shard_by", SHARD_BY), ("on_error", ON_ERROR)):
+        for name, choices in (
+            ("tokenizer_engine", ENGINES),
+            ("executor", EXECUTORS),
+            ("shard_by", SHARD_BY),
+            ("on_error", ON_ERROR),
+        ):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
         self._check_chat()
@@ -189,6 +199,7 @@ class PrepareConfig:
 
 FLAGS = {
     "tokenizer": "--tokenizer",
+    "tokenizer_engine": "--tokenizer-engine",
     "text_key": "--text-key",
     "workers": "--workers",
     "append_eod": "--no-eod",

@@ -25,8 +25,9 @@ from ..._jit import announce_compilation
 from ...chat.template import load_chat_template
 from ...errors import ConfigError, InputDataError
 from ...indexed import IndexedDataset
-from ...tokenizers import Tokenizer, load_tokenizer
+from ...tokenizers import HFTokenizer, Tokenizer, choose_engine, load_tokenizer
 from ..inputs.inflate import discard_chunk
+from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
 from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from ..steps.registry import dedup_positions, registered_steps, step_modules
@@ -117,11 +118,12 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     if manifest is not None:
         logger.info("%s is already prepared with these settings", out.path)
         return _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed=-1)
+    files = expand_inputs(config.inputs, exclude=out.path)
+    if chat is not None:
+        _check_records(files)
+    engine = _engine(config, tokenizer, files, chat is not None)
     with contextlib.ExitStack() as stack:
-        executor: Executor = stack.enter_context(_executor(config, tokenizer))  # workers start while we plan
-        files = expand_inputs(config.inputs, exclude=out.path)
-        if chat is not None:
-            _check_records(files)
+        executor: Executor = stack.enter_context(_executor(config, engine))  # workers start while we plan
         stack.enter_context(out.claim(settings, run_fingerprint))
         units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
         out.remove_stale_units(unit.name for unit in units)
@@ -164,6 +166,14 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
     logger.info("prepared %s", result.summary().replace("\n", "; "))
     return result
+
+
+def _engine(config: PrepareConfig, tokenizer: Tokenizer, files: list[InputFile], chat: bool) -> Tokenizer:
+    """The tokenizer that encodes for `tokenizer` (gigatoken for an ``hf:`` one when it gives the same
+    ids on a sample of the input, see ``choose_engine``); the output's identity stays `tokenizer`'s."""
+    if config.tokenizer_engine == "hf" or type(tokenizer) is not HFTokenizer:
+        return choose_engine(tokenizer, config.tokenizer_engine, [])
+    return choose_engine(tokenizer, config.tokenizer_engine, sample_texts(files, None if chat else config.text_key))
 
 
 def _chat_job(config: PrepareConfig, tokenizer: Tokenizer) -> ChatJob | None:
