@@ -15,7 +15,6 @@ from ...chat.formats import FORMATS as CHAT_FORMATS
 from ...chat.masks import POLICIES as CHAT_POLICIES
 from ...chat.masks import REASONING
 from ...errors import ConfigError
-from ...storage import is_remote
 from ...tokenizers import ENGINES
 from ..steps.registry import check_steps
 
@@ -41,7 +40,10 @@ class PrepareConfig:
     inputs: files, directories (recursive, sorted) and globs; local paths or fsspec URLs.
       jsonl is ``.jsonl``/``.json``/``.ndjson``, parquet ``.parquet``, anything else a text
       file (one document); ``.gz``/``.zst``/``.bz2``/``.xz`` are decompressed.
-    output: a local directory; parts ``part-00000.{bin,idx,json}``... and ``tokenport.json``.
+    output: a local directory, or an object-store URL (s3://...); parts ``part-00000.{bin,idx,json}``...
+      and ``tokenport.json``. A URL output is prepared in a local staging directory (``upload.staging_dir``),
+      then uploaded: every file, each checked, then ``tokenport.json`` naming them, so a reader never
+      sees a half-uploaded dataset and a rerun finishes (or rolls back) an interrupted upload.
     tokenizer: a `tokenport.tokenizers.load_tokenizer` spec ("byte", "hf:PATH", ...).
     tokenizer_engine: how an ``hf:`` tokenizer.json is run: "auto" (gigatoken when it gives HF's ids
       on a sample of the input, checked at the start; else HF tokenizers, saying why), "hf" or
@@ -68,7 +70,8 @@ class PrepareConfig:
     keep_rejected: write every document a step dropped, with the step and the reason, to
       ``OUTPUT/rejected/*.jsonl`` for audit.
     executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray
-      cluster at ``ray_address``, e.g. "auto"; the output directory must be shared by all nodes).
+      cluster at ``ray_address``, e.g. "auto"; a local output directory must be shared by all nodes,
+      an object-store output needs no shared filesystem: tasks get and return their files through Ray).
       The output is the same either way.
     allow_empty: accept a run that produces no documents; otherwise it raises InputDataError
       and leaves the output directory as it found it.
@@ -119,11 +122,6 @@ class PrepareConfig:
         if not isinstance(self.output, (str, os.PathLike)) or not os.fspath(self.output):
             raise ConfigError(f"PrepareConfig.output={self.output!r}: give a directory path")
         object.__setattr__(self, "output", os.fspath(self.output))
-        if is_remote(self.output):
-            raise ConfigError(
-                f"PrepareConfig.output={self.output!r}: must be a local directory; "
-                "prepare locally, then upload the parts"
-            )
         for name in ("tokenizer", "text_key"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
