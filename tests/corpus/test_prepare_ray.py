@@ -83,11 +83,11 @@ def _inputs(tmp_path: pathlib.Path) -> list[str]:
 
 def test_ray_prepares_into_an_object_store_without_a_shared_filesystem(ray_session, s3_env, tmp_path):
     inputs = _inputs(tmp_path)
-    options = {"steps": [{"step": "exact_dedup"}], "unit_bytes": 20_000}
+    options = {"steps": [{"step": "exact_dedup"}], "unit_bytes": 8_000}
     local = prepare(PrepareConfig(inputs, str(tmp_path / "local"), workers=1, **options))
     url = f"s3://{s3_env.bucket}/ray-out"
     remote = prepare(PrepareConfig(inputs, url, executor="ray", **options))
-    assert remote.units == local.units >= 4 and remote.documents == local.documents == 402
+    assert remote.units == local.units > 4 and remote.documents == local.documents == 402
     assert remote.parts == tuple(f"{url}/{p.rsplit('/', 1)[1]}" for p in local.parts)
     for prefix, local_prefix in zip(remote.parts, local.parts):
         key = prefix.split("/", 3)[3]

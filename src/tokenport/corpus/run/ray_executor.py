@@ -145,13 +145,17 @@ class RayExecutor:
         before it finishes (``on_progress`` is not called), so progress moves unit by unit."""
         ray = self._ray
         spec = self.tokenizer.spec()
-        order = sorted(units, key=lambda u: (-u.size, u.index))
-        if self.shared:
-            pending: dict[Any, Unit] = {self._task.remote(job, unit, spec): unit for unit in order}
-        else:
-            pending = {self._task.remote(job, unit, spec, _given(job.work_dir, unit)): unit for unit in order}
+        todo = sorted(units, key=lambda u: (-u.size, u.index))[::-1]  # popped from the end: largest first
+        # Without a shared filesystem a task carries its unit's input files: a window of tasks in
+        # flight (two per CPU) keeps the driver's memory and Ray's object store to a few units' worth.
+        window = len(todo) if self.shared else max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        pending: dict[Any, Unit] = {}
         try:
-            while pending:
+            while todo or pending:
+                while todo and len(pending) < window:
+                    unit = todo.pop()
+                    given = () if self.shared else (_given(job.work_dir, unit),)
+                    pending[self._task.remote(job, unit, spec, *given)] = unit
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
                     unit = pending.pop(ref)
