@@ -104,7 +104,8 @@ class PrepareResult:
 
 
 def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
-    """Tokenize `config.inputs` into token stores under `config.output` (see PrepareConfig).
+    """Tokenize `config.inputs` into token stores under `config.output`, a directory or an
+    object-store URL (see PrepareConfig).
 
     Resumes an interrupted run with the same output settings; returns the existing result
     when the output is already finished with them; raises ConfigError for other settings.
