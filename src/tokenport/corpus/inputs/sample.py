@@ -14,7 +14,7 @@ from .sources import InputFile
 
 
 def sample_texts(
-    files: Sequence[InputFile], text_key: str | None, documents: int = 256, chars: int = 1 << 20
+    files: Sequence[InputFile], text_key: str | None, documents: int = 256, chars: int = 1 << 18
 ) -> list[str]:
     """Up to `documents` texts (about `chars` characters in all) from the start of `files`, in order;
     whole records as JSON when `text_key` is None (conversations). Malformed input is skipped here:
