@@ -80,3 +80,10 @@ def test_an_upload_of_other_settings_is_rolled_back_and_a_finished_one_refused(s
     assert result.documents == 120 and result.output == url
     with pytest.raises(ConfigError, match="rolled: output exists .*other settings"):
         prepare(PrepareConfig(inputs, url, workers=1, append_eod=False))
+
+
+def test_a_prefix_holding_other_objects_is_refused_before_any_work(s3, through_proxy, tmp_path):
+    s3.put(b"someone else's", "taken/notes.txt")
+    with pytest.raises(ConfigError, match=r"taken: holds objects \(notes.txt\.\.\.\) and no prepare run"):
+        prepare(PrepareConfig(_inputs(tmp_path), f"s3://{s3.bucket}/taken", workers=1))
+    assert not (tmp_path / "cache").exists()

@@ -6,7 +6,8 @@ then `upload_output`: a journal ``URL/.tokenport-upload.json`` naming every file
 and MD5 first, then each file (skipped when the object there already has that size and MD5: a
 rerun finishes an interrupted upload), each checked after its PUT, then ``tokenport.json``, then
 the journal goes. A journal left by a run with other settings is rolled back first (the files it
-names are deleted), and an output already finished with other settings is refused.
+names are deleted); an output already finished with other settings, or a prefix holding other
+objects, is refused before any work.
 """
 
 from __future__ import annotations
@@ -58,7 +59,29 @@ def check_remote_output(url: str, fingerprint: str) -> dict[str, Any] | None:
         raise ConfigError(
             f"{url}: output exists (a finished prepare run with other settings); choose another URL or delete it"
         )
+    if manifest is None and read_small(_join(url, JOURNAL_NAME)) is None:
+        others = _objects(url)
+        if others:
+            raise ConfigError(
+                f"{url}: holds objects ({', '.join(others[:3])}...) and no prepare run; choose a new or empty prefix"
+            )
     return manifest
+
+
+def _objects(url: str) -> list[str]:
+    """Names of the objects under the prefix `url` (none if it does not exist)."""
+    from ...storage.remote import RemoteOptions, open_fs, with_retries
+
+    fs, root = open_fs(url, {})
+
+    def listing() -> list[str]:
+        fs.invalidate_cache(root)
+        try:
+            return sorted(path[len(root) :].lstrip("/") for path in fs.find(root))
+        except FileNotFoundError:
+            return []
+
+    return with_retries(listing, url=url, what="listing the output prefix", options=RemoteOptions())
 
 
 def upload_output(local: str, url: str, fingerprint: str) -> None:
