@@ -26,10 +26,10 @@ from pathlib import Path
 from bench_prepare import build_corpus
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process and its ended children (prepare's worker processes end with the run)."""
+def cpu_seconds() -> tuple[float, float]:
+    """CPU time of this process and of its ended children (prepare's worker processes end with the run)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def zstd_open(path: Path, mode: str):  # noqa: ANN201 (a zstandard stream)
@@ -48,10 +48,10 @@ OPENERS = {
 
 def run(
     inputs: Path, output: Path, tokenizer: Path, engine: str, workers: int, unit_bytes: int, ratio: int | None
-) -> tuple[float, float, list[bytes]]:
-    """(wall seconds, CPU seconds) of one prepare run, and its .bin/.idx bytes; `ratio` replaces the
-    planner's bound on how much jsonl inflates (0: compressed files are one unit each, as before
-    issue 12; 4: the guess of issue 12; None: as it is now)."""
+) -> tuple[float, tuple[float, float], list[bytes]]:
+    """(wall seconds, CPU seconds of this process and of the worker processes) of one prepare run,
+    and its .bin/.idx bytes; `ratio` replaces the planner's bound on how much jsonl inflates
+    (0: compressed files are one unit each, as before issue 12; 4: the guess of issue 12; None: now)."""
     from tokenport.corpus import PrepareConfig, prepare
     from tokenport.corpus.run import units
 
@@ -59,7 +59,7 @@ def run(
     kept = units._MAX_RATIO
     units._MAX_RATIO = kept if ratio is None else ratio
     try:
-        start, cpu = time.perf_counter(), cpu_seconds()
+        start, (own, children) = time.perf_counter(), cpu_seconds()
         result = prepare(
             PrepareConfig(
                 [str(inputs)],
@@ -70,7 +70,8 @@ def run(
                 unit_bytes=unit_bytes,
             )
         )
-        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+        seconds = time.perf_counter() - start
+        cpu = (cpu_seconds()[0] - own, cpu_seconds()[1] - children)
     finally:
         units._MAX_RATIO = kept
     return seconds, cpu, [Path(p + s).read_bytes() for p in result.parts for s in (".bin", ".idx")]
@@ -101,7 +102,10 @@ def main() -> None:
         f"{args.compression} {packed.stat().st_size / 1e6:.1f} MB"
     )
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}; tokenizer hf:{tokenizer} ({args.engine})")
-    print(f"{'input':<32}{'workers':>8}{'seconds':>9}{'MB/s':>8}{'cores busy':>12}{'vs one unit':>13}")
+    print(
+        f"{'input':<32}{'workers':>8}{'seconds':>9}{'MB/s':>8}{'cores busy':>12}{'CPU s here':>12}"
+        f"{'CPU s workers':>15}{'vs one unit':>13}"
+    )
     suffix = f"jsonl.{args.compression}"
     modes = [
         ("jsonl", corpus, None),
@@ -110,7 +114,7 @@ def main() -> None:
         (f"{suffix}, chunks (now)", packed, None),
     ]
     for workers in [int(w) for w in args.workers.split(",")]:
-        best: dict[str, tuple[float, float]] = {}
+        best: dict[str, tuple[float, tuple[float, float]]] = {}
         outputs = []
         for _ in range(args.repeat):  # in turns, so load from elsewhere on the machine hits each alike
             for k, (name, inputs, ratio) in enumerate(modes):
@@ -120,9 +124,10 @@ def main() -> None:
                 outputs.append(out)
         assert all(out == outputs[0] for out in outputs), "outputs differ"
         before = best[modes[1][0]][0]
-        for name, (seconds, cpu) in best.items():
+        for name, (seconds, (here, others)) in best.items():
             print(
-                f"{name:<32}{workers:>8}{seconds:>9.2f}{size / 1e6 / seconds:>8.2f}{cpu / seconds:>12.2f}"
+                f"{name:<32}{workers:>8}{seconds:>9.2f}{size / 1e6 / seconds:>8.2f}{(here + others) / seconds:>12.2f}"
+                f"{here:>12.1f}{others:>15.1f}"
                 f"{before / seconds:>12.2f}x",
                 flush=True,
             )
