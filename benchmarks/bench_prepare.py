@@ -125,11 +125,13 @@ def run_megatron(corpus: Path, tokenizer: Path, out_prefix: str, workers: int) -
     return time.perf_counter() - start
 
 
-def run_tokenport(corpus: Path, tokenizer_spec: str, output: str, workers: int) -> float:
+def run_tokenport(corpus: Path, tokenizer: Path, engine: str, output: str, workers: int) -> float:
+    """Seconds of one `prepare` of `corpus` with the tokenizer.json run by `engine` (its tokenizer_engine)."""
     from tokenport.corpus import PrepareConfig, prepare
 
     start = time.perf_counter()
-    result = prepare(PrepareConfig([str(corpus)], output, tokenizer=tokenizer_spec, workers=workers))
+    config = PrepareConfig([str(corpus)], output, tokenizer=f"hf:{tokenizer}", tokenizer_engine=engine, workers=workers)
+    result = prepare(config)
     assert len(result.parts) == 1
     return time.perf_counter() - start
 
@@ -161,8 +163,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--engines",
-        default="hf,gigatoken",
-        help="tokenport tokenizer engines for the same tokenizer.json (default hf,gigatoken)",
+        default="hf,auto",
+        help="prepare's tokenizer_engine values for the same hf: tokenizer.json (default hf,auto: HF "
+        "tokenizers forced, and the default, gigatoken where it gives HF's ids)",
     )
     parser.add_argument(
         "--tokenizer-threads",
@@ -199,7 +202,7 @@ def main() -> None:
                 import shutil
 
                 shutil.rmtree(output)
-            seconds = run_tokenport(corpus, f"{engine}:{tokenizer}", str(output), workers)
+            seconds = run_tokenport(corpus, tokenizer, engine, str(output), workers)
             rate = documents / seconds
             ids, files = same_stores(megatron_prefix, str(output / "part-00000"))
             print(

@@ -469,3 +469,62 @@ def test_missing_package_names_the_extra(spm_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "sentencepiece", None)  # as if not installed
     with pytest.raises(TokenizerError, match=r"pip install 'tokenport\[sentencepiece\]'"):
         load_tokenizer(spm_path)
+
+
+# ---------------------------------------------------------------- engine choice
+
+
+def _variant(bpe_path: str, directory: pathlib.Path, name: str, change) -> str:
+    """A copy of the tokenizer.json at `bpe_path`, changed by `change(config)`."""
+    config = json.loads(pathlib.Path(bpe_path).read_text())
+    change(config)
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_choose_engine_runs_gigatoken_where_it_gives_hf_ids(bpe_path, stdlib_texts, caplog):
+    pytest.importorskip("gigatoken")
+    from tokenport.tokenizers import choose_engine
+
+    hf = load_tokenizer(f"hf:{bpe_path}")
+    with caplog.at_level("INFO", logger="tokenport.tokenizers"):
+        chosen = choose_engine(hf, "auto", stdlib_texts[:5])
+    assert chosen.kind == "gigatoken" and "with gigatoken" in caplog.text
+    assert chosen.identity()["fingerprint"] == hf.identity()["fingerprint"]
+    assert choose_engine(hf, "hf", stdlib_texts[:5]) is hf
+    assert choose_engine(chosen, "hf", []).kind == "hf"  # a gigatoken spec, forced back to HF
+    assert choose_engine(hf, "gigatoken", stdlib_texts[:5]).kind == "gigatoken"
+
+
+@pytest.mark.parametrize(
+    "name, change, why",
+    [
+        ("lowercase", lambda c: c.__setitem__("normalizer", {"type": "Lowercase"}), "Unsupported normalizer"),
+        ("dropout", lambda c: c["model"].__setitem__("dropout", 1.0), "gives other ids than HF for sample text"),
+    ],
+)
+def test_choose_engine_falls_back_to_hf_saying_why(bpe_path, stdlib_texts, tmp_path, caplog, name, change, why):
+    """A normalizer gigatoken cannot load, or BPE dropout it ignores (other ids): HF runs, and a line says why;
+    forcing gigatoken is refused."""
+    pytest.importorskip("gigatoken")
+    from tokenport.tokenizers import choose_engine
+
+    hf = load_tokenizer(f"hf:{_variant(bpe_path, tmp_path, name, change)}")
+    with caplog.at_level("INFO", logger="tokenport.tokenizers"):
+        assert choose_engine(hf, "auto", stdlib_texts[:3]) is hf
+    [line] = [r.getMessage() for r in caplog.records if "not gigatoken" in r.getMessage()]
+    assert why in line and "\n" not in line
+    with pytest.raises(TokenizerError, match="engine 'gigatoken' cannot run .*use engine 'hf'"):
+        choose_engine(hf, "gigatoken", stdlib_texts[:3])
+
+
+def test_choose_engine_refuses_an_engine_for_other_tokenizers():
+    from tokenport.tokenizers import choose_engine
+
+    byte = ByteTokenizer()
+    assert choose_engine(byte, "auto", ["x"]) is byte
+    with pytest.raises(ConfigError, match="engine 'gigatoken' applies to tokenizer.json tokenizers"):
+        choose_engine(byte, "gigatoken", ["x"])
+    with pytest.raises(ConfigError, match="engine 'fast' is not one of auto, hf, gigatoken"):
+        choose_engine(byte, "fast", ["x"])

@@ -53,6 +53,7 @@ def _prepare(args: argparse.Namespace) -> int:
     options = _given(
         args,
         "tokenizer",
+        "tokenizer_engine",
         "text_key",
         "shard_by",
         "shard_tokens",
@@ -194,6 +195,7 @@ _ALGORITHMS = _Constant("tokenport.blend.indices", "ALGORITHMS")
 _SHARD_BY = _Constant("tokenport.corpus.run.config", "SHARD_BY")
 _ON_ERROR = _Constant("tokenport.corpus.run.config", "ON_ERROR")
 _EXECUTORS = _Constant("tokenport.corpus.run.config", "EXECUTORS")
+_ENGINES = _Constant("tokenport.tokenizers", "ENGINES")
 _INPUT_FORMATS = _Constant("tokenport.corpus.run.config", "INPUT_FORMATS")
 _CHAT_POLICIES = _Constant("tokenport.chat.masks", "POLICIES")
 _REASONING = _Constant("tokenport.chat.masks", "REASONING")
@@ -286,6 +288,12 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
     prep.add_argument("-o", "--output", required=True, help="output directory")
     prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
+    prep.add_argument(
+        "--tokenizer-engine",
+        choices=_ENGINES,
+        default=None,
+        help="run an hf: tokenizer with gigatoken where it gives HF's ids ('auto'), or force one (default: {default})",
+    )
     prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text (default: {default})")
     prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     prep.add_argument(

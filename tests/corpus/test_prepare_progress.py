@@ -51,6 +51,33 @@ def test_a_compressed_input_is_cut_into_units_with_the_same_output(tmp_path, ope
     assert not (tmp_path / "two" / ".work").exists()
 
 
+@pytest.mark.parametrize("opener, suffix", [(gzip.open, ".jsonl.gz"), (lzma.open, ".jsonl.xz")])
+def test_a_well_compressed_input_is_shared_too(tmp_path, opener, suffix):
+    """A file that inflates far more than 4x (repetitive jsonl) is still decompressed once into chunks
+    for all workers: its compressed size says nothing about how many units it holds."""
+    data = lines(texts(3000))
+    packed = tmp_path / f"corpus{suffix}"
+    with opener(packed, "wb") as f:
+        f.write(data)
+    unit_bytes = len(data) // 4
+    assert packed.stat().st_size * 4 < unit_bytes  # one unit of work under the 4x guess
+    two = run([packed], tmp_path / "two", unit_bytes=unit_bytes, workers=2)
+    assert two.units >= 4
+    (tmp_path / "corpus.jsonl").write_bytes(data)
+    assert stores(two) == stores(run([tmp_path / "corpus.jsonl"], tmp_path / "plain", unit_bytes=unit_bytes))
+
+
+def test_a_small_compressed_input_is_read_whole(tmp_path):
+    """Below unit_bytes / 16 compressed, a file is one unit read by its worker: no decompression at planning."""
+    from tokenport.corpus.inputs.sources import expand_inputs
+    from tokenport.corpus.run.units import plan_units
+
+    path = tmp_path / "small.jsonl.gz"
+    path.write_bytes(gzip.compress(lines(texts(300))))
+    [unit] = plan_units(expand_inputs([str(path)], exclude=str(tmp_path / "out")), 64 << 20, str(tmp_path / "inflated"))
+    assert [s.inflated for s in unit.slices] == [None] and not (tmp_path / "inflated").exists()
+
+
 def test_a_compressed_input_reports_true_line_numbers(tmp_path):
     rows = lines(texts(3000)).splitlines(keepends=True)
     rows[2990] = b'{"text": 5}\n'

@@ -50,3 +50,57 @@ def test_ray_executor_output_equals_local_with_cleaning_and_dedup(ray_session, t
 def test_bad_executor_is_refused(tmp_path):
     with pytest.raises(tp.ConfigError, match="executor='spark'"):
         PrepareConfig(["x.jsonl"], str(tmp_path / "o"), executor="spark")
+
+
+# -- an object-store output: no shared filesystem -----------------------------------------------
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch, tmp_path):
+    """s3:// goes to the session's moto server; the staging directory is under tmp_path."""
+    import s3fs
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / "cache"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _inputs(tmp_path: pathlib.Path) -> list[str]:
+    """A gzip jsonl big enough to be cut into chunks and a plain one, with duplicates across them."""
+    import gzip
+
+    rng = np.random.default_rng(1)
+    words = [f"w{k}" for k in range(500)]
+    texts = [" ".join(rng.choice(words, 30)) for _ in range(400)]
+    packed = tmp_path / "a.jsonl.gz"
+    packed.write_bytes(gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in texts).encode()))
+    plain = tmp_path / "b.jsonl"
+    plain.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:50] + ["a new one", "and another"]))
+    return [str(packed), str(plain)]
+
+
+def test_ray_prepares_into_an_object_store_without_a_shared_filesystem(ray_session, s3_env, tmp_path):
+    inputs = _inputs(tmp_path)
+    options = {"steps": [{"step": "exact_dedup"}], "unit_bytes": 8_000}
+    local = prepare(PrepareConfig(inputs, str(tmp_path / "local"), workers=1, **options))
+    url = f"s3://{s3_env.bucket}/ray-out"
+    remote = prepare(PrepareConfig(inputs, url, executor="ray", **options))
+    assert remote.units == local.units > 4 and remote.documents == local.documents == 402
+    assert remote.parts == tuple(f"{url}/{p.rsplit('/', 1)[1]}" for p in local.parts)
+    for prefix, local_prefix in zip(remote.parts, local.parts):
+        key = prefix.split("/", 3)[3]
+        for suffix in (".bin", ".idx", ".json"):
+            body = s3_env.client.get_object(Bucket=s3_env.bucket, Key=key + suffix)["Body"].read()
+            if suffix != ".json":
+                assert body == pathlib.Path(local_prefix + suffix).read_bytes()
+        with IndexedDataset(prefix) as ds, IndexedDataset(local_prefix) as expected:  # tokenport's remote reader
+            assert [ds[i].tobytes() for i in range(len(ds))] == [expected[i].tobytes() for i in range(len(expected))]
+    listed = s3_env.client.list_objects_v2(Bucket=s3_env.bucket, Prefix="ray-out/")["Contents"]
+    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == sorted(
+        [f"part-{k:05d}{s}" for k in range(len(local.parts)) for s in (".bin", ".idx", ".json")] + ["tokenport.json"]
+    )  # no journal left, no work files
+    assert not (tmp_path / "cache" / "prepare").exists() or not any((tmp_path / "cache" / "prepare").iterdir())
+    again = prepare(PrepareConfig(inputs, url, executor="ray", **options))
+    assert again.resumed_units == again.units and again.parts == remote.parts

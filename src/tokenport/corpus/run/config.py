@@ -15,7 +15,7 @@ from ...chat.formats import FORMATS as CHAT_FORMATS
 from ...chat.masks import POLICIES as CHAT_POLICIES
 from ...chat.masks import REASONING
 from ...errors import ConfigError
-from ...storage import is_remote
+from ...tokenizers import ENGINES
 from ..steps.registry import check_steps
 
 SHARD_BY = ("file", "tokens")
@@ -40,8 +40,14 @@ class PrepareConfig:
     inputs: files, directories (recursive, sorted) and globs; local paths or fsspec URLs.
       jsonl is ``.jsonl``/``.json``/``.ndjson``, parquet ``.parquet``, anything else a text
       file (one document); ``.gz``/``.zst``/``.bz2``/``.xz`` are decompressed.
-    output: a local directory; parts ``part-00000.{bin,idx,json}``... and ``tokenport.json``.
+    output: a local directory, or an object-store URL (s3://...); parts ``part-00000.{bin,idx,json}``...
+      and ``tokenport.json``. A URL output is prepared in a local staging directory (``upload.staging_dir``),
+      then uploaded: every file, each checked, then ``tokenport.json`` naming them, so a reader never
+      sees a half-uploaded dataset and a rerun finishes (or rolls back) an interrupted upload.
     tokenizer: a `tokenport.tokenizers.load_tokenizer` spec ("byte", "hf:PATH", ...).
+    tokenizer_engine: how an ``hf:`` tokenizer.json is run: "auto" (gigatoken when it gives HF's ids
+      on a sample of the input, checked at the start; else HF tokenizers, saying why), "hf" or
+      "gigatoken" (forced). The output bytes are the same whichever engine runs.
     text_key: the jsonl field or parquet column holding the text.
     workers: worker processes (default: one per CPU).
     append_eod: append the tokenizer's end-of-document id to every document.
@@ -64,7 +70,8 @@ class PrepareConfig:
     keep_rejected: write every document a step dropped, with the step and the reason, to
       ``OUTPUT/rejected/*.jsonl`` for audit.
     executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray
-      cluster at ``ray_address``, e.g. "auto"; the output directory must be shared by all nodes).
+      cluster at ``ray_address``, e.g. "auto"; a local output directory must be shared by all nodes,
+      an object-store output needs no shared filesystem: tasks get and return their files through Ray).
       The output is the same either way.
     allow_empty: accept a run that produces no documents; otherwise it raises InputDataError
       and leaves the output directory as it found it.
@@ -84,6 +91,7 @@ class PrepareConfig:
     inputs: Sequence[str]
     output: str
     tokenizer: str = "byte"
+    tokenizer_engine: str = "auto"
     text_key: str = "text"
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     append_eod: bool = True
@@ -114,11 +122,6 @@ class PrepareConfig:
         if not isinstance(self.output, (str, os.PathLike)) or not os.fspath(self.output):
             raise ConfigError(f"PrepareConfig.output={self.output!r}: give a directory path")
         object.__setattr__(self, "output", os.fspath(self.output))
-        if is_remote(self.output):
-            raise ConfigError(
-                f"PrepareConfig.output={self.output!r}: must be a local directory; "
-                "prepare locally, then upload the parts"
-            )
         for name in ("tokenizer", "text_key"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
@@ -127,7 +130,12 @@ class PrepareConfig:
             value = getattr(self, name)
             checked = check_int(f"PrepareConfig.{name}", value, 1, what=FLAGS.get(name, "a positive integer"))
             object.__setattr__(self, name, checked)
-        for name, choices in (("executor", EXECUTORS), ("shard_by", SHARD_BY), ("on_error", ON_ERROR)):
+        for name, choices in (
+            ("tokenizer_engine", ENGINES),
+            ("executor", EXECUTORS),
+            ("shard_by", SHARD_BY),
+            ("on_error", ON_ERROR),
+        ):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
         self._check_chat()
@@ -189,6 +197,7 @@ class PrepareConfig:
 
 FLAGS = {
     "tokenizer": "--tokenizer",
+    "tokenizer_engine": "--tokenizer-engine",
     "text_key": "--text-key",
     "workers": "--workers",
     "append_eod": "--no-eod",

@@ -14,6 +14,7 @@ import contextlib
 import datetime as _dt
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -25,8 +26,10 @@ from ..._jit import announce_compilation
 from ...chat.template import load_chat_template
 from ...errors import ConfigError, InputDataError
 from ...indexed import IndexedDataset
-from ...tokenizers import Tokenizer, load_tokenizer
+from ...storage import is_remote
+from ...tokenizers import HFTokenizer, Tokenizer, choose_engine, load_tokenizer
 from ..inputs.inflate import discard_chunk
+from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
 from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
 from ..steps.registry import dedup_positions, registered_steps, step_modules
@@ -38,6 +41,7 @@ from .ray_executor import RayExecutor
 from .state import OutputDir, replace_atomically
 from .stats import UnitStats
 from .units import Unit, plan_units
+from .upload import check_remote_output, staging_dir, upload_output
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
 
 logger = logging.getLogger(__name__)
@@ -100,7 +104,8 @@ class PrepareResult:
 
 
 def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
-    """Tokenize `config.inputs` into token stores under `config.output` (see PrepareConfig).
+    """Tokenize `config.inputs` into token stores under `config.output`, a directory or an
+    object-store URL (see PrepareConfig).
 
     Resumes an interrupted run with the same output settings; returns the existing result
     when the output is already finished with them; raises ConfigError for other settings.
@@ -112,16 +117,49 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     chat = _chat_job(config, tokenizer)
     settings = config.output_settings(identity, None if chat is None else chat.describe())
     run_fingerprint = fingerprint(settings)
-    out = OutputDir(config.output)
+    url = config.output.rstrip("/") if is_remote(config.output) else None
+    if url is not None:  # an object store: prepared in a local staging directory, then uploaded
+        manifest = check_remote_output(url, run_fingerprint)
+        if manifest is not None:
+            logger.info("%s is already prepared with these settings", url)
+            return _result(url, manifest, config.workers, time.perf_counter() - started, resumed=-1)
+    out = OutputDir(config.output if url is None else staging_dir(url))
+    resumed = -1
     manifest = out.finished(run_fingerprint)
-    if manifest is not None:
+    if manifest is None:
+        manifest, resumed = _prepare_into(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint)
+    else:
         logger.info("%s is already prepared with these settings", out.path)
-        return _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed=-1)
+    if url is not None:
+        logger.info("uploading %s to %s", out.path, url)
+        upload_output(out.path, url, run_fingerprint)
+        shutil.rmtree(out.path, ignore_errors=True)
+    result = _result(url or out.path, manifest, config.workers, time.perf_counter() - started, resumed)
+    if resumed >= 0:
+        logger.info("prepared %s", result.summary().replace("\n", "; "))
+    return result
+
+
+def _prepare_into(
+    config: PrepareConfig,
+    progress: bool,
+    out: OutputDir,
+    tokenizer: Tokenizer,
+    identity: dict[str, Any],
+    chat: ChatJob | None,
+    settings: dict[str, Any],
+    run_fingerprint: str,
+) -> tuple[dict[str, Any], int]:
+    """The work of `prepare` in the local directory `out` (the output, or the staging directory of
+    an object-store output, which Ray tasks then do not share): its manifest, and the units an
+    earlier run finished."""
+    files = expand_inputs(config.inputs, exclude=out.path)
+    if chat is not None:
+        _check_records(files)
+    engine = _engine(config, tokenizer, files, chat is not None)
     with contextlib.ExitStack() as stack:
-        executor: Executor = stack.enter_context(_executor(config, tokenizer))  # workers start while we plan
-        files = expand_inputs(config.inputs, exclude=out.path)
-        if chat is not None:
-            _check_records(files)
+        shared = not is_remote(config.output)
+        executor: Executor = stack.enter_context(_executor(config, engine, shared))  # workers start while we plan
         stack.enter_context(out.claim(settings, run_fingerprint))
         units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
         out.remove_stale_units(unit.name for unit in units)
@@ -137,7 +175,7 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
         recipe = fingerprint({key: value for key, value in settings.items() if key != "inputs"})
         described = _assemble(parts, tokenizer, [f.path for f in files], recipe, chat)
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": DATASET_FORMAT,
             "tokenport_version": _version(),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -161,9 +199,15 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
         if config.keep_rejected:
             manifest["rejected"] = _move_rejected(out, units)
         out.finish(manifest, len(parts))
-    result = _result(out.path, manifest, config.workers, time.perf_counter() - started, resumed)
-    logger.info("prepared %s", result.summary().replace("\n", "; "))
-    return result
+    return manifest, resumed
+
+
+def _engine(config: PrepareConfig, tokenizer: Tokenizer, files: list[InputFile], chat: bool) -> Tokenizer:
+    """The tokenizer that encodes for `tokenizer` (gigatoken for an ``hf:`` one when it gives the same
+    ids on a sample of the input, see ``choose_engine``); the output's identity stays `tokenizer`'s."""
+    if config.tokenizer_engine == "hf" or type(tokenizer) is not HFTokenizer:
+        return choose_engine(tokenizer, config.tokenizer_engine, [])
+    return choose_engine(tokenizer, config.tokenizer_engine, sample_texts(files, None if chat else config.text_key))
 
 
 def _chat_job(config: PrepareConfig, tokenizer: Tokenizer) -> ChatJob | None:
@@ -185,10 +229,11 @@ def _check_records(files: list[InputFile]) -> None:
             )
 
 
-def _executor(config: PrepareConfig, tokenizer: Tokenizer) -> Executor:
-    """The executor ``config.executor`` names: local processes, or a Ray cluster."""
+def _executor(config: PrepareConfig, tokenizer: Tokenizer, shared: bool) -> Executor:
+    """The executor ``config.executor`` names: local processes, or a Ray cluster (whose nodes share
+    the output directory only if `shared`)."""
     if config.executor == "ray":
-        return RayExecutor(tokenizer, config.ray_address)
+        return RayExecutor(tokenizer, config.ray_address, shared=shared)
     return LocalExecutor(tokenizer, config.workers)
 
 

@@ -1,16 +1,22 @@
 """Running work units as Ray tasks, for a cluster: the same units, the same output as local runs.
 
 Each unit is one task (one CPU); a task loads the tokenizer once per worker process and runs the
-unit exactly as a local worker would, writing under ``OUTPUT/.work/``, so the output directory
-must be on a filesystem every node shares. Finished units stay finished; the dedup passes run
-their key pass on the cluster too, and MinHash decisions group the signatures by band there (one
-task per band), returning only the pairs of documents that share a band key. ``ray.init`` is called
-with ``address`` unless the caller has connected already.
+unit exactly as a local worker would. With a shared filesystem (a local output directory every
+node sees) it writes under ``OUTPUT/.work/`` itself, and the dedup passes group MinHash
+signatures by band on the cluster too (one task per band). Without one (``shared=False``, as for
+an object-store output) a task gets the files its unit reads from the work directory (a
+decompressed chunk, dedup decisions) with it, runs in a directory of its own node, and sends back
+the files it wrote, which are written into the work directory here; band pairs are then computed
+here. ``ray.init`` is called with ``address`` unless the caller has connected already.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import glob
+import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +26,7 @@ from ...errors import ConfigError
 from ...tokenizers import Tokenizer, load_tokenizer
 from ..steps.dedup import band_edges
 from .executor import OnDone, OnProgress, _attempt, _Failure
+from .state import replace_atomically, temporary_path
 from .units import Unit
 from .worker import UnitJob, UnitRecord
 
@@ -35,10 +42,71 @@ def _run_task(job: UnitJob, unit: Unit, spec: str) -> UnitRecord | _Failure:
     return _attempt(job, unit, _tokenizer(spec), lambda: False)
 
 
+Files = dict[str, bytes]
+"""Files of a work directory by their path relative to it."""
+
+
+def _run_detached(job: UnitJob, unit: Unit, spec: str, given: Files) -> tuple[UnitRecord | _Failure, Files]:
+    """Run `unit` in a directory of this node holding the `given` work files; the outcome (a record's
+    prefix relative to that directory) and the files the unit wrote there."""
+    with tempfile.TemporaryDirectory(prefix="tokenport-unit-") as work:
+        for name, data in given.items():
+            os.makedirs(os.path.dirname(os.path.join(work, name)), exist_ok=True)
+            with open(os.path.join(work, name), "wb") as f:
+                f.write(data)
+        slices = tuple(
+            dataclasses.replace(piece, inflated=os.path.join(work, _chunk_name(piece.inflated)))
+            if piece.inflated
+            else piece
+            for piece in unit.slices
+        )
+        here = dataclasses.replace(job, work_dir=work)
+        outcome = _attempt(here, dataclasses.replace(unit, slices=slices), _tokenizer(spec), lambda: False)
+        if isinstance(outcome, _Failure):
+            return outcome, {}
+        written: Files = {}
+        for directory, _, names in os.walk(work):
+            for name in names:
+                path = os.path.join(directory, name)
+                if os.path.relpath(path, work) not in given:
+                    with open(path, "rb") as f:
+                        written[os.path.relpath(path, work)] = f.read()
+        return dataclasses.replace(outcome, prefix=os.path.relpath(outcome.prefix, work)), written
+
+
+def _chunk_name(path: str) -> str:
+    """A decompressed chunk's path relative to the work directory (``inflated/DIGEST/NNNNNN.jsonl``)."""
+    return os.path.join("inflated", *path.split(os.sep)[-2:])
+
+
+def _given(work: str, unit: Unit) -> Files:
+    """The work files `unit` reads: its decompressed chunks and its dedup steps' decisions."""
+    paths = {os.path.join(work, _chunk_name(piece.inflated)): piece.inflated for piece in unit.slices if piece.inflated}
+    paths.update((p, p) for p in glob.glob(os.path.join(glob.escape(work), "dedup-*", f"{unit.name}.drop.npy")))
+    given = {}
+    for name, path in paths.items():
+        with open(path, "rb") as f:
+            given[os.path.relpath(name, work)] = f.read()
+    return given
+
+
+def _receive(work: str, outcome: UnitRecord, written: Files) -> UnitRecord:
+    """Write a detached unit's files into `work`, each atomically and its stats last (a unit is
+    finished once they are there); its record, with its prefix under `work`."""
+    for name in sorted(written, key=lambda n: n.endswith(".stats.json")):
+        path = os.path.join(work, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = temporary_path(path)
+        with open(temporary, "wb") as f:
+            f.write(written[name])
+        replace_atomically(temporary, path)
+    return dataclasses.replace(outcome, prefix=os.path.join(work, outcome.prefix))
+
+
 class RayExecutor:
     """Runs units on a Ray cluster: an ``Executor``, as ``LocalExecutor`` is."""
 
-    def __init__(self, tokenizer: Tokenizer, address: str | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, address: str | None = None, shared: bool = True) -> None:
         try:
             import ray
         except ImportError:
@@ -46,11 +114,12 @@ class RayExecutor:
         self._ray = ray
         self.tokenizer = tokenizer
         self.address = address
+        self.shared = shared
 
     def __enter__(self) -> RayExecutor:
         if not self._ray.is_initialized():
             self._ray.init(address=self.address, log_to_driver=False)
-        self._task = self._ray.remote(num_cpus=1, max_retries=0)(_run_task)
+        self._task: Any = self._ray.remote(num_cpus=1, max_retries=0)(_run_task if self.shared else _run_detached)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -63,7 +132,10 @@ class RayExecutor:
         self, key_files: list[str], bands: list[int], index_file: str | None
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """A dedup step's band pairs, one task per band: the signatures are grouped by band on the
-        cluster (the key files are on the shared filesystem) and only the pairs come back."""
+        cluster (the key files are on the shared filesystem) and only the pairs come back; without
+        a shared filesystem, here, band by band."""
+        if not self.shared:
+            return [band_edges(key_files, band, index_file) for band in bands]
         task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)
         return self._ray.get([task.remote(key_files, band, index_file) for band in bands])
 
@@ -73,15 +145,25 @@ class RayExecutor:
         before it finishes (``on_progress`` is not called), so progress moves unit by unit."""
         ray = self._ray
         spec = self.tokenizer.spec()
-        pending: dict[Any, Unit] = {
-            self._task.remote(job, unit, spec): unit for unit in sorted(units, key=lambda u: (-u.size, u.index))
-        }
+        todo = sorted(units, key=lambda u: (-u.size, u.index))[::-1]  # popped from the end: largest first
+        # Without a shared filesystem a task carries its unit's input files: a window of tasks in
+        # flight (two per CPU) keeps the driver's memory and Ray's object store to a few units' worth.
+        window = len(todo) if self.shared else max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        pending: dict[Any, Unit] = {}
         try:
-            while pending:
+            while todo or pending:
+                while todo and len(pending) < window:
+                    unit = todo.pop()
+                    given = () if self.shared else (_given(job.work_dir, unit),)
+                    pending[self._task.remote(job, unit, spec, *given)] = unit
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
                     unit = pending.pop(ref)
                     outcome = ray.get(ref)
+                    if not self.shared:
+                        outcome, written = outcome
+                        if not isinstance(outcome, _Failure):
+                            outcome = _receive(job.work_dir, outcome, written)
                     if isinstance(outcome, _Failure):
                         raise outcome.error()
                     on_done(unit, outcome)

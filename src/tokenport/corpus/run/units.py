@@ -2,7 +2,8 @@
 
 A big uncompressed jsonl file is cut at line ends into byte ranges (one scan counts the lines
 before each cut, so document ids keep their line numbers); a parquet file is cut between row
-groups; compressed and text files are read whole. Small slices are packed together until a
+groups; compressed jsonl is decompressed once into line-aligned chunks (``inflate``), unless it
+is small; text files are read whole. Small slices are packed together until a
 unit holds about `unit_bytes`. A unit's name carries a digest of what it reads, including
 each file's version, so a store left by an earlier run is reused only for the same input.
 """
@@ -22,7 +23,10 @@ from ..inputs.sources import InputFile, open_raw, parquet_module
 logger = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 16 << 20
-_RATIO = 4  # compressed jsonl inflates about this much or more: worth cutting when it then exceeds a unit
+_MAX_RATIO = 16
+"""jsonl rarely inflates more than this: a compressed file smaller than a unit / this is read whole
+(a corpus of many small files keeps its workers busy file by file); a larger one is decompressed
+once into chunks, however much it inflates (a guess of 4x left well-compressed files as one unit)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
 
 def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, progress: bool) -> list[Slice]:
     whole = Slice(index, f.path, f.format, f.compression, 0, None, 0, f.size)
-    if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _RATIO > unit_bytes:
+    if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _MAX_RATIO > unit_bytes:
         chunks = inflate(f, unit_bytes, inflate_dir, progress)
         if chunks is not None:
             return [
