@@ -292,7 +292,6 @@ def test_long_documents_are_tokenized_in_pieces_with_the_same_tokens(tmp_path, t
     [
         ("inputs", []),
         ("output", ""),
-        ("output", "s3://bucket/out"),
         ("tokenizer", ""),
         ("text_key", ""),
         ("workers", 0),
