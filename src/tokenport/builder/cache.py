@@ -229,7 +229,7 @@ class IndexCache:
                     f.write(b"\0" * padding)
                     size += padding
                     layouts[name] = {"dtype": str(array.dtype), "shape": list(array.shape), "offset": size}
-                    f.write(array.reshape(-1).view(np.uint8))
+                    array.reshape(-1).view(np.uint8).tofile(f)
                     size += array.nbytes
                 f.flush()
                 os.fsync(f.fileno())

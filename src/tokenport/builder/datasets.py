@@ -22,9 +22,10 @@ the dataset is made (the blending indices still go through the cache); children 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,8 @@ from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
-from .cache import IndexCache, canonical_json
-from .gpt_datasets import build_gpt_dataset
+from .cache import IndexCache, canonical_json, store_identity
+from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
 
@@ -134,9 +135,9 @@ class _Builder:
         self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
 
     def store(self, prefix: str) -> IndexedDataset:
-        """Each store opened once per build."""
+        """Each store made once per build, lazily: its files are opened by the first read that needs them."""
         if prefix not in self._stores:
-            self._stores[prefix] = IndexedDataset(prefix)
+            self._stores[prefix] = IndexedDataset(prefix, lazy=True)
         return self._stores[prefix]
 
     def split(self, blend: Blend, split: str, which: str, size: int | None) -> Dataset | None:
@@ -161,11 +162,103 @@ class _Builder:
         weights = megatron_normalize(blend.weights)
         if self.algorithm == "megatron":
             return self._blend_like_megatron(blend, weights, split, which, size)
-        dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
         recipe = {"weights": list(weights), "size": size, "algorithm": self.algorithm}
-        counts = np.bincount(dataset_index, minlength=len(weights)).tolist()
+
+        def counts_of(dataset_index: np.ndarray) -> list[int]:
+            return np.bincount(dataset_index, minlength=len(weights)).tolist()
+
+        if self._one_entry():
+            blend_build = functools.partial(build_blending_indices, np.asarray(weights), size, algorithm=self.algorithm)
+            return self._gpt_blend(blend, split, which, recipe, blend_build, counts_of)
+        dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
+        counts = counts_of(dataset_index)
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
         return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
+
+    def _one_entry(self) -> bool:
+        """Whether a weighted blend's indices go to the cache as one entry (GPT children, a cache given)."""
+        return self.cache is not None and isinstance(self.config, GPTSampleConfig)
+
+    def _gpt_blend(
+        self,
+        blend: Blend,
+        split: str,
+        which: str,
+        recipe: dict[str, Any],
+        blend_build: Callable[[], tuple[np.ndarray, np.ndarray]],
+        counts_of: Callable[[np.ndarray], list[int]],
+        surplus: float | None = None,
+    ) -> BlendedDataset:
+        """A blend of GPT children whose indices (the blend's and every child's) are one cache entry:
+        one file mapped once and one fsync however many stores, each store read only for its identity.
+        ``counts_of`` gives each child's sample count from the blend's dataset index (``surplus``, which
+        Megatron's sizing depends on, is part of the key)."""
+        assert self.cache is not None and isinstance(self.config, GPTSampleConfig)
+        config = self.config
+        stores = [self.store(p) for p in blend.prefixes]
+        drop_last = which != "valid" or self.drop_last_partial_validation
+
+        def request(d: int, num_samples: int) -> IndexRequest:
+            try:
+                made = gpt_index_request(
+                    stores[d],
+                    num_samples,
+                    config.seq_length,
+                    self.seed,
+                    split=split,
+                    which=which,
+                    add_extra_token=config.add_extra_token,
+                    drop_last_partial=drop_last,
+                )
+            except ConfigError as exc:
+                raise ConfigError(f"{blend.prefixes[d]}, {which} split of {split!r}: {exc}") from None
+            assert made is not None  # a nonzero-weight split
+            return made
+
+        def build() -> dict[str, np.ndarray]:
+            dataset_index, sample_index = blend_build()
+            arrays = {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
+            for d, n in enumerate(counts_of(dataset_index)):
+                if n:
+                    arrays.update((f"{d}.{name}", a) for name, a in request(d, n).build().items())
+            return arrays
+
+        params = {
+            "kind": "gpt-blend",
+            "blend": recipe,
+            "split": split,
+            "which": which,
+            "seq_length": config.seq_length,
+            "seed": self.seed,
+            "add_extra_token": config.add_extra_token,
+            "drop_last_partial": drop_last,
+            "surplus": surplus,
+        }
+        canonical_json(params)  # refuse what cannot be a key before building
+        identity = {"stores": [store_identity(store) for store in stores]}
+        arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+        children: list[Any] = []
+        for d, n in enumerate(counts_of(arrays["dataset_index"])):
+            if not n:
+                children.append(_Unused())
+                continue
+            dataset = GPTDataset.from_indices(
+                stores[d],
+                request(d, n).indices,
+                arrays[f"{d}.document_index"],
+                arrays[f"{d}.sample_index"],
+                arrays[f"{d}.shuffle_index"],
+                config,
+                seed=self.seed,
+                num_samples=n,
+                drop_last_partial=drop_last,
+            )
+            assert dataset.config.eod_id is not None  # resolved from the store or checked against it
+            self._check_eod(blend.prefixes[d], dataset.config.eod_id)
+            children.append(dataset)
+        return BlendedDataset.from_indices(
+            children, arrays["dataset_index"], arrays["dataset_sample_index"], recipe=recipe
+        )
 
     def _blend_scheduled(
         self, blend: Blend, schedule: MixtureSchedule, split: str, which: str, size: int | None
@@ -207,17 +300,28 @@ class _Builder:
         targets = [int(math.ceil(size * w)) for w in weights]
         built = [int(math.ceil(t * (1 + self.surplus))) for t in targets]
         # Megatron's BlendedDataset normalizes the (already normalized) weights once more.
-        dataset_index, sample_index = self.blending_indices(megatron_normalize(weights), sum(targets), "megatron")
-        taken = np.bincount(dataset_index, minlength=len(weights))
-        for d, (need, have) in enumerate(zip(taken.tolist(), built)):
-            if need > have:
-                raise ConfigError(
-                    f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but Megatron sizes it "
-                    f"{have} (surplus {self.surplus}); raise surplus to at least {need / max(targets[d], 1) - 1:.4f}, "
-                    "or use the default algorithm, which sizes every dataset exactly"
-                )
-        children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
-        recipe = {"weights": megatron_normalize(weights), "size": sum(targets), "algorithm": "megatron"}
+        normalized = megatron_normalize(weights)
+        recipe = {"weights": normalized, "size": sum(targets), "algorithm": "megatron"}
+
+        def sizes_of(dataset_index: np.ndarray) -> list[int]:
+            taken = np.bincount(dataset_index, minlength=len(weights))
+            for d, (need, have) in enumerate(zip(taken.tolist(), built)):
+                if need > have:
+                    raise ConfigError(
+                        f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but Megatron sizes "
+                        f"it {have} (surplus {self.surplus}); raise surplus to at least "
+                        f"{need / max(targets[d], 1) - 1:.4f}, or use the default algorithm, which sizes every "
+                        "dataset exactly"
+                    )
+            return built
+
+        if self._one_entry():
+            blend_build = functools.partial(
+                build_blending_indices, np.asarray(normalized), sum(targets), algorithm="megatron"
+            )
+            return self._gpt_blend(blend, split, which, recipe, blend_build, sizes_of, surplus=self.surplus)
+        dataset_index, sample_index = self.blending_indices(normalized, sum(targets), "megatron")
+        children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, sizes_of(dataset_index))]
         return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
 
     def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | SFTDataset:
