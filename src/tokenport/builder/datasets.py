@@ -26,11 +26,12 @@ import functools
 import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._checks import is_int
+from .._checks import check_int, is_int
 from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
@@ -55,6 +56,7 @@ def build_datasets(
     algorithm: str = "tijdeman",
     surplus: float = 0.005,
     drop_last_partial_validation: bool = True,
+    workers: int = 1,
 ) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
@@ -63,7 +65,8 @@ def build_datasets(
     wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
     stores whole. ``config``: a GPTSampleConfig for GPT samples, an SFTConfig for SFT samples of
-    chat stores (see the module doc).
+    chat stores (see the module doc). ``workers`` > 1: processes that build the children's indices
+    of a weighted GPT blend when its cache entry is missing (a blend of thousands of stores).
     """
     if not isinstance(config, (GPTSampleConfig, SFTConfig)):
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
@@ -73,7 +76,8 @@ def build_datasets(
         raise ConfigError(f"surplus={surplus!r} is invalid: pass a non-negative fraction such as Megatron's 0.005")
     if isinstance(cache, (str, os.PathLike)):
         cache = IndexCache(cache)
-    builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation)
+    workers = check_int("workers", workers, 1, what="worker processes")
+    builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation, workers)
     out: list[Dataset | None] = []
     for i, which in enumerate(SPLIT_NAMES):
         if spec.blend is None:
@@ -124,8 +128,10 @@ class _Builder:
         algorithm: str,
         surplus: float,
         drop_last_partial_validation: bool,
+        workers: int = 1,
     ) -> None:
         self.config = config
+        self.workers = workers
         self.seed = seed
         self.cache = cache
         self.algorithm = algorithm
@@ -218,9 +224,13 @@ class _Builder:
         def build() -> dict[str, np.ndarray]:
             dataset_index, sample_index = blend_build()
             arrays = {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
-            for d, n in enumerate(counts_of(dataset_index)):
-                if n:
-                    arrays.update((f"{d}.{name}", a) for name, a in request(d, n).build().items())
+            wanted = [(d, n) for d, n in enumerate(counts_of(dataset_index)) if n]
+            if self.workers > 1 and len(wanted) > 1:
+                job = _ChildJob(config.seq_length, self.seed, split, which, config.add_extra_token, drop_last)
+                arrays.update(_build_children_in_processes(job, blend.prefixes, wanted, self.workers))
+                return arrays
+            for d, n in wanted:
+                arrays.update((f"{d}.{name}", a) for name, a in request(d, n).build().items())
             return arrays
 
         params = {
@@ -411,6 +421,58 @@ class _Builder:
             return build()
         canonical_json(params)  # refuse what cannot be a key before building
         return self.cache.get_or_build_for({}, params, build, source=params["kind"])
+
+
+@dataclass(frozen=True)
+class _ChildJob:
+    """What a worker process needs to build one blend's children's GPT indices."""
+
+    seq_length: int
+    seed: int
+    split: str
+    which: str
+    add_extra_token: bool
+    drop_last_partial: bool
+
+    def __call__(self, children: list[tuple[int, str, int]]) -> dict[str, np.ndarray]:
+        """The indices of ``children`` ((position in the blend, store prefix, samples) each), named for the entry."""
+        arrays: dict[str, np.ndarray] = {}
+        for d, prefix, n in children:
+            with IndexedDataset(prefix) as store:
+                try:
+                    request = gpt_index_request(
+                        store,
+                        n,
+                        self.seq_length,
+                        self.seed,
+                        split=self.split,
+                        which=self.which,
+                        add_extra_token=self.add_extra_token,
+                        drop_last_partial=self.drop_last_partial,
+                    )
+                except ConfigError as exc:
+                    raise ConfigError(f"{prefix}, {self.which} split of {self.split!r}: {exc}") from None
+                assert request is not None  # a nonzero-weight split
+                arrays.update((f"{d}.{name}", np.ascontiguousarray(a)) for name, a in request.build().items())
+        return arrays
+
+
+def _build_children_in_processes(
+    job: _ChildJob, prefixes: Sequence[str], wanted: list[tuple[int, int]], workers: int
+) -> dict[str, np.ndarray]:
+    """``job`` over the ``wanted`` (child, samples) pairs in ``workers`` spawned processes, in chunks;
+    spawned, not forked, so a parent holding threads (torch, a loader) cannot deadlock them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    items = [(d, prefixes[d], n) for d, n in wanted]
+    chunks = [items[k : k + 64] for k in range(0, len(items), 64)]
+    arrays: dict[str, np.ndarray] = {}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context) as pool:
+        for part in pool.map(job, chunks):
+            arrays.update(part)
+    return arrays
 
 
 def _aligned(children: list[Any]) -> list[Any]:
