@@ -227,10 +227,10 @@ class _Builder:
             wanted = [(d, n) for d, n in enumerate(counts_of(dataset_index)) if n]
             if self.workers > 1 and len(wanted) > 1:
                 job = _ChildJob(config.seq_length, self.seed, split, which, config.add_extra_token, drop_last)
-                arrays.update(_build_children_in_processes(job, blend.prefixes, wanted, self.workers))
-                return arrays
-            for d, n in wanted:
-                arrays.update((f"{d}.{name}", a) for name, a in request(d, n).build().items())
+                built = _build_children_in_processes(job, blend.prefixes, wanted, self.workers)
+            else:
+                built = {d: request(d, n).build() for d, n in wanted}
+            arrays.update(_pack_children(built, len(stores)))
             return arrays
 
         params = {
@@ -248,6 +248,7 @@ class _Builder:
         identity = {"stores": [store_identity(store) for store in stores]}
         arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
         children: list[Any] = []
+        unpack = _unpacker(arrays)
         for d, n in enumerate(counts_of(arrays["dataset_index"])):
             if not n:
                 children.append(_Unused())
@@ -255,9 +256,7 @@ class _Builder:
             dataset = GPTDataset.from_indices(
                 stores[d],
                 request(d, n).indices,
-                arrays[f"{d}.document_index"],
-                arrays[f"{d}.sample_index"],
-                arrays[f"{d}.shuffle_index"],
+                *unpack(d),
                 config,
                 seed=self.seed,
                 num_samples=n,
@@ -423,6 +422,56 @@ class _Builder:
         return self.cache.get_or_build_for({}, params, build, source=params["kind"])
 
 
+_CHILD_ARRAYS = ("document_index", "sample_index", "shuffle_index")
+
+
+def _pack_children(built: dict[int, dict[str, np.ndarray]], count: int) -> dict[str, np.ndarray]:
+    """The children's index arrays, ``built[d]`` for child ``d`` of ``count``, as a few arrays: per
+    kind, one concatenation per dtype (children keep Megatron's dtypes, which vary with their size)
+    and a ``KIND.where`` table of (dtype group, start, stop) rows, (-1, 0, 0) for a child with none."""
+    packed: dict[str, np.ndarray] = {}
+    for kind in _CHILD_ARRAYS:
+        dtypes = sorted({str(arrays[kind].dtype) for arrays in built.values()})
+        where = np.zeros((count, 3), dtype=np.int64)
+        where[:, 0] = -1
+        for code, dtype in enumerate(dtypes):
+            members = [d for d in sorted(built) if str(built[d][kind].dtype) == dtype]
+            lengths = np.array([len(built[d][kind]) for d in members], dtype=np.int64)
+            stops = np.cumsum(lengths)
+            where[members, 0] = code
+            where[members, 1] = stops - lengths
+            where[members, 2] = stops
+            packed[f"{kind}.{dtype}"] = np.concatenate([built[d][kind] for d in members])
+        packed[f"{kind}.where"] = where
+    return packed
+
+
+def _unpacker(arrays: dict[str, np.ndarray]) -> Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Child ``d``'s (document, sample, shuffle) indices as views of an entry ``_pack_children`` made."""
+    tables = []
+    for kind in _CHILD_ARRAYS:
+        # the dtype groups in the order _pack_children numbered them (their dtype names sorted)
+        groups = sorted(name for name in arrays if name.startswith(kind + ".") and name != kind + ".where")
+        tables.append(([arrays[name] for name in groups], arrays[kind + ".where"].tolist()))
+
+    (documents, document_rows), (samples, sample_rows), (shuffles, shuffle_rows) = tables
+
+    def unpack(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (
+            _view(documents, document_rows[d]),
+            _view(samples, sample_rows[d]),
+            _view(shuffles, shuffle_rows[d]),
+        )
+
+    return unpack
+
+
+def _view(groups: list[np.ndarray], row: list[int]) -> np.ndarray:
+    """Rows ``start:stop`` of dtype group ``code``, for a ``(code, start, stop)`` row of a where table."""
+    code, start, stop = row
+    return groups[code][start:stop]
+
+
 @dataclass(frozen=True)
 class _ChildJob:
     """What a worker process needs to build one blend's children's GPT indices."""
@@ -434,9 +483,9 @@ class _ChildJob:
     add_extra_token: bool
     drop_last_partial: bool
 
-    def __call__(self, children: list[tuple[int, str, int]]) -> dict[str, np.ndarray]:
-        """The indices of ``children`` ((position in the blend, store prefix, samples) each), named for the entry."""
-        arrays: dict[str, np.ndarray] = {}
+    def __call__(self, children: list[tuple[int, str, int]]) -> dict[int, dict[str, np.ndarray]]:
+        """The indices of ``children`` ((position in the blend, store prefix, samples) each), by position."""
+        arrays: dict[int, dict[str, np.ndarray]] = {}
         for d, prefix, n in children:
             with IndexedDataset(prefix) as store:
                 try:
@@ -453,13 +502,13 @@ class _ChildJob:
                 except ConfigError as exc:
                     raise ConfigError(f"{prefix}, {self.which} split of {self.split!r}: {exc}") from None
                 assert request is not None  # a nonzero-weight split
-                arrays.update((f"{d}.{name}", np.ascontiguousarray(a)) for name, a in request.build().items())
+                arrays[d] = request.build()
         return arrays
 
 
 def _build_children_in_processes(
     job: _ChildJob, prefixes: Sequence[str], wanted: list[tuple[int, int]], workers: int
-) -> dict[str, np.ndarray]:
+) -> dict[int, dict[str, np.ndarray]]:
     """``job`` over the ``wanted`` (child, samples) pairs in ``workers`` spawned processes, in chunks;
     spawned, not forked, so a parent holding threads (torch, a loader) cannot deadlock them."""
     import multiprocessing
@@ -467,7 +516,7 @@ def _build_children_in_processes(
 
     items = [(d, prefixes[d], n) for d, n in wanted]
     chunks = [items[k : k + 64] for k in range(0, len(items), 64)]
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[int, dict[str, np.ndarray]] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context) as pool:
         for part in pool.map(job, chunks):
