@@ -452,23 +452,20 @@ def _unpacker(arrays: dict[str, np.ndarray]) -> Callable[[int], tuple[np.ndarray
     for kind in _CHILD_ARRAYS:
         # the dtype groups in the order _pack_children numbered them (their dtype names sorted)
         groups = sorted(name for name in arrays if name.startswith(kind + ".") and name != kind + ".where")
-        tables.append(([arrays[name] for name in groups], arrays[kind + ".where"].tolist()))
+        tables.append(([arrays[name] for name in groups], arrays[kind + ".where"].ravel().tolist()))  # flat: ints
 
     (documents, document_rows), (samples, sample_rows), (shuffles, shuffle_rows) = tables
 
     def unpack(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (
-            _view(documents, document_rows[d]),
-            _view(samples, sample_rows[d]),
-            _view(shuffles, shuffle_rows[d]),
-        )
+        return (_view(documents, document_rows, d), _view(samples, sample_rows, d), _view(shuffles, shuffle_rows, d))
 
     return unpack
 
 
-def _view(groups: list[np.ndarray], row: list[int]) -> np.ndarray:
-    """Rows ``start:stop`` of dtype group ``code``, for a ``(code, start, stop)`` row of a where table."""
-    code, start, stop = row
+def _view(groups: list[np.ndarray], rows: list[int], d: int) -> np.ndarray:
+    """Child ``d``'s array: rows ``start:stop`` of dtype group ``code``, its ``(code, start, stop)`` in the
+    flattened where table ``rows``."""
+    code, start, stop = rows[3 * d : 3 * d + 3]
     return groups[code][start:stop]
 
 
