@@ -8,7 +8,9 @@ With ``algorithm="megatron"`` the children are sized as Megatron sizes them
 (``ceil(ceil(size * w) * (1 + surplus))``; the blend takes ``sum(ceil(size * w))`` samples), since
 a child's size changes its own indices and exactness needs the same ones; a blend that would
 then read past a child's end is refused, naming the dataset and the surplus that would do.
-Every index goes through the index cache when one is given. A blend with a mixture schedule
+Every index goes through the index cache when one is given; a weighted blend of GPT children is
+one entry (its blending indices and every child's, see ``_pack_children``), and its stores are
+opened lazily, on the first read of one of their samples. A blend with a mixture schedule
 follows it over the training stream; its valid and test blends hold the mixture training ends
 with.
 

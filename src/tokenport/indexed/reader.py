@@ -1,8 +1,9 @@
 """IndexedDataset: random access to the sequences of a .bin/.idx store, local or remote.
 
-Opening reads the 34-byte header and checks file sizes: O(1) work however many sequences the
-store holds. The index arrays are memory-mapped on first use, and both files are opened lazily
-and closed when idle (see storage.handles), so thousands of stores can be open at once.
+Opening reads the 34-byte header (by pread: nothing is mapped) and checks file sizes: O(1) work
+however many sequences the store holds; ``lazy=True`` defers even that to the first read. The
+index arrays are memory-mapped on first use, and both files are opened lazily and closed when idle
+(see storage.handles), so thousands of stores can be open at once.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class IndexedDataset:
     (mmap locally, ranged reads remotely), "mmap", "pread" or "remote". `remote_options` (for fsspec
     URLs a storage.remote.RemoteOptions) tunes object-store reads; `cache_dir` is where a remote .idx
     is cached. `sources`, an (idx, bin) pair of byte sources, is read instead of opening the prefix.
+    `lazy=True` (a local store with a PREFIX.json manifest): only the manifest is read until something
+    needs the files (a read, the index arrays, the header); its sequence count is then checked against
+    the header's. A blend of thousands of stores so holds no descriptor for a store it has not read.
     """
 
     def __init__(
