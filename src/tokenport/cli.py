@@ -127,7 +127,7 @@ def _build_cache(args: argparse.Namespace) -> int:
     from .builder.plan import CacheReport, build_cache, load_cache_plan
 
     plan = load_cache_plan(args.plan)
-    entries = build_cache(plan, report=None if args.json else lambda entry: print(entry.render()))
+    entries = build_cache(plan, report=None if args.json else lambda entry: print(entry.render()), workers=args.workers)
     _emit(args, [CacheReport(plan.cache_dir, tuple(entries))], many=False)
     return 0
 
@@ -413,6 +413,9 @@ def _parser() -> argparse.ArgumentParser:
     cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
     cache.add_argument(
         "plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed"
+    )
+    cache.add_argument(
+        "--workers", type=int, default=1, help="processes building indices: stores of a plan, children of a blend"
     )
 
     blend = verb(

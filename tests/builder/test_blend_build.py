@@ -95,19 +95,22 @@ def _assert_same_stream(ours, theirs, checked=200) -> None:
         ([2.0], (200, 10, 10), "90,5,5", 4),
     ],
 )
-def test_megatron_algorithm_reproduces_megatrons_streams(stores, weights, sizes, split, seed):
+@pytest.mark.parametrize("cached", [False, True])
+def test_megatron_algorithm_reproduces_megatrons_streams(stores, weights, sizes, split, seed, cached, tmp_path):
     prefixes = stores[: len(weights)]
     theirs = _megatron(blend=(prefixes, [float(w) for w in weights]), split=split, sizes=sizes, seed=seed)
-    ours = build_datasets(
-        Blend(tuple(prefixes), tuple(float(w) for w in weights)),
-        sizes=sizes,
-        config=CONFIG,
-        seed=seed,
-        split=split,
-        algorithm="megatron",
-    )
-    for mine, peer in zip(ours, theirs):
-        _assert_same_stream(mine, peer)
+    for _ in range(2 if cached else 1):  # with a cache: built into one entry per blend, then read back from it
+        ours = build_datasets(
+            Blend(tuple(prefixes), tuple(float(w) for w in weights)),
+            sizes=sizes,
+            config=CONFIG,
+            seed=seed,
+            split=split,
+            algorithm="megatron",
+            cache=tmp_path if cached else None,
+        )
+        for mine, peer in zip(ours, theirs):
+            _assert_same_stream(mine, peer)
 
 
 def test_megatron_forms_without_weights_and_single_store(stores):

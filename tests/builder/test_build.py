@@ -151,7 +151,7 @@ def test_second_call_is_a_memory_mapped_hit_with_identical_arrays(tmp_path) -> N
             assert _mapped(loaded) and not loaded.flags.writeable
             assert loaded.dtype == array.dtype and np.array_equal(loaded, array)
     entry = cache.entry_path(cache_key(store, PARAMS))
-    names = ["description.json", "document_index.npy", "sample_index.npy", "shuffle_index.npy"]
+    names = ["arrays.bin", "description.json"]
     assert sorted(os.listdir(entry)) == names
     description = json.load(open(os.path.join(entry, "description.json"), encoding="utf-8"))
     assert description["format"] == CACHE_FORMAT and description["params"] == PARAMS

@@ -150,3 +150,31 @@ def test_plan_with_both_datasets_and_spec_is_refused(tmp_path):
     path = _plan_file(tmp_path, cache_dir="c", datasets=["wiki"], spec="b.json", samples=[1], seq_length=8, seed=1)
     with pytest.raises(tp.ConfigError, match="not both"):
         load_cache_plan(path)
+
+
+def test_workers_build_the_same_entries_as_one_process(tmp_path, stores):
+    fields = dict(split="90,8,2", samples={"train": 400, "valid": 30}, seq_length=32, seed=7)
+    one = build_cache(load_cache_plan(_plan_file(tmp_path, cache_dir="one", datasets=stores, **fields)))
+    plan = load_cache_plan(_plan_file(tmp_path, cache_dir="two", datasets=stores, **fields))
+    seen = []
+    two = build_cache(plan, workers=2, report=seen.append)
+    assert [(e.dataset, e.split, e.key, e.built) for e in two] == [(e.dataset, e.split, e.key, e.built) for e in one]
+    assert seen == two and all(e.built for e in two)
+    for entry in two:
+        for name in ("arrays.bin", "description.json"):
+            assert (tmp_path / "one" / entry.key / name).read_bytes() == (
+                tmp_path / "two" / entry.key / name
+            ).read_bytes()
+
+
+def test_cli_workers_builds_a_blend_spec_in_processes(tmp_path, stores, capsys):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"blend": [0.4, stores[0], 0.6, stores[1]]}))
+    fields = dict(spec=str(spec), split="90,8,2", samples={"train": 400}, seq_length=32, seed=7)
+    assert main(["build-cache", _plan_file(tmp_path, cache_dir="two", **fields), "--workers", "2"]) == 0
+    assert main(["build-cache", _plan_file(tmp_path, cache_dir="one", **fields)]) == 0
+    (entry,) = [n for n in os.listdir(tmp_path / "one") if "." not in n]
+    assert (tmp_path / "one" / entry / "arrays.bin").read_bytes() == (
+        tmp_path / "two" / entry / "arrays.bin"
+    ).read_bytes()
+    assert "1 built" in capsys.readouterr().out

@@ -1,10 +1,14 @@
 """The on-disk cache of built indices: content-addressed, atomic, locked, and rank-aware.
 
-Each built index set is kept as ``.npy`` files in ``DIRECTORY/KEY/``, where KEY is a sha256 of
-the store's content identity, every parameter of the build, and the cache format version. An
-entry is written under a temporary name and published by one atomic directory rename, so only
-complete entries are ever seen; its description records each array's dtype, shape and data
-offset, so a hit maps the files without parsing .npy headers. A ``fcntl.flock`` on
+Each built index set is kept in ``DIRECTORY/KEY/``, where KEY is a sha256 of the store's content
+identity, every parameter of the build, and the cache format version: all its arrays in one file,
+``arrays.bin`` (each 64-byte aligned), so a hit maps one file (one descriptor) however many arrays
+it holds, and writing pays one fsync of that file and one of each directory. A blend's entry holds
+every child's indices (see builder.datasets). The description records each array's dtype, shape
+and offset and the file's size; a file of another size is a damaged entry (CorruptStoreError).
+Entries of the earlier layout (one ``.npy`` per array) are still read. An entry is written under
+a temporary name and published by one atomic directory rename, so only complete entries are ever
+seen; a dead builder's staging directory is removed by the next builder of that key. A ``fcntl.flock`` on
 ``DIRECTORY/KEY.lock`` makes the processes of one machine build an entry once; under
 ``torch.distributed`` one rank per node (or one rank in all, on a shared filesystem) builds
 before a barrier. Lock files are left in place on purpose: deleting them would race with
@@ -17,7 +21,6 @@ warning is logged (``strict=True`` raises ConfigError instead).
 from __future__ import annotations
 
 import fcntl
-import functools
 import glob
 import hashlib
 import json
@@ -42,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "tokenport.index-cache/2"
 DESCRIPTION = "description.json"
+ARRAYS_FILE = "arrays.bin"
+_ALIGN = 64
 
 _ARRAY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -203,32 +208,34 @@ class IndexCache:
         entry = self.entry_path(key)
         try:
             with open(os.path.join(entry, DESCRIPTION), encoding="utf-8") as f:
-                arrays = json.load(f)["arrays"]
+                description = json.load(f)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return {name: _map_npy(os.path.join(entry, name + ".npy"), layout) for name, layout in arrays.items()}
+        arrays = description["arrays"]
+        if "file" not in description:  # the earlier layout: one .npy per array
+            return {name: _map_npy(os.path.join(entry, name + ".npy"), layout) for name, layout in arrays.items()}
+        return _map_packed(os.path.join(entry, description["file"]), int(description["size"]), arrays)
 
     def _publish(self, key: str, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        """Write the arrays and description to a temporary directory, then rename it to the entry."""
+        """Write the arrays (one file) and description to a temporary directory, then rename it to the entry."""
         staging = tempfile.mkdtemp(prefix=f".{key}.{os.getpid()}.", suffix=".tmp", dir=self.directory)
         try:
             layouts = {}
-            for name, array in arrays.items():
-                array = np.require(array, requirements="C")  # C order, so the recorded layout reads it back
-                path = os.path.join(staging, name + ".npy")
-                _write_synced(path, functools.partial(np.save, arr=array, allow_pickle=False))
-                layouts[name] = {
-                    "dtype": str(array.dtype),
-                    "shape": list(array.shape),
-                    "offset": os.path.getsize(path) - array.nbytes,
-                }
+            size = 0
+            with open(os.path.join(staging, ARRAYS_FILE), "wb") as f:
+                for name, array in arrays.items():
+                    array = np.require(array, requirements="C")  # C order, so the recorded layout reads it back
+                    padding = -size % _ALIGN
+                    f.write(b"\0" * padding)
+                    size += padding
+                    layouts[name] = {"dtype": str(array.dtype), "shape": list(array.shape), "offset": size}
+                    array.reshape(-1).view(np.uint8).tofile(f)
+                    size += array.nbytes
+                f.flush()
+                os.fsync(f.fileno())
             text = json.dumps(
-                {
-                    "format": CACHE_FORMAT,
-                    **description,
-                    "arrays": layouts,
-                },
-                indent=2,
+                {"format": CACHE_FORMAT, **description, "file": ARRAYS_FILE, "size": size, "arrays": layouts},
+                indent=1,
                 sort_keys=True,
                 default=_json_scalar,
             )
@@ -294,6 +301,34 @@ def _map_npy(path: str, layout: dict[str, Any]) -> np.ndarray:
             return np.zeros(shape, dtype=dtype)
         mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return np.frombuffer(mapping, dtype=dtype, count=count, offset=layout["offset"]).reshape(shape)
+
+
+def _map_packed(path: str, size: int, layouts: dict[str, Any]) -> dict[str, np.ndarray]:
+    """An entry's arrays as read-only views of one memory map of its file (one descriptor in all);
+    a file whose size disagrees with the description is reported as a damaged entry."""
+    with open(path, "rb") as f:
+        found = os.fstat(f.fileno()).st_size
+        if found != size:
+            raise CorruptStoreError(
+                f"{path}: {found} bytes where the cache entry records {size}; "
+                f"delete the entry directory {os.path.dirname(path)} and it is rebuilt"
+            )
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    arrays = {}
+    for name, layout in layouts.items():
+        dtype = np.dtype(layout["dtype"])
+        shape = tuple(layout["shape"])
+        count = int(np.prod(shape, dtype=np.int64))
+        if layout["offset"] + count * dtype.itemsize > size:
+            raise CorruptStoreError(
+                f"{path}: array {name!r} runs past the file's {size} bytes; "
+                f"delete the entry directory {os.path.dirname(path)} and it is rebuilt"
+            )
+        if count == 0:
+            arrays[name] = np.zeros(shape, dtype=dtype)
+        else:
+            arrays[name] = np.frombuffer(mapping, dtype=dtype, count=count, offset=layout["offset"]).reshape(shape)
+    return arrays
 
 
 def _checked(arrays: Any) -> dict[str, np.ndarray]:

@@ -8,7 +8,9 @@ With ``algorithm="megatron"`` the children are sized as Megatron sizes them
 (``ceil(ceil(size * w) * (1 + surplus))``; the blend takes ``sum(ceil(size * w))`` samples), since
 a child's size changes its own indices and exactness needs the same ones; a blend that would
 then read past a child's end is refused, naming the dataset and the surplus that would do.
-Every index goes through the index cache when one is given. A blend with a mixture schedule
+Every index goes through the index cache when one is given; a weighted blend of GPT children is
+one entry (its blending indices and every child's, see ``_pack_children``), and its stores are
+opened lazily, on the first read of one of their samples. A blend with a mixture schedule
 follows it over the training stream; its valid and test blends hold the mixture training ends
 with.
 
@@ -22,21 +24,23 @@ the dataset is made (the blending indices still go through the cache); children 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._checks import is_int
+from .._checks import check_int, is_int
 from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
-from .cache import IndexCache, canonical_json
-from .gpt_datasets import build_gpt_dataset
+from .cache import IndexCache, canonical_json, store_identity
+from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
 
@@ -54,6 +58,7 @@ def build_datasets(
     algorithm: str = "tijdeman",
     surplus: float = 0.005,
     drop_last_partial_validation: bool = True,
+    workers: int = 1,
 ) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
@@ -62,7 +67,8 @@ def build_datasets(
     wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
     stores whole. ``config``: a GPTSampleConfig for GPT samples, an SFTConfig for SFT samples of
-    chat stores (see the module doc).
+    chat stores (see the module doc). ``workers`` > 1: processes that build the children's indices
+    of a weighted GPT blend when its cache entry is missing (a blend of thousands of stores).
     """
     if not isinstance(config, (GPTSampleConfig, SFTConfig)):
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
@@ -72,7 +78,8 @@ def build_datasets(
         raise ConfigError(f"surplus={surplus!r} is invalid: pass a non-negative fraction such as Megatron's 0.005")
     if isinstance(cache, (str, os.PathLike)):
         cache = IndexCache(cache)
-    builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation)
+    workers = check_int("workers", workers, 1, what="worker processes")
+    builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation, workers)
     out: list[Dataset | None] = []
     for i, which in enumerate(SPLIT_NAMES):
         if spec.blend is None:
@@ -123,8 +130,10 @@ class _Builder:
         algorithm: str,
         surplus: float,
         drop_last_partial_validation: bool,
+        workers: int = 1,
     ) -> None:
         self.config = config
+        self.workers = workers
         self.seed = seed
         self.cache = cache
         self.algorithm = algorithm
@@ -134,9 +143,9 @@ class _Builder:
         self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
 
     def store(self, prefix: str) -> IndexedDataset:
-        """Each store opened once per build."""
+        """Each store made once per build, lazily: its files are opened by the first read that needs them."""
         if prefix not in self._stores:
-            self._stores[prefix] = IndexedDataset(prefix)
+            self._stores[prefix] = IndexedDataset(prefix, lazy=True)
         return self._stores[prefix]
 
     def split(self, blend: Blend, split: str, which: str, size: int | None) -> Dataset | None:
@@ -161,11 +170,106 @@ class _Builder:
         weights = megatron_normalize(blend.weights)
         if self.algorithm == "megatron":
             return self._blend_like_megatron(blend, weights, split, which, size)
-        dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
         recipe = {"weights": list(weights), "size": size, "algorithm": self.algorithm}
-        counts = np.bincount(dataset_index, minlength=len(weights)).tolist()
+
+        def counts_of(dataset_index: np.ndarray) -> list[int]:
+            return np.bincount(dataset_index, minlength=len(weights)).tolist()
+
+        if self._one_entry():
+            blend_build = functools.partial(build_blending_indices, np.asarray(weights), size, algorithm=self.algorithm)
+            return self._gpt_blend(blend, split, which, recipe, blend_build, counts_of)
+        dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
+        counts = counts_of(dataset_index)
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
         return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
+
+    def _one_entry(self) -> bool:
+        """Whether a weighted blend's indices go to the cache as one entry (GPT children, a cache given)."""
+        return self.cache is not None and isinstance(self.config, GPTSampleConfig)
+
+    def _gpt_blend(
+        self,
+        blend: Blend,
+        split: str,
+        which: str,
+        recipe: dict[str, Any],
+        blend_build: Callable[[], tuple[np.ndarray, np.ndarray]],
+        counts_of: Callable[[np.ndarray], list[int]],
+        surplus: float | None = None,
+    ) -> BlendedDataset:
+        """A blend of GPT children whose indices (the blend's and every child's) are one cache entry:
+        one file mapped once and one fsync however many stores, each store read only for its identity.
+        ``counts_of`` gives each child's sample count from the blend's dataset index (``surplus``, which
+        Megatron's sizing depends on, is part of the key)."""
+        assert self.cache is not None and isinstance(self.config, GPTSampleConfig)
+        config = self.config
+        stores = [self.store(p) for p in blend.prefixes]
+        drop_last = which != "valid" or self.drop_last_partial_validation
+
+        def request(d: int, num_samples: int) -> IndexRequest:
+            try:
+                made = gpt_index_request(
+                    stores[d],
+                    num_samples,
+                    config.seq_length,
+                    self.seed,
+                    split=split,
+                    which=which,
+                    add_extra_token=config.add_extra_token,
+                    drop_last_partial=drop_last,
+                )
+            except ConfigError as exc:
+                raise ConfigError(f"{blend.prefixes[d]}, {which} split of {split!r}: {exc}") from None
+            assert made is not None  # a nonzero-weight split
+            return made
+
+        def build() -> dict[str, np.ndarray]:
+            dataset_index, sample_index = blend_build()
+            arrays = {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
+            wanted = [(d, n) for d, n in enumerate(counts_of(dataset_index)) if n]
+            if self.workers > 1 and len(wanted) > 1:
+                job = _ChildJob(config.seq_length, self.seed, split, which, config.add_extra_token, drop_last)
+                built = _build_children_in_processes(job, blend.prefixes, wanted, self.workers)
+            else:
+                built = {d: request(d, n).build() for d, n in wanted}
+            arrays.update(_pack_children(built, len(stores)))
+            return arrays
+
+        params = {
+            "kind": "gpt-blend",
+            "blend": recipe,
+            "split": split,
+            "which": which,
+            "seq_length": config.seq_length,
+            "seed": self.seed,
+            "add_extra_token": config.add_extra_token,
+            "drop_last_partial": drop_last,
+            "surplus": surplus,
+        }
+        canonical_json(params)  # refuse what cannot be a key before building
+        identity = {"stores": [store_identity(store) for store in stores]}
+        arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+        children: list[Any] = []
+        unpack = _unpacker(arrays)
+        for d, n in enumerate(counts_of(arrays["dataset_index"])):
+            if not n:
+                children.append(_Unused())
+                continue
+            dataset = GPTDataset.from_indices(
+                stores[d],
+                request(d, n).indices,
+                *unpack(d),
+                config,
+                seed=self.seed,
+                num_samples=n,
+                drop_last_partial=drop_last,
+            )
+            assert dataset.config.eod_id is not None  # resolved from the store or checked against it
+            self._check_eod(blend.prefixes[d], dataset.config.eod_id)
+            children.append(dataset)
+        return BlendedDataset.from_indices(
+            children, arrays["dataset_index"], arrays["dataset_sample_index"], recipe=recipe
+        )
 
     def _blend_scheduled(
         self, blend: Blend, schedule: MixtureSchedule, split: str, which: str, size: int | None
@@ -207,17 +311,28 @@ class _Builder:
         targets = [int(math.ceil(size * w)) for w in weights]
         built = [int(math.ceil(t * (1 + self.surplus))) for t in targets]
         # Megatron's BlendedDataset normalizes the (already normalized) weights once more.
-        dataset_index, sample_index = self.blending_indices(megatron_normalize(weights), sum(targets), "megatron")
-        taken = np.bincount(dataset_index, minlength=len(weights))
-        for d, (need, have) in enumerate(zip(taken.tolist(), built)):
-            if need > have:
-                raise ConfigError(
-                    f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but Megatron sizes it "
-                    f"{have} (surplus {self.surplus}); raise surplus to at least {need / max(targets[d], 1) - 1:.4f}, "
-                    "or use the default algorithm, which sizes every dataset exactly"
-                )
-        children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
-        recipe = {"weights": megatron_normalize(weights), "size": sum(targets), "algorithm": "megatron"}
+        normalized = megatron_normalize(weights)
+        recipe = {"weights": normalized, "size": sum(targets), "algorithm": "megatron"}
+
+        def sizes_of(dataset_index: np.ndarray) -> list[int]:
+            taken = np.bincount(dataset_index, minlength=len(weights))
+            for d, (need, have) in enumerate(zip(taken.tolist(), built)):
+                if need > have:
+                    raise ConfigError(
+                        f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but Megatron sizes "
+                        f"it {have} (surplus {self.surplus}); raise surplus to at least "
+                        f"{need / max(targets[d], 1) - 1:.4f}, or use the default algorithm, which sizes every "
+                        "dataset exactly"
+                    )
+            return built
+
+        if self._one_entry():
+            blend_build = functools.partial(
+                build_blending_indices, np.asarray(normalized), sum(targets), algorithm="megatron"
+            )
+            return self._gpt_blend(blend, split, which, recipe, blend_build, sizes_of, surplus=self.surplus)
+        dataset_index, sample_index = self.blending_indices(normalized, sum(targets), "megatron")
+        children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, sizes_of(dataset_index))]
         return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
 
     def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | SFTDataset:
@@ -307,6 +422,105 @@ class _Builder:
             return build()
         canonical_json(params)  # refuse what cannot be a key before building
         return self.cache.get_or_build_for({}, params, build, source=params["kind"])
+
+
+_CHILD_ARRAYS = ("document_index", "sample_index", "shuffle_index")
+
+
+def _pack_children(built: dict[int, dict[str, np.ndarray]], count: int) -> dict[str, np.ndarray]:
+    """The children's index arrays, ``built[d]`` for child ``d`` of ``count``, as a few arrays: per
+    kind, one concatenation per dtype (children keep Megatron's dtypes, which vary with their size)
+    and a ``KIND.where`` table of (dtype group, start, stop) rows, (-1, 0, 0) for a child with none."""
+    packed: dict[str, np.ndarray] = {}
+    for kind in _CHILD_ARRAYS:
+        dtypes = sorted({str(arrays[kind].dtype) for arrays in built.values()})
+        where = np.zeros((count, 3), dtype=np.int64)
+        where[:, 0] = -1
+        for code, dtype in enumerate(dtypes):
+            members = [d for d in sorted(built) if str(built[d][kind].dtype) == dtype]
+            lengths = np.array([len(built[d][kind]) for d in members], dtype=np.int64)
+            stops = np.cumsum(lengths)
+            where[members, 0] = code
+            where[members, 1] = stops - lengths
+            where[members, 2] = stops
+            packed[f"{kind}.{dtype}"] = np.concatenate([built[d][kind] for d in members])
+        packed[f"{kind}.where"] = where
+    return packed
+
+
+def _unpacker(arrays: dict[str, np.ndarray]) -> Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Child ``d``'s (document, sample, shuffle) indices as views of an entry ``_pack_children`` made."""
+    tables = []
+    for kind in _CHILD_ARRAYS:
+        # the dtype groups in the order _pack_children numbered them (their dtype names sorted)
+        groups = sorted(name for name in arrays if name.startswith(kind + ".") and name != kind + ".where")
+        tables.append(([arrays[name] for name in groups], arrays[kind + ".where"].ravel().tolist()))  # flat: ints
+
+    (documents, document_rows), (samples, sample_rows), (shuffles, shuffle_rows) = tables
+
+    def unpack(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (_view(documents, document_rows, d), _view(samples, sample_rows, d), _view(shuffles, shuffle_rows, d))
+
+    return unpack
+
+
+def _view(groups: list[np.ndarray], rows: list[int], d: int) -> np.ndarray:
+    """Child ``d``'s array: rows ``start:stop`` of dtype group ``code``, its ``(code, start, stop)`` in the
+    flattened where table ``rows``."""
+    code, start, stop = rows[3 * d : 3 * d + 3]
+    return groups[code][start:stop]
+
+
+@dataclass(frozen=True)
+class _ChildJob:
+    """What a worker process needs to build one blend's children's GPT indices."""
+
+    seq_length: int
+    seed: int
+    split: str
+    which: str
+    add_extra_token: bool
+    drop_last_partial: bool
+
+    def __call__(self, children: list[tuple[int, str, int]]) -> dict[int, dict[str, np.ndarray]]:
+        """The indices of ``children`` ((position in the blend, store prefix, samples) each), by position."""
+        arrays: dict[int, dict[str, np.ndarray]] = {}
+        for d, prefix, n in children:
+            with IndexedDataset(prefix) as store:
+                try:
+                    request = gpt_index_request(
+                        store,
+                        n,
+                        self.seq_length,
+                        self.seed,
+                        split=self.split,
+                        which=self.which,
+                        add_extra_token=self.add_extra_token,
+                        drop_last_partial=self.drop_last_partial,
+                    )
+                except ConfigError as exc:
+                    raise ConfigError(f"{prefix}, {self.which} split of {self.split!r}: {exc}") from None
+                assert request is not None  # a nonzero-weight split
+                arrays[d] = request.build()
+        return arrays
+
+
+def _build_children_in_processes(
+    job: _ChildJob, prefixes: Sequence[str], wanted: list[tuple[int, int]], workers: int
+) -> dict[int, dict[str, np.ndarray]]:
+    """``job`` over the ``wanted`` (child, samples) pairs in ``workers`` spawned processes, in chunks;
+    spawned, not forked, so a parent holding threads (torch, a loader) cannot deadlock them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    items = [(d, prefixes[d], n) for d, n in wanted]
+    chunks = [items[k : k + 64] for k in range(0, len(items), 64)]
+    arrays: dict[int, dict[str, np.ndarray]] = {}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context) as pool:
+        for part in pool.map(job, chunks):
+            arrays.update(part)
+    return arrays
 
 
 def _aligned(children: list[Any]) -> list[Any]:

@@ -179,50 +179,75 @@ class CacheReport:
         }
 
 
-def build_cache(plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None) -> list[CacheEntry]:
-    """Build (or find) every index of the plan in its cache; `report` sees each entry as it completes."""
+def build_cache(
+    plan: CachePlan, *, report: Callable[[CacheEntry], None] | None = None, workers: int = 1
+) -> list[CacheEntry]:
+    """Build (or find) every index of the plan in its cache; `report` sees each entry as it completes.
+
+    ``workers`` > 1 builds in that many spawned processes: the stores of a ``datasets`` plan, or the
+    children of a blend spec's blends (see ``build_datasets``). Entries are listed in plan order.
+    """
+    workers = check_int("workers", workers, 1, what="worker processes")
     if plan.spec is not None:
-        return _build_blend_cache(plan, plan.spec, report)
+        return _build_blend_cache(plan, plan.spec, report, workers)
+    if workers == 1 or len(plan.datasets) < 2:
+        return [entry for prefix in plan.datasets for entry in _store_entries(plan, prefix, report)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")  # not forked: the caller may hold threads
+    with ProcessPoolExecutor(max_workers=min(workers, len(plan.datasets)), mp_context=context) as pool:
+        futures = [pool.submit(_store_entries, plan, prefix, None) for prefix in plan.datasets]
+        entries = []
+        for future in futures:
+            for entry in future.result():
+                entries.append(entry)
+                if report is not None:
+                    report(entry)
+    return entries
+
+
+def _store_entries(plan: CachePlan, prefix: str, report: Callable[[CacheEntry], None] | None) -> list[CacheEntry]:
+    """Build (or find) the plan's splits of one store; `report` sees each entry."""
     cache = IndexCache(plan.cache_dir)
     entries = []
-    for prefix in plan.datasets:
-        store = IndexedDataset(prefix)
-        for which, num_samples in zip(SPLIT_NAMES, plan.samples):
-            if num_samples == 0:
-                continue
-            drop_last = which != "valid" or plan.drop_last_partial_validation
-            request = gpt_index_request(
-                store,
-                num_samples,
-                plan.seq_length,
-                plan.seed,
-                split=plan.split,
-                which=which,
-                add_extra_token=plan.add_extra_token,
-                drop_last_partial=drop_last,
-            )
-            if request is None:
-                continue
-            built: list[bool] = []
+    store = IndexedDataset(prefix)
+    for which, num_samples in zip(SPLIT_NAMES, plan.samples):
+        if num_samples == 0:
+            continue
+        drop_last = which != "valid" or plan.drop_last_partial_validation
+        request = gpt_index_request(
+            store,
+            num_samples,
+            plan.seq_length,
+            plan.seed,
+            split=plan.split,
+            which=which,
+            add_extra_token=plan.add_extra_token,
+            drop_last_partial=drop_last,
+        )
+        if request is None:
+            continue
+        built: list[bool] = []
 
-            def build(request=request, built=built) -> dict:
-                built.append(True)
-                return request.build()
+        def build(request=request, built=built) -> dict:
+            built.append(True)
+            return request.build()
 
-            started = time.perf_counter()
-            cache.get_or_build(store, request.params, build, strict=True, distributed=False)
-            entry = CacheEntry(
-                prefix, which, num_samples, cache_key(store, request.params), bool(built), time.perf_counter() - started
-            )
-            entries.append(entry)
-            if report is not None:
-                report(entry)
-        store.close()
+        started = time.perf_counter()
+        cache.get_or_build(store, request.params, build, strict=True, distributed=False)
+        entry = CacheEntry(
+            prefix, which, num_samples, cache_key(store, request.params), bool(built), time.perf_counter() - started
+        )
+        entries.append(entry)
+        if report is not None:
+            report(entry)
+    store.close()
     return entries
 
 
 def _build_blend_cache(
-    plan: CachePlan, spec_path: str, report: Callable[[CacheEntry], None] | None
+    plan: CachePlan, spec_path: str, report: Callable[[CacheEntry], None] | None, workers: int = 1
 ) -> list[CacheEntry]:
     """Every index of the plan's blend spec (``spec_path``): one entry per split, built when the cache grew."""
     spec = load_blend_spec(spec_path)
@@ -248,6 +273,7 @@ def _build_blend_cache(
             cache=cache,
             algorithm=plan.algorithm,
             drop_last_partial_validation=plan.drop_last_partial_validation,
+            workers=workers,
         )[i]
         if dataset is None:
             continue

@@ -6,6 +6,7 @@ book-end to a document, as megatron-core does them, so train/valid/test hold the
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -20,6 +21,12 @@ _SPLIT_FIELD = re.compile(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 
 def parse_split(split: str) -> tuple[float, ...]:
     """Normalized (train, valid, test) weights of a split string such as "969,30,1", as Megatron does."""
+    return _parse_split(str(split))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_split(split: str) -> tuple[float, ...]:
+    """``parse_split``, remembered: a blend of thousands of stores asks it once per store."""
     fields = [text.strip() for text in str(split).split(",")]
     if len(fields) > len(SPLIT_NAMES) or not all(_SPLIT_FIELD.match(text) for text in fields):
         raise ConfigError(

@@ -1,14 +1,16 @@
 """IndexedDataset: random access to the sequences of a .bin/.idx store, local or remote.
 
-Opening reads the 34-byte header and checks file sizes: O(1) work however many sequences the
-store holds. The index arrays are memory-mapped on first use, and both files are opened lazily
-and closed when idle (see storage.handles), so thousands of stores can be open at once.
+Opening reads the 34-byte header (by pread: nothing is mapped) and checks file sizes: O(1) work
+however many sequences the store holds; ``lazy=True`` defers even that to the first read. The
+index arrays are memory-mapped on first use, and both files are opened lazily and closed when idle
+(see storage.handles), so thousands of stores can be open at once.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,9 @@ class IndexedDataset:
     (mmap locally, ranged reads remotely), "mmap", "pread" or "remote". `remote_options` (for fsspec
     URLs a storage.remote.RemoteOptions) tunes object-store reads; `cache_dir` is where a remote .idx
     is cached. `sources`, an (idx, bin) pair of byte sources, is read instead of opening the prefix.
+    `lazy=True` (a local store with a PREFIX.json manifest): only the manifest is read until something
+    needs the files (a read, the index arrays, the header); its sequence count is then checked against
+    the header's. A blend of thousands of stores so holds no descriptor for a store it has not read.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class IndexedDataset:
         remote_options: Any = None,
         cache_dir: str | None = None,
         sources: tuple[ByteSource, ByteSource] | None = None,
+        lazy: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
@@ -77,6 +83,50 @@ class IndexedDataset:
         self._manifest: Manifest | None | bool = False
         self._masks: IndexedDataset | None | bool = False
         self._num_tokens: int | None = None
+        self._lazy = lazy is True
+        if lazy not in (True, False):
+            raise ConfigError(f"lazy={lazy!r} is invalid: pass True (open on first read) or False")
+        if self._lazy and sources is None and not is_remote(self.prefix):
+            recover(local_path(self.prefix))  # finish an interrupted publication before reading its manifest
+            manifest = self.manifest  # read once: the key of an index cache needs it anyway
+            if manifest is not None:
+                self._length = manifest.sequences  # checked against the header when the files are opened
+                self._deferred = True
+                return
+        self._deferred = False
+        self._open()
+
+    # Attributes that exist once the files are opened; reaching one of a deferred store opens it.
+    _OPENED = frozenset({"_idx", "_bin", "header", "dtype", "_itemsize", "_index_checked", "_index", "_tokens"})
+
+    def __getattr__(self, name: str) -> Any:
+        """Open a lazily constructed store the first time one of its file-backed attributes is reached."""
+        if name in IndexedDataset._OPENED and self.__dict__.get("_deferred"):
+            recorded = self._length
+            self._deferred = False
+            try:
+                self._open()
+                if self.header.sequence_count != recorded:
+                    raise CorruptStoreError(
+                        f"{self.prefix}.idx: holds {self.header.sequence_count} sequences but "
+                        f"{manifest_path(self.prefix)} records {recorded}; the index and its manifest do not "
+                        "belong together: rebuild the store"
+                    )
+            except BaseException:
+                self._deferred, self._length = True, recorded
+                raise
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def is_open(self) -> bool:
+        """False for a store made with ``lazy=True`` that no read has opened yet (no file touched but its manifest)."""
+        return not self._deferred
+
+    def _open(self) -> None:
+        """Open the .idx/.bin sources, parse the header and check the .bin's size (O(1))."""
+        mode, sources = self.mode, self._sources
+        remote_options, cache_dir = self._remote_options, self._cache_dir
         if sources is not None:
             if not (
                 isinstance(sources, tuple) and len(sources) == 2 and all(isinstance(s, ByteSource) for s in sources)
@@ -95,22 +145,31 @@ class IndexedDataset:
             local_mode = "pread" if mode == "pread" else "mmap"
             self._idx = open_source(base + ".idx", local_mode)
             self._bin = open_source(base + ".bin", local_mode)
-        self.header = parse_header(self._idx.read(0, min(HEADER_SIZE, self._idx.size)), self._idx.url, self._idx.size)
-        self.dtype = self.header.dtype
-        self._itemsize = self.dtype.itemsize
-        self._check_bin_size()
+        if isinstance(self._idx, MmapSource):  # a few bytes by pread: opening maps nothing, keeps no descriptor
+            with open(self._idx.url, "rb") as f:
+                self._open_checks(functools.partial(os.pread, f.fileno()))
+        else:
+            self._open_checks(lambda length, offset: self._idx.read(offset, length))
+        self._length = self.header.sequence_count
         self._index_checked = False
         self._index = LazyHandle(self._load_index, _forget)
         self._tokens = LazyHandle(self._map_tokens, _forget) if isinstance(self._bin, MmapSource) else None
 
-    def _check_bin_size(self) -> None:
+    def _open_checks(self, read: Callable[[int, int], Any]) -> None:
+        """Parse the header and check the .bin's size, reading the .idx through ``read(length, offset)``."""
+        self.header = parse_header(read(min(HEADER_SIZE, self._idx.size), 0), self._idx.url, self._idx.size)
+        self.dtype = self.header.dtype
+        self._itemsize = self.dtype.itemsize
+        self._check_bin_size(read)
+
+    def _check_bin_size(self, read: Callable[[int, int], Any]) -> None:
         """O(1) at open: the last sequence must end exactly at the end of the .bin."""
         n = self.header.sequence_count
         if n == 0:
             needed = 0
         else:
-            last_pointer = int(self._idx.read_array(self.header.pointers_offset + 8 * (n - 1), 1, np.int64)[0])
-            last_length = int(self._idx.read_array(self.header.lengths_offset + 4 * (n - 1), 1, np.int32)[0])
+            last_pointer = int(np.frombuffer(read(8, self.header.pointers_offset + 8 * (n - 1)), np.int64, 1)[0])
+            last_length = int(np.frombuffer(read(4, self.header.lengths_offset + 4 * (n - 1)), np.int32, 1)[0])
             needed = last_pointer + last_length * self._itemsize
         if self._bin.size != needed:
             raise CorruptStoreError(
@@ -142,7 +201,7 @@ class IndexedDataset:
     # -- sizes and arrays ---------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self.header.sequence_count
+        return self._length
 
     @property
     def sequence_lengths(self) -> np.ndarray:
@@ -326,6 +385,8 @@ class IndexedDataset:
 
     def close(self) -> None:
         """Release mappings and descriptors; the dataset reopens them if used again."""
+        if self._deferred:
+            return
         self._index.close()
         if self._tokens is not None:
             self._tokens.close()
@@ -347,6 +408,7 @@ class IndexedDataset:
             "remote_options": self._remote_options,
             "cache_dir": self._cache_dir,
             "sources": self._sources,
+            "lazy": self._lazy,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -356,6 +418,7 @@ class IndexedDataset:
             remote_options=state["remote_options"],
             cache_dir=state["cache_dir"],
             sources=state["sources"],
+            lazy=state.get("lazy", False),
         )
 
     def __repr__(self) -> str:

@@ -363,7 +363,6 @@ class GPTDataset:
         self.document_index = document_index
         self.sample_index = sample_index
         self.shuffle_index = shuffle_index
-        self._lengths = dataset.sequence_lengths
         self._options = FieldOptions(
             seq_length=config.seq_length,
             extra=int(config.add_extra_token),
@@ -378,6 +377,12 @@ class GPTDataset:
 
     def __len__(self) -> int:
         return len(self.shuffle_index)
+
+    @property
+    def _lengths(self) -> np.ndarray:
+        """The store's sequence lengths, asked of the store at each use rather than held: a held view
+        would pin its index mapping (and a descriptor), and a blend of thousands of stores would run out."""
+        return self.dataset.sequence_lengths
 
     @property
     def samples_per_epoch(self) -> int:
