@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from typing import cast
 
 from ..run.stats import Problems, UnitStats
 from ..run.units import Slice
+from .documents import Document
 from .readers import read_slice
 from .sources import InputFile
 
@@ -23,7 +25,8 @@ def sample_texts(
     total = 0
     for index, f in enumerate(files):
         piece = Slice(index, f.path, f.format, f.compression, 0, None, 0, f.size)
-        with contextlib.closing(read_slice(piece, text_key, Problems("skip", UnitStats()))) as documents_of_file:
+        reader = cast(Generator[Document, None, None], read_slice(piece, text_key, Problems("skip", UnitStats())))
+        with contextlib.closing(reader) as documents_of_file:  # the readers are generators: close the file early
             for document in documents_of_file:
                 text = document.text if text_key is not None else json.dumps(document.metadata, ensure_ascii=False)
                 texts.append(text[: chars - total])
