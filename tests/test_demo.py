@@ -48,9 +48,10 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert "4:minhash_dedup" in out and "rejected documents kept for audit" in out
     assert "(falls)" in out and "all 24 losses, sample ids and token digests bitwise equal" in out
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
-    # stage 6's dataset, then 2 stores x 3 splits and one blend per split, then stage 11's 2 stores and blend,
-    # then stage 13's 3 stores (one part each at this limit)
-    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 2 * 3 + 3 + 3 + 3
+    # stage 6's dataset; then one entry per weighted blend, holding its stores' indices too: stage 7's
+    # blend of 2 stores per split (3) and stage 11's blend of 2 stores (1); then stage 13's 3 stores, which
+    # an adaptive blend reads one by one (one part each at this limit)
+    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 3 + 1 + 3
     check_sft_stage(tmp_path, out.split("== 12. sft")[1].split("== 13. mix")[0])
     check_mix_stage(tmp_path, out.split("== 13. mix")[1].split("== 14. grpo")[0])
     grpo = out.split("== 14. grpo")[1]
