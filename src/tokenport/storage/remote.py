@@ -480,6 +480,10 @@ class ObjectStoreSource(ByteSource):
         self._plan_changed = threading.Condition(self._lock)
         self._plan = 0  # generation of the running prefetch plan; a new plan stops the old one
         self._pending: set[int] = set()  # blocks the plan fetched that are not read yet
+        self._plan_blocks: list[int] = []  # the plan: blocks in order of first use
+        self._plan_pos: dict[int, int] = {}  # block -> its place in the plan
+        self._plan_done = 0  # plan blocks before this place are fetched or being fetched
+        self._plan_window = 1  # blocks in the plan's next window
 
     def _after_fork(self) -> None:
         self._fs = None  # fsspec clients are not fork-safe: made anew on first use
@@ -596,19 +600,18 @@ class ObjectStoreSource(ByteSource):
             self._plan += 1
             plan = self._plan
             self._pending.clear()
+            self._plan_blocks = blocks
+            self._plan_pos = {block: i for i, block in enumerate(blocks)}
+            self._plan_done = 0
+            self._plan_window = self.options.first_window_blocks
             self._plan_changed.notify_all()
-        first = blocks[: self.options.first_window_blocks]
-        self._run_window(plan, first)
-        if len(blocks) > len(first):
-            thread = threading.Thread(
-                target=self._run_plan, args=(plan, blocks, len(first)), name="tokenport-plan", daemon=True
-            )
-            thread.start()
+        self._next_window(plan, wait=False)
+        if self._plan_done < len(blocks):
+            threading.Thread(target=self._run_plan, args=(plan,), name="tokenport-plan", daemon=True).start()
 
     def close(self) -> None:
         with self._lock:
-            self._plan += 1
-            self._pending.clear()
+            self._end_plan()
             self._plan_changed.notify_all()
             pool, self._pool = self._pool, None
         self._cache.clear()
@@ -625,32 +628,48 @@ class ObjectStoreSource(ByteSource):
             capacity = min(self.options.cache_bytes, MEMORY.capacity)
         return max(1, capacity // self.options.block_size // 2)
 
-    def _run_plan(self, plan: int, blocks: list[int], done: int) -> None:
-        """Fetch `blocks[done:]` window by window (doubling), waiting while too many are unread."""
-        window = self.options.first_window_blocks
-        ahead = self._ahead_blocks()
+    def _end_plan(self) -> None:
+        """Stop the running plan (call holding the lock)."""
+        self._plan += 1
+        self._pending.clear()
+        self._plan_blocks, self._plan_pos, self._plan_done = [], {}, 0
+        self._plan_changed.notify_all()
+
+    def _run_plan(self, plan: int) -> None:
+        """The background part of a plan: its windows in order, waiting while too many blocks are unread."""
         try:
-            while done < len(blocks):
-                window = min(2 * window, ahead)
-                with self._lock:
-                    while self._plan == plan and len(self._pending) >= ahead:
-                        self._plan_changed.wait(1.0)
-                    if self._plan != plan:
-                        return
-                    size = max(1, min(window, ahead - len(self._pending)))
-                self._run_window(plan, blocks[done : done + size])
-                done += size
+            while self._next_window(plan, wait=True):
+                pass
         except Exception:  # the reads that need these blocks fetch them and raise there
             logger.debug("%s: background prefetch stopped", self.url, exc_info=True)
 
-    def _run_window(self, plan: int, blocks: list[int]) -> None:
+    def _next_window(self, plan: int, wait: bool, upto: int = 0) -> bool:
+        """Fetch the plan's next window (at least through place `upto`); False when the plan is over.
+        With `wait`, first wait until fewer than half the cache's blocks are fetched and unread."""
+        ahead = self._ahead_blocks()
         with self._lock:
-            if self._plan != plan:
-                return
-            self._pending.update(blocks)
+            while wait and self._plan == plan and len(self._pending) >= ahead:
+                self._plan_changed.wait(1.0)
+            if self._plan != plan or self._plan_done >= len(self._plan_blocks):
+                return False
+            size = self._plan_window if not wait else max(1, min(self._plan_window, ahead - len(self._pending)))
+            start, end = self._plan_done, max(upto + 1, self._plan_done + size)
+            window = self._plan_blocks[start:end]
+            self._plan_done = start + len(window)
+            self._plan_window = min(2 * self._plan_window, ahead)
+            self._pending.update(window)
         gap_blocks = self.options.coalesce_gap // self.options.block_size
-        fetched = self._acquire(sorted(blocks), gap_blocks, in_memory=False)
-        self._store(fetched, blocks)
+        fetched = self._acquire(sorted(window), gap_blocks, in_memory=False)
+        self._store(fetched, window)
+        return True
+
+    def _pull(self, lo: int, hi: int) -> None:
+        """A read of planned blocks the plan has not reached: fetch the plan through them now."""
+        with self._lock:
+            places = [p for i in range(lo, hi) if (p := self._plan_pos.get(i, -1)) >= self._plan_done]
+            plan = self._plan
+        if places:
+            self._next_window(plan, wait=False, upto=max(places))
 
     def _check_range(self, offset: int, length: int) -> None:
         if offset < 0 or length < 0 or offset + length > self._size:
@@ -670,6 +689,8 @@ class ObjectStoreSource(ByteSource):
 
     def _blocks(self, lo: int, hi: int) -> dict[int, bytes]:
         """Blocks lo..hi-1 held in memory; those not returned are in the node cache."""
+        if self._plan_pos:
+            self._pull(lo, hi)
         return self._acquire(list(range(lo, hi)), 0, in_memory=True)
 
     def _acquire(self, blocks: Sequence[int], gap_blocks: int, in_memory: bool) -> dict[int, bytes]:
