@@ -102,6 +102,7 @@ class FaultProxy:
     retry_after: float | None = None  # seconds sent as Retry-After with 429 and 503 faults
     times: list[float] = field(default_factory=list)  # time.monotonic() of each logged request
     ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (path, first, last byte) of ranged GETs
+    bytes_sent: int = 0  # body bytes of successful GET responses
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -123,6 +124,7 @@ class FaultProxy:
             self.log.clear()
             self.times.clear()
             self.ranges.clear()
+            self.bytes_sent = 0
 
     def count(self, method: str | None = None, outcome: str | None = None) -> int:
         """Requests seen, optionally of one method and one outcome ('ok' or a fault name)."""
@@ -136,8 +138,8 @@ class FaultProxy:
             outcome = self.rule.fault if self.rule is not None and self.rule.picks(method) else "ok"
             self.log.append((method, path, outcome))
             self.times.append(time.monotonic())
-            if outcome == "ok" and byte_range and byte_range.startswith("bytes="):
-                first, last = byte_range[len("bytes=") :].split("-")
+            first, _, last = (byte_range or "").removeprefix("bytes=").partition("-")
+            if outcome == "ok" and first.isdigit() and last.isdigit():  # closed ranges only ("a-b")
                 self.ranges.append((path.split("?")[0], int(first), int(last)))
             return outcome
 
@@ -185,6 +187,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+                if self.command == "GET":
+                    with proxy._lock:
+                        proxy.bytes_sent += len(data)
 
         def _fail(self, status: int, code: str, message: str) -> None:
             xml = (

@@ -29,6 +29,7 @@ class NodeCache:
     def __init__(self, directory: str | os.PathLike, budget_bytes: int) -> None:
         self.directory = Path(directory)
         self.budget_bytes = budget_bytes
+        self._root = os.fspath(self.directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -42,8 +43,8 @@ class NodeCache:
         """The directory name of one version of one object cut in blocks of `block_size`."""
         return hashlib.sha256(f"{url}\n{size}\n{etag}\n{block_size}".encode()).hexdigest()[:32]
 
-    def _block(self, key: str, index: int) -> Path:
-        return self.directory / key / f"{index}.blk"
+    def _block(self, key: str, index: int) -> str:
+        return f"{self._root}/{key}/{index}.blk"
 
     def read(self, key: str, index: int, start: int, length: int) -> bytes | None:
         """`length` bytes at `start` of a cached block, or None when it is not on disk."""
@@ -52,14 +53,13 @@ class NodeCache:
         except FileNotFoundError:
             return None
         try:
-            data = os.pread(fd, length, start)
+            return os.pread(fd, length, start)
         finally:
             os.close(fd)
-        return data
 
     def has(self, key: str, index: int) -> bool:
         """True when the block is on disk now."""
-        return self._block(key, index).is_file()
+        return os.path.exists(self._block(key, index))
 
     def try_claim(self, key: str, index: int) -> int | None:
         """Take the block's fetch lock if free: its descriptor (give it to `release`), else None."""
@@ -93,7 +93,7 @@ class NodeCache:
         if len(data) > self.budget_bytes:
             return False
         target = self._block(key, index)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{index}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{index}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

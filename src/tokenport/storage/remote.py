@@ -547,6 +547,19 @@ class ObjectStoreSource(ByteSource):
             return b""
         bs = self.options.block_size
         first, last = offset // bs, (offset + length - 1) // bs
+        data = None
+        if first == last and self._node is not None:  # most reads, once the node cache has the block
+            data = self._node.read(self._key, first, offset - first * bs, length)
+        if data is None:
+            data = self._read_blocks(offset, length, first, last)
+        if self._pending:
+            with self._lock:
+                self._pending.difference_update(range(first, last + 1))
+                self._plan_changed.notify_all()
+        return data
+
+    def _read_blocks(self, offset: int, length: int, first: int, last: int) -> bytes | memoryview:
+        bs = self.options.block_size
         blocks = self._blocks(first, last + 1)
         parts = []
         for i in range(first, last + 1):
@@ -555,10 +568,6 @@ class ObjectStoreSource(ByteSource):
             data = blocks.get(i)
             part = memoryview(data)[lo:hi] if data is not None else self._from_disk(i, lo, hi)
             parts.append(part)
-        if self._pending:
-            with self._lock:
-                self._pending.difference_update(range(first, last + 1))
-                self._plan_changed.notify_all()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def read_ranges(self, ranges: Sequence[Range]) -> list[bytes | memoryview]:
