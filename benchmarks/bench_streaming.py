@@ -111,6 +111,7 @@ def read_run(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(1)
     width = args.seq_length + 1
     _import_side(args.side)  # imports are not timed: each side's clock starts at its dataset
+    _ids_of(sample_tokens(np.zeros(1, dtype=np.int64), width), width)  # the checker's table, not timed
     start = time.perf_counter()
     loader, expected_count = _loader(args, width)
     first = None
@@ -215,6 +216,7 @@ class _TokenportStream:
                 from tokenport.storage.remote import RemoteOptions
 
                 options = RemoteOptions(
+                    block_size=args.block_kib * 1024,
                     node_cache_dir=str(Path(args.cache) / "blocks"),
                     node_cache_bytes=(args.budget_mib or 1 << 20) * MIB,
                     storage_options={"endpoint_url": args.endpoint},
@@ -302,6 +304,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--budget-mib", type=int, default=64, help="cache budget of the budget runs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-kib", type=int, default=1024, help="tokenport's RemoteOptions.block_size in KiB")
     parser.add_argument("--sides", default="tokenport,litdata,mosaic")
     parser.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tokenport-bench" / "peers-venv"))
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "tokenport-bench" / "streaming"))
@@ -370,16 +373,20 @@ def drive(args: argparse.Namespace, width: int) -> None:
                 proxy.clear()
                 watch = DiskWatch(cache)
                 watch.start()
-                out = subprocess.run(
-                    [str(python), __file__, "--role", "read", "--side", side, "--cache", str(cache)]
-                    + ["--endpoint", proxy.endpoint_url, "--samples", str(args.samples)]
-                    + ["--seq-length", str(args.seq_length), "--read", str(args.read), "--batch", str(args.batch)]
-                    + ["--workers", str(args.workers), "--budget-mib", str(budget), "--seed", str(args.seed)],
-                    env=run_env,
-                    capture_output=True,
-                    text=True,
-                    timeout=args.run_timeout,
-                )
+                try:
+                    out = subprocess.run(
+                        [str(python), __file__, "--role", "read", "--side", side, "--cache", str(cache)]
+                        + ["--endpoint", proxy.endpoint_url, "--samples", str(args.samples)]
+                        + ["--seq-length", str(args.seq_length), "--read", str(args.read), "--batch", str(args.batch)]
+                        + ["--workers", str(args.workers), "--budget-mib", str(budget), "--seed", str(args.seed)]
+                        + ["--block-kib", str(args.block_kib)],
+                        env=run_env,
+                        capture_output=True,
+                        text=True,
+                        timeout=args.run_timeout,
+                    )
+                except subprocess.TimeoutExpired:
+                    out = subprocess.CompletedProcess([], 1, "", f"timed out after {args.run_timeout:g}s")
                 watch.stop.set()
                 watch.join()
                 if out.returncode != 0:

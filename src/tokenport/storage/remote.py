@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -54,7 +55,7 @@ class RemoteOptions:
     max_request_bytes: int = 64 << 20  # the largest single ranged GET
     max_concurrency: int = 8  # threads issuing a prefetch's GETs
     retry_deadline: float = 120.0  # seconds one read may spend retrying before it fails with StorageError
-    first_window_blocks: int = 16  # blocks `prefetch` fetches before it returns; later windows double
+    first_window_blocks: int = 32  # blocks `prefetch` fetches before it returns; later windows double (to 64)
     node_cache_dir: str | None = None  # a block cache on disk shared by the machine's processes (None: off)
     node_cache_bytes: int = 32 << 30  # bound of the block data kept in node_cache_dir
     storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec options: endpoint_url, key, ...
@@ -631,8 +632,8 @@ class ObjectStoreSource(ByteSource):
 
     def _ahead_blocks(self) -> int:
         """How many planned blocks may wait unread: half of what the cache that keeps them holds."""
-        if self._node is not None:
-            capacity = self._node.budget_bytes
+        if self._node is not None:  # the node's budget is shared by the DataLoader workers of this node
+            capacity = self._node.budget_bytes // _loader_workers()
         else:
             capacity = min(self.options.cache_bytes, MEMORY.capacity)
         return max(1, capacity // self.options.block_size // 2)
@@ -665,7 +666,7 @@ class ObjectStoreSource(ByteSource):
             start, end = self._plan_done, max(upto + 1, self._plan_done + size)
             window = self._plan_blocks[start:end]
             self._plan_done = start + len(window)
-            self._plan_window = min(2 * self._plan_window, ahead)
+            self._plan_window = min(2 * self._plan_window, ahead, max(self.options.first_window_blocks, 64))
             self._pending.update(window)
         gap_blocks = self.options.coalesce_gap // self.options.block_size
         fetched = self._acquire(sorted(window), gap_blocks, in_memory=False)
@@ -745,19 +746,29 @@ class ObjectStoreSource(ByteSource):
             if in_memory:  # a read's lookups (prefetches are not counted)
                 self._count_lookups(hits, len(todo))
             if todo:
-                fetched = self._fetch(plan_spans(todo, gap_blocks, self._max_blocks()))
                 with self._lock:
                     keep = {(self._key, i) for i in self._pending}
-                for index, data in fetched.items():
-                    if self._node is None:
-                        found[index] = data  # gap fillers too: kept in memory, evicted first
-                        self._cache.put(index, data)
-                    elif index in claims:
-                        if not self._node.put(self._key, index, data, keep):  # over the budget: memory only
+
+                def land(span: tuple[int, int]) -> dict[int, bytes]:
+                    """Fetch one span, then publish and release each of its blocks at once."""
+                    held: dict[int, bytes] = {}
+                    for index, data in self._get_span(*span).items():
+                        if self._node is None:
+                            held[index] = data  # gap fillers too: kept in memory, evicted first
                             self._cache.put(index, data)
-                            found[index] = data
-                        elif in_memory:
-                            found[index] = data
+                        elif index in claims:
+                            if not self._node.put(self._key, index, data, keep):  # over the budget: memory only
+                                self._cache.put(index, data)
+                                held[index] = data
+                            elif in_memory:
+                                held[index] = data
+                            self._node.release(claims.pop(index))
+                        self._done(index, mine_set)
+                    return held
+
+                mine_set = set(mine)
+                for held in self._map(land, plan_spans(todo, gap_blocks, self._max_blocks())):
+                    found.update(held)
         finally:
             for fd in claims.values():
                 self._node.release(fd)  # type: ignore[union-attr]
@@ -827,16 +838,19 @@ class ObjectStoreSource(ByteSource):
             else:
                 self._cache.get(index)
 
-    def _fetch(self, spans: list[tuple[int, int]]) -> dict[int, bytes]:
-        """Fetch block spans (one ranged GET each, concurrently when several) and split them into blocks."""
+    def _map(self, fn: Callable[[tuple[int, int]], T], spans: list[tuple[int, int]]) -> list[T]:
+        """`fn` of each span, concurrently (one ranged GET each) when several."""
         if len(spans) == 1 or self.options.max_concurrency == 1:
-            results = [self._get_span(lo, hi) for lo, hi in spans]
-        else:
-            results = list(self._executor().map(lambda span: self._get_span(*span), spans))
-        blocks: dict[int, bytes] = {}
-        for part in results:
-            blocks.update(part)
-        return blocks
+            return [fn(span) for span in spans]
+        return list(self._executor().map(fn, spans))
+
+    def _done(self, index: int, mine: set[int]) -> None:
+        """Wake the readers waiting for a block this thread fetched."""
+        if index in mine:
+            with self._lock:
+                event = self._inflight.pop(index, None)
+            if event is not None:
+                event.set()
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -882,6 +896,13 @@ class ObjectStoreSource(ByteSource):
             self.stats.retries += 1
         if (recorder := live.recorder) is not None:
             recorder.storage_retries.inc()
+
+
+def _loader_workers() -> int:
+    """How many torch DataLoader worker processes share this one's loader (1 outside a worker)."""
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    return max(1, int(getattr(info, "num_workers", 1)))
 
 
 _SOURCES: weakref.WeakSet[ObjectStoreSource] = weakref.WeakSet()
