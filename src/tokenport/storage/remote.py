@@ -1,5 +1,7 @@
-"""Object-store byte sources: ranged GETs through fsspec, a bounded LRU block cache, a
-prefetch planner that coalesces nearby ranges, and retries with backoff for transient faults.
+"""Object-store byte sources: ranged GETs through fsspec, block caches (in memory, bounded per
+source and per process; on disk, shared by a node: `nodecache.py`), a prefetch planner that
+fetches in order of first use and coalesces nearby ranges, and retries with backoff for transient
+faults that honour a store's Retry-After and stop at `retry_deadline`. Sources survive fork and spawn.
 
 Retries are ours alone: for S3 the botocore client is built with one attempt and s3fs's
 own retry loop is set to one pass, so every transient fault reaches `with_retries`, is
@@ -548,11 +550,10 @@ class ObjectStoreSource(ByteSource):
             return b""
         bs = self.options.block_size
         first, last = offset // bs, (offset + length - 1) // bs
-        data = None
+        on_disk = None
         if first == last and self._node is not None:  # most reads, once the node cache has the block
-            data = self._node.read(self._key, first, offset - first * bs, length)
-        if data is None:
-            data = self._read_blocks(offset, length, first, last)
+            on_disk = self._node.read(self._key, first, offset - first * bs, length)
+        data = on_disk if on_disk is not None else self._read_blocks(offset, length, first, last)
         if self._pending:
             with self._lock:
                 self._pending.difference_update(range(first, last + 1))
