@@ -1,8 +1,9 @@
 """S3 for the tests: a moto server on 127.0.0.1, and a fault-injecting HTTP proxy in front of it.
 
 The proxy forwards real requests from s3fs/botocore to moto with `http.client`, logs each
-one, and fails those its rules pick: 500 InternalError, 503 SlowDown, 403 AccessDenied,
-an abrupt connection reset, or a stall (for client read timeouts).
+one (with its byte range and time), and fails those its rules pick: 500 InternalError, 503
+SlowDown, 429 TooManyRequests (both with a Retry-After header when `retry_after` is set), 403
+AccessDenied, an abrupt connection reset, or a stall (for client read timeouts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 FAULTS = {
     "500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "503": (503, "SlowDown", "Please reduce your request rate."),
+    "429": (429, "TooManyRequests", "Too many requests; slow down."),
     "403": (403, "AccessDenied", "Access Denied"),
 }
 """HTTP faults by name: status, S3 error code, message."""
@@ -97,6 +99,10 @@ class FaultProxy:
     stall_seconds: float = 2.0
     log: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, outcome)
     rule: Rule | None = None
+    retry_after: float | None = None  # seconds sent as Retry-After with 429 and 503 faults
+    times: list[float] = field(default_factory=list)  # time.monotonic() of each logged request
+    ranges: list[tuple[str, int, int]] = field(default_factory=list)  # (path, first, last byte) of ranged GETs
+    bytes_sent: int = 0  # body bytes of successful GET responses
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -107,7 +113,7 @@ class FaultProxy:
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def inject(self, fault: str, *, first: int = 0, every: int = 0, methods: tuple[str, ...] = ("GET",)) -> None:
-        """From now on, fail requests as the rule says (fault: '500', '503', '403', 'reset', 'stall')."""
+        """From now on, fail requests as the rule says (fault: '500', '503', '429', '403', 'reset', 'stall')."""
         with self._lock:
             self.rule = Rule(fault, first, every, methods)
 
@@ -116,6 +122,9 @@ class FaultProxy:
         with self._lock:
             self.rule = None
             self.log.clear()
+            self.times.clear()
+            self.ranges.clear()
+            self.bytes_sent = 0
 
     def count(self, method: str | None = None, outcome: str | None = None) -> int:
         """Requests seen, optionally of one method and one outcome ('ok' or a fault name)."""
@@ -124,10 +133,14 @@ class FaultProxy:
                 1 for m, _, o in self.log if (method is None or m == method) and (outcome is None or o == outcome)
             )
 
-    def _decide(self, method: str, path: str) -> str:
+    def _decide(self, method: str, path: str, byte_range: str | None) -> str:
         with self._lock:
             outcome = self.rule.fault if self.rule is not None and self.rule.picks(method) else "ok"
             self.log.append((method, path, outcome))
+            self.times.append(time.monotonic())
+            first, _, last = (byte_range or "").removeprefix("bytes=").partition("-")
+            if outcome == "ok" and first.isdigit() and last.isdigit():  # closed ranges only ("a-b")
+                self.ranges.append((path.split("?")[0], int(first), int(last)))
             return outcome
 
     def close(self) -> None:
@@ -148,7 +161,7 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
-            outcome = proxy._decide(self.command, self.path)
+            outcome = proxy._decide(self.command, self.path, self.headers.get("Range"))
             if outcome == "reset":
                 self._reset()
                 return
@@ -174,6 +187,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+                if self.command == "GET":
+                    with proxy._lock:
+                        proxy.bytes_sent += len(data)
 
         def _fail(self, status: int, code: str, message: str) -> None:
             xml = (
@@ -181,6 +197,8 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 f"<Message>{message}</Message><RequestId>fault</RequestId></Error>"
             ).encode()
             self.send_response(status)
+            if status in (429, 503) and proxy.retry_after is not None:
+                self.send_header("Retry-After", f"{proxy.retry_after:g}")
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(xml)))
             self.end_headers()

@@ -1,6 +1,7 @@
 """Byte sources behind one way in, `open_source(url, mode)`: local mmap, local pread, and URLs,
 served by the scheme registered for them (`register_scheme`) or else by fsspec (ranged GETs,
-block cache, retries). Token stores and raw corpus inputs open their bytes here alike."""
+block caches in memory under one process-wide budget and on disk shared by a node, retries).
+Token stores and raw corpus inputs open their bytes here alike."""
 
 import typing
 
@@ -10,6 +11,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .access import MODES, find, is_remote, local_path, open_index_source, open_source, read_small, scheme_for
     from .base import ByteSource, Range
     from .local import MmapSource, PreadSource
+    from .remote import set_remote_memory_budget
     from .schemes import GLOB_CHARS, FileInfo, Scheme, register_scheme
 
 # public name -> the module (relative to this package) that defines it
@@ -30,6 +32,7 @@ _EXPORTS = {
     "read_small": ".access",
     "register_scheme": ".schemes",
     "scheme_for": ".access",
+    "set_remote_memory_budget": ".remote",
 }
 
 __all__ = sorted(_EXPORTS)

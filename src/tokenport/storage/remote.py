@@ -1,5 +1,7 @@
-"""Object-store byte sources: ranged GETs through fsspec, a bounded LRU block cache, a
-prefetch planner that coalesces nearby ranges, and retries with backoff for transient faults.
+"""Object-store byte sources: ranged GETs through fsspec, block caches (in memory, bounded per
+source and per process; on disk, shared by a node: `nodecache.py`), a prefetch planner that
+fetches in order of first use and coalesces nearby ranges, and retries with backoff for transient
+faults that honour a store's Retry-After and stop at `retry_deadline`. Sources survive fork and spawn.
 
 Retries are ours alone: for S3 the botocore client is built with one attempt and s3fs's
 own retry loop is set to one pass, so every transient fault reaches `with_retries`, is
@@ -15,9 +17,11 @@ import hashlib
 import logging
 import os
 import random
+import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +34,7 @@ from .._files import publish_mode
 from ..errors import ConfigError, StorageError
 from ..metrics import live
 from .base import ByteSource, Range
+from .nodecache import NodeCache
 from .schemes import GLOB_CHARS, FileInfo, Scheme
 
 logger = logging.getLogger(__name__)
@@ -51,6 +56,10 @@ class RemoteOptions:
     coalesce_gap: int = 1 << 20  # prefetch merges wanted blocks this many bytes apart or closer
     max_request_bytes: int = 64 << 20  # the largest single ranged GET
     max_concurrency: int = 8  # threads issuing a prefetch's GETs
+    retry_deadline: float = 120.0  # seconds one read may spend retrying before it fails with StorageError
+    first_window_blocks: int = 32  # blocks `prefetch` fetches before it returns; later windows double (to 64)
+    node_cache_dir: str | None = None  # a block cache on disk shared by the machine's processes (None: off)
+    node_cache_bytes: int = 32 << 30  # bound of the block data kept in node_cache_dir
     storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec options: endpoint_url, key, ...
 
     def __post_init__(self) -> None:
@@ -61,17 +70,30 @@ class RemoteOptions:
             ("coalesce_gap", 0),
             ("max_request_bytes", self.block_size),
             ("max_concurrency", 1),
+            ("first_window_blocks", 1),
+            ("node_cache_bytes", self.block_size),
         ):
-            what = "at least block_size" if minimum == self.block_size and name != "max_concurrency" else ""
+            what = "at least block_size" if minimum == self.block_size and name not in _COUNTS else ""
             object.__setattr__(self, name, check_int(f"RemoteOptions.{name}", getattr(self, name), minimum, what=what))
         _check_number("backoff_initial", self.backoff_initial, 0.0)
         _check_number("backoff_max", self.backoff_max, self.backoff_initial, "backoff_initial")
+        _check_number("retry_deadline", self.retry_deadline, 0.0)
+        if self.node_cache_dir is not None:
+            if not isinstance(self.node_cache_dir, (str, os.PathLike)):
+                raise ConfigError(
+                    f"RemoteOptions.node_cache_dir={self.node_cache_dir!r}: give a directory path, "
+                    "or None for no disk cache"
+                )
+            object.__setattr__(self, "node_cache_dir", os.fspath(self.node_cache_dir))
         if not isinstance(self.storage_options, Mapping):
             raise ConfigError(
                 f"RemoteOptions.storage_options must be a mapping of fsspec options, "
                 f"got {type(self.storage_options).__name__}"
             )
         object.__setattr__(self, "storage_options", dict(self.storage_options))
+
+
+_COUNTS = ("max_concurrency", "first_window_blocks")
 
 
 def _check_number(name: str, value: object, minimum: float, minimum_name: str | None = None) -> None:
@@ -221,6 +243,7 @@ def with_retries(
 ) -> T:
     """Call `fn`, retrying transient faults with exponential backoff and full jitter; else StorageError."""
     attempt = 0
+    began = time.monotonic()
     while True:
         try:
             return fn()
@@ -228,13 +251,17 @@ def with_retries(
             kind = classify(exc)
             if kind != "transient":
                 raise _permanent_error(url, what, exc, kind) from exc
-            if attempt == options.max_retries:
-                raise StorageError(
-                    f"{url}: {what} still failing after {attempt + 1} attempts; last error: "
-                    f"{type(exc).__name__}: {exc}. The store is unavailable or throttling: "
-                    "retry later, or raise RemoteOptions.max_retries / backoff_max"
-                ) from exc
             delay = random.uniform(0.0, min(options.backoff_max, options.backoff_initial * 2**attempt))
+            asked = retry_after(exc)
+            if asked is not None:  # the store says when: wait that long (up to backoff_max)
+                delay = max(delay, min(asked, options.backoff_max))
+            spent = time.monotonic() - began
+            if attempt == options.max_retries or spent + delay > options.retry_deadline:
+                raise StorageError(
+                    f"{url}: {what} still failing after {attempt + 1} attempts in {spent:.1f}s; last error: "
+                    f"{type(exc).__name__}: {exc}. The store is unavailable or throttling: "
+                    "retry later, or raise RemoteOptions.max_retries / retry_deadline / backoff_max"
+                ) from exc
             attempt += 1
             logger.info(
                 "%s: %s failed (%s: %s); retry %d/%d in %.3fs",
@@ -249,6 +276,22 @@ def with_retries(
             if on_retry is not None:
                 on_retry()
             time.sleep(delay)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds a throttled store asked to wait (its Retry-After header, in seconds), if it said."""
+    for item in _chain(exc):
+        response = getattr(item, "response", None)
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) if isinstance(response, Mapping) else {}
+        if not headers:
+            headers = getattr(item, "headers", None) or {}
+        for name, value in dict(headers).items():
+            if str(name).lower() == "retry-after":
+                try:
+                    return max(0.0, float(value))
+                except (TypeError, ValueError):
+                    return None  # an HTTP date: fall back to our own backoff
+    return None
 
 
 # --- file systems ---------------------------------------------------------------------
@@ -299,33 +342,79 @@ def _stat(fs: Any, path: str, url: str, options: RemoteOptions) -> tuple[int, st
 # --- the block cache ------------------------------------------------------------------
 
 
-class _BlockCache:
-    """Blocks of one object, least recently used evicted first, holding at most `capacity` bytes."""
+class _MemoryPool:
+    """The in-memory blocks of every source in this process, bounded together (LRU across sources)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.nbytes = 0
+        self.lock = threading.RLock()
+        self.order: OrderedDict[tuple[int, int], _BlockCache] = OrderedDict()
+
+    def shrink(self) -> None:
+        while self.nbytes > self.capacity and self.order:
+            (_, index), cache = next(iter(self.order.items()))
+            cache.drop(index)
+
+    def after_fork(self) -> None:
+        self.lock = threading.RLock()
+        self.order.clear()
+        self.nbytes = 0
+
+
+MEMORY = _MemoryPool(int(os.environ.get("TOKENPORT_REMOTE_MEMORY_BYTES", 512 << 20)))
+"""The process-wide bound of remote block caches (TOKENPORT_REMOTE_MEMORY_BYTES, default 512 MiB)."""
+
+
+def set_remote_memory_budget(nbytes: int) -> None:
+    """Bound the in-memory block caches of all remote sources of this process together to `nbytes`."""
+    nbytes = check_int("remote memory budget", nbytes, 1)
+    with MEMORY.lock:
+        MEMORY.capacity = nbytes
+        MEMORY.shrink()
+
+
+class _BlockCache:
+    """Blocks of one object held in memory: at most `capacity` bytes, and the process's pool bound
+    across all sources; least recently used evicted first."""
+
+    def __init__(self, capacity: int, pool: _MemoryPool = MEMORY) -> None:
+        self.capacity = capacity
+        self.nbytes = 0
+        self.pool = pool
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
 
     def get(self, index: int) -> bytes | None:
-        data = self._blocks.get(index)
-        if data is not None:
-            self._blocks.move_to_end(index)
-        return data
+        with self.pool.lock:
+            data = self._blocks.get(index)
+            if data is not None:
+                self._blocks.move_to_end(index)
+                self.pool.order.move_to_end((id(self), index))
+            return data
 
     def put(self, index: int, data: bytes) -> None:
-        old = self._blocks.pop(index, None)
-        if old is not None:
-            self.nbytes -= len(old)
-        self._blocks[index] = data
-        self.nbytes += len(data)
-        while self.nbytes > self.capacity:
-            _, evicted = self._blocks.popitem(last=False)
-            self.nbytes -= len(evicted)
+        with self.pool.lock:
+            self.drop(index)
+            self._blocks[index] = data
+            self.pool.order[(id(self), index)] = self
+            self.nbytes += len(data)
+            self.pool.nbytes += len(data)
+            while self.nbytes > self.capacity:
+                self.drop(next(iter(self._blocks)))
+            self.pool.shrink()
+
+    def drop(self, index: int) -> None:
+        with self.pool.lock:
+            data = self._blocks.pop(index, None)
+            if data is not None:
+                self.nbytes -= len(data)
+                self.pool.nbytes -= len(data)
+                self.pool.order.pop((id(self), index), None)
 
     def clear(self) -> None:
-        self._blocks.clear()
-        self.nbytes = 0
+        with self.pool.lock:
+            for index in list(self._blocks):
+                self.drop(index)
 
 
 def plan_spans(blocks: Sequence[int], gap_blocks: int, max_blocks: int) -> list[tuple[int, int]]:
@@ -345,14 +434,19 @@ def plan_spans(blocks: Sequence[int], gap_blocks: int, max_blocks: int) -> list[
 
 
 class ObjectStoreSource(ByteSource):
-    """One object in an fsspec store, read with ranged GETs through a bounded LRU block cache.
+    """One object in an fsspec store, read with ranged GETs through a bounded block cache: in memory
+    (bounded per source and, across sources, per process) and, with `options.node_cache_dir`, on
+    local disk shared by every process of the machine (each block downloaded once per node).
 
-    `prefetch` / `read_ranges` plan ahead: the blocks of many ranges are fetched in few
-    coalesced GETs (concurrently), so the `read` calls that follow hit the cache.
-    Thread-safe; two threads missing the same block at once may both fetch it.
-    When `fs` is given it is used as is, and its own retry settings stay in force beneath ours.
-    The size and ETag are read once at open; an object rewritten while open is noticed only
-    when a range comes back short, so reopen stores after rewriting them.
+    `prefetch(ranges)` plans reads in the order given: it returns once the first window of blocks
+    is cached and fetches the rest in the background in growing windows, never further ahead than
+    the cache holds; a `read` of a block in flight waits for it rather than fetching it again.
+    `read_ranges` fetches its ranges' blocks in few coalesced GETs. Thread-safe, and safe to use
+    in forked or spawned worker processes (each process makes its own client, threads and locks).
+    When `fs` is given it is used as is (re-made from its arguments in a forked child), and its own
+    retry settings stay in force beneath ours. The size and ETag are read once at open; an object
+    rewritten while open is noticed only when a range comes back short, so reopen stores after
+    rewriting them.
     """
 
     def __init__(
@@ -370,18 +464,54 @@ class ObjectStoreSource(ByteSource):
         self._storage_options = {**self.options.storage_options, **storage_options}
         self._given_fs = fs
         self._setup()
-        self._size, self.etag = _stat(self._fs, self._path, url, self.options)
+        self._size, self.etag = _stat(self._filesystem(), self._path, url, self.options)
+        self._setup_node_cache()
 
     def _setup(self) -> None:
-        if self._given_fs is None:
-            self._fs, self._path = open_fs(self.url, self._storage_options)
-        else:
-            self._fs, self._path = self._given_fs, self._given_fs._strip_protocol(self.url)
+        self._fs: Any = None
+        self._path = self._given_fs._strip_protocol(self.url) if self._given_fs is not None else ""
         self.stats = RemoteStats()
         self._cache = _BlockCache(self.options.cache_bytes)
+        self._reset_threads()
+        _SOURCES.add(self)
+
+    def _reset_threads(self) -> None:
+        """New locks and no threads, no blocks in flight, no plan: at open and in a forked child."""
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._pool_pid = 0
+        self._inflight: dict[int, threading.Event] = {}
+        self._plan_changed = threading.Condition(self._lock)
+        self._plan = 0  # generation of the running prefetch plan; a new plan stops the old one
+        self._pending: set[int] = set()  # blocks the plan fetched that are not read yet
+        self._plan_blocks: list[int] = []  # the plan: blocks in order of first use
+        self._plan_pos: dict[int, int] = {}  # block -> its place in the plan
+        self._plan_done = 0  # plan blocks before this place are fetched or being fetched
+        self._plan_window = 1  # blocks in the plan's next window
+
+    def _after_fork(self) -> None:
+        self._fs = None  # fsspec clients are not fork-safe: made anew on first use
+        self._cache = _BlockCache(self.options.cache_bytes)
+        self._reset_threads()
+
+    def _setup_node_cache(self) -> None:
+        self._node: NodeCache | None = None
+        self._key = ""
+        if self.options.node_cache_dir is not None:
+            self._node = NodeCache(self.options.node_cache_dir, self.options.node_cache_bytes)
+            self._key = NodeCache.key(self.url, self._size, self.etag, self.options.block_size)
+
+    def _filesystem(self) -> Any:
+        fs = self._fs
+        if fs is None:
+            given = self._given_fs
+            if given is None:
+                fs, self._path = open_fs(self.url, self._storage_options)
+            elif getattr(given, "_pid", os.getpid()) != os.getpid():  # made before a fork: make our own
+                fs = type(given)(*given.storage_args, **given.storage_options)
+            else:
+                fs = given
+            self._fs = fs
+        return fs
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -398,6 +528,12 @@ class ObjectStoreSource(ByteSource):
         self._storage_options, self._given_fs = state["storage_options"], state["fs"]
         self._size, self.etag = state["size"], state["etag"]
         self._setup()
+        self._setup_node_cache()
+
+    def __del__(self) -> None:
+        cache = getattr(self, "_cache", None)
+        if cache is not None:
+            cache.clear()
 
     @property
     def size(self) -> int:
@@ -405,7 +541,7 @@ class ObjectStoreSource(ByteSource):
 
     @property
     def cached_bytes(self) -> int:
-        """Bytes now held in the block cache (never more than `options.cache_bytes`)."""
+        """Bytes now held in the in-memory block cache (never more than `options.cache_bytes`)."""
         return self._cache.nbytes
 
     def read(self, offset: int, length: int) -> bytes | memoryview:
@@ -414,14 +550,27 @@ class ObjectStoreSource(ByteSource):
             return b""
         bs = self.options.block_size
         first, last = offset // bs, (offset + length - 1) // bs
+        on_disk = None
+        if first == last and self._node is not None:  # most reads, once the node cache has the block
+            on_disk = self._node.read(self._key, first, offset - first * bs, length)
+        data = on_disk if on_disk is not None else self._read_blocks(offset, length, first, last)
+        if self._pending:
+            with self._lock:
+                self._pending.difference_update(range(first, last + 1))
+                self._plan_changed.notify_all()
+        return data
+
+    def _read_blocks(self, offset: int, length: int, first: int, last: int) -> bytes | memoryview:
+        bs = self.options.block_size
         blocks = self._blocks(first, last + 1)
-        start = offset - first * bs
-        if first == last:
-            return memoryview(blocks[first])[start : start + length]
-        parts = [memoryview(blocks[first])[start:]]
-        parts.extend(memoryview(blocks[i]) for i in range(first + 1, last))
-        parts.append(memoryview(blocks[last])[: offset + length - last * bs])
-        return b"".join(parts)
+        parts = []
+        for i in range(first, last + 1):
+            lo = max(offset, i * bs) - i * bs
+            hi = min(offset + length, (i + 1) * bs) - i * bs
+            data = blocks.get(i)
+            part = memoryview(data)[lo:hi] if data is not None else self._from_disk(i, lo, hi)
+            parts.append(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def read_ranges(self, ranges: Sequence[Range]) -> list[bytes | memoryview]:
         out: list[bytes | memoryview] = []
@@ -447,21 +596,91 @@ class ObjectStoreSource(ByteSource):
         return super().stream(buffer_size or min(self.options.max_request_bytes, max(1, self._size)))
 
     def prefetch(self, ranges: Sequence[Range]) -> None:
-        """Fetch the blocks of `ranges` (in the order they will be read) in few coalesced GETs.
-
-        Blocks until they are cached. Only the leading ranges whose blocks fit in the cache
-        are fetched, so prefetching never evicts what it just fetched.
-        """
-        self._prefetch(ranges, 0)
+        """Plan reads of `ranges` (in the order they will be read): fetch the blocks of the first
+        window now, then the rest in the background in order of first use, in windows that double
+        (from `options.first_window_blocks`), never more unread blocks ahead than half the cache.
+        A new call replaces the plan."""
+        bs = self.options.block_size
+        order: dict[int, None] = {}
+        for offset, length in ranges:
+            self._check_range(offset, length)
+            if length:
+                order.update(dict.fromkeys(range(offset // bs, (offset + length - 1) // bs + 1)))
+        blocks = list(order)
+        with self._lock:
+            self._plan += 1
+            plan = self._plan
+            self._pending.clear()
+            self._plan_blocks = blocks
+            self._plan_pos = {block: i for i, block in enumerate(blocks)}
+            self._plan_done = 0
+            self._plan_window = self.options.first_window_blocks
+            self._plan_changed.notify_all()
+        self._next_window(plan, wait=False)
+        if self._plan_done < len(blocks):
+            threading.Thread(target=self._run_plan, args=(plan,), name="tokenport-plan", daemon=True).start()
 
     def close(self) -> None:
         with self._lock:
-            self._cache.clear()
+            self._end_plan()
+            self._plan_changed.notify_all()
             pool, self._pool = self._pool, None
+        self._cache.clear()
         if pool is not None:
             pool.shutdown(wait=True)
 
     # --- internals ---
+
+    def _ahead_blocks(self) -> int:
+        """How many planned blocks may wait unread: half of what the cache that keeps them holds."""
+        if self._node is not None:  # the node's budget is shared by the DataLoader workers of this node
+            capacity = self._node.budget_bytes // _loader_workers()
+        else:
+            capacity = min(self.options.cache_bytes, MEMORY.capacity)
+        return max(1, capacity // self.options.block_size // 2)
+
+    def _end_plan(self) -> None:
+        """Stop the running plan (call holding the lock)."""
+        self._plan += 1
+        self._pending.clear()
+        self._plan_blocks, self._plan_pos, self._plan_done = [], {}, 0
+        self._plan_changed.notify_all()
+
+    def _run_plan(self, plan: int) -> None:
+        """The background part of a plan: its windows in order, waiting while too many blocks are unread."""
+        try:
+            while self._next_window(plan, wait=True):
+                pass
+        except Exception:  # the reads that need these blocks fetch them and raise there
+            logger.debug("%s: background prefetch stopped", self.url, exc_info=True)
+
+    def _next_window(self, plan: int, wait: bool, upto: int = 0) -> bool:
+        """Fetch the plan's next window (at least through place `upto`); False when the plan is over.
+        With `wait`, first wait until fewer than half the cache's blocks are fetched and unread."""
+        ahead = self._ahead_blocks()
+        with self._lock:
+            while wait and self._plan == plan and len(self._pending) >= ahead:
+                self._plan_changed.wait(1.0)
+            if self._plan != plan or self._plan_done >= len(self._plan_blocks):
+                return False
+            size = self._plan_window if not wait else max(1, min(self._plan_window, ahead - len(self._pending)))
+            start, end = self._plan_done, max(upto + 1, self._plan_done + size)
+            window = self._plan_blocks[start:end]
+            self._plan_done = start + len(window)
+            self._plan_window = min(2 * self._plan_window, ahead, max(self.options.first_window_blocks, 64))
+            self._pending.update(window)
+        gap_blocks = self.options.coalesce_gap // self.options.block_size
+        fetched = self._acquire(sorted(window), gap_blocks, in_memory=False)
+        self._store(fetched, window)
+        return True
+
+    def _pull(self, lo: int, hi: int) -> None:
+        """A read of planned blocks the plan has not reached: fetch the plan through them now."""
+        with self._lock:
+            places = [p for i in range(lo, hi) if (p := self._plan_pos.get(i, -1)) >= self._plan_done]
+            plan = self._plan
+        if places:
+            self._next_window(plan, wait=False, upto=max(places))
 
     def _check_range(self, offset: int, length: int) -> None:
         if offset < 0 or length < 0 or offset + length > self._size:
@@ -470,31 +689,120 @@ class ObjectStoreSource(ByteSource):
                 f"({self._size} bytes); the index does not match this file"
             )
 
+    def _from_disk(self, index: int, lo: int, hi: int) -> bytes:
+        """Bytes lo..hi-1 of a block from the node cache, fetching the block again if it was evicted."""
+        assert self._node is not None
+        data = self._node.read(self._key, index, lo, hi - lo)
+        while data is None:
+            got = self._acquire([index], 0, in_memory=True).get(index)
+            data = got[lo:hi] if got is not None else self._node.read(self._key, index, lo, hi - lo)
+        return data
+
     def _blocks(self, lo: int, hi: int) -> dict[int, bytes]:
-        """Blocks lo..hi-1, from the cache or fetched (adjacent missing blocks in one GET)."""
+        """Blocks lo..hi-1 held in memory; those not returned are in the node cache."""
+        if self._plan_pos:
+            self._pull(lo, hi)
+        return self._acquire(list(range(lo, hi)), 0, in_memory=True)
+
+    def _acquire(self, blocks: Sequence[int], gap_blocks: int, in_memory: bool) -> dict[int, bytes]:
+        """Make sorted `blocks` available: from memory, the node cache, another fetcher, or ranged GETs
+        (missing neighbours `gap_blocks` apart or closer share one GET). Returns blocks held in memory
+        (all fetched ones when `in_memory`); the rest are on disk in the node cache."""
         found: dict[int, bytes] = {}
-        missing: list[int] = []
+        mine: list[int] = []
+        waits: list[threading.Event] = []
+        hits = 0
         with self._lock:
-            for index in range(lo, hi):
+            for index in blocks:
                 data = self._cache.get(index)
-                if data is None:
-                    missing.append(index)
-                else:
+                if data is not None:
                     found[index] = data
-            self.stats.cache_hits += len(found)
-            self.stats.cache_misses += len(missing)
-        if (recorder := live.recorder) is not None:
-            recorder.storage_cache(len(found), len(missing))
-        if missing:
-            fetched = self._fetch(plan_spans(missing, 0, self._max_blocks()))
-            self._store(fetched, missing)
-            found.update(fetched)
+                    hits += 1
+                elif index in self._inflight:
+                    waits.append(self._inflight[index])
+                    hits += 1
+                else:
+                    self._inflight[index] = threading.Event()
+                    mine.append(index)
+        claims: dict[int, int] = {}
+        elsewhere: list[int] = []
+        try:
+            if self._node is not None and mine:
+                todo = []
+                for index in mine:
+                    if self._node.has(self._key, index):
+                        hits += 1
+                        continue
+                    fd = self._node.try_claim(self._key, index)
+                    if fd is None:
+                        elsewhere.append(index)
+                    elif self._node.has(self._key, index):  # published between the look and the claim
+                        self._node.release(fd)
+                        hits += 1
+                    else:
+                        claims[index] = fd
+                        todo.append(index)
+            else:
+                todo = mine
+            if in_memory:  # a read's lookups (prefetches are not counted)
+                self._count_lookups(hits, len(todo))
+            if todo:
+                with self._lock:
+                    keep = {(self._key, i) for i in self._pending}
+
+                def land(span: tuple[int, int]) -> dict[int, bytes]:
+                    """Fetch one span, then publish and release each of its blocks at once."""
+                    held: dict[int, bytes] = {}
+                    for index, data in self._get_span(*span).items():
+                        if self._node is None:
+                            held[index] = data  # gap fillers too: kept in memory, evicted first
+                            self._cache.put(index, data)
+                        elif index in claims:
+                            if not self._node.put(self._key, index, data, keep):  # over the budget: memory only
+                                self._cache.put(index, data)
+                                held[index] = data
+                            elif in_memory:
+                                held[index] = data
+                            self._node.release(claims.pop(index))
+                        self._done(index, mine_set)
+                    return held
+
+                mine_set = set(mine)
+                for held in self._map(land, plan_spans(todo, gap_blocks, self._max_blocks())):
+                    found.update(held)
+        finally:
+            for fd in claims.values():
+                self._node.release(fd)  # type: ignore[union-attr]
+            with self._lock:
+                for index in mine:
+                    event = self._inflight.pop(index, None)
+                    if event is not None:
+                        event.set()
+        for event in waits:
+            event.wait()
+        for index in elsewhere:  # another process fetches it: wait for its claim, then look again
+            assert self._node is not None
+            self._node.release(self._node.wait_claim(self._key, index))
+            if not self._node.has(self._key, index):
+                found.update(self._acquire([index], 0, in_memory))
+        if in_memory:
+            for index in blocks:
+                if index not in found and (self._node is None or not self._node.has(self._key, index)):
+                    data = self._cache.get(index)
+                    found.update({index: data} if data is not None else self._acquire([index], 0, True))
         return found
+
+    def _count_lookups(self, hits: int, misses: int) -> None:
+        with self._lock:
+            self.stats.cache_hits += hits
+            self.stats.cache_misses += misses
+        if (recorder := live.recorder) is not None:
+            recorder.storage_cache(hits, misses)
 
     def _prefetch(self, ranges: Sequence[Range], start: int) -> int:
         """Fetch the missing blocks of ranges[start:end], the longest run that fits the cache; return end."""
         bs = self.options.block_size
-        budget = self.options.cache_bytes // bs
+        budget = min(self.options.cache_bytes, MEMORY.capacity) // bs
         wanted: dict[int, None] = {}  # an ordered set, in read order
         end = start
         while end < len(ranges):
@@ -508,12 +816,9 @@ class ObjectStoreSource(ByteSource):
                 break
             wanted.update(dict.fromkeys(new))
             end += 1
-        with self._lock:
-            missing = [i for i in wanted if self._cache.get(i) is None]
-        if missing:
-            gap_blocks = self.options.coalesce_gap // bs
-            spans = plan_spans(sorted(missing), gap_blocks, self._max_blocks())
-            self._store(self._fetch(spans), list(wanted))
+        gap_blocks = self.options.coalesce_gap // bs
+        fetched = self._acquire(sorted(wanted), gap_blocks, in_memory=False)
+        self._store(fetched, list(wanted))
         return end
 
     def _max_blocks(self) -> int:
@@ -525,32 +830,33 @@ class ObjectStoreSource(ByteSource):
         `wanted` is in read order; wanted blocks that were cached already are refreshed too.
         """
         wanted_set = set(wanted)
-        with self._lock:
-            for index, data in fetched.items():
-                if index not in wanted_set:
-                    self._cache.put(index, data)
-            for index in reversed(wanted):
-                if index in fetched:
-                    self._cache.put(index, fetched[index])
-                else:
-                    self._cache.get(index)
+        for index, data in fetched.items():
+            if index not in wanted_set:
+                self._cache.put(index, data)
+        for index in reversed(wanted):
+            if index in fetched:
+                self._cache.put(index, fetched[index])
+            else:
+                self._cache.get(index)
 
-    def _fetch(self, spans: list[tuple[int, int]]) -> dict[int, bytes]:
-        """Fetch block spans (one ranged GET each, concurrently when several) and split them into blocks."""
+    def _map(self, fn: Callable[[tuple[int, int]], T], spans: list[tuple[int, int]]) -> list[T]:
+        """`fn` of each span, concurrently (one ranged GET each) when several."""
         if len(spans) == 1 or self.options.max_concurrency == 1:
-            results = [self._get_span(lo, hi) for lo, hi in spans]
-        else:
-            results = list(self._executor().map(lambda span: self._get_span(*span), spans))
-        blocks: dict[int, bytes] = {}
-        for part in results:
-            blocks.update(part)
-        return blocks
+            return [fn(span) for span in spans]
+        return list(self._executor().map(fn, spans))
+
+    def _done(self, index: int, mine: set[int]) -> None:
+        """Wake the readers waiting for a block this thread fetched."""
+        if index in mine:
+            with self._lock:
+                event = self._inflight.pop(index, None)
+            if event is not None:
+                event.set()
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
-            if self._pool is None or self._pool_pid != os.getpid():  # a forked child needs its own threads
+            if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.options.max_concurrency, thread_name_prefix="tokenport")
-                self._pool_pid = os.getpid()
             return self._pool
 
     def _get_span(self, lo: int, hi: int) -> dict[int, bytes]:
@@ -579,7 +885,7 @@ class ObjectStoreSource(ByteSource):
             self.stats.requests += 1
         if (recorder := live.recorder) is not None:
             recorder.storage_requests.inc()
-        data = self._fs.cat_file(self._path, start=start, end=end)
+        data = self._filesystem().cat_file(self._path, start=start, end=end)
         with self._lock:
             self.stats.bytes_fetched += len(data)
         if (recorder := live.recorder) is not None:
@@ -591,6 +897,26 @@ class ObjectStoreSource(ByteSource):
             self.stats.retries += 1
         if (recorder := live.recorder) is not None:
             recorder.storage_retries.inc()
+
+
+def _loader_workers() -> int:
+    """How many torch DataLoader worker processes share this one's loader (1 outside a worker)."""
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    return max(1, int(getattr(info, "num_workers", 1)))
+
+
+_SOURCES: weakref.WeakSet[ObjectStoreSource] = weakref.WeakSet()
+"""Every open source of this process, made fork-safe in a forked child."""
+
+
+def _after_fork_in_child() -> None:
+    MEMORY.after_fork()
+    for source in list(_SOURCES):
+        source._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --- whole small objects --------------------------------------------------------------

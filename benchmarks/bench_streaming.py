@@ -1,0 +1,457 @@
+"""Streaming training samples from S3 into a DataLoader: tokenport vs MosaicML streaming (MDS) and litData.
+
+Setup. One corpus of `--samples` samples of `--seq-length`+1 uint16 tokens (sample i's tokens are a
+fixed function of i, so every reader checks every token it gets), written three ways: a tokenport
+store (one document per sample), MDS shards (`mosaicml-streaming` 0.13.0, column
+`ndarray:uint16`, 64 MiB shards) and litData optimized chunks (`litdata` 0.2.76, 64 MB chunks). All
+three are uploaded to one moto S3 server on 127.0.0.1, read through one counting proxy in front of it
+(tests/_support/s3_server.FaultProxy with no faults) that tallies GETs and body bytes per run.
+
+Each run is a fresh process reading `--read` samples of a shuffled epoch in batches of `--batch`
+with `--workers` DataLoader workers (torch 2.13): tokenport's workers each plan their share of the
+order (`IndexedDataset.prefetch`) and read batches with `get_many` through a node block cache shared
+by the workers (RemoteOptions.node_cache_dir); the peers use their own shuffled `StreamingDataset`
+and loader with a local cache. Runs: cold (empty cache), warm (the cache the cold run left), and
+budget (a cache budget of `--budget-mib`, smaller than the data). Reported: samples/s from the start
+of the dataset's construction (imports excluded) to the last batch, time to first batch, GETs
+and bytes moved per sample, peak and final local disk of the cache (sampled every 50 ms).
+
+The peers cannot be installed beside tokenport's dev environment (mosaicml-streaming pins older
+transformers/numpy), so they run in their own venv, made on first use at --peers-venv:
+`pip install mosaicml-streaming==0.13.0 litdata==0.2.76 torch==2.13.0 boto3 numpy`. Its torchvision
+wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here),
+and litData's obstore client is allowed plain http (moto's endpoint; real S3 is https).
+
+    PYTHONPATH=src python benchmarks/bench_streaming.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+MIB = 1 << 20
+BUCKET = "bench-streaming"
+HERE = Path(__file__).resolve().parent
+PEERS = ("litdata", "mosaic")
+
+
+def sample_tokens(ids: np.ndarray, width: int) -> np.ndarray:
+    """The tokens of samples `ids` (a pseudo-random function of the id and position), shape (n, width)."""
+    ids = np.asarray(ids, dtype=np.uint64)[:, None]
+    j = np.arange(width, dtype=np.uint64)[None, :]
+    x = ids * np.uint64(0x9E3779B97F4A7C15) + j * np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(29)
+    return (x % np.uint64(50_257)).astype(np.uint16)
+
+
+def shuffled_order(n_samples: int, count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(n_samples)[:count]
+
+
+# --- writers (tokenport in this interpreter, the peers in their venv) -------------------
+
+
+def write_tokenport(out: Path, n_samples: int, width: int) -> None:
+    import tokenport as tp
+
+    with tp.IndexedDatasetWriter(out / "tokenport" / "store", dtype=np.uint16) as writer:
+        for lo in range(0, n_samples, 4096):
+            ids = np.arange(lo, min(lo + 4096, n_samples))
+            tokens = sample_tokens(ids, width)
+            writer.add_documents(tokens.reshape(-1), np.full(len(ids), width, dtype=np.int64))
+
+
+def write_peers(out: Path, n_samples: int, width: int) -> None:
+    _stub_vision()
+    from litdata import optimize
+    from streaming import MDSWriter
+
+    with MDSWriter(out=str(out / "mds"), columns={"tokens": "ndarray:uint16"}, size_limit=1 << 26) as writer:
+        for lo in range(0, n_samples, 4096):
+            for row in sample_tokens(np.arange(lo, min(lo + 4096, n_samples)), width):
+                writer.write({"tokens": row})
+    optimize(
+        fn=_litdata_item,
+        inputs=[(lo, min(lo + 1024, n_samples), width) for lo in range(0, n_samples, 1024)],
+        output_dir=str(out / "litdata"),
+        chunk_bytes="64MB",
+        num_workers=1,
+        mode="overwrite",
+    )
+
+
+def _litdata_item(task: tuple[int, int, int]):  # a generator: litData stores each yielded item
+    lo, hi, width = task
+    yield from sample_tokens(np.arange(lo, hi), width)
+
+
+def _stub_vision() -> None:
+    import types
+
+    sys.modules.setdefault("streaming.vision", types.ModuleType("streaming.vision"))
+
+
+# --- readers: one fresh process per run ---------------------------------------------------
+
+
+def read_run(args: argparse.Namespace) -> dict[str, float]:
+    """Read `args.read` samples with `args.workers` workers; timings of this run, as JSON on stdout."""
+    import torch
+
+    torch.set_num_threads(1)
+    width = args.seq_length + 1
+    _import_side(args.side)  # imports are not timed: each side's clock starts at its dataset
+    _ids_of(sample_tokens(np.zeros(1, dtype=np.int64), width), width)  # the checker's table, not timed
+    start = time.perf_counter()
+    loader, expected_count = _loader(args, width)
+    first = None
+    seen = 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - start
+        tokens = batch["tokens"] if isinstance(batch, dict) else batch
+        tokens = np.asarray(tokens.numpy() if hasattr(tokens, "numpy") else tokens)
+        tokens = tokens.reshape(-1, width)
+        ids = _ids_of(tokens, width)
+        if not np.array_equal(tokens, sample_tokens(ids, width)):
+            raise SystemExit(f"{args.side}: wrong tokens")
+        seen += len(tokens)
+        if seen >= expected_count:
+            break
+    total = time.perf_counter() - start
+    return {"first_batch_s": first or 0.0, "total_s": total, "samples": seen}
+
+
+def _import_side(side: str) -> None:
+    if side == "tokenport":
+        import s3fs  # noqa: F401
+
+        import tokenport.indexed  # noqa: F401
+        import tokenport.storage.remote  # noqa: F401
+    elif side == "litdata":
+        import litdata  # noqa: F401
+    else:
+        _stub_vision()
+        import streaming  # noqa: F401
+
+
+_ID_BITS: dict[int, dict[int, int]] = {}
+
+
+def _ids_of(tokens: np.ndarray, width: int) -> np.ndarray:
+    """Sample ids from their tokens: a sample's first three tokens name it (all are checked by the caller)."""
+    table = _ID_BITS.get(width)
+    if table is None:
+        n = int(os.environ["BENCH_SAMPLES"])
+        table = dict(zip(_key(sample_tokens(np.arange(n), 3)).tolist(), range(n)))
+        _ID_BITS[width] = table
+    keys = _key(tokens)
+    return np.array([table.get(k, 0) for k in keys.tolist()], dtype=np.int64)
+
+
+def _key(tokens: np.ndarray) -> np.ndarray:
+    t = tokens[:, :3].astype(np.int64)
+    return (t[:, 0] * 50_257 + t[:, 1]) * 50_257 + t[:, 2]
+
+
+def _loader(args: argparse.Namespace, width: int):
+    import torch
+
+    options = {"batch_size": None, "num_workers": args.workers}
+    if args.workers:
+        options["multiprocessing_context"] = "fork"
+    if args.side == "tokenport":
+        dataset = _TokenportStream(args, width)
+        return torch.utils.data.DataLoader(dataset, **options), args.read
+    _stub_vision()
+    if args.side == "litdata":
+        from litdata import StreamingDataLoader, StreamingDataset
+        from litdata.streaming import downloader
+
+        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # moto is plain http; S3 itself is https
+
+        ld = StreamingDataset(
+            f"s3://{BUCKET}/litdata",
+            shuffle=True,
+            seed=args.seed,
+            cache_dir=args.cache,
+            max_cache_size=f"{args.budget_mib}MB" if args.budget_mib else "100GB",
+            storage_options={"endpoint_url": args.endpoint},
+        )
+        return StreamingDataLoader(ld, batch_size=args.batch, num_workers=args.workers), args.read
+    from streaming import StreamingDataset
+
+    ms = StreamingDataset(
+        remote=f"s3://{BUCKET}/mds",
+        local=args.cache,
+        shuffle=True,
+        shuffle_seed=args.seed,
+        batch_size=args.batch,
+        cache_limit=f"{args.budget_mib}mb" if args.budget_mib else None,
+    )
+    loader = torch.utils.data.DataLoader(ms, batch_size=args.batch, num_workers=args.workers)
+    return loader, args.read
+
+
+class _TokenportStream:
+    """Per worker: its batches of the shuffled order (round robin, as the DataLoader hands them out),
+    planned with one `prefetch`, read with `get_many`. An IterableDataset (made one when torch loads)."""
+
+    def __new__(cls, args: argparse.Namespace, width: int):
+        import torch
+
+        class Stream(torch.utils.data.IterableDataset):
+            def __init__(self) -> None:
+                import tokenport as tp
+                from tokenport.storage.remote import RemoteOptions
+
+                options = RemoteOptions(
+                    block_size=args.block_kib * 1024,
+                    node_cache_dir=str(Path(args.cache) / "blocks"),
+                    node_cache_bytes=(args.budget_mib or 1 << 20) * MIB,
+                    storage_options={"endpoint_url": args.endpoint},
+                )
+                self.store = tp.IndexedDataset(
+                    f"s3://{BUCKET}/tokenport/store", remote_options=options, cache_dir=str(Path(args.cache) / "idx")
+                )
+                self.order = shuffled_order(len(self.store), args.read, args.seed)
+
+            def __iter__(self):
+                info = torch.utils.data.get_worker_info()
+                worker, workers = (info.id, info.num_workers) if info else (0, 1)
+                batches = [self.order[b : b + args.batch] for b in range(0, len(self.order), args.batch)]
+                mine = batches[worker::workers]
+                self.store.prefetch([(int(i), 0, None) for ids in mine for i in ids])
+                for ids in mine:
+                    tokens, _ = self.store.get_many(ids)
+                    yield torch.from_numpy(tokens.reshape(len(ids), width))
+
+        return Stream()
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+
+def ensure_venv(path: Path) -> Path:
+    python = path / "bin" / "python"
+    if not python.exists():
+        print(f"making the peers' venv at {path} (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "mosaicml-streaming==0.13.0",
+                "litdata==0.2.76",
+                "torch==2.13.0",
+                "boto3",
+                "numpy",
+            ],
+            check=True,
+        )
+    return python
+
+
+def disk_usage(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+class DiskWatch(threading.Thread):
+    """The peak size of the files under a directory, sampled every 50 ms."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path, self.peak, self.stop = path, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            self.peak = max(self.peak, disk_usage(self.path))
+
+
+def upload(client, directory: Path, prefix: str) -> None:
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = Path(root) / name
+            client.upload_file(str(path), BUCKET, f"{prefix}/{path.relative_to(directory)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=48_871, help="samples in the corpus")
+    parser.add_argument("--seq-length", type=int, default=2048, help="tokens per sample, plus one")
+    parser.add_argument("--read", type=int, default=20_000, help="samples read per run, in shuffled order")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--budget-mib", type=int, default=64, help="cache budget of the budget runs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-kib", type=int, default=1024, help="tokenport's RemoteOptions.block_size in KiB")
+    parser.add_argument("--sides", default="tokenport,litdata,mosaic")
+    parser.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tokenport-bench" / "peers-venv"))
+    parser.add_argument("--work", default=str(Path.home() / ".cache" / "tokenport-bench" / "streaming"))
+    parser.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is given up")
+    parser.add_argument("--role", default="drive", help=argparse.SUPPRESS)
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    width = args.seq_length + 1
+    if args.role == "write-peers":
+        write_peers(Path(args.out), args.samples, width)
+        return
+    if args.role == "read":
+        print(json.dumps(read_run(args)))
+        return
+    drive(args, width)
+
+
+def drive(args: argparse.Namespace, width: int) -> None:
+    sys.path.insert(0, str(HERE.parent))  # tests/_support: the moto server and the counting proxy
+    import boto3
+    from tests._support.s3_server import FaultProxy, start_moto
+
+    sides = args.sides.split(",")
+    peers_python = ensure_venv(Path(args.peers_venv)) if set(sides) & set(PEERS) else None
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "data").mkdir(parents=True)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    env["BENCH_SAMPLES"] = str(args.samples)
+    os.environ.update(env)
+    os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = str(1 << 40)  # objects in memory, not temp files
+    t0 = time.perf_counter()
+    if "tokenport" in sides:
+        write_tokenport(work / "data", args.samples, width)
+    if peers_python is not None:
+        subprocess.run(
+            [str(peers_python), __file__, "--role", "write-peers", "--out", str(work / "data")]
+            + ["--samples", str(args.samples), "--seq-length", str(args.seq_length)],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+    server, endpoint = start_moto()
+    proxy = FaultProxy(endpoint)
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        for side, folder in (("tokenport", "tokenport"), ("litdata", "litdata"), ("mosaic", "mds")):
+            if side in sides:
+                upload(client, work / "data" / folder, folder)
+        print(f"data written and uploaded in {time.perf_counter() - t0:.0f}s", flush=True)
+        results = []
+        for side in sides:
+            python = sys.executable if side == "tokenport" else str(peers_python)
+            for run, budget in (("cold", 0), ("warm", 0), ("budget", args.budget_mib)):
+                cache = work / "cache" / side / ("budget" if budget else "full")
+                if run != "warm":
+                    shutil.rmtree(cache, ignore_errors=True)
+                cache.mkdir(parents=True, exist_ok=True)
+                run_env = dict(env, S3_ENDPOINT_URL=proxy.endpoint_url, AWS_ENDPOINT_URL=proxy.endpoint_url)
+                if side == "tokenport":
+                    run_env["PYTHONPATH"] = str(HERE.parent / "src")
+                proxy.clear()
+                watch = DiskWatch(cache)
+                watch.start()
+                try:
+                    out = subprocess.run(
+                        [str(python), __file__, "--role", "read", "--side", side, "--cache", str(cache)]
+                        + ["--endpoint", proxy.endpoint_url, "--samples", str(args.samples)]
+                        + ["--seq-length", str(args.seq_length), "--read", str(args.read), "--batch", str(args.batch)]
+                        + ["--workers", str(args.workers), "--budget-mib", str(budget), "--seed", str(args.seed)]
+                        + ["--block-kib", str(args.block_kib)],
+                        env=run_env,
+                        capture_output=True,
+                        text=True,
+                        timeout=args.run_timeout,
+                    )
+                except subprocess.TimeoutExpired:
+                    out = subprocess.CompletedProcess([], 1, "", f"timed out after {args.run_timeout:g}s")
+                watch.stop.set()
+                watch.join()
+                if out.returncode != 0:
+                    print(f"{side} {run}: failed\n{out.stderr[-3000:]}", flush=True)
+                    continue
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                row.update(
+                    side=side,
+                    run=run,
+                    gets=proxy.count("GET"),
+                    bytes=proxy.bytes_sent,
+                    peak_disk=max(watch.peak, disk_usage(cache)),
+                    final_disk=disk_usage(cache),
+                )
+                results.append(row)
+                print(
+                    f"{side:10} {run:7} {row['samples'] / row['total_s']:>9,.0f} samples/s  first batch "
+                    f"{row['first_batch_s']:.2f}s  GETs {row['gets']:>6,}  moved {row['bytes'] / MIB:7.1f} MiB  "
+                    f"disk peak {row['peak_disk'] / MIB:7.1f} MiB",
+                    flush=True,
+                )
+    finally:
+        proxy.close()
+        server.stop()
+    report(args, width, results)
+
+
+def report(args: argparse.Namespace, width: int, results: list[dict]) -> None:
+    data_mib = args.samples * width * 2 / MIB
+    print(
+        f"\n{args.samples:,} samples of {width} uint16 tokens ({data_mib:.0f} MiB); {args.read:,} shuffled samples "
+        f"read per run, batch {args.batch}, {args.workers} workers; budget runs: {args.budget_mib} MiB\n"
+    )
+    header = (
+        f"{'side':10} {'run':7} {'samples/s':>10} {'first batch':>12} {'GETs/sample':>12} "
+        f"{'bytes/sample':>13} {'MiB moved':>10} {'disk peak MiB':>14} {'disk end MiB':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['side']:10} {r['run']:7} {r['samples'] / r['total_s']:>10,.0f} {r['first_batch_s']:>11.2f}s "
+            f"{r['gets'] / r['samples']:>12.4f} {r['bytes'] / r['samples']:>13,.0f} {r['bytes'] / MIB:>10.1f} "
+            f"{r['peak_disk'] / MIB:>14.1f} {r['final_disk'] / MIB:>13.1f}"
+        )
+    by = {(r["side"], r["run"]): r for r in results}
+    ours = {run: by.get(("tokenport", run)) for run in ("cold", "warm", "budget")}
+    print()
+    for run, goal in (("cold", 2.0), ("warm", 1.0), ("budget", None)):
+        peers = [by[(p, run)] for p in PEERS if (p, run) in by]
+        if ours[run] is None or not peers:
+            continue
+        rate = ours[run]["samples"] / ours[run]["total_s"]
+        best = max(peers, key=lambda r: r["samples"] / r["total_s"])
+        ratio = rate / (best["samples"] / best["total_s"])
+        verdict = "" if goal is None else f" (goal >= {goal:g}x: {'met' if ratio >= goal else 'NOT met'})"
+        print(f"{run}: tokenport / fastest peer ({best['side']}) samples/s = {ratio:.2f}x{verdict}")
+        fewest = min(p["bytes"] for p in peers)
+        print(f"{run}: bytes moved, tokenport / fewest of the peers = {ours[run]['bytes'] / max(fewest, 1):.2f}")
+    if ours["cold"] is not None:
+        print(f"first batch cold: {ours['cold']['first_batch_s']:.2f}s (goal < 1 s)")
+    if ours["budget"] is not None:
+        held = ours["budget"]["peak_disk"] <= args.budget_mib * MIB + 2 * MIB  # + the .idx copy
+        print(f"budget {args.budget_mib} MiB honoured by tokenport's block cache: {'yes' if held else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""A block cache on local disk shared by every process of a machine (DataLoader workers, ranks), so
+each block of a remote object is downloaded once per node and a warm restart reads it from disk.
+
+Layout: ``DIR/<object key>/<block>.blk`` (the block's bytes, renamed into place complete) beside an
+empty ``<block>.lock`` taken with ``flock`` by the one process fetching it; the others wait on that
+lock, then read the file. ``DIR/.usage`` holds the bytes of all blocks, changed under ``DIR/.lock``:
+a block is published only if the budget holds after evicting the least recently used blocks that the
+publishing process does not mark as wanted soon; otherwise it is served from memory and not kept.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import StorageError
+
+__all__ = ["NodeCache"]
+
+
+class NodeCache:
+    """Blocks of remote objects in `directory`, holding at most `budget_bytes` of block data on disk."""
+
+    def __init__(self, directory: str | os.PathLike, budget_bytes: int) -> None:
+        self.directory = Path(directory)
+        self.budget_bytes = budget_bytes
+        self._root = os.fspath(self.directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                f"{self.directory}: cannot create the node block cache ({exc.strerror or exc}); "
+                "give RemoteOptions.node_cache_dir a writable directory"
+            ) from exc
+
+    @staticmethod
+    def key(url: str, size: int, etag: str | None, block_size: int) -> str:
+        """The directory name of one version of one object cut in blocks of `block_size`."""
+        return hashlib.sha256(f"{url}\n{size}\n{etag}\n{block_size}".encode()).hexdigest()[:32]
+
+    def _block(self, key: str, index: int) -> str:
+        return f"{self._root}/{key}/{index}.blk"
+
+    def read(self, key: str, index: int, start: int, length: int) -> bytes | None:
+        """`length` bytes at `start` of a cached block, or None when it is not on disk."""
+        try:
+            fd = os.open(self._block(key, index), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            os.close(fd)
+
+    def has(self, key: str, index: int) -> bool:
+        """True when the block is on disk now."""
+        return os.path.exists(self._block(key, index))
+
+    def try_claim(self, key: str, index: int) -> int | None:
+        """Take the block's fetch lock if free: its descriptor (give it to `release`), else None."""
+        return self._lock(key, index, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def wait_claim(self, key: str, index: int) -> int:
+        """Take the block's fetch lock, waiting while another process or thread fetches the block."""
+        fd = self._lock(key, index, fcntl.LOCK_EX)
+        assert fd is not None
+        return fd
+
+    @staticmethod
+    def release(fd: int) -> None:
+        """Give back a fetch lock."""
+        os.close(fd)
+
+    def _lock(self, key: str, index: int, how: int) -> int | None:
+        folder = self.directory / key
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, how)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def put(self, key: str, index: int, data: bytes, keep: Collection[tuple[str, int]] = ()) -> bool:
+        """Publish a block (call while holding its claim); False when the budget cannot make room for it
+        without evicting a block in `keep` (those this process reads soon)."""
+        if len(data) > self.budget_bytes:
+            return False
+        target = self._block(key, index)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{index}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            with self._ledger() as ledger:
+                used = ledger.used
+                if used + len(data) > self.budget_bytes:
+                    used -= self._evict(used + len(data) - self.budget_bytes, keep)
+                if used + len(data) > self.budget_bytes:
+                    ledger.used = used
+                    return False
+                os.replace(tmp, target)
+                ledger.used = used + len(data)
+                return True
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def used_bytes(self) -> int:
+        """Bytes of block data on disk now, by the ledger."""
+        with self._ledger() as ledger:
+            return ledger.used
+
+    def _evict(self, needed: int, keep: Collection[tuple[str, int]]) -> int:
+        """Delete least recently written blocks not in `keep` until `needed` bytes are freed; bytes freed."""
+        blocks = []
+        for folder in os.scandir(self.directory):
+            if not folder.is_dir():
+                continue
+            for entry in os.scandir(folder.path):
+                if entry.name.endswith(".blk"):
+                    index = int(entry.name[:-4])
+                    if (folder.name, index) not in keep:
+                        stat = entry.stat()
+                        blocks.append((stat.st_mtime_ns, entry.path, stat.st_size))
+        blocks.sort()
+        freed = 0
+        for _, path, size in blocks:
+            if freed >= needed:
+                break
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            freed += size
+        return freed
+
+    @contextmanager
+    def _ledger(self) -> Iterator[_Ledger]:
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            path = self.directory / ".usage"
+            try:
+                used = int(path.read_text() or 0)
+            except (FileNotFoundError, ValueError):
+                used = self._scan()
+            ledger = _Ledger(used)
+            yield ledger
+            if ledger.used != used or not path.exists():
+                tmp = self.directory / f".usage.{os.getpid()}"
+                tmp.write_text(str(ledger.used))
+                os.replace(tmp, path)
+        finally:
+            os.close(fd)
+
+    def _scan(self) -> int:
+        """Bytes of all blocks on disk (when the ledger is missing or unreadable)."""
+        total = 0
+        for folder in os.scandir(self.directory):
+            if folder.is_dir():
+                total += sum(e.stat().st_size for e in os.scandir(folder.path) if e.name.endswith(".blk"))
+        return total
+
+
+class _Ledger:
+    __slots__ = ("used",)
+
+    def __init__(self, used: int) -> None:
+        self.used = used

@@ -1,0 +1,218 @@
+"""Streaming stores from S3 into DataLoader workers: fork and spawn safety, one download per node
+(a shared disk block cache, counted at the proxy), honoured budgets, planned start-up, throttling."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+from tests._support.s3_server import MotoS3
+from tokenport.errors import StorageError
+from tokenport.storage.nodecache import NodeCache
+from tokenport.storage.remote import MEMORY, ObjectStoreSource, RemoteOptions, set_remote_memory_budget
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("s3fs")
+
+KIB = 1 << 10
+FAST = {"backoff_initial": 0.001, "backoff_max": 0.01}
+
+
+@pytest.fixture(scope="module")
+def store(s3: MotoS3, tmp_path_factory) -> tuple[str, str]:
+    """A store of 600 documents written locally and uploaded: (its local prefix, its s3:// URL)."""
+    prefix = tmp_path_factory.mktemp("store") / "s"
+    rng = np.random.default_rng(5)
+    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte")) as writer:
+        for _ in range(600):
+            writer.add_document(rng.integers(0, 257, int(rng.integers(50, 400))))
+    for suffix in (".bin", ".idx", ".json"):
+        s3.put(open(f"{prefix}{suffix}", "rb").read(), key=f"streaming/s{suffix}")
+    return str(prefix), f"s3://{s3.bucket}/streaming/s"
+
+
+def blob_source(s3: MotoS3, data: bytes, endpoint: str | None = None, **options: object) -> ObjectStoreSource:
+    url = s3.put(data)
+    return ObjectStoreSource(url, RemoteOptions(**{**FAST, **options}), **s3.storage_options(endpoint))
+
+
+def random_bytes(n: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+# --- fork and spawn -------------------------------------------------------------------
+
+
+class EveryItem(torch.utils.data.IterableDataset):
+    """Each DataLoader worker reads every sequence of the store, in its own order, after a prefetch plan."""
+
+    def __init__(self, dataset: tp.IndexedDataset) -> None:
+        self.dataset = dataset
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        order = np.random.default_rng(info.id if info else 0).permutation(len(self.dataset))
+        self.dataset.prefetch([(int(i), 0, None) for i in order])
+        for i in order:
+            yield int(i), torch.from_numpy(self.dataset[int(i)].astype(np.int64))
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_store_opened_in_parent_reads_in_workers(s3, store, tmp_path, start_method):
+    local_prefix, url = store
+    options = RemoteOptions(block_size=4 * KIB, storage_options=s3.storage_options(), **FAST)
+    remote = tp.IndexedDataset(url, remote_options=options, cache_dir=str(tmp_path / "idx"))
+    local = tp.IndexedDataset(local_prefix)
+    assert np.array_equal(remote[3], local[3])  # the parent has read: its client, threads and cache exist
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(
+        remote, batch_size=None, num_workers=2, multiprocessing_context=start_method, persistent_workers=False
+    )
+    seen = 0
+    for i, tokens in enumerate(loader):
+        assert np.array_equal(tokens.numpy(), local[i])
+        seen += 1
+    assert seen == len(local)
+    assert np.array_equal(remote[len(local) - 1], local[len(local) - 1])  # and the parent still reads
+
+
+# --- one download per node ------------------------------------------------------------
+
+
+def test_four_workers_fetch_each_block_once_and_a_restart_fetches_nothing(s3, store, fault_proxy, tmp_path):
+    local_prefix, url = store
+    bs = 4 * KIB
+    options = RemoteOptions(
+        block_size=bs,
+        coalesce_gap=0,
+        first_window_blocks=4,
+        node_cache_dir=str(tmp_path / "blocks"),
+        storage_options=s3.storage_options(fault_proxy.endpoint_url),
+        **FAST,
+    )
+    remote = tp.IndexedDataset(url, remote_options=options, cache_dir=str(tmp_path / "idx"))
+    local = tp.IndexedDataset(local_prefix)
+    fault_proxy.clear()
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(
+        EveryItem(remote), batch_size=None, num_workers=4, multiprocessing_context="fork"
+    )
+    counts: Counter[int] = Counter()
+    for i, tokens in loader:
+        assert np.array_equal(tokens.numpy(), local[i])
+        counts[i] += 1
+    assert set(counts.values()) == {4} and len(counts) == len(local)
+    size = os.path.getsize(local_prefix + ".bin")
+    fetched: Counter[int] = Counter()
+    for path, first, last in fault_proxy.ranges:
+        assert path.endswith("/s.bin")
+        assert first % bs == 0
+        for block in range(first // bs, last // bs + 1):
+            fetched[block] += 1
+    assert sorted(fetched) == list(range(-(-size // bs)))  # every block of the .bin ...
+    assert set(fetched.values()) == {1}  # ... downloaded once, not once per worker
+
+    fault_proxy.clear()
+    again = tp.IndexedDataset(url, remote_options=options, cache_dir=str(tmp_path / "idx"))
+    for i in np.random.default_rng(9).permutation(len(local))[:200]:
+        assert np.array_equal(again[int(i)], local[int(i)])
+    assert fault_proxy.count("GET") == 0  # a warm restart reads the node cache
+
+
+def test_node_cache_budget_is_never_exceeded(s3, tmp_path):
+    data = random_bytes(400_000, seed=11)
+    bs = 8 * KIB
+    budget = 6 * bs
+    src = blob_source(s3, data, block_size=bs, first_window_blocks=2, node_cache_dir=tmp_path, node_cache_bytes=budget)
+    cache = NodeCache(tmp_path, budget)
+
+    def on_disk() -> int:
+        return sum(
+            e.stat().st_size
+            for d in os.scandir(tmp_path)
+            if d.is_dir()
+            for e in os.scandir(d)
+            if e.name.endswith(".blk")
+        )
+
+    rng = np.random.default_rng(12)
+    ranges = [(int(o), int(n)) for o, n in zip(rng.integers(0, len(data) - 3 * bs, 150), rng.integers(1, 3 * bs, 150))]
+    src.prefetch(ranges)
+    for offset, length in ranges:
+        assert bytes(src.read(offset, length)) == data[offset : offset + length]
+        assert on_disk() <= budget and cache.used_bytes() == on_disk()
+    assert on_disk() > 0
+    src.close()
+
+
+def test_memory_budget_bounds_all_sources_together(s3):
+    bs = 16 * KIB
+    old = MEMORY.capacity
+    set_remote_memory_budget(5 * bs)
+    try:
+        blobs = [random_bytes(300_000, seed=20 + k) for k in range(3)]
+        sources = [blob_source(s3, b, block_size=bs, cache_bytes=256 << 20) for b in blobs]
+        rng = np.random.default_rng(13)
+        for _ in range(60):
+            k = int(rng.integers(0, 3))
+            offset = int(rng.integers(0, 300_000 - 40_000))
+            assert bytes(sources[k].read(offset, 40_000)) == blobs[k][offset : offset + 40_000]
+            assert sum(s.cached_bytes for s in sources) <= 5 * bs
+            assert MEMORY.nbytes <= 5 * bs
+    finally:
+        set_remote_memory_budget(old)
+
+
+# --- start-up ---------------------------------------------------------------------------
+
+
+def test_prefetch_fetches_first_use_first(s3, fault_proxy):
+    bs = 16 * KIB
+    data = random_bytes(80 * bs, seed=14)
+    src = blob_source(
+        s3, data, fault_proxy.endpoint_url, block_size=bs, first_window_blocks=2, coalesce_gap=0, max_concurrency=1
+    )
+    fault_proxy.clear()
+    order = np.random.default_rng(15).permutation(80)
+    ranges = [(int(b) * bs + 100, 200) for b in order]
+    src.prefetch(ranges)
+    # the two blocks read first are fetched first, not the whole object in large spans
+    first_gets = sorted(first // bs for _, first, _ in fault_proxy.ranges[:2])
+    assert first_gets == sorted(int(b) for b in order[:2])
+    assert all(last - first < bs for _, first, last in fault_proxy.ranges[:2])
+    for offset, length in ranges:
+        assert bytes(src.read(offset, length)) == data[offset : offset + length]
+    blocks = Counter(b for _, first, last in fault_proxy.ranges for b in range(first // bs, last // bs + 1))
+    assert sorted(blocks) == list(range(80)) and set(blocks.values()) == {1}  # each block once
+
+
+# --- throttling -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["429", "503"])
+def test_throttling_waits_as_long_as_retry_after_says(s3, fault_proxy, fault):
+    data = random_bytes(50_000, seed=16)
+    src = blob_source(s3, data, fault_proxy.endpoint_url, backoff_initial=0.001, backoff_max=5.0)
+    fault_proxy.retry_after = 0.3
+    fault_proxy.clear()
+    fault_proxy.inject(fault, first=2)
+    assert bytes(src.read(1000, 3000)) == data[1000:4000]
+    assert src.stats.retries == 2 and fault_proxy.count("GET", fault) == 2
+    gaps = np.diff(fault_proxy.times)
+    assert len(gaps) == 2 and (gaps >= 0.3).all()  # each retry waited at least what the store asked
+
+
+def test_a_region_that_keeps_failing_raises_after_the_deadline(s3, fault_proxy):
+    data = random_bytes(50_000, seed=17)
+    src = blob_source(s3, data, fault_proxy.endpoint_url, max_retries=100, backoff_max=5.0, retry_deadline=0.5)
+    fault_proxy.retry_after = 0.2
+    fault_proxy.clear()
+    fault_proxy.inject("503", first=1000)
+    with pytest.raises(StorageError, match="retry_deadline") as info:
+        src.read(0, 10)
+    assert src.url in str(info.value) and "still failing" in str(info.value)
+    assert 2 <= fault_proxy.count("GET") <= 4  # 0.2 s apart, stopped before 0.5 s: not 101 attempts
