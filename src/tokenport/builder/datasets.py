@@ -36,13 +36,14 @@ import numpy as np
 from .._checks import check_int, is_int
 from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
-from ..indexed import IndexedDataset
+from ..indexed import IndexedDataset, StoreFacts
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
-from .cache import IndexCache, canonical_json, store_identity
+from .cache import IndexCache, _key, canonical_json, store_identity
 from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
+from .stat_record import StatRecord
 
 Dataset = GPTDataset | SFTDataset | BlendedDataset
 
@@ -142,10 +143,11 @@ class _Builder:
         self._stores: dict[str, IndexedDataset] = {}
         self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
 
-    def store(self, prefix: str) -> IndexedDataset:
-        """Each store made once per build, lazily: its files are opened by the first read that needs them."""
+    def store(self, prefix: str, facts: StoreFacts | None = None) -> IndexedDataset:
+        """Each store made once per build, lazily: its files are opened by the first read that needs them
+        (``facts``: its manifest's, known from a stat record, so the manifest is not read)."""
         if prefix not in self._stores:
-            self._stores[prefix] = IndexedDataset(prefix, lazy=True)
+            self._stores[prefix] = IndexedDataset(prefix, lazy=True, facts=facts)
         return self._stores[prefix]
 
     def split(self, blend: Blend, split: str, which: str, size: int | None) -> Dataset | None:
@@ -203,7 +205,7 @@ class _Builder:
         Megatron's sizing depends on, is part of the key)."""
         assert self.cache is not None and isinstance(self.config, GPTSampleConfig)
         config = self.config
-        stores = [self.store(p) for p in blend.prefixes]
+        stores: list[IndexedDataset] = []  # made below, from the stat record's facts or the manifests
         drop_last = which != "valid" or self.drop_last_partial_validation
 
         def request(d: int, num_samples: int) -> IndexRequest:
@@ -247,8 +249,20 @@ class _Builder:
             "surplus": surplus,
         }
         canonical_json(params)  # refuse what cannot be a key before building
-        identity = {"stores": [store_identity(store) for store in stores]}
-        arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+        record = StatRecord(self.cache.directory, blend.prefixes, params)
+        known = record.lookup()
+        arrays = None
+        if known is not None:  # no store changed since its manifest was read: the key is known
+            key, facts = known
+            stores[:] = [self.store(p, f) for p, f in zip(blend.prefixes, facts)]
+            arrays = self.cache.load(key)  # None when the entry is gone: then the long way below
+        if arrays is None:
+            stats = record.stats()  # before the manifests are read, so a change meanwhile is seen next time
+            stores[:] = [self.store(p) for p in blend.prefixes]
+            identity = {"stores": [store_identity(store) for store in stores]}
+            key = _key(identity, params)
+            arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+            record.write(stats, stores, key)
         children: list[Any] = []
         unpack = _unpacker(arrays)
         for d, n in enumerate(counts_of(arrays["dataset_index"])):
