@@ -221,6 +221,25 @@ class IndexedDataset:
         """int32 length of every sequence, in tokens."""
         return self._index.get().lengths
 
+    def read_sequence_lengths(self) -> np.ndarray:
+        """The int32 length of every sequence, for building indices. A store made with ``lazy=True`` and
+        not opened yet reads them by one positioned read of its .idx and stays unopened (no mapping, no
+        descriptor kept): its header is checked here, the .bin and the pointers when a read opens it."""
+        if not self._deferred:
+            return self.sequence_lengths
+        path = local_path(self.prefix) + ".idx"
+        count = self._length
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = os.pread(f.fileno(), HEADER_SIZE + 4 * count, 0)
+        header = parse_header(data[:HEADER_SIZE], path, size)
+        if header.sequence_count != count:
+            raise CorruptStoreError(
+                f"{path}: holds {header.sequence_count} sequences but {manifest_path(self.prefix)} records "
+                f"{count}; the index and its manifest do not belong together: rebuild the store"
+            )
+        return np.frombuffer(data, np.int32, count=count, offset=HEADER_SIZE)
+
     @property
     def sequence_pointers(self) -> np.ndarray:
         """int64 byte offset of every sequence in the .bin file."""
