@@ -142,3 +142,14 @@ def test_a_store_made_from_facts_checks_its_header_when_opened(tmp_path):
     with pytest.raises(ValueError, match="sequences"):
         StoreFacts(-1, EOD)
     assert IndexedDataset(prefix).facts == StoreFacts(len(LENGTHS), EOD)
+
+
+def test_an_unchanged_record_is_not_rewritten(tmp_path):
+    prefixes = [_write(str(tmp_path / f"s{i}"), i) for i in range(2)]
+    cache = tmp_path / "cache"
+    _build(prefixes, cache)  # the stores are too recent to trust: their rows stay empty, the record the same
+    (record,) = [cache / name for name in os.listdir(cache) if name.startswith("stat-")]
+    before = os.stat(record)
+    _build(prefixes, cache)
+    after = os.stat(record)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

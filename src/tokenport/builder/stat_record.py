@@ -40,6 +40,7 @@ class StatRecord:
         ).hexdigest()
         self.path = os.path.join(directory, f"stat-{name}.json")
         self.usable = not any(is_remote(p) for p in prefixes)
+        self._found = b""  # the record's bytes as lookup read them: an equal record is not rewritten
 
     def stats(self) -> list[list[int] | None]:
         """Each store's stat row now (None for a store with a file missing)."""
@@ -62,7 +63,8 @@ class StatRecord:
             return None
         try:
             with open(self.path, "rb") as f:
-                data = json.loads(f.read())
+                self._found = f.read()
+            data = json.loads(self._found)
             if data.get("format") != RECORD_FORMAT or data.get("prefixes") != self.prefixes:
                 return None
             recorded = data["stats"]
@@ -95,6 +97,8 @@ class StatRecord:
             {"format": RECORD_FORMAT, "prefixes": self.prefixes, "key": key, "stats": rows, "facts": facts},
             separators=(",", ":"),
         )
+        if text.encode("utf-8") == self._found:  # e.g. stores too recent to trust, again: nothing to record
+            return
         directory = os.path.dirname(self.path)
         try:
             fd, temporary = tempfile.mkstemp(prefix=".stat-", suffix=".tmp", dir=directory)
