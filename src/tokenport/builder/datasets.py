@@ -10,7 +10,8 @@ a child's size changes its own indices and exactness needs the same ones; a blen
 then read past a child's end is refused, naming the dataset and the surplus that would do.
 Every index goes through the index cache when one is given; a weighted blend of GPT children is
 one entry (its blending indices and every child's, see ``_pack_children``), and its stores are
-opened lazily, on the first read of one of their samples. A blend with a mixture schedule
+opened lazily, on the first read of one of their samples; a reopen whose stores' files have not
+changed since takes the entry's key from a stat record and reads no manifest (see ``stat_record``). A blend with a mixture schedule
 follows it over the training stream; its valid and test blends hold the mixture training ends
 with.
 
