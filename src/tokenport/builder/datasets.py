@@ -11,9 +11,9 @@ then read past a child's end is refused, naming the dataset and the surplus that
 Every index goes through the index cache when one is given; a weighted blend of GPT children is
 one entry (its blending indices and every child's, see ``_pack_children``), and its stores are
 opened lazily, on the first read of one of their samples; a reopen whose stores' files have not
-changed since takes the entry's key from a stat record and reads no manifest (see ``stat_record``). A blend with a mixture schedule
-follows it over the training stream; its valid and test blends hold the mixture training ends
-with.
+changed since takes the entry's key from a stat record and reads no manifest (see ``stat_record``).
+A blend with a mixture schedule follows it over the training stream; its valid and test blends
+hold the mixture training ends with.
 
 With an `SFTConfig` each child is an `SFTDataset` over the conversations of its split (the same
 document ranges) and the store must be a chat store. A child asked for more samples than its split
@@ -447,18 +447,23 @@ def _pack_children(built: dict[int, dict[str, np.ndarray]], count: int) -> dict[
     kind, one concatenation per dtype (children keep Megatron's dtypes, which vary with their size)
     and a ``KIND.where`` table of (dtype group, start, stop) rows, (-1, 0, 0) for a child with none."""
     packed: dict[str, np.ndarray] = {}
+    order = sorted(built)
     for kind in _CHILD_ARRAYS:
-        dtypes = sorted({str(arrays[kind].dtype) for arrays in built.values()})
+        names: dict[np.dtype, str] = {}  # str(dtype) is slow: made once per distinct dtype, not per child
+        groups: dict[str, list[int]] = {}
+        for d in order:
+            dtype = built[d][kind].dtype
+            name = names.get(dtype) or names.setdefault(dtype, str(dtype))
+            groups.setdefault(name, []).append(d)
         where = np.zeros((count, 3), dtype=np.int64)
         where[:, 0] = -1
-        for code, dtype in enumerate(dtypes):
-            members = [d for d in sorted(built) if str(built[d][kind].dtype) == dtype]
+        for code, (name, members) in enumerate(sorted(groups.items())):
             lengths = np.array([len(built[d][kind]) for d in members], dtype=np.int64)
             stops = np.cumsum(lengths)
             where[members, 0] = code
             where[members, 1] = stops - lengths
             where[members, 2] = stops
-            packed[f"{kind}.{dtype}"] = np.concatenate([built[d][kind] for d in members])
+            packed[f"{kind}.{name}"] = np.concatenate([built[d][kind] for d in members])
         packed[f"{kind}.where"] = where
     return packed
 
