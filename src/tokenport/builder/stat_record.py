@@ -87,8 +87,8 @@ class StatRecord:
         rows: list[list[int] | None] = []
         facts: list[list[int | None]] = []
         for row, store in zip(stats, stores):
-            known = store.facts
-            manifest = store.manifest
+            manifest = store.manifest  # the one the key was made from (not facts a store was made with)
+            known = None if manifest is None else StoreFacts.of(manifest)
             racy = row is None or max(row[3::5] + row[4::5]) >= now - RACY_NS
             chat = manifest is None or manifest.masks is not None
             rows.append(None if racy or chat or known is None else row)
