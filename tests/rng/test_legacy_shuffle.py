@@ -51,3 +51,12 @@ def test_draws_above_32_bits_follow_numpy() -> None:
     for bound in (2**32, 2**32 + 12_345, 3 * 2**33 + 1, 2**40 - 1) * 50:
         ours, position = _random_interval_64(bound, key, outputs, position)
         assert ours == int(numpy_state.randint(0, bound + 1, dtype=np.int64))
+
+
+def test_unsigned_and_signed_integers_of_one_width_share_one_compiled_kernel() -> None:
+    from tokenport.rng.legacy_shuffle import _shuffle
+
+    shuffler = LegacyShuffler(5)
+    for dtype in (np.int32, np.uint32):
+        shuffler.shuffle(np.arange(50, dtype=dtype))
+    assert not any("uint32" in str(signature[0]) for signature in _shuffle.signatures)

@@ -174,6 +174,18 @@ class IndexCache:
         dist.barrier()
         return arrays if arrays is not None else self._get_or_build(key, description, build, strict)
 
+    def load(self, key: str, *, distributed: bool = True) -> dict[str, np.ndarray] | None:
+        """The arrays of published entry ``key`` (a key known from an earlier build), or None when absent.
+
+        Under an initialized torch.distributed group a rank that finds the entry meets the others at
+        the one barrier ``get_or_build_for`` holds, so it can stand in for that call on every rank.
+        """
+        arrays = self._load(key)
+        dist = _initialized_distributed() if distributed and arrays is not None else None
+        if dist is not None:
+            dist.barrier()
+        return arrays
+
     def _get_or_build(
         self, key: str, description: dict[str, Any], build: Callable[[], dict[str, np.ndarray]], strict: bool
     ) -> dict[str, np.ndarray]:

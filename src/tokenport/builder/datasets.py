@@ -10,9 +10,10 @@ a child's size changes its own indices and exactness needs the same ones; a blen
 then read past a child's end is refused, naming the dataset and the surplus that would do.
 Every index goes through the index cache when one is given; a weighted blend of GPT children is
 one entry (its blending indices and every child's, see ``_pack_children``), and its stores are
-opened lazily, on the first read of one of their samples. A blend with a mixture schedule
-follows it over the training stream; its valid and test blends hold the mixture training ends
-with.
+opened lazily, on the first read of one of their samples; a reopen whose stores' files have not
+changed since takes the entry's key from a stat record and reads no manifest (see ``stat_record``).
+A blend with a mixture schedule follows it over the training stream; its valid and test blends
+hold the mixture training ends with.
 
 With an `SFTConfig` each child is an `SFTDataset` over the conversations of its split (the same
 document ranges) and the store must be a chat store. A child asked for more samples than its split
@@ -36,13 +37,14 @@ import numpy as np
 from .._checks import check_int, is_int
 from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
-from ..indexed import IndexedDataset
+from ..indexed import IndexedDataset, StoreFacts
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
-from .cache import IndexCache, canonical_json, store_identity
+from .cache import IndexCache, _key, canonical_json, store_identity
 from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
+from .stat_record import StatRecord
 
 Dataset = GPTDataset | SFTDataset | BlendedDataset
 
@@ -142,10 +144,11 @@ class _Builder:
         self._stores: dict[str, IndexedDataset] = {}
         self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
 
-    def store(self, prefix: str) -> IndexedDataset:
-        """Each store made once per build, lazily: its files are opened by the first read that needs them."""
+    def store(self, prefix: str, facts: StoreFacts | None = None) -> IndexedDataset:
+        """Each store made once per build, lazily: its files are opened by the first read that needs them
+        (``facts``: its manifest's, known from a stat record, so the manifest is not read)."""
         if prefix not in self._stores:
-            self._stores[prefix] = IndexedDataset(prefix, lazy=True)
+            self._stores[prefix] = IndexedDataset(prefix, lazy=True, facts=facts)
         return self._stores[prefix]
 
     def split(self, blend: Blend, split: str, which: str, size: int | None) -> Dataset | None:
@@ -203,7 +206,7 @@ class _Builder:
         Megatron's sizing depends on, is part of the key)."""
         assert self.cache is not None and isinstance(self.config, GPTSampleConfig)
         config = self.config
-        stores = [self.store(p) for p in blend.prefixes]
+        stores: list[IndexedDataset] = []  # made below, from the stat record's facts or the manifests
         drop_last = which != "valid" or self.drop_last_partial_validation
 
         def request(d: int, num_samples: int) -> IndexRequest:
@@ -247,8 +250,20 @@ class _Builder:
             "surplus": surplus,
         }
         canonical_json(params)  # refuse what cannot be a key before building
-        identity = {"stores": [store_identity(store) for store in stores]}
-        arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+        record = StatRecord(self.cache.directory, blend.prefixes, params)
+        known = record.lookup()
+        arrays = None
+        if known is not None:  # no store changed since its manifest was read: the key is known
+            key, facts = known
+            stores[:] = [self.store(p, f) for p, f in zip(blend.prefixes, facts)]
+            arrays = self.cache.load(key)  # None when the entry is gone: then the long way below
+        if arrays is None:
+            stats = record.stats()  # before the manifests are read, so a change meanwhile is seen next time
+            stores[:] = [self.store(p) for p in blend.prefixes]
+            identity = {"stores": [store_identity(store) for store in stores]}
+            key = _key(identity, params)
+            arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+            record.write(stats, stores, key)
         children: list[Any] = []
         unpack = _unpacker(arrays)
         for d, n in enumerate(counts_of(arrays["dataset_index"])):
@@ -432,18 +447,23 @@ def _pack_children(built: dict[int, dict[str, np.ndarray]], count: int) -> dict[
     kind, one concatenation per dtype (children keep Megatron's dtypes, which vary with their size)
     and a ``KIND.where`` table of (dtype group, start, stop) rows, (-1, 0, 0) for a child with none."""
     packed: dict[str, np.ndarray] = {}
+    order = sorted(built)
     for kind in _CHILD_ARRAYS:
-        dtypes = sorted({str(arrays[kind].dtype) for arrays in built.values()})
+        names: dict[np.dtype, str] = {}  # str(dtype) is slow: made once per distinct dtype, not per child
+        groups: dict[str, list[int]] = {}
+        for d in order:
+            dtype = built[d][kind].dtype
+            name = names.get(dtype) or names.setdefault(dtype, str(dtype))
+            groups.setdefault(name, []).append(d)
         where = np.zeros((count, 3), dtype=np.int64)
         where[:, 0] = -1
-        for code, dtype in enumerate(dtypes):
-            members = [d for d in sorted(built) if str(built[d][kind].dtype) == dtype]
+        for code, (name, members) in enumerate(sorted(groups.items())):
             lengths = np.array([len(built[d][kind]) for d in members], dtype=np.int64)
             stops = np.cumsum(lengths)
             where[members, 0] = code
             where[members, 1] = stops - lengths
             where[members, 2] = stops
-            packed[f"{kind}.{dtype}"] = np.concatenate([built[d][kind] for d in members])
+            packed[f"{kind}.{name}"] = np.concatenate([built[d][kind] for d in members])
         packed[f"{kind}.where"] = where
     return packed
 

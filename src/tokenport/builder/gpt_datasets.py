@@ -102,7 +102,7 @@ def gpt_index_request(
 
     def build() -> dict[str, np.ndarray]:
         positions, sample_index, shuffle_index = build_indices(
-            store.sequence_lengths[indices],
+            store.read_sequence_lengths()[indices],
             num_samples,
             seq_length,
             seed,

@@ -1,7 +1,7 @@
 """Token stores in Megatron-LM's .bin/.idx format: reader, writer, manifest, merge, verify."""
 
 from .format import DTYPE_BY_CODE, IndexHeader, dtype_for_vocab
-from .manifest import Manifest, read_manifest
+from .manifest import Manifest, StoreFacts, read_manifest
 from .merge import merge
 from .prefixes import resolve_stores
 from .reader import IndexedDataset, strip_suffix
@@ -14,6 +14,7 @@ __all__ = [
     "IndexedDataset",
     "IndexedDatasetWriter",
     "Manifest",
+    "StoreFacts",
     "VerifyReport",
     "dtype_for_vocab",
     "merge",

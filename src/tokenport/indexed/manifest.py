@@ -84,6 +84,31 @@ class Manifest:
         return manifest
 
 
+@dataclass(frozen=True)
+class StoreFacts:
+    """What a reader needs from a manifest before it opens the files: the sequence count and the EOD id.
+
+    Kept by a caller that checked the manifest earlier (an index cache's stat record), so a store
+    can be made without reading its manifest again; the header is still checked against it on open.
+    """
+
+    sequences: int
+    eod_id: int | None
+
+    def __post_init__(self) -> None:
+        if type(self.sequences) is not int or self.sequences < 0:
+            raise ValueError(f"StoreFacts.sequences={self.sequences!r}: expected a non-negative integer")
+        if self.eod_id is not None and type(self.eod_id) is not int:
+            raise ValueError(f"StoreFacts.eod_id={self.eod_id!r}: expected an integer or None")
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> StoreFacts:
+        """The facts ``manifest`` records (no EOD id when its tokenizer names none)."""
+        tokenizer = manifest.tokenizer
+        eod = tokenizer.get("eod_id") if isinstance(tokenizer, dict) else None
+        return cls(manifest.sequences, eod if type(eod) is int else None)
+
+
 _COUNTS = ("sequences", "documents", "tokens")
 
 

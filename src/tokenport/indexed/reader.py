@@ -21,7 +21,7 @@ from ..storage.handles import LazyHandle
 from .bounds import check_index
 from .commit import recover
 from .format import HEADER_SIZE, IndexHeader, parse_header
-from .manifest import Manifest, manifest_path, mask_prefix, read_manifest
+from .manifest import Manifest, StoreFacts, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE
 
 
@@ -61,6 +61,9 @@ class IndexedDataset:
     `lazy=True` (a local store with a PREFIX.json manifest): only the manifest is read until something
     needs the files (a read, the index arrays, the header); its sequence count is then checked against
     the header's. A blend of thousands of stores so holds no descriptor for a store it has not read.
+    `facts` (with ``lazy=True``): the manifest's sequence count and EOD id, known from an earlier read
+    its caller checked is still current (an index cache's stat record); the manifest is then not read
+    until something asks for it, and the header is checked against ``facts.sequences`` on open.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class IndexedDataset:
         cache_dir: str | None = None,
         sources: tuple[ByteSource, ByteSource] | None = None,
         lazy: bool = False,
+        facts: StoreFacts | None = None,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
@@ -84,10 +88,19 @@ class IndexedDataset:
         self._masks: IndexedDataset | None | bool = False
         self._num_tokens: int | None = None
         self._lazy = lazy is True
+        self._facts = facts
         if lazy not in (True, False):
             raise ConfigError(f"lazy={lazy!r} is invalid: pass True (open on first read) or False")
+        if facts is not None and (not isinstance(facts, StoreFacts) or not self._lazy or sources is not None):
+            raise ConfigError(
+                f"{self.prefix}: facts={facts!r}: pass a StoreFacts, and only with lazy=True and no sources"
+            )
         if self._lazy and sources is None and not is_remote(self.prefix):
             recover(local_path(self.prefix))  # finish an interrupted publication before reading its manifest
+            if facts is not None:
+                self._length = facts.sequences  # checked against the header when the files are opened
+                self._deferred = True
+                return
             manifest = self.manifest  # read once: the key of an index cache needs it anyway
             if manifest is not None:
                 self._length = manifest.sequences  # checked against the header when the files are opened
@@ -208,6 +221,25 @@ class IndexedDataset:
         """int32 length of every sequence, in tokens."""
         return self._index.get().lengths
 
+    def read_sequence_lengths(self) -> np.ndarray:
+        """The int32 length of every sequence, for building indices. A store made with ``lazy=True`` and
+        not opened yet reads them by one positioned read of its .idx and stays unopened (no mapping, no
+        descriptor kept): its header is checked here, the .bin and the pointers when a read opens it."""
+        if not self._deferred:
+            return self.sequence_lengths
+        path = local_path(self.prefix) + ".idx"
+        count = self._length
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = os.pread(f.fileno(), HEADER_SIZE + 4 * count, 0)
+        header = parse_header(data[:HEADER_SIZE], path, size)
+        if header.sequence_count != count:
+            raise CorruptStoreError(
+                f"{path}: holds {header.sequence_count} sequences but {manifest_path(self.prefix)} records "
+                f"{count}; the index and its manifest do not belong together: rebuild the store"
+            )
+        return np.frombuffer(data, np.int32, count=count, offset=HEADER_SIZE)
+
     @property
     def sequence_pointers(self) -> np.ndarray:
         """int64 byte offset of every sequence in the .bin file."""
@@ -253,6 +285,15 @@ class IndexedDataset:
         if self._manifest is False:
             self._manifest = self._load_manifest()
         return self._manifest  # type: ignore[return-value]
+
+    @property
+    def facts(self) -> StoreFacts | None:
+        """The manifest's sequence count and EOD id (those given at construction, else the manifest's);
+        None when the store has no manifest."""
+        if self._facts is None:
+            manifest = self.manifest
+            self._facts = None if manifest is None else StoreFacts.of(manifest)
+        return self._facts
 
     def _load_manifest(self) -> Manifest | None:
         if not is_remote(self.prefix):
@@ -409,6 +450,7 @@ class IndexedDataset:
             "cache_dir": self._cache_dir,
             "sources": self._sources,
             "lazy": self._lazy,
+            "facts": self._facts if self._deferred else None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -419,6 +461,7 @@ class IndexedDataset:
             cache_dir=state["cache_dir"],
             sources=state["sources"],
             lazy=state.get("lazy", False),
+            facts=state.get("facts"),
         )
 
     def __repr__(self) -> str:

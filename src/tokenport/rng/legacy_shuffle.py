@@ -43,7 +43,14 @@ class LegacyShuffler:
         """Shuffle the 1-D ``array`` in place, as the RandomState's next ``shuffle(array)`` would."""
         if array.ndim != 1:
             raise ValueError(f"shuffle takes a 1-D array, got shape {array.shape}")
-        self._position = _shuffle(array, self._key, self._outputs, self._position)
+        # Swapping moves bits, whatever they mean: integers of one width share one compiled kernel (a
+        # fresh process loads one machine-code object fewer for Megatron's int32 and uint32 indices).
+        same = _SHUFFLED_AS.get((array.dtype.kind, array.dtype.itemsize))
+        target = array.view(same) if same is not None else array
+        self._position = _shuffle(target, self._key, self._outputs, self._position)
+
+
+_SHUFFLED_AS = {("u", 4): np.int32, ("u", 8): np.int64}
 
 
 @numba.njit(cache=True, inline="always")

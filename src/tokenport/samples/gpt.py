@@ -17,7 +17,7 @@ from typing import NoReturn
 import numba
 import numpy as np
 
-from .._checks import check_int, check_seed, is_int
+from .._checks import check_int, check_seed
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
@@ -255,10 +255,8 @@ class GPTSampleConfig:
 
 def store_eod_id(store: IndexedDataset) -> int | None:
     """The EOD id the store's manifest records for its tokenizer, or None when it names none."""
-    manifest = store.manifest
-    tokenizer = manifest.tokenizer if manifest is not None else None
-    eod = tokenizer.get("eod_id") if isinstance(tokenizer, dict) else None
-    return int(eod) if is_int(eod) else None
+    facts = store.facts
+    return None if facts is None else facts.eod_id
 
 
 def resolve_eod(config: GPTSampleConfig, store: IndexedDataset) -> GPTSampleConfig:

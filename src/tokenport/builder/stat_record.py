@@ -1,0 +1,113 @@
+"""Reopening a blend without reading every manifest: a stat record beside its index cache entry.
+
+A blend's cache key needs each store's content identity, which is in its manifest, and reading
+thousands of manifests was most of a reopen. So after a blend's entry is loaded or built, a record
+is written beside the cache: the stores' absolute prefixes, for each store the (device, inode, size,
+mtime_ns, ctime_ns) of PREFIX.json, .idx and .bin, its StoreFacts, and the entry key. A later
+build of the same prefixes and parameters that finds every one of those stats unchanged takes the
+key and facts from the record; any difference reads the manifests again (content addressing is
+kept: the record only says the files are the ones whose manifests were read). A file whose times
+lie within ``RACY_NS`` of the record's writing is not trusted (a write in the same clock tick keeps
+its mtime: git's "racily clean" entries), nor is a chat store (its mask files are content too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..indexed import IndexedDataset, StoreFacts
+from ..storage import is_remote
+from .cache import canonical_json
+
+RECORD_FORMAT = "tokenport.stat-record/1"
+RACY_NS = 2_000_000_000  # files changed this close to the record's writing are read again next time
+_SUFFIXES = (".json", ".idx", ".bin")
+
+
+class StatRecord:
+    """The stat record of one blend (its prefixes and cache parameters) in cache directory ``directory``."""
+
+    def __init__(self, directory: str, prefixes: Sequence[str], params: dict[str, Any]) -> None:
+        self.prefixes = [os.path.abspath(p) for p in prefixes]
+        name = hashlib.sha256(
+            canonical_json({"format": RECORD_FORMAT, "prefixes": self.prefixes, "params": params}).encode("utf-8")
+        ).hexdigest()
+        self.path = os.path.join(directory, f"stat-{name}.json")
+        self.usable = not any(is_remote(p) for p in prefixes)
+        self._found = b""  # the record's bytes as lookup read them: an equal record is not rewritten
+
+    def stats(self) -> list[list[int] | None]:
+        """Each store's stat row now (None for a store with a file missing)."""
+        rows: list[list[int] | None] = []
+        for prefix in self.prefixes:
+            row: list[int] | None = []
+            for suffix in _SUFFIXES:
+                try:
+                    s = os.stat(prefix + suffix)
+                except OSError:
+                    row = None
+                    break
+                row += [s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]  # type: ignore[operator]
+            rows.append(row)
+        return rows
+
+    def lookup(self) -> tuple[str, list[StoreFacts]] | None:
+        """The entry key and every store's facts when the record exists and no store changed since; else None."""
+        if not self.usable:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                self._found = f.read()
+            data = json.loads(self._found)
+            if data.get("format") != RECORD_FORMAT or data.get("prefixes") != self.prefixes:
+                return None
+            recorded = data["stats"]
+            if None in recorded or recorded != self.stats():
+                return None
+            facts = [StoreFacts(int(n), None if e is None else int(e)) for n, e in data["facts"]]
+            key = data["key"]
+        except (OSError, ValueError, KeyError, TypeError):  # no record, or a damaged one: read the manifests
+            return None
+        if not isinstance(key, str) or len(facts) != len(self.prefixes):
+            return None
+        return key, facts
+
+    def write(self, stats: list[list[int] | None], stores: Sequence[IndexedDataset], key: str) -> None:
+        """Record ``key`` with ``stats`` (taken before the manifests were read) and the stores' facts;
+        a failure to write is ignored (the record is only a shortcut)."""
+        if not self.usable:
+            return
+        now = time.time_ns()
+        rows: list[list[int] | None] = []
+        facts: list[list[int | None]] = []
+        for row, store in zip(stats, stores):
+            manifest = store.manifest  # the one the key was made from (not facts a store was made with)
+            known = None if manifest is None else StoreFacts.of(manifest)
+            racy = row is None or max(row[3::5] + row[4::5]) >= now - RACY_NS
+            chat = manifest is None or manifest.masks is not None
+            rows.append(None if racy or chat or known is None else row)
+            facts.append([0, None] if known is None else [known.sequences, known.eod_id])
+        text = json.dumps(
+            {"format": RECORD_FORMAT, "prefixes": self.prefixes, "key": key, "stats": rows, "facts": facts},
+            separators=(",", ":"),
+        )
+        if text.encode("utf-8") == self._found:  # e.g. stores too recent to trust, again: nothing to record
+            return
+        directory = os.path.dirname(self.path)
+        try:
+            fd, temporary = tempfile.mkstemp(prefix=".stat-", suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(temporary, self.path)  # readers see the old record or the new one, never half
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        except OSError:
+            pass
