@@ -216,3 +216,88 @@ def test_a_region_that_keeps_failing_raises_after_the_deadline(s3, fault_proxy):
         src.read(0, 10)
     assert src.url in str(info.value) and "still failing" in str(info.value)
     assert 2 <= fault_proxy.count("GET") <= 4  # 0.2 s apart, stopped before 0.5 s: not 101 attempts
+
+
+# --- a budget smaller than the data -------------------------------------------------------
+
+
+class Batches(torch.utils.data.IterableDataset):
+    """Each worker takes every other batch of one shuffled order (as a DataLoader deals them out),
+    plans them with one `prefetch` and reads each batch with `get_many`."""
+
+    def __init__(self, dataset: tp.IndexedDataset, order: np.ndarray, batch: int) -> None:
+        self.dataset, self.order, self.batch = dataset, order, batch
+
+    def batches(self, worker: int, workers: int) -> list[np.ndarray]:
+        every = [self.order[b : b + self.batch] for b in range(0, len(self.order), self.batch)]
+        return every[worker::workers]
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        mine = self.batches(info.id, info.num_workers)
+        self.dataset.prefetch([(int(i), 0, None) for ids in mine for i in ids])
+        for ids in mine:
+            tokens, offsets = self.dataset.get_many(ids)
+            yield ids, tokens, offsets
+
+
+def test_two_workers_under_a_small_budget_do_not_thrash(s3, store, fault_proxy, tmp_path):
+    local_prefix, url = store
+    bs = 4 * KIB
+    budget = 16 * bs
+    blocks_dir = tmp_path / "blocks"
+    options = RemoteOptions(
+        block_size=bs,
+        coalesce_gap=0,
+        first_window_blocks=4,
+        node_cache_dir=str(blocks_dir),
+        node_cache_bytes=budget,
+        storage_options=s3.storage_options(fault_proxy.endpoint_url),
+        **FAST,
+    )
+    remote = tp.IndexedDataset(url, remote_options=options, cache_dir=str(tmp_path / "idx"))
+    local = tp.IndexedDataset(local_prefix)
+    assert os.path.getsize(local_prefix + ".bin") > 3 * budget  # the data does not fit
+    order = np.random.default_rng(21).permutation(len(local))
+    dataset = Batches(remote, order, batch=8)
+    fault_proxy.clear()
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=120
+    )
+    cache = NodeCache(blocks_dir, budget)
+    seen = 0
+    for ids, tokens, offsets in loader:
+        for i, doc in zip(ids.numpy(), np.split(tokens.numpy(), offsets.numpy()[1:-1])):
+            assert np.array_equal(doc, local[int(i)])
+        seen += len(ids)
+        assert cache.used_bytes() <= budget
+    assert seen == len(local)
+    pointers = local.sequence_pointers
+    sizes = local.sequence_lengths * local.dtype.itemsize
+    least = 0  # the fewest fetches possible: each worker alone with half the budget, evicting the block used last
+    for worker in range(2):
+        ids = np.concatenate(dataset.batches(worker, 2))
+        firsts, lasts = pointers[ids] // bs, (pointers[ids] + sizes[ids] - 1) // bs
+        least += fewest_fetches([b for f, last in zip(firsts, lasts) for b in range(int(f), int(last) + 1)], 8)
+    fetched = sum(last // bs - first // bs + 1 for _, first, last in fault_proxy.ranges)
+    assert fetched <= least, (fetched, least)  # unprotected, the workers evicted each other's next blocks: 1.4x
+
+
+def fewest_fetches(uses: list[int], capacity: int) -> int:
+    """Belady's bound: fetches of a cache of `capacity` blocks that knows the future (evicts the block
+    whose next use is furthest), for the block uses `uses`."""
+    later: dict[int, list[int]] = {}
+    for t in range(len(uses) - 1, -1, -1):
+        later.setdefault(uses[t], []).append(t)
+    held: set[int] = set()
+    fetches = 0
+    for block in uses:
+        later[block].pop()
+        if block in held:
+            continue
+        fetches += 1
+        if len(held) == capacity:
+            held.remove(max(held, key=lambda b: later[b][-1] if later[b] else len(uses)))
+        held.add(block)
+    return fetches

@@ -487,6 +487,8 @@ class ObjectStoreSource(ByteSource):
         self._plan_pos: dict[int, int] = {}  # block -> its place in the plan
         self._plan_done = 0  # plan blocks before this place are fetched or being fetched
         self._plan_window = 1  # blocks in the plan's next window
+        self._reading: set[int] = set()  # blocks of the ranges `read_ranges` is reading now
+        self._pin_lock = threading.Lock()  # one pin update at a time, so the newest set is written last
 
     def _after_fork(self) -> None:
         self._fs = None  # fsspec clients are not fork-safe: made anew on first use
@@ -628,6 +630,10 @@ class ObjectStoreSource(ByteSource):
         self._cache.clear()
         if pool is not None:
             pool.shutdown(wait=True)
+        if self._node is not None:
+            with self._lock:
+                self._reading = set()
+            self._pin()
 
     # --- internals ---
 
@@ -669,6 +675,7 @@ class ObjectStoreSource(ByteSource):
             self._plan_done = start + len(window)
             self._plan_window = min(2 * self._plan_window, ahead, max(self.options.first_window_blocks, 64))
             self._pending.update(window)
+        self._pin()
         gap_blocks = self.options.coalesce_gap // self.options.block_size
         fetched = self._acquire(sorted(window), gap_blocks, in_memory=False)
         self._store(fetched, window)
@@ -816,10 +823,23 @@ class ObjectStoreSource(ByteSource):
                 break
             wanted.update(dict.fromkeys(new))
             end += 1
+        with self._lock:
+            self._reading = set(wanted)
+        self._pin()
         gap_blocks = self.options.coalesce_gap // bs
         fetched = self._acquire(sorted(wanted), gap_blocks, in_memory=False)
         self._store(fetched, list(wanted))
         return end
+
+    def _pin(self) -> None:
+        """Protect the blocks this source reads next (the ranges being read, the plan's fetched and
+        unread blocks) from eviction from the node cache by any process."""
+        if self._node is None:
+            return
+        with self._pin_lock:
+            with self._lock:
+                blocks = self._pending | self._reading
+            self._node.pin({(self._key, i) for i in blocks})
 
     def _max_blocks(self) -> int:
         return self.options.max_request_bytes // self.options.block_size
