@@ -90,6 +90,7 @@ def test_four_workers_fetch_each_block_once_and_a_restart_fetches_nothing(s3, st
         block_size=bs,
         coalesce_gap=0,
         first_window_blocks=4,
+        first_exact_bytes=0,
         node_cache_dir=str(tmp_path / "blocks"),
         storage_options=s3.storage_options(fault_proxy.endpoint_url),
         **FAST,
@@ -174,7 +175,14 @@ def test_prefetch_fetches_first_use_first(s3, fault_proxy):
     bs = 16 * KIB
     data = random_bytes(80 * bs, seed=14)
     src = blob_source(
-        s3, data, fault_proxy.endpoint_url, block_size=bs, first_window_blocks=2, coalesce_gap=0, max_concurrency=1
+        s3,
+        data,
+        fault_proxy.endpoint_url,
+        block_size=bs,
+        first_window_blocks=2,
+        first_exact_bytes=0,
+        coalesce_gap=0,
+        max_concurrency=1,
     )
     fault_proxy.clear()
     order = np.random.default_rng(15).permutation(80)
@@ -188,6 +196,31 @@ def test_prefetch_fetches_first_use_first(s3, fault_proxy):
         assert bytes(src.read(offset, length)) == data[offset : offset + length]
     blocks = Counter(b for _, first, last in fault_proxy.ranges for b in range(first // bs, last // bs + 1))
     assert sorted(blocks) == list(range(80)) and set(blocks.values()) == {1}  # each block once
+
+
+def test_prefetch_first_fetches_exactly_the_leading_ranges_then_whole_blocks(s3, fault_proxy):
+    bs = 16 * KIB
+    data = random_bytes(80 * bs, seed=18)
+    src = blob_source(s3, data, fault_proxy.endpoint_url, block_size=bs, first_exact_bytes=2000, coalesce_gap=0)
+    fault_proxy.clear()
+    order = np.random.default_rng(19).permutation(80)
+    ranges = [(int(b) * bs + 100, 200) for b in order]
+    ranges[1] = (ranges[0][0] + 300, 200)  # near the first range: one GET for both
+    src.prefetch(ranges)
+    spans: list[list[int]] = []  # the 10 leading ranges (2000 bytes), merged when 16 KiB apart or closer
+    for offset, length in sorted(ranges[:10]):
+        if spans and offset - spans[-1][1] <= 16 * KIB:
+            spans[-1][1] = offset + length
+        else:
+            spans.append([offset, offset + length])
+    assert [ranges[0][0], ranges[1][0] + 200] in spans  # the first two in one GET
+    n = len(spans)
+    assert sorted([first, last + 1] for _, first, last in fault_proxy.ranges[:n]) == spans
+    for offset, length in ranges:
+        assert bytes(src.read(offset, length)) == data[offset : offset + length]
+    blocks = Counter(b for _, first, last in fault_proxy.ranges[n:] for b in range(first // bs, last // bs + 1))
+    assert set(blocks) == {int(b) for b in order[10:]} and set(blocks.values()) == {1}  # then whole blocks, once
+    src.close()
 
 
 # --- throttling -------------------------------------------------------------------------
@@ -250,6 +283,7 @@ def test_two_workers_under_a_small_budget_do_not_thrash(s3, store, fault_proxy, 
         block_size=bs,
         coalesce_gap=0,
         first_window_blocks=4,
+        first_exact_bytes=0,
         node_cache_dir=str(blocks_dir),
         node_cache_bytes=budget,
         storage_options=s3.storage_options(fault_proxy.endpoint_url),
