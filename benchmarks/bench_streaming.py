@@ -311,6 +311,12 @@ def main() -> None:
     parser.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tokenport-bench" / "peers-venv"))
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "tokenport-bench" / "streaming"))
     parser.add_argument("--reuse-data", action="store_true", help="keep the corpus of the last run (same sizes)")
+    parser.add_argument(
+        "--moto-ranges",
+        choices=("slice", "copy"),
+        default="slice",
+        help="slice: a ranged GET costs its range, as on S3; copy: stock moto, which copies the whole object per GET",
+    )
     parser.add_argument("--runs", default="cold,warm,budget", help="which runs of each side")
     parser.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is given up")
     parser.add_argument("--role", default="drive", help=argparse.SUPPRESS)
@@ -340,6 +346,8 @@ def serve(args: argparse.Namespace) -> None:
     from tests._support.s3_server import FaultProxy, start_moto
 
     if args.role == "moto":
+        if args.moto_ranges == "slice":
+            _ranged_gets_slice()
         server, endpoint = start_moto()
         print(endpoint, flush=True)
         sys.stdin.read()
@@ -356,11 +364,33 @@ def serve(args: argparse.Namespace) -> None:
     proxy.close()
 
 
+def _ranged_gets_slice() -> None:
+    """Make moto serve a ranged GET at a cost that grows with the range, as S3 does: moto 5 copies the
+    whole object out of its buffer for every GET (~50 ms for a 191 MiB object) and then slices it.
+    The objects here are written once, so each key keeps one immutable copy and GETs slice that."""
+    from moto.s3.models import FakeKey
+
+    buffered = FakeKey.value
+
+    def value(self: FakeKey) -> bytes:
+        cached = self.__dict__.get("_bench_value")
+        if cached is None or len(cached) != self.contentsize:
+            cached = self.__dict__["_bench_value"] = buffered.fget(self)
+        return cached
+
+    def set_value(self: FakeKey, new_value: bytes) -> None:
+        self.__dict__.pop("_bench_value", None)
+        buffered.fset(self, new_value)
+
+    FakeKey.value = property(value, set_value)
+
+
 class Served:
     """A `serve` role running in a child process, spoken to over its stdin and stdout."""
 
-    def __init__(self, role: str, env: dict[str, str], endpoint: str = "") -> None:
-        command = [sys.executable, __file__, "--role", role] + (["--endpoint", endpoint] if endpoint else [])
+    def __init__(self, role: str, env: dict[str, str], endpoint: str = "", moto_ranges: str = "slice") -> None:
+        command = [sys.executable, __file__, "--role", role, "--moto-ranges", moto_ranges]
+        command += ["--endpoint", endpoint] if endpoint else []
         self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None and self.process.stdin is not None
         self.stdin, self.stdout = self.process.stdin, self.process.stdout
@@ -405,7 +435,7 @@ def drive(args: argparse.Namespace, width: int) -> None:
         )
     if "tokenport" in sides and peers_python is not None:
         (work / "data" / "written").write_text(f"{args.samples} {args.seq_length}\n")
-    server = Served("moto", env)
+    server = Served("moto", env, moto_ranges=args.moto_ranges)
     proxy = Served("proxy", env, server.endpoint)
     try:
         client = boto3.client("s3", endpoint_url=server.endpoint)
