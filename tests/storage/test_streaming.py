@@ -145,7 +145,7 @@ def test_node_cache_budget_is_never_exceeded(s3, tmp_path):
     src.prefetch(ranges)
     for offset, length in ranges:
         assert bytes(src.read(offset, length)) == data[offset : offset + length]
-        assert on_disk() <= budget and cache.used_bytes() == on_disk()
+        assert on_disk() <= cache.used_bytes() <= budget  # bytes being written are counted first
     assert on_disk() > 0
     src.close()
 

@@ -4,10 +4,10 @@ each block of a remote object is downloaded once per node and a warm restart rea
 Layout: ``DIR/<object key>/<block>.blk`` (the block's bytes, renamed into place complete) beside an
 empty ``<block>.lock`` taken with ``flock`` by the one process fetching it; the others wait on that
 lock, then read the file. ``DIR/.usage`` holds the bytes of all blocks, changed under ``DIR/.lock``:
-a block is published only if the budget holds after evicting the least recently used blocks that no
-live process has pinned (``DIR/.pins/<pid>-<n>``: the blocks its reads and prefetch window need
-next); otherwise it is served from memory and not kept. So one worker never evicts the blocks
-another fetched for the batch it is about to read.
+a block is written (its bytes counted before they reach the disk) only if the budget holds after
+evicting the least recently used blocks that no live process has pinned (``DIR/.pins/<pid>-<n>``:
+the blocks its reads and prefetch window need next); otherwise it is served from memory and not
+kept. So one worker never evicts the blocks another fetched for the batch it is about to read.
 """
 
 from __future__ import annotations
@@ -95,23 +95,28 @@ class NodeCache:
         without evicting a block in `keep` (those this process reads soon)."""
         if len(data) > self.budget_bytes:
             return False
+        with self._ledger() as ledger:  # room is made and counted before the bytes touch the disk
+            used = ledger.used
+            if used + len(data) > self.budget_bytes:
+                used -= self._evict(used + len(data) - self.budget_bytes, keep)
+            fits = used + len(data) <= self.budget_bytes
+            ledger.used = used + len(data) if fits else used
+        if not fits:
+            return False
         target = self._block(key, index)
+        published = False
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{index}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            with self._ledger() as ledger:
-                used = ledger.used
-                if used + len(data) > self.budget_bytes:
-                    used -= self._evict(used + len(data) - self.budget_bytes, keep)
-                if used + len(data) > self.budget_bytes:
-                    ledger.used = used
-                    return False
-                os.replace(tmp, target)
-                ledger.used = used + len(data)
-                return True
+            os.replace(tmp, target)
+            published = True
+            return True
         finally:
             Path(tmp).unlink(missing_ok=True)
+            if not published:
+                with self._ledger() as ledger:
+                    ledger.used -= len(data)
 
     def pin(self, blocks: Collection[tuple[str, int]]) -> None:
         """Protect `blocks` (key, index) from eviction by any process until the next `pin` or `unpin`
