@@ -5,7 +5,10 @@ fixed function of i, so every reader checks every token it gets), written three 
 store (one document per sample), MDS shards (`mosaicml-streaming` 0.13.0, column
 `ndarray:uint16`, 64 MiB shards) and litData optimized chunks (`litdata` 0.2.76, 64 MB chunks). All
 three are uploaded to one moto S3 server on 127.0.0.1, read through one counting proxy in front of it
-(tests/_support/s3_server.FaultProxy with no faults) that tallies GETs and body bytes per run.
+(tests/_support/s3_server.FaultProxy with no faults) that tallies GETs and body bytes per run. The
+server and the proxy each run in a process of their own (`--role moto` / `--role proxy`), so no reader
+or the driver shares their GIL; by default moto serves a ranged GET by slicing a kept copy of the
+object (`--moto-ranges slice`; stock moto copies the whole object for every GET).
 
 Each run is a fresh process reading `--read` samples of a shuffled epoch in batches of `--batch`
 with `--workers` DataLoader workers (torch 2.13): tokenport's workers each plan their share of the
@@ -19,8 +22,10 @@ and bytes moved per sample, peak and final local disk of the cache (sampled ever
 The peers cannot be installed beside tokenport's dev environment (mosaicml-streaming pins older
 transformers/numpy), so they run in their own venv, made on first use at --peers-venv:
 `pip install mosaicml-streaming==0.13.0 litdata==0.2.76 torch==2.13.0 boto3 numpy`. Its torchvision
-wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here),
-and litData's obstore client is allowed plain http (moto's endpoint; real S3 is https).
+wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here);
+litData's obstore client is allowed plain http (moto's endpoint; real S3 is https), and MosaicML's
+downloader drops the boto3 client the parent made before the workers fork (otherwise the workers share
+its sockets and the first batch waits for a 60 s read timeout).
 
     PYTHONPATH=src python benchmarks/bench_streaming.py
 """
