@@ -80,6 +80,30 @@ def test_store_opened_in_parent_reads_in_workers(s3, store, tmp_path, start_meth
     assert np.array_equal(remote[len(local) - 1], local[len(local) - 1])  # and the parent still reads
 
 
+def _report_clients(source: ObjectStoreSource, queue) -> None:
+    import gc
+
+    from tokenport.storage import remote
+
+    gc.collect()  # a collected parent client would wait for its dead event loop here
+    queue.put(([id(fs) for fs in remote._FORKED_CLIENTS], bytes(source.read(0, 100))))
+
+
+def test_a_forked_child_keeps_the_parents_client_and_makes_its_own(s3):
+    import multiprocessing
+
+    data = random_bytes(10_000, seed=22)
+    src = blob_source(s3, data)
+    assert bytes(src.read(0, 10)) == data[:10]  # the parent's client exists
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_report_clients, args=(src, queue))
+    child.start()
+    kept, read = queue.get(timeout=60)
+    child.join(60)
+    assert id(src._fs) in kept and read == data[:100]
+
+
 # --- one download per node ------------------------------------------------------------
 
 

@@ -499,7 +499,9 @@ class ObjectStoreSource(ByteSource):
         self._exact: tuple[list[int], list[bytes]] = ([], [])  # spans fetched exactly: starts, bytes
 
     def _after_fork(self) -> None:
-        self._fs = None  # fsspec clients are not fork-safe: made anew on first use
+        if self._fs is not None:  # fsspec clients are not fork-safe: made anew on first use; the
+            _FORKED_CLIENTS.append(self._fs)  # parent's is kept: collecting it waits 1 s for a loop
+        self._fs = None  # thread that did not survive the fork (s3fs's close_session finalizer)
         self._cache = _BlockCache(self.options.cache_bytes)
         self._reset_threads()
 
@@ -979,6 +981,9 @@ def _loader_workers() -> int:
     info = data.get_worker_info() if data is not None else None
     return max(1, int(getattr(info, "num_workers", 1)))
 
+
+_FORKED_CLIENTS: list[Any] = []
+"""File systems the parent made, kept unused in a forked child so their finalizers never run there."""
 
 _SOURCES: weakref.WeakSet[ObjectStoreSource] = weakref.WeakSet()
 """Every open source of this process, made fork-safe in a forked child."""
