@@ -5,7 +5,10 @@ fixed function of i, so every reader checks every token it gets), written three 
 store (one document per sample), MDS shards (`mosaicml-streaming` 0.13.0, column
 `ndarray:uint16`, 64 MiB shards) and litData optimized chunks (`litdata` 0.2.76, 64 MB chunks). All
 three are uploaded to one moto S3 server on 127.0.0.1, read through one counting proxy in front of it
-(tests/_support/s3_server.FaultProxy with no faults) that tallies GETs and body bytes per run.
+(tests/_support/s3_server.FaultProxy with no faults) that tallies GETs and body bytes per run. The
+server and the proxy each run in a process of their own (`--role moto` / `--role proxy`), so no reader
+or the driver shares their GIL; by default moto serves a ranged GET by slicing a kept copy of the
+object (`--moto-ranges slice`; stock moto copies the whole object for every GET).
 
 Each run is a fresh process reading `--read` samples of a shuffled epoch in batches of `--batch`
 with `--workers` DataLoader workers (torch 2.13): tokenport's workers each plan their share of the
@@ -19,8 +22,10 @@ and bytes moved per sample, peak and final local disk of the cache (sampled ever
 The peers cannot be installed beside tokenport's dev environment (mosaicml-streaming pins older
 transformers/numpy), so they run in their own venv, made on first use at --peers-venv:
 `pip install mosaicml-streaming==0.13.0 litdata==0.2.76 torch==2.13.0 boto3 numpy`. Its torchvision
-wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here),
-and litData's obstore client is allowed plain http (moto's endpoint; real S3 is https).
+wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here);
+litData's obstore client is allowed plain http (moto's endpoint; real S3 is https), and MosaicML's
+downloader drops the boto3 client the parent made before the workers fork (otherwise the workers share
+its sockets and the first batch waits for a 60 s read timeout).
 
     PYTHONPATH=src python benchmarks/bench_streaming.py
 """
@@ -199,6 +204,8 @@ def _loader(args: argparse.Namespace, width: int):
         batch_size=args.batch,
         cache_limit=f"{args.budget_mib}mb" if args.budget_mib else None,
     )
+    for stream in ms.streams:  # its downloader keeps the parent's boto3 client across fork (workers then
+        stream._downloader.clean_up()  # share its sockets and hang until a 60 s timeout): one client each
     loader = torch.utils.data.DataLoader(ms, batch_size=args.batch, num_workers=args.workers)
     return loader, args.read
 
@@ -308,6 +315,14 @@ def main() -> None:
     parser.add_argument("--sides", default="tokenport,litdata,mosaic")
     parser.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tokenport-bench" / "peers-venv"))
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "tokenport-bench" / "streaming"))
+    parser.add_argument("--reuse-data", action="store_true", help="keep the corpus of the last run (same sizes)")
+    parser.add_argument(
+        "--moto-ranges",
+        choices=("slice", "copy"),
+        default="slice",
+        help="slice: a ranged GET costs its range, as on S3; copy: stock moto, which copies the whole object per GET",
+    )
+    parser.add_argument("--runs", default="cold,warm,budget", help="which runs of each side")
     parser.add_argument("--run-timeout", type=float, default=600, help="seconds before a run is given up")
     parser.add_argument("--role", default="drive", help=argparse.SUPPRESS)
     parser.add_argument("--side", help=argparse.SUPPRESS)
@@ -322,27 +337,100 @@ def main() -> None:
     if args.role == "read":
         print(json.dumps(read_run(args)))
         return
+    if args.role in ("moto", "proxy"):
+        serve(args)
+        return
     drive(args, width)
+
+
+def serve(args: argparse.Namespace) -> None:
+    """A process of its own (so no GIL is shared with a reader or the driver): the moto S3 server, or
+    the counting proxy in front of it. Prints its endpoint; the proxy then answers `count` and
+    `clear` lines on stdin; both stop when stdin closes."""
+    sys.path.insert(0, str(HERE.parent))
+    from tests._support.s3_server import FaultProxy, start_moto
+
+    if args.role == "moto":
+        if args.moto_ranges == "slice":
+            _ranged_gets_slice()
+        server, endpoint = start_moto()
+        print(endpoint, flush=True)
+        sys.stdin.read()
+        server.stop()
+        return
+    proxy = FaultProxy(args.endpoint)
+    print(proxy.endpoint_url, flush=True)
+    for line in sys.stdin:
+        if line.strip() == "clear":
+            proxy.clear()
+            print("{}", flush=True)
+        else:
+            print(json.dumps({"gets": proxy.count("GET"), "bytes": proxy.bytes_sent}), flush=True)
+    proxy.close()
+
+
+def _ranged_gets_slice() -> None:
+    """Make moto serve a ranged GET at a cost that grows with the range, as S3 does: moto 5 copies the
+    whole object out of its buffer for every GET (~50 ms for a 191 MiB object) and then slices it.
+    The objects here are written once, so each key keeps one immutable copy and GETs slice that."""
+    from moto.s3.models import FakeKey
+
+    buffered = FakeKey.value
+
+    def value(self: FakeKey) -> bytes:
+        cached = self.__dict__.get("_bench_value")
+        if cached is None or len(cached) != self.contentsize:
+            cached = self.__dict__["_bench_value"] = buffered.fget(self)
+        return cached
+
+    def set_value(self: FakeKey, new_value: bytes) -> None:
+        self.__dict__.pop("_bench_value", None)
+        buffered.fset(self, new_value)
+
+    FakeKey.value = property(value, set_value)
+
+
+class Served:
+    """A `serve` role running in a child process, spoken to over its stdin and stdout."""
+
+    def __init__(self, role: str, env: dict[str, str], endpoint: str = "", moto_ranges: str = "slice") -> None:
+        command = [sys.executable, __file__, "--role", role, "--moto-ranges", moto_ranges]
+        command += ["--endpoint", endpoint] if endpoint else []
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None and self.process.stdin is not None
+        self.stdin, self.stdout = self.process.stdin, self.process.stdout
+        self.endpoint = self.stdout.readline().strip()
+        if not self.endpoint.startswith("http://"):
+            raise SystemExit(f"the {role} process did not start")
+
+    def ask(self, line: str) -> dict:
+        self.stdin.write(line + "\n")
+        self.stdin.flush()
+        return json.loads(self.stdout.readline())
+
+    def close(self) -> None:
+        self.stdin.close()
+        self.process.wait(timeout=30)
 
 
 def drive(args: argparse.Namespace, width: int) -> None:
     sys.path.insert(0, str(HERE.parent))  # tests/_support: the moto server and the counting proxy
     import boto3
-    from tests._support.s3_server import FaultProxy, start_moto
 
     sides = args.sides.split(",")
     peers_python = ensure_venv(Path(args.peers_venv)) if set(sides) & set(PEERS) else None
     work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "data").mkdir(parents=True)
+    reuse = args.reuse_data and (work / "data" / "written").exists()
+    shutil.rmtree(work if not reuse else work / "cache", ignore_errors=True)
+    (work / "data").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
     env["BENCH_SAMPLES"] = str(args.samples)
+    env["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = str(1 << 40)  # objects in memory, not temp files
     os.environ.update(env)
-    os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = str(1 << 40)  # objects in memory, not temp files
     t0 = time.perf_counter()
-    if "tokenport" in sides:
+    if "tokenport" in sides and not reuse:
         write_tokenport(work / "data", args.samples, width)
-    if peers_python is not None:
+    if peers_python is not None and not reuse:
         subprocess.run(
             [str(peers_python), __file__, "--role", "write-peers", "--out", str(work / "data")]
             + ["--samples", str(args.samples), "--seq-length", str(args.seq_length)],
@@ -350,10 +438,12 @@ def drive(args: argparse.Namespace, width: int) -> None:
             env=env,
             stdout=subprocess.DEVNULL,
         )
-    server, endpoint = start_moto()
-    proxy = FaultProxy(endpoint)
+    if "tokenport" in sides and peers_python is not None:
+        (work / "data" / "written").write_text(f"{args.samples} {args.seq_length}\n")
+    server = Served("moto", env, moto_ranges=args.moto_ranges)
+    proxy = Served("proxy", env, server.endpoint)
     try:
-        client = boto3.client("s3", endpoint_url=endpoint)
+        client = boto3.client("s3", endpoint_url=server.endpoint)
         client.create_bucket(Bucket=BUCKET)
         for side, folder in (("tokenport", "tokenport"), ("litdata", "litdata"), ("mosaic", "mds")):
             if side in sides:
@@ -363,20 +453,22 @@ def drive(args: argparse.Namespace, width: int) -> None:
         for side in sides:
             python = sys.executable if side == "tokenport" else str(peers_python)
             for run, budget in (("cold", 0), ("warm", 0), ("budget", args.budget_mib)):
+                if run not in args.runs.split(","):
+                    continue
                 cache = work / "cache" / side / ("budget" if budget else "full")
                 if run != "warm":
                     shutil.rmtree(cache, ignore_errors=True)
                 cache.mkdir(parents=True, exist_ok=True)
-                run_env = dict(env, S3_ENDPOINT_URL=proxy.endpoint_url, AWS_ENDPOINT_URL=proxy.endpoint_url)
+                run_env = dict(env, S3_ENDPOINT_URL=proxy.endpoint, AWS_ENDPOINT_URL=proxy.endpoint)
                 if side == "tokenport":
                     run_env["PYTHONPATH"] = str(HERE.parent / "src")
-                proxy.clear()
+                proxy.ask("clear")
                 watch = DiskWatch(cache)
                 watch.start()
                 try:
                     out = subprocess.run(
                         [str(python), __file__, "--role", "read", "--side", side, "--cache", str(cache)]
-                        + ["--endpoint", proxy.endpoint_url, "--samples", str(args.samples)]
+                        + ["--endpoint", proxy.endpoint, "--samples", str(args.samples)]
                         + ["--seq-length", str(args.seq_length), "--read", str(args.read), "--batch", str(args.batch)]
                         + ["--workers", str(args.workers), "--budget-mib", str(budget), "--seed", str(args.seed)]
                         + ["--block-kib", str(args.block_kib)],
@@ -393,11 +485,12 @@ def drive(args: argparse.Namespace, width: int) -> None:
                     print(f"{side} {run}: failed\n{out.stderr[-3000:]}", flush=True)
                     continue
                 row = json.loads(out.stdout.strip().splitlines()[-1])
+                counts = proxy.ask("count")
                 row.update(
                     side=side,
                     run=run,
-                    gets=proxy.count("GET"),
-                    bytes=proxy.bytes_sent,
+                    gets=counts["gets"],
+                    bytes=counts["bytes"],
                     peak_disk=max(watch.peak, disk_usage(cache)),
                     final_disk=disk_usage(cache),
                 )
@@ -410,7 +503,7 @@ def drive(args: argparse.Namespace, width: int) -> None:
                 )
     finally:
         proxy.close()
-        server.stop()
+        server.close()
     report(args, width, results)
 
 

@@ -175,21 +175,32 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
-                data = response.read()
+                declared = response.getheader("Content-Length")
+                data = b"" if self.command == "HEAD" or declared is not None else response.read()
+                self.send_response(response.status, response.reason)
+                for name, value in response.getheaders():
+                    if name.lower() not in HOP_HEADERS:
+                        self.send_header(name, value)
+                size = declared if self.command == "HEAD" or declared is not None else str(len(data))
+                self.send_header("Content-Length", size or "0")
+                self.end_headers()
+                if self.command != "HEAD":
+                    if declared is None:
+                        self.wfile.write(data)
+                    sent = self._relay(response) if declared is not None else len(data)
+                    if self.command == "GET":
+                        with proxy._lock:
+                            proxy.bytes_sent += sent
             finally:
                 conn.close()
-            self.send_response(response.status, response.reason)
-            for name, value in response.getheaders():
-                if name.lower() not in HOP_HEADERS:
-                    self.send_header(name, value)
-            size = response.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
-            self.send_header("Content-Length", size or "0")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
-                if self.command == "GET":
-                    with proxy._lock:
-                        proxy.bytes_sent += len(data)
+
+        def _relay(self, response: http.client.HTTPResponse) -> int:
+            """Copy the upstream body as it arrives (a large object's first bytes are not held back); bytes sent."""
+            sent = 0
+            while chunk := response.read(1 << 20):
+                self.wfile.write(chunk)
+                sent += len(chunk)
+            return sent
 
         def _fail(self, status: int, code: str, message: str) -> None:
             xml = (

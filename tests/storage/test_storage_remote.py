@@ -143,7 +143,13 @@ def test_prefetch_dense_ranges_takes_few_requests(s3):
     order = rng.permutation(n_samples)[: int(0.6 * n_samples)]
     ranges = [(int(i) * stride, length) for i in order]
     src = open_remote(
-        s3, url, block_size=16 * KIB, coalesce_gap=64 * KIB, max_request_bytes=1 << 20, first_window_blocks=1 << 20
+        s3,
+        url,
+        block_size=16 * KIB,
+        coalesce_gap=64 * KIB,
+        max_request_bytes=1 << 20,
+        first_window_blocks=1 << 20,
+        first_exact_bytes=0,
     )
     src.prefetch(ranges)  # the first window holds every block: fetched before prefetch returns
     requested = len(ranges) * length

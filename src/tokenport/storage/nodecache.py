@@ -4,8 +4,10 @@ each block of a remote object is downloaded once per node and a warm restart rea
 Layout: ``DIR/<object key>/<block>.blk`` (the block's bytes, renamed into place complete) beside an
 empty ``<block>.lock`` taken with ``flock`` by the one process fetching it; the others wait on that
 lock, then read the file. ``DIR/.usage`` holds the bytes of all blocks, changed under ``DIR/.lock``:
-a block is published only if the budget holds after evicting the least recently used blocks that the
-publishing process does not mark as wanted soon; otherwise it is served from memory and not kept.
+a block is written (its bytes counted before they reach the disk) only if the budget holds after
+evicting the least recently used blocks that no live process has pinned (``DIR/.pins/<pid>-<n>``:
+the blocks its reads and prefetch window need next); otherwise it is served from memory and not
+kept. So one worker never evicts the blocks another fetched for the batch it is about to read.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ class NodeCache:
         self.directory = Path(directory)
         self.budget_bytes = budget_bytes
         self._root = os.fspath(self.directory)
+        self._pins = self.directory / ".pins"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self._pins.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(
                 f"{self.directory}: cannot create the node block cache ({exc.strerror or exc}); "
@@ -92,23 +95,64 @@ class NodeCache:
         without evicting a block in `keep` (those this process reads soon)."""
         if len(data) > self.budget_bytes:
             return False
+        with self._ledger() as ledger:  # room is made and counted before the bytes touch the disk
+            used = ledger.used
+            if used + len(data) > self.budget_bytes:
+                used -= self._evict(used + len(data) - self.budget_bytes, keep)
+            fits = used + len(data) <= self.budget_bytes
+            ledger.used = used + len(data) if fits else used
+        if not fits:
+            return False
         target = self._block(key, index)
+        published = False
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{index}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            with self._ledger() as ledger:
-                used = ledger.used
-                if used + len(data) > self.budget_bytes:
-                    used -= self._evict(used + len(data) - self.budget_bytes, keep)
-                if used + len(data) > self.budget_bytes:
-                    ledger.used = used
-                    return False
-                os.replace(tmp, target)
-                ledger.used = used + len(data)
-                return True
+            os.replace(tmp, target)
+            published = True
+            return True
         finally:
             Path(tmp).unlink(missing_ok=True)
+            if not published:
+                with self._ledger() as ledger:
+                    ledger.used -= len(data)
+
+    def pin(self, blocks: Collection[tuple[str, int]]) -> None:
+        """Protect `blocks` (key, index) from eviction by any process until the next `pin` or `unpin`
+        of this cache object: the blocks this process reads next."""
+        path = self._pins / f"{os.getpid()}-{id(self)}"
+        text = "".join(f"{key} {index}\n" for key, index in blocks)
+        with self._ledger():  # an evicting process reads the pins under the same lock
+            if not text:
+                path.unlink(missing_ok=True)
+                return
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+
+    def unpin(self) -> None:
+        """Drop this cache object's pins."""
+        self.pin(())
+
+    def _pinned(self) -> set[tuple[str, int]]:
+        """The blocks pinned by live processes (pins of dead ones are removed)."""
+        pinned: set[tuple[str, int]] = set()
+        for entry in os.scandir(self._pins):
+            pid, _, rest = entry.name.partition("-")
+            if not pid.isdigit() or rest.endswith(".tmp"):
+                continue
+            if not _alive(int(pid)):
+                Path(entry.path).unlink(missing_ok=True)
+                continue
+            try:
+                text = Path(entry.path).read_text()
+            except FileNotFoundError:
+                continue
+            for line in text.splitlines():
+                key, _, index = line.partition(" ")
+                pinned.add((key, int(index)))
+        return pinned
 
     def used_bytes(self) -> int:
         """Bytes of block data on disk now, by the ledger."""
@@ -116,10 +160,12 @@ class NodeCache:
             return ledger.used
 
     def _evict(self, needed: int, keep: Collection[tuple[str, int]]) -> int:
-        """Delete least recently written blocks not in `keep` until `needed` bytes are freed; bytes freed."""
+        """Delete least recently written blocks, neither in `keep` nor pinned by a live process, until
+        `needed` bytes are freed; bytes freed."""
+        keep = self._pinned().union(keep)
         blocks = []
         for folder in os.scandir(self.directory):
-            if not folder.is_dir():
+            if not folder.is_dir() or folder.name == ".pins":
                 continue
             for entry in os.scandir(folder.path):
                 if entry.name.endswith(".blk"):
@@ -162,9 +208,19 @@ class NodeCache:
         """Bytes of all blocks on disk (when the ledger is missing or unreadable)."""
         total = 0
         for folder in os.scandir(self.directory):
-            if folder.is_dir():
+            if folder.is_dir() and folder.name != ".pins":
                 total += sum(e.stat().st_size for e in os.scandir(folder.path) if e.name.endswith(".blk"))
         return total
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _Ledger:

@@ -12,6 +12,7 @@ aiohttp resends an idempotent request once when a reused keep-alive connection d
 
 from __future__ import annotations
 
+import bisect
 import errno
 import hashlib
 import logging
@@ -57,7 +58,9 @@ class RemoteOptions:
     max_request_bytes: int = 64 << 20  # the largest single ranged GET
     max_concurrency: int = 8  # threads issuing a prefetch's GETs
     retry_deadline: float = 120.0  # seconds one read may spend retrying before it fails with StorageError
-    first_window_blocks: int = 32  # blocks `prefetch` fetches before it returns; later windows double (to 64)
+    first_exact_bytes: int = 256 << 10  # `prefetch` fetches exactly the bytes of its leading ranges, up to this
+    # many, in coalesced GETs and returns; the rest comes in whole blocks in the background (0: blocks only)
+    first_window_blocks: int = 32  # blocks in the plan's first window of whole blocks; later windows double (to 64)
     node_cache_dir: str | None = None  # a block cache on disk shared by the machine's processes (None: off)
     node_cache_bytes: int = 32 << 30  # bound of the block data kept in node_cache_dir
     storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec options: endpoint_url, key, ...
@@ -71,6 +74,7 @@ class RemoteOptions:
             ("max_request_bytes", self.block_size),
             ("max_concurrency", 1),
             ("first_window_blocks", 1),
+            ("first_exact_bytes", 0),
             ("node_cache_bytes", self.block_size),
         ):
             what = "at least block_size" if minimum == self.block_size and name not in _COUNTS else ""
@@ -94,6 +98,9 @@ class RemoteOptions:
 
 
 _COUNTS = ("max_concurrency", "first_window_blocks")
+
+EXACT_GAP = 16 << 10
+"""`prefetch`'s exact first window merges ranges this many bytes apart or closer into one GET."""
 
 
 def _check_number(name: str, value: object, minimum: float, minimum_name: str | None = None) -> None:
@@ -487,9 +494,14 @@ class ObjectStoreSource(ByteSource):
         self._plan_pos: dict[int, int] = {}  # block -> its place in the plan
         self._plan_done = 0  # plan blocks before this place are fetched or being fetched
         self._plan_window = 1  # blocks in the plan's next window
+        self._reading: set[int] = set()  # blocks of the ranges `read_ranges` is reading now
+        self._pin_lock = threading.Lock()  # one pin update at a time, so the newest set is written last
+        self._exact: tuple[list[int], list[bytes]] = ([], [])  # spans fetched exactly: starts, bytes
 
     def _after_fork(self) -> None:
-        self._fs = None  # fsspec clients are not fork-safe: made anew on first use
+        if self._fs is not None:  # fsspec clients are not fork-safe: made anew on first use; the
+            _FORKED_CLIENTS.append(self._fs)  # parent's is kept: collecting it waits 1 s for a loop
+        self._fs = None  # thread that did not survive the fork (s3fs's close_session finalizer)
         self._cache = _BlockCache(self.options.cache_bytes)
         self._reset_threads()
 
@@ -548,6 +560,9 @@ class ObjectStoreSource(ByteSource):
         self._check_range(offset, length)
         if length == 0:
             return b""
+        exact = self._from_exact(offset, length)
+        if exact is not None:
+            return exact
         bs = self.options.block_size
         first, last = offset // bs, (offset + length - 1) // bs
         on_disk = None
@@ -596,14 +611,17 @@ class ObjectStoreSource(ByteSource):
         return super().stream(buffer_size or min(self.options.max_request_bytes, max(1, self._size)))
 
     def prefetch(self, ranges: Sequence[Range]) -> None:
-        """Plan reads of `ranges` (in the order they will be read): fetch the blocks of the first
-        window now, then the rest in the background in order of first use, in windows that double
-        (from `options.first_window_blocks`), never more unread blocks ahead than half the cache.
+        """Plan reads of `ranges` (in the order they will be read): fetch the exact bytes of the
+        leading ranges now (up to `options.first_exact_bytes`, in coalesced GETs), then the blocks
+        of the rest in the background in order of first use, in windows that double (from
+        `options.first_window_blocks`), never more unread blocks ahead than half the cache.
         A new call replaces the plan."""
         bs = self.options.block_size
-        order: dict[int, None] = {}
         for offset, length in ranges:
             self._check_range(offset, length)
+        exact_end = self._fetch_exact(ranges)
+        order: dict[int, None] = {}
+        for offset, length in ranges[exact_end:]:
             if length:
                 order.update(dict.fromkeys(range(offset // bs, (offset + length - 1) // bs + 1)))
         blocks = list(order)
@@ -616,20 +634,61 @@ class ObjectStoreSource(ByteSource):
             self._plan_done = 0
             self._plan_window = self.options.first_window_blocks
             self._plan_changed.notify_all()
-        self._next_window(plan, wait=False)
+        if exact_end == 0:
+            self._next_window(plan, wait=False)
         if self._plan_done < len(blocks):
             threading.Thread(target=self._run_plan, args=(plan,), name="tokenport-plan", daemon=True).start()
 
     def close(self) -> None:
         with self._lock:
+            self._exact = ([], [])
             self._end_plan()
             self._plan_changed.notify_all()
             pool, self._pool = self._pool, None
         self._cache.clear()
         if pool is not None:
             pool.shutdown(wait=True)
+        if self._node is not None:
+            with self._lock:
+                self._reading = set()
+            self._pin()
 
     # --- internals ---
+
+    def _fetch_exact(self, ranges: Sequence[Range]) -> int:
+        """Fetch the bytes of the leading ranges (up to `first_exact_bytes`) not cached already, in GETs
+        of nearby ranges merged; how many leading ranges that covers. Replaces the earlier spans."""
+        limit, total, end = self.options.first_exact_bytes, 0, 0
+        while end < len(ranges) and total + ranges[end][1] <= limit:
+            total += ranges[end][1]
+            end += 1
+        wanted = sorted((o, o + n) for o, n in ranges[:end] if n and not self._cached(o, n))
+        spans: list[list[int]] = []
+        for lo, hi in wanted:
+            if spans and lo - spans[-1][1] <= EXACT_GAP and hi - spans[-1][0] <= self.options.max_request_bytes:
+                spans[-1][1] = max(spans[-1][1], hi)
+            else:
+                spans.append([lo, hi])
+        fetched = self._map(lambda span: (span[0], self._get_range(span[0], span[1])), [(lo, hi) for lo, hi in spans])
+        with self._lock:
+            self._exact = ([lo for lo, _ in fetched], [data for _, data in fetched])
+        return end
+
+    def _cached(self, offset: int, length: int) -> bool:
+        """True when every block of the range is in memory or in the node cache."""
+        bs = self.options.block_size
+        for index in range(offset // bs, (offset + length - 1) // bs + 1):
+            if self._cache.get(index) is None and (self._node is None or not self._node.has(self._key, index)):
+                return False
+        return True
+
+    def _from_exact(self, offset: int, length: int) -> memoryview | None:
+        """The range from the spans `prefetch` fetched exactly, or None when they do not hold it."""
+        starts, datas = self._exact
+        k = bisect.bisect_right(starts, offset) - 1
+        if k < 0 or offset + length > starts[k] + len(datas[k]):
+            return None
+        return memoryview(datas[k])[offset - starts[k] : offset - starts[k] + length]
 
     def _ahead_blocks(self) -> int:
         """How many planned blocks may wait unread: half of what the cache that keeps them holds."""
@@ -669,6 +728,7 @@ class ObjectStoreSource(ByteSource):
             self._plan_done = start + len(window)
             self._plan_window = min(2 * self._plan_window, ahead, max(self.options.first_window_blocks, 64))
             self._pending.update(window)
+        self._pin()
         gap_blocks = self.options.coalesce_gap // self.options.block_size
         fetched = self._acquire(sorted(window), gap_blocks, in_memory=False)
         self._store(fetched, window)
@@ -808,6 +868,9 @@ class ObjectStoreSource(ByteSource):
         while end < len(ranges):
             offset, length = ranges[end]
             self._check_range(offset, length)
+            if self._exact[0] and self._from_exact(offset, length) is not None:
+                end += 1
+                continue
             blocks = range(offset // bs, (offset + length - 1) // bs + 1) if length else range(0)
             new = [i for i in blocks if i not in wanted]
             if len(wanted) + len(new) > budget:
@@ -816,10 +879,23 @@ class ObjectStoreSource(ByteSource):
                 break
             wanted.update(dict.fromkeys(new))
             end += 1
+        with self._lock:
+            self._reading = set(wanted)
+        self._pin()
         gap_blocks = self.options.coalesce_gap // bs
         fetched = self._acquire(sorted(wanted), gap_blocks, in_memory=False)
         self._store(fetched, list(wanted))
         return end
+
+    def _pin(self) -> None:
+        """Protect the blocks this source reads next (the ranges being read, the plan's fetched and
+        unread blocks) from eviction from the node cache by any process."""
+        if self._node is None:
+            return
+        with self._pin_lock:
+            with self._lock:
+                blocks = self._pending | self._reading
+            self._node.pin({(self._key, i) for i in blocks})
 
     def _max_blocks(self) -> int:
         return self.options.max_request_bytes // self.options.block_size
@@ -905,6 +981,9 @@ def _loader_workers() -> int:
     info = data.get_worker_info() if data is not None else None
     return max(1, int(getattr(info, "num_workers", 1)))
 
+
+_FORKED_CLIENTS: list[Any] = []
+"""File systems the parent made, kept unused in a forked child so their finalizers never run there."""
 
 _SOURCES: weakref.WeakSet[ObjectStoreSource] = weakref.WeakSet()
 """Every open source of this process, made fork-safe in a forked child."""
