@@ -174,6 +174,25 @@ def test_node_cache_budget_is_never_exceeded(s3, tmp_path):
     src.close()
 
 
+def test_a_damaged_block_in_the_node_cache_is_refused_not_served(s3, tmp_path):
+    data = random_bytes(100_000, seed=13)
+    bs = 8 * KIB
+    options = RemoteOptions(
+        **{**FAST, "block_size": bs, "first_window_blocks": 2, "node_cache_dir": tmp_path, "node_cache_bytes": 1 << 20}
+    )
+    url = s3.put(data)
+    src = ObjectStoreSource(url, options, **s3.storage_options())
+    assert bytes(src.read(0, 100)) == data[:100]
+    src.close()
+    blocks = [e.path for d in os.scandir(tmp_path) if d.is_dir() for e in os.scandir(d) if e.name == "0.blk"]
+    assert len(blocks) == 1
+    os.truncate(blocks[0], 50)  # the disk lost the block's tail
+    again = ObjectStoreSource(url, options, **s3.storage_options())
+    with pytest.raises(tp.CorruptStoreError, match="delete .* node block cache"):
+        again.read(40, 100)
+    again.close()
+
+
 def test_memory_budget_bounds_all_sources_together(s3):
     bs = 16 * KIB
     old = MEMORY.capacity

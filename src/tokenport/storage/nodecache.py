@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import StorageError
+from ..errors import CorruptStoreError, StorageError
 
 __all__ = ["NodeCache"]
 
@@ -56,9 +56,15 @@ class NodeCache:
         except FileNotFoundError:
             return None
         try:
-            return os.pread(fd, length, start)
+            data = os.pread(fd, length, start)
         finally:
             os.close(fd)
+        if len(data) != length:  # blocks are renamed into place whole: a short one was damaged since
+            raise CorruptStoreError(
+                f"{self._block(key, index)}: the node cache's block holds {start + len(data)} bytes where "
+                f"{start + length} were read from it; delete {self._root} (the node block cache) and rerun"
+            )
+        return data
 
     def has(self, key: str, index: int) -> bool:
         """True when the block is on disk now."""
