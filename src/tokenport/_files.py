@@ -55,3 +55,14 @@ def umask() -> int:
 def publish_mode(path: str, directory: bool = False) -> None:
     """Give a private temporary the mode open() (or mkdir) would have given it under the umask."""
     os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (a leftover lock or staging file of a dead one is stale)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 
-from .._files import publish_mode
+from .._files import process_alive, publish_mode
 from ..errors import CorruptStoreError
 
 JOURNAL_SUFFIX = ".tokenport-commit"
@@ -88,7 +88,7 @@ def remove_stale_temporaries(prefix: str) -> None:
             continue
         head = next(h for h in heads if name.startswith(h))
         pid_text = name[len(head) :].split(".", 1)[0]
-        if pid_text.isdigit() and not _process_alive(int(pid_text)):
+        if pid_text.isdigit() and not process_alive(int(pid_text)):
             try:
                 os.unlink(os.path.join(directory, name))
             except OSError:
@@ -104,16 +104,6 @@ def recover(prefix: str, *, clean: bool = False) -> None:
     """
     if _replay_journal(prefix) or clean:
         remove_stale_temporaries(prefix)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def fsync_path(path: str) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._files import process_alive
 from ..errors import CorruptStoreError, StorageError
 
 __all__ = ["NodeCache"]
@@ -148,7 +149,7 @@ class NodeCache:
             pid, _, rest = entry.name.partition("-")
             if not pid.isdigit() or rest.endswith(".tmp"):
                 continue
-            if not _alive(int(pid)):
+            if not process_alive(int(pid)):
                 Path(entry.path).unlink(missing_ok=True)
                 continue
             try:
@@ -217,16 +218,6 @@ class NodeCache:
             if folder.is_dir() and folder.name != ".pins":
                 total += sum(e.stat().st_size for e in os.scandir(folder.path) if e.name.endswith(".blk"))
         return total
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Ledger:
