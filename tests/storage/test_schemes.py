@@ -141,6 +141,15 @@ def test_register_scheme_refuses_taken_and_malformed_names(mem):
         register_scheme("other", object())  # type: ignore[arg-type]
 
 
+def test_a_url_no_backend_serves_is_refused_by_its_scheme(tmp_path):
+    with pytest.raises(ConfigError, match="no storage backend knows the scheme 'nosuch'"):
+        open_source("nosuch://bucket/key")
+    (tmp_path / "one.jsonl").write_text('{"text": "hello"}\n')
+    config = PrepareConfig(inputs=[str(tmp_path / "one.jsonl")], output="nosuch://bucket/out", tokenizer="byte")
+    with pytest.raises(ConfigError, match="register one with storage.register_scheme"):
+        prepare(config)
+
+
 @pytest.mark.parametrize("local", [False, True])
 def test_stream_reads_seeks_and_tells_like_a_file(tmp_path, local):
     data = np.random.default_rng(0).integers(0, 256, 300_001, dtype=np.uint8).tobytes()

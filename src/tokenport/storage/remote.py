@@ -312,6 +312,11 @@ def open_fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
         raise ConfigError(f"{url}: reading URLs needs fsspec; {INSTALL_HINT}") from None
     options = dict(storage_options)
     protocol = fsspec.core.split_protocol(url)[0]
+    if protocol is not None and protocol not in fsspec.available_protocols():
+        raise ConfigError(
+            f"{url}: no storage backend knows the scheme {protocol!r}; use a local path or a URL fsspec "
+            "serves (s3://, gs://, az://, hf://, http(s)://, ...) or register one with storage.register_scheme"
+        )
     is_s3 = protocol in ("s3", "s3a")
     if is_s3:
         config = dict(options.get("config_kwargs") or {})
