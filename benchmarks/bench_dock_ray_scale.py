@@ -51,8 +51,18 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from _harness import Row, print_table  # noqa: E402
-from bench_dock import BATCH, COLUMNS, DTYPES, RAGGED, SAMPLES_PER_PROMPT, make_chunks, make_rows, payload_bytes  # noqa: E402
-from tokenport.dock import Column, Packed  # noqa: E402
+from bench_dock import (  # noqa: E402
+    BATCH,
+    COLUMNS,
+    RAGGED,
+    SAMPLES_PER_PROMPT,
+    make_chunks,
+    make_rows,
+    payload_bytes,
+    tokenport_chunks,
+)
+from bench_dock_ray import new_ray_dock, packed_chunks  # noqa: E402
+from tokenport.dock import Packed  # noqa: E402
 from tokenport.dock.ray import RayDock  # noqa: E402
 
 CONSUMER = "train"
@@ -68,22 +78,6 @@ def percentile(times: list[float], q: float) -> float:
 
 
 # -- inputs, prepared untimed ----------------------------------------------------------------------
-
-
-def packed_chunks(chunks):
-    """Every chunk with ragged columns as Packed (flat values + lengths)."""
-    out = []
-    for rows, cols in chunks:
-        converted = {}
-        for name, v in cols.items():
-            if isinstance(v, tuple):
-                padded, lengths = v
-                mask = np.arange(padded.shape[1]) < lengths[:, None]
-                converted[name] = Packed(padded[mask], lengths)
-            else:
-                converted[name] = v
-        out.append((rows, converted))
-    return out
 
 
 def td_chunks(data, chunks):
@@ -119,15 +113,6 @@ def tq_chunks(data, chunks):
 
 
 # -- the three sides -------------------------------------------------------------------------------
-
-
-def new_ray_dock(shards: int) -> RayDock:
-    return RayDock(
-        [Column(name, DTYPES[name], ragged=name in RAGGED) for name in COLUMNS],
-        [CONSUMER],
-        SAMPLES_PER_PROMPT,
-        shards=shards,
-    )
 
 
 class RayDockSide:
@@ -360,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     data = make_rows(np.random.default_rng(0), prompts)
     payload = payload_bytes(data)
     chunks = make_chunks(data, n)
-    packed = packed_chunks(chunks)
+    packed = packed_chunks(tokenport_chunks(chunks))  # as bench_dock_ray.py's 'Packed in' puts
     ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, configure_logging=False)
     print(
         f"{n:,} rows, {payload / 1e6:.1f} MB payload, 8 chunks, batches of {BATCH}; "
