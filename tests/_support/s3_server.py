@@ -106,8 +106,7 @@ class FaultProxy:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = _ProxyServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -149,11 +148,17 @@ class FaultProxy:
         self._thread.join()
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops the SYNs of a burst of new connections: 1 s retransmits
+
+
 def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
     upstream = urlsplit(proxy.upstream)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and a small body go out at once, as from S3 (no 40 ms ACK wait)
 
         def log_message(self, *args: object) -> None:  # keep test output quiet
             pass

@@ -257,10 +257,10 @@ def test_prefetch_first_fetches_exactly_the_leading_ranges_then_whole_blocks(s3,
         else:
             spans.append([offset, offset + length])
     assert [ranges[0][0], ranges[1][0] + 200] in spans  # the first two in one GET
-    n = len(spans)
-    assert sorted([first, last + 1] for _, first, last in fault_proxy.ranges[:n]) == spans
     for offset, length in ranges:
         assert bytes(src.read(offset, length)) == data[offset : offset + length]
+    n = len(spans)  # prefetch only started these GETs; the blocks wait for their answers
+    assert sorted([first, last + 1] for _, first, last in fault_proxy.ranges[:n]) == spans
     blocks = Counter(b for _, first, last in fault_proxy.ranges[n:] for b in range(first // bs, last // bs + 1))
     assert set(blocks) == {int(b) for b in order[10:]} and set(blocks.values()) == {1}  # then whole blocks, once
     src.close()
@@ -378,3 +378,33 @@ def fewest_fetches(uses: list[int], capacity: int) -> int:
             held.remove(max(held, key=lambda b: later[b][-1] if later[b] else len(uses)))
         held.add(block)
     return fetches
+
+
+def test_a_failed_exact_get_fails_the_read_that_needs_it_not_the_prefetch(s3, fault_proxy):
+    bs = 16 * KIB
+    data = random_bytes(8 * bs, seed=21)
+    src = blob_source(s3, data, fault_proxy.endpoint_url, block_size=bs, first_exact_bytes=2000)
+    fault_proxy.inject("403", first=1000)
+    src.prefetch([(100, 200), (5 * bs, 200)])  # starts the GETs and returns
+    for offset in (100, 5 * bs):
+        with pytest.raises(StorageError, match=f"bytes {offset}-{offset + 200}"):
+            src.read(offset, 200)
+    fault_proxy.clear()  # the failure is not kept: the next read fetches the block
+    assert bytes(src.read(5 * bs, 200)) == data[5 * bs : 5 * bs + 200]
+    src.close()
+
+
+def test_pins_are_written_once_blocks_fill_half_the_budget(tmp_path):
+    cache = NodeCache(tmp_path, budget_bytes=4 * KIB)
+    pins = tmp_path / ".pins"
+    for index in range(5):  # blocks are published under their claims
+        cache.release(cache.wait_claim("k", index))
+    cache.pin({("k", 0)})
+    assert not any(pins.iterdir())  # nothing can be evicted yet: no file written per batch
+    assert cache.put("k", {0: b"a" * KIB, 1: b"b" * KIB}) == {0, 1}
+    cache.pin({("k", 0)})
+    assert [p.read_text() for p in pins.iterdir()] == ["k 0\n"]
+    assert cache.put("k", {2: b"c" * KIB, 3: b"d" * KIB, 4: b"e" * KIB}) == {2, 3, 4}
+    assert cache.has("k", 0) and not cache.has("k", 1)  # the pinned block outlived an older unpinned one
+    cache.unpin()
+    assert not any(pins.iterdir())

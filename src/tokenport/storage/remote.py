@@ -13,6 +13,7 @@ aiohttp resends an idempotent request once when a reused keep-alive connection d
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import errno
 import hashlib
 import logging
@@ -25,7 +26,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -429,6 +430,9 @@ class _BlockCache:
                 self.drop(index)
 
 
+_ExactSpans = tuple[list[int], list[int], list[Future[bytes]]]
+
+
 def plan_spans(blocks: Sequence[int], gap_blocks: int, max_blocks: int) -> list[tuple[int, int]]:
     """Merge sorted block ids into [lo, hi) spans, bridging gaps of <= gap_blocks, each <= max_blocks long."""
     spans: list[tuple[int, int]] = []
@@ -501,7 +505,7 @@ class ObjectStoreSource(ByteSource):
         self._plan_window = 1  # blocks in the plan's next window
         self._reading: set[int] = set()  # blocks of the ranges `read_ranges` is reading now
         self._pin_lock = threading.Lock()  # one pin update at a time, so the newest set is written last
-        self._exact: tuple[list[int], list[bytes]] = ([], [])  # spans fetched exactly: starts, bytes
+        self._exact: _ExactSpans = ([], [], [])  # spans `prefetch` fetches exactly: starts, ends, their GETs
 
     def _after_fork(self) -> None:
         if self._fs is not None:  # fsspec clients are not fork-safe: made anew on first use; the
@@ -616,11 +620,11 @@ class ObjectStoreSource(ByteSource):
         return super().stream(buffer_size or min(self.options.max_request_bytes, max(1, self._size)))
 
     def prefetch(self, ranges: Sequence[Range]) -> None:
-        """Plan reads of `ranges` (in the order they will be read): fetch the exact bytes of the
-        leading ranges now (up to `options.first_exact_bytes`, in coalesced GETs), then the blocks
-        of the rest in the background in order of first use, in windows that double (from
-        `options.first_window_blocks`), never more unread blocks ahead than half the cache.
-        A new call replaces the plan."""
+        """Plan reads of `ranges` (in the order they will be read): start GETs of the exact bytes of
+        the leading ranges (up to `options.first_exact_bytes`, nearby ones merged; a read of them waits
+        for its own GET only), then fetch the blocks of the rest in the background in order of first
+        use, in windows that double (from `options.first_window_blocks`), never more unread blocks
+        ahead than half the cache. A new call replaces the plan."""
         bs = self.options.block_size
         for offset, length in ranges:
             self._check_range(offset, length)
@@ -646,7 +650,7 @@ class ObjectStoreSource(ByteSource):
 
     def close(self) -> None:
         with self._lock:
-            self._exact = ([], [])
+            self._exact = ([], [], [])
             self._end_plan()
             self._plan_changed.notify_all()
             pool, self._pool = self._pool, None
@@ -661,22 +665,32 @@ class ObjectStoreSource(ByteSource):
     # --- internals ---
 
     def _fetch_exact(self, ranges: Sequence[Range]) -> int:
-        """Fetch the bytes of the leading ranges (up to `first_exact_bytes`) not cached already, in GETs
-        of nearby ranges merged; how many leading ranges that covers. Replaces the earlier spans."""
+        """Start GETs (first in the pool's queue, in read order) of the bytes of the leading ranges, up to
+        `first_exact_bytes`, not cached already, nearby ones merged; how many leading ranges that covers.
+        Replaces the earlier spans."""
         limit, total, end = self.options.first_exact_bytes, 0, 0
         while end < len(ranges) and total + ranges[end][1] <= limit:
             total += ranges[end][1]
             end += 1
-        wanted = sorted((o, o + n) for o, n in ranges[:end] if n and not self._cached(o, n))
+        first_use: dict[int, int] = {}  # span start -> place of its first range in the read order
+        wanted = sorted((o, o + n, i) for i, (o, n) in enumerate(ranges[:end]) if n and not self._cached(o, n))
         spans: list[list[int]] = []
-        for lo, hi in wanted:
+        for lo, hi, place in wanted:
             if spans and lo - spans[-1][1] <= EXACT_GAP and hi - spans[-1][0] <= self.options.max_request_bytes:
                 spans[-1][1] = max(spans[-1][1], hi)
+                first_use[spans[-1][0]] = min(first_use[spans[-1][0]], place)
             else:
                 spans.append([lo, hi])
-        fetched = self._map(lambda span: (span[0], self._get_range(span[0], span[1])), [(lo, hi) for lo, hi in spans])
+                first_use[lo] = place
+        futures: list[Future[bytes]] = []
+        if spans:
+            self._filesystem()  # the client is made here once, not raced by the pool's threads
+            pool = self._executor()
+            by_use = sorted(range(len(spans)), key=lambda k: first_use[spans[k][0]])
+            submitted = {k: pool.submit(self._get_range, *spans[k]) for k in by_use}
+            futures = [submitted[k] for k in range(len(spans))]
         with self._lock:
-            self._exact = ([lo for lo, _ in fetched], [data for _, data in fetched])
+            self._exact = ([lo for lo, _ in spans], [hi for _, hi in spans], futures)
         return end
 
     def _cached(self, offset: int, length: int) -> bool:
@@ -687,13 +701,32 @@ class ObjectStoreSource(ByteSource):
                 return False
         return True
 
-    def _from_exact(self, offset: int, length: int) -> memoryview | None:
-        """The range from the spans `prefetch` fetched exactly, or None when they do not hold it."""
-        starts, datas = self._exact
+    def _exact_span(self, offset: int, length: int) -> int:
+        """The place of the exact span that holds the range, or -1."""
+        starts, ends, _ = self._exact
         k = bisect.bisect_right(starts, offset) - 1
-        if k < 0 or offset + length > starts[k] + len(datas[k]):
+        return k if k >= 0 and offset + length <= ends[k] else -1
+
+    def _from_exact(self, offset: int, length: int) -> memoryview | None:
+        """The range from the spans `prefetch` fetches exactly (waiting for its GET), or None when they do
+        not hold it. A failed GET raises its StorageError once; its span is then forgotten, so a later
+        read of it fetches blocks."""
+        starts, ends, futures = self._exact
+        k = self._exact_span(offset, length)
+        if k < 0:
             return None
-        return memoryview(datas[k])[offset - starts[k] : offset - starts[k] + length]
+        error = futures[k].exception()
+        if error is not None:
+            with self._lock:
+                if self._exact[2][k : k + 1] == [futures[k]]:
+                    self._exact = (
+                        starts[:k] + starts[k + 1 :],
+                        ends[:k] + ends[k + 1 :],
+                        futures[:k] + futures[k + 1 :],
+                    )
+            raise error
+        at = offset - starts[k]
+        return memoryview(futures[k].result())[at : at + length]
 
     def _ahead_blocks(self) -> int:
         """How many planned blocks may wait unread: half of what the cache that keeps them holds."""
@@ -711,7 +744,9 @@ class ObjectStoreSource(ByteSource):
         self._plan_changed.notify_all()
 
     def _run_plan(self, plan: int) -> None:
-        """The background part of a plan: its windows in order, waiting while too many blocks are unread."""
+        """The background part of a plan: its windows in order, waiting while too many blocks are unread.
+        It starts once the exact GETs are answered, so the first reads do not queue behind blocks."""
+        concurrent.futures.wait(self._exact[2])
         try:
             while self._next_window(plan, wait=True):
                 pass
@@ -816,24 +851,33 @@ class ObjectStoreSource(ByteSource):
                     keep = {(self._key, i) for i in self._pending}
 
                 def land(span: tuple[int, int]) -> dict[int, bytes]:
-                    """Fetch one span, then publish and release each of its blocks at once."""
+                    """Fetch one span, then publish its claimed blocks and release them at once."""
+                    got = self._get_span(*span)
                     held: dict[int, bytes] = {}
-                    for index, data in self._get_span(*span).items():
-                        if self._node is None:
+                    if self._node is None:
+                        for index, data in got.items():
                             held[index] = data  # gap fillers too: kept in memory, evicted first
                             self._cache.put(index, data)
-                        elif index in claims:
-                            if not self._node.put(self._key, index, data, keep):  # over the budget: memory only
-                                self._cache.put(index, data)
-                                held[index] = data
-                            elif in_memory:
-                                held[index] = data
-                            self._node.release(claims.pop(index))
+                            self._done(index, mine_set)
+                        return held
+                    ours = {index: data for index, data in got.items() if index in claims}
+                    published = self._node.put(self._key, ours, keep) if ours else set()
+                    for index, data in ours.items():
+                        if index not in published:  # over the budget: memory only
+                            self._cache.put(index, data)
+                            held[index] = data
+                        elif in_memory:
+                            held[index] = data
+                        self._node.release(claims.pop(index))
                         self._done(index, mine_set)
                     return held
 
                 mine_set = set(mine)
-                for held in self._map(land, plan_spans(todo, gap_blocks, self._max_blocks())):
+                if self._node is None:
+                    spans = plan_spans(todo, gap_blocks, self._max_blocks())
+                else:
+                    spans = self._node_spans(todo, gap_blocks, claims)
+                for held in self._map(land, spans):
                     found.update(held)
         finally:
             for fd in claims.values():
@@ -843,6 +887,8 @@ class ObjectStoreSource(ByteSource):
                     event = self._inflight.pop(index, None)
                     if event is not None:
                         event.set()
+        if not in_memory:  # a prefetch leaves blocks another thread or process fetches to it: a wait
+            return found  # here would stall the plan's next window, and the read waits if it must
         for event in waits:
             event.wait()
         for index in elsewhere:  # another process fetches it: wait for its claim, then look again
@@ -856,6 +902,48 @@ class ObjectStoreSource(ByteSource):
                     data = self._cache.get(index)
                     found.update({index: data} if data is not None else self._acquire([index], 0, True))
         return found
+
+    def _node_spans(self, todo: Sequence[int], gap_blocks: int, claims: dict[int, int]) -> list[tuple[int, int]]:
+        """Spans over the claimed blocks `todo`, bridging a gap only with blocks this process claims and
+        can keep on disk without evicting (added to `claims`): a gap filler that no cache keeps is bytes
+        moved for nothing, and one another process fetches or has published is a second download."""
+        assert self._node is not None
+        spans: list[tuple[int, int]] = []
+        room: int | None = None
+        for block in todo:
+            if spans:
+                lo, hi = spans[-1]
+                gap = range(hi, block)
+                if 0 < len(gap) <= gap_blocks and block + 1 - lo <= self._max_blocks():
+                    if room is None:
+                        free = self._node.budget_bytes - self._node.used_bytes()
+                        room = free // self.options.block_size - len(todo)
+                    if len(gap) <= room and self._claim_gap(gap, claims):
+                        room -= len(gap)
+                        spans[-1] = (lo, block + 1)
+                        continue
+                elif not gap and block + 1 - lo <= self._max_blocks():
+                    spans[-1] = (lo, block + 1)
+                    continue
+            spans.append((block, block + 1))
+        return spans
+
+    def _claim_gap(self, gap: range, claims: dict[int, int]) -> bool:
+        """Claim every block of `gap` (none on disk, none being fetched elsewhere), or none of them."""
+        assert self._node is not None
+        taken: dict[int, int] = {}
+        for index in gap:
+            fd = None if self._node.has(self._key, index) else self._node.try_claim(self._key, index)
+            if fd is not None and self._node.has(self._key, index):
+                self._node.release(fd)
+                fd = None
+            if fd is None:
+                for held in taken.values():
+                    self._node.release(held)
+                return False
+            taken[index] = fd
+        claims.update(taken)
+        return True
 
     def _count_lookups(self, hits: int, misses: int) -> None:
         with self._lock:
@@ -873,7 +961,7 @@ class ObjectStoreSource(ByteSource):
         while end < len(ranges):
             offset, length = ranges[end]
             self._check_range(offset, length)
-            if self._exact[0] and self._from_exact(offset, length) is not None:
+            if self._exact[0] and self._exact_span(offset, length) >= 0:
                 end += 1
                 continue
             blocks = range(offset // bs, (offset + length - 1) // bs + 1) if length else range(0)
