@@ -238,7 +238,7 @@ class _TokenportStream:
                 worker, workers = (info.id, info.num_workers) if info else (0, 1)
                 batches = [self.order[b : b + args.batch] for b in range(0, len(self.order), args.batch)]
                 mine = batches[worker::workers]
-                self.store.prefetch([(int(i), 0, None) for ids in mine for i in ids])
+                self.store.prefetch([(i, 0, None) for ids in mine for i in ids.tolist()])
                 for ids in mine:
                     tokens, _ = self.store.get_many(ids)
                     yield torch.from_numpy(tokens.reshape(len(ids), width))

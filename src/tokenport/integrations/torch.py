@@ -26,6 +26,7 @@ from time import perf_counter
 from typing import Any
 
 from .._checks import check_int
+from .._fork import keep_forked_heaps_shared
 from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.controller import MixtureSignals
 from ..errors import ConfigError
@@ -165,6 +166,8 @@ class StatefulLoader:
             options["collate_fn"] = self.collate_fn or collate
         resolving = ResolvingSampler(self.sampler, self.dataset) if isinstance(self.dataset, AdaptiveBlend) else None
         loader = DataLoader(source, batch_sampler=resolving or self.sampler, **options)
+        if loader.num_workers:
+            keep_forked_heaps_shared()
         batches = iter(loader)
         unknown = 0 if loader.num_workers == 0 else None  # torch's count of batches in flight, when it has none
         while True:

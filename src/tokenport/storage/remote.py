@@ -33,6 +33,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from .._checks import check_int
 from .._files import publish_mode
+from .._fork import keep_forked_heaps_shared
 from ..errors import ConfigError, StorageError
 from ..metrics import live
 from .base import ByteSource, Range
@@ -1089,6 +1090,7 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+keep_forked_heaps_shared()
 
 
 # --- whole small objects --------------------------------------------------------------
