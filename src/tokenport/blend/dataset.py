@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError, InputDataError
 from ..samples.gpt import GPTDataset
-from ..samples.lineage import SampleLineage
+from ..samples.lineage import ReadPlan, SampleLineage
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
 from .checkpoints import SampleIndexCheckpoints
@@ -178,6 +178,40 @@ class BlendedDataset:
         lengths = np.array(self._lengths, dtype=np.int64)
         samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
         return gather(self.datasets, datasets, samples, "BlendedDataset")
+
+    def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
+        """The store reads samples ``ids`` make, per store in read order: [(store, documents, offsets,
+        lengths)] from the children that can say (those with ``read_plan``)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        datasets = self.dataset_index[ids].astype(np.int64)
+        sample_index = self.dataset_sample_index
+        samples = (sample_index[ids] if isinstance(sample_index, np.ndarray) else sample_index.take(ids)).astype(
+            np.int64
+        )
+        lengths = np.array(self._lengths, dtype=np.int64)
+        samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
+        return merge_plans(
+            self.datasets[d].read_plan(samples[datasets == d])
+            for d in dict.fromkeys(datasets.tolist())
+            if hasattr(self.datasets[d], "read_plan")
+        )
+
+
+def merge_plans(
+    plans: Iterable[list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]],
+) -> ReadPlan:
+    """Read plans joined into one entry per store (children may share a store), in order of first use."""
+    parts: dict[int, list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for plan in plans:
+        for entry in plan:
+            parts.setdefault(id(entry[0]), []).append(entry)
+    joined = []
+    for entries in parts.values():
+        documents, offsets, lengths = (np.concatenate([entry[k] for entry in entries]) for k in (1, 2, 3))
+        joined.append((entries[0][0], documents, offsets, lengths))
+    return joined
 
 
 def gather(children: Sequence[Any], datasets: np.ndarray, samples: np.ndarray, owner: str) -> dict[str, np.ndarray]:

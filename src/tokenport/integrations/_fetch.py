@@ -114,10 +114,15 @@ class FieldsOnly:
 
 class BatchFetch(FieldsOnly):
     """``dataset`` as torch's DataLoader sees it on the batch path: ``__getitems__`` is one
-    ``get_batch`` call, keeping ``names`` in that order."""
+    ``get_batch`` call, keeping ``names`` in that order; ``read_ahead`` (a ReadAhead, set by the
+    loader for each ``for``) is told of each batch first."""
+
+    read_ahead: Any = None
 
     def __getitems__(self, ids: list[int]) -> dict[str, np.ndarray]:
         """Samples ``ids`` stacked on a leading axis, one array per name."""
+        if self.read_ahead is not None:
+            self.read_ahead.before(ids)
         batch = self.dataset.get_batch(ids)
         return {name: batch[name] for name in self.names}
 

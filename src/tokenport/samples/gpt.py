@@ -22,7 +22,7 @@ from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
 from .fields import FieldOptions, fields_from_store, fields_from_windows
-from .lineage import SampleLineage, gpt_pieces
+from .lineage import ReadPlan, SampleLineage, gpt_pieces
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
@@ -429,11 +429,35 @@ class GPTDataset:
             self.dataset.prefix,
         )
 
+    def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
+        """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)]."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        _, docs, begin, size = self._pieces(self.shuffle_index[ids].astype(np.int64))
+        return [(self.dataset, docs, begin, size)]
+
     def _windows(self, rows: np.ndarray) -> np.ndarray:
         """The (B, seq_length + extra) int64 token windows of samples ``rows``, pad-filled at the end."""
-        extra = int(self.config.add_extra_token)
-        width = self.config.seq_length + extra
+        width = self.config.seq_length + int(self.config.add_extra_token)
         out = np.full((len(rows), width), self._options.pad, dtype=np.int64)
+        sample, docs, begin, size = self._pieces(rows)
+        if len(size) and int(np.bincount(sample, size).max()) > width:
+            self._bad_indices("sample_index")
+        column = np.cumsum(size) - size
+        counts = np.bincount(sample, minlength=len(rows))
+        column -= np.repeat(column[np.cumsum(counts) - counts], counts)
+        get = self.dataset.get
+        for row, doc, offset, length, col in zip(
+            sample.tolist(), docs.tolist(), begin.tolist(), size.tolist(), column.tolist()
+        ):
+            out[row, col : col + length] = get(doc, offset, length)
+        return out
+
+    def _pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(sample, document, token offset, length) of each document piece of samples ``rows``
+        (sample_index rows), in sample order; refuses indices that would read outside the store."""
+        extra = int(self.config.add_extra_token)
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) + 1 >= len(self.sample_index)):
             self._bad_indices("shuffle_index")
         first_pos, first_off = self.sample_index[rows].astype(np.int64).T
@@ -454,21 +478,9 @@ class GPTDataset:
         begin = np.where(position == first_pos[sample], first_off[sample], 0)
         end = np.where(position == last_pos[sample], last_off[sample] + extra, self._lengths[docs])
         size = end - begin
-        if len(size) and (
-            bool((begin < 0).any())
-            or bool((end > self._lengths[docs]).any())
-            or bool((size < 0).any())
-            or int(np.bincount(sample, size).max()) > width
-        ):
+        if len(size) and (bool((begin < 0).any()) or bool((end > self._lengths[docs]).any()) or bool((size < 0).any())):
             self._bad_indices("sample_index")
-        column = np.cumsum(size) - size
-        column -= np.repeat(column[np.cumsum(counts) - counts], counts)
-        get = self.dataset.get
-        for row, doc, offset, length, col in zip(
-            sample.tolist(), docs.tolist(), begin.tolist(), size.tolist(), column.tolist()
-        ):
-            out[row, col : col + length] = get(doc, offset, length)
-        return out
+        return sample, docs, begin, size
 
     def _bad_indices(self, field: str) -> NoReturn:
         """Refuse sample indices that would read outside the store (the memory-map kernel's check)."""

@@ -17,6 +17,10 @@ import numpy as np
 
 from ..errors import CorruptStoreError
 
+ReadPlan = list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]
+"""The store reads some samples make, per store in read order: [(IndexedDataset, documents, token
+offsets, token lengths)]; what datasets' ``read_plan`` returns, for remote stores to fetch ahead."""
+
 
 @dataclass(frozen=True)
 class SampleLineage:

@@ -37,7 +37,7 @@ from .._checks import check_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
-from .lineage import SampleLineage, bin_lineage
+from .lineage import ReadPlan, SampleLineage, bin_lineage
 
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
 
@@ -201,6 +201,17 @@ class PackedDataset:
         batch["position_ids"] = self._position_ids(row, end - length, length, len(ids))
         batch.update(self._boundaries(row, end, length, counts))
         return batch
+
+    def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
+        """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)]."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        bins = self.order[ids]
+        pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
+        documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
+        reads = np.minimum(self.piece_length[pieces] + 1, self._sequence_lengths[documents] - offsets)
+        return [(self.store, documents, offsets, reads)]
 
     def _tokens_and_labels(
         self, row: np.ndarray, pieces: np.ndarray, column: np.ndarray, batch: int

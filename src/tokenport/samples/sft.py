@@ -57,7 +57,7 @@ import numpy as np
 from .._checks import check_choice, check_int, is_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
-from .lineage import SampleLineage, bin_lineage
+from .lineage import ReadPlan, SampleLineage, bin_lineage
 from .packed import _check_ids, _pack_windows, _ranges
 
 PACKINGS = ("bfd", "none")
@@ -407,6 +407,14 @@ class SFTDataset:
         if self.shape == "hf":
             return {"input_ids": out[0], "labels": out[1], "position_ids": out[3]}
         return dict(zip(SHAPES["megatron"], out))
+
+    def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
+        """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)] for the
+        tokens and the loss masks."""
+        bins = self.order[self._checked(ids)]
+        pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
+        documents, offsets, lengths = self.piece_document[pieces], self.piece_offset[pieces], self.piece_length[pieces]
+        return [(self.store, documents, offsets, lengths), (self.masks, documents, offsets, lengths)]
 
     def _checked(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """``ids`` as a 1-D int64 array, or an IndexError if one lies outside the dataset."""
