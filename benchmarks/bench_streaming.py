@@ -117,28 +117,69 @@ def read_run(args: argparse.Namespace) -> dict[str, float]:
     width = args.seq_length + 1
     _import_side(args.side)  # imports are not timed: each side's clock starts at its dataset
     _ids_of(sample_tokens(np.zeros(1, dtype=np.int64), width), width)  # the checker's table, not timed
+    check = _check_gpt(args) if args.side == "tokenport-loader" else _check_samples(args.side, width)
     start = time.perf_counter()
     loader, expected_count = _loader(args, width)
+    if hasattr(check, "prepare"):
+        check.prepare(loader)
     first = None
     seen = 0
     for batch in loader:
         if first is None:
             first = time.perf_counter() - start
-        tokens = batch["tokens"] if isinstance(batch, dict) else batch
-        tokens = np.asarray(tokens.numpy() if hasattr(tokens, "numpy") else tokens)
-        tokens = tokens.reshape(-1, width)
-        ids = _ids_of(tokens, width)
-        if not np.array_equal(tokens, sample_tokens(ids, width)):
-            raise SystemExit(f"{args.side}: wrong tokens")
-        seen += len(tokens)
+        seen += check(batch, loader)
         if seen >= expected_count:
             break
     total = time.perf_counter() - start
     return {"first_batch_s": first or 0.0, "total_s": total, "samples": seen}
 
 
+def _check_samples(side: str, width: int):
+    """The check of a batch of whole samples (each names itself by its first tokens); its size."""
+
+    def check(batch, loader) -> int:
+        tokens = batch["tokens"] if isinstance(batch, dict) else batch
+        tokens = np.asarray(tokens.numpy() if hasattr(tokens, "numpy") else tokens)
+        tokens = tokens.reshape(-1, width)
+        ids = _ids_of(tokens, width)
+        if not np.array_equal(tokens, sample_tokens(ids, width)):
+            raise SystemExit(f"{side}: wrong tokens")
+        return len(tokens)
+
+    return check
+
+
+def _check_gpt(args: argparse.Namespace):
+    """The check of a StatefulLoader's GPT batch: equal to the same samples of the local store
+    (built before the clock starts; it also starts numba, which the benchmark counts with imports)."""
+    import copy
+
+    import tokenport as tp
+
+    local = _gpt_dataset(tp.IndexedDataset(Path(args.data) / "tokenport" / "store"), args)
+    local.get_batch([0])
+    expected = []
+
+    def check(batch, loader) -> int:
+        want = local.get_batch(next(expected[0]))
+        for name in ("tokens", "labels"):
+            if not np.array_equal(batch[name].numpy(), want[name]):
+                raise SystemExit(f"tokenport-loader: wrong {name}")
+        return len(batch["tokens"])
+
+    check.prepare = lambda loader: expected.append(iter(copy.copy(loader.sampler)))  # its batches, from the start
+    return check
+
+
+def _gpt_dataset(store, args: argparse.Namespace):
+    import tokenport as tp
+
+    config = tp.GPTSampleConfig(args.seq_length, args.seed)
+    return tp.GPTDataset(store, np.arange(len(store)), args.read, config, args.seed)
+
+
 def _import_side(side: str) -> None:
-    if side == "tokenport":
+    if side.startswith("tokenport"):
         import s3fs  # noqa: F401
 
         import tokenport.indexed  # noqa: F401
@@ -178,6 +219,8 @@ def _loader(args: argparse.Namespace, width: int):
     if args.side == "tokenport":
         dataset = _TokenportStream(args, width)
         return torch.utils.data.DataLoader(dataset, **options), args.read
+    if args.side == "tokenport-loader":
+        return _tokenport_loader(args), args.read
     _stub_vision()
     if args.side == "litdata":
         from litdata import StreamingDataLoader, StreamingDataset
@@ -244,6 +287,31 @@ class _TokenportStream:
                     yield torch.from_numpy(tokens.reshape(len(ids), width))
 
         return Stream()
+
+
+def _tokenport_loader(args: argparse.Namespace):
+    """tokenport as a trainer uses it: StatefulLoader over a GPTDataset (seq_length tokens and labels)
+    of the remote store; its workers read ahead (ReadAhead) through the node cache."""
+    import tokenport as tp
+    from tokenport.storage.remote import RemoteOptions
+
+    options = RemoteOptions(
+        block_size=args.block_kib * 1024,
+        node_cache_dir=str(Path(args.cache) / "blocks"),
+        node_cache_bytes=(args.budget_mib or 1 << 20) * MIB,
+        storage_options={"endpoint_url": args.endpoint},
+    )
+    store = tp.IndexedDataset(
+        f"s3://{BUCKET}/tokenport/store", remote_options=options, cache_dir=str(Path(args.cache) / "idx")
+    )
+    return tp.StatefulLoader.for_dataset(
+        _gpt_dataset(store, args),
+        micro_batch_size=args.batch,
+        seed=args.seed,
+        fields=("tokens", "labels"),
+        num_workers=args.workers,
+        **({"multiprocessing_context": "fork"} if args.workers else {}),
+    )
 
 
 # --- the driver ----------------------------------------------------------------------------
@@ -329,6 +397,7 @@ def main() -> None:
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
     width = args.seq_length + 1
     if args.role == "write-peers":
@@ -428,7 +497,8 @@ def drive(args: argparse.Namespace, width: int) -> None:
     env["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = str(1 << 40)  # objects in memory, not temp files
     os.environ.update(env)
     t0 = time.perf_counter()
-    if "tokenport" in sides and not reuse:
+    ours = any(side.startswith("tokenport") for side in sides)
+    if ours and not reuse:
         write_tokenport(work / "data", args.samples, width)
     if peers_python is not None and not reuse:
         subprocess.run(
@@ -438,7 +508,7 @@ def drive(args: argparse.Namespace, width: int) -> None:
             env=env,
             stdout=subprocess.DEVNULL,
         )
-    if "tokenport" in sides and peers_python is not None:
+    if ours and peers_python is not None:
         (work / "data" / "written").write_text(f"{args.samples} {args.seq_length}\n")
     server = Served("moto", env, moto_ranges=args.moto_ranges)
     proxy = Served("proxy", env, server.endpoint)
@@ -446,12 +516,12 @@ def drive(args: argparse.Namespace, width: int) -> None:
         client = boto3.client("s3", endpoint_url=server.endpoint)
         client.create_bucket(Bucket=BUCKET)
         for side, folder in (("tokenport", "tokenport"), ("litdata", "litdata"), ("mosaic", "mds")):
-            if side in sides:
+            if side in sides or (side == "tokenport" and ours):
                 upload(client, work / "data" / folder, folder)
         print(f"data written and uploaded in {time.perf_counter() - t0:.0f}s", flush=True)
         results = []
         for side in sides:
-            python = sys.executable if side == "tokenport" else str(peers_python)
+            python = sys.executable if side.startswith("tokenport") else str(peers_python)
             for run, budget in (("cold", 0), ("warm", 0), ("budget", args.budget_mib)):
                 if run not in args.runs.split(","):
                     continue
@@ -460,7 +530,7 @@ def drive(args: argparse.Namespace, width: int) -> None:
                     shutil.rmtree(cache, ignore_errors=True)
                 cache.mkdir(parents=True, exist_ok=True)
                 run_env = dict(env, S3_ENDPOINT_URL=proxy.endpoint, AWS_ENDPOINT_URL=proxy.endpoint)
-                if side == "tokenport":
+                if side.startswith("tokenport"):
                     run_env["PYTHONPATH"] = str(HERE.parent / "src")
                 proxy.ask("clear")
                 watch = DiskWatch(cache)
@@ -468,6 +538,7 @@ def drive(args: argparse.Namespace, width: int) -> None:
                 try:
                     out = subprocess.run(
                         [str(python), __file__, "--role", "read", "--side", side, "--cache", str(cache)]
+                        + ["--data", str(work / "data")]
                         + ["--endpoint", proxy.endpoint, "--samples", str(args.samples)]
                         + ["--seq-length", str(args.seq_length), "--read", str(args.read), "--batch", str(args.batch)]
                         + ["--workers", str(args.workers), "--budget-mib", str(budget), "--seed", str(args.seed)]
