@@ -32,15 +32,19 @@ def _write(prefix: Path, count: int, seed: int, masks: bool = False) -> Path:
 
 
 def _recorded(store: tp.IndexedDataset, calls: Counter) -> None:
-    """Count every (store, document, offset, length) read through ``store.get``."""
-    get = store.get
+    """Count every (store, document, offset, length) read through ``store.get`` or ``store.get_pieces``."""
+    get, get_pieces = store.get, store.get_pieces
 
     def recording(idx, offset=0, length=None):
         out = get(idx, offset, length)
         calls[(id(store), int(idx), int(offset), len(out))] += 1
         return out
 
-    store.get = recording
+    def recording_pieces(ids, offsets, lengths):
+        calls.update((id(store), int(d), int(o), int(n)) for d, o, n in zip(ids, offsets, lengths))
+        return get_pieces(ids, offsets, lengths)
+
+    store.get, store.get_pieces = recording, recording_pieces
 
 
 def _planned(dataset, ids) -> Counter:
@@ -68,7 +72,7 @@ def test_read_plans_name_exactly_the_reads_get_batch_makes(tmp_path):
             _recorded(store, calls)
         dataset.get_batch(ids)
         for store in stores.values():
-            del store.get
+            del store.get, store.get_pieces
         assert calls and _planned(dataset, ids) == calls, type(dataset).__name__
     order = [(d, o) for _, documents, offsets, _ in gpt.read_plan([5, 1]) for d, o in zip(documents, offsets)]
     assert order[: len(gpt.lineage(5).pieces)] == [(d, s) for d, s, _ in gpt.lineage(5).pieces]  # in read order

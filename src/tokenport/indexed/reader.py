@@ -399,6 +399,45 @@ class IndexedDataset:
             )
         return tokens, offsets
 
+    def get_pieces(
+        self, ids: Sequence[int] | np.ndarray, offsets: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray
+    ) -> np.ndarray:
+        """Tokens ``[offsets[k], offsets[k] + lengths[k])`` of sequences ``ids[k]``, concatenated: one
+        batched read (coalesced GETs remotely) in place of a ``get`` per piece."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        index = self._index.get()
+        if not len(ids) == len(offsets) == len(lengths):
+            raise ValueError(f"get_pieces: {len(ids)} ids, {len(offsets)} offsets and {len(lengths)} lengths")
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
+            raise IndexError(f"{self.prefix}: get_pieces: ids must lie in [0, {len(self)})")
+        total = index.lengths[ids].astype(np.int64)
+        bad = np.flatnonzero((offsets < 0) | (lengths < 0) | (offsets + lengths > total))
+        if len(bad):
+            k = int(bad[0])
+            raise IndexError(
+                f"{self.prefix}: sequence {int(ids[k])} has {int(total[k])} tokens; "
+                f"offset={int(offsets[k])} length={int(lengths[k])} is out of range"
+            )
+        if self._tokens is not None:
+            tokens = self._tokens.get()
+            starts = index.pointers[ids] // self._itemsize + offsets
+            pieces = [tokens[a : a + n] for a, n in zip(starts.tolist(), lengths.tolist())]
+            return np.concatenate(pieces) if pieces else tokens[:0].copy()
+        sizes = lengths * self._itemsize
+        ends = np.cumsum(sizes)
+        if not len(ids) or not ends[-1]:
+            return np.zeros(0, self.dtype)
+        starts, counts = _runs(index.pointers[ids] + offsets * self._itemsize, sizes, np.concatenate(([0], ends)))
+        chunks = self._bin.read_ranges(list(zip(starts.tolist(), counts.tolist())))
+        out = np.frombuffer(bytearray().join(chunks), dtype=self.dtype)
+        if len(out) * self._itemsize != ends[-1]:
+            raise CorruptStoreError(
+                f"{self._bin.url}: the index points outside the file; run `tokenport verify` on the store"
+            )
+        return out
+
     def _gather_mapped(self, index: _IndexArrays, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """get_many from the memory-mapped .bin: one numba pass (the index was checked on first use)."""
         from .gather_kernels import gather_sequences

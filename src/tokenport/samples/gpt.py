@@ -444,14 +444,11 @@ class GPTDataset:
         sample, docs, begin, size = self._pieces(rows)
         if len(size) and int(np.bincount(sample, size).max()) > width:
             self._bad_indices("sample_index")
-        column = np.cumsum(size) - size
+        ends = np.cumsum(size)  # each token's column: its place among its sample's pieces
         counts = np.bincount(sample, minlength=len(rows))
-        column -= np.repeat(column[np.cumsum(counts) - counts], counts)
-        get = self.dataset.get
-        for row, doc, offset, length, col in zip(
-            sample.tolist(), docs.tolist(), begin.tolist(), size.tolist(), column.tolist()
-        ):
-            out[row, col : col + length] = get(doc, offset, length)
+        sample_start = np.repeat((ends - size)[np.cumsum(counts) - counts], counts)
+        columns = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(sample_start, size)
+        out[np.repeat(sample, size), columns] = self.dataset.get_pieces(docs, begin, size)
         return out
 
     def _pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

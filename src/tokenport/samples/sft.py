@@ -142,13 +142,6 @@ def _first_trained(masks: IndexedDataset, ids: np.ndarray) -> np.ndarray:
     return firsts - offsets[:-1]
 
 
-def _gather(store: IndexedDataset, documents: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The tokens [offset, offset + length) of each document, concatenated (a store not memory-mapped)."""
-    get = store.get
-    chunks = [get(d, o, n) for d, o, n in zip(documents.tolist(), offsets.tolist(), lengths.tolist())]
-    return np.concatenate(chunks) if chunks else np.zeros(0, store.dtype)
-
-
 @numba.njit(cache=True)
 def _fill(bins, bin_starts, piece_length, tokens_from, token_start, masks_from, mask_start, megatron, out):  # noqa: ANN001
     """Write the rows of ``bins`` into ``out`` (tokens, labels, loss_mask, position_ids, cu_seqlens,
@@ -437,8 +430,8 @@ class SFTDataset:
         starts = np.cumsum(length) - length
         local_bins = np.arange(len(bins), dtype=np.int64)
         local_starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        tokens = _gather(self.store, documents, offsets, length)
-        masks = _gather(self.masks, documents, offsets, length)
+        tokens = self.store.get_pieces(documents, offsets, length)
+        masks = self.masks.get_pieces(documents, offsets, length)
         return local_bins, local_starts, length, tokens, starts, masks, starts
 
     def __repr__(self) -> str:
