@@ -165,8 +165,8 @@ class BlendedDataset:
             return item
         return {"dataset_id": dataset, **item}
 
-    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
-        """Samples ``ids`` stacked on a leading axis: one ``get_batch`` per child dataset involved."""
+    def _children(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(child, sample of the child) of each of samples ``ids``, or an IndexError."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
@@ -176,22 +176,17 @@ class BlendedDataset:
             np.int64
         )
         lengths = np.array(self._lengths, dtype=np.int64)
-        samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
+        return datasets, np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` stacked on a leading axis: one ``get_batch`` per child dataset involved."""
+        datasets, samples = self._children(ids)
         return gather(self.datasets, datasets, samples, "BlendedDataset")
 
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, per store in read order: [(store, documents, offsets,
         lengths)] from the children that can say (those with ``read_plan``)."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
-        datasets = self.dataset_index[ids].astype(np.int64)
-        sample_index = self.dataset_sample_index
-        samples = (sample_index[ids] if isinstance(sample_index, np.ndarray) else sample_index.take(ids)).astype(
-            np.int64
-        )
-        lengths = np.array(self._lengths, dtype=np.int64)
-        samples = np.where(np.array(self._wraps)[datasets], samples % lengths[datasets], samples)
+        datasets, samples = self._children(ids)
         return merge_plans(
             self.datasets[d].read_plan(samples[datasets == d])
             for d in dict.fromkeys(datasets.tolist())
@@ -200,7 +195,7 @@ class BlendedDataset:
 
 
 def merge_plans(
-    plans: Iterable[list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]],
+    plans: Iterable[ReadPlan],
 ) -> ReadPlan:
     """Read plans joined into one entry per store (children may share a store), in order of first use."""
     parts: dict[int, list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]] = {}
