@@ -56,3 +56,11 @@ def check_choice(name: str, value: object, choices: Collection[object]) -> objec
         listed = ", ".join(repr(choice) for choice in choices)
         raise ConfigError(f"{name}={value!r} is invalid: pass one of {listed}")
     return value
+
+
+def check_sample_ids(ids: Any, count: int) -> np.ndarray:
+    """``ids`` as a 1-D int64 array of sample ids of a dataset of ``count`` samples, or an IndexError."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= count):
+        raise IndexError(f"sample ids must lie in [0, {count}): got {ids.min()}..{ids.max()}")
+    return ids

@@ -92,7 +92,8 @@ def _loader_gets(s3: MotoS3, proxy: FaultProxy, url: str, local: tp.GPTDataset, 
     options = RemoteOptions(
         block_size=2048,
         coalesce_gap=8192,
-        first_exact_bytes=1024,
+        first_exact_bytes=0,  # blocks only, all in the plan's first window: a read that outruns the
+        first_window_blocks=64,  # background fetch then waits for it, rather than fetching on its own
         max_retries=2,
         backoff_initial=0.01,
         storage_options=s3.storage_options(proxy.endpoint_url),
@@ -114,12 +115,12 @@ def _without_read_ahead(loader: StatefulLoader):
     """The loader's batches with its workers' read-ahead switched off (each read fetches its own blocks)."""
     import tokenport.integrations.torch as module
 
-    real = module.ReadAhead
-    module.ReadAhead = lambda sampler, dataset: None  # type: ignore[assignment, misc]
+    real = module.read_ahead
+    module.read_ahead = lambda sampler, dataset: None  # type: ignore[assignment]
     try:
         yield from loader
     finally:
-        module.ReadAhead = real  # type: ignore[misc]
+        module.read_ahead = real
 
 
 def test_loader_workers_fetch_their_coming_reads_ahead_in_few_gets(s3, fault_proxy, remote_store, tmp_path):
@@ -176,9 +177,13 @@ def test_a_worker_plans_every_nth_batch_from_the_first_it_is_handed_and_finds_it
     assert len(dataset.store.plans) == plans
 
 
-def test_local_stores_are_not_planned():
-    from tokenport.integrations._readahead import ReadAhead
+def test_local_stores_are_not_planned(tmp_path):
+    from tokenport.integrations._readahead import ReadAhead, read_ahead
 
+    store = tp.IndexedDataset(_write(tmp_path / "s", 30, 1))
+    local = tp.GPTDataset(store, np.arange(30), 20, tp.GPTSampleConfig(8, 1), 1)
+    assert read_ahead([[0, 1]], local) is None  # no planning, and no start-up work for it
+    assert read_ahead([[0, 1]], tp.BlendedDataset([local, local], [1, 1], 10)) is None
     dataset = _Dataset()
     dataset.store.prefix = "/data/store"
     ahead = ReadAhead([[0, 1], [2, 3]], dataset)

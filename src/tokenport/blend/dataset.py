@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_sample_ids
 from ..errors import ConfigError, InputDataError
 from ..samples.gpt import GPTDataset
 from ..samples.lineage import ReadPlan, SampleLineage
@@ -167,9 +168,7 @@ class BlendedDataset:
 
     def _children(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(child, sample of the child) of each of samples ``ids``, or an IndexError."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        ids = check_sample_ids(ids, len(self))
         datasets = self.dataset_index[ids].astype(np.int64)
         sample_index = self.dataset_sample_index
         samples = (sample_index[ids] if isinstance(sample_index, np.ndarray) else sample_index.take(ids)).astype(
@@ -187,9 +186,12 @@ class BlendedDataset:
         """The store reads samples ``ids`` make, per store in read order: [(store, documents, offsets,
         lengths)] from the children that can say (those with ``read_plan``)."""
         datasets, samples = self._children(ids)
+        order = np.argsort(datasets, kind="stable")  # each child's samples together, in read order
+        children, first, counts = np.unique(datasets, return_index=True, return_counts=True)
+        groups = dict(zip(children.tolist(), np.split(samples[order], np.cumsum(counts)[:-1])))
         return merge_plans(
-            self.datasets[d].read_plan(samples[datasets == d])
-            for d in dict.fromkeys(datasets.tolist())
+            self.datasets[d].read_plan(groups[d])
+            for d in children[np.argsort(first)].tolist()  # children in order of first use
             if hasattr(self.datasets[d], "read_plan")
         )
 

@@ -2,12 +2,13 @@
 
 torch deals a batch sampler's batches to its workers in turn (batch k to worker k mod W), so a worker
 that knows the sampler's order knows its own next batches. ``ReadAhead`` is made at each ``for`` over
-a StatefulLoader from a copy of the sampler (it reaches the workers with the dataset); a worker finds
-the first batch it is handed among the sampler's batches, takes every W-th one after it, and hands
-the reads of the next ``HORIZON`` of them to the remote stores (``IndexedDataset.prefetch``), which
-fetch them ahead, in order, in few GETs, shared through the node cache. Handed a batch it did not
-expect (persistent workers starting an epoch where their copy did not), a worker looks for it again;
-when it cannot find it, it stops planning: reads still work, each fetching its own blocks.
+a StatefulLoader over remote stores (none for local ones) from a copy of the sampler, and reaches the
+workers with the dataset. A worker finds the first batch it is handed among the sampler's batches,
+takes every W-th one after it, and hands the reads of the next ``HORIZON`` of them to the remote
+stores (``IndexedDataset.prefetch``), which fetch them ahead, in order, in few GETs, shared through
+the node cache. Handed a batch it did not expect (persistent workers starting an epoch where their
+copy did not), a worker looks for it again; when it cannot find it, it stops planning: reads still
+work, each fetching its own blocks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..indexed import IndexedDataset
 from ..storage import is_remote
 
 HORIZON = 128  # batches of one worker's share planned at once; planned again when half are read
@@ -91,10 +93,21 @@ class ReadAhead:
                 else:
                     self._mine.append(list(mine))
         ids = [i for b in (batch, *self._mine) for i in b]
-        remote = 0
         for store, documents, offsets, lengths in self.dataset.read_plan(ids):
             if is_remote(store.prefix):
                 store.prefetch(list(zip(documents.tolist(), offsets.tolist(), lengths.tolist())))
-                remote += 1
-        if not remote:
-            self._off = True  # local stores: nothing to fetch ahead
+
+
+def read_ahead(sampler: Any, dataset: Any) -> ReadAhead | None:
+    """A ReadAhead for a ``for`` over ``dataset`` in ``sampler``'s order, or None when no store under it
+    is remote (or it cannot say its reads): local stores need no planning, nor its start-up work."""
+    return ReadAhead(sampler, dataset) if hasattr(dataset, "read_plan") and _reads_remote(dataset) else None
+
+
+def _reads_remote(dataset: Any) -> bool:
+    """True when a store of ``dataset`` (a tokenport dataset, or a blend of them at any depth) is remote."""
+    children = getattr(dataset, "datasets", None)
+    if children is not None:
+        return any(_reads_remote(child) for child in children)
+    stores = (getattr(dataset, name, None) for name in ("dataset", "store", "masks"))
+    return any(isinstance(store, IndexedDataset) and is_remote(store.prefix) for store in stores)

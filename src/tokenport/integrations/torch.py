@@ -36,7 +36,7 @@ from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.stream import StreamSampler
 from ._fetch import BatchFetch, SharedBatch, check_fields, fetch_plan
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
-from ._readahead import ReadAhead
+from ._readahead import read_ahead
 from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
@@ -167,7 +167,7 @@ class StatefulLoader:
             options["collate_fn"] = self.collate_fn or collate
         resolving = ResolvingSampler(self.sampler, self.dataset) if isinstance(self.dataset, AdaptiveBlend) else None
         if isinstance(source, BatchFetch):  # remote stores fetch each worker's coming reads ahead
-            source.read_ahead = ReadAhead(self.sampler, self.dataset) if hasattr(self.dataset, "read_plan") else None
+            source.read_ahead = read_ahead(self.sampler, self.dataset)
         loader = DataLoader(source, batch_sampler=resolving or self.sampler, **options)
         if loader.num_workers:
             keep_forked_heaps_shared()

@@ -17,7 +17,7 @@ from typing import NoReturn
 import numba
 import numpy as np
 
-from .._checks import check_int, check_seed
+from .._checks import check_int, check_sample_ids, check_seed
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
@@ -408,9 +408,7 @@ class GPTDataset:
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis, built in one pass."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        ids = check_sample_ids(ids, len(self))
         return self._fields(self.shuffle_index[ids].astype(np.int64))
 
     def _fields(self, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -431,9 +429,7 @@ class GPTDataset:
 
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)]."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        ids = check_sample_ids(ids, len(self))
         _, docs, begin, size = self._pieces(self.shuffle_index[ids].astype(np.int64))
         return [(self.dataset, docs, begin, size)]
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, check_sample_ids
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
@@ -186,9 +186,7 @@ class PackedDataset:
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        ids = check_sample_ids(ids, len(self))
         bins = self.order[ids]
         counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
         pieces = _ranges(self.bin_starts[bins], counts)
@@ -204,9 +202,7 @@ class PackedDataset:
 
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)]."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
+        ids = check_sample_ids(ids, len(self))
         bins = self.order[ids]
         pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
         documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]

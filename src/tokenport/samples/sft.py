@@ -54,7 +54,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_choice, check_int, is_int
+from .._checks import check_choice, check_int, check_sample_ids, is_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from .lineage import ReadPlan, SampleLineage, bin_lineage
@@ -374,12 +374,12 @@ class SFTDataset:
         """The row width ``get_batch(ids)`` pads to: ``seq_length`` (bfd) or the longest of the samples (none)."""
         if self.packing == "bfd":
             return self.seq_length
-        return int(self._bin_tokens[self.order[self._checked(ids)]].max(initial=0))
+        return int(self._bin_tokens[self.order[check_sample_ids(ids, len(self))]].max(initial=0))
 
     def get_batch(self, ids: Sequence[int] | np.ndarray, width: int | None = None) -> dict[str, np.ndarray]:
         """Samples ``ids`` stacked on a leading batch axis: rows of ``seq_length`` (bfd) or of the
         batch's longest sample (none), or of ``width`` when given (a blend pads its children alike)."""
-        ids = self._checked(ids)
+        ids = check_sample_ids(ids, len(self))
         bins = self.order[ids]
         batch = len(ids)
         needed = self.seq_length if self.packing == "bfd" else int(self._bin_tokens[bins].max(initial=0))
@@ -404,17 +404,10 @@ class SFTDataset:
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)] for the
         tokens and the loss masks."""
-        bins = self.order[self._checked(ids)]
+        bins = self.order[check_sample_ids(ids, len(self))]
         pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
         documents, offsets, lengths = self.piece_document[pieces], self.piece_offset[pieces], self.piece_length[pieces]
         return [(self.store, documents, offsets, lengths), (self.masks, documents, offsets, lengths)]
-
-    def _checked(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """``ids`` as a 1-D int64 array, or an IndexError if one lies outside the dataset."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
-            raise IndexError(f"sample ids must lie in [0, {len(self)}): got {ids.min()}..{ids.max()}")
-        return ids
 
     def _sources(self, bins: np.ndarray) -> tuple[np.ndarray, ...]:
         """(bins, bin_starts, piece_length, tokens, token starts, masks, mask starts) for ``_fill``:

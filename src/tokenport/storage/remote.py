@@ -434,15 +434,19 @@ class _BlockCache:
 _ExactSpans = tuple[list[int], list[int], list[Future[bytes]]]
 
 
-def plan_spans(blocks: Sequence[int], gap_blocks: int, max_blocks: int) -> list[tuple[int, int]]:
-    """Merge sorted block ids into [lo, hi) spans, bridging gaps of <= gap_blocks, each <= max_blocks long."""
+def plan_spans(
+    blocks: Sequence[int], gap_blocks: int, max_blocks: int, bridge: Callable[[range], bool] | None = None
+) -> list[tuple[int, int]]:
+    """Merge sorted block ids into [lo, hi) spans, bridging gaps of <= gap_blocks (those `bridge`, when
+    given, accepts), each <= max_blocks long."""
     spans: list[tuple[int, int]] = []
     for block in blocks:
         if spans:
             lo, hi = spans[-1]
             if block - hi <= gap_blocks and block + 1 - lo <= max_blocks:
-                spans[-1] = (lo, block + 1)
-                continue
+                if block == hi or bridge is None or bridge(range(hi, block)):
+                    spans[-1] = (lo, block + 1)
+                    continue
         spans.append((block, block + 1))
     return spans
 
@@ -909,25 +913,18 @@ class ObjectStoreSource(ByteSource):
         can keep on disk without evicting (added to `claims`): a gap filler that no cache keeps is bytes
         moved for nothing, and one another process fetches or has published is a second download."""
         assert self._node is not None
-        spans: list[tuple[int, int]] = []
-        room: int | None = None
-        for block in todo:
-            if spans:
-                lo, hi = spans[-1]
-                gap = range(hi, block)
-                if 0 < len(gap) <= gap_blocks and block + 1 - lo <= self._max_blocks():
-                    if room is None:
-                        free = self._node.budget_bytes - self._node.used_bytes()
-                        room = free // self.options.block_size - len(todo)
-                    if len(gap) <= room and self._claim_gap(gap, claims):
-                        room -= len(gap)
-                        spans[-1] = (lo, block + 1)
-                        continue
-                elif not gap and block + 1 - lo <= self._max_blocks():
-                    spans[-1] = (lo, block + 1)
-                    continue
-            spans.append((block, block + 1))
-        return spans
+        node = self._node
+        room: list[int] = []  # blocks the budget still holds beside `todo`, read at the first gap
+
+        def bridge(gap: range) -> bool:
+            if not room:
+                room.append((node.budget_bytes - node.used_bytes()) // self.options.block_size - len(todo))
+            if len(gap) > room[0] or not self._claim_gap(gap, claims):
+                return False
+            room[0] -= len(gap)
+            return True
+
+        return plan_spans(todo, gap_blocks, self._max_blocks(), bridge)
 
     def _claim_gap(self, gap: range, claims: dict[int, int]) -> bool:
         """Claim every block of `gap` (none on disk, none being fetched elsewhere), or none of them."""
