@@ -28,3 +28,5 @@ def test_get_pieces_equals_one_get_per_piece_and_refuses_pieces_outside_a_sequen
         store.get_pieces([3], [int(lengths[3])], [1])
     with pytest.raises(IndexError, match="ids must lie"):
         store.get_pieces([40], [0], [1])
+    with pytest.raises(tp.ConfigError, match="2 ids, 1 offsets and 2 lengths; give one offset"):
+        store.get_pieces([1, 2], [0], [1, 1])

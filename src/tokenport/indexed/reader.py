@@ -409,7 +409,10 @@ class IndexedDataset:
         lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
         index = self._index.get()
         if not len(ids) == len(offsets) == len(lengths):
-            raise ValueError(f"get_pieces: {len(ids)} ids, {len(offsets)} offsets and {len(lengths)} lengths")
+            raise ConfigError(
+                f"{self.prefix}: get_pieces: {len(ids)} ids, {len(offsets)} offsets and {len(lengths)} lengths; "
+                "give one offset and one length per id"
+            )
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self)):
             raise IndexError(f"{self.prefix}: get_pieces: ids must lie in [0, {len(self)})")
         total = index.lengths[ids].astype(np.int64)
