@@ -25,13 +25,13 @@ ROOMS: tuple[frozenset[str], ...] = tuple(
         {"tokenizers", "_offsets"},  # _offsets: character offsets derived from byte-level ids (tokenizers.py uses it)
         {"storage"},
         {"rng"},
-        {"errors", "_checks", "_files", "_fork", "metrics", "_jit", "_lazy", "_version"},
+        {"errors", "_checks", "_files", "_fork", "_schema", "metrics", "_jit", "_lazy", "_version"},
     )
 )
 GROUND = ROOMS[-1]
 # Rooms held to less than every room below them.
 ONLY: dict[str, frozenset[str]] = {
-    "sampling": frozenset({"sampling", "packing", "rng", "_checks", "_lazy", "errors"}),
+    "sampling": frozenset({"sampling", "packing", "rng", "_checks", "_lazy", "_schema", "errors"}),
     "packing": frozenset({"packing", "rng", "_checks", "errors"}),
     "dock": frozenset({"dock", "packing"}) | GROUND,
 }
