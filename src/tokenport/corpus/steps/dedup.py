@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._schema import Count, Positive, read_document, to_builtins
+from ..._schema import Document as SchemaDocument
 from ...errors import ConfigError
 from ..inputs.documents import Document
 from ..run.state import replace_atomically, temporary_path
@@ -76,18 +78,39 @@ def spec_identity(spec: Mapping[str, Any]) -> dict[str, object]:
     return _identity(spec["step"], **{"bands": 14, "rows": 8, "ngram": 5, "seed": 1, **options})
 
 
+class IndexIdentity(SchemaDocument):
+    """``PATH.json`` of a signature index: the settings its keys were made with."""
+
+    kind: str
+    bands: Positive | None = None
+    rows: Positive | None = None
+    ngram: Positive | None = None
+    seed: Count | None = None
+
+
 def load_index(path: str, identity: dict[str, object]) -> np.ndarray:
-    """The keys of a signature index (``PATH.npy`` with ``PATH.json``), checked against ``identity``."""
+    """The keys of a signature index (``PATH.npy`` with ``PATH.json``), checked against ``identity``.
+
+    The keys must be a 2-d uint64 array with a column per band (two for exact keys): anything else
+    was not written by ``save_index`` and is refused before a key is compared.
+    """
+    remedy = "pass the save_index path of an earlier run, or save the index again"
     try:
-        with open(path + ".json", encoding="utf-8") as f:
-            saved = json.load(f)
-        keys = np.load(path + ".npy", mmap_mode="r")
-    except (OSError, ValueError) as error:
-        raise ConfigError(
-            f"index {path}: cannot be read ({error}); pass the save_index path of an earlier run"
-        ) from error
+        saved = to_builtins(read_document(path + ".json", IndexIdentity, remedy=remedy, error=ConfigError))
+        keys = np.load(path + ".npy", mmap_mode="r", allow_pickle=False)
+    except OSError as error:
+        raise ConfigError(f"index {path}: cannot be read ({error}); {remedy}") from None
+    except ValueError as error:
+        raise ConfigError(f"index {path}.npy: not a key array ({error}); {remedy}") from None
+    saved = {key: value for key, value in saved.items() if value is not None}
     if saved != identity:
         raise ConfigError(f"index {path} was made with {saved}, this step uses {identity}: keys would not compare")
+    columns = 2 if identity["kind"] == "exact_dedup" else identity["bands"]
+    if keys.dtype != np.uint64 or keys.ndim != 2 or keys.shape[1] != columns:
+        raise ConfigError(
+            f"index {path}.npy: keys of dtype {keys.dtype} and shape {keys.shape}, expected uint64 with "
+            f"{columns} columns; {remedy}"
+        )
     return keys
 
 
