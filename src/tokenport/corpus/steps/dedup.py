@@ -78,7 +78,7 @@ def spec_identity(spec: Mapping[str, Any]) -> dict[str, object]:
     return _identity(spec["step"], **{"bands": 14, "rows": 8, "ngram": 5, "seed": 1, **options})
 
 
-class IndexIdentity(SchemaDocument):
+class IndexIdentity(SchemaDocument, frozen=True):
     """``PATH.json`` of a signature index: the settings its keys were made with."""
 
     kind: str
