@@ -223,3 +223,49 @@ def test_a_rerun_of_a_finished_upload_removes_a_staging_directory_left_behind(s3
     (staging / "part-00000.bin").write_bytes(b"staged")
     assert prepare(config).documents == 40
     assert not staging.exists()
+
+
+def test_mutated_remote_manifests_are_refused_or_read_and_change_nothing(s3, direct, tmp_path):
+    """A rerun reads a finished upload's tokenport.json for its result: every mutation of it is a
+    TokenportError naming it (a ConfigError when the fingerprint no longer matches) or a result whose
+    totals are the (still valid) manifest's; never another exception, never a change to the bucket."""
+    from tests._support.mutate import mutations
+    from tokenport.corpus.run.pipeline import _result
+    from tokenport.errors import TokenportError
+
+    config = PrepareConfig(_inputs(tmp_path)[:1], f"s3://{s3.bucket}/manifested", workers=1)
+    prepare(config)
+    original = _object(s3, "manifested/tokenport.json")
+    fingerprint = json.loads(original)["fingerprint"]
+    refused = 0
+    passed_through = ("$['config']", "$['tokenizer']", "$['step_costs']")  # the dataset's own: a sample of them
+    chosen = list(mutations(original))
+    chosen = [
+        (label, data) for k, (label, data) in enumerate(chosen) if not label.startswith(passed_through) or k % 10 == 0
+    ]
+    for label, data in chosen:
+        s3.put(data, "manifested/tokenport.json")
+        before = _bucket_bytes(s3, "manifested")
+        try:  # what prepare does with a finished upload, without loading the tokenizer each time
+            manifest = upload.check_remote_output(config.output, fingerprint)
+            assert manifest is not None, label
+            result = _result(config.output, manifest, 1, 0.0, -1)
+        except TokenportError as error:
+            refused += 1
+            assert "manifested" in str(error), label
+        else:
+            totals = json.loads(data)["totals"]
+            assert (result.documents, result.tokens, result.units) == (
+                totals["documents"],
+                totals["tokens"],
+                totals["units"],
+            ), label
+        assert _bucket_bytes(s3, "manifested") == before, label
+        assert not pathlib.Path(upload.staging_dir(config.output)).exists(), label
+    assert refused > 50
+
+
+def _bucket_bytes(s3: MotoS3, prefix: str) -> dict[str, str]:
+    """Every object under `prefix` by name: its ETag (the MD5 of its bytes), from one listing."""
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=prefix + "/").get("Contents", [])
+    return {o["Key"]: o["ETag"] for o in listed}
