@@ -269,3 +269,89 @@ def _bucket_bytes(s3: MotoS3, prefix: str) -> dict[str, str]:
     """Every object under `prefix` by name: its ETag (the MD5 of its bytes), from one listing."""
     listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=prefix + "/").get("Contents", [])
     return {o["Key"]: o["ETag"] for o in listed}
+
+
+def test_random_upload_sequences_match_a_model_and_refusals_change_nothing(s3, through_proxy, tmp_path):
+    """Seeded random calls on one prefix (finished runs, interrupted uploads, runs of other settings, a
+    corrupt journal, a killed run's leftovers) against a model: finished (the bucket is the uninterrupted
+    upload, no journal, no staging directory) or pending (a journal, no manifest, the staged output kept);
+    every refused call leaves the bucket and the staging directory as they were."""
+    import random
+    import shutil
+
+    from tokenport.errors import TokenportError
+
+    inputs = _inputs(tmp_path)[:1]
+    url = f"s3://{s3.bucket}/modelled"
+    settings = PrepareConfig(inputs, url, workers=1)
+    other = PrepareConfig(inputs, url, workers=1, append_eod=False)
+    staging = pathlib.Path(upload.staging_dir(url))
+    prepare(settings)
+    reference = _bucket(s3, "modelled")
+    for name in _keys(s3, "modelled"):
+        s3.client.delete_object(Bucket=s3.bucket, Key=f"modelled/{name}")
+
+    def staged() -> dict[str, bytes]:
+        return {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*") if p.is_file()}
+
+    rng = random.Random(7)
+    finished = pending = False
+    seen = []
+    for step in range(30):
+        ops = ["run", "interrupt"] + (["other", "corrupt"] * pending) + (["other", "leftover", "reset"] * finished)
+        op = rng.choice(ops)
+        seen.append((op, finished, pending))
+        before, before_staged = _bucket_bytes(s3, "modelled"), staged()
+        refused: type[TokenportError] | None = None
+        if op == "run":
+            prepare(settings)
+            finished, pending = True, False
+        elif op == "interrupt":
+            through_proxy.inject("403", every=rng.randint(2, 3), methods=("PUT",))
+            try:
+                prepare(settings)
+                assert finished, f"step {step}: an upload with refused PUTs finished"
+            except StorageError:
+                assert not finished, f"step {step}"
+                pending = True
+            finally:
+                through_proxy.clear()
+        elif op == "other":
+            with pytest.raises(ConfigError, match="other settings"):
+                prepare(other)
+            refused = ConfigError
+        elif op == "corrupt":
+            journal = _object(s3, "modelled/.tokenport-upload.json")
+            s3.put(journal[:-5], "modelled/.tokenport-upload.json")
+            before = _bucket_bytes(s3, "modelled")
+            with pytest.raises(StorageError, match=r"modelled/\.tokenport-upload\.json: not valid JSON"):
+                prepare(settings)
+            refused = StorageError
+            assert _bucket_bytes(s3, "modelled") == before and staged() == before_staged, f"step {step}"
+            s3.put(journal, "modelled/.tokenport-upload.json")
+            before = _bucket_bytes(s3, "modelled")
+        elif op == "reset":  # the user deletes the output
+            for name in _keys(s3, "modelled"):
+                s3.client.delete_object(Bucket=s3.bucket, Key=f"modelled/{name}")
+            finished = False
+            continue
+        else:  # leftover: a run killed after publishing the manifest, before its clean-up
+            s3.put(
+                json.dumps({"fingerprint": reference["tokenport.json"]["fingerprint"], "files": {}}).encode(),
+                "modelled/.tokenport-upload.json",
+            )
+            (staging / ".work").mkdir(parents=True, exist_ok=True)
+            continue  # the next call, whatever it is, finishes the clean-up
+        if refused is not None and pending:
+            assert _bucket_bytes(s3, "modelled") == before, f"step {step}: refused {op} changed the bucket"
+            assert staged() == before_staged, f"step {step}: refused {op} changed the staging directory"
+        if finished:
+            assert _bucket(s3, "modelled") == reference, f"step {step} ({op})"
+            assert not staging.exists(), f"step {step} ({op}): the staging directory was left"
+        elif pending:
+            left = _keys(s3, "modelled")
+            assert ".tokenport-upload.json" in left and "tokenport.json" not in left, f"step {step} ({op})"
+            assert (staging / "tokenport.json").exists(), f"step {step} ({op}): the staged output was lost"
+    assert {op for op, _, _ in seen} == {"run", "interrupt", "other", "corrupt", "leftover", "reset"}
+    assert {("other", True, False), ("other", False, True), ("interrupt", False, False)} <= set(seen)
+    shutil.rmtree(staging, ignore_errors=True)

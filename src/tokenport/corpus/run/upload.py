@@ -155,7 +155,15 @@ def finish_cleanup(url: str, manifest: dict[str, Any], journal: UploadJournal | 
     staging = staging_dir(url)
     if os.path.exists(staging):
         logger.info("%s: removing the staging directory %s of a finished upload", url, staging)
-        shutil.rmtree(staging)
+        try:
+            shutil.rmtree(staging)
+        except FileNotFoundError:
+            pass  # the finishing run removed it meanwhile
+        except OSError as exc:
+            raise StorageError(
+                f"{staging}: cannot remove this staging directory of the finished upload to {url} "
+                f"({exc.strerror}); remove it yourself"
+            ) from None
 
 
 def _objects(url: str) -> list[str]:
