@@ -355,3 +355,35 @@ def test_random_upload_sequences_match_a_model_and_refusals_change_nothing(s3, t
     assert {op for op, _, _ in seen} == {"run", "interrupt", "other", "corrupt", "leftover", "reset"}
     assert {("other", True, False), ("other", False, True), ("interrupt", False, False)} <= set(seen)
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def test_a_kill_at_every_publication_step_of_a_run_into_s3_then_a_rerun_leaves_the_finished_upload(
+    s3, direct, tmp_path
+):
+    """prepare's own kill points (state.KILL_AT) count the staging directory's renames, then the upload's steps."""
+    import os
+    import subprocess
+    import sys
+
+    from tokenport.corpus.run.state import KILL_AT
+
+    config = {"inputs": _inputs(tmp_path)[:1], "output": f"s3://{s3.bucket}/allkills", "workers": 1}
+    staging = pathlib.Path(upload.staging_dir(config["output"]))
+    prepare(PrepareConfig(**config))
+    reference = _bucket(s3, "allkills")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    point = 0
+    while True:
+        point += 1
+        for name in _keys(s3, "allkills"):
+            s3.client.delete_object(Bucket=s3.bucket, Key=f"allkills/{name}")
+        child = subprocess.run(
+            [sys.executable, "-c", KILLED_CHILD, json.dumps(config)], env={**env, KILL_AT: str(point)}
+        )
+        if child.returncode == 0:
+            break
+        assert child.returncode == 137, f"kill point {point}: exit {child.returncode}"
+        prepare(PrepareConfig(**config))
+        assert _bucket(s3, "allkills") == reference, f"after a kill at step {point}, the rerun left another bucket"
+        assert not staging.exists(), f"after a kill at step {point}, the staging directory was left"
+    assert point > 6 + 5  # the upload's 5 steps after the staging directory's renames

@@ -27,13 +27,14 @@ import msgspec
 from ..._schema import Count, Document, Int64, Text, decode
 from ...errors import ConfigError, StorageError
 from ...storage import read_small
-from .state import MANIFEST_NAME, WORK_DIR
+from .state import MANIFEST_NAME, WORK_DIR, kill_point
 
 logger = logging.getLogger(__name__)
 
 JOURNAL_NAME = ".tokenport-upload.json"
 KILL_AT = "TOKENPORT_UPLOAD_KILL_AT"
-"""Directed-kill tests set this to N: the process ends after the N-th publication step of an upload."""
+"""Directed-kill tests set this to N: the process ends after the N-th publication step of an upload
+(each step is also one of prepare's kill points, `state.KILL_AT`, after the staging directory's renames)."""
 _CHUNK = 8 << 20
 _steps = 0
 
@@ -51,8 +52,9 @@ class UploadJournal(Document, frozen=True):
     files: dict[Name, tuple[Count, MD5]]
 
     def __post_init__(self) -> None:
-        if MANIFEST_NAME in self.files:
-            raise ValueError(f"{MANIFEST_NAME} is published last, never named in the journal - at `$.files`")
+        for name in (MANIFEST_NAME, JOURNAL_NAME):
+            if name in self.files:
+                raise ValueError(f"{name} is never one of the files a journal names - at `$.files`")
 
 
 def staging_dir(url: str) -> str:
@@ -226,8 +228,9 @@ def upload_output(local: str, url: str, fingerprint: str) -> None:
 
 
 def _kill_point() -> None:
-    """End the process here if this is the publication step `KILL_AT` names (directed-kill tests)."""
+    """End the process here if this is the publication step `KILL_AT` (or prepare's `state.KILL_AT`) names."""
     global _steps
+    kill_point()
     if KILL_AT in os.environ:
         _steps += 1
         if _steps == int(os.environ[KILL_AT]):
