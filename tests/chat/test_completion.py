@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenport.chat import ChatTemplate, encode_chat, encode_chats
-from tokenport.chat.formats import to_conversation
+from tokenport.chat import ChatTemplate, encode_chat, encode_chats, to_conversation
 from tokenport.errors import ConfigError, InputDataError
 from tokenport.tokenizers import load_tokenizer
 

@@ -19,8 +19,7 @@ import torch
 import tokenport as tp
 from tests.chat.test_template import LLAMA3_MARKED, TOOLS, conversation
 from tests.chat.test_template import bpe as bpe  # the fixture
-from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat
-from tokenport.chat.formats import to_conversation
+from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, to_conversation
 from tokenport.samples.sft import SFTDataset
 
 SEQ = 1024  # packed row length

@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from tokenport.chat import ChatTemplate, encode_chat, to_messages
-from tokenport.chat.formats import to_conversation
+from tokenport.chat import ChatTemplate, encode_chat, to_conversation, to_messages
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.corpus.run.state import KILL_AT
 from tokenport.corpus.steps.base import Step
