@@ -70,6 +70,7 @@ def _prepare(args: argparse.Namespace) -> int:
         "chat_policy",
         "reasoning",
         "chat_format",
+        "completion_only_loss",
     )
     if args.steps:
         options["steps"] = load_steps(args.steps)
@@ -391,6 +392,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHAPE",
         default=None,
         help="--format chat: the records' shape, %(choices)s (default: detected per record)",
+    )
+    prep.add_argument(
+        "--no-completion-only-loss",
+        dest="completion_only_loss",
+        action="store_false",
+        default=None,
+        help="--format chat: train a prompt-completion record's prompt too, by --chat-policy "
+        "(default: only its completion, as TRL does)",
     )
 
     rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")

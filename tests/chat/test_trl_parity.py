@@ -19,7 +19,7 @@ import torch
 import tokenport as tp
 from tests.chat.test_template import LLAMA3_MARKED, TOOLS, conversation
 from tests.chat.test_template import bpe as bpe  # the fixture
-from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat
+from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, to_conversation
 from tokenport.samples.sft import SFTDataset
 
 SEQ = 1024  # packed row length
@@ -168,3 +168,68 @@ def test_packed_rows_equal_sft_dataset(bpe, source, tmp_path):
         positions = np.concatenate([np.arange(n) for n in row["seq_lengths"]])
         assert sample["position_ids"][:total].tolist() == positions.tolist()
         assert (sample["labels"][total:] == -100).all()
+
+
+def _completions_after_prompts(conversations) -> list[dict]:
+    """Prompt-completion rows whose prompt is everything to the last user turn, earlier assistant turns (and
+    their tool calls) included, and whose completion is all that answers it: tool calls, tool outputs, the
+    final assistant turn."""
+    rows = []
+    for messages, tools in conversations:
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        rows.append(
+            {
+                "prompt": messages[: last_user + 1],
+                "completion": messages[last_user + 1 :],
+                "tools": json.dumps(tools) if tools else None,
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize("source", [CHATML_TEMPLATE, LLAMA3_MARKED], ids=["chatml", "llama3-marked"])
+def test_prompt_completion_records_equal_trl_default_completion_only_loss(bpe, source, tmp_path):
+    """TRL's defaults on prompt-completion data (completion_only_loss on, assistant_only_loss off): the
+    completion's tokens are trained, the prompt's (its assistant turns too) are not; tokenport's record
+    boundary (`to_conversation`) and `completion_start` give the same ids and labels."""
+    tok, peer = bpe
+    template = ChatTemplate(source, special_tokens=peer.special_tokens_map)
+    rows = _completions_after_prompts(_conversations(60, 13))
+    assert sum(any(m["role"] == "assistant" for m in row["prompt"]) for row in rows) > 20  # the case at hand
+    trl = _trl_prepared(peer, source, rows, tmp_path)
+    assert len(trl) == len(rows)
+    for row, prepared in zip(rows, trl):
+        messages, start = to_conversation(row)
+        tools = json.loads(row["tools"]) if row["tools"] else None
+        ids, mask = encode_chat(tok, template, messages, tools=tools, completion_start=start)
+        assert ids.tolist() == prepared["input_ids"]
+        assert _labels(ids, mask) == prepared["labels"]
+        flat_ids, flat_mask = encode_chat(tok, template, messages, tools=tools)  # every assistant turn
+        if any(m["role"] == "assistant" for m in row["prompt"]):
+            assert (flat_mask[: mask.argmax()] == 1).any()  # what the flattened masks trained in the prompt
+
+
+def test_string_prompt_completion_records_equal_trl_on_their_one_turn_conversation(bpe, tmp_path):
+    """The string form is a one-turn conversation (a user prompt, an assistant completion) rendered by the chat
+    template; its masks are TRL's on that conversation."""
+    tok, peer = bpe
+    template = ChatTemplate(CHATML_TEMPLATE, special_tokens=peer.special_tokens_map)
+    rng = random.Random(3)
+    strings = [{"prompt": _text_of(rng), "completion": _text_of(rng)} for _ in range(30)]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "completion": [{"role": "assistant", "content": r["completion"]}],
+        }
+        for r in strings
+    ]
+    trl = _trl_prepared(peer, CHATML_TEMPLATE, rows, tmp_path)
+    for record, prepared in zip(strings, trl):
+        messages, start = to_conversation(record)
+        ids, mask = encode_chat(tok, template, messages, completion_start=start)
+        assert ids.tolist() == prepared["input_ids"]
+        assert _labels(ids, mask) == prepared["labels"]
+
+
+def _text_of(rng: random.Random) -> str:
+    return conversation(rng, tools=False, reasoning=False)[-1]["content"]

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tokenport.chat import ChatTemplate, encode_chat, to_messages
+from tokenport.chat import ChatTemplate, encode_chat, to_conversation, to_messages
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.corpus.run.state import KILL_AT
 from tokenport.corpus.steps.base import Step
@@ -90,10 +90,17 @@ def test_four_shapes_give_encode_chat_ids_and_masks_with_any_worker_count(tmp_pa
     tokenizer, template = load_tokenizer("byte"), ChatTemplate.chatml()
     expected = []
     for record in RECORDS + RECORDS[::-1]:
-        ids, mask = encode_chat(tokenizer, template, to_messages(record), tools=record.get("tools"))
+        messages, start = to_conversation(record)
+        ids, mask = encode_chat(tokenizer, template, messages, tools=record.get("tools"), completion_start=start)
         expected.append((ids.tolist(), mask.tolist()))
     assert tokens_and_masks(one) == expected
-    chat = {"format": "detected", "template": template.fingerprint, "policy": "assistant", "reasoning": "train"}
+    chat = {
+        "format": "detected",
+        "template": template.fingerprint,
+        "policy": "assistant",
+        "reasoning": "train",
+        "completion_only_loss": True,
+    }
     assert all(ds.manifest.chat == chat for ds in stores(one))
     manifest = json.loads(pathlib.Path(one, "tokenport.json").read_text())
     assert manifest["chat"] == {**chat, "template_origin": "built-in chatml"}
@@ -110,6 +117,51 @@ def test_policy_reasoning_and_named_format_reach_the_masks(tmp_path):
     assert stores(out)[0].manifest.chat["format"] == "messages"
     with pytest.raises(InputDataError, match=r"a\.jsonl:1: .*format=|a\.jsonl:1"):
         run(tmp_path, inputs, "sharegpt", chat_format="sharegpt")
+
+
+PROMPT_COMPLETION = [
+    {
+        "prompt": [
+            {"role": "system", "content": "Be terse."},
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "and 3+3?"},
+        ],
+        "completion": [{"role": "assistant", "content": "6"}],
+    },
+    {"prompt": "Name a sorting function.", "completion": "sorted"},
+]
+
+
+def test_prompt_completion_records_train_only_the_completion_unless_asked(tmp_path):
+    """TRL trains a prompt-completion record's completion only: the prompt's assistant turn ("4") carries no
+    loss, the completion and its end of turn do; completion_only_loss=False is the flattened conversation
+    masked by the policy (every assistant turn), another output."""
+    path = write_jsonl(tmp_path / "pc.jsonl", PROMPT_COMPLETION)
+    out, _ = run(tmp_path, [path])
+    tokenizer, template = load_tokenizer("byte"), ChatTemplate.chatml()
+    rows = tokens_and_masks(out)
+    for record, (ids, mask) in zip(PROMPT_COMPLETION, rows):
+        messages = to_messages(record)
+        prompt, _ = template.render(messages[:-1], add_generation_prompt=True)
+        assert mask == [0] * len(tokenizer.encode(prompt)) + [1] * (len(ids) - len(tokenizer.encode(prompt)))
+        assert tokenizer.decode([t for t, m in zip(ids, mask) if m]) == messages[-1]["content"] + "<|im_end|>\n"
+    with pytest.raises(ConfigError, match="other settings"):
+        run(tmp_path, [path], completion_only_loss=False)
+    flat, _ = run(tmp_path, [path], "flat", completion_only_loss=False)
+    for record, (ids, mask) in zip(PROMPT_COMPLETION, tokens_and_masks(flat)):
+        expected_ids, expected_mask = encode_chat(tokenizer, template, to_messages(record))
+        assert (ids, mask) == (expected_ids.tolist(), expected_mask.tolist())
+    first_ids, first_mask = tokens_and_masks(flat)[0]
+    assert "4" in tokenizer.decode([t for t, m in zip(first_ids, first_mask) if m])  # the old, flattened masks
+    assert stores(flat)[0].manifest.chat["completion_only_loss"] is False
+
+
+def test_completion_only_loss_needs_format_chat_and_a_bool(tmp_path):
+    with pytest.raises(ConfigError, match=r"completion_only_loss=False \(--no-completion-only-loss\).*--format chat"):
+        PrepareConfig(inputs=["x.jsonl"], output=str(tmp_path / "o"), completion_only_loss=False)
+    with pytest.raises(ConfigError, match=r"completion_only_loss='no'.*True or False"):
+        PrepareConfig(inputs=["x.jsonl"], output=str(tmp_path / "o"), format="chat", completion_only_loss="no")
 
 
 def test_sft_dataset_reads_the_output_and_inspect_shows_mask_coverage(tmp_path):
@@ -236,6 +288,12 @@ def test_cli_prepare_format_chat(tmp_path, capsys):
     assert "--chat-policy" in capsys.readouterr().err
     assert main(["prepare", path, "-o", str(tmp_path / "x"), "--format", "chat", "--text-key", "body", "-q"]) != 0
     assert "--text-key applies to text documents" in capsys.readouterr().err
+    pc = write_jsonl(tmp_path / "pc.jsonl", PROMPT_COMPLETION)
+    flat = str(tmp_path / "flat")
+    assert (
+        main(["prepare", pc, "-o", flat, "--format", "chat", "--no-completion-only-loss", "-q", "--workers", "1"]) == 0
+    )
+    assert stores(flat)[0].manifest.chat["completion_only_loss"] is False
 
 
 def test_parquet_conversations(tmp_path):
@@ -292,7 +350,8 @@ def test_an_hf_tokenizer_directory_brings_its_own_template(tmp_path):
     (tmp_path / "chat_template.jinja").write_text(marked)
     out, _ = run(tmp_path, [write_jsonl(tmp_path / "a.jsonl", RECORDS[1:4])], tokenizer="hf:" + path)
     tokenizer, template = load_tokenizer("hf:" + path), ChatTemplate.from_tokenizer_dir(str(tmp_path))
-    expected = [encode_chat(tokenizer, template, to_messages(r)) for r in RECORDS[1:4]]
+    conversations = [to_conversation(r) for r in RECORDS[1:4]]  # RECORDS[2] is a prompt-completion pair
+    expected = [encode_chat(tokenizer, template, m, completion_start=start) for m, start in conversations]
     assert tokens_and_masks(out) == [(ids.tolist(), mask.tolist()) for ids, mask in expected]
     assert stores(out)[0].manifest.chat["template"] == template.fingerprint
 

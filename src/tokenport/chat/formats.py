@@ -4,6 +4,8 @@ One record (a JSON object: a jsonl line, a parquet row) is OpenAI `messages`, Sh
 `conversations`, a prompt-completion pair or an Alpaca triple. `to_messages` gives the one shape
 templates render: a list of {"role", "content", ...} dicts, checked, every problem an
 InputDataError naming the field (prefixed with the caller's `where`, e.g. "data.jsonl:12").
+`to_conversation` also keeps a prompt-completion pair's boundary: where its completion starts, so
+that only the completion is trained, as TRL trains it.
 """
 
 from __future__ import annotations
@@ -63,25 +65,35 @@ def to_messages(record: Mapping[str, Any], format: str | None = None, where: str
 
     Roles are system/user/assistant/tool; `content`, `tool_calls`, `reasoning_content`, and a tool
     message's `name`/`tool_call_id` are kept. A conversation without an assistant turn, an unknown
-    role or a wrong type raises InputDataError naming the field.
+    role or a wrong type raises InputDataError naming the field. A prompt-completion pair comes out
+    flattened (prompt, then completion); `to_conversation` keeps where the completion starts.
     """
+    return to_conversation(record, format, where)[0]
+
+
+def to_conversation(
+    record: Mapping[str, Any], format: str | None = None, where: str = "record"
+) -> tuple[list[dict[str, Any]], int | None]:
+    """`to_messages` of `record`, and the index of its completion's first message for a prompt-completion
+    record (the prompt's message count; a string prompt is one user message), else None."""
     if format is None:
         format = detect_format(record, where)
     elif format not in FORMATS:
         raise InputDataError(f"{where}: format={format!r} is not one of {', '.join(FORMATS)}")
     if not isinstance(record, Mapping):
         raise InputDataError(f"{where}: a conversation record must be a JSON object, got {type(record).__name__}")
+    completion_start = None
     if format == "messages":
         messages = _messages(_field(record, "messages", list, where), f"{where}: messages")
     elif format == "sharegpt":
         messages = _sharegpt(record, where)
     elif format == "prompt_completion":
-        messages = _prompt_completion(record, where)
+        messages, completion_start = _prompt_completion(record, where)
     else:
         messages = _alpaca(record, where)
     if not any(message["role"] == "assistant" for message in messages):
         raise InputDataError(f"{where}: the conversation has no assistant turn, so nothing would be trained")
-    return messages
+    return messages, completion_start
 
 
 def _field(record: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -200,19 +212,20 @@ def _sharegpt_call(value: str, where: str) -> list[dict[str, Any]]:
     )
 
 
-def _prompt_completion(record: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    """Strings become one user and one assistant turn; message lists (as TRL takes them) are joined."""
+def _prompt_completion(record: Mapping[str, Any], where: str) -> tuple[list[dict[str, Any]], int]:
+    """Strings become one user and one assistant turn; message lists (as TRL takes them) are joined.
+    With the index of the completion's first message."""
     prompt, completion = record.get("prompt"), record.get("completion")
     if isinstance(prompt, str) and isinstance(completion, str):
         if not completion:
             raise InputDataError(f"{where}: field `completion` is empty")
-        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}], 1
     if isinstance(prompt, list) and isinstance(completion, list):
         head = _messages(_field(record, "prompt", list, where), f"{where}: prompt")
         tail = _messages(_field(record, "completion", list, where), f"{where}: completion")
         if not any(message["role"] == "assistant" for message in tail):
             raise InputDataError(f"{where}: field `completion` has no assistant turn")
-        return head + tail
+        return head + tail, len(head)
     raise InputDataError(
         f"{where}: fields `prompt` and `completion` must both be strings or both lists of messages, got "
         f"{type(prompt).__name__} and {type(completion).__name__}"

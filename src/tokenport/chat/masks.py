@@ -2,6 +2,9 @@
 
 With `{% generation %}` markers the assistant mask is transformers' (`return_assistant_tokens_mask=True`),
 token for token. Without them, the spans of the messages' text are located exactly (see `locate_fields`).
+A prompt-completion conversation (`completion_start`) is masked as TRL's SFTTrainer masks it
+(`completion_only_loss`): every token after those the prompt, rendered with its generation prompt, shares
+with the whole conversation.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ REASONING = ("train", "mask")
 
 Span = tuple[int, int]
 # What a plan's ops do to the tokens of a character span (applied in order): mark all, map a generation
-# block as transformers does, train / mask every token touching the span.
-_ALL, _GENERATION, _TRAIN, _MASK = 0, 1, 2, 3
+# block as transformers does, train / mask every token touching the span, train every token from the one
+# where the tokenized prompt and the conversation part (its start filled in by `encode_plans`).
+_ALL, _GENERATION, _TRAIN, _MASK, _COMPLETION = 0, 1, 2, 3, 4
 _OPEN, _CLOSE = "\U00100000", "\U00100001"  # private-use characters around a sentinel's number
 _SENTINEL_RE = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
 # Ways a template may print a field's text; the located spans are verified against the real render.
@@ -37,10 +41,12 @@ _PRINTED = ((lambda v: v), str.strip, lambda v: v.strip("\n"))
 
 
 class ChatPlan(NamedTuple):
-    """A rendered conversation and its mask's ops: (kind, start, end) character spans, applied in order."""
+    """A rendered conversation and its mask's ops: (kind, start, end) character spans, applied in order;
+    for a prompt-completion conversation, also the prompt rendered with its generation prompt."""
 
     text: str
     ops: tuple[tuple[int, int, int], ...]
+    prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ def encode_chat(
     policy: str = "assistant",
     reasoning: str = "train",
     tools: Sequence[Mapping[str, Any]] | None = None,
+    completion_start: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (int64) and loss mask (uint8, 1 = trained) of one conversation, with one tokenizer call.
 
@@ -81,8 +88,21 @@ def encode_chat(
     and an assistant message with tool calls is refused (only markers say where calls are printed).
     A generation block covers the tokens from the one holding its first character to the one holding its
     last, as transformers maps it; a located span covers every token holding one of its characters (so a
-    character split over several tokens is trained whole); a token touching masked text carries no loss."""
-    chat = encode_chats(tokenizer, template, [messages], policy=policy, reasoning=reasoning, tools=[tools])
+    character split over several tokens is trained whole); a token touching masked text carries no loss.
+    completion_start=k: messages[:k] are a prompt and messages[k:] its completion (TRL's prompt-completion
+    records); the completion is trained as TRL's SFTTrainer trains it with ``completion_only_loss``: every
+    token after the longest common prefix of the prompt's tokens (rendered with the generation prompt) and
+    the conversation's, end-of-turn tokens and the completion's tool outputs included; `policy` does not
+    apply, reasoning="mask" still masks reasoning text."""
+    chat = encode_chats(
+        tokenizer,
+        template,
+        [messages],
+        policy=policy,
+        reasoning=reasoning,
+        tools=[tools],
+        completion_starts=[completion_start],
+    )
     return chat.ids, chat.masks
 
 
@@ -94,17 +114,27 @@ def encode_chats(
     policy: str = "assistant",
     reasoning: str = "train",
     tools: Sequence[Sequence[Mapping[str, Any]] | None] | None = None,
+    completion_starts: Sequence[int | None] | None = None,
 ) -> ChatTokens:
-    """`encode_chat` of many conversations (`tools`: one list or None per conversation), in one tokenizer call.
+    """`encode_chat` of many conversations (`tools`, `completion_starts`: one entry or None per
+    conversation), in one tokenizer call.
 
     The same ids and masks as one call each, faster: the texts are tokenized as a batch and the masks
     marked by one compiled pass over all of them."""
-    if tools is not None and len(tools) != len(conversations):
-        raise ConfigError(
-            f"tools has {len(tools)} entries for {len(conversations)} conversations; pass one per conversation"
-        )
+    for name, given in (("tools", tools), ("completion_starts", completion_starts)):
+        if given is not None and len(given) != len(conversations):
+            raise ConfigError(
+                f"{name} has {len(given)} entries for {len(conversations)} conversations; pass one per conversation"
+            )
     plans = [
-        plan_chat(template, messages, policy=policy, reasoning=reasoning, tools=None if tools is None else tools[k])
+        plan_chat(
+            template,
+            messages,
+            policy=policy,
+            reasoning=reasoning,
+            tools=None if tools is None else tools[k],
+            completion_start=None if completion_starts is None else completion_starts[k],
+        )
         for k, messages in enumerate(conversations)
     ]
     return encode_plans(tokenizer, plans)
@@ -117,6 +147,7 @@ def plan_chat(
     policy: str = "assistant",
     reasoning: str = "train",
     tools: Sequence[Mapping[str, Any]] | None = None,
+    completion_start: int | None = None,
 ) -> ChatPlan:
     """The rendered text of a conversation and the character spans its mask is made from (see encode_chat).
 
@@ -126,6 +157,8 @@ def plan_chat(
     check_messages(messages)
     chat = prepare_messages(messages)
     text, generation = template.render_prepared(chat, tools)
+    if completion_start is not None:
+        return _plan_completion(template, chat, text, tools, completion_start, reasoning)
     assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
     if policy == "last_assistant":
         assistants = assistants[-1:]
@@ -176,15 +209,67 @@ def plan_chat(
     return ChatPlan(text, tuple(ops))
 
 
+def _plan_completion(
+    template: ChatTemplate,
+    chat: list[dict[str, Any]],
+    text: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    start: int,
+    reasoning: str,
+) -> ChatPlan:
+    """The plan of a prompt (chat[:start]) and its completion: TRL's completion mask, reasoning masked if asked."""
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 < start < len(chat):
+        raise ConfigError(
+            f"completion_start={start!r}: must be the index of the completion's first message, "
+            f"from 1 to {len(chat) - 1} for these {len(chat)} messages"
+        )
+    if not any(m["role"] == "assistant" for m in chat[start:]):
+        raise InputDataError(f"messages[{start}:] (the completion) has no assistant turn, so nothing would be trained")
+    prompt, _ = template.render_prepared(chat[:start], tools, add_generation_prompt=True)
+    ops = [(_COMPLETION, 0, 0)]
+    if reasoning == "mask":
+        fields = [(i, "reasoning_content") for i in range(start, len(chat)) if "reasoning_content" in chat[i]]
+        located = locate_fields(template, chat, fields, text, tools) if fields else {}
+        ops += [(_MASK, first, end) for field in fields for first, end in located[field]]
+    return ChatPlan(text, tuple(ops), prompt)
+
+
 def encode_plans(tokenizer: Tokenizer, plans: Sequence[ChatPlan]) -> ChatTokens:
     """Tokenize the plans' texts in one batch and mark their masks in one compiled pass."""
     ids, lengths, offsets = tokenizer.encode_offsets_batch([plan.text for plan in plans])
-    ops = [op for plan in plans for op in plan.ops]
-    table = np.array(ops, np.int64).reshape(-1, 3)
+    table = np.array([op for plan in plans for op in plan.ops], np.int64).reshape(-1, 3)
     counts = np.fromiter((len(plan.ops) for plan in plans), np.int64, count=len(plans))
+    _completion_starts(tokenizer, plans, ids, lengths, counts, table)
     masks = np.zeros(len(ids), np.uint8)
     _mark(lengths, offsets[:, 0].copy(), offsets[:, 1].copy(), counts, table, masks)
     return ChatTokens(ids, lengths, masks)
+
+
+def _completion_starts(
+    tokenizer: Tokenizer,
+    plans: Sequence[ChatPlan],
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    counts: np.ndarray,
+    table: np.ndarray,
+) -> None:
+    """Fill in each _COMPLETION op's first token: the length of the common prefix of the prompt's tokens
+    and the conversation's (TRL's ``common_prefix_length``), the prompts tokenized in one batch."""
+    prompted = [k for k, plan in enumerate(plans) if plan.prompt is not None]
+    if not prompted:
+        return
+    prompt_ids, prompt_lengths, _ = tokenizer.encode_offsets_batch([str(plans[k].prompt) for k in prompted])
+    token0 = np.concatenate([[0], np.cumsum(lengths)])
+    op0 = np.concatenate([[0], np.cumsum(counts)])
+    prompt0 = np.concatenate([[0], np.cumsum(prompt_lengths)])
+    for j, k in enumerate(prompted):
+        whole = ids[token0[k] : token0[k + 1]]
+        prompt = prompt_ids[prompt0[j] : prompt0[j + 1]]
+        shared = min(len(whole), len(prompt))
+        differ = np.flatnonzero(whole[:shared] != prompt[:shared])
+        table[op0[k] : op0[k + 1], 1][table[op0[k] : op0[k + 1], 0] == _COMPLETION] = (
+            differ[0] if differ.size else shared
+        )
 
 
 def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
@@ -292,7 +377,7 @@ def _mark(lengths, starts, ends, counts, ops, masks):  # noqa: ANN001 (a numba k
     first character to the first token holding the last (tokenizers' char_to_token); a span whose first
     character no token holds stops the marking of generation spans; none at the end, or the first token,
     marks to the end of the text (transformers' `if end_token` test). _TRAIN/_MASK set/clear every token
-    holding a character of the span."""
+    holding a character of the span. _COMPLETION sets every token from the one its start names."""
     token0 = 0
     op0 = 0
     for d in range(len(lengths)):
@@ -302,6 +387,8 @@ def _mark(lengths, starts, ends, counts, ops, masks):  # noqa: ANN001 (a numba k
             kind, first_char, end_char = ops[k, 0], ops[k, 1], ops[k, 2]
             if kind == _ALL:
                 masks[token0 : token0 + n] = 1
+            elif kind == _COMPLETION:  # first_char: a token count here
+                masks[token0 + first_char : token0 + n] = 1
             elif kind == _GENERATION:
                 if stopped:
                     continue

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...chat.formats import to_messages
+from ...chat.formats import to_conversation
 from ...chat.masks import ChatPlan, encode_plans, plan_chat
 from ...chat.template import ChatTemplate
 from ...errors import InputDataError
@@ -31,12 +31,17 @@ TEXT_FIELDS = ("content", "reasoning_content")
 
 @dataclass(frozen=True)
 class ChatJob:
-    """How a run's conversations become tokens: the template, the record shape and the masking."""
+    """How a run's conversations become tokens: the template, the record shape and the masking.
+
+    completion_only_loss: a prompt-completion record trains only its completion, as TRL's SFTTrainer
+    does (`policy` is for the other records); False: prompt and completion are one conversation that
+    `policy` masks (assistant turns of the prompt trained too)."""
 
     template: ChatTemplate
     format: str | None
     policy: str
     reasoning: str
+    completion_only_loss: bool = True
 
     def describe(self) -> dict[str, Any]:
         """The stores' (and the dataset manifest's) `chat` entry: what decides their tokens and masks."""
@@ -45,14 +50,18 @@ class ChatJob:
             "template": self.template.fingerprint,
             "policy": self.policy,
             "reasoning": self.reasoning,
+            "completion_only_loss": self.completion_only_loss,
         }
 
 
-def canonical(messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
-    """One string per conversation (sorted keys, no spaces): what dedup steps key on."""
+def canonical(messages: list[dict[str, Any]], tools: list[Any] | None, completion_start: int | None = None) -> str:
+    """One string per conversation (sorted keys, no spaces): what dedup steps key on (a prompt-completion
+    pair's boundary with it: it decides the mask)."""
     data: dict[str, Any] = {"messages": messages}
     if tools is not None:
         data["tools"] = tools
+    if completion_start is not None:
+        data["completion_start"] = completion_start
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -61,14 +70,15 @@ def conversations(records: Iterable[Document], format: str | None, problems: Pro
     a malformed one is refused or skipped ("bad_conversation") naming its file and line or row."""
     for record in records:
         try:
-            messages = to_messages(record.metadata, format, where=record.id)
+            messages, start = to_conversation(record.metadata, format, where=record.id)
             tools = record.metadata.get("tools")
             if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
                 raise InputDataError(f"{record.id}: field `tools` must be a list of objects (tool schemas)")
         except InputDataError as error:
             problems.report("bad_conversation", record.id, str(error).removeprefix(record.id + ": "))
             continue
-        yield Document(canonical(messages, tools), record.id, {"messages": messages, "tools": tools})
+        metadata = {"messages": messages, "tools": tools, "completion_start": start}
+        yield Document(canonical(messages, tools, start), record.id, metadata)
 
 
 class PerMessage(Step):
@@ -100,8 +110,9 @@ class PerMessage(Step):
             changed.append(new)
         if all(a is b for a, b in zip(changed, messages)):
             return document
-        tools = document.metadata["tools"]
-        return replace(document, text=canonical(changed, tools), metadata={"messages": changed, "tools": tools})
+        tools, start = document.metadata["tools"], document.metadata["completion_start"]
+        metadata = {**document.metadata, "messages": changed}
+        return replace(document, text=canonical(changed, tools, start), metadata=metadata)
 
     def counts(self) -> dict[str, int]:
         """The inner step's counters (its removals are of whole conversations)."""
@@ -132,6 +143,7 @@ class EncodeChat:
                     policy=self.chat.policy,
                     reasoning=self.chat.reasoning,
                     tools=document.metadata["tools"],
+                    completion_start=document.metadata["completion_start"] if self.chat.completion_only_loss else None,
                 )
             except InputDataError as error:
                 self.problems.report("bad_conversation", document.id, str(error))

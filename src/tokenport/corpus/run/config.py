@@ -22,7 +22,7 @@ SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
 EXECUTORS = ("local", "ray")
 INPUT_FORMATS = ("text", "chat")
-CHAT_FIELDS = ("chat_template", "chat_policy", "reasoning", "chat_format")
+CHAT_FIELDS = ("chat_template", "chat_policy", "reasoning", "chat_format", "completion_only_loss")
 """The fields that describe conversations; they mean something only with format="chat"."""
 OUTPUT_FORMAT = "tokenport.prepare/1"
 
@@ -86,6 +86,9 @@ class PrepareConfig:
     reasoning: "train" or "mask" the assistant's reasoning text.
     chat_format: the record shape (one of `tokenport.chat.formats.FORMATS`); None: detected
       per record.
+    completion_only_loss: a prompt-completion record trains only its completion, as TRL's
+      SFTTrainer does (chat_policy masks the other records); False: prompt and completion are one
+      conversation masked by chat_policy, so the prompt's assistant turns are trained too.
     """
 
     inputs: Sequence[str]
@@ -111,6 +114,7 @@ class PrepareConfig:
     chat_policy: str = "assistant"
     reasoning: str = "train"
     chat_format: str | None = None
+    completion_only_loss: bool = True
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -139,7 +143,7 @@ class PrepareConfig:
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
         self._check_chat()
-        for name in ("keep_rejected", "append_eod", "allow_empty"):
+        for name in ("keep_rejected", "append_eod", "allow_empty", "completion_only_loss"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be True or False")
         try:
@@ -162,7 +166,13 @@ class PrepareConfig:
         if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
             raise ConfigError(f"{_named('chat_template', self.chat_template)}: must be a non-empty string or None")
         if self.format != "chat":
-            defaults = {"chat_template": None, "chat_policy": "assistant", "reasoning": "train", "chat_format": None}
+            defaults = {
+                "chat_template": None,
+                "chat_policy": "assistant",
+                "reasoning": "train",
+                "chat_format": None,
+                "completion_only_loss": True,
+            }
             for name, default in defaults.items():
                 if getattr(self, name) != default:
                     raise ConfigError(
@@ -215,6 +225,7 @@ FLAGS = {
     "chat_policy": "--chat-policy",
     "reasoning": "--reasoning",
     "chat_format": "--chat-format",
+    "completion_only_loss": "--no-completion-only-loss",
 }
 """The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
 

@@ -216,7 +216,7 @@ def _chat_job(config: PrepareConfig, tokenizer: Tokenizer) -> ChatJob | None:
     if config.format != "chat":
         return None
     template = load_chat_template(config.chat_template, tokenizer)
-    return ChatJob(template, config.chat_format, config.chat_policy, config.reasoning)
+    return ChatJob(template, config.chat_format, config.chat_policy, config.reasoning, config.completion_only_loss)
 
 
 def _check_records(files: list[InputFile]) -> None:

@@ -5,9 +5,11 @@ A run with an object-store output prepares into a local staging directory (see `
 then `upload_output`: a journal ``URL/.tokenport-upload.json`` naming every file with its size
 and MD5 first, then each file (skipped when the object there already has that size and MD5: a
 rerun finishes an interrupted upload), each checked after its PUT, then ``tokenport.json``, then
-the journal goes. A journal left by a run with other settings is rolled back first (the files it
-names are deleted); an output already finished with other settings, or a prefix holding other
-objects, is refused before any work.
+the journal goes, then the staging directory. A journal left by a run with other settings is rolled
+back first (the files it names are deleted); an output already finished with other settings, a
+prefix holding other objects, or a journal that is not one (`UploadJournal`) is refused before any
+work. Whoever touches a finished prefix next finishes a killed run's clean-up: the journal of the
+finished run and the staging directory go.
 """
 
 from __future__ import annotations
@@ -16,17 +18,43 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
+
+from ..._schema import Count, Document, Int64, Text, decode
 from ...errors import ConfigError, StorageError
 from ...storage import read_small
-from .state import MANIFEST_NAME, WORK_DIR
+from .state import MANIFEST_NAME, WORK_DIR, kill_point
 
 logger = logging.getLogger(__name__)
 
 JOURNAL_NAME = ".tokenport-upload.json"
+KILL_AT = "TOKENPORT_UPLOAD_KILL_AT"
+"""Directed-kill tests set this to N: the process ends after the N-th publication step of an upload
+(each step is also one of prepare's kill points, `state.KILL_AT`, after the staging directory's renames)."""
 _CHUNK = 8 << 20
+_steps = 0
+
+MD5 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+"""An MD5 digest in lowercase hex, as the journal's writer records it."""
+Name = Annotated[str, msgspec.Meta(pattern=r"^(?!/)(?!.*//)(?!(.*/)?\.\.?(/|$))[^\x00]+(?<!/)$")]
+"""A relative object name under the prefix: no leading or trailing slash, no empty, "." or ".." segment."""
+
+
+class UploadJournal(Document, frozen=True):
+    """``URL/.tokenport-upload.json``: the run that is uploading (its settings' fingerprint) and the
+    files it uploads, each as [size, MD5]."""
+
+    fingerprint: Text
+    files: dict[Name, tuple[Count, MD5]]
+
+    def __post_init__(self) -> None:
+        for name in (MANIFEST_NAME, JOURNAL_NAME):
+            if name in self.files:
+                raise ValueError(f"{name} is never one of the files a journal names - at `$.files`")
 
 
 def staging_dir(url: str) -> str:
@@ -37,35 +65,107 @@ def staging_dir(url: str) -> str:
     return str(base / "prepare" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24])
 
 
-def remote_manifest(url: str) -> dict[str, Any] | None:
-    """The dataset manifest at `url` (a finished upload), or None when there is none yet."""
-    data = read_small(_join(url, MANIFEST_NAME))
+def read_journal(url: str) -> UploadJournal | None:
+    """The upload journal at `url` (an unfinished or uncleaned upload), or None; a StorageError naming
+    it and its field when it is not one."""
+    data = read_small(_join(url, JOURNAL_NAME))
     if data is None:
         return None
-    try:
-        manifest = json.loads(data)
-    except ValueError as exc:
-        raise StorageError(f"{_join(url, MANIFEST_NAME)}: not JSON ({exc}); delete it and run again") from None
-    if not isinstance(manifest, dict):
-        raise StorageError(f"{_join(url, MANIFEST_NAME)}: not a prepare manifest; delete it and run again")
+    return decode(
+        data,
+        UploadJournal,
+        where=_join(url, JOURNAL_NAME),
+        remedy="it is not an upload journal tokenport wrote; delete the prefix's objects and run again, "
+        "or choose another URL",
+        error=StorageError,
+    )
+
+
+class _Part(msgspec.Struct, frozen=True):
+    name: Name
+    documents: Count
+    tokens: Count
+
+
+class _Totals(msgspec.Struct, frozen=True):
+    documents: Count
+    tokens: Count
+    bytes_in: Count
+    units: Count
+
+
+class _Finished(msgspec.Struct, frozen=True):
+    """What a rerun reads of a finished upload's dataset manifest (the fields its result is made of);
+    the rest of the manifest is the dataset's own and passes through."""
+
+    fingerprint: Text
+    parts: list[_Part]
+    totals: _Totals
+    skipped: dict[str, Count]
+    steps: dict[str, dict[str, Int64]] = {}
+
+
+def remote_manifest(url: str) -> dict[str, Any] | None:
+    """The dataset manifest at `url` (a finished upload), or None when there is none yet; a
+    StorageError naming it and its field when it is not one."""
+    where = _join(url, MANIFEST_NAME)
+    data = read_small(where)
+    if data is None:
+        return None
+    remedy = "it is not a prepare manifest tokenport wrote; delete it and run again"
+    decode(data, _Finished, where=where, remedy=remedy, error=StorageError)
+    manifest: dict[str, Any] = decode(data, dict[str, Any], where=where, remedy=remedy, error=StorageError)
     return manifest
 
 
 def check_remote_output(url: str, fingerprint: str) -> dict[str, Any] | None:
     """The manifest at `url` if a run with this fingerprint finished it, None if unfinished; a
-    ConfigError when a run with other settings did."""
+    ConfigError when a run with other settings did. Read first, before any work: the journal is
+    checked (`read_journal`), and a finished upload's leftovers (its journal, the staging directory)
+    are removed."""
+    journal = read_journal(url)
     manifest = remote_manifest(url)
-    if manifest is not None and manifest.get("fingerprint") != fingerprint:
-        raise ConfigError(
-            f"{url}: output exists (a finished prepare run with other settings); choose another URL or delete it"
-        )
-    if manifest is None and read_small(_join(url, JOURNAL_NAME)) is None:
+    if manifest is not None:
+        finish_cleanup(url, manifest, journal)
+        if manifest.get("fingerprint") != fingerprint:
+            raise ConfigError(
+                f"{url}: output exists (a finished prepare run with other settings); choose another URL or delete it"
+            )
+    if manifest is None and journal is None:
         others = _objects(url)
         if others:
             raise ConfigError(
                 f"{url}: holds objects ({', '.join(others[:3])}...) and no prepare run; choose a new or empty prefix"
             )
     return manifest
+
+
+def finish_cleanup(url: str, manifest: dict[str, Any], journal: UploadJournal | None) -> None:
+    """Finish what a run killed after publishing `url`'s manifest left: its journal, then the staging directory."""
+    if journal is not None and journal.fingerprint == manifest.get("fingerprint"):
+        logger.info("%s: removing the journal of a finished upload", url)
+        from ...storage.remote import RemoteOptions, open_fs, with_retries
+
+        fs, root = open_fs(url, {})
+        with_retries(
+            lambda: fs.rm_file(_join(root, JOURNAL_NAME)),
+            url=_join(url, JOURNAL_NAME),
+            what="deleting the upload journal",
+            options=RemoteOptions(),
+        )
+        _kill_point()
+    staging = staging_dir(url)
+    if os.path.exists(staging):
+        logger.info("%s: removing the staging directory %s of a finished upload", url, staging)
+        try:
+            shutil.rmtree(staging)
+        except FileNotFoundError:
+            pass  # the finishing run removed it meanwhile
+        except OSError as exc:
+            raise StorageError(
+                f"{staging}: cannot remove this staging directory of the finished upload to {url} "
+                f"({exc.strerror}); remove it yourself"
+            ) from None
 
 
 def _objects(url: str) -> list[str]:
@@ -86,7 +186,8 @@ def _objects(url: str) -> list[str]:
 
 def upload_output(local: str, url: str, fingerprint: str) -> None:
     """Upload the finished output directory `local` to `url` as the module says: journal, files
-    (each checked), manifest; finishing or rolling back an upload a killed run left."""
+    (each checked), manifest, journal removed; finishing or rolling back an upload a killed run left.
+    The caller removes `local` afterwards."""
     from ...storage.remote import RemoteOptions, open_fs, with_retries
 
     fs, root = open_fs(url, {})
@@ -98,20 +199,21 @@ def upload_output(local: str, url: str, fingerprint: str) -> None:
     files = _listing(local)
     journal = {"fingerprint": fingerprint, "files": files}
     journal_path = _join(root, JOURNAL_NAME)
-    earlier = read_small(_join(url, JOURNAL_NAME))
-    if earlier is not None:
-        left = json.loads(earlier)
-        if left.get("fingerprint") != fingerprint:  # another run's half upload: roll it back
-            logger.info("%s: removing the files of an interrupted upload with other settings", url)
-            for name in left.get("files", {}):
-                if name not in files:
-                    retried("deleting", name, lambda name=name: fs.rm_file(_join(root, name)))
+    earlier = read_journal(url)
+    if earlier is not None and earlier.fingerprint != fingerprint:  # another run's half upload: roll it back
+        logger.info("%s: removing the files of an interrupted upload with other settings", url)
+        for name in earlier.files:
+            if name not in files:
+                retried("deleting", name, lambda name=name: fs.rm_file(_join(root, name)))
+                _kill_point()
     retried("writing the upload journal", JOURNAL_NAME, lambda: fs.pipe_file(journal_path, _dumps(journal)))
+    _kill_point()
     for name, (size, md5) in files.items():
         target = _join(root, name)
         if _matches(retried("reading object metadata", name, lambda target=target: _info(fs, target)), size, md5):
             continue  # uploaded whole by an interrupted run
         retried("uploading", name, lambda name=name, target=target: fs.put_file(os.path.join(local, name), target))
+        _kill_point()
         if not _matches(retried("reading object metadata", name, lambda target=target: _info(fs, target)), size, md5):
             raise StorageError(
                 f"{_join(url, name)}: the uploaded object does not have the size and MD5 of {local}/{name}; "
@@ -120,7 +222,19 @@ def upload_output(local: str, url: str, fingerprint: str) -> None:
     with open(os.path.join(local, MANIFEST_NAME), "rb") as f:
         manifest = f.read()
     retried("writing the manifest", MANIFEST_NAME, lambda: fs.pipe_file(_join(root, MANIFEST_NAME), manifest))
+    _kill_point()
     retried("deleting the upload journal", JOURNAL_NAME, lambda: fs.rm_file(journal_path))
+    _kill_point()
+
+
+def _kill_point() -> None:
+    """End the process here if this is the publication step `KILL_AT` (or prepare's `state.KILL_AT`) names."""
+    global _steps
+    kill_point()
+    if KILL_AT in os.environ:
+        _steps += 1
+        if _steps == int(os.environ[KILL_AT]):
+            os._exit(137)
 
 
 def _listing(local: str) -> dict[str, tuple[int, str]]:
