@@ -20,7 +20,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -38,14 +38,13 @@ logger = logging.getLogger(__name__)
 
 FAULT_ENV = "TOKENPORT_FAULT_AT"
 """NAME:N ends the process (os._exit, as a kill would) at the Nth node-cache write step named like
-NAME (`nodecache.ledger`, `nodecache.write`, `nodecache.rename`): the kill tests' hook."""
+NAME (`nodecache.ledger`, `nodecache.evict`, `nodecache.write`, `nodecache.rename`): the kill tests' hook."""
 FAULT_EXIT_CODE = 86
 
 _KEY = re.compile(r"[0-9a-f]{32}")
 _BLOCK = re.compile(r"(0|[1-9][0-9]*)\.blk")
 _TEMP = re.compile(r"\.(?:0|[1-9][0-9]*)\.([1-9][0-9]*)\.tmp")
 _PIN = re.compile(r"([1-9][0-9]*)-([0-9]+)(\.tmp)?")
-_LEDGER_TEMP = re.compile(r"\.usage\.([1-9][0-9]*)")
 
 BlockKey = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
 Pid = Annotated[str, msgspec.Meta(pattern="^[1-9][0-9]{0,9}$")]
@@ -233,8 +232,8 @@ class NodeCache:
         pid = os.getpid()
         with self._ledger() as ledger:  # room is made and counted before the bytes touch the disk
             used, need = ledger.used, sum(sizes.values())
-            if used + need > self.budget_bytes:
-                used -= self._evict(used + need - self.budget_bytes, keep)
+            victims = self._victims(used + need - self.budget_bytes, keep) if used + need > self.budget_bytes else []
+            used -= sum(size for _, size in victims)
             chosen = []
             for index, size in sizes.items():
                 if used + size <= self.budget_bytes:
@@ -242,16 +241,24 @@ class NodeCache:
                     used += size
             reserved = sum(sizes[index] for index in chosen)
             ledger.used = used
-            if reserved:
+            if reserved or victims:  # the victims are deleted once this is written: a kill then is rolled back
                 ledger.writers[pid] = ledger.writers.get(pid, 0) + reserved
+                ledger.after = lambda: self._delete(victims)
         if not chosen:
+            if victims:
+                with self._ledger() as ledger:
+                    self._settle(ledger, 0, 0)
             return set()
         published: set[int] = set()
         temps: dict[int, str] = {}
         settled = False
         try:
-            for index in chosen:
-                temps[index] = self._write_temp(key, index, blocks[index])
+            try:
+                os.makedirs(f"{self._root}/{key}", exist_ok=True)
+                for index in chosen:
+                    temps[index] = self._write_temp(key, index, blocks[index])
+            except OSError as exc:  # a full or failing disk: the blocks not written are served from memory
+                logger.warning("%s: cannot write a block of the node cache (%s); not keeping it", self._root, exc)
             with self._ledger() as ledger:
                 for index, tmp in temps.items():
                     os.replace(tmp, self.block_path(key, index))
@@ -368,25 +375,30 @@ class NodeCache:
                     except FileNotFoundError:
                         continue
 
-    def _evict(self, needed: int, keep: Collection[tuple[str, int]]) -> int:
-        """Delete least recently written blocks, neither in `keep` nor pinned by a live process, until
-        `needed` bytes are freed; bytes freed."""
+    def _victims(self, needed: int, keep: Collection[tuple[str, int]]) -> list[tuple[str, int]]:
+        """(path, size) of the least recently written blocks, neither in `keep` nor pinned by a live
+        process, that free `needed` bytes (fewer when too few may go)."""
         keep = self._pinned().union(keep)
         blocks = []
         for key, path, stat in self._blocks_on_disk():
             if (key, int(os.path.basename(path)[:-4])) not in keep:
                 blocks.append((stat.st_mtime_ns, path, stat.st_size))
         blocks.sort()
+        victims: list[tuple[str, int]] = []
         freed = 0
         for _, path, size in blocks:
             if freed >= needed:
                 break
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
+            victims.append((path, size))
             freed += size
-        return freed
+        return victims
+
+    @staticmethod
+    def _delete(victims: list[tuple[str, int]]) -> None:
+        """Delete evicted block files (under the ledger's lock, after the ledger no longer counts them)."""
+        for path, _ in victims:
+            Path(path).unlink(missing_ok=True)
+            _fault("nodecache.evict")
 
     @contextmanager
     def _ledger(self) -> Iterator[_Ledger]:
@@ -416,11 +428,13 @@ class NodeCache:
             ledger = _Ledger(used, dict(live))
             yield ledger
             if stale or ledger.used != used or ledger.writers != live:
-                tmp = f"{path}.{pid}"
+                tmp = f"{path}.tmp"  # one writer at a time (under the lock): the next one replaces a leftover
                 with open(tmp, "wb") as f:
                     f.write(encode(Ledger(used=ledger.used, writers={str(w): n for w, n in ledger.writers.items()})))
                 _fault("nodecache.ledger")
                 os.replace(tmp, path)
+            if ledger.after is not None:
+                ledger.after()
         finally:
             os.close(fd)
 
@@ -429,10 +443,9 @@ class NodeCache:
         return sum(stat.st_size for _, _, stat in self._blocks_on_disk())
 
     def _sweep(self) -> None:
-        """Delete the temporaries of dead writers: block files never renamed, ledgers never published."""
+        """Delete the temporaries of dead writers: block files never renamed, a ledger never published."""
         for folder in os.scandir(self.directory):
-            match = _LEDGER_TEMP.fullmatch(folder.name)
-            if match is not None and not process_alive(int(match[1])):
+            if folder.name == ".usage.tmp":
                 Path(folder.path).unlink(missing_ok=True)
             if not _KEY.fullmatch(folder.name) or not folder.is_dir(follow_symlinks=False):
                 continue
@@ -443,8 +456,9 @@ class NodeCache:
 
 
 class _Ledger:
-    __slots__ = ("used", "writers")
+    __slots__ = ("after", "used", "writers")
 
     def __init__(self, used: int, writers: dict[int, int]) -> None:
         self.used = used
         self.writers = writers
+        self.after: Callable[[], None] | None = None  # run once the ledger is written, under its lock
