@@ -248,6 +248,26 @@ def test_foreign_files_are_neither_counted_nor_deleted_nor_fatal(tmp_path):
     assert cache.used_bytes() == sum(blocks_on_disk(tmp_path).values())
 
 
+def test_things_in_the_way_are_storage_errors_naming_them_never_os_errors(tmp_path):
+    cache = NodeCache(tmp_path, 1 << 20)
+    k = key(0)
+    (tmp_path / k / "0.blk").mkdir(parents=True)  # a folder where a block belongs
+    assert cache.put(k, {0: b"a" * 100, 1: b"b" * 100}) == {1}  # not kept, not fatal
+    with pytest.raises(DamagedBlock, match="0.blk: this block of the node cache cannot be read"):
+        cache.read(k, 0, 0, 10)
+    with pytest.raises(StorageError, match="0.blk: cannot remove this damaged block.*delete"):
+        cache.drop(k, 0)
+    assert (tmp_path / k / "0.blk").is_dir() and cache.read(k, 1, 0, 100) == b"b" * 100
+    assert cache.used_bytes() == blockfile.stored_size(100)
+    (tmp_path / key(1)).write_bytes(b"a file where a block folder belongs")
+    with pytest.raises(StorageError, match=f"{key(1)}: cannot take a block's lock"):
+        cache.wait_claim(key(1), 0)
+    (tmp_path / ".usage").unlink()
+    (tmp_path / ".usage").mkdir()
+    with pytest.raises(StorageError, match=r"\.usage: cannot write the node cache's ledger"):
+        cache.used_bytes()
+
+
 # --- the ledger and pin files through the schema layer ----------------------------------
 
 

@@ -153,18 +153,25 @@ class NodeCache:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise self._damaged(path, f"cannot be opened ({exc.strerror or exc})") from None
         try:
             at, size = blockfile.span(start, length)
             raw = os.pread(fd, size, at)
+        except OSError as exc:
+            raise self._damaged(path, f"cannot be read ({exc.strerror or exc})") from None
         finally:
             os.close(fd)
         data = blockfile.decode(raw, index, start, length)
         if data is None:
-            raise DamagedBlock(
-                f"{path}: this block of the node cache fails its checksums (bytes {start}-{start + length} "
-                f"were read from it); delete {self._root} (the node block cache) and check its disk"
-            )
+            raise self._damaged(path, f"fails its checksums (bytes {start}-{start + length} were read from it)")
         return data
+
+    def _damaged(self, path: str, what: str) -> DamagedBlock:
+        return DamagedBlock(
+            f"{path}: this block of the node cache {what}; delete {self._root} (the node block cache) "
+            "and check its disk"
+        )
 
     def drop(self, key: str, index: int) -> None:
         """Delete a damaged block file (unless another process wrote it again meanwhile) and uncount it."""
@@ -176,14 +183,21 @@ class NodeCache:
                     raw = f.read()
             except FileNotFoundError:
                 return
+            except OSError:
+                raw = b""
             if blockfile.intact(raw, index):
                 return
             with self._ledger() as ledger:
                 try:
-                    size = os.stat(path).st_size
+                    size = os.stat(path, follow_symlinks=False).st_size
                     os.unlink(path)
                 except FileNotFoundError:
                     return
+                except OSError as exc:
+                    raise StorageError(
+                        f"{path}: cannot remove this damaged block of the node cache ({exc.strerror or exc}); "
+                        f"delete {self._root} (the node block cache), or read without it (node_cache_dir=None)"
+                    ) from None
                 ledger.used = max(0, ledger.used - size)
         finally:
             self.release(fd)
@@ -209,8 +223,14 @@ class NodeCache:
 
     def _lock(self, key: str, index: int, how: int) -> int | None:
         folder = self.directory / key
-        folder.mkdir(exist_ok=True)
-        fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            folder.mkdir(exist_ok=True)
+            fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(
+                f"{folder}: cannot take a block's lock in the node cache ({exc.strerror or exc}); "
+                f"remove what is in the way under {self._root}, or give RemoteOptions.node_cache_dir another directory"
+            ) from None
         try:
             fcntl.flock(fd, how)
         except BlockingIOError:
@@ -261,7 +281,11 @@ class NodeCache:
                 logger.warning("%s: cannot write a block of the node cache (%s); not keeping it", self._root, exc)
             with self._ledger() as ledger:
                 for index, tmp in temps.items():
-                    os.replace(tmp, self.block_path(key, index))
+                    try:
+                        os.replace(tmp, self.block_path(key, index))
+                    except OSError as exc:  # something not ours in the way: served from memory, not kept
+                        logger.warning("%s: cannot publish a block (%s); not keeping it", self._root, exc)
+                        continue
                     published.add(index)
                     _fault("nodecache.rename")
                 self._settle(ledger, reserved, sum(sizes[i] for i in chosen if i not in published))
@@ -314,8 +338,11 @@ class NodeCache:
                 path.unlink(missing_ok=True)
                 return
             tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(encode(Pins(blocks=sorted(blocks))))
-            os.replace(tmp, path)
+            try:
+                tmp.write_bytes(encode(Pins(blocks=sorted(blocks))))
+                os.replace(tmp, path)
+            except OSError as exc:  # pins only spare refetches: a read of an evicted block fetches it again
+                logger.warning("%s: cannot write this process's pins (%s)", path, exc)
 
     def _crowded(self) -> bool:
         """True when the ledger says blocks fill half the budget or more (read without its lock)."""
@@ -404,10 +431,13 @@ class NodeCache:
     def _ledger(self) -> Iterator[_Ledger]:
         """The ledger under DIR/.lock, written back if changed. Unreadable, or holding a reservation of
         a dead writer, it is rebuilt: the dead writers' temporaries deleted, the disk counted again."""
-        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        path = f"{self._root}/.usage"
+        try:
+            fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._unwritable(f"{self._root}/.lock", exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            path = f"{self._root}/.usage"
             document: Ledger | None = None
             try:
                 with open(path, "rb") as f:
@@ -416,6 +446,8 @@ class NodeCache:
                 pass
             except CorruptStoreError as exc:
                 logger.warning("%s", exc)
+            except OSError as exc:
+                logger.warning("%s: cannot read the node cache's ledger (%s); counting the disk", path, exc)
             pid = os.getpid()
             writers = {int(w): n for w, n in document.writers.items()} if document is not None else {}
             live = {w: n for w, n in writers.items() if w == pid or process_alive(w)}
@@ -429,14 +461,24 @@ class NodeCache:
             yield ledger
             if stale or ledger.used != used or ledger.writers != live:
                 tmp = f"{path}.tmp"  # one writer at a time (under the lock): the next one replaces a leftover
-                with open(tmp, "wb") as f:
-                    f.write(encode(Ledger(used=ledger.used, writers={str(w): n for w, n in ledger.writers.items()})))
-                _fault("nodecache.ledger")
-                os.replace(tmp, path)
+                document = Ledger(used=ledger.used, writers={str(w): n for w, n in ledger.writers.items()})
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(encode(document))
+                    _fault("nodecache.ledger")
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    raise self._unwritable(path, exc) from None
             if ledger.after is not None:
                 ledger.after()
         finally:
             os.close(fd)
+
+    def _unwritable(self, path: str, exc: OSError) -> StorageError:
+        return StorageError(
+            f"{path}: cannot write the node cache's ledger ({exc.strerror or exc}); remove what is in the way, "
+            "or give RemoteOptions.node_cache_dir a writable directory of its own"
+        )
 
     def _scan(self) -> int:
         """Bytes of all block files on disk (when the ledger is missing, unreadable or stale)."""
