@@ -406,9 +406,12 @@ def test_random_calls_match_a_shadow_model(tmp_path):
             raw = bytearray(Path(path).read_bytes())
             raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
             Path(path).write_bytes(bytes(raw))
+            before = (cache.used_bytes(), blocks_on_disk(tmp_path))
             with pytest.raises(DamagedBlock):
                 cache.read(k, i, 0, len(model[(k, i)]))
-            cache.drop(k, i)  # a refused read changed nothing else
+            assert (cache.used_bytes(), blocks_on_disk(tmp_path)) == before  # a refused read changes nothing
+            cache.drop(k, i)
+            assert not cache.has(k, i)
         elif op == "pin":
             cache.pin({(rng.choice(keys), rng.randrange(8)) for _ in range(2)})
         elif op == "drop" and cache.has(k, i):

@@ -9,6 +9,7 @@ The algorithm is part of the node cache's key, so processes with different insta
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ CHUNK = 16 << 10
 DIGEST = 8
 STRIDE = CHUNK + DIGEST
 _MASK64 = (1 << 64) - 1
+_unpack = struct.Struct("<Q").unpack_from
 
 
 def _digester() -> tuple[str, Callable[[bytes | memoryview, int], int]]:
@@ -56,30 +58,30 @@ def span(start: int, length: int) -> tuple[int, int]:
     return first * STRIDE, (last - first + 1) * STRIDE
 
 
-def decode(raw: bytes, index: int, start: int, length: int) -> bytes | None:
+def decode(raw: bytes, index: int, start: int, length: int) -> bytes | memoryview | None:
     """Block bytes start..start+length-1 from `raw` (what `span` said to read), or None when a chunk
     they touch fails its checksum or is missing (the block was damaged on disk)."""
-    first = start // CHUNK
+    chunk = start // CHUNK
+    lo = start - chunk * CHUNK
     view = memoryview(raw)
+    if lo + length <= CHUNK:  # most reads: one chunk
+        piece = view[DIGEST:STRIDE]
+        if len(piece) < lo + length or _digest(piece, _seed(index, chunk)) != _unpack(raw, 0)[0]:
+            return None
+        return piece[lo : lo + length]
     parts = []
-    lo = start - first * CHUNK
-    want = length
-    at, chunk = 0, first
+    want, at = length, 0
     while want > 0:
-        if at + DIGEST >= len(view):
-            return None
         piece = view[at + DIGEST : at + STRIDE]
-        if _digest(piece, _seed(index, chunk)) != int.from_bytes(view[at : at + DIGEST], "little"):
-            return None
         part = piece[lo : lo + want]
-        if len(part) != min(want, CHUNK - lo):
+        if len(part) != min(want, CHUNK - lo) or _digest(piece, _seed(index, chunk)) != _unpack(raw, at)[0]:
             return None
         parts.append(part)
         want -= len(part)
         lo = 0
         at += STRIDE
         chunk += 1
-    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+    return b"".join(parts)
 
 
 def intact(raw: bytes, index: int) -> bool:
@@ -90,7 +92,7 @@ def intact(raw: bytes, index: int) -> bool:
         piece = view[at + DIGEST : at + STRIDE]
         if at + DIGEST >= len(view):
             return False
-        if _digest(piece, _seed(index, chunk)) != int.from_bytes(view[at : at + DIGEST], "little"):
+        if _digest(piece, _seed(index, chunk)) != _unpack(raw, at)[0]:
             return False
         at += STRIDE
         chunk += 1

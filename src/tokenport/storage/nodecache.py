@@ -145,7 +145,7 @@ class NodeCache:
         """The file of one block."""
         return f"{self._root}/{key}/{index}.blk"
 
-    def read(self, key: str, index: int, start: int, length: int) -> bytes | None:
+    def read(self, key: str, index: int, start: int, length: int) -> bytes | memoryview | None:
         """`length` (>= 1) bytes at `start` of a cached block, checked against the checksums written with
         them, or None when the block is not on disk; DamagedBlock when they fail (`drop` it)."""
         path = self.block_path(key, index)

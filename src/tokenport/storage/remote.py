@@ -851,7 +851,7 @@ class ObjectStoreSource(ByteSource):
                 f"({self._size} bytes); the index does not match this file"
             )
 
-    def _from_disk(self, index: int, lo: int, hi: int) -> bytes:
+    def _from_disk(self, index: int, lo: int, hi: int) -> bytes | memoryview:
         """Bytes lo..hi-1 of a block from the node cache, fetching the block again if it was evicted."""
         data = self._disk_read(index, lo, hi - lo)
         while data is None:
@@ -859,7 +859,7 @@ class ObjectStoreSource(ByteSource):
             data = got[lo:hi] if got is not None else self._disk_read(index, lo, hi - lo)
         return data
 
-    def _disk_read(self, index: int, start: int, length: int) -> bytes | None:
+    def _disk_read(self, index: int, start: int, length: int) -> bytes | memoryview | None:
         """Bytes of a block from the node cache, checked; None when it is not there or was damaged (then
         dropped, to be fetched again). A block damaged again after it was fetched again is refused."""
         assert self._node is not None
