@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +39,8 @@ logger = logging.getLogger(__name__)
 
 FAULT_ENV = "TOKENPORT_FAULT_AT"
 """NAME:N ends the process (os._exit, as a kill would) at the Nth node-cache write step named like
-NAME (`nodecache.ledger`, `nodecache.evict`, `nodecache.write`, `nodecache.rename`): the kill tests' hook."""
+NAME (`nodecache.ledger`, `nodecache.evict`, `nodecache.write`, `nodecache.rename`; `nodecache.evict` is
+also a damaged block's removal): the kill tests' hook."""
 FAULT_EXIT_CODE = 86
 
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -187,18 +189,21 @@ class NodeCache:
                 raw = b""
             if blockfile.intact(raw, index):
                 return
+            try:
+                found = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if not stat.S_ISREG(found.st_mode):
+                raise StorageError(
+                    f"{path}: this is not a block the node cache wrote, and it is in the way of one; remove it, "
+                    f"or delete {self._root} (the node block cache), or read without it (node_cache_dir=None)"
+                )
+            with self._ledger() as ledger:  # uncounted first, deleted once that is written, then settled
+                ledger.used = max(0, ledger.used - found.st_size)
+                ledger.writers[os.getpid()] = ledger.writers.get(os.getpid(), 0)
+                ledger.after = lambda: self._delete([(path, found.st_size)])
             with self._ledger() as ledger:
-                try:
-                    size = os.stat(path, follow_symlinks=False).st_size
-                    os.unlink(path)
-                except FileNotFoundError:
-                    return
-                except OSError as exc:
-                    raise StorageError(
-                        f"{path}: cannot remove this damaged block of the node cache ({exc.strerror or exc}); "
-                        f"delete {self._root} (the node block cache), or read without it (node_cache_dir=None)"
-                    ) from None
-                ledger.used = max(0, ledger.used - size)
+                self._settle(ledger, 0, 0)
         finally:
             self.release(fd)
 
@@ -407,9 +412,9 @@ class NodeCache:
         process, that free `needed` bytes (fewer when too few may go)."""
         keep = self._pinned().union(keep)
         blocks = []
-        for key, path, stat in self._blocks_on_disk():
+        for key, path, info in self._blocks_on_disk():
             if (key, int(os.path.basename(path)[:-4])) not in keep:
-                blocks.append((stat.st_mtime_ns, path, stat.st_size))
+                blocks.append((info.st_mtime_ns, path, info.st_size))
         blocks.sort()
         victims: list[tuple[str, int]] = []
         freed = 0
@@ -424,7 +429,10 @@ class NodeCache:
     def _delete(victims: list[tuple[str, int]]) -> None:
         """Delete evicted block files (under the ledger's lock, after the ledger no longer counts them)."""
         for path, _ in victims:
-            Path(path).unlink(missing_ok=True)
+            try:
+                Path(path).unlink(missing_ok=True)
+            except OSError as exc:  # counted again by the next process that finds the ledger stale
+                logger.warning("%s: cannot delete this block of the node cache (%s)", path, exc)
             _fault("nodecache.evict")
 
     @contextmanager
@@ -482,7 +490,7 @@ class NodeCache:
 
     def _scan(self) -> int:
         """Bytes of all block files on disk (when the ledger is missing, unreadable or stale)."""
-        return sum(stat.st_size for _, _, stat in self._blocks_on_disk())
+        return sum(info.st_size for _, _, info in self._blocks_on_disk())
 
     def _sweep(self) -> None:
         """Delete the temporaries of dead writers: block files never renamed, a ledger never published."""
