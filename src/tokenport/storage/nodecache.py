@@ -43,12 +43,11 @@ NAME (`nodecache.ledger`, `nodecache.evict`, `nodecache.write`, `nodecache.renam
 also a damaged block's removal): the kill tests' hook."""
 FAULT_EXIT_CODE = 86
 
-_KEY = re.compile(r"[0-9a-f]{32}")
 _BLOCK = re.compile(r"(0|[1-9][0-9]*)\.blk")
 _TEMP = re.compile(r"\.(?:0|[1-9][0-9]*)\.([1-9][0-9]*)\.tmp")
 _PIN = re.compile(r"([1-9][0-9]*)-([0-9]+)(\.tmp)?")
 
-BlockKey = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+BlockKey = Annotated[str, msgspec.Meta(pattern="^[^./\\s][^/\\s]{0,254}$")]
 Pid = Annotated[str, msgspec.Meta(pattern="^[1-9][0-9]{0,9}$")]
 
 
@@ -119,8 +118,8 @@ class DamagedBlock(CorruptStoreError):
 class NodeCache:
     """Blocks of remote objects in `directory`, holding at most `budget_bytes` of block files on disk.
 
-    Only what it wrote is counted or evicted: block folders named by `key`, files `N.blk` in them;
-    any other file or folder there is left alone.
+    Only what it wrote is counted or evicted: files `KEY/N.blk` beside the `KEY/N.lock` they were
+    published under; any other file or folder there is left alone.
     """
 
     def __init__(self, directory: str | os.PathLike, budget_bytes: int) -> None:
@@ -226,16 +225,20 @@ class NodeCache:
         """Give back a fetch lock."""
         os.close(fd)
 
-    def _lock(self, key: str, index: int, how: int) -> int | None:
+    def _open_lock(self, key: str, index: int) -> int:
+        """A descriptor of the block's lock file (made, with its folder, if missing)."""
         folder = self.directory / key
         try:
             folder.mkdir(exist_ok=True)
-            fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StorageError(
                 f"{folder}: cannot take a block's lock in the node cache ({exc.strerror or exc}); "
                 f"remove what is in the way under {self._root}, or give RemoteOptions.node_cache_dir another directory"
             ) from None
+
+    def _lock(self, key: str, index: int, how: int) -> int | None:
+        fd = self._open_lock(key, index)
         try:
             fcntl.flock(fd, how)
         except BlockingIOError:
@@ -279,10 +282,13 @@ class NodeCache:
         settled = False
         try:
             try:
-                os.makedirs(f"{self._root}/{key}", exist_ok=True)
                 for index in chosen:
+                    os.close(self._open_lock(key, index))  # a block is ours when its lock file is beside it
                     temps[index] = self._write_temp(key, index, blocks[index])
-            except OSError as exc:  # a full or failing disk: the blocks not written are served from memory
+            except (
+                OSError,
+                StorageError,
+            ) as exc:  # a full or failing disk: the blocks not written are served from memory
                 logger.warning("%s: cannot write a block of the node cache (%s); not keeping it", self._root, exc)
             with self._ledger() as ledger:
                 for index, tmp in temps.items():
@@ -395,13 +401,21 @@ class NodeCache:
         with self._ledger() as ledger:
             return ledger.used
 
-    def _blocks_on_disk(self) -> Iterator[tuple[str, str, os.stat_result]]:
-        """(key, path, stat) of every block file the cache wrote; nothing else is looked at."""
+    def _folders(self) -> Iterator[os.DirEntry[str]]:
+        """The folders that may hold blocks (not .pins, not links)."""
         for folder in os.scandir(self.directory):
-            if not _KEY.fullmatch(folder.name) or not folder.is_dir(follow_symlinks=False):
-                continue
-            for entry in os.scandir(folder.path):
-                if _BLOCK.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            if not folder.name.startswith(".") and folder.is_dir(follow_symlinks=False):
+                yield folder
+
+    def _blocks_on_disk(self) -> Iterator[tuple[str, str, os.stat_result]]:
+        """(key, path, stat) of every block file the cache wrote: a regular file `N.blk` beside the
+        `N.lock` it was published under. Nothing else is counted or deleted."""
+        for folder in self._folders():
+            entries = list(os.scandir(folder.path))
+            names = {entry.name for entry in entries}
+            for entry in entries:
+                match = _BLOCK.fullmatch(entry.name)
+                if match and f"{match[1]}.lock" in names and entry.is_file(follow_symlinks=False):
                     try:
                         yield folder.name, entry.path, entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
@@ -494,11 +508,8 @@ class NodeCache:
 
     def _sweep(self) -> None:
         """Delete the temporaries of dead writers: block files never renamed, a ledger never published."""
-        for folder in os.scandir(self.directory):
-            if folder.name == ".usage.tmp":
-                Path(folder.path).unlink(missing_ok=True)
-            if not _KEY.fullmatch(folder.name) or not folder.is_dir(follow_symlinks=False):
-                continue
+        Path(f"{self._root}/.usage.tmp").unlink(missing_ok=True)
+        for folder in self._folders():
             for entry in os.scandir(folder.path):
                 match = _TEMP.fullmatch(entry.name)
                 if match is not None and not process_alive(int(match[1])):
