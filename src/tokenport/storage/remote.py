@@ -34,10 +34,10 @@ from typing import Any, BinaryIO, TypeVar
 from .._checks import check_int
 from .._files import publish_mode
 from .._fork import keep_forked_heaps_shared
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError, CorruptStoreError, StorageError
 from ..metrics import live
 from .base import ByteSource, Range
-from .nodecache import NodeCache
+from .nodecache import DamagedBlock, NodeCache
 from .schemes import GLOB_CHARS, FileInfo, Scheme
 
 logger = logging.getLogger(__name__)
@@ -202,13 +202,22 @@ def _http_status(exc: BaseException) -> tuple[int | None, str]:
     return None, ""
 
 
+class ObjectChanged(Exception):
+    """A store answered a ranged GET with another version of the object than the one pinned at open."""
+
+
 def classify(exc: BaseException) -> str:
-    """One of 'transient', 'missing', 'denied' or 'failed' (permanent) for an error from a store."""
+    """One of 'transient', 'missing', 'denied', 'changed' (not the version pinned at open) or
+    'failed' (permanent) for an error from a store."""
     chain = _chain(exc)
+    if any(isinstance(item, ObjectChanged) for item in chain):
+        return "changed"
     for item in chain:
         status, code = _http_status(item)
         if status is None and not code:
             continue
+        if status == 412 or code == "PreconditionFailed":
+            return "changed"
         if code in _TRANSIENT_CODES or status == 429 or (status is not None and status >= 500):
             return "transient"
         if status == 404 or code in ("NoSuchKey", "NoSuchBucket"):
@@ -229,6 +238,11 @@ def classify(exc: BaseException) -> str:
 
 
 def _permanent_error(url: str, what: str, exc: BaseException, kind: str) -> StorageError:
+    if kind == "changed":
+        return StorageError(
+            f"{url}: the object changed since it was opened ({what}: the store no longer holds the version "
+            "read at open, and bytes of two versions are never mixed); reopen the store to read the new object"
+        )
     if kind == "missing":
         return StorageError(f"{url}: not found while {what} ({exc}); check the bucket, key and endpoint_url")
     if kind == "denied":
@@ -345,12 +359,49 @@ def _identity(info: Mapping[str, Any]) -> str | None:
 
 
 def _stat(fs: Any, path: str, url: str, options: RemoteOptions) -> tuple[int, str | None]:
-    """The object's size and version tag, from one `info()` call."""
+    """The object's size and version tag, from one `info()` call (`pin_of` the tag says if reads
+    can be held to it)."""
     fs.invalidate_cache(path)
     info = with_retries(lambda: fs.info(path), url=url, what="reading object metadata", options=options)
     if info.get("type", "file") != "file":
         raise StorageError(f"{url}: is a {info.get('type')}, not an object; give the URL of a file")
     return int(info["size"]), _identity(info)
+
+
+def pin_of(fs: Any, etag: str | None) -> str | None:
+    """The ETag that ranged GETs of `fs` are held to (S3 answers them only while the object has it),
+    or None where the store offers no conditional GET (reads then see a rewrite only as a short range)."""
+    if etag is None or getattr(fs, "_call_s3", None) is None or not etag.startswith('"'):
+        return None
+    return etag
+
+
+def get_bytes(fs: Any, path: str, start: int, end: int, pin: str | None) -> bytes:
+    """Bytes start..end-1 of an object in one GET; with `pin`, one the store answers only while the
+    object's ETag is `pin` (S3's If-Match), else ObjectChanged (never bytes of another version)."""
+    if pin is None:
+        return fs.cat_file(path, start=start, end=end)
+    from fsspec.asyn import sync
+
+    bucket, key, version = fs.split_path(path)
+
+    async def get() -> bytes:
+        response = await fs._call_s3(
+            "get_object",
+            Bucket=bucket,
+            Key=key,
+            Range=f"bytes={start}-{end - 1}",
+            IfMatch=pin,
+            **({"VersionId": version} if version else {}),
+        )
+        try:
+            if response.get("ETag", pin) != pin:  # a store that ignores If-Match
+                raise ObjectChanged(f"the store answered with ETag {response.get('ETag')}, not {pin}")
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+
+    return sync(fs.loop, get)
 
 
 # --- the block cache ------------------------------------------------------------------
@@ -465,9 +516,12 @@ class ObjectStoreSource(ByteSource):
     `read_ranges` fetches its ranges' blocks in few coalesced GETs. Thread-safe, and safe to use
     in forked or spawned worker processes (each process makes its own client, threads and locks).
     When `fs` is given it is used as is (re-made from its arguments in a forked child), and its own
-    retry settings stay in force beneath ours. The size and ETag are read once at open; an object
-    rewritten while open is noticed only when a range comes back short, so reopen stores after
-    rewriting them.
+    retry settings stay in force beneath ours. The size and ETag are read once at open and pin the
+    object: on S3 every ranged GET is conditional on that ETag (If-Match), so an object replaced
+    while open raises StorageError (reopen it) and is never read as a mix of versions; the node cache
+    keys blocks by the ETag, so a replaced object never serves old blocks. Each block read from the
+    node cache is checked against the checksums written with it: a damaged block is dropped and
+    fetched again once, and refused with CorruptStoreError if it fails again.
     """
 
     def __init__(
@@ -486,6 +540,7 @@ class ObjectStoreSource(ByteSource):
         self._given_fs = fs
         self._setup()
         self._size, self.etag = _stat(self._filesystem(), self._path, url, self.options)
+        self._match = pin_of(self._filesystem(), self.etag)
         self._setup_node_cache()
 
     def _setup(self) -> None:
@@ -511,6 +566,7 @@ class ObjectStoreSource(ByteSource):
         self._reading: set[int] = set()  # blocks of the ranges `read_ranges` is reading now
         self._pin_lock = threading.Lock()  # one pin update at a time, so the newest set is written last
         self._exact: _ExactSpans = ([], [], [])  # spans `prefetch` fetches exactly: starts, ends, their GETs
+        self._refetched: set[int] = set()  # blocks dropped from the node cache as damaged and fetched again
 
     def _after_fork(self) -> None:
         if self._fs is not None:  # fsspec clients are not fork-safe: made anew on first use; the
@@ -547,12 +603,13 @@ class ObjectStoreSource(ByteSource):
             "fs": self._given_fs,
             "size": self._size,
             "etag": self.etag,
+            "pin": self._match,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.options = state["url"], state["options"]
         self._storage_options, self._given_fs = state["storage_options"], state["fs"]
-        self._size, self.etag = state["size"], state["etag"]
+        self._size, self.etag, self._match = state["size"], state["etag"], state["pin"]
         self._setup()
         self._setup_node_cache()
 
@@ -581,7 +638,7 @@ class ObjectStoreSource(ByteSource):
         first, last = offset // bs, (offset + length - 1) // bs
         on_disk = None
         if first == last and self._node is not None:  # most reads, once the node cache has the block
-            on_disk = self._node.read(self._key, first, offset - first * bs, length)
+            on_disk = self._disk_read(first, offset - first * bs, length)
         data = on_disk if on_disk is not None else self._read_blocks(offset, length, first, last)
         if self._pending:
             with self._lock:
@@ -794,14 +851,33 @@ class ObjectStoreSource(ByteSource):
                 f"({self._size} bytes); the index does not match this file"
             )
 
-    def _from_disk(self, index: int, lo: int, hi: int) -> bytes:
+    def _from_disk(self, index: int, lo: int, hi: int) -> bytes | memoryview:
         """Bytes lo..hi-1 of a block from the node cache, fetching the block again if it was evicted."""
-        assert self._node is not None
-        data = self._node.read(self._key, index, lo, hi - lo)
+        data = self._disk_read(index, lo, hi - lo)
         while data is None:
             got = self._acquire([index], 0, in_memory=True).get(index)
-            data = got[lo:hi] if got is not None else self._node.read(self._key, index, lo, hi - lo)
+            data = got[lo:hi] if got is not None else self._disk_read(index, lo, hi - lo)
         return data
+
+    def _disk_read(self, index: int, start: int, length: int) -> bytes | memoryview | None:
+        """Bytes of a block from the node cache, checked; None when it is not there or was damaged (then
+        dropped, to be fetched again). A block damaged again after it was fetched again is refused."""
+        assert self._node is not None
+        try:
+            return self._node.read(self._key, index, start, length)
+        except DamagedBlock as exc:
+            with self._lock:
+                again = index in self._refetched
+                self._refetched.add(index)
+            if again:
+                raise CorruptStoreError(
+                    f"{exc}. It was dropped and fetched again once already and is damaged again: the disk "
+                    f"damages what is written to it; delete {self._node.directory} and check that disk, or "
+                    "read without it (RemoteOptions.node_cache_dir=None)"
+                ) from None
+            logger.warning("%s; dropping it and fetching the block again", exc)
+            self._node.drop(self._key, index)
+            return None
 
     def _blocks(self, lo: int, hi: int) -> dict[int, bytes]:
         """Blocks lo..hi-1 held in memory; those not returned are in the node cache."""
@@ -1052,7 +1128,7 @@ class ObjectStoreSource(ByteSource):
             self.stats.requests += 1
         if (recorder := live.recorder) is not None:
             recorder.storage_requests.inc()
-        data = self._filesystem().cat_file(self._path, start=start, end=end)
+        data = get_bytes(self._filesystem(), self._path, start, end, self._match)
         with self._lock:
             self.stats.bytes_fetched += len(data)
         if (recorder := live.recorder) is not None:
@@ -1121,7 +1197,8 @@ def fetch_cached(
         return str(target)
     data = b""
     if size:
-        data = with_retries(lambda: fs.cat_file(path, start=0, end=size), url=url, what="downloading", options=options)
+        pin = pin_of(fs, etag)
+        data = with_retries(lambda: get_bytes(fs, path, 0, size, pin), url=url, what="downloading", options=options)
     if len(data) != size:
         raise StorageError(f"{url}: downloaded {len(data)} bytes, expected {size}; the object changed, retry")
     try:
