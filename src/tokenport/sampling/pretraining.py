@@ -246,6 +246,12 @@ class PretrainingSampler(_PretrainingBase):
             # Megatron slices the partial batch list: batch[lo:lo + mbs], possibly short or empty.
             yield list(range(base + min(lo, partial), base + min(lo + mbs, partial)))
 
+    def global_stream(self, start: int, stop: int) -> np.ndarray:
+        """The global sample ids at stream positions ``[start, stop)`` (int64; none past the data): all ranks' ids."""
+        start = check_int("start", start, 0)
+        stop = check_int("stop", stop, start)
+        return np.arange(min(start, self.total_samples), min(stop, self.total_samples), dtype=np.int64)
+
     def consumed_stream(self) -> Iterator[np.ndarray]:
         """The global sample ids consumed so far (all ranks), in order, in chunks: ``0 .. consumed - 1``."""
         for start in range(0, self.consumed_samples, _STREAM_CHUNK):
