@@ -32,7 +32,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int, is_int
+from .._checks import check_int, is_int, summable
 from ..errors import ConfigError
 from ..samples.lineage import SampleLineage
 from .dataset import gather
@@ -50,8 +50,9 @@ def quantized_shares(weights: np.ndarray) -> np.ndarray:
     share absorbs the rounding remainder, so the shares are a pure function of the weights.
     """
     rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    sums = _row_sums(rows)
-    shares = np.floor(rows / sums[:, None] * _SCALE).astype(np.int64)
+    scaled = summable(rows)  # weights near the float maximum: their ratios, not an overflowed sum
+    sums = _row_sums(scaled)
+    shares = np.floor(scaled / sums[:, None] * _SCALE).astype(np.int64)
     shares[(rows > 0) & (shares == 0)] = 1
     shares[np.arange(len(rows)), np.argmax(shares, axis=1)] += _SCALE - shares.sum(axis=1)
     return shares.reshape(np.shape(weights))

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .._checks import check_int, check_positive
+from .._checks import check_int, check_positive, summable
 from ..errors import ConfigError
 from .schedule import MixtureSchedule
 
@@ -231,7 +231,7 @@ class ADOController:
         )
         if len(self.prior) != self.num_datasets or (self.prior < 0).any() or not self.prior.any():
             raise ConfigError(f"prior: expected {self.num_datasets} weights >= 0, not all zero")
-        self.prior = self.prior / self.prior.sum()
+        self.prior = summable(self.prior) / summable(self.prior).sum()
         self.decay = _check_smoothing(decay)
         self.smoothing = _check_smoothing(smoothing)
         self.window = check_int("window", window, 2)
@@ -256,6 +256,7 @@ class ADOController:
         if speed is None:
             return None
         proposal = speed * self.prior
+        proposal = summable(proposal)
         proposal = proposal / proposal.sum() if proposal.sum() > 0 else self.prior
         self.weights = self.decay * self.weights + (1.0 - self.decay) * proposal
         return (1.0 - self.smoothing) * self.weights + self.smoothing / self.num_datasets

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, summable
 from .._files import parse_structured, read_text
 from ..blend import AdaptiveBlend, MixtureSchedule, build_blending_indices, prefix_deviations
 from ..blend.trajectory import MixtureTrajectory, adaptive_trajectory, scheduled_trajectory
@@ -128,7 +128,7 @@ def _report(
     dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
     counts = np.bincount(dataset_index, minlength=len(weights))
     deviations = prefix_deviations(dataset_index, weights)
-    target = weights / weights.sum()
+    target = summable(weights) / summable(weights).sum()
     rows = tuple(
         BlendRow(prefix, float(t), float(c) / size, int(c), float(c) * seq_length / max(k, 1.0), float(d))
         for prefix, t, c, k, d in zip(blend.prefixes, target, counts, tokens, deviations)
