@@ -149,7 +149,18 @@ class AdaptiveBlend:
             self._rows.append(shares)
 
     def restore_updates(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
-        """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream."""
+        """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream;
+        a refusal (ConfigError naming the first bad update) leaves the blend exactly as it was."""
+        before = dict(self.__dict__)  # each field below is replaced, never changed in place
+        try:
+            self._restore(updates)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+
+    def _restore(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
+        """Start from the initial weights with nothing realized and apply ``updates`` (``restore_updates``)."""
         self._updates: list[tuple[int, np.ndarray]] = []
         self._starts: list[int] = [0]  # segment j: shares self._rows[j] from sample self._starts[j] on
         self._rows: list[np.ndarray] = [quantized_shares(np.asarray(self.initial_weights))]

@@ -23,9 +23,10 @@ from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.lineage import SampleLineage
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.state import read_loader_state, read_sampler_state
 from ..sampling.stream import ORDERS, StreamSampler
 from .rebuild import check_same_data, rebuild_dataset
-from .receipt import DataReceipt
+from .receipt import DataReceipt, check_state_agrees
 
 __all__ = ["SampleTrace", "TraceReport", "load_state", "trace", "trace_file"]
 
@@ -166,7 +167,13 @@ def _trace(
             f"{source}: the state has no data receipt (saved before receipts, or stripped), so what its steps "
             "read cannot be known; trace a state saved by StatefulLoader.state_dict()"
         )
-    saved = DataReceipt.from_dict(state["receipt"])
+    read_loader_state(state, source)  # every field typed before anything is built from it
+    read_sampler_state(state["sampler"], f"{source}: state['sampler']")
+    saved = DataReceipt.from_dict(state["receipt"], f"{source}: state['receipt']")
+    try:
+        check_state_agrees(saved, state["sampler"])
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     if dataset is None:
         dataset = rebuild_dataset(saved, stores=stores)
     else:
@@ -197,8 +204,7 @@ def step_sample_ids(
 ) -> dict[int, list[int]]:
     """rank -> the global sample ids of its micro-batch at step ``step``, from a sampler state; ConfigError
     for a step at or past the steps the state had consumed (the run had not trained on it)."""
-    if not isinstance(sampler_state, Mapping) or "micro_batch_size" not in sampler_state:
-        raise ConfigError("state['sampler']: expected a tokenport sampler's state_dict()")
+    read_sampler_state(sampler_state, "state['sampler']")  # a tokenport sampler's state, every field typed
     step = check_int("step", step, 0)
     mbs = check_int("state['sampler']['micro_batch_size']", sampler_state["micro_batch_size"], 1)
     size = check_int("state['sampler']['data_parallel_size']", sampler_state["data_parallel_size"], 1)

@@ -62,8 +62,10 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int
+from .._schema import to_builtins
 from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
+from .state import read_sampler_state
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
 
@@ -141,16 +143,10 @@ class _PretrainingBase:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``'s output; raise ConfigError if it belongs to another configuration."""
-        if not isinstance(state, Mapping):
-            raise ConfigError(f"state must be a mapping from state_dict(), got {type(state).__name__}")
+        state = to_builtins(read_sampler_state(state))  # typed: every field present, an integer in range
         mine = self._identity()
-        for key in (*mine, "consumed_samples", "micro_batch_size", "data_parallel_size", "fingerprint"):
-            if key not in state:
-                raise ConfigError(f"state has no {key!r}: pass the dict returned by {type(self).__name__}.state_dict()")
-            if key == "sampler" and int(state[key]) != self._kind:  # before the fields, which differ per kind
-                raise ConfigError(
-                    f"state is from a {_KINDS.get(int(state[key]), 'unknown sampler')}, not a {_KINDS[self._kind]}"
-                )
+        if state["sampler"] != self._kind:  # before the fields, which differ per kind
+            raise ConfigError(f"state is from a {_KINDS[state['sampler']]}, not a {_KINDS[self._kind]}")
         theirs = {key: int(state[key]) for key in mine}
         if _fingerprint(theirs) != int(state["fingerprint"]):
             raise ConfigError("state fingerprint does not match its fields: the state is corrupt or was edited")
