@@ -185,7 +185,10 @@ def _trace(
                 f"{source}: the state's dataset is an AdaptiveBlend but the state holds no 'mixture' updates; "
                 "trace a state saved by StatefulLoader.state_dict()"
             )
-        dataset.restore_updates([tuple(update) for update in mixture["updates"]])
+        # a blend of its own with the state's updates: the caller's dataset is never changed
+        dataset = AdaptiveBlend(
+            dataset.datasets, dataset.initial_weights, num_samples=len(dataset), updates=mixture["updates"]
+        )
     ids = step_sample_ids(state["sampler"], step, rank, dataset)
     texts = _Texts(dataset) if detokenize else None
     traced = []
