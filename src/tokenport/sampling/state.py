@@ -157,6 +157,20 @@ class ReceiptDocument(Document, frozen=True):
     def __post_init__(self) -> None:
         if self.length != self.dataset.length:
             raise ValueError(f"`length`={self.length} but the dataset it certifies holds {self.dataset.length}")
+        named: list[str] = []
+        _uncertified(self.dataset, "dataset", named)
+        if sorted(named) != sorted(self.uncertified):
+            raise ValueError(f"`uncertified`={self.uncertified} but the dataset tree leaves uncertified {named}")
+
+
+def _uncertified(node: ReceiptNode, path: str, out: list[str]) -> None:
+    """The paths of the datasets (``certified: false``) and stores (no content identity) a tree leaves uncertified."""
+    if node.certified is False:
+        out.append(path)
+    if not isinstance(node.store, UnsetType) and node.store.content is None:
+        out.append(f"{path}.store")
+    for k, child in enumerate([] if isinstance(node.datasets, UnsetType) else node.datasets):
+        _uncertified(child, f"{path}[{k}]", out)
 
 
 def check_format(receipt: Any, where: str) -> None:
