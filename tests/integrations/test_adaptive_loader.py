@@ -185,8 +185,8 @@ def test_trace_of_an_adaptive_run_replays_the_stored_updates(children, tmp_path)
         tp.trace(state, 0)
 
 
-@pytest.mark.parametrize("size,mbs", [(3, 4), (2, 5), (4, 3)])
-def test_ranks_store_the_same_updates_when_a_batch_runs_past_the_epoch(children, tmp_path, size, mbs):
+@pytest.mark.parametrize("size,mbs,workers", [(3, 4, 0), (2, 5, 0), (4, 3, 0), (2, 3, 2)])
+def test_ranks_store_the_same_updates_when_a_batch_runs_past_the_epoch(children, tmp_path, size, mbs, workers):
     """StreamSampler('sequential') over an adaptive blend whose length is no multiple of the global batch: the
     batch at the epoch's end holds next-epoch ids on some ranks only. Every rank realizes the same samples, so
     each update lands at the same global sample on every rank, each rank's state describes every rank's stream,
@@ -195,7 +195,9 @@ def test_ranks_store_the_same_updates_when_a_batch_runs_past_the_epoch(children,
     ranks = []
     for rank in range(size):
         blend = AdaptiveBlend(children, [1, 1, 1], num_samples=total)
-        ranks.append(StatefulLoader(blend, StreamSampler(total, 0, mbs, rank, size, order="sequential")))
+        sampler = StreamSampler(total, 0, mbs, rank, size, order="sequential")
+        options = dict(num_workers=workers, prefetch_factor=2) if workers else {}
+        ranks.append(StatefulLoader(blend, sampler, **options))
     got: list[list] = [[] for _ in range(size)]
     for _epoch in range(3):
         for step_batches in zip(*ranks, strict=True):  # the ranks in lockstep, one step at a time

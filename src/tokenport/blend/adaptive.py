@@ -321,14 +321,16 @@ class AdaptiveBlend:
         """The blend ``describe()`` described (its updates included when present), over ``datasets``, or
         over stand-ins of the recorded lengths that report the stream but hold no samples."""
         try:
-            lengths = [int(n) for n in described["dataset_lengths"]]
+            lengths = [check_int("dataset_lengths[]", n, 0) for n in described["dataset_lengths"]]
             weights, length = described["initial_weights"], described["length"]
-        except (KeyError, TypeError, ValueError):
+            updates = [tuple(u) for u in described.get("updates", ())]
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(
-                "described: expected the dict of AdaptiveBlend.describe() (dataset_lengths, initial_weights, length)"
+                "described: expected the dict of AdaptiveBlend.describe() (dataset_lengths, initial_weights, length, "
+                "updates as [from_sample, weights] pairs)"
             ) from None
         children = [_StandIn(n) for n in lengths] if datasets is None else datasets
-        return cls(children, weights, num_samples=length, updates=[tuple(u) for u in described.get("updates", ())])
+        return cls(children, weights, num_samples=length, updates=updates)
 
     def describe(self, *, updates: bool = True) -> dict[str, Any]:
         """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates."""
