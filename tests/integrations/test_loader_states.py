@@ -387,3 +387,18 @@ def test_random_adaptive_blend_calls_match_a_shadow_model(seed):
         rebuilt = AdaptiveBlend([Sized(), Sized(), Sized()], [1, 2, 3], num_samples=200, updates=model)
         rebuilt.realize(blend.frontier)
         assert np.array_equal(rebuilt.dataset_index, blend.dataset_index), action
+
+
+def test_a_state_that_is_no_dict_is_refused_naming_what_it_is(children):
+    loader = _adaptive(children)
+    _steps(loader, 2, lambda step: [1.0, 1.0, 2.0])
+    text = json.dumps(loader.state_dict())
+    before = _snapshot(loader)
+    for given in (text, text.encode(), [text], None, 3):
+        with pytest.raises(tp.ConfigError, match="expected"):
+            loader.load_state_dict(given)
+        with pytest.raises(tp.ConfigError, match="expected"):
+            loader.sampler.load_state_dict(given)
+        with pytest.raises(tp.ConfigError, match="expected"):
+            adaptive_report(given)
+        assert _snapshot(loader) == before

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -202,6 +202,8 @@ def adaptive_report(state: Any, *, windows: int = 10, where: str = "state") -> M
     """Target vs realized share per window of an adaptive blend, from a ``StatefulLoader.state_dict()``
     (its receipt's blend and its stored updates, read through the state's schema; ConfigError naming
     ``where`` and the field): the stream is rebuilt, no sample is read."""
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"{where}: expected a StatefulLoader.state_dict(), got a {type(state).__name__}")
     typed = read_loader_state(state, where)
     if isinstance(typed.receipt, UnsetType) or isinstance(typed.mixture, UnsetType):
         raise ConfigError(

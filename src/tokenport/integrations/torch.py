@@ -271,6 +271,10 @@ class StatefulLoader:
           at the same position of the new blend, whose earlier part is not read.
         """
         allowed = check_allow_changes(allow_changes)
+        if not isinstance(state, Mapping):
+            raise ConfigError(
+                f"state: expected the dict StatefulLoader.state_dict() returned, got a {type(state).__name__}"
+            )
         read_loader_state(state)  # every field typed before anything is compared or changed
         saved = DataReceipt.from_dict(state["receipt"]) if "receipt" in state else None
         if saved is not None:

@@ -68,6 +68,8 @@ SamplerState = PretrainingState | RandomState | StreamState
 
 def read_sampler_state(state: Mapping[str, Any] | Any, where: str = "state") -> SamplerState:
     """``state`` (a sampler's ``state_dict()``) as its typed document; ConfigError naming ``where`` and the field."""
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"{where}: expected the dict a sampler's state_dict() returned, got a {type(state).__name__}")
     return decode(
         state,
         SamplerState,  # type: ignore[arg-type]
@@ -208,7 +210,12 @@ class LoaderState(Document, frozen=True):
 
 
 def read_loader_state(state: Mapping[str, Any] | Any, where: str = "state") -> LoaderState:
-    """``state`` as a typed ``LoaderState``; ConfigError naming ``where`` and the field when it is not one."""
+    """``state`` (the dict, or a file's bytes) as a typed ``LoaderState``; ConfigError naming ``where`` and the
+    field when it is not one."""
+    if not isinstance(state, (Mapping, bytes)):
+        raise ConfigError(
+            f"{where}: expected the dict StatefulLoader.state_dict() returned, got a {type(state).__name__}"
+        )
     if isinstance(state, Mapping):
         check_format(state.get("receipt"), f"{where}['receipt']")
     return decode(
