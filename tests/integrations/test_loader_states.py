@@ -389,6 +389,12 @@ def test_random_adaptive_blend_calls_match_a_shadow_model(seed):
         assert np.array_equal(rebuilt.dataset_index, blend.dataset_index), action
 
 
+def test_trace_of_a_missing_or_unreadable_file_names_it(tmp_path):
+    for path in (tmp_path / "absent.json", tmp_path):
+        with pytest.raises(tp.ConfigError, match="cannot read the loader state"):
+            tp.trace(str(path), 0)
+
+
 def test_a_state_that_is_no_dict_is_refused_naming_what_it_is(children):
     loader = _adaptive(children)
     _steps(loader, 2, lambda step: [1.0, 1.0, 2.0])

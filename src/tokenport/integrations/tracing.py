@@ -93,8 +93,13 @@ def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """(loader state, where it was found) from a JSON file of ``StatefulLoader.state_dict()`` or a torch
     checkpoint holding one at its top level or one level down (``torch.load(weights_only=True)``)."""
     name = os.fspath(path)
-    with open(name, "rb") as handle:
-        head = handle.read(1)
+    try:
+        with open(name, "rb") as handle:
+            head = handle.read(1)
+    except OSError as exc:
+        raise ConfigError(
+            f"{name}: cannot read the loader state ({exc.strerror}); pass the file it was saved to"
+        ) from None
     if head in (b"{", b"[", b" ", b"\n"):
         try:
             with open(name, encoding="utf-8") as handle:
