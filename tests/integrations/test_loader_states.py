@@ -408,3 +408,20 @@ def test_a_state_that_is_no_dict_is_refused_naming_what_it_is(children):
         with pytest.raises(tp.ConfigError, match="expected"):
             adaptive_report(given)
         assert _snapshot(loader) == before
+
+
+def test_a_subclassed_sampler_resumes_its_own_state(children):
+    class Mine(StreamSampler):
+        pass
+
+    def make():
+        return StatefulLoader(tp.BlendedDataset(children, [0.5, 0.3, 0.2], TOTAL), Mine(TOTAL, 0, 2, 0, 2, seed=3))
+
+    saved = make()
+    _steps(saved, 3)
+    state = _plain(saved.state_dict())
+    assert state["receipt"]["position"]["sampler"] == "Mine"
+    loader = make()
+    loader.load_state_dict(state)
+    assert loader.consumed_samples == 12
+    assert tp.trace(state, 1, dataset=loader.dataset, detokenize=False)

@@ -135,18 +135,18 @@ _SAMPLER_KINDS = {1: "PretrainingSampler", 2: "RandomSampler", 3: "StreamSampler
 def check_state_agrees(receipt: DataReceipt, sampler_state: Mapping[str, Any], sampler: str | None = None) -> None:
     """ConfigError naming each field the receipt records that contradicts the sampler state it certifies:
     the position (the sampler's type, consumed samples, epoch), the seed and the length. ``sampler``: the
-    type name of a sampler whose state is not one of tokenport's (theirs name their kind)."""
+    type name of the sampler loading the state (a subclass of tokenport's records its own name; without it,
+    as in trace, a name that is none of tokenport's samplers' is taken for a subclass of the state's kind)."""
     kind = sampler_state.get("sampler")
     name = _SAMPLER_KINDS.get(int(kind)) if is_int(kind) else None
     ours = name is not None
     position = receipt.position
-    recorded: dict[str, tuple[Any, Any, str]] = {
-        "['position']['sampler']": (
-            position.get("sampler"),
-            name if ours else sampler,
-            "the sampler state's kind",
-        ),
-    }
+    recorded: dict[str, tuple[Any, Any, str]] = {}
+    recorded_name = position.get("sampler")
+    subclass = sampler is None and ours and recorded_name not in _SAMPLER_KINDS.values()  # trace: a subclass of ours
+    if recorded_name not in {name if ours else sampler, sampler} and not subclass:
+        what = "the sampler state's kind" if ours else "the loading sampler's type"
+        recorded["['position']['sampler']"] = (position.get("sampler"), name if ours else sampler, what)
     fields = {
         "['position']['consumed_samples']": (position.get("consumed_samples"), "consumed_samples", None),
         "['position']['epoch']": (position.get("epoch"), "epoch", 0),
