@@ -425,3 +425,23 @@ def test_a_subclassed_sampler_resumes_its_own_state(children):
     loader.load_state_dict(state)
     assert loader.consumed_samples == 12
     assert tp.trace(state, 1, dataset=loader.dataset, detokenize=False)
+
+
+def test_arguments_of_the_wrong_kind_are_config_errors(children):
+    loader = _adaptive(children)
+    _steps(loader, 2, lambda step: [1.0, 1.0, 2.0])
+    state = _plain(loader.state_dict())
+    before = _snapshot(loader)
+    for allow in (None, 5):
+        with pytest.raises(tp.ConfigError, match="allow_changes"):
+            loader.load_state_dict(state, allow_changes=allow)
+    with pytest.raises(tp.ConfigError, match="updates"):
+        loader.dataset.restore_updates(5)
+    assert _snapshot(loader) == before
+    for stores in ("x", [1], {"a": 1}):
+        with pytest.raises(tp.ConfigError, match="stores="):
+            rebuild_dataset(state["receipt"], stores=stores)
+    for sampler in (RandomSampler(TOTAL, 0, 2, 0, 2), StreamSampler(TOTAL, 0, 2, 0, 2, order="sequential")):
+        with pytest.raises(tp.ConfigError, match="consumed_samples"):
+            sampler.advance(2**63)
+        assert sampler.consumed_samples == 0

@@ -170,7 +170,11 @@ class AdaptiveBlend:
         self._dataset_index = np.empty(0, np.int32)
         self._sample_count = np.empty(0, np.int64)
         pairs = []
-        for j, update in enumerate(updates):
+        try:
+            listed = list(updates)
+        except TypeError:
+            raise ConfigError(f"updates={updates!r}: expected a sequence of (from_sample, weights) pairs") from None
+        for j, update in enumerate(listed):
             try:
                 from_sample, weights = update
             except (TypeError, ValueError):

@@ -36,6 +36,10 @@ class _Stores:
     """Stores opened once per prefix, through the caller's map of moved prefixes."""
 
     def __init__(self, moved: Mapping[str, str]) -> None:
+        if not isinstance(moved, Mapping) or not all(
+            isinstance(old, str) and isinstance(new, str) for old, new in moved.items()
+        ):
+            raise ConfigError(f"stores={moved!r}: pass a dict of recorded prefix -> where the store is now (strings)")
         self.moved = dict(moved)
         self.opened: dict[str, IndexedDataset] = {}
 

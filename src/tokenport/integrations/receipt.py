@@ -235,7 +235,10 @@ def check_allow_changes(allow_changes: Iterable[str]) -> frozenset[str]:
     """The accepted change kinds; ConfigError for a string (not a list) or an unknown kind."""
     if isinstance(allow_changes, str):
         raise ConfigError(f"allow_changes={allow_changes!r}: pass a tuple of change kinds, e.g. ({allow_changes!r},)")
-    kinds = tuple(allow_changes)
+    try:
+        kinds = tuple(allow_changes)
+    except TypeError:
+        raise ConfigError(f"allow_changes={allow_changes!r}: pass a tuple of change kinds, e.g. ('seed',)") from None
     unknown = [kind for kind in kinds if kind not in ALLOWED_CHANGES]
     if unknown:
         raise ConfigError(

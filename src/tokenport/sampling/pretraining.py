@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int
-from .._schema import to_builtins
+from .._schema import INT64_MAX, to_builtins
 from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
 from .state import read_sampler_state
@@ -108,7 +108,15 @@ class _PretrainingBase:
             )
         self.global_batch_size = self.micro_batch_size * self.data_parallel_size
         self.auto_advance = bool(auto_advance)
-        self.consumed_samples = self._check_consumed(check_int("consumed_samples", consumed_samples, 0))
+        self.consumed_samples = self._checked(check_int("consumed_samples", consumed_samples, 0))
+
+    def _checked(self, consumed: int) -> int:
+        """Return ``consumed`` if it fits int64 (a state holds it) and the sampler can start there, else ConfigError."""
+        if consumed > INT64_MAX:
+            raise ConfigError(
+                f"consumed_samples={consumed} is past 2**63 - 1: a state could not hold it; pass a real run's count"
+            )
+        return self._check_consumed(consumed)
 
     def _check_consumed(self, consumed: int) -> int:
         """Return ``consumed`` if this sampler can start there, else raise ConfigError."""
@@ -124,7 +132,7 @@ class _PretrainingBase:
     def advance(self, num_samples: int | None = None) -> None:
         """Count ``num_samples`` more samples as consumed (default: one global batch, one training step)."""
         step = self._default_step() if num_samples is None else check_int("num_samples", num_samples, 0)
-        self.consumed_samples = self._check_consumed(self.consumed_samples + step)
+        self.consumed_samples = self._checked(self.consumed_samples + step)
 
     def _default_step(self) -> int:
         """Return the samples one training step consumes from the current position."""
@@ -167,7 +175,7 @@ class _PretrainingBase:
         )
         consumed = check_int("state['consumed_samples']", state["consumed_samples"], 0)
         self._check_state_extra(state, theirs, consumed)
-        self.consumed_samples = self._check_consumed(consumed)
+        self.consumed_samples = self._checked(consumed)
 
     def _check_layout(self, micro_batch_size: int, data_parallel_size: int) -> None:
         """Raise ConfigError if the order cannot continue on this layout (both default modes are elastic)."""
