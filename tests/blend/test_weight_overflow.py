@@ -65,3 +65,22 @@ def test_schedules_trajectories_and_controllers_follow_the_ratio():
     np.testing.assert_allclose(schedule_ideal(huge, t), schedule_ideal(small, t))
     controller = ADOController(3, prior=[1e308, 1e308, 1e308])
     np.testing.assert_allclose(controller.prior, [1 / 3] * 3)
+
+
+def test_arguments_of_the_wrong_kind_are_config_errors():
+    from tokenport.blend import DoReMiController, MixtureSignals
+    from tokenport.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="reference_loss"):
+        DoReMiController("ab")
+    with pytest.raises(ConfigError, match="prior"):
+        ADOController(2, prior="ab")
+    with pytest.raises(ConfigError, match="from_batch"):
+        MixtureSignals.from_batch("ab", [1.0, 1.0], [1, 1], 2)
+    with pytest.raises(ConfigError, match="one of each per sample"):
+        MixtureSignals.from_batch([0, 1], [1.0], [1, 1], 2)
+    for datasets in (None, "ab", 3):
+        with pytest.raises(ConfigError, match="datasets"):
+            AdaptiveBlend(datasets, [1, 1], num_samples=5)
+    with pytest.raises(ConfigError, match="num_samples"):
+        AdaptiveBlend([_Sized(5)], [1], num_samples=2**63)

@@ -33,6 +33,7 @@ import numba
 import numpy as np
 
 from .._checks import check_int, is_int, summable
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..samples.lineage import SampleLineage
 from .dataset import gather
@@ -74,13 +75,15 @@ class AdaptiveBlend:
         num_samples: int,
         updates: Iterable[tuple[int, Sequence[float]]] = (),
     ) -> None:
+        if isinstance(datasets, (str, bytes)) or not hasattr(datasets, "__len__"):
+            raise ConfigError(f"datasets: expected a list of datasets, got a {type(datasets).__name__}")
         if not len(datasets):
             raise ConfigError("datasets is empty: an adaptive blend needs at least one dataset")
         if len(datasets) > _MAX_DATASETS:
             raise ConfigError(f"datasets: {len(datasets):,} datasets, past {_MAX_DATASETS:,}: blend fewer")
         self.datasets = list(datasets)
         self._lengths = np.array([len(d) for d in self.datasets], dtype=np.int64)
-        self.num_samples = check_int("num_samples", num_samples, 0, what="the samples the blend holds")
+        self.num_samples = check_int("num_samples", num_samples, 0, INT64_MAX, what="the samples the blend holds")
         self.initial_weights = self._checked(weights, "weights")
         bits = max(1, (len(self.datasets) - 1).bit_length())
         # the packed kernel's keys (deficits within (n + _FOLD + 1) Q) must keep ``bits`` spare bits

@@ -195,11 +195,13 @@ def sampler_position(sampler: Any) -> dict[str, Any]:
 
 
 def check_receipt(
-    saved: DataReceipt | None, current: DataReceipt, allow_changes: Iterable[str] = ()
+    saved: DataReceipt | Mapping[str, Any] | None, current: DataReceipt, allow_changes: Iterable[str] = ()
 ) -> tuple[str, ...]:
     """Refuse (ConfigError listing them all) the differences between two receipts that
     ``allow_changes`` does not accept; return the accepted ones, each also logged as a warning."""
     allowed = check_allow_changes(allow_changes)
+    if isinstance(saved, Mapping):  # a receipt as to_dict() wrote it
+        saved = DataReceipt.from_dict(saved, "saved")
     if saved is None:
         changes = [
             _Change(
