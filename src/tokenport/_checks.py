@@ -64,3 +64,23 @@ def check_sample_ids(ids: Any, count: int) -> np.ndarray:
     if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= count):
         raise IndexError(f"sample ids must lie in [0, {count}): got {ids.min()}..{ids.max()}")
     return ids
+
+
+def summable(weights: Any) -> np.ndarray:
+    """Finite weights >= 0 (float64, rows along the last axis), each row whose sum would overflow scaled
+    by a power of two (exact: every ratio kept) so that it sums to a finite value; other rows untouched.
+
+    The one guard of every weight normalizer (``summable(w) / summable(w).sum()``): weights near the
+    float maximum (``[1e308, 1e308]``) would otherwise sum to infinity and divide to zeros, and a blend
+    would take everything from its first dataset. Rows that sum finitely keep their bits, so blends
+    of ordinary weights (and Megatron's normalize) are unchanged.
+    """
+    raw = np.asarray(weights, dtype=np.float64)
+    if raw.size == 0:
+        return raw
+    with np.errstate(over="ignore"):
+        overflows = ~np.isfinite(raw.sum(axis=-1, keepdims=True))
+    if not overflows.any():
+        return raw
+    _, exponent = np.frexp(raw.max(axis=-1, keepdims=True))  # the largest weight becomes < 1: the sum < len(row)
+    return np.where(overflows, np.ldexp(raw, -exponent), raw)

@@ -146,7 +146,7 @@ def _blend(args: argparse.Namespace) -> int:
 
     spec, state = blend_spec_or_state(args.spec, args.state, args.size)
     if spec is None:
-        trajectories = [adaptive_report(state, **_given(args, "windows"))]
+        trajectories = [adaptive_report(state, where=args.state, **_given(args, "windows"))]
     elif has_schedule(spec):
         trajectories = mixture_report(spec, args.size, **_given(args, "windows", "algorithm"))
     else:

@@ -183,3 +183,34 @@ def test_trace_of_an_adaptive_run_replays_the_stored_updates(children, tmp_path)
     del state["mixture"]
     with pytest.raises(tp.ConfigError, match="no 'mixture' updates"):
         tp.trace(state, 0)
+
+
+@pytest.mark.parametrize("size,mbs,workers", [(3, 4, 0), (2, 5, 0), (4, 3, 0), (2, 3, 2)])
+def test_ranks_store_the_same_updates_when_a_batch_runs_past_the_epoch(children, tmp_path, size, mbs, workers):
+    """StreamSampler('sequential') over an adaptive blend whose length is no multiple of the global batch: the
+    batch at the epoch's end holds next-epoch ids on some ranks only. Every rank realizes the same samples, so
+    each update lands at the same global sample on every rank, each rank's state describes every rank's stream,
+    and trace names the child each rank read."""
+    total = 50  # not a multiple of any global batch above
+    ranks = []
+    for rank in range(size):
+        blend = AdaptiveBlend(children, [1, 1, 1], num_samples=total)
+        sampler = StreamSampler(total, 0, mbs, rank, size, order="sequential")
+        options = dict(num_workers=workers, prefetch_factor=2) if workers else {}
+        ranks.append(StatefulLoader(blend, sampler, **options))
+    got: list[list] = [[] for _ in range(size)]
+    for _epoch in range(3):
+        for step_batches in zip(*ranks, strict=True):  # the ranks in lockstep, one step at a time
+            step = len(got[0])
+            for rank, (loader, batch) in enumerate(zip(ranks, step_batches)):
+                got[rank].append(batch)
+                loader.set_mixture([1.0, 1.0 + step % 3, float(step % 2)])
+    states = [loader.state_dict() for loader in ranks]
+    assert all(state["mixture"] == states[0]["mixture"] for state in states)
+    assert all(loader.dataset.frontier == ranks[0].dataset.frontier for loader in ranks)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(states[-1]))  # the last rank's state traces every rank's batches
+    for step in range(len(got[0])):
+        traced = tp.trace(str(path), step, detokenize=False)
+        for item in traced:
+            assert item.lineage.path[0][0] == int(got[item.rank][step]["dataset_id"][item.slot])

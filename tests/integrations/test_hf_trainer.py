@@ -293,3 +293,28 @@ def test_resume_checks_the_data_receipt_and_accepts_named_changes(store, tmp_pat
     assert trainer.state.global_step == 8 and max(losses) == 8
     with pytest.raises(tp.ConfigError, match="unknown change kind"):
         TokenportTrainer(model=model(), args=arguments(tmp_path / "x"), train_dataset=samples(1), allow_changes=("x",))
+
+
+def test_a_mutated_loader_file_is_refused_and_changes_nothing(store, tmp_path):
+    """tokenport_loader.json mutated every way: a TokenportError naming the file (or read as the valid file
+    it still is), and the trainer's loader left as it was."""
+    from tests._support.mutate import mutations
+
+    train(tmp_path / "run", gpt_dataset(store), stop=4)
+    checkpoint = tmp_path / "run" / "checkpoint-4"
+    text = (checkpoint / LOADER_STATE_NAME).read_text()
+    trainer = TokenportTrainer(model=model(), args=arguments(tmp_path / "again"), train_dataset=gpt_dataset(store))
+    loader = trainer.get_train_dataloader()
+    trainer.state.global_step = 4
+    for label, data in mutations(text):
+        (checkpoint / LOADER_STATE_NAME).write_bytes(data)
+        before = loader.state_dict()
+        try:
+            trainer._restore_loader(str(checkpoint), 0, 4)
+        except tp.TokenportError:
+            assert loader.state_dict() == before, label
+            continue
+        except Exception as exc:
+            pytest.fail(f"{label}: {type(exc).__name__}: {exc}")
+        assert loader.consumed_samples == 8, label
+        loader.sampler.consumed_samples = 0

@@ -186,7 +186,7 @@ def test_old_states_and_bad_allow_changes_are_refused(stores):
         _loader(dataset).load_state_dict(state, allow_changes=("weights",))
     with pytest.raises(tp.ConfigError, match=r"pass a tuple of change kinds, e.g. \('seed',\)"):
         _loader(dataset).load_state_dict(state, allow_changes="seed")
-    with pytest.raises(tp.ConfigError, match="state has no 'receipt'"):
+    with pytest.raises(tp.ConfigError, match="has no `receipt`"):
         _loader(dataset).load_state_dict({"version": 2, "sampler": state["sampler"]})
     broken = dict(state, receipt=dict(state["receipt"], format="other"))
     with pytest.raises(tp.ConfigError, match="receipt of another tokenport version"):

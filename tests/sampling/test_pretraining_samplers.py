@@ -362,13 +362,13 @@ def test_load_rejects_compat_flag_kind_and_bad_states():
         PretrainingSampler(1000, 0, 4, 0, 2).load_state_dict(state)
     with pytest.raises(ConfigError, match="fingerprint"):
         RandomSampler(1000, 0, 4, 0, 2).load_state_dict({**state, "fingerprint": state["fingerprint"] ^ 1})
-    with pytest.raises(ConfigError, match="'seed'"):
+    with pytest.raises(ConfigError, match="`seed`"):
         RandomSampler(1000, 0, 4, 0, 2).load_state_dict({k: v for k, v in state.items() if k != "seed"})
     with pytest.raises(ConfigError, match="epoch"):
         RandomSampler(1000, 0, 4, 0, 2).load_state_dict({**state, "epoch": 3})
     with pytest.raises(ConfigError, match="multiple of the global batch"):
         RandomSampler(1000, 0, 4, 0, 2).load_state_dict({**state, "consumed_samples": 9})
-    with pytest.raises(ConfigError, match="mapping"):
+    with pytest.raises(ConfigError, match="expected the dict"):
         RandomSampler(1000, 0, 4, 0, 2).load_state_dict([1, 2])
     seq = PretrainingSampler(100, 0, 4, 0, 2).state_dict()
     with pytest.raises(ConfigError, match="past the end"):

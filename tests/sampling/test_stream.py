@@ -221,7 +221,7 @@ def test_load_refuses_another_order_kind_and_bad_states():
         make("random", 4, 0, 2).load_state_dict({**state, "fingerprint": state["fingerprint"] ^ 1})
     with pytest.raises(ConfigError, match="epoch"):
         make("random", 4, 0, 2).load_state_dict({**state, "epoch": 1})
-    with pytest.raises(ConfigError, match="'order'"):
+    with pytest.raises(ConfigError, match="`order`"):
         make("random", 4, 0, 2).load_state_dict({k: v for k, v in state.items() if k != "order"})
     with pytest.raises(ConfigError, match="micro_batch_size"):
         make("random", 4, 0, 2).load_state_dict({**state, "micro_batch_size": 0})

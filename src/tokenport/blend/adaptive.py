@@ -32,7 +32,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int, is_int
+from .._checks import check_int, is_int, summable
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..samples.lineage import SampleLineage
 from .dataset import gather
@@ -50,8 +51,9 @@ def quantized_shares(weights: np.ndarray) -> np.ndarray:
     share absorbs the rounding remainder, so the shares are a pure function of the weights.
     """
     rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    sums = _row_sums(rows)
-    shares = np.floor(rows / sums[:, None] * _SCALE).astype(np.int64)
+    scaled = summable(rows)  # weights near the float maximum: their ratios, not an overflowed sum
+    sums = _row_sums(scaled)
+    shares = np.floor(scaled / sums[:, None] * _SCALE).astype(np.int64)
     shares[(rows > 0) & (shares == 0)] = 1
     shares[np.arange(len(rows)), np.argmax(shares, axis=1)] += _SCALE - shares.sum(axis=1)
     return shares.reshape(np.shape(weights))
@@ -73,13 +75,15 @@ class AdaptiveBlend:
         num_samples: int,
         updates: Iterable[tuple[int, Sequence[float]]] = (),
     ) -> None:
+        if isinstance(datasets, (str, bytes)) or not hasattr(datasets, "__len__"):
+            raise ConfigError(f"datasets: expected a list of datasets, got a {type(datasets).__name__}")
         if not len(datasets):
             raise ConfigError("datasets is empty: an adaptive blend needs at least one dataset")
         if len(datasets) > _MAX_DATASETS:
             raise ConfigError(f"datasets: {len(datasets):,} datasets, past {_MAX_DATASETS:,}: blend fewer")
         self.datasets = list(datasets)
         self._lengths = np.array([len(d) for d in self.datasets], dtype=np.int64)
-        self.num_samples = check_int("num_samples", num_samples, 0, what="the samples the blend holds")
+        self.num_samples = check_int("num_samples", num_samples, 0, INT64_MAX, what="the samples the blend holds")
         self.initial_weights = self._checked(weights, "weights")
         bits = max(1, (len(self.datasets) - 1).bit_length())
         # the packed kernel's keys (deficits within (n + _FOLD + 1) Q) must keep ``bits`` spare bits
@@ -148,7 +152,18 @@ class AdaptiveBlend:
             self._rows.append(shares)
 
     def restore_updates(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
-        """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream."""
+        """Replace the updates with ``updates`` (as ``updates`` returns them) and forget the realized stream;
+        a refusal (ConfigError naming the first bad update) leaves the blend exactly as it was."""
+        before = dict(self.__dict__)  # each field below is replaced, never changed in place
+        try:
+            self._restore(updates)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+
+    def _restore(self, updates: Iterable[tuple[int, Sequence[float]]]) -> None:
+        """Start from the initial weights with nothing realized and apply ``updates`` (``restore_updates``)."""
         self._updates: list[tuple[int, np.ndarray]] = []
         self._starts: list[int] = [0]  # segment j: shares self._rows[j] from sample self._starts[j] on
         self._rows: list[np.ndarray] = [quantized_shares(np.asarray(self.initial_weights))]
@@ -158,7 +173,11 @@ class AdaptiveBlend:
         self._dataset_index = np.empty(0, np.int32)
         self._sample_count = np.empty(0, np.int64)
         pairs = []
-        for j, update in enumerate(updates):
+        try:
+            listed = list(updates)
+        except TypeError:
+            raise ConfigError(f"updates={updates!r}: expected a sequence of (from_sample, weights) pairs") from None
+        for j, update in enumerate(listed):
             try:
                 from_sample, weights = update
             except (TypeError, ValueError):
@@ -309,14 +328,16 @@ class AdaptiveBlend:
         """The blend ``describe()`` described (its updates included when present), over ``datasets``, or
         over stand-ins of the recorded lengths that report the stream but hold no samples."""
         try:
-            lengths = [int(n) for n in described["dataset_lengths"]]
+            lengths = [check_int("dataset_lengths[]", n, 0) for n in described["dataset_lengths"]]
             weights, length = described["initial_weights"], described["length"]
-        except (KeyError, TypeError, ValueError):
+            updates = [tuple(u) for u in described.get("updates", ())]
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(
-                "described: expected the dict of AdaptiveBlend.describe() (dataset_lengths, initial_weights, length)"
+                "described: expected the dict of AdaptiveBlend.describe() (dataset_lengths, initial_weights, length, "
+                "updates as [from_sample, weights] pairs)"
             ) from None
         children = [_StandIn(n) for n in lengths] if datasets is None else datasets
-        return cls(children, weights, num_samples=length, updates=[tuple(u) for u in described.get("updates", ())])
+        return cls(children, weights, num_samples=length, updates=updates)
 
     def describe(self, *, updates: bool = True) -> dict[str, Any]:
         """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates."""

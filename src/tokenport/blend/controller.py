@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .._checks import check_int, check_positive
+from .._checks import check_int, check_positive, summable
 from ..errors import ConfigError
 from .schedule import MixtureSchedule
 
@@ -76,11 +76,21 @@ class MixtureSignals:
         """Signals of one batch: per sample its ``dataset_id``, summed token loss and token count, added up
         per dataset."""
         n = check_int("num_datasets", num_datasets, 1)
-        ids = np.asarray(dataset_id).reshape(-1).astype(np.int64)
+        try:
+            ids = np.asarray(dataset_id).reshape(-1).astype(np.int64)
+            sums = np.asarray(loss_sums, np.float64).reshape(-1)
+            counts = np.asarray(token_counts, np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"MixtureSignals.from_batch: expected numbers, one per sample ({exc})") from None
+        if not len(ids) == len(sums) == len(counts):
+            raise ConfigError(
+                f"MixtureSignals.from_batch: {len(ids)} dataset ids, {len(sums)} loss sums and {len(counts)} token "
+                "counts: pass one of each per sample"
+            )
         if len(ids) and (ids.min() < 0 or ids.max() >= n):
             raise ConfigError(f"dataset_id: values must lie in [0, {n}), got {ids.min()}..{ids.max()}")
-        loss = np.bincount(ids, weights=np.asarray(loss_sums, np.float64).reshape(-1), minlength=n)
-        tokens = np.bincount(ids, weights=np.asarray(token_counts, np.float64).reshape(-1), minlength=n)
+        loss = np.bincount(ids, weights=sums, minlength=n)
+        tokens = np.bincount(ids, weights=counts, minlength=n)
         return cls(loss, np.rint(tokens).astype(np.int64), validation_loss)
 
     @property
@@ -119,7 +129,10 @@ def _check_smoothing(smoothing: float) -> float:
 
 
 def _check_vector(name: str, values: object) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64).reshape(-1)
+    try:
+        array = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected finite numbers, one per dataset, got {values!r}") from None
     if not len(array) or not np.isfinite(array).all():
         raise ConfigError(f"{name}: expected finite numbers, one per dataset, got {values!r}")
     return array
@@ -231,7 +244,7 @@ class ADOController:
         )
         if len(self.prior) != self.num_datasets or (self.prior < 0).any() or not self.prior.any():
             raise ConfigError(f"prior: expected {self.num_datasets} weights >= 0, not all zero")
-        self.prior = self.prior / self.prior.sum()
+        self.prior = summable(self.prior) / summable(self.prior).sum()
         self.decay = _check_smoothing(decay)
         self.smoothing = _check_smoothing(smoothing)
         self.window = check_int("window", window, 2)
@@ -256,6 +269,7 @@ class ADOController:
         if speed is None:
             return None
         proposal = speed * self.prior
+        proposal = summable(proposal)
         proposal = proposal / proposal.sum() if proposal.sum() > 0 else self.prior
         self.weights = self.decay * self.weights + (1.0 - self.decay) * proposal
         return (1.0 - self.smoothing) * self.weights + self.smoothing / self.num_datasets

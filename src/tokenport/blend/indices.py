@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._checks import is_int
+from .._checks import is_int, summable
 from ..errors import ConfigError
 from . import greedy, tijdeman
 
@@ -53,7 +53,7 @@ def prefix_deviations(dataset_index: np.ndarray, weights: np.ndarray) -> np.ndar
         )
     if index.size and (int(index.min()) < 0 or int(index.max()) >= len(raw)):
         raise ConfigError(f"dataset_index holds values outside [0, {len(raw)}): pass the weights it was built with")
-    return _deviation_kernel(index, raw / raw.sum())
+    return _deviation_kernel(index, _ratios(raw))
 
 
 def _build(weights: object, size: object, algorithm: object, samples: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +76,7 @@ def _build(weights: object, size: object, algorithm: object, samples: bool) -> t
         return out, sample_out
     raw = _check_weights(weights)
     count = _check_size(size)
-    normalized = raw / raw.sum()  # Megatron's normalize(): the float64 weights its C++ receives
+    normalized = _ratios(raw)  # Megatron's normalize(): the float64 weights its C++ receives
     ids = np.flatnonzero(normalized > 0)
     out, sample_out = _outputs(len(raw), count, algorithm, samples)
     if len(ids) == 1:
@@ -86,6 +86,12 @@ def _build(weights: object, size: object, algorithm: object, samples: bool) -> t
     else:
         greedy.fill(normalized[ids], np.full(len(ids), -1, np.int64), ids, algorithm == "greedy", out, sample_out)
     return out, sample_out
+
+
+def _ratios(raw: np.ndarray) -> np.ndarray:
+    """``raw / raw.sum()`` (Megatron's normalize, bit for bit), by ratio when the sum would overflow."""
+    scaled = summable(raw)
+    return scaled / scaled.sum()
 
 
 def _outputs(num_datasets: int, size: int, algorithm: str, samples: bool) -> tuple[np.ndarray, np.ndarray]:

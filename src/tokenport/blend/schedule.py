@@ -66,7 +66,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int, is_int
+from .._checks import check_int, is_int, summable
 from ..errors import ConfigError
 from .indices import build_blending_indices, build_dataset_index
 
@@ -325,7 +325,7 @@ def _continue_counts(dataset_index, taken, out):
 
 def _shares(weights: Sequence[float]) -> np.ndarray:
     """Weights normalized to sum 1 (float64)."""
-    raw = np.asarray(weights, np.float64)
+    raw = summable(weights)  # by ratio when the sum would overflow
     return raw / raw.sum()
 
 

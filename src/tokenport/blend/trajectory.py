@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, summable
 from ..errors import ConfigError
 from .adaptive import AdaptiveBlend
 from .schedule import MixtureSchedule, build_scheduled_indices
@@ -105,11 +105,11 @@ def schedule_ideal(schedule: MixtureSchedule, t: np.ndarray) -> np.ndarray:
     for j, phase in enumerate(phases):
         end = phases[j + 1].at if j + 1 < len(phases) else np.iinfo(np.int64).max
         m = np.clip(t - phase.at, 0, end - phase.at).astype(np.float64)
-        p = np.asarray(phase.weights, np.float64) / sum(phase.weights)
+        p = summable(phase.weights) / summable(phase.weights).sum()
         if phase.ramp_to is None:
             total += m * p
             continue
-        q = np.asarray(phase.ramp_to, np.float64) / sum(phase.ramp_to)
+        q = summable(phase.ramp_to) / summable(phase.ramp_to).sum()
         length = float(phase.until - phase.at)
         r = np.minimum(m, length)
         late = r * r / (2 * length)

@@ -7,18 +7,20 @@ over the run (matplotlib, the ``plot`` extra). A scheduled blend is reported win
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from msgspec import UnsetType
 
-from .._checks import check_int
-from .._files import parse_structured, read_text
+from .._checks import check_int, summable
 from ..blend import AdaptiveBlend, MixtureSchedule, build_blending_indices, prefix_deviations
 from ..blend.trajectory import MixtureTrajectory, adaptive_trajectory, scheduled_trajectory
 from ..errors import ConfigError
+from ..sampling.state import read_loader_state
 from .specs import Blend, BlendSpec, spec_from_arguments, store_tokens
 from .splits import SPLIT_NAMES
 
@@ -128,7 +130,7 @@ def _report(
     dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
     counts = np.bincount(dataset_index, minlength=len(weights))
     deviations = prefix_deviations(dataset_index, weights)
-    target = weights / weights.sum()
+    target = summable(weights) / summable(weights).sum()
     rows = tuple(
         BlendRow(prefix, float(t), float(c) / size, int(c), float(c) * seq_length / max(k, 1.0), float(d))
         for prefix, t, c, k, d in zip(blend.prefixes, target, counts, tokens, deviations)
@@ -196,19 +198,25 @@ def mixture_report(
     return reports
 
 
-def adaptive_report(state: Any, *, windows: int = 10) -> MixtureTrajectory:
+def adaptive_report(state: Any, *, windows: int = 10, where: str = "state") -> MixtureTrajectory:
     """Target vs realized share per window of an adaptive blend, from a ``StatefulLoader.state_dict()``
-    (its receipt's blend and its stored updates): the stream is rebuilt, no sample is read."""
-    try:
-        described = dict(state["receipt"]["dataset"])
-        described["updates"] = state["mixture"]["updates"]
-    except (KeyError, TypeError):
+    (its receipt's blend and its stored updates, read through the state's schema; ConfigError naming
+    ``where`` and the field): the stream is rebuilt, no sample is read."""
+    if not isinstance(state, Mapping):
+        raise ConfigError(f"{where}: expected a StatefulLoader.state_dict(), got a {type(state).__name__}")
+    typed = read_loader_state(state, where)
+    if isinstance(typed.receipt, UnsetType) or isinstance(typed.mixture, UnsetType):
         raise ConfigError(
-            "state: expected a StatefulLoader.state_dict() over an AdaptiveBlend (with 'receipt' and 'mixture')"
-        ) from None
-    if described.get("type") != "AdaptiveBlend":
-        raise ConfigError(f"state: the loader read a {described.get('type')}, not an AdaptiveBlend")
-    blend = AdaptiveBlend.from_description(described)
+            f"{where}: expected a StatefulLoader.state_dict() over an AdaptiveBlend (with 'receipt' and 'mixture')"
+        )
+    described = dict(state["receipt"]["dataset"])
+    if described["type"] != "AdaptiveBlend":
+        raise ConfigError(f"{where}: the loader read a {described['type']}, not an AdaptiveBlend")
+    described["updates"] = state["mixture"]["updates"]
+    try:
+        blend = AdaptiveBlend.from_description(described)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: the state's adaptive blend cannot be rebuilt: {exc}") from None
     labels = [_child_label(child, k) for k, child in enumerate(described.get("datasets", ()))] or None
     return adaptive_trajectory(blend, labels=labels, windows=windows, name="adaptive")
 
@@ -220,13 +228,24 @@ def _child_label(child: Any, k: int) -> str:
     return str(prefix) if prefix else f"dataset {k}"
 
 
+def _read_state(path: str) -> Any:
+    """The loader state in the JSON file ``path``, checked against its schema; ConfigError naming the file."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the loader state ({exc.strerror})") from None
+    read_loader_state(data, path)  # UTF-8, JSON, every field typed
+    return json.loads(data)
+
+
 def blend_spec_or_state(spec: Sequence[str], state: str | None, size: int | None) -> tuple[BlendSpec | None, Any]:
     """What ``tokenport blend`` reports on: (a spec from its arguments, None) or (None, a loader state
     read from JSON); ConfigError unless exactly one is given, and a spec with ``size``."""
     if state is not None:
         if spec:
             raise ConfigError("blend: give a spec or --state, not both")
-        return None, parse_structured(read_text(state, "loader state"), state, yaml_ok=False)
+        return None, _read_state(state)
     if not spec:
         raise ConfigError("blend: give a spec (a file, or W1 STORE1 W2 STORE2 ...) or --state STATE.json")
     if size is None:

@@ -26,8 +26,10 @@ def global_batch_size(sampler: Any) -> int:
 
 
 class ResolvingSampler:
-    """``sampler``'s micro-batches as ``(dataset, sample)`` pairs of ``blend``, resolved here: the
-    blend is realized through the end of each id's global batch, so updates land alike on every rank."""
+    """``sampler``'s micro-batches as ``(dataset, sample)`` pairs of ``blend``, resolved here: before each
+    micro-batch the blend is realized through the last id of its whole global batch (all ranks' ids, from
+    the sampler's ``global_stream``), so every rank realizes the same samples whatever ids it holds, and an
+    update lands at the same global sample on every rank (also when a batch runs into the next epoch)."""
 
     def __init__(self, sampler: Any, blend: AdaptiveBlend) -> None:
         self.sampler = sampler
@@ -39,10 +41,17 @@ class ResolvingSampler:
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         gbs = self.global_batch_size
+        position = int(self.sampler.consumed_samples)  # the stream position of the first batch yielded
+        stream = getattr(self.sampler, "global_stream", None)
         for ids in self.sampler:
             ids = np.asarray(ids, dtype=np.int64)
-            if len(ids):
+            if stream is not None:
+                batch = np.asarray(stream(position, position + gbs), dtype=np.int64)
+                if len(batch):
+                    self.blend.realize(min(len(self.blend), int(batch.max()) + 1))
+            elif len(ids):  # a sampler without a global stream: its ids are taken as stream positions
                 self.blend.realize(min(len(self.blend), -(-(int(ids.max()) + 1) // gbs) * gbs))
+            position += gbs
             datasets, samples = self.blend.locate_many(ids)
             yield list(zip(datasets.tolist(), samples.tolist()))
 

@@ -17,15 +17,17 @@ import inspect
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .._schema import Count, Document, decode
 from ..errors import ConfigError, InputDataError
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.state import read_loader_state
 from .receipt import check_allow_changes
 from .torch import StatefulLoader
 
@@ -33,6 +35,16 @@ __all__ = ["LOADER_STATE_NAME", "TokenportCollator", "TokenportTrainer"]
 
 LOADER_STATE_NAME = "tokenport_loader.json"
 _FILE_VERSION = 1
+
+
+class _LoaderFile(Document, frozen=True):
+    """``tokenport_loader.json`` in a checkpoint: its version, the Trainer's global step, the loader state."""
+
+    version: Literal[1]
+    global_step: Count
+    loader: dict[str, Any]
+
+
 _STRATEGIES = ("random", "sequential")
 # The Trainer internals TokenportTrainer hooks (transformers 5): _run_epoch and the parameters it passes on.
 _RUN_EPOCH_PARAMETERS = (
@@ -265,22 +277,26 @@ class TokenportTrainer(Trainer):
                 "TokenportTrainer saved, or start the run afresh"
             )
         try:
-            with open(path, encoding="utf-8") as file:
-                saved = json.load(file)
-        except (OSError, ValueError) as error:
-            raise InputDataError(f"{path}: unreadable ({error}); the checkpoint is damaged") from error
-        if not isinstance(saved, dict) or saved.get("version") != _FILE_VERSION or "loader" not in saved:
-            raise InputDataError(f"{path}: not a tokenport loader state of version {_FILE_VERSION}")
-        if saved.get("global_step") != self.state.global_step:
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError as error:
+            raise InputDataError(f"{path}: unreadable ({error.strerror}); the checkpoint is damaged") from None
+        remedy = "the checkpoint is damaged: resume from an intact one"
+        decode(data, _LoaderFile, where=path, remedy=remedy, error=InputDataError)
+        saved = json.loads(data)
+        read_loader_state(saved["loader"], f"{path}: loader")
+        if saved["global_step"] != self.state.global_step:
             raise ConfigError(
                 f"{path}: saved at global step {saved.get('global_step')} but the checkpoint's trainer state is at "
                 f"{self.state.global_step}; the directory mixes two saves: resume from an intact checkpoint"
             )
+        before = self.loader.state_dict()
         self.loader.load_state_dict(saved["loader"], allow_changes=self.allow_changes)
         gbs = self.loader.sampler.global_batch_size
         consumed = self.loader.consumed_samples
         expected = epoch * self._batches_per_epoch + done
         if consumed != expected * gbs:
+            self.loader.load_state_dict(before)  # validate, then commit: the refused state leaves the loader as it was
             raise ConfigError(
                 f"{path}: the loader consumed {consumed} samples ({consumed / gbs:g} global batches of {gbs}) but the "
                 f"Trainer resumes at epoch {epoch}, batch {done} of {self._batches_per_epoch} ({expected} batches); "

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from .._schema import Count, Document, Int64, decode
 from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.schedule import MixtureSchedule, build_scheduled_indices
 from ..errors import ConfigError, TokenportError
@@ -27,6 +28,7 @@ from .receipt import DataReceipt, check_receipt, data_receipt
 
 __all__ = ["REBUILDERS", "check_same_data", "rebuild_dataset"]
 
+T = TypeVar("T")
 Rebuilder = Callable[[Mapping[str, Any], str, "_Stores"], Any]
 
 
@@ -34,6 +36,10 @@ class _Stores:
     """Stores opened once per prefix, through the caller's map of moved prefixes."""
 
     def __init__(self, moved: Mapping[str, str]) -> None:
+        if not isinstance(moved, Mapping) or not all(
+            isinstance(old, str) and isinstance(new, str) for old, new in moved.items()
+        ):
+            raise ConfigError(f"stores={moved!r}: pass a dict of recorded prefix -> where the store is now (strings)")
         self.moved = dict(moved)
         self.opened: dict[str, IndexedDataset] = {}
 
@@ -89,12 +95,55 @@ def _rebuild(node: Mapping[str, Any], path: str, stores: _Stores) -> Any:
             f"{path} ({kind}): the receipt records no recipe ('build'): it was saved by an older tokenport or the "
             "dataset was built from indices of unknown origin; trace with the dataset itself (dataset=)"
         )
-    return REBUILDERS[kind](node, path, stores)
+    try:
+        return REBUILDERS[kind](node, path, stores)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+        # a recipe or sample config the schema leaves open (each kind's own keys) that the dataset refuses
+        raise ConfigError(
+            f"{path} ({kind}): the receipt's recipe or sample config cannot build the dataset "
+            f"({type(exc).__name__}: {exc}); trace with the dataset itself (dataset=), or a receipt saved unedited"
+        ) from None
 
 
-def _ids(recipe: Mapping[str, Any], key: str, path: str) -> np.ndarray | None:
+Runs = list[tuple[Count, Count]]
+
+
+class _GPTBuild(Document, frozen=True):
+    """A GPTDataset's recipe: its seed, sample count, last-partial rule and split documents (None: too many runs)."""
+
+    seed: Int64
+    num_samples: Count
+    drop_last_partial: bool
+    documents: Runs | None
+
+
+class _PackedBuild(Document, frozen=True):
+    """A PackedDataset's recipe: its sequence ids ("all", runs, or None: too many runs) and shuffle."""
+
+    ids: Literal["all"] | Runs | None
+    shuffle: bool
+
+
+class _SFTBuild(Document, frozen=True):
+    """An SFTDataset's recipe: its sequence ids and sample count (None: each once)."""
+
+    ids: Literal["all"] | Runs | None
+    num_samples: Count | None
+
+
+def _recipe(node: Mapping[str, Any], schema: type[T], path: str) -> T:
+    """The node's ``build`` as ``schema``; ConfigError naming the node and field."""
+    return decode(
+        node["build"],
+        schema,
+        where=f"{path}.build",
+        remedy="trace with the dataset itself (dataset=)",
+        error=ConfigError,
+    )
+
+
+def _ids(runs: Any, key: str, path: str) -> np.ndarray | None:
     """Sequence ids from their recorded runs (None: all of the store's)."""
-    runs = recipe.get(key)
     if runs == "all":
         return None
     if not isinstance(runs, list):
@@ -104,29 +153,30 @@ def _ids(recipe: Mapping[str, Any], key: str, path: str) -> np.ndarray | None:
 
 
 def _gpt(node: Mapping[str, Any], path: str, stores: _Stores) -> GPTDataset:
-    recipe = node["build"]
+    recipe = _recipe(node, _GPTBuild, path)
     config = GPTSampleConfig(**node["sample_config"])
-    indices = _ids(recipe, "documents", path)
+    indices = _ids(recipe.documents, "documents", path)
     store = stores.open(node, path)
     return GPTDataset(
         store,
         np.arange(len(store), dtype=np.int64) if indices is None else indices,
-        int(recipe["num_samples"]),
+        recipe.num_samples,
         config,
-        int(recipe["seed"]),
-        drop_last_partial=bool(recipe["drop_last_partial"]),
+        recipe.seed,
+        drop_last_partial=recipe.drop_last_partial,
     )
 
 
 def _packed(node: Mapping[str, Any], path: str, stores: _Stores) -> PackedDataset:
     config = node["sample_config"]
+    recipe = _recipe(node, _PackedBuild, path)
     return PackedDataset(
         stores.open(node, path),
         config["capacity"],
-        ids=_ids(node["build"], "ids", path),
+        ids=_ids(recipe.ids, "ids", path),
         split_long=config["split_long"],
         window=config["window"],
-        shuffle=node["build"]["shuffle"],
+        shuffle=recipe.shuffle,
         seed=node["seed"],
         pad_id=config["pad_id"],
         label_pad=config["label_pad"],
@@ -136,6 +186,7 @@ def _packed(node: Mapping[str, Any], path: str, stores: _Stores) -> PackedDatase
 
 def _sft(node: Mapping[str, Any], path: str, stores: _Stores) -> SFTDataset:
     config = node["sample_config"]
+    recipe = _recipe(node, _SFTBuild, path)
     return SFTDataset(
         stores.open(node, path),
         config["seq_length"],
@@ -143,12 +194,12 @@ def _sft(node: Mapping[str, Any], path: str, stores: _Stores) -> SFTDataset:
         too_long=config["too_long"],
         seed=node["seed"],
         window=config["window"],
-        ids=_ids(node["build"], "ids", path),
+        ids=_ids(recipe.ids, "ids", path),
         shape=config["shape"],
         pad_id=config["pad_id"],
         label_pad=config["label_pad"],
         cu_seqlens_length=config["cu_seqlens_length"],
-        num_samples=node["build"]["num_samples"],
+        num_samples=recipe.num_samples,
     )
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import is_int
+from .._schema import decode
 from ..blend import AdaptiveBlend, BlendedDataset
 from ..builder.cache import store_identity
 from ..errors import ConfigError, TokenportError
@@ -46,12 +47,12 @@ from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
+from ..sampling.state import RECEIPT_FORMAT, ReceiptDocument, check_format
 
-__all__ = ["ALLOWED_CHANGES", "DataReceipt", "check_receipt", "data_receipt"]
+__all__ = ["ALLOWED_CHANGES", "DataReceipt", "check_receipt", "check_state_agrees", "data_receipt"]
 
 logger = logging.getLogger(__name__)
 
-RECEIPT_FORMAT = "tokenport.receipt/1"
 
 ALLOWED_CHANGES: dict[str, str] = {
     "no_receipt": (
@@ -108,35 +109,64 @@ class DataReceipt:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> DataReceipt:
-        """The receipt ``to_dict`` wrote (also after a JSON round trip); ConfigError naming a bad field."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(
-                f"state['receipt']: expected a dict from DataReceipt.to_dict(), got {type(data).__name__}"
-            )
-        if data.get("format") != RECEIPT_FORMAT:
-            raise ConfigError(
-                f"state['receipt']['format']={data.get('format')!r}: expected {RECEIPT_FORMAT!r}; "
-                "a receipt of another tokenport version cannot be compared"
-            )
-        fields: dict[str, type | tuple[type, ...]] = {
-            "dataset": Mapping,
-            "position": Mapping,
-            "uncertified": (list, tuple),
-        }
-        for name, kind in fields.items():
-            if not isinstance(data.get(name), kind):
-                raise ConfigError(
-                    f"state['receipt']['{name}'] is missing or malformed: pass the dict to_dict() returned"
-                )
-        if not is_int(data.get("length")) or not (data.get("seed") is None or is_int(data.get("seed"))):
-            raise ConfigError("state['receipt']: 'length' must be an integer and 'seed' an integer or null")
+    def from_dict(cls, data: Any, where: str = "state['receipt']") -> DataReceipt:
+        """The receipt ``to_dict`` wrote (also after a JSON round trip), read through its schema
+        (``ReceiptDocument``); ConfigError naming ``where`` and the bad field."""
+        check_format(data, where)
+        decode(
+            data,
+            ReceiptDocument,
+            where=where,
+            remedy="pass the receipt StatefulLoader.state_dict() saved, unedited",
+            error=ConfigError,
+        )
         return cls(
             dataset=copy.deepcopy(dict(data["dataset"])),
             length=int(data["length"]),
             seed=None if data["seed"] is None else int(data["seed"]),
             position=dict(data["position"]),
             uncertified=tuple(str(path) for path in data["uncertified"]),
+        )
+
+
+_SAMPLER_KINDS = {1: "PretrainingSampler", 2: "RandomSampler", 3: "StreamSampler"}  # a sampler state's "sampler"
+
+
+def check_state_agrees(receipt: DataReceipt, sampler_state: Mapping[str, Any], sampler: str | None = None) -> None:
+    """ConfigError naming each field the receipt records that contradicts the sampler state it certifies:
+    the position (the sampler's type, consumed samples, epoch), the seed and the length. ``sampler``: the
+    type name of the sampler loading the state (a subclass of tokenport's records its own name; without it,
+    as in trace, a name that is none of tokenport's samplers' is taken for a subclass of the state's kind)."""
+    kind = sampler_state.get("sampler")
+    name = _SAMPLER_KINDS.get(int(kind)) if is_int(kind) else None
+    ours = name is not None
+    position = receipt.position
+    recorded: dict[str, tuple[Any, Any, str]] = {}
+    recorded_name = position.get("sampler")
+    subclass = sampler is None and ours and recorded_name not in _SAMPLER_KINDS.values()  # trace: a subclass of ours
+    if recorded_name not in {name if ours else sampler, sampler} and not subclass:
+        what = "the sampler state's kind" if ours else "the loading sampler's type"
+        recorded["['position']['sampler']"] = (position.get("sampler"), name if ours else sampler, what)
+    fields = {
+        "['position']['consumed_samples']": (position.get("consumed_samples"), "consumed_samples", None),
+        "['position']['epoch']": (position.get("epoch"), "epoch", 0),
+        "['seed']": (receipt.seed, "seed", None),
+        "['length']": (receipt.length, "total_samples", None),
+    }
+    for field, (saved, key, absent) in fields.items():
+        if key in sampler_state or (ours and key != "total_samples"):
+            recorded[field] = (saved, sampler_state.get(key, absent), f"state['sampler']['{key}']")
+    wrong = [
+        f"state['receipt']{field}={saved!r} but {what} is {actual!r}"
+        for field, (saved, actual, what) in recorded.items()
+        if saved != actual or type(saved) is not type(actual)
+    ]
+    if wrong:
+        raise ConfigError(
+            "state: the receipt contradicts the sampler state it certifies ("
+            + "; ".join(wrong)
+            + "): the state was edited or assembled from two saves; resume from a state saved whole by "
+            "StatefulLoader.state_dict()"
         )
 
 
@@ -165,11 +195,13 @@ def sampler_position(sampler: Any) -> dict[str, Any]:
 
 
 def check_receipt(
-    saved: DataReceipt | None, current: DataReceipt, allow_changes: Iterable[str] = ()
+    saved: DataReceipt | Mapping[str, Any] | None, current: DataReceipt, allow_changes: Iterable[str] = ()
 ) -> tuple[str, ...]:
     """Refuse (ConfigError listing them all) the differences between two receipts that
     ``allow_changes`` does not accept; return the accepted ones, each also logged as a warning."""
     allowed = check_allow_changes(allow_changes)
+    if isinstance(saved, Mapping):  # a receipt as to_dict() wrote it
+        saved = DataReceipt.from_dict(saved, "saved")
     if saved is None:
         changes = [
             _Change(
@@ -205,7 +237,10 @@ def check_allow_changes(allow_changes: Iterable[str]) -> frozenset[str]:
     """The accepted change kinds; ConfigError for a string (not a list) or an unknown kind."""
     if isinstance(allow_changes, str):
         raise ConfigError(f"allow_changes={allow_changes!r}: pass a tuple of change kinds, e.g. ({allow_changes!r},)")
-    kinds = tuple(allow_changes)
+    try:
+        kinds = tuple(allow_changes)
+    except TypeError:
+        raise ConfigError(f"allow_changes={allow_changes!r}: pass a tuple of change kinds, e.g. ('seed',)") from None
     unknown = [kind for kind in kinds if kind not in ALLOWED_CHANGES]
     if unknown:
         raise ConfigError(

@@ -33,15 +33,23 @@ from ..errors import ConfigError
 from ..metrics import live, record_mixture, record_weight_update
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
+from ..sampling.state import STATE_VERSION, read_loader_state
 from ..sampling.stream import StreamSampler
 from ._fetch import BatchFetch, SharedBatch, check_fields, fetch_plan
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from ._readahead import read_ahead
-from .receipt import DataReceipt, check_allow_changes, check_receipt, data_receipt, sampler_position, sampler_seed
+from .receipt import (
+    DataReceipt,
+    check_allow_changes,
+    check_receipt,
+    check_state_agrees,
+    data_receipt,
+    sampler_position,
+    sampler_seed,
+)
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
 
-_STATE_VERSION = 2  # 1: the sampler's state only; 2: with the data receipt
 # What the loader uses of a batch sampler: PretrainingSampler, RandomSampler and any sampler alike.
 SAMPLER_PROTOCOL = (
     "advance",
@@ -242,7 +250,7 @@ class StatefulLoader:
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the last batch handed over, and the data receipt (plain JSON types); over an
         AdaptiveBlend also ``mixture``: ``{"updates": [[from_sample, [weights...]], ...]}``."""
-        state = {"version": _STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
+        state = {"version": STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
         if isinstance(self.dataset, AdaptiveBlend):
             state["mixture"] = {"updates": self.dataset.describe()["updates"]}
         return state
@@ -263,17 +271,24 @@ class StatefulLoader:
           at the same position of the new blend, whose earlier part is not read.
         """
         allowed = check_allow_changes(allow_changes)
-        if not isinstance(state, Mapping) or state.get("version") not in (1, _STATE_VERSION) or "sampler" not in state:
-            raise ConfigError("state: expected the dict returned by StatefulLoader.state_dict()")
-        if "receipt" in state:
-            saved: DataReceipt | None = DataReceipt.from_dict(state["receipt"])
-        elif state["version"] == _STATE_VERSION:
-            raise ConfigError("state has no 'receipt': pass the dict returned by StatefulLoader.state_dict()")
-        else:
-            saved = None
+        if not isinstance(state, Mapping):
+            raise ConfigError(
+                f"state: expected the dict StatefulLoader.state_dict() returned, got a {type(state).__name__}"
+            )
+        read_loader_state(state)  # every field typed before anything is compared or changed
+        saved = DataReceipt.from_dict(state["receipt"]) if "receipt" in state else None
+        if saved is not None:
+            check_state_agrees(saved, state["sampler"], type(self.sampler).__name__)
         check_receipt(saved, self.receipt(), allowed)
-        _restore_mixture(self.dataset, state)
-        self.sampler.load_state_dict(state["sampler"])
+        _check_mixture(self.dataset, state)
+        before = self.sampler.state_dict()
+        self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
+        if isinstance(self.dataset, AdaptiveBlend):
+            try:
+                self.dataset.restore_updates(state["mixture"]["updates"])  # refuses, changing nothing, or loads
+            except BaseException:
+                self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
+                raise
 
 
 def data_parallel_position(
@@ -342,16 +357,15 @@ def _check_controller(dataset: Any, controller: Any) -> None:
         )
 
 
-def _restore_mixture(dataset: Any, state: Mapping[str, Any]) -> None:
-    """Give an AdaptiveBlend the updates stored in ``state``; ConfigError when the state and dataset disagree."""
+def _check_mixture(dataset: Any, state: Mapping[str, Any]) -> None:
+    """ConfigError when ``state`` holds mixture updates and ``dataset`` is no AdaptiveBlend, or the reverse."""
     mixture = state.get("mixture")
     if isinstance(dataset, AdaptiveBlend):
-        if not isinstance(mixture, Mapping) or not isinstance(mixture.get("updates"), list):
+        if mixture is None:
             raise ConfigError(
                 "state has no 'mixture' updates but the dataset is an AdaptiveBlend: pass the state_dict() "
                 "of a loader over the same adaptive blend"
             )
-        dataset.restore_updates(mixture["updates"])
     elif mixture is not None:
         raise ConfigError(
             f"state holds mixture updates but the dataset is a {type(dataset).__name__}: resume over the AdaptiveBlend"

@@ -23,9 +23,10 @@ from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.lineage import SampleLineage
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.state import read_loader_state, read_sampler_state
 from ..sampling.stream import ORDERS, StreamSampler
 from .rebuild import check_same_data, rebuild_dataset
-from .receipt import DataReceipt
+from .receipt import DataReceipt, check_state_agrees
 
 __all__ = ["SampleTrace", "TraceReport", "load_state", "trace", "trace_file"]
 
@@ -92,8 +93,13 @@ def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     """(loader state, where it was found) from a JSON file of ``StatefulLoader.state_dict()`` or a torch
     checkpoint holding one at its top level or one level down (``torch.load(weights_only=True)``)."""
     name = os.fspath(path)
-    with open(name, "rb") as handle:
-        head = handle.read(1)
+    try:
+        with open(name, "rb") as handle:
+            head = handle.read(1)
+    except OSError as exc:
+        raise ConfigError(
+            f"{name}: cannot read the loader state ({exc.strerror}); pass the file it was saved to"
+        ) from None
     if head in (b"{", b"[", b" ", b"\n"):
         try:
             with open(name, encoding="utf-8") as handle:
@@ -166,7 +172,13 @@ def _trace(
             f"{source}: the state has no data receipt (saved before receipts, or stripped), so what its steps "
             "read cannot be known; trace a state saved by StatefulLoader.state_dict()"
         )
-    saved = DataReceipt.from_dict(state["receipt"])
+    read_loader_state(state, source)  # every field typed before anything is built from it
+    read_sampler_state(state["sampler"], f"{source}: state['sampler']")
+    saved = DataReceipt.from_dict(state["receipt"], f"{source}: state['receipt']")
+    try:
+        check_state_agrees(saved, state["sampler"])
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     if dataset is None:
         dataset = rebuild_dataset(saved, stores=stores)
     else:
@@ -178,7 +190,10 @@ def _trace(
                 f"{source}: the state's dataset is an AdaptiveBlend but the state holds no 'mixture' updates; "
                 "trace a state saved by StatefulLoader.state_dict()"
             )
-        dataset.restore_updates([tuple(update) for update in mixture["updates"]])
+        # a blend of its own with the state's updates: the caller's dataset is never changed
+        dataset = AdaptiveBlend(
+            dataset.datasets, dataset.initial_weights, num_samples=len(dataset), updates=mixture["updates"]
+        )
     ids = step_sample_ids(state["sampler"], step, rank, dataset)
     texts = _Texts(dataset) if detokenize else None
     traced = []
@@ -197,8 +212,7 @@ def step_sample_ids(
 ) -> dict[int, list[int]]:
     """rank -> the global sample ids of its micro-batch at step ``step``, from a sampler state; ConfigError
     for a step at or past the steps the state had consumed (the run had not trained on it)."""
-    if not isinstance(sampler_state, Mapping) or "micro_batch_size" not in sampler_state:
-        raise ConfigError("state['sampler']: expected a tokenport sampler's state_dict()")
+    read_sampler_state(sampler_state, "state['sampler']")  # a tokenport sampler's state, every field typed
     step = check_int("step", step, 0)
     mbs = check_int("state['sampler']['micro_batch_size']", sampler_state["micro_batch_size"], 1)
     size = check_int("state['sampler']['data_parallel_size']", sampler_state["data_parallel_size"], 1)

@@ -62,8 +62,10 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int
+from .._schema import INT64_MAX, to_builtins
 from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
+from .state import read_sampler_state
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
 
@@ -106,7 +108,15 @@ class _PretrainingBase:
             )
         self.global_batch_size = self.micro_batch_size * self.data_parallel_size
         self.auto_advance = bool(auto_advance)
-        self.consumed_samples = self._check_consumed(check_int("consumed_samples", consumed_samples, 0))
+        self.consumed_samples = self._checked(check_int("consumed_samples", consumed_samples, 0))
+
+    def _checked(self, consumed: int) -> int:
+        """Return ``consumed`` if it fits int64 (a state holds it) and the sampler can start there, else ConfigError."""
+        if consumed > INT64_MAX:
+            raise ConfigError(
+                f"consumed_samples={consumed} is past 2**63 - 1: a state could not hold it; pass a real run's count"
+            )
+        return self._check_consumed(consumed)
 
     def _check_consumed(self, consumed: int) -> int:
         """Return ``consumed`` if this sampler can start there, else raise ConfigError."""
@@ -122,7 +132,7 @@ class _PretrainingBase:
     def advance(self, num_samples: int | None = None) -> None:
         """Count ``num_samples`` more samples as consumed (default: one global batch, one training step)."""
         step = self._default_step() if num_samples is None else check_int("num_samples", num_samples, 0)
-        self.consumed_samples = self._check_consumed(self.consumed_samples + step)
+        self.consumed_samples = self._checked(self.consumed_samples + step)
 
     def _default_step(self) -> int:
         """Return the samples one training step consumes from the current position."""
@@ -141,16 +151,10 @@ class _PretrainingBase:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``'s output; raise ConfigError if it belongs to another configuration."""
-        if not isinstance(state, Mapping):
-            raise ConfigError(f"state must be a mapping from state_dict(), got {type(state).__name__}")
+        state = to_builtins(read_sampler_state(state))  # typed: every field present, an integer in range
         mine = self._identity()
-        for key in (*mine, "consumed_samples", "micro_batch_size", "data_parallel_size", "fingerprint"):
-            if key not in state:
-                raise ConfigError(f"state has no {key!r}: pass the dict returned by {type(self).__name__}.state_dict()")
-            if key == "sampler" and int(state[key]) != self._kind:  # before the fields, which differ per kind
-                raise ConfigError(
-                    f"state is from a {_KINDS.get(int(state[key]), 'unknown sampler')}, not a {_KINDS[self._kind]}"
-                )
+        if state["sampler"] != self._kind:  # before the fields, which differ per kind
+            raise ConfigError(f"state is from a {_KINDS[state['sampler']]}, not a {_KINDS[self._kind]}")
         theirs = {key: int(state[key]) for key in mine}
         if _fingerprint(theirs) != int(state["fingerprint"]):
             raise ConfigError("state fingerprint does not match its fields: the state is corrupt or was edited")
@@ -171,7 +175,7 @@ class _PretrainingBase:
         )
         consumed = check_int("state['consumed_samples']", state["consumed_samples"], 0)
         self._check_state_extra(state, theirs, consumed)
-        self.consumed_samples = self._check_consumed(consumed)
+        self.consumed_samples = self._checked(consumed)
 
     def _check_layout(self, micro_batch_size: int, data_parallel_size: int) -> None:
         """Raise ConfigError if the order cannot continue on this layout (both default modes are elastic)."""
@@ -245,6 +249,12 @@ class PretrainingSampler(_PretrainingBase):
                 self.consumed_samples += partial
             # Megatron slices the partial batch list: batch[lo:lo + mbs], possibly short or empty.
             yield list(range(base + min(lo, partial), base + min(lo + mbs, partial)))
+
+    def global_stream(self, start: int, stop: int) -> np.ndarray:
+        """The global sample ids at stream positions ``[start, stop)`` (int64; none past the data): all ranks' ids."""
+        start = check_int("start", start, 0)
+        stop = check_int("stop", stop, start)
+        return np.arange(min(start, self.total_samples), min(stop, self.total_samples), dtype=np.int64)
 
     def consumed_stream(self) -> Iterator[np.ndarray]:
         """The global sample ids consumed so far (all ranks), in order, in chunks: ``0 .. consumed - 1``."""

@@ -56,6 +56,7 @@ _CHUNK_ROWS = 4096  # micro-batches converted to Python lists at a time, at most
 _FIRST_CHUNK_ROWS = 16  # ... and in the first chunk of an __iter__ (time to the first batch)
 _HASH_CHUNK = 1 << 20  # lengths hashed at a time (as int64)
 _STREAM_CHUNK = 1 << 22  # ids per array of consumed_stream
+_MAX_POSITION = 2**63 - 1  # stream positions are int64
 
 
 class StreamSampler(_PretrainingBase):
@@ -139,6 +140,15 @@ class StreamSampler(_PretrainingBase):
     def state_dict(self) -> dict[str, int]:
         """Return the resume state (a few ints): consumed samples, the order's identity, the saved layout, epoch."""
         return {**super().state_dict(), "epoch": self.epoch}
+
+    def _check_consumed(self, consumed: int) -> int:
+        """Return ``consumed`` unless the stream positions of the epoch it lies in would pass int64."""
+        if consumed > _MAX_POSITION - 2 * self.total_samples - self.global_batch_size:
+            raise ConfigError(
+                f"consumed_samples={consumed} is out of range: the stream positions past it would not fit in int64; "
+                "pass the consumed count of a real run"
+            )
+        return consumed
 
     def _check_state_extra(self, state: Mapping[str, Any], identity: Mapping[str, int], consumed: int) -> None:
         """Raise ConfigError unless the state's epoch agrees with its consumed samples."""
