@@ -17,6 +17,7 @@ import functools
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -111,7 +112,12 @@ def _attempt(
 
 def serve() -> None:
     """A worker's main loop: a tokenizer spec, then (job, unit) pickles in on stdin;
-    a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out."""
+    a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out.
+
+    Ctrl-C and SIGTERM are the caller's to handle (a terminal sends Ctrl-C to every process of
+    the group): the caller stops its workers, and one whose caller died ends at its stdin's end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe

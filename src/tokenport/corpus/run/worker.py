@@ -26,6 +26,7 @@ from ..steps.dedup import keys_path, make_signer, save_atomically
 from ..steps.registry import build_steps, register_step, run_steps
 from ..steps.rejects import RejectedWriter
 from .chat import ChatJob, EncodeChat, conversations, per_message
+from .identity import file_digest, read_whole
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
 from .tokenize import Tokenize
@@ -60,6 +61,7 @@ class UnitRecord:
     prefix: str
     stats: UnitStats
     documents_per_slice: tuple[int, ...]
+    digests: tuple[tuple[str, str], ...] = ()  # (path, sha256) of the local files its slices read whole
 
 
 def unit_prefix(work_dir: str, unit: Unit) -> str:
@@ -94,6 +96,7 @@ def run_unit(
     steps = _steps(job, unit)
     rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
     documents_per_slice = []
+    digests = []
     chat = None if job.chat is None else job.chat.describe()
     provenance = {"prepare_unit": unit.describe()}
     with IndexedDatasetWriter(
@@ -117,6 +120,8 @@ def run_unit(
                     meter.tick()
                 meter.tick(finished=True)
                 documents_per_slice.append(stats.documents - before)
+                if read_whole(piece):  # read just now, so from the page cache: the run's identity of it
+                    digests.append((piece.path, file_digest(piece.path)))
         finally:
             if sink_file is not None:
                 sink_file.close()
@@ -124,8 +129,11 @@ def run_unit(
             replace_atomically(rejected + ".tmp", rejected)
         for label, step in steps:
             stats.steps[label].update(step.counts())
-        write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
-    return UnitRecord(prefix, stats, tuple(documents_per_slice))
+        write_json(
+            prefix + ".stats.json",
+            {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice, "digests": dict(digests)},
+        )
+    return UnitRecord(prefix, stats, tuple(documents_per_slice), tuple(digests))
 
 
 class _Meter:
@@ -214,4 +222,9 @@ def finished_unit(work_dir: str, unit: Unit) -> UnitRecord | None:
             data = json.load(f)
     except (StorageError, FileNotFoundError):
         return None
-    return UnitRecord(prefix, UnitStats.from_dict(data["stats"]), tuple(data["documents_per_slice"]))
+    return UnitRecord(
+        prefix,
+        UnitStats.from_dict(data["stats"]),
+        tuple(data["documents_per_slice"]),
+        tuple(data.get("digests", {}).items()),
+    )
