@@ -1,0 +1,199 @@
+"""A prepare run's identity includes its inputs' (size, version, digest): a rerun after an input
+changed is refused naming the file, overwrite=True starts over, and an mtime-only change is no change."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from tokenport.corpus import PrepareConfig, prepare
+from tokenport.corpus.run import pipeline
+from tokenport.errors import ConfigError, InputDataError
+from tokenport.indexed import IndexedDataset
+
+TEXTS = [f"Document number {i} says something about rivers and bridges." for i in range(40)]
+
+
+def write_jsonl(path: pathlib.Path, texts: list[str]) -> None:
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+
+
+def files(directory: pathlib.Path) -> dict[str, bytes]:
+    """Every file under `directory` by relative name, with its bytes."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def tokens(result) -> list[list[int]]:
+    out = []
+    for prefix in result.parts:
+        with IndexedDataset(prefix) as ds:
+            out.extend(np.asarray(ds[i]).tolist() for i in range(len(ds)))
+    return out
+
+
+def config(tmp_path: pathlib.Path, **options) -> PrepareConfig:
+    return PrepareConfig(inputs=[str(tmp_path / "in")], output=str(tmp_path / "out"), workers=1, **options)
+
+
+@pytest.fixture
+def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "a.jsonl", TEXTS[:20])
+    (tmp_path / "in" / "b.txt").write_text("A whole text file is one document.")
+    return tmp_path
+
+
+def reference(tmp_path: pathlib.Path, name: str) -> list[list[int]]:
+    """The tokens a fresh run gives for the inputs as they are now."""
+    return tokens(prepare(PrepareConfig(inputs=[str(tmp_path / "in")], output=str(tmp_path / name), workers=1)))
+
+
+@pytest.mark.parametrize("change", ["append", "same_size", "new_file", "removed_file"])
+def test_a_changed_input_is_refused_naming_it_and_overwrite_rebuilds(corpus, change):
+    first = tokens(prepare(config(corpus)))
+    before = files(corpus / "out")
+    a = corpus / "in" / "a.jsonl"
+    if change == "append":
+        with a.open("a") as f:
+            f.write(json.dumps({"text": "one more line"}) + "\n")
+        named = a
+    elif change == "same_size":
+        data = a.read_bytes()
+        a.write_bytes(data.replace(b"number 1 ", b"number X "))
+        assert a.stat().st_size == len(data)
+        named = a
+    elif change == "new_file":
+        named = corpus / "in" / "c.txt"
+        named.write_text("a file added to the input directory")
+    else:
+        named = corpus / "in" / "b.txt"
+        named.unlink()
+    with pytest.raises(ConfigError, match=f"{named}.*overwrite=True \\(--force\\)"):
+        prepare(config(corpus))
+    assert files(corpus / "out") == before  # the refusal changed nothing
+    again = prepare(config(corpus), overwrite=True)
+    assert tokens(again) == reference(corpus, "fresh") != first
+    assert prepare(config(corpus)).resumed_units == again.units  # and now it is the finished output
+
+
+def test_a_touched_input_is_no_change_its_digest_says_so(corpus):
+    first = prepare(config(corpus))
+    for name in ("a.jsonl", "b.txt"):
+        os.utime(corpus / "in" / name, ns=(1, 1))  # same bytes, another modification time
+    again = prepare(config(corpus))
+    assert again.resumed_units == again.units and tokens(again) == tokens(first)
+
+
+def test_a_big_file_cut_into_ranges_is_digested_too(corpus):
+    write_jsonl(corpus / "in" / "a.jsonl", TEXTS)
+    first = prepare(config(corpus, unit_bytes=300))
+    manifest = json.loads((corpus / "out" / "tokenport.json").read_text())
+    assert all(entry["digest"] for entry in manifest["inputs"]) and first.units > 3
+    os.utime(corpus / "in" / "a.jsonl", ns=(1, 1))
+    assert prepare(config(corpus, unit_bytes=300)).resumed_units == first.units
+    data = (corpus / "in" / "a.jsonl").read_bytes()
+    (corpus / "in" / "a.jsonl").write_bytes(data.replace(b"number 3", b"number Z"))
+    with pytest.raises(ConfigError, match="a.jsonl changed"):
+        prepare(config(corpus, unit_bytes=300))
+
+
+def test_an_unfinished_run_whose_input_changed_is_refused_the_same_way(corpus, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_assemble", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(config(corpus))
+    monkeypatch.undo()
+    assert (corpus / "out" / ".work" / "state.json").exists()
+    with (corpus / "in" / "a.jsonl").open("a") as f:
+        f.write(json.dumps({"text": "appended while the run was stopped"}) + "\n")
+    before = files(corpus / "out")
+    with pytest.raises(ConfigError, match=f"unfinished prepare run whose inputs changed: {corpus / 'in' / 'a.jsonl'}"):
+        prepare(config(corpus))
+    assert files(corpus / "out") == before
+    assert tokens(prepare(config(corpus), overwrite=True)) == reference(corpus, "fresh")
+
+
+def test_an_input_written_while_the_run_reads_it_is_not_published(corpus, monkeypatch):
+    original = pipeline._assemble
+
+    def written_meanwhile(*args, **kwargs):
+        with (corpus / "in" / "a.jsonl").open("a") as f:
+            f.write(json.dumps({"text": "appended during the run"}) + "\n")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_assemble", written_meanwhile)
+    with pytest.raises(InputDataError, match="a.jsonl was written while prepare read it"):
+        prepare(config(corpus))
+    monkeypatch.undo()
+    assert not (corpus / "out" / "tokenport.json").exists()
+    with pytest.raises(ConfigError, match="a.jsonl"):
+        prepare(config(corpus))
+    assert tokens(prepare(config(corpus), overwrite=True)) == reference(corpus, "fresh")
+
+
+def test_overwrite_replaces_an_output_of_other_settings_finished_or_not(corpus, monkeypatch):
+    prepare(config(corpus))
+    with pytest.raises(ConfigError, match="other settings.*overwrite=True"):
+        prepare(config(corpus, append_eod=False))
+    replaced = prepare(config(corpus, append_eod=False), overwrite=True)
+    plain = prepare(PrepareConfig(inputs=[str(corpus / "in")], output=str(corpus / "p"), workers=1, append_eod=False))
+    assert tokens(replaced) == tokens(plain)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    shutil.rmtree(corpus / "out")
+    monkeypatch.setattr(pipeline, "_assemble", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(config(corpus))
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="unfinished prepare run with other settings \\(different: append_eod\\)"):
+        prepare(config(corpus, append_eod=False))
+    assert tokens(prepare(config(corpus, append_eod=False), overwrite=True)) == tokens(plain)
+
+
+def test_overwrite_keeps_an_output_that_matches_and_never_deletes_foreign_files(corpus):
+    first = prepare(config(corpus))
+    assert prepare(config(corpus), overwrite=True).resumed_units == first.units  # same bytes: kept
+    (corpus / "out" / "notes.txt").write_text("mine")
+    prepare(config(corpus, append_eod=False), overwrite=True)
+    assert (corpus / "out" / "notes.txt").read_text() == "mine"
+    foreign = corpus / "foreign"
+    foreign.mkdir()
+    (foreign / "x.txt").write_text("not a prepare output")
+    with pytest.raises(ConfigError, match="not empty"):
+        prepare(PrepareConfig(inputs=[str(corpus / "in")], output=str(foreign), workers=1), overwrite=True)
+    assert files(foreign) == {"x.txt": b"not a prepare output"}
+
+
+def test_a_manifest_written_before_inputs_were_recorded_still_reads(corpus):
+    first = prepare(config(corpus))
+    path = corpus / "out" / "tokenport.json"
+    manifest = json.loads(path.read_text())
+    del manifest["inputs"]
+    path.write_text(json.dumps(manifest))
+    assert prepare(config(corpus)).resumed_units == first.units
+
+
+def test_a_changed_object_store_input_is_refused(tmp_path, s3, monkeypatch):
+    pytest.importorskip("s3fs")
+    import fsspec
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    fsspec.filesystem("s3").clear_instance_cache()
+    s3.put("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:5]).encode(), key="in/a.jsonl")
+    url = f"s3://{s3.bucket}/in/a.jsonl"
+    settings = PrepareConfig(inputs=[url], output=str(tmp_path / "out"), workers=1)
+    first = tokens(prepare(settings))
+    s3.put("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[5:10]).encode(), key="in/a.jsonl")
+    fsspec.filesystem("s3").clear_instance_cache()
+    with pytest.raises(ConfigError, match=f"{url} changed"):
+        prepare(settings)
+    assert tokens(prepare(settings, overwrite=True)) != first
