@@ -236,6 +236,7 @@ class OutputDir:
             )
         if differs is not None or replacing:
             self._clear_work()  # the earlier run's work, while its state still names it
+            kill_point()
         if differs is not None or replacing or not os.path.exists(state_path):
             state = RunState(fingerprint=fingerprint, settings=settings, inputs=identify(files))
             write_json(state_path, to_builtins(state))
@@ -282,9 +283,11 @@ class OutputDir:
         """Delete an earlier run's output: its manifest first (then it is no finished run), its parts, rejected/."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.manifest_path)
+        kill_point()
         for entry in os.listdir(self.path):
             if _PART_FILE.match(entry) or _PART_TEMPORARY.match(entry) or entry == "rejected":
                 _remove(os.path.join(self.path, entry))
+        kill_point()
 
     def produced(self) -> bool:
         """Whether this run has made anything worth resuming: a file under .work/ other than the
