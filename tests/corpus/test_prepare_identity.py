@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import shutil
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -197,3 +198,123 @@ def test_a_changed_object_store_input_is_refused(tmp_path, s3, monkeypatch):
     with pytest.raises(ConfigError, match=f"{url} changed"):
         prepare(settings)
     assert tokens(prepare(settings, overwrite=True)) != first
+
+
+class Model:
+    """What the output directory should hold: nothing, a finished run (its settings and the input bytes
+    it read) or an unfinished one (its settings and the inputs' versions when it started)."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+        self.eod = True
+        self.content: dict[str, bytes] = {}
+        self.versions: dict[str, tuple[int, int]] = {}
+
+    def same(self, eod: bool, content: dict[str, bytes], versions: dict[str, tuple[int, int]]) -> bool:
+        if self.eod != eod:
+            return False
+        return self.content == content if self.kind == "finished" else self.versions == versions
+
+
+def test_random_prepare_calls_and_input_changes_follow_a_shadow_model(tmp_path, monkeypatch):
+    """Random sequences of input edits and prepare calls (plain, overwrite, interrupted): each call
+    resumes, returns, rebuilds or is refused as the model says; a refusal changes no file."""
+    import random
+
+    rng = random.Random(25)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    write_jsonl(inputs / "a.jsonl", TEXTS[:6])
+    (inputs / "b.txt").write_text("text file")
+    out = tmp_path / "out"
+    model = Model()
+    clock = [10**18]
+
+    def stamp(path: pathlib.Path) -> None:  # a distinct modification time for every edit (no coarse-clock ties)
+        clock[0] += 10**9
+        os.utime(path, ns=(clock[0], clock[0]))
+
+    def content() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(inputs.iterdir())}
+
+    def versions() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(inputs.iterdir())}
+
+    def expected(eod: bool, read: dict[str, bytes]) -> list[list[int]]:
+        docs = []
+        for name, data in read.items():
+            texts = (
+                [json.loads(line)["text"] for line in data.decode().splitlines()]
+                if name.endswith("jsonl")
+                else [data.decode()]
+            )
+            docs.extend(list(t.encode()) + ([256] if eod else []) for t in texts)
+        return docs
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    seen: Counter = Counter()
+    for step in range(60):
+        action = rng.choice(["append", "same_size", "touch", "add", "remove", *["prepare", "interrupt"] * 2])
+        a = inputs / "a.jsonl"
+        if action == "append":
+            with a.open("a") as f:
+                f.write(json.dumps({"text": f"appended {step}"}) + "\n")
+            stamp(a)
+        elif action == "same_size":
+            data = bytearray(a.read_bytes())
+            at = len('{"text": "Do')  # a letter of the first line's text, changed in place
+            data[at] = ord("A") if data[at] != ord("A") else ord("B")
+            a.write_bytes(bytes(data))
+            stamp(a)
+        elif action == "touch":
+            stamp(a)
+        elif action == "add":
+            (inputs / f"c{step}.txt").write_text(f"added {step}")
+        elif action == "remove":
+            added = sorted(inputs.glob("c*.txt"))
+            if added:
+                added[0].unlink()
+        else:
+            eod, overwrite = rng.random() < 0.7, rng.random() < 0.4
+            before = files(out) if out.exists() else None
+            same = model.kind is not None and model.same(eod, content(), versions())
+            if action == "interrupt":
+                monkeypatch.setattr(pipeline, "_assemble", interrupted)
+            label = f"step {step}: {action} eod={eod} overwrite={overwrite} over {model.kind}"
+            try:
+                prepare(config(tmp_path, append_eod=eod), overwrite=overwrite)
+            except ConfigError:
+                seen["refused"] += 1
+                assert model.kind is not None and not same and not overwrite, label
+                assert files(out) == before, label  # the refusal changed nothing
+            except KeyboardInterrupt:
+                seen["interrupted"] += 1
+                assert action == "interrupt" and not (model.kind == "finished" and same), label
+                model.kind, model.eod, model.versions = "unfinished", eod, versions()
+            else:
+                assert action == "prepare" or (model.kind == "finished" and same), label
+                assert model.kind is None or same or overwrite, label
+                seen[{None: "made", "finished": "kept" if same else "rebuilt"}.get(model.kind, "resumed")] += 1
+                if model.kind == "unfinished" and not same:
+                    seen["restarted"] += 1
+                if model.kind == "finished" and same:
+                    assert files(out) == before, label
+                model.kind, model.eod, model.content = "finished", eod, content()
+            finally:
+                monkeypatch.undo()
+        if model.kind == "finished":
+            assert tokens_of(out) == expected(model.eod, model.content), f"step {step}"
+        assert (out / "tokenport.json").exists() == (model.kind == "finished"), f"step {step}"
+    assert {"kept", "rebuilt", "resumed", "restarted", "refused", "interrupted"} <= set(seen), seen
+
+
+def tokens_of(out: pathlib.Path) -> list[list[int]]:
+    manifest = json.loads((out / "tokenport.json").read_text())
+    parts = [str(out / part["name"]) for part in manifest["parts"]]
+    result = []
+    for prefix in parts:
+        with IndexedDataset(prefix) as ds:
+            result.extend(np.asarray(ds[i]).tolist() for i in range(len(ds)))
+    return result
