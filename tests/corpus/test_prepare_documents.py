@@ -4,6 +4,7 @@ document's result, and a refusal changes nothing."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 
@@ -11,10 +12,13 @@ import pytest
 
 from tests._support.mutate import mutations
 from tokenport.corpus import PrepareConfig, prepare
+from tokenport.corpus.inputs.inflate import inflate
 from tokenport.corpus.inputs.sources import expand_inputs
 from tokenport.corpus.run import pipeline
 from tokenport.corpus.run.config import load_steps
 from tokenport.corpus.run.state import OutputDir
+from tokenport.corpus.run.units import plan_units
+from tokenport.corpus.run.worker import finished_unit
 from tokenport.errors import ConfigError, TokenportError
 
 TEXTS = [f"Line {i} of a small corpus about bridges and rivers." for i in range(12)]
@@ -150,3 +154,59 @@ def test_every_mutation_of_a_steps_file_is_refused_or_reads_as_valid(tmp_path):
         else:  # a mutation that is still valid (a list without a step, say): known kinds, typed options
             assert {spec["step"] for spec in steps} <= {"pii", "c4"}, label
             assert PrepareConfig(inputs=["x"], output="y", steps=steps).steps == tuple(steps), label
+
+
+def test_every_mutation_of_a_unit_stats_file_is_refused_or_reads_as_valid(config, monkeypatch):
+    unfinished(config, monkeypatch)
+    work = pathlib.Path(config.output) / ".work"
+    units = plan_units(expand_inputs(config.inputs, exclude=config.output), config.unit_bytes)
+    unit = next(u for u in units if any(piece.format == "text" for piece in u.slices))  # read whole: digested
+    original = finished_unit(str(work), unit)
+    assert original is not None and original.digests
+    path = work / f"{unit.name}.stats.json"
+    data = path.read_bytes()
+    refused = 0
+    for label, mutated in [*mutations(data), ("documents_per_slice of another unit", b"")]:
+        if label.startswith("documents_per_slice"):  # counts that fit the file but not the unit's store
+            doc = json.loads(data)
+            doc["documents_per_slice"] = [doc["stats"]["documents"] + 1]
+            doc["stats"]["documents"] += 1
+            mutated = json.dumps(doc).encode()
+        path.write_bytes(mutated)
+        before = files(work)
+        try:
+            record = finished_unit(str(work), unit)
+        except TokenportError as error:
+            refused += 1
+            assert str(path) in str(error), label
+        else:
+            assert record is not None and record.documents_per_slice == original.documents_per_slice, label
+            assert (record.stats.documents, record.stats.tokens) == (original.stats.documents, original.stats.tokens)
+        assert files(work) == before, label
+    assert refused > 30
+    path.write_bytes(data)
+    assert prepare(config).documents == len(TEXTS) + 1
+
+
+def test_every_mutation_of_a_decompression_plan_is_refused_or_reads_as_valid(tmp_path):
+    source = tmp_path / "a.jsonl.gz"
+    source.write_bytes(gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in TEXTS).encode()))
+    (file,) = expand_inputs([str(source)], exclude=str(tmp_path / "out"))
+    root = tmp_path / "inflated"
+    chunks = inflate(file, 200, str(root))
+    assert chunks is not None and len(chunks) > 1
+    (plan,) = root.rglob("plan.json")
+    data = plan.read_bytes()
+    refused = 0
+    for label, mutated in mutations(data):
+        plan.write_bytes(mutated)
+        before = files(root)
+        try:
+            again = inflate(file, 200, str(root))
+        except TokenportError as error:
+            refused += 1
+            assert str(plan) in str(error), label
+        else:  # a valid plan: the same chunks (the lines before one are checked only for order), or none
+            assert again is None or [(c, size) for c, _, size in again] == [(c, size) for c, _, size in chunks], label
+        assert files(root) == before, label
+    assert refused > 30

@@ -22,7 +22,7 @@ from typing import IO, Annotated, Any, Literal
 
 import msgspec
 
-from ..._schema import Count, Document, Text, decode, read_document, to_builtins
+from ..._schema import Count, Document, Int64, Text, decode, read_document, to_builtins
 from ...errors import ConfigError, CorruptStoreError
 from ...indexed.commit import recover
 from ..inputs.sources import InputFile
@@ -77,7 +77,7 @@ class DatasetManifest(Document, frozen=True):
     totals: Totals
     skipped: dict[str, Count]
     steps: dict[str, dict[str, Count]] = {}
-    step_costs: dict[str, dict[str, Count]] = {}
+    step_costs: dict[str, dict[str, Int64]] = {}
     chat: dict[str, Any] | None = None
     rejected: list[Annotated[str, msgspec.Meta(pattern=r"^rejected/[^/]+\.jsonl$")]] | None = None
     inputs: list[InputIdentity] | None = None
@@ -147,17 +147,6 @@ def read_manifest(path: str) -> dict[str, Any] | None:
     remedy = "delete the output directory and run again, or " + _FORCE
     decode(data, DatasetManifest, where=path, remedy=remedy, error=CorruptStoreError)
     return json.loads(data)
-
-
-def read_json(path: str) -> dict[str, Any] | None:
-    """The JSON object in `path`, or None when there is no such file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise CorruptStoreError(f"{path}: unreadable ({exc}); delete the output directory and run again") from None
 
 
 class OutputDir:
