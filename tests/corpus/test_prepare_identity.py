@@ -318,3 +318,34 @@ def tokens_of(out: pathlib.Path) -> list[list[int]]:
         with IndexedDataset(prefix) as ds:
             result.extend(np.asarray(ds[i]).tolist() for i in range(len(ds)))
     return result
+
+
+def test_an_object_store_output_of_inputs_that_changed_is_refused(tmp_path, s3, monkeypatch):
+    pytest.importorskip("s3fs")
+    import fsspec
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / "cache"))
+    fsspec.filesystem("s3").clear_instance_cache()
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "a.jsonl", TEXTS[:5])
+    settings = PrepareConfig(inputs=[str(tmp_path / "in")], output=f"s3://{s3.bucket}/out", workers=1)
+    assert prepare(settings).documents == 5
+    assert prepare(settings).resumed_units == 1  # unchanged: the finished upload is the answer
+    write_jsonl(tmp_path / "in" / "a.jsonl", TEXTS[:7])
+    with pytest.raises(ConfigError, match=f"s3://{s3.bucket}/out: .*{tmp_path / 'in' / 'a.jsonl'} changed"):
+        prepare(settings)
+
+
+def test_the_cli_names_the_changed_input_and_force_prepares_again(corpus, capsys):
+    from tokenport.cli import main
+
+    command = ["prepare", str(corpus / "in"), "-o", str(corpus / "out"), "-q", "--workers", "1"]
+    assert main(command) == 0
+    (corpus / "in" / "b.txt").write_text("A whole text file is one document, and longer now.")
+    capsys.readouterr()
+    assert main(command) == 2
+    error = capsys.readouterr().err
+    assert f"{corpus / 'in' / 'b.txt'} changed" in error and "--force" in error
+    assert main([*command, "--force"]) == 0
+    assert tokens_of(corpus / "out") == reference(corpus, "fresh")

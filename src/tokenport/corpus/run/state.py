@@ -213,12 +213,25 @@ class OutputDir:
                 f"{self.path}: another prepare run is writing this directory; wait for it or use another"
             ) from None
         try:
-            differs = self._differs(state_path, settings, fingerprint, files, overwrite)
+            self._start(state_path, settings, fingerprint, files, overwrite, replacing)
         except BaseException:
             self.release()
             raise
+        return self
+
+    def _start(
+        self,
+        state_path: str,
+        settings: dict[str, Any],
+        fingerprint: str,
+        files: list[InputFile],
+        overwrite: bool,
+        replacing: bool,
+    ) -> None:
+        """Under the lock: resume the recorded run if it is this one; else refuse (ConfigError), or
+        with `overwrite` delete its work, record this run, and delete its output, in that order."""
+        differs = self._differs(state_path, settings, fingerprint, files, overwrite)
         if differs is not None and not overwrite:
-            self.release()
             raise ConfigError(
                 f"{self.path}: holds an unfinished prepare run {differs}; rerun it as it was to finish it, "
                 f"choose another directory, or {_FORCE}"
@@ -231,7 +244,6 @@ class OutputDir:
             write_json(state_path, to_builtins(state))
         if differs is not None or replacing:
             self._clear_output()  # then the earlier output: a kill from here on leaves this run to resume
-        return self
 
     def _differs(
         self,
