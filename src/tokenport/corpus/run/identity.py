@@ -11,14 +11,15 @@ both the size and the nanosecond modification time is not seen (rerun with ``ove
 ``--force`` to rebuild regardless). Object-store inputs carry no digest: their ETag stands for it.
 
 The digests cost one extra read of each local file, done where it is cheap: by the worker that
-has just read a whole file (from the page cache), and by the planner for files it cuts into slices.
+has just read a whole file (from the page cache), and, for files cut into slices, on a thread of
+the caller while the units run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..._schema import Count, Document, Text
@@ -40,11 +41,13 @@ class InputIdentity(Document, frozen=True):
     digest: str | None = None
 
 
-def file_digest(path: str) -> str:
-    """The sha256 of the stored (still compressed) bytes of the input file ``path``."""
+def file_digest(path: str, stop: Callable[[], bool] = lambda: False) -> str:
+    """The sha256 of the stored (still compressed) bytes of the input file ``path`` ("" once `stop()`)."""
     digest = hashlib.sha256()
     with open_raw(path) as f:
         while block := f.read(_READ):
+            if stop():
+                return ""
             digest.update(block)
     return digest.hexdigest()
 
@@ -54,11 +57,18 @@ def read_whole(piece: Slice) -> bool:
     return piece.stop is None and piece.inflated is None and not is_remote(piece.path)
 
 
-def planner_digests(files: Sequence[InputFile], units: Sequence[Unit]) -> dict[str, str]:
+def planner_digests(
+    files: Sequence[InputFile], units: Sequence[Unit], stop: Callable[[], bool] = lambda: False
+) -> dict[str, str]:
     """Digests of the local files that no single slice reads whole (cut into ranges, row groups or
-    decompressed chunks): read once here, as the workers see only parts of them."""
+    decompressed chunks): read once more by the caller, as the workers see only parts of them;
+    an early `stop()` leaves the rest out."""
     whole = {piece.path for unit in units for piece in unit.slices if read_whole(piece)}
-    return {f.path: file_digest(f.path) for f in files if f.path not in whole and not is_remote(f.path)}
+    digests = {}
+    for f in files:
+        if f.path not in whole and not is_remote(f.path) and not stop():
+            digests[f.path] = file_digest(f.path, stop)
+    return digests
 
 
 def identify(files: Sequence[InputFile], digests: Mapping[str, str] | None = None) -> list[InputIdentity]:

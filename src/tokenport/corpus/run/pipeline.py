@@ -10,11 +10,13 @@ count or on interruptions.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as _dt
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -207,11 +209,17 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     progress = run.progress
     units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
     out.remove_stale_units(unit.name for unit in units)
-    digests = planner_digests(files, units)
-    for position in dedup_positions(config.steps):
-        _dedup_pass(config, executor, out.work, units, position, progress, chat)
-    records, resumed = _run(config, executor, out.work, units, progress, chat)
-    executor.close()
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
+        try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
+            pending = digesting.submit(planner_digests, files, units, stop.is_set)
+            for position in dedup_positions(config.steps):
+                _dedup_pass(config, executor, out.work, units, position, progress, chat)
+            records, resumed = _run(config, executor, out.work, units, progress, chat)
+            executor.close()
+            digests = pending.result()
+        finally:
+            stop.set()  # on an error or an interrupt, the digests stop within a block
     for record in records:
         digests.update(record.digests)
     totals = UnitStats.total(r.stats for r in records)
