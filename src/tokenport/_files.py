@@ -17,6 +17,8 @@ def read_text(path: str, what: str) -> str:
             return f.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def parse_structured(text: str, path: str, *, yaml_ok: bool = True) -> Any:

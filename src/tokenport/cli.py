@@ -49,6 +49,7 @@ def _trace(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from .corpus import prepare
     from .corpus.run.config import config_from_options, load_steps
+    from .corpus.run.signals import terminate_as_interrupt
 
     options = _given(
         args,
@@ -74,7 +75,10 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     if args.steps:
         options["steps"] = load_steps(args.steps)
-    result = prepare(config_from_options(args.inputs, args.output, options), progress=not args.quiet)
+    with terminate_as_interrupt():
+        result = prepare(
+            config_from_options(args.inputs, args.output, options), progress=not args.quiet, overwrite=args.force
+        )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
     return 0
 
@@ -288,6 +292,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
     prep.add_argument("-o", "--output", required=True, help="output directory")
+    prep.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an output (finished or not) of other settings or of inputs that changed since",
+    )
     prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
     prep.add_argument(
         "--tokenizer-engine",

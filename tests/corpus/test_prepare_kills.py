@@ -97,3 +97,27 @@ def test_a_kill_at_every_rename_then_a_rerun_leaves_the_uninterrupted_output(tmp
         assert snapshot(out) == reference, f"after a kill at rename {point}, the rerun left another output"
         shutil.rmtree(out)
     assert point > 30  # state, chunks, dedup keys and decisions, unit stores and counts, parts, rejected, manifest
+
+
+def test_a_kill_at_every_step_of_an_overwrite_then_a_rerun_leaves_the_new_output(tmp_path):
+    """overwrite=True over a finished output of other settings: the earlier run's work, the new state,
+    the earlier manifest and parts are each a kill point; the rerun (with overwrite) ends as a clean run."""
+    old = settings(tmp_path)
+    new = {**old, "append_eod": False}
+    out = pathlib.Path(old["output"])
+    reference = snapshot(pathlib.Path(prepare(PrepareConfig(**new)).output))
+    shutil.rmtree(out)
+    child = CHILD.replace(
+        "prepare(PrepareConfig(**json.loads(sys.argv[1])))",
+        "prepare(PrepareConfig(**json.loads(sys.argv[1])), overwrite=True)",
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for point in range(1, 7):  # clearing the work, the state's two renames, the manifest, the parts, the first chunk
+        prepare(PrepareConfig(**old))
+        killed = subprocess.run([sys.executable, "-c", child, json.dumps(new)], env={**env, KILL_AT: str(point)})
+        assert killed.returncode == 137, f"kill point {point}: exit {killed.returncode}"
+        prepare(PrepareConfig(**new), overwrite=True)
+        assert snapshot(out) == reference, (
+            f"after a kill at step {point} of an overwrite, the rerun left another output"
+        )
+        shutil.rmtree(out)

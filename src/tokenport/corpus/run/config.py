@@ -254,14 +254,26 @@ def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str
     return PrepareConfig(inputs=tuple(inputs), output=output, **options)
 
 
-def load_steps(path: str | os.PathLike) -> list[Any]:
+def load_steps(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The cleaning steps of a steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}.
 
-    PrepareConfig checks the steps; this only reads the file and unwraps the ``steps`` key.
+    Each is checked (its kind, its options' names and types) here, so a ConfigError names the file
+    and the step's position and option.
     """
     path = os.fspath(path)
     data = parse_structured(read_text(path, "steps file"), path)
-    return data.get("steps", data) if isinstance(data, dict) else data
+    if isinstance(data, dict):
+        if set(data) != {"steps"}:
+            keys = ", ".join(repr(key) for key in data) or "none"
+            raise ConfigError(
+                f"{path}: a steps file is a list of steps, or a mapping with only the key 'steps' (keys here: "
+                f"{keys}); put the steps in a list under 'steps'"
+            )
+        data = data["steps"]
+    try:
+        return list(check_steps(data))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def _named(name: str, value: Any) -> str:

@@ -17,6 +17,7 @@ import functools
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -111,7 +112,12 @@ def _attempt(
 
 def serve() -> None:
     """A worker's main loop: a tokenizer spec, then (job, unit) pickles in on stdin;
-    a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out."""
+    a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out.
+
+    Interrupts are the caller's to handle (a worker runs in a session of its own, so a terminal's
+    Ctrl-C or a signal to the caller's process group does not reach it, and a SIGINT sent to it
+    alone is ignored): the caller stops its workers, and one whose caller died ends at its stdin's end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe
@@ -143,8 +149,8 @@ class _Worker:
     """One worker subprocess and the pipes to it."""
 
     def __init__(self, tokenizer_spec: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        self.process = subprocess.Popen(  # its own session: the caller's Ctrl-C is the caller's to handle
+            [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
         self.started = False
         self._send(sys.path)

@@ -10,16 +10,19 @@ count or on interruptions.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as _dt
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..._jit import announce_compilation
@@ -37,16 +40,15 @@ from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
+from .identity import InputIdentity, changed_input, changed_while_read, identify, planner_digests
 from .ray_executor import RayExecutor
-from .state import OutputDir, replace_atomically
+from .state import DATASET_FORMAT, OutputDir, replace_atomically, to_builtins
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .upload import check_remote_output, staging_dir, upload_output
 from .worker import UnitJob, UnitRecord, finished_unit, rejected_path, signed_unit
 
 logger = logging.getLogger(__name__)
-
-DATASET_FORMAT = "tokenport.dataset/1"
 
 
 @dataclass(frozen=True)
@@ -103,12 +105,15 @@ class PrepareResult:
         return data
 
 
-def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
+def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = False) -> PrepareResult:
     """Tokenize `config.inputs` into token stores under `config.output`, a directory or an
     object-store URL (see PrepareConfig).
 
-    Resumes an interrupted run with the same output settings; returns the existing result
-    when the output is already finished with them; raises ConfigError for other settings.
+    Resumes an interrupted run with the same output settings and unchanged inputs; returns the
+    existing result when the output is already finished with them (see ``identity`` for what
+    "unchanged" means); raises ConfigError for other settings or changed inputs, naming what
+    differs, unless `overwrite` (``--force``): then the earlier run's work and output are deleted
+    and the run starts over. A run that fails before producing anything leaves no ``.work/``.
     """
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
@@ -118,16 +123,19 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     settings = config.output_settings(identity, None if chat is None else chat.describe())
     run_fingerprint = fingerprint(settings)
     url = config.output.rstrip("/") if is_remote(config.output) else None
+    out = OutputDir(config.output if url is None else staging_dir(url))
+    files = expand_inputs(config.inputs, exclude=out.path)
     if url is not None:  # an object store: prepared in a local staging directory, then uploaded
         manifest = check_remote_output(url, run_fingerprint)
         if manifest is not None:
+            _check_remote_inputs(url, manifest, files)
             logger.info("%s is already prepared with these settings", url)
             return _result(url, manifest, config.workers, time.perf_counter() - started, resumed=-1)
-    out = OutputDir(config.output if url is None else staging_dir(url))
     resumed = -1
-    manifest = out.finished(run_fingerprint)
+    manifest = out.finished(run_fingerprint, files, overwrite=overwrite)
     if manifest is None:
-        manifest, resumed = _prepare_into(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint)
+        run = _Run(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint, overwrite)
+        manifest, resumed = _prepare_into(run, files)
     else:
         logger.info("%s is already prepared with these settings", out.path)
     if url is not None:
@@ -140,65 +148,119 @@ def prepare(config: PrepareConfig, progress: bool = False) -> PrepareResult:
     return result
 
 
-def _prepare_into(
-    config: PrepareConfig,
-    progress: bool,
-    out: OutputDir,
-    tokenizer: Tokenizer,
-    identity: dict[str, Any],
-    chat: ChatJob | None,
-    settings: dict[str, Any],
-    run_fingerprint: str,
-) -> tuple[dict[str, Any], int]:
-    """The work of `prepare` in the local directory `out` (the output, or the staging directory of
+def _check_remote_inputs(url: str, manifest: dict[str, Any], files: list[InputFile]) -> None:
+    """Refuse a finished object-store output whose recorded inputs changed since (naming the input)."""
+    recorded = manifest.get("inputs")
+    if not isinstance(recorded, list):
+        return  # written before inputs were recorded
+    try:
+        changed = changed_input([msgspec.convert(entry, InputIdentity) for entry in recorded], files)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{url}/tokenport.json: inputs: {exc}; delete the dataset at {url} and run again") from None
+    if changed is not None:
+        raise ConfigError(
+            f"{url}: holds a finished prepare run, but {changed}; delete the dataset at {url} (or choose another "
+            "URL) and run again"
+        )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What `_prepare_into` needs of one prepare call."""
+
+    config: PrepareConfig
+    progress: bool
+    out: OutputDir
+    tokenizer: Tokenizer
+    identity: dict[str, Any]
+    chat: ChatJob | None
+    settings: dict[str, Any]
+    fingerprint: str
+    overwrite: bool
+
+
+def _prepare_into(run: _Run, files: list[InputFile]) -> tuple[dict[str, Any], int]:
+    """The work of `prepare` in the local directory `run.out` (the output, or the staging directory of
     an object-store output, which Ray tasks then do not share): its manifest, and the units an
-    earlier run finished."""
-    files = expand_inputs(config.inputs, exclude=out.path)
-    if chat is not None:
+    earlier run finished. On an error or an interrupt, nothing of the workers' is left half-written:
+    the run's `.work/` is deleted if it holds nothing to resume, else its temporaries are."""
+    config, out = run.config, run.out
+    if run.chat is not None:
         _check_records(files)
-    engine = _engine(config, tokenizer, files, chat is not None)
+    engine = _engine(config, run.tokenizer, files, run.chat is not None)
     with contextlib.ExitStack() as stack:
         shared = not is_remote(config.output)
         executor: Executor = stack.enter_context(_executor(config, engine, shared))  # workers start while we plan
-        stack.enter_context(out.claim(settings, run_fingerprint))
-        units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
-        out.remove_stale_units(unit.name for unit in units)
-        for position in dedup_positions(config.steps):
-            _dedup_pass(config, executor, out.work, units, position, progress, chat)
-        records, resumed = _run(config, executor, out.work, units, progress, chat)
-        executor.close()
-        totals = UnitStats.total(r.stats for r in records)
-        _warn_of_steps_that_removed_everything(totals)
-        if totals.documents == 0 and not config.allow_empty:
-            out.abandon()
-            raise InputDataError(_nothing_left(config, totals, len(files)))
-        parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run_fingerprint)
-        recipe = fingerprint({key: value for key, value in settings.items() if key != "inputs"})
-        described = _assemble(parts, tokenizer, [f.path for f in files], recipe, chat)
-        manifest: dict[str, Any] = {
-            "format": DATASET_FORMAT,
-            "tokenport_version": _version(),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "fingerprint": run_fingerprint,
-            "config": config.to_dict(),
-            "tokenizer": identity,
-            "parts": described,
-            "totals": {
-                "documents": totals.documents,
-                "tokens": totals.tokens,
-                "bytes_in": totals.bytes_in,
-                "input_files": len(files),
-                "units": len(units),
-            },
-            "skipped": dict(sorted(totals.skipped.items())),
-            "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
-            "step_costs": {label: dict(sorted(counts.items())) for label, counts in totals.step_costs.items()},
-        }
-        if chat is not None:
-            manifest["chat"] = {**chat.describe(), "template_origin": chat.template.origin}
-        if config.keep_rejected:
-            manifest["rejected"] = _move_rejected(out, units)
-        out.finish(manifest, len(parts))
+        stack.enter_context(out.claim(run.settings, run.fingerprint, files, overwrite=run.overwrite))
+        try:
+            return _work(run, files, executor)
+        except BaseException as exc:
+            executor.close()
+            if isinstance(exc, Exception) and not out.produced():
+                out.abandon()
+            else:
+                out.remove_temporaries()
+            raise
+
+
+def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[str, Any], int]:
+    """Plan, run and assemble the units of a claimed output directory; publish its manifest."""
+    config, out, chat = run.config, run.out, run.chat
+    progress = run.progress
+    units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
+    out.remove_stale_units(unit.name for unit in units)
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
+        try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
+            pending = digesting.submit(planner_digests, files, units, stop.is_set)
+            for position in dedup_positions(config.steps):
+                _dedup_pass(config, executor, out.work, units, position, progress, chat)
+            records, resumed = _run(config, executor, out.work, units, progress, chat)
+            executor.close()
+            digests = pending.result()
+        finally:
+            stop.set()  # on an error or an interrupt, the digests stop within a block
+    for record in records:
+        digests.update(record.digests)
+    totals = UnitStats.total(r.stats for r in records)
+    _warn_of_steps_that_removed_everything(totals)
+    if totals.documents == 0 and not config.allow_empty:
+        out.abandon()
+        raise InputDataError(_nothing_left(config, totals, len(files)))
+    parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run.fingerprint)
+    recipe = fingerprint({key: value for key, value in run.settings.items() if key != "inputs"})
+    described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat)
+    changed = changed_while_read(files)
+    if changed is not None:
+        raise InputDataError(
+            f"{changed}, so its output could mix old and new bytes; nothing was published. Prepare it again "
+            "with overwrite=True (--force) once the inputs are final"
+        )
+    manifest: dict[str, Any] = {
+        "format": DATASET_FORMAT,
+        "tokenport_version": _version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "fingerprint": run.fingerprint,
+        "config": config.to_dict(),
+        "tokenizer": run.identity,
+        "parts": described,
+        "totals": {
+            "documents": totals.documents,
+            "tokens": totals.tokens,
+            "bytes_in": totals.bytes_in,
+            "input_files": len(files),
+            "units": len(units),
+        },
+        "skipped": dict(sorted(totals.skipped.items())),
+        "steps": {label: dict(sorted(counts.items())) for label, counts in totals.steps.items()},
+        "step_costs": {label: dict(sorted(counts.items())) for label, counts in totals.step_costs.items()},
+        "inputs": to_builtins(identify(files, digests)),
+    }
+    if chat is not None:
+        manifest["chat"] = {**chat.describe(), "template_origin": chat.template.origin}
+    if config.keep_rejected:
+        manifest["rejected"] = _move_rejected(out, units)
+    out.finish(manifest, len(parts))
     return manifest, resumed
 
 

@@ -5,15 +5,15 @@ terminal, or as one self-contained HTML page with SVG charts (no plotting librar
 from __future__ import annotations
 
 import html
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigError, CorruptStoreError
+from ...errors import ConfigError
 from ...indexed import IndexedDataset
+from .state import MANIFEST_NAME, read_manifest
 
 __all__ = ["RunReport", "load_report"]
 
@@ -107,16 +107,9 @@ class RunReport:
 
 def load_report(output: str) -> RunReport:
     """The report of the finished prepare output in directory ``output``."""
-    path = os.path.join(output, "tokenport.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest: dict[str, Any] = json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{output}: no tokenport.json here; pass the output directory of a finished prepare run"
-        ) from None
-    except json.JSONDecodeError as error:
-        raise CorruptStoreError(f"{path}: not valid JSON ({error})") from None
+    manifest = read_manifest(os.path.join(output, MANIFEST_NAME))
+    if manifest is None:
+        raise ConfigError(f"{output}: no tokenport.json here; pass the output directory of a finished prepare run")
     lengths = []
     for part in manifest.get("parts", []):
         with IndexedDataset(os.path.join(output, part["name"])) as ds:

@@ -7,7 +7,6 @@ unit, and its counts are there to total.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import StorageError
+from ... import _schema
+from ..._schema import Count, Int64, read_document, to_builtins
+from ...errors import CorruptStoreError, StorageError
 from ...indexed import IndexedDataset, IndexedDatasetWriter
 from ...tokenizers import Tokenizer
 from ..inputs.documents import Document
@@ -26,6 +27,7 @@ from ..steps.dedup import keys_path, make_signer, save_atomically
 from ..steps.registry import build_steps, register_step, run_steps
 from ..steps.rejects import RejectedWriter
 from .chat import ChatJob, EncodeChat, conversations, per_message
+from .identity import file_digest, read_whole
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
 from .tokenize import Tokenize
@@ -60,6 +62,7 @@ class UnitRecord:
     prefix: str
     stats: UnitStats
     documents_per_slice: tuple[int, ...]
+    digests: tuple[tuple[str, str], ...] = ()  # (path, sha256) of the local files its slices read whole
 
 
 def unit_prefix(work_dir: str, unit: Unit) -> str:
@@ -94,6 +97,7 @@ def run_unit(
     steps = _steps(job, unit)
     rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
     documents_per_slice = []
+    digests = []
     chat = None if job.chat is None else job.chat.describe()
     provenance = {"prepare_unit": unit.describe()}
     with IndexedDatasetWriter(
@@ -117,6 +121,8 @@ def run_unit(
                     meter.tick()
                 meter.tick(finished=True)
                 documents_per_slice.append(stats.documents - before)
+                if read_whole(piece):  # read just now, so from the page cache: the run's identity of it
+                    digests.append((piece.path, file_digest(piece.path)))
         finally:
             if sink_file is not None:
                 sink_file.close()
@@ -124,8 +130,11 @@ def run_unit(
             replace_atomically(rejected + ".tmp", rejected)
         for label, step in steps:
             stats.steps[label].update(step.counts())
-        write_json(prefix + ".stats.json", {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice})
-    return UnitRecord(prefix, stats, tuple(documents_per_slice))
+        write_json(
+            prefix + ".stats.json",
+            {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice, "digests": dict(digests)},
+        )
+    return UnitRecord(prefix, stats, tuple(documents_per_slice), tuple(digests))
 
 
 class _Meter:
@@ -205,13 +214,54 @@ def signed_unit(work_dir: str, position: int, unit: Unit) -> bool:
     return os.path.exists(keys_path(work_dir, position, unit.name))
 
 
+class UnitCounts(_schema.Document, frozen=True):
+    """A unit's counters as ``UnitStats.to_dict`` writes them."""
+
+    documents: Count
+    tokens: Count
+    bytes_in: Count
+    skipped: dict[str, Count]
+    steps: dict[str, dict[str, Count]] = {}
+    step_costs: dict[str, dict[str, Int64]] = {}
+
+
+class UnitStatsFile(_schema.Document, frozen=True):
+    """``.work/UNIT.stats.json``: a finished unit's counters, documents per slice, and the digests of
+    the files it read whole (absent in files written before digests were kept)."""
+
+    stats: UnitCounts
+    documents_per_slice: list[Count]
+    digests: dict[str, str] = {}
+
+    def __post_init__(self) -> None:
+        if sum(self.documents_per_slice) != self.stats.documents:
+            raise ValueError("documents_per_slice does not add up to stats.documents")
+
+
 def finished_unit(work_dir: str, unit: Unit) -> UnitRecord | None:
-    """The record of `unit` if an earlier run finished it, else None."""
+    """The record of `unit` if an earlier run finished it, else None; CorruptStoreError naming the
+    field when its counts are damaged or do not fit the unit and its store."""
     prefix = unit_prefix(work_dir, unit)
+    path = prefix + ".stats.json"
+    remedy = f"delete {prefix}.* to prepare this unit again"
     try:
-        IndexedDataset(prefix).close()  # finishes an interrupted publication, if any
-        with open(prefix + ".stats.json", encoding="utf-8") as f:
-            data = json.load(f)
+        with IndexedDataset(prefix) as ds:  # finishes an interrupted publication, if any
+            documents, tokens = ds.num_documents, ds.num_tokens
+        data = read_document(path, UnitStatsFile, remedy=remedy, error=CorruptStoreError)
     except (StorageError, FileNotFoundError):
         return None
-    return UnitRecord(prefix, UnitStats.from_dict(data["stats"]), tuple(data["documents_per_slice"]))
+    if len(data.documents_per_slice) != len(unit.slices) or (data.stats.documents, data.stats.tokens) != (
+        documents,
+        tokens,
+    ):
+        raise CorruptStoreError(
+            f"{path}: stats: {len(data.documents_per_slice)} slices, {data.stats.documents} documents and "
+            f"{data.stats.tokens} tokens, but the unit has {len(unit.slices)} slices and its store {documents} "
+            f"documents and {tokens} tokens; {remedy}"
+        )
+    return UnitRecord(
+        prefix,
+        UnitStats.from_dict(to_builtins(data.stats)),
+        tuple(data.documents_per_slice),
+        tuple(data.digests.items()),
+    )

@@ -14,10 +14,12 @@ from __future__ import annotations
 import difflib
 import inspect
 import time
+import typing
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ...errors import ConfigError
@@ -92,7 +94,7 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
     if not isinstance(spec, Mapping) or "step" not in spec:
         raise ConfigError(f"steps[{position}]: expected a mapping with a 'step' key, got {spec!r:.80}")
     kind = spec["step"]
-    if kind not in STEP_KINDS and kind not in DEDUP_KINDS:
+    if not isinstance(kind, str) or (kind not in STEP_KINDS and kind not in DEDUP_KINDS):
         known = ", ".join((*STEP_KINDS, *DEDUP_KINDS))
         raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {known}")
     options = {key: value for key, value in spec.items() if key != "step"}
@@ -108,6 +110,7 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
     missing = [name for name in _required_options(kind) if name not in options]
     if missing:
         raise ConfigError(f"steps[{position}] ({kind}): option {missing[0]!r} is required")
+    _check_types(kind, options, position)
     try:
         if kind in DEDUP_KINDS:
             make_signer(kind, **options)
@@ -117,6 +120,30 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
         raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
     except ConfigError as error:
         raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
+
+
+def _check_types(kind: str, options: Mapping[str, Any], position: int) -> None:
+    """Refuse an option whose value is not of its parameter's annotated type, strictly: a string
+    where a list belongs (``kinds: email`` is not five kinds), a bool for a number, a number as text.
+    Options annotated with a type the check cannot express are left to the step."""
+    build: Any = make_signer if kind in DEDUP_KINDS else STEP_KINDS[kind]
+    try:
+        hints = typing.get_type_hints(build.__init__ if isinstance(build, type) else build)  # type: ignore[misc]
+    except Exception:  # an annotation that does not resolve (a registered step's): the step checks
+        return
+    for name, value in options.items():
+        hint = hints.get(name)
+        if hint is None:
+            continue
+        try:
+            msgspec.convert(value, type=hint, strict=True)
+        except msgspec.ValidationError as error:
+            raise ConfigError(
+                f"steps[{position}] ({kind}): option {name!r}={value!r:.60}: {error}"
+                + ("; give a list" if isinstance(value, str) and "array" in str(error) else "")
+            ) from None
+        except TypeError:  # a type msgspec does not know: the step checks it
+            continue
 
 
 def step_options(kind: str) -> tuple[str, ...]:
