@@ -113,3 +113,42 @@ def test_sigterm_and_ctrl_c_stop_prepare_cleanly_and_the_rerun_resumes(tmp_path,
     plain = prepare(PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / "plain"), workers=1))
     assert tokens(out / part["name"] for part in manifest["parts"]) == tokens(plain.parts)
     assert list(out.iterdir()) and leftovers(out) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_killed_caller_takes_its_workers_with_it_and_the_rerun_completes(tmp_path):
+    psutil = pytest.importorskip("psutil")
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i} " * 3}) + "\n" for i in range(40)))
+    # units of about ten documents, each 0.3 s: a worker left alone would write on for seconds
+    (tmp_path / "steps.json").write_text(json.dumps([{"step": "slow", "seconds": 0.3}]))
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", CHILD, "prepare", str(corpus), "-o", str(out), "-q", "--workers", "3"]
+    command += ["--steps", str(tmp_path / "steps.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not worker_writing(out / ".work", child.pid):
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    workers = psutil.Process(child.pid).children()
+    assert workers
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=60)
+
+    def alive(worker) -> bool:  # a zombie is dead: an init that does not reap (a container's) keeps it listed
+        try:
+            return worker.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 1
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(alive(w) for w in workers), "a worker outlived its killed caller"
+    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    manifest = json.loads((out / "tokenport.json").read_text())
+    plain = prepare(PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / "plain"), workers=1))
+    assert tokens(out / part["name"] for part in manifest["parts"]) == tokens(plain.parts)
+    assert leftovers(out) == []

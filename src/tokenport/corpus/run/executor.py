@@ -13,6 +13,7 @@ stops at once, and units already finished stay finished for a rerun to reuse.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import pickle
@@ -118,6 +119,7 @@ def serve() -> None:
     Ctrl-C or a signal to the caller's process group does not reach it, and a SIGINT sent to it
     alone is ignored): the caller stops its workers, and one whose caller died ends at its stdin's end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_caller()
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe
@@ -138,6 +140,20 @@ def serve() -> None:
             _attempt(job, unit, tokenizer, lambda: False, lambda done: _reply(replies, _Progress(done))), replies
         )
         replies.flush()
+
+
+def _end_with_caller() -> None:
+    """On Linux, have the kernel kill this worker when its caller dies: in a session of its own, a
+    kill -9 of the caller (or of its group) would otherwise leave it writing a unit a rerun redoes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no libc symbol: the worker still ends at its stdin's end
+        return
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _reply(replies: IO[bytes], message: object) -> None:
