@@ -34,6 +34,7 @@ import numpy as np
 
 from .._checks import check_int, is_int
 from ..errors import ConfigError
+from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.lineage import SampleLineage
 from .dataset import gather
 
@@ -62,7 +63,8 @@ class AdaptiveBlend:
 
     Items are the child's sample dict plus ``dataset_id``, as in ``BlendedDataset``. ``updates`` is a
     sequence of ``(from_sample, weights)`` applied in order, as ``updates`` returns them. The
-    realization rule, its bound and how a child wraps are in the module docstring.
+    realization rule, its bound and how a child wraps are in the module docstring. Children's stores
+    made with different tokenizers are refused unless ``allow_mixed_tokenizers`` (`indexed.same_tokenizer`).
     """
 
     def __init__(
@@ -72,9 +74,11 @@ class AdaptiveBlend:
         *,
         num_samples: int,
         updates: Iterable[tuple[int, Sequence[float]]] = (),
+        allow_mixed_tokenizers: bool = False,
     ) -> None:
         if not len(datasets):
             raise ConfigError("datasets is empty: an adaptive blend needs at least one dataset")
+        check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="AdaptiveBlend")
         if len(datasets) > _MAX_DATASETS:
             raise ConfigError(f"datasets: {len(datasets):,} datasets, past {_MAX_DATASETS:,}: blend fewer")
         self.datasets = list(datasets)

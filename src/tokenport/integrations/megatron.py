@@ -31,6 +31,7 @@ from .._checks import check_choice, check_int, check_seed
 from ..builder import Blend, BlendSpec, IndexCache, blend_from_args_file, blend_from_list, blend_per_split_from_json
 from ..builder.datasets import build_datasets
 from ..errors import ConfigError
+from ..indexed.same_tokenizer import check_same_tokenizer
 from ..samples.gpt import GPTSampleConfig
 
 logger = logging.getLogger(__name__)
@@ -330,6 +331,7 @@ def datasets_provider(
     algorithm: str = "megatron",
     tokenizer: Any = None,
     is_built_on_rank: Callable[[int | None], bool] | None = None,
+    allow_mixed_tokenizers: bool = False,
 ) -> Provider:
     """Megatron-LM's ``train_valid_test_datasets_provider``, building tokenport datasets from its arguments.
 
@@ -339,8 +341,11 @@ def datasets_provider(
     the datasets (pass pretrain_gpt's ``is_dataset_built_on_rank``; None: tensor-parallel rank 0
     of the first and last pipeline stages once megatron-core's parallel state is set up, else
     every rank). Every rank builds (the index cache meets at barriers); the rest get None.
+    Stores prepared with different tokenizers are refused unless ``allow_mixed_tokenizers``
+    (see `tokenport.build_datasets`).
     """
     check_choice("algorithm", algorithm, ALGORITHMS)
+    check_same_tokenizer((), allow_mixed_tokenizers=allow_mixed_tokenizers)
     if args is not None:
         read_megatron_args(args)  # refuse bad flags now, not at the first training step
 
@@ -373,6 +378,7 @@ def datasets_provider(
             cache=None if data.cache_dir is None else IndexCache(data.cache_dir),
             algorithm=algorithm,
             surplus=data.surplus,
+            allow_mixed_tokenizers=allow_mixed_tokenizers,
         )
         keep = (is_built_on_rank or _built_on_rank)(vp_stage)
         return tuple(  # type: ignore[return-value]
