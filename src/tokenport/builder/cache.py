@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .._schema import Count, Document, Text, read_document, to_builtins
+from .._schema import Count, Document, Text, decode, to_builtins
 from ..errors import ConfigError, CorruptStoreError
 from ..indexed import IndexedDataset
 from ..indexed.commit import publish_mode
@@ -221,15 +221,15 @@ class IndexCache:
         """The arrays of a published entry, memory-mapped; None when there is no entry."""
         entry = self.entry_path(key)
         path = os.path.join(entry, DESCRIPTION)
+        remedy = f"delete the entry directory {entry} and it is rebuilt"
         try:
-            description = read_document(
-                path,
-                _Description,
-                remedy=f"delete the entry directory {entry} and it is rebuilt",
-                error=CorruptStoreError,
-            )
+            with open(path, "rb") as f:
+                data = f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            raise CorruptStoreError(f"{path}: cannot read it ({exc.strerror}); {remedy}") from None
+        description = decode(data, _Description, where=path, remedy=remedy, error=CorruptStoreError)
         arrays = description.arrays
         if description.file is None:  # the earlier layout: one .npy per array
             return {name: _map_npy(os.path.join(entry, name + ".npy"), layout) for name, layout in arrays.items()}
