@@ -133,7 +133,19 @@ def _append(
     out: IndexedDatasetWriter, ds: IndexedDataset, check: StreamCheck | None, mask_check: StreamCheck | None
 ) -> None:
     """Stream one store into `out`, whole documents at a time, about 64 MiB of tokens per step, each
-    step's bytes checked (``check``, ``mask_check``) before they are written."""
+    step's bytes checked (``check``, ``mask_check``) while they are written: every byte has passed
+    before this returns, so before anything is published."""
+    try:
+        _copy(out, ds, check, mask_check)
+    finally:
+        for each in (check, mask_check):
+            if each is not None:
+                each.close()  # a hash still running on a chunk, when the copy failed
+
+
+def _copy(
+    out: IndexedDatasetWriter, ds: IndexedDataset, check: StreamCheck | None, mask_check: StreamCheck | None
+) -> None:
     lengths = ds.sequence_lengths
     pointers = ds.sequence_pointers
     documents = ds.document_indices

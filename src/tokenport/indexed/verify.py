@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -166,9 +167,12 @@ class StreamCheck:
     """A store's .bin checked against its manifest's block checksums as a caller streams it (merge does).
 
     ``feed(start, data)`` takes the bytes from ``start`` on, in order; bytes a caller skips are
-    read here, so every byte is hashed exactly once. ``finish()`` hashes what is left and compares
-    the last digests. A block that fails is a CorruptStoreError naming the file and block, raised
-    as soon as the block is complete; ``values`` also refuses any byte above it (loss masks: 1).
+    read here, so every byte is hashed exactly once. Each chunk is hashed on a worker thread while
+    the caller writes it (hashlib releases the GIL), and the next ``feed`` waits for it; ``finish()``
+    hashes what is left and compares the last digests, so a caller that publishes only after
+    ``finish`` never publishes a failed byte. A block that fails is a CorruptStoreError naming the
+    file and block (raised by the next ``feed`` or ``finish``); ``values`` also refuses any byte
+    above it (loss masks: 1). ``close()`` waits for the worker without raising (on a caller's error).
     """
 
     def __init__(self, ds: IndexedDataset, sums: Checksums, where: str, values: int | None = None) -> None:
@@ -180,6 +184,8 @@ class StreamCheck:
         new_hasher(sums.algorithm, where)  # an unknown or missing algorithm is refused before any work
         self._offset = 0
         self._checked = 0  # blocks compared so far
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None  # the chunk being hashed
         blocks = -(-ds.bin_size // sums.bin_block_size) if ds.bin_size else 0
         if blocks != len(sums.bin_blocks):
             raise CorruptStoreError(
@@ -187,7 +193,38 @@ class StreamCheck:
             )
 
     def feed(self, start: int, data: np.ndarray) -> None:
-        """Hash ``data``, the .bin's bytes from ``start`` on (after any bytes before it not fed yet)."""
+        """Hash ``data``, the .bin's bytes from ``start`` on (after any bytes before it not fed yet), on the
+        worker; raises what the chunk before it found."""
+        self._wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokenport-verify")
+        self._pending = self._pool.submit(self._feed_now, start, data)
+
+    def finish(self) -> None:
+        """Hash the bytes not fed yet and compare every remaining block; CorruptStoreError on a mismatch."""
+        try:
+            self._wait()
+            self._skip_to(self._ds.bin_size)
+            self._hasher.finish()
+            self._compare()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Wait for the chunk being hashed (its error dropped: the caller is failing already) and stop the worker."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            wait([pending])
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _feed_now(self, start: int, data: np.ndarray) -> None:
         if start > self._offset:
             self._skip_to(start)
         view = np.ascontiguousarray(data).view(np.uint8).data.cast("B")
@@ -202,16 +239,10 @@ class StreamCheck:
         self._offset += len(view)
         self._compare()
 
-    def finish(self) -> None:
-        """Hash the bytes not fed yet and compare every remaining block; CorruptStoreError on a mismatch."""
-        self._skip_to(self._ds.bin_size)
-        self._hasher.finish()
-        self._compare()
-
     def _skip_to(self, stop: int) -> None:
         while self._offset < stop:
             length = min(_READ_BYTES, stop - self._offset)
-            self.feed(self._offset, np.frombuffer(self._ds._bin.read(self._offset, length), dtype=np.uint8))
+            self._feed_now(self._offset, np.frombuffer(self._ds._bin.read(self._offset, length), dtype=np.uint8))
 
     def _compare(self) -> None:
         digests = self._hasher.digests
