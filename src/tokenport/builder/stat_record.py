@@ -22,9 +22,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._files import process_alive
 from .._schema import Count, Document, Text, decode
 from ..errors import TokenportError
 from ..indexed import IndexedDataset, StoreFacts
+from ..indexed.commit import fault_point
 from ..storage import is_remote
 from .cache import canonical_json
 
@@ -106,17 +108,33 @@ class StatRecord:
         if text.encode("utf-8") == self._found:  # e.g. stores too recent to trust, again: nothing to record
             return
         directory = os.path.dirname(self.path)
+        base = os.path.basename(self.path)
         try:
-            fd, temporary = tempfile.mkstemp(prefix=".stat-", suffix=".tmp", dir=directory)
+            _remove_stale(directory, base)
+            fd, temporary = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=".tmp", dir=directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     f.write(text)
+                fault_point("stat_record.replace")
                 os.replace(temporary, self.path)  # readers see the old record or the new one, never half
             except BaseException:
                 os.unlink(temporary)
                 raise
         except OSError:
             pass
+
+
+def _remove_stale(directory: str, base: str) -> None:
+    """Delete temporaries of the record ``base`` (``.BASE.PID.XXXX.tmp``) whose writer is dead (killed mid-write)."""
+    head = f".{base}."
+    for name in os.listdir(directory):
+        if name.startswith(head) and name.endswith(".tmp"):
+            pid = name[len(head) :].split(".", 1)[0]
+            if pid.isdigit() and not process_alive(int(pid)):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except OSError:
+                    pass  # gone already
 
 
 class _Record(Document, frozen=True):
