@@ -25,10 +25,10 @@ CONFIG = GPTSampleConfig(seq_length=16)
 LENGTHS = np.tile([5, 9, 3, 11, 7], 8)
 
 
-def _identity(fingerprint: str, name: str = "tok", vocab_size: int = 1000) -> dict:
+def _identity(fingerprint: str, name: str = "tok", vocab_size: int = 1000, kind: str = "hf") -> dict:
     """A tokenizer record as Tokenizer.identity() writes it."""
     return {
-        "kind": "hf",
+        "kind": kind,
         "name": name,
         "spec": f"hf:/models/{name}",
         "vocab_size": vocab_size,
@@ -87,7 +87,8 @@ def test_per_split_blends_and_single_stores_are_checked_across_the_run(pair):
 
 def test_one_tokenizer_at_two_paths_and_stores_without_a_record_are_allowed(tmp_path):
     first = _write(tmp_path / "a", _identity("sha256:aaaa", name="here"), 1)
-    moved = _write(tmp_path / "b", _identity("sha256:aaaa", name="there"), 2)  # same files, another path
+    # the same tokenizer.json at another path, run by gigatoken (the same ids as HF tokenizers)
+    moved = _write(tmp_path / "b", _identity("sha256:aaaa", name="there", kind="gigatoken"), 2)
     plain = _write(tmp_path / "plain", None, 3)  # written without a tokenizer: nothing to compare
     megatron = _write(tmp_path / "megatron", B, 4)
     os.unlink(tmp_path / "megatron.json")  # a Megatron store: no manifest at all
@@ -191,3 +192,31 @@ def test_the_shared_check_skips_unknown_and_returns_the_first_known():
     with pytest.raises(tp.ConfigError, match="merge: w was prepared with another tokenizer than y"):
         check_same_tokenizer([("y", "k"), ("w", "j")], what="merge")
     assert check_same_tokenizer([("y", "k"), ("w", "j")], allow_mixed_tokenizers=True) is None
+
+
+def test_real_tokenizers_two_bpes_with_one_eod_are_refused_hf_and_gigatoken_of_one_file_are_not(tmp_path):
+    import inspect
+
+    from tokenport.tokenizers import train_byte_level_bpe
+
+    texts = [inspect.getsource(module) for module in (json, os, argparse)]
+    paths = [train_byte_level_bpe(texts[k:] + texts[:k], 300 + 50 * k, str(tmp_path / f"tok{k}")) for k in range(2)]
+    tokenizers = {
+        "one": tp.load_tokenizer(f"hf:{paths[0]}"),
+        "other": tp.load_tokenizer(f"hf:{paths[1]}"),
+        "one-gigatoken": tp.load_tokenizer(f"gigatoken:{paths[0]}"),
+    }
+    assert tokenizers["one"].eod_id == tokenizers["other"].eod_id  # the EOD check alone lets them pass
+    prefixes = {}
+    for name, tokenizer in tokenizers.items():
+        prefixes[name] = str(tmp_path / name)
+        with tp.IndexedDatasetWriter(prefixes[name], tokenizer=tokenizer) as writer:
+            for text in texts:
+                for line in text.splitlines()[:300]:
+                    writer.add_document([*tokenizer.encode(line), tokenizer.eod_id])
+    config = GPTSampleConfig(seq_length=32)
+    spec = _spec([prefixes["one"], prefixes["other"]])
+    with pytest.raises(tp.ConfigError, match=_refused(prefixes["one"], prefixes["other"])):
+        build_datasets(spec, sizes=(50, 0, 0), config=config, seed=1, split="1,0,0")
+    same = _spec([prefixes["one"], prefixes["one-gigatoken"]])
+    assert len(build_datasets(same, sizes=(50, 0, 0), config=config, seed=1, split="1,0,0")[0]) == 50

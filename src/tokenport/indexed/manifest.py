@@ -156,14 +156,16 @@ class StoreFacts:
         return cls(manifest.sequences, eod if type(eod) is int else None, tokenizer_key(tokenizer))
 
 
-_IDENTITY = ("kind", "fingerprint", "vocab_size", "eod_id")
+_IDENTITY = ("fingerprint", "vocab_size", "eod_id")  # tokenizer_from_identity's keys; not the kind: the same
+# tokenizer.json read by HF tokenizers or gigatoken gives the same ids
 
 
 def tokenizer_key(tokenizer: dict[str, Any] | None) -> str | None:
     """The identity of a manifest's tokenizer record as one comparable string; None when it has none.
 
-    A record with a fingerprint (what `Tokenizer.identity` writes) is its kind, fingerprint, vocab
-    size and EOD id: the same tokenizer files at another path are the same tokenizer. A record
+    A record with a fingerprint (what `Tokenizer.identity` writes) is its fingerprint, vocab size
+    and EOD id: the same tokenizer files at another path, or run by another engine, are the same
+    tokenizer. A record
     without one (a dict the writer was given) is all of it, as canonical JSON.
     """
     if not tokenizer:

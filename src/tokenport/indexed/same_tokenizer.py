@@ -1,7 +1,7 @@
 """The one check of everything that combines stores: one tokenizer, or a refusal naming two stores that differ.
 
-A store's tokenizer identity is its manifest's record (`tokenizer_key`: kind, fingerprint, vocab
-size and EOD id). Stores whose identities differ hold ids of different vocabularies even when their
+A store's tokenizer identity is its manifest's record (`tokenizer_key`: fingerprint, vocab size
+and EOD id). Stores whose identities differ hold ids of different vocabularies even when their
 EOD ids agree, and a blend of them would mix two vocabularies in one batch; merge, build_datasets,
 BlendedDataset, AdaptiveBlend, ``tokenport blend`` and the Megatron provider all refuse them here.
 A store without a manifest, or whose manifest records no tokenizer (a Megatron store, a store
