@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.blend import AdaptiveBlend, BlendedDataset
+from tokenport.blend import AdaptiveBlend, BlendedDataset, MixtureSchedule
 from tokenport.builder import stat_record
 from tokenport.builder.datasets import build_datasets
 from tokenport.cli import main
@@ -220,3 +220,19 @@ def test_real_tokenizers_two_bpes_with_one_eod_are_refused_hf_and_gigatoken_of_o
         build_datasets(spec, sizes=(50, 0, 0), config=config, seed=1, split="1,0,0")
     same = _spec([prefixes["one"], prefixes["one-gigatoken"]])
     assert len(build_datasets(same, sizes=(50, 0, 0), config=config, seed=1, split="1,0,0")[0]) == 50
+
+
+@pytest.mark.parametrize("form", ["per-split", "by size", "weighted", "scheduled"])
+def test_a_refused_build_leaves_the_cache_as_it_was(pair, tmp_path, form):
+    cache = tmp_path / "cache"
+    if form == "per-split":
+        spec = tp.BlendSpec(per_split=(tp.Blend((pair[0],)), tp.Blend((pair[1],)), None))
+        sizes, split = (10, 10, 0), "969,30,1"
+    else:
+        weights = None if form == "by size" else (1.0, 1.0)
+        schedule = MixtureSchedule.from_data([{"at": 0, "weights": [1, 1]}]) if form == "scheduled" else None
+        spec = tp.BlendSpec(blend=tp.Blend(pair, None if schedule else weights, schedule=schedule))
+        sizes, split = (40, 0, 0), "1,0,0"
+    with pytest.raises(tp.ConfigError, match=_refused(*pair)):
+        build_datasets(spec, sizes=sizes, config=CONFIG, seed=3, split=split, cache=cache)
+    assert not cache.exists() or not [name for name in os.listdir(cache) if not name.endswith(".lock")]

@@ -90,6 +90,10 @@ def build_datasets(
     check_same_tokenizer((), allow_mixed_tokenizers=allow_mixed_tokenizers)  # refuse a non-bool before any work
     builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation, workers)
     builder.allow_mixed_tokenizers = allow_mixed_tokenizers
+    if spec.per_split is not None:  # every split's stores before any split is built (and cached)
+        for i, blend in enumerate(spec.per_split):
+            if blend is not None and sizes[i] != 0:
+                builder.check_blend(blend, SPLIT_NAMES[i])
     out: list[Dataset | None] = []
     for i, which in enumerate(SPLIT_NAMES):
         if spec.blend is None:
@@ -154,6 +158,15 @@ class _Builder:
         self.allow_mixed_tokenizers = False
         self._tokenizer: tuple[str, str] | None = None  # the first store with a known tokenizer, and its identity
 
+    def check_blend(self, blend: Blend, which: str) -> None:
+        """The tokenizers of ``blend``'s stores, before anything of it is built or cached; a weighted blend
+        of GPT children that is one cache entry checks them itself (from its stat record's facts, when known)."""
+        weighted = blend.weights is not None if blend.schedule is None else which != "train"
+        if weighted and self._one_entry():
+            return
+        prefixes = blend.prefixes if blend.schedule is not None else blend.without_zero_weights().prefixes
+        self._check_tokenizers([self.store(p) for p in prefixes])
+
     def _check_tokenizers(self, stores: Sequence[IndexedDataset]) -> None:
         """Every store of the run made with one tokenizer (the shared check; identities from the stores' facts,
         so a reopen through a stat record reads no manifest for it)."""
@@ -174,6 +187,7 @@ class _Builder:
         """One split's dataset: a single GPTDataset, or a blend of one per store."""
         if size == 0:
             return None
+        self.check_blend(blend, which)
         if blend.schedule is not None:
             if which == "train":
                 return self._blend_scheduled(blend, blend.schedule, split, which, size)
