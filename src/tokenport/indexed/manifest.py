@@ -61,7 +61,8 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str | bytes, path: str) -> Manifest:
         """The manifest in `text` (read from `path`); CorruptStoreError naming `path` and the field if not one."""
-        doc = decode(text, _ManifestDocument, where=path, remedy=_REMEDY, error=CorruptStoreError)
+        where = f"{path}: not a valid tokenport manifest"
+        doc = decode(text, _ManifestDocument, where=where, remedy=_REMEDY, error=CorruptStoreError)
         if doc.format != MANIFEST_FORMAT:
             raise CorruptStoreError(
                 f"{path}: manifest format {doc.format!r} is not {MANIFEST_FORMAT!r}; upgrade tokenport to read it"
