@@ -155,3 +155,24 @@ def test_mutated_run_listings_are_refused_or_name_parts_inside_the_directory(tmp
             continue
         assert all(os.path.dirname(p) == str(run) for p in prefixes), label
         assert all(os.path.basename(p) not in ("", ".", "..") for p in prefixes), label
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"provenance": {"ratio": float("nan")}}, "provenance=.* cannot go into the manifest"),
+        ({"provenance": {"when": object()}}, "provenance=.* cannot go into the manifest"),
+        ({"tokenizer": {"eod_id": "2", "vocab_size": 10}}, r"tokenizer=.* is invalid: .*\$\.tokenizer\.eod_id"),
+        ({"tokenizer": {"eod_id": 2, "vocab_size": 2.5}}, r"tokenizer=.* is invalid: .*\$\.tokenizer\.vocab_size"),
+        ({"tokenizer": {"fingerprint": 5}}, r"tokenizer=.* is invalid: .*\$\.tokenizer\.fingerprint"),
+        ({"tokenizer": "byte"}, "tokenizer='byte' is invalid: expected a Tokenizer or a dict"),
+        ({"masks": True, "chat": {"x": float("inf")}}, "chat=.* cannot go into the manifest"),
+    ],
+)
+def test_the_writer_refuses_what_the_manifest_reader_would_refuse_before_writing(tmp_path, options, message):
+    with pytest.raises(tp.ConfigError, match=message):
+        tp.IndexedDatasetWriter(tmp_path / "s", dtype=np.uint16, **options)
+    assert os.listdir(tmp_path) == []
+    with tp.IndexedDatasetWriter(tmp_path / "ok", dtype=np.uint16, tokenizer={"eod_id": 2}) as writer:  # no vocab
+        writer.add_document([1, 2])
+    assert tp.IndexedDataset(tmp_path / "ok").manifest.tokenizer == {"eod_id": 2}

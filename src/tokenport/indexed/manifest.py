@@ -115,14 +115,18 @@ class _ManifestDocument(Document, frozen=True):
     def __post_init__(self) -> None:
         if self.chat is not None and self.masks is None:
             raise ValueError("a chat store's manifest needs `masks` (the loss-mask store's checksums) - at `$.chat`")
-        tokenizer = self.tokenizer or {}
-        for name in _TOKENIZER_TEXT:
-            if name in tokenizer and not isinstance(tokenizer[name], str):
-                raise ValueError(f"expected a string - at `$.tokenizer.{name}`")
-        for name, low in (("eod_id", 0), ("vocab_size", 1)):
-            value = tokenizer.get(name)
-            if name in tokenizer and (type(value) is not int or not low <= value <= INT64_MAX):
-                raise ValueError(f"expected an integer in {low}..{INT64_MAX} - at `$.tokenizer.{name}`")
+        check_tokenizer_record(self.tokenizer or {})
+
+
+def check_tokenizer_record(tokenizer: dict[str, Any]) -> None:
+    """ValueError naming the field of a tokenizer record (a manifest's ``tokenizer``) whose known key is mistyped."""
+    for name in _TOKENIZER_TEXT:
+        if name in tokenizer and not isinstance(tokenizer[name], str):
+            raise ValueError(f"expected a string - at `$.tokenizer.{name}`")
+    for name, low in (("eod_id", 0), ("vocab_size", 1)):
+        value = tokenizer.get(name)
+        if name in tokenizer and (type(value) is not int or not low <= value <= INT64_MAX):
+            raise ValueError(f"expected an integer in {low}..{INT64_MAX} - at `$.tokenizer.{name}`")
 
 
 def _checksums(doc: _ChecksumsDocument) -> Checksums:
