@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 import tokenport as tp
-from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
+from _harness import Row, best_of_each, lognormal_lengths, print_table, scratch_directory
 from tokenport.indexed.checksums import available_algorithm
 
 
@@ -73,7 +73,6 @@ def main() -> None:
             Row("merge", case, "bytes/s", size / checked, size / plain, "unverified"),
         ]
         print_table(rows)
-        print_goals(rows)
         print(
             f"verification cost: {100 * (checked / plain - 1):+.1f}% of merge time ({plain:.3f} s -> {checked:.3f} s)"
         )
