@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from .._schema import INT64_MAX, Count, Document, Positive, Text, decode
-from ..errors import CorruptStoreError
+from ..errors import ConfigError, CorruptStoreError
 
 MANIFEST_FORMAT = "tokenport.store/1"
 
@@ -147,11 +147,11 @@ class StoreFacts:
 
     def __post_init__(self) -> None:
         if type(self.sequences) is not int or self.sequences < 0:
-            raise ValueError(f"StoreFacts.sequences={self.sequences!r}: expected a non-negative integer")
+            raise ConfigError(f"StoreFacts.sequences={self.sequences!r}: expected a non-negative integer")
         if self.eod_id is not None and type(self.eod_id) is not int:
-            raise ValueError(f"StoreFacts.eod_id={self.eod_id!r}: expected an integer or None")
+            raise ConfigError(f"StoreFacts.eod_id={self.eod_id!r}: expected an integer or None")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str):
-            raise ValueError(f"StoreFacts.tokenizer={self.tokenizer!r}: expected a string or None")
+            raise ConfigError(f"StoreFacts.tokenizer={self.tokenizer!r}: expected a string or None")
 
     @classmethod
     def of(cls, manifest: Manifest) -> StoreFacts:
