@@ -147,8 +147,11 @@ def _blend(args: argparse.Namespace) -> int:
         mixture_report,
         plot_blend,
     )
+    from .builder.specs import check_spec_tokenizers
 
     spec, state = blend_spec_or_state(args.spec, args.state, args.size)
+    if spec is not None:
+        check_spec_tokenizers(spec, allow_mixed_tokenizers=args.allow_mixed_tokenizers)
     if spec is None:
         trajectories = [adaptive_report(state, where=args.state, **_given(args, "windows"))]
     elif has_schedule(spec):
@@ -468,6 +471,11 @@ def _parser() -> argparse.ArgumentParser:
         "--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None, help="%(choices)s (default: {default})"
     )
     blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
+    blend.add_argument(
+        "--allow-mixed-tokenizers",
+        action="store_true",
+        help="blend stores prepared with different tokenizers (only for tokenizers known to share ids)",
+    )
 
     pack = verb(
         "pack-report",

@@ -141,7 +141,7 @@ def test_a_store_made_from_facts_checks_its_header_when_opened(tmp_path):
         IndexedDataset(prefix, facts=StoreFacts(3, EOD))
     with pytest.raises(ValueError, match="sequences"):
         StoreFacts(-1, EOD)
-    assert IndexedDataset(prefix).facts == StoreFacts(len(LENGTHS), EOD)
+    assert IndexedDataset(prefix).facts == StoreFacts(len(LENGTHS), EOD, '{"eod_id":2,"vocab_size":1000}')
 
 
 def test_an_unchanged_record_is_not_rewritten(tmp_path):

@@ -359,3 +359,60 @@ def test_outside_megatron_lm_the_args_must_be_given():
         provider((10, 1, 1))
     with pytest.raises(ConfigError, match="algorithm"):
         datasets_provider(algorithm="greedy")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"data_path": 5}, "--data-path=5 is invalid"),
+        ({"train_data_path": 7}, "--train-data-path=7 is invalid"),
+        ({"data_args_path": 5}, "--data-args-path: args.data_args_path=5 is invalid"),
+        ({"per_split_data_args_path": 5}, "--per-split-data-args-path: args.per_split_data_args_path=5"),
+        ({"data_path": ["x"], "split": 5}, "--split: args.split=5 is invalid"),
+        ({"data_path": ["x"], "split": [90, 8, 2]}, "--split: args.split="),
+        ({"data_path": ["x"], "data_cache_path": 5}, "--data-cache-path: args.data_cache_path=5"),
+    ],
+)
+def test_wrong_typed_arguments_are_refused_naming_the_flag(flags, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        datasets_provider(megatron_args(**flags), tokenizer=TOKENIZER)
+
+
+class _RaisingEod:
+    @property
+    def eod(self):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    "tokenizer, message",
+    [
+        (types.SimpleNamespace(eod="2"), r"tokenizer.eod='2' is invalid"),
+        (types.SimpleNamespace(eod=2.5), r"tokenizer.eod=2.5 is invalid"),  # read as 2 before: silently wrong
+        (types.SimpleNamespace(eod=True), r"tokenizer.eod=True is invalid"),
+        (types.SimpleNamespace(eod=2**70), r"tokenizer.eod=\d+ is invalid"),
+        (_RaisingEod(), r"tokenizer.eod: reading it raised NotImplementedError"),
+        (types.SimpleNamespace(eod=EOD, pad="x"), r"tokenizer.pad='x' is invalid"),
+        (types.SimpleNamespace(eod=EOD, pad=3.5), r"tokenizer.pad=3.5 is invalid"),  # read as 3 before
+    ],
+)
+def test_wrong_typed_tokenizer_attributes_are_refused_naming_them(tokenizer, message):
+    with pytest.raises(ConfigError, match=message):
+        token_ids(tokenizer)
+
+
+def test_megatron_cores_null_tokenizer_and_numpy_ids_still_read():
+    """megatron-core's NullTokenizer (an .eod, no pad) and numpy integer ids pass the type checks."""
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    null = NullTokenizer(100)
+    assert token_ids(null)[0] == null.eod
+    assert token_ids(types.SimpleNamespace(eod=np.int64(EOD), pad=np.int32(-1))) == (EOD, None)
+
+
+def test_wrong_typed_provider_arguments_are_refused(stores):
+    with pytest.raises(ConfigError, match="is_built_on_rank=3 is invalid"):
+        datasets_provider(megatron_args(data_path=[stores[0]]), tokenizer=TOKENIZER, is_built_on_rank=3)
+    provider = datasets_provider(megatron_args(data_path=[stores[0]]), tokenizer=TOKENIZER)
+    with pytest.raises(ConfigError, match="train_val_test_num_samples=10 is invalid"):
+        provider(10)

@@ -63,13 +63,22 @@ def test_a_blend_of_stores_with_different_eod_ids_is_refused(tmp_path, byte_stor
     other = dict(tp.load_tokenizer("byte").identity(), eod_id=0, name="other")
     _store(tmp_path / "other", other, 0)
     config = tp.GPTSampleConfig(seq_length=8)
-    with pytest.raises(ConfigError, match=r"other ends documents with EOD id 0 but .*byte with 256"):
+    with pytest.raises(ConfigError, match=r"other was prepared with another tokenizer than .*byte"):
         build_datasets(
             ["1", str(tmp_path / "byte"), "1", str(tmp_path / "other")],
             sizes=(8, 0, 0),
             config=config,
             seed=1,
             split="1,0,0",
+        )
+    with pytest.raises(ConfigError, match=r"other ends documents with EOD id 0 but .*byte with 256"):
+        build_datasets(  # tokenizers allowed to differ: their EOD ids still must agree
+            ["1", str(tmp_path / "byte"), "1", str(tmp_path / "other")],
+            sizes=(8, 0, 0),
+            config=config,
+            seed=1,
+            split="1,0,0",
+            allow_mixed_tokenizers=True,
         )
     train, _, _ = build_datasets(
         ["1", str(tmp_path / "byte"), "1", str(tmp_path / "byte")],

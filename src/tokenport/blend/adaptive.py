@@ -35,6 +35,7 @@ import numpy as np
 from .._checks import check_int, is_int, summable
 from .._schema import INT64_MAX
 from ..errors import ConfigError
+from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.lineage import SampleLineage
 from .dataset import gather
 
@@ -64,7 +65,8 @@ class AdaptiveBlend:
 
     Items are the child's sample dict plus ``dataset_id``, as in ``BlendedDataset``. ``updates`` is a
     sequence of ``(from_sample, weights)`` applied in order, as ``updates`` returns them. The
-    realization rule, its bound and how a child wraps are in the module docstring.
+    realization rule, its bound and how a child wraps are in the module docstring. Children's stores
+    made with different tokenizers are refused unless ``allow_mixed_tokenizers`` (`indexed.same_tokenizer`).
     """
 
     def __init__(
@@ -74,11 +76,13 @@ class AdaptiveBlend:
         *,
         num_samples: int,
         updates: Iterable[tuple[int, Sequence[float]]] = (),
+        allow_mixed_tokenizers: bool = False,
     ) -> None:
         if isinstance(datasets, (str, bytes)) or not hasattr(datasets, "__len__"):
             raise ConfigError(f"datasets: expected a list of datasets, got a {type(datasets).__name__}")
         if not len(datasets):
             raise ConfigError("datasets is empty: an adaptive blend needs at least one dataset")
+        check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="AdaptiveBlend")
         if len(datasets) > _MAX_DATASETS:
             raise ConfigError(f"datasets: {len(datasets):,} datasets, past {_MAX_DATASETS:,}: blend fewer")
         self.datasets = list(datasets)

@@ -11,6 +11,7 @@ import numpy as np
 
 from .._checks import check_sample_ids
 from ..errors import ConfigError, InputDataError
+from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.gpt import GPTDataset
 from ..samples.lineage import ReadPlan, SampleLineage
 from ..samples.packed import PackedDataset
@@ -43,9 +44,11 @@ class BlendedDataset:
         size: int | None,
         *,
         algorithm: str = "tijdeman",
+        allow_mixed_tokenizers: bool = False,
     ) -> None:
         if not len(datasets):
             raise ConfigError("datasets is empty: a blend needs at least one dataset")
+        check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="BlendedDataset")
         counts = np.array([len(d) for d in datasets], dtype=np.int64)
         if size is None:
             target = counts
@@ -77,6 +80,7 @@ class BlendedDataset:
         *,
         schedule: MixtureSchedule | None = None,
         recipe: dict[str, Any] | None = None,
+        allow_mixed_tokenizers: bool = False,
     ) -> BlendedDataset:
         """A blend over indices built earlier (from the index cache, or Megatron's own).
 
@@ -88,6 +92,7 @@ class BlendedDataset:
         """
         if schedule is not None and not isinstance(schedule, MixtureSchedule):
             raise ConfigError(f"schedule: expected a MixtureSchedule or None, got {type(schedule).__name__}")
+        check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="BlendedDataset")
         self = cls.__new__(cls)
         if len(dataset_index) != len(dataset_sample_index):
             raise ConfigError(

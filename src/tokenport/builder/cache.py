@@ -25,6 +25,7 @@ import glob
 import hashlib
 import json
 import logging
+import math
 import mmap
 import os
 import re
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .._schema import Count, Document, Text, decode, to_builtins
 from ..errors import ConfigError, CorruptStoreError
 from ..indexed import IndexedDataset
 from ..indexed.commit import publish_mode
@@ -218,15 +220,21 @@ class IndexCache:
     def _load(self, key: str) -> dict[str, np.ndarray] | None:
         """The arrays of a published entry, memory-mapped; None when there is no entry."""
         entry = self.entry_path(key)
+        path = os.path.join(entry, DESCRIPTION)
+        remedy = f"delete the entry directory {entry} and it is rebuilt"
         try:
-            with open(os.path.join(entry, DESCRIPTION), encoding="utf-8") as f:
-                description = json.load(f)
+            with open(path, "rb") as f:
+                data = f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        arrays = description["arrays"]
-        if "file" not in description:  # the earlier layout: one .npy per array
+        except OSError as exc:
+            raise CorruptStoreError(f"{path}: cannot read it ({exc.strerror}); {remedy}") from None
+        description = decode(data, _Description, where=path, remedy=remedy, error=CorruptStoreError)
+        arrays = description.arrays
+        if description.file is None:  # the earlier layout: one .npy per array
             return {name: _map_npy(os.path.join(entry, name + ".npy"), layout) for name, layout in arrays.items()}
-        return _map_packed(os.path.join(entry, description["file"]), int(description["size"]), arrays)
+        assert description.size is not None  # _Description holds both or neither
+        return _map_packed(os.path.join(entry, description.file), description.size, arrays)
 
     def _publish(self, key: str, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Write the arrays (one file) and description to a temporary directory, then rename it to the entry."""
@@ -245,8 +253,9 @@ class IndexCache:
                     size += array.nbytes
                 f.flush()
                 os.fsync(f.fileno())
+            layout = {"file": ARRAYS_FILE, "size": size, "arrays": layouts}
             text = json.dumps(
-                {"format": CACHE_FORMAT, **description, "file": ARRAYS_FILE, "size": size, "arrays": layouts},
+                {"format": CACHE_FORMAT, **description, **layout, "digest": _layout_digest(layout)},
                 indent=1,
                 sort_keys=True,
                 default=_json_scalar,
@@ -292,30 +301,82 @@ class IndexCache:
         )
 
 
-def _map_npy(path: str, layout: dict[str, Any]) -> np.ndarray:
+class _Layout(Document, frozen=True):
+    """Where one array of an entry lies: its dtype, shape and byte offset in its file."""
+
+    dtype: Text
+    shape: tuple[Count, ...]
+    offset: Count
+
+    def __post_init__(self) -> None:
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError:
+            raise ValueError(f"{self.dtype!r} is not a numpy dtype - at `dtype`") from None
+        if dtype.hasobject or dtype.itemsize == 0 or dtype.kind not in "biufc":
+            raise ValueError(f"{self.dtype!r} is not a numeric dtype - at `dtype`")
+
+
+class _Description(Document, frozen=True):
+    """An entry's description.json: what it was built from (for people) and where its arrays lie.
+
+    ``file`` and ``size`` are absent in entries of the earlier layout (one .npy per array);
+    ``digest`` (entries written since it was added) covers the layout, so a damaged one is refused.
+    """
+
+    format: Text
+    arrays: dict[str, _Layout]
+    store: str = ""
+    params: Any = None
+    identity: Any = None
+    file: str | None = None
+    size: Count | None = None
+    digest: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format != CACHE_FORMAT:
+            raise ValueError(f"expected {CACHE_FORMAT!r} - at `$.format`")
+        if (self.file is None) != (self.size is None):
+            raise ValueError("`file` and `size` go together - at `$.size`")
+        if self.file is not None and self.file != ARRAYS_FILE:
+            raise ValueError(f"expected {ARRAYS_FILE!r} - at `$.file`")
+        for name in self.arrays:
+            if not _ARRAY_NAME.match(name):
+                raise ValueError(f"{name!r} is not an array name - at `$.arrays`")
+        layout = {"file": self.file, "size": self.size, "arrays": to_builtins(self.arrays)}
+        if self.digest is not None and self.digest != _layout_digest(layout):
+            raise ValueError("the layout does not match its digest - at `$.digest`")
+
+
+def _layout_digest(layout: dict[str, Any]) -> str:
+    """sha256 of an entry's layout (file, size, arrays) as canonical JSON."""
+    return hashlib.sha256(canonical_json(layout, "layout").encode("utf-8")).hexdigest()
+
+
+def _map_npy(path: str, layout: _Layout) -> np.ndarray:
     """A published .npy file as a read-only memory-mapped array, from the layout its entry recorded.
 
     Equal to ``np.load(path, mmap_mode="r")`` at a fraction of the cost (no header parsing: the
     entry's description holds dtype, shape and data offset); a file whose size disagrees with
     its layout is reported as a damaged entry.
     """
-    dtype = np.dtype(layout["dtype"])
-    shape = tuple(layout["shape"])
-    count = int(np.prod(shape, dtype=np.int64))
+    dtype = np.dtype(layout.dtype)
+    shape = layout.shape
+    count = math.prod(shape)  # Python ints: a huge shape cannot wrap
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size != layout["offset"] + count * dtype.itemsize:
+        if size != layout.offset + count * dtype.itemsize:
             raise CorruptStoreError(
-                f"{path}: {size} bytes where the cache entry records {layout['offset'] + count * dtype.itemsize}; "
+                f"{path}: {size} bytes where the cache entry records {layout.offset + count * dtype.itemsize}; "
                 f"delete the entry directory {os.path.dirname(path)} and it is rebuilt"
             )
         if count == 0:
             return np.zeros(shape, dtype=dtype)
         mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.frombuffer(mapping, dtype=dtype, count=count, offset=layout["offset"]).reshape(shape)
+    return np.frombuffer(mapping, dtype=dtype, count=count, offset=layout.offset).reshape(shape)
 
 
-def _map_packed(path: str, size: int, layouts: dict[str, Any]) -> dict[str, np.ndarray]:
+def _map_packed(path: str, size: int, layouts: dict[str, _Layout]) -> dict[str, np.ndarray]:
     """An entry's arrays as read-only views of one memory map of its file (one descriptor in all);
     a file whose size disagrees with the description is reported as a damaged entry."""
     with open(path, "rb") as f:
@@ -328,10 +389,10 @@ def _map_packed(path: str, size: int, layouts: dict[str, Any]) -> dict[str, np.n
         mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     arrays = {}
     for name, layout in layouts.items():
-        dtype = np.dtype(layout["dtype"])
-        shape = tuple(layout["shape"])
-        count = int(np.prod(shape, dtype=np.int64))
-        if layout["offset"] + count * dtype.itemsize > size:
+        dtype = np.dtype(layout.dtype)
+        shape = layout.shape
+        count = math.prod(shape)  # Python ints: a huge shape cannot wrap
+        if layout.offset + count * dtype.itemsize > size:
             raise CorruptStoreError(
                 f"{path}: array {name!r} runs past the file's {size} bytes; "
                 f"delete the entry directory {os.path.dirname(path)} and it is rebuilt"
@@ -339,7 +400,7 @@ def _map_packed(path: str, size: int, layouts: dict[str, Any]) -> dict[str, np.n
         if count == 0:
             arrays[name] = np.zeros(shape, dtype=dtype)
         else:
-            arrays[name] = np.frombuffer(mapping, dtype=dtype, count=count, offset=layout["offset"]).reshape(shape)
+            arrays[name] = np.frombuffer(mapping, dtype=dtype, count=count, offset=layout.offset).reshape(shape)
     return arrays
 
 

@@ -26,6 +26,7 @@ the dataset is made (the blending indices still go through the cache); children 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ from .._checks import check_int, is_int
 from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
 from ..errors import ConfigError
 from ..indexed import IndexedDataset, StoreFacts
+from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
 from .cache import IndexCache, _key, canonical_json, store_identity
@@ -61,6 +63,7 @@ def build_datasets(
     surplus: float = 0.005,
     drop_last_partial_validation: bool = True,
     workers: int = 1,
+    allow_mixed_tokenizers: bool = False,
 ) -> tuple[Dataset | None, Dataset | None, Dataset | None]:
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
@@ -71,6 +74,9 @@ def build_datasets(
     stores whole. ``config``: a GPTSampleConfig for GPT samples, an SFTConfig for SFT samples of
     chat stores (see the module doc). ``workers`` > 1: processes that build the children's indices
     of a weighted GPT blend when its cache entry is missing (a blend of thousands of stores).
+    Every store of the run must be made with one tokenizer (its manifest's identity; a store that
+    records none is not compared): ConfigError naming two that differ, unless
+    ``allow_mixed_tokenizers`` (for tokenizers known to share ids; see `indexed.same_tokenizer`).
     """
     if not isinstance(config, (GPTSampleConfig, SFTConfig)):
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
@@ -81,7 +87,13 @@ def build_datasets(
     if isinstance(cache, (str, os.PathLike)):
         cache = IndexCache(cache)
     workers = check_int("workers", workers, 1, what="worker processes")
+    check_same_tokenizer((), allow_mixed_tokenizers=allow_mixed_tokenizers)  # refuse a non-bool before any work
     builder = _Builder(config, seed, cache, algorithm, surplus, drop_last_partial_validation, workers)
+    builder.allow_mixed_tokenizers = allow_mixed_tokenizers
+    if spec.per_split is not None:  # every split's stores before any split is built (and cached)
+        for i, blend in enumerate(spec.per_split):
+            if blend is not None and sizes[i] != 0:
+                builder.check_blend(blend, SPLIT_NAMES[i])
     out: list[Dataset | None] = []
     for i, which in enumerate(SPLIT_NAMES):
         if spec.blend is None:
@@ -143,6 +155,26 @@ class _Builder:
         self.drop_last_partial_validation = drop_last_partial_validation
         self._stores: dict[str, IndexedDataset] = {}
         self._eod: tuple[str, int] | None = None  # the first child's store and EOD id
+        self.allow_mixed_tokenizers = False
+        self._tokenizer: tuple[str, str] | None = None  # the first store with a known tokenizer, and its identity
+
+    def check_blend(self, blend: Blend, which: str) -> None:
+        """The tokenizers of ``blend``'s stores, before anything of it is built or cached; a weighted blend
+        of GPT children that is one cache entry checks them itself (from its stat record's facts, when known)."""
+        weighted = blend.weights is not None if blend.schedule is None else which != "train"
+        if weighted and self._one_entry():
+            return
+        prefixes = blend.prefixes if blend.schedule is not None else blend.without_zero_weights().prefixes
+        self._check_tokenizers([self.store(p) for p in prefixes])
+
+    def _check_tokenizers(self, stores: Sequence[IndexedDataset]) -> None:
+        """Every store of the run made with one tokenizer (the shared check; identities from the stores' facts,
+        so a reopen through a stat record reads no manifest for it)."""
+        pairs = ((store.prefix, store_tokenizer(store)) for store in stores)
+        first = [self._tokenizer] if self._tokenizer is not None else []
+        self._tokenizer = check_same_tokenizer(
+            itertools.chain(first, pairs), allow_mixed_tokenizers=self.allow_mixed_tokenizers, what="build_datasets"
+        )
 
     def store(self, prefix: str, facts: StoreFacts | None = None) -> IndexedDataset:
         """Each store made once per build, lazily: its files are opened by the first read that needs them
@@ -155,6 +187,7 @@ class _Builder:
         """One split's dataset: a single GPTDataset, or a blend of one per store."""
         if size == 0:
             return None
+        self.check_blend(blend, which)
         if blend.schedule is not None:
             if which == "train":
                 return self._blend_scheduled(blend, blend.schedule, split, which, size)
@@ -184,7 +217,13 @@ class _Builder:
         dataset_index, sample_index = self.blending_indices(weights, size, self.algorithm)
         counts = counts_of(dataset_index)
         children = [self.child(p, split, which, n) if n else _Unused() for p, n in zip(blend.prefixes, counts)]
-        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
+        return BlendedDataset.from_indices(
+            _aligned(children),
+            dataset_index,
+            sample_index,
+            recipe=recipe,
+            allow_mixed_tokenizers=self.allow_mixed_tokenizers,
+        )
 
     def _one_entry(self) -> bool:
         """Whether a weighted blend's indices go to the cache as one entry (GPT children, a cache given)."""
@@ -256,10 +295,12 @@ class _Builder:
         if known is not None:  # no store changed since its manifest was read: the key is known
             key, facts = known
             stores[:] = [self.store(p, f) for p, f in zip(blend.prefixes, facts)]
+            self._check_tokenizers(stores)
             arrays = self.cache.load(key)  # None when the entry is gone: then the long way below
         if arrays is None:
             stats = record.stats()  # before the manifests are read, so a change meanwhile is seen next time
             stores[:] = [self.store(p) for p in blend.prefixes]
+            self._check_tokenizers(stores)
             identity = {"stores": [store_identity(store) for store in stores]}
             key = _key(identity, params)
             arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
@@ -283,7 +324,11 @@ class _Builder:
             self._check_eod(blend.prefixes[d], dataset.config.eod_id)
             children.append(dataset)
         return BlendedDataset.from_indices(
-            children, arrays["dataset_index"], arrays["dataset_sample_index"], recipe=recipe
+            children,
+            arrays["dataset_index"],
+            arrays["dataset_sample_index"],
+            recipe=recipe,
+            allow_mixed_tokenizers=self.allow_mixed_tokenizers,
         )
 
     def _blend_scheduled(
@@ -307,6 +352,7 @@ class _Builder:
             arrays["dataset_sample_index"],
             schedule=schedule,
             recipe={"schedule": schedule.to_data(), "size": size, "algorithm": self.algorithm},
+            allow_mixed_tokenizers=self.allow_mixed_tokenizers,
         )
 
     def _blend_by_size(self, blend: Blend, split: str, which: str, size: int | None) -> BlendedDataset:
@@ -317,7 +363,13 @@ class _Builder:
         target = lengths if total is None else megatron_normalize(lengths)
         dataset_index, sample_index = self.blending_indices(target, total, self.algorithm)
         recipe = {"weights": list(target), "size": total, "algorithm": self.algorithm}
-        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
+        return BlendedDataset.from_indices(
+            _aligned(children),
+            dataset_index,
+            sample_index,
+            recipe=recipe,
+            allow_mixed_tokenizers=self.allow_mixed_tokenizers,
+        )
 
     def _blend_like_megatron(
         self, blend: Blend, weights: list[float], split: str, which: str, size: int
@@ -348,11 +400,18 @@ class _Builder:
             return self._gpt_blend(blend, split, which, recipe, blend_build, sizes_of, surplus=self.surplus)
         dataset_index, sample_index = self.blending_indices(normalized, sum(targets), "megatron")
         children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, sizes_of(dataset_index))]
-        return BlendedDataset.from_indices(_aligned(children), dataset_index, sample_index, recipe=recipe)
+        return BlendedDataset.from_indices(
+            _aligned(children),
+            dataset_index,
+            sample_index,
+            recipe=recipe,
+            allow_mixed_tokenizers=self.allow_mixed_tokenizers,
+        )
 
     def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | SFTDataset:
         """The ``which`` split (of nonzero weight) of one store with ``num_samples`` samples (None: one epoch)."""
         store = self.store(prefix)
+        self._check_tokenizers([store])
         config = self.config
         if isinstance(config, SFTConfig):
             return self._sft_child(store, config, split, which, num_samples)

@@ -37,6 +37,7 @@ from .._files import parse_structured, read_text
 from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset, resolve_stores, strip_suffix
+from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
 from ..storage import GLOB_CHARS, is_remote, local_path
 from .splits import SPLIT_NAMES
 
@@ -285,6 +286,23 @@ def _reject_unknown(data: Mapping[Any, Any], known: Sequence[str], where: str) -
 
 
 # -- YAML/JSON specs with groups -----------------------------------------------------------------
+
+
+def check_spec_tokenizers(spec: BlendSpec, *, allow_mixed_tokenizers: bool = False) -> None:
+    """Every store ``spec`` names (all its blends) made with one tokenizer: the shared check of
+    `indexed.same_tokenizer`, for what reports on a spec without building it (``tokenport blend``)."""
+
+    def pairs() -> Any:
+        blends = [spec.blend] if spec.blend is not None else list(spec.per_split or ())
+        seen: set[str] = set()
+        for blend in blends:
+            for prefix in () if blend is None else blend.without_zero_weights().prefixes:
+                if prefix not in seen:
+                    seen.add(prefix)
+                    with IndexedDataset(prefix, lazy=True) as store:  # reads the manifest, not the index
+                        yield prefix, store_tokenizer(store)
+
+    check_same_tokenizer(pairs(), allow_mixed_tokenizers=allow_mixed_tokenizers, what="blend")
 
 
 def store_tokens(prefix: str) -> int:

@@ -15,17 +15,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._files import process_alive
+from .._schema import Count, Document, Text, decode
+from ..errors import TokenportError
 from ..indexed import IndexedDataset, StoreFacts
+from ..indexed.commit import fault_point
 from ..storage import is_remote
 from .cache import canonical_json
 
-RECORD_FORMAT = "tokenport.stat-record/1"
+logger = logging.getLogger(__name__)
+
+RECORD_FORMAT = "tokenport.stat-record/2"  # /2: facts hold the tokenizer identity, and a digest; /1 is read again
 RACY_NS = 2_000_000_000  # files changed this close to the record's writing are read again next time
 _SUFFIXES = (".json", ".idx", ".bin")
 
@@ -58,25 +65,28 @@ class StatRecord:
         return rows
 
     def lookup(self) -> tuple[str, list[StoreFacts]] | None:
-        """The entry key and every store's facts when the record exists and no store changed since; else None."""
+        """The entry key and every store's facts when the record exists and no store changed since; else None.
+
+        A record that is damaged (not the document `write` makes, or not matching its digest) is
+        no shortcut: None, and the manifests are read again (and the record rewritten).
+        """
         if not self.usable:
             return None
         try:
             with open(self.path, "rb") as f:
                 self._found = f.read()
-            data = json.loads(self._found)
-            if data.get("format") != RECORD_FORMAT or data.get("prefixes") != self.prefixes:
-                return None
-            recorded = data["stats"]
-            if None in recorded or recorded != self.stats():
-                return None
-            facts = [StoreFacts(int(n), None if e is None else int(e)) for n, e in data["facts"]]
-            key = data["key"]
-        except (OSError, ValueError, KeyError, TypeError):  # no record, or a damaged one: read the manifests
+        except OSError:
             return None
-        if not isinstance(key, str) or len(facts) != len(self.prefixes):
+        try:
+            record = decode(self._found, _Record, where=self.path, remedy="it is rewritten")
+        except TokenportError as exc:
+            logger.info("%s", exc)
             return None
-        return key, facts
+        if record.prefixes != self.prefixes or len(record.facts) != len(self.prefixes):
+            return None
+        if any(row is None for row in record.stats) or [list(row or ()) for row in record.stats] != self.stats():
+            return None
+        return record.key, [StoreFacts(n, eod, tokenizer) for n, eod, tokenizer in record.facts]
 
     def write(self, stats: list[list[int] | None], stores: Sequence[IndexedDataset], key: str) -> None:
         """Record ``key`` with ``stats`` (taken before the manifests were read) and the stores' facts;
@@ -85,29 +95,75 @@ class StatRecord:
             return
         now = time.time_ns()
         rows: list[list[int] | None] = []
-        facts: list[list[int | None]] = []
+        facts: list[list[int | str | None]] = []
         for row, store in zip(stats, stores):
             manifest = store.manifest  # the one the key was made from (not facts a store was made with)
             known = None if manifest is None else StoreFacts.of(manifest)
             racy = row is None or max(row[3::5] + row[4::5]) >= now - RACY_NS
             chat = manifest is None or manifest.masks is not None
             rows.append(None if racy or chat or known is None else row)
-            facts.append([0, None] if known is None else [known.sequences, known.eod_id])
-        text = json.dumps(
-            {"format": RECORD_FORMAT, "prefixes": self.prefixes, "key": key, "stats": rows, "facts": facts},
-            separators=(",", ":"),
-        )
+            facts.append([0, None, None] if known is None else [known.sequences, known.eod_id, known.tokenizer])
+        body = {"format": RECORD_FORMAT, "prefixes": self.prefixes, "key": key, "stats": rows, "facts": facts}
+        text = json.dumps({**body, "digest": _digest(body)}, separators=(",", ":"))
         if text.encode("utf-8") == self._found:  # e.g. stores too recent to trust, again: nothing to record
             return
         directory = os.path.dirname(self.path)
+        base = os.path.basename(self.path)
         try:
-            fd, temporary = tempfile.mkstemp(prefix=".stat-", suffix=".tmp", dir=directory)
+            _remove_stale(directory, base)
+            fd, temporary = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=".tmp", dir=directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     f.write(text)
+                fault_point("stat_record.replace")
                 os.replace(temporary, self.path)  # readers see the old record or the new one, never half
             except BaseException:
                 os.unlink(temporary)
                 raise
         except OSError:
             pass
+
+
+def _remove_stale(directory: str, base: str) -> None:
+    """Delete temporaries of the record ``base`` (``.BASE.PID.XXXX.tmp``) whose writer is dead (killed mid-write)."""
+    head = f".{base}."
+    for name in os.listdir(directory):
+        if name.startswith(head) and name.endswith(".tmp"):
+            pid = name[len(head) :].split(".", 1)[0]
+            if pid.isdigit() and not process_alive(int(pid)):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except OSError:
+                    pass  # gone already
+
+
+class _Record(Document, frozen=True):
+    """The stat record as `StatRecord.write` writes it; ``digest`` covers the rest (a damaged record is no shortcut)."""
+
+    format: Text
+    prefixes: list[str]
+    key: Text
+    stats: list[tuple[int, ...] | None]
+    facts: list[tuple[Count, Count | None, str | None]]
+    digest: Text
+
+    def __post_init__(self) -> None:
+        if self.format != RECORD_FORMAT:
+            raise ValueError(f"expected {RECORD_FORMAT!r} - at `$.format`")
+        width = 5 * len(_SUFFIXES)
+        if len(self.stats) != len(self.prefixes) or any(row is not None and len(row) != width for row in self.stats):
+            raise ValueError("expected one row of stats (or null) per prefix - at `$.stats`")
+        body = {
+            "format": self.format,
+            "prefixes": self.prefixes,
+            "key": self.key,
+            "stats": [None if row is None else list(row) for row in self.stats],
+            "facts": [list(row) for row in self.facts],
+        }
+        if self.digest != _digest(body):
+            raise ValueError("the record does not match its digest - at `$.digest`")
+
+
+def _digest(body: dict[str, Any]) -> str:
+    """sha256 of a record's body as canonical JSON."""
+    return hashlib.sha256(canonical_json(body, "stat record").encode("utf-8")).hexdigest()

@@ -19,6 +19,7 @@ import os
 import tempfile
 
 from .._files import process_alive, publish_mode
+from .._schema import Document, Text, read_document
 from ..errors import CorruptStoreError
 
 JOURNAL_SUFFIX = ".tokenport-commit"
@@ -146,20 +147,52 @@ def roll_forward(prefix: str) -> bool:
     return _replay_journal(prefix)
 
 
+class _Journal(Document, frozen=True):
+    """A publication's plan: (temporary, final) renames, then files to remove."""
+
+    renames: list[tuple[Text, Text]]
+    removes: list[Text] = []
+
+
+def _read_journal(prefix: str, journal: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The journal's renames and removes as paths in the journal's directory (where the writer put them,
+    whatever the directory it was run from), each a file of this store or its temporary; CorruptStoreError
+    naming the journal and the entry otherwise (a journal naming any other file is not followed:
+    replaying it could move or delete what is not the store's)."""
+    remedy = "delete it and rebuild the store"
+    try:
+        plan = read_document(journal, _Journal, remedy=remedy, error=CorruptStoreError)
+    except FileNotFoundError:  # a concurrent reader finished it first
+        return [], []
+    directory = os.path.dirname(os.path.abspath(journal))
+    names = {os.path.basename(path) for path in store_paths(prefix)}
+
+    def inside(path: str, field: str, temporary: bool) -> str:
+        name = os.path.basename(path)
+        ok = _is_temporary_of(name, names) if temporary else name in names
+        if not ok:
+            raise CorruptStoreError(f"{journal}: {field} names {path!r}, not a file of the store {prefix}; {remedy}")
+        return os.path.join(directory, name)
+
+    pairs = [
+        (inside(tmp, f"renames[{k}][0]", True), inside(final, f"renames[{k}][1]", False))
+        for k, (tmp, final) in enumerate(plan.renames)
+    ]
+    removes = [inside(path, f"removes[{k}]", False) for k, path in enumerate(plan.removes)]
+    return pairs, removes
+
+
+def _is_temporary_of(name: str, finals: set[str]) -> bool:
+    """Whether ``name`` is a `temp_path` name (``.FINAL.PID.XXXX.tmp``) of one of ``finals``."""
+    return name.endswith(".tmp") and any(name.startswith(f".{final}.") for final in finals)
+
+
 def _replay_journal(prefix: str) -> bool:
     """roll_forward's work (recover calls it directly, so tests that wrap publish's call see only that)."""
     journal = journal_path(prefix)
     if not os.path.exists(journal):
         return False
-    try:
-        with open(journal, encoding="utf-8") as f:
-            plan = json.load(f)
-        pairs = [(str(temporary), str(final)) for temporary, final in plan["renames"]]
-        removes = [str(path) for path in plan.get("removes", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CorruptStoreError(
-            f"{journal}: unreadable commit journal ({exc}); delete it and rebuild the store"
-        ) from None
+    pairs, removes = _read_journal(prefix, journal)
     for temporary, final in pairs:
         if os.path.exists(temporary):
             fault_point("commit.rename")

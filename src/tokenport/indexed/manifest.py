@@ -10,7 +10,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import CorruptStoreError
+import msgspec
+
+from .._schema import INT64_MAX, Count, Document, Positive, Text, decode
+from ..errors import ConfigError, CorruptStoreError
 
 MANIFEST_FORMAT = "tokenport.store/1"
 
@@ -57,31 +60,77 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str | bytes, path: str) -> Manifest:
-        """The manifest in `text` (read from `path`); CorruptStoreError naming `path` when it is not one."""
-        try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or not isinstance(data.get("checksums"), dict):
-                raise ValueError("expected a JSON object with a 'checksums' object")
-            checks = dict(data.pop("checksums"))
-            if not isinstance(checks.get("bin_blocks"), list):
-                raise ValueError("checksums.bin_blocks must be a list")
-            checks["bin_blocks"] = tuple(checks["bin_blocks"])
-            masks = data.pop("masks", None)
-            if masks is not None:
-                if not isinstance(masks, dict) or not isinstance(masks.get("bin_blocks"), list):
-                    raise ValueError("masks must be an object with a bin_blocks list")
-                masks = Checksums(**{**masks, "bin_blocks": tuple(masks["bin_blocks"])})
-            manifest = cls(checksums=Checksums(**checks), masks=masks, **data)
-            _check_types(manifest)
-        except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        """The manifest in `text` (read from `path`); CorruptStoreError naming `path` and the field if not one."""
+        where = f"{path}: not a valid tokenport manifest"
+        doc = decode(text, _ManifestDocument, where=where, remedy=_REMEDY, error=CorruptStoreError)
+        if doc.format != MANIFEST_FORMAT:
             raise CorruptStoreError(
-                f"{path}: not a valid tokenport manifest ({exc}); delete it or rebuild the store"
-            ) from None
-        if manifest.format != MANIFEST_FORMAT:
-            raise CorruptStoreError(
-                f"{path}: manifest format {manifest.format!r} is not {MANIFEST_FORMAT!r}; upgrade tokenport to read it"
+                f"{path}: manifest format {doc.format!r} is not {MANIFEST_FORMAT!r}; upgrade tokenport to read it"
             )
-        return manifest
+        return cls(
+            dtype=doc.dtype,
+            sequences=doc.sequences,
+            documents=doc.documents,
+            tokens=doc.tokens,
+            checksums=_checksums(doc.checksums),
+            tokenizer=doc.tokenizer,
+            provenance=doc.provenance,
+            created=doc.created,
+            format=doc.format,
+            masks=None if doc.masks is None else _checksums(doc.masks),
+            chat=doc.chat,
+        )
+
+
+_REMEDY = "delete it or rebuild the store"
+
+
+class _ChecksumsDocument(Document, frozen=True):
+    """`Checksums` as PREFIX.json holds them."""
+
+    algorithm: Text
+    idx: Text
+    bin_block_size: Positive
+    bin_blocks: tuple[Text, ...]
+
+
+_TOKENIZER_TEXT = ("kind", "name", "spec", "fingerprint")
+
+
+class _ManifestDocument(Document, frozen=True):
+    """PREFIX.json as the writer writes it (`Manifest.to_json`): every manifest it ever wrote reads back."""
+
+    dtype: Text
+    sequences: Count
+    documents: Count
+    tokens: Count
+    checksums: _ChecksumsDocument
+    tokenizer: dict[str, Any] | None = None
+    provenance: dict[str, Any] = msgspec.field(default_factory=dict)
+    created: str = ""
+    format: str = MANIFEST_FORMAT
+    masks: _ChecksumsDocument | None = None
+    chat: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.chat is not None and self.masks is None:
+            raise ValueError("a chat store's manifest needs `masks` (the loss-mask store's checksums) - at `$.chat`")
+        check_tokenizer_record(self.tokenizer or {})
+
+
+def check_tokenizer_record(tokenizer: dict[str, Any]) -> None:
+    """ValueError naming the field of a tokenizer record (a manifest's ``tokenizer``) whose known key is mistyped."""
+    for name in _TOKENIZER_TEXT:
+        if name in tokenizer and not isinstance(tokenizer[name], str):
+            raise ValueError(f"expected a string - at `$.tokenizer.{name}`")
+    for name, low in (("eod_id", 0), ("vocab_size", 1)):
+        value = tokenizer.get(name)
+        if name in tokenizer and (type(value) is not int or not low <= value <= INT64_MAX):
+            raise ValueError(f"expected an integer in {low}..{INT64_MAX} - at `$.tokenizer.{name}`")
+
+
+def _checksums(doc: _ChecksumsDocument) -> Checksums:
+    return Checksums(doc.algorithm, doc.idx, doc.bin_block_size, tuple(doc.bin_blocks))
 
 
 @dataclass(frozen=True)
@@ -94,53 +143,41 @@ class StoreFacts:
 
     sequences: int
     eod_id: int | None
+    tokenizer: str | None = None  # the manifest's tokenizer identity (`tokenizer_key`); None: it records none
 
     def __post_init__(self) -> None:
         if type(self.sequences) is not int or self.sequences < 0:
-            raise ValueError(f"StoreFacts.sequences={self.sequences!r}: expected a non-negative integer")
+            raise ConfigError(f"StoreFacts.sequences={self.sequences!r}: expected a non-negative integer")
         if self.eod_id is not None and type(self.eod_id) is not int:
-            raise ValueError(f"StoreFacts.eod_id={self.eod_id!r}: expected an integer or None")
+            raise ConfigError(f"StoreFacts.eod_id={self.eod_id!r}: expected an integer or None")
+        if self.tokenizer is not None and not isinstance(self.tokenizer, str):
+            raise ConfigError(f"StoreFacts.tokenizer={self.tokenizer!r}: expected a string or None")
 
     @classmethod
     def of(cls, manifest: Manifest) -> StoreFacts:
         """The facts ``manifest`` records (no EOD id when its tokenizer names none)."""
         tokenizer = manifest.tokenizer
         eod = tokenizer.get("eod_id") if isinstance(tokenizer, dict) else None
-        return cls(manifest.sequences, eod if type(eod) is int else None)
+        return cls(manifest.sequences, eod if type(eod) is int else None, tokenizer_key(tokenizer))
 
 
-_COUNTS = ("sequences", "documents", "tokens")
+_IDENTITY = ("fingerprint", "vocab_size", "eod_id")  # tokenizer_from_identity's keys; not the kind: the same
+# tokenizer.json read by HF tokenizers or gigatoken gives the same ids
 
 
-def _check_types(manifest: Manifest) -> None:
-    """Every field has the type (and sign) the readers and verify rely on; ValueError names the first that does not."""
-    for name in ("dtype", "created", "format"):
-        if not isinstance(getattr(manifest, name), str):
-            raise ValueError(f"{name} must be a string")
-    for name in _COUNTS:
-        value = getattr(manifest, name)
-        if type(value) is not int or value < 0:
-            raise ValueError(f"{name}={value!r} must be a non-negative integer")
-    if manifest.tokenizer is not None and not isinstance(manifest.tokenizer, dict):
-        raise ValueError("tokenizer must be an object or null")
-    if not isinstance(manifest.provenance, dict):
-        raise ValueError("provenance must be an object")
-    if manifest.chat is not None and not isinstance(manifest.chat, dict):
-        raise ValueError("chat must be an object or absent")
-    if manifest.chat is not None and manifest.masks is None:
-        raise ValueError("a chat store's manifest needs `masks` (the loss-mask store's checksums)")
-    _check_checksums("checksums", manifest.checksums)
-    if manifest.masks is not None:
-        _check_checksums("masks", manifest.masks)
+def tokenizer_key(tokenizer: dict[str, Any] | None) -> str | None:
+    """The identity of a manifest's tokenizer record as one comparable string; None when it has none.
 
-
-def _check_checksums(name: str, sums: Checksums) -> None:
-    if not isinstance(sums.algorithm, str) or not isinstance(sums.idx, str):
-        raise ValueError(f"{name}.algorithm and {name}.idx must be strings")
-    if type(sums.bin_block_size) is not int or sums.bin_block_size <= 0:
-        raise ValueError(f"{name}.bin_block_size={sums.bin_block_size!r} must be a positive integer")
-    if not all(isinstance(block, str) for block in sums.bin_blocks):
-        raise ValueError(f"{name}.bin_blocks must be strings")
+    A record with a fingerprint (what `Tokenizer.identity` writes) is its fingerprint, vocab size
+    and EOD id: the same tokenizer files at another path, or run by another engine, are the same
+    tokenizer. A record
+    without one (a dict the writer was given) is all of it, as canonical JSON.
+    """
+    if not tokenizer:
+        return None
+    if "fingerprint" in tokenizer:
+        return " ".join(f"{name}={tokenizer.get(name)}" for name in _IDENTITY)
+    return json.dumps(tokenizer, sort_keys=True, separators=(",", ":"))
 
 
 def manifest_path(prefix: str) -> str:

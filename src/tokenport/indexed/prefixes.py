@@ -13,6 +13,9 @@ import json
 import os
 from collections.abc import Sequence
 
+import msgspec
+
+from .._schema import Text, decode
 from ..errors import ConfigError, CorruptStoreError
 from ..storage import is_remote, local_path
 from .manifest import MASK_SUFFIX
@@ -64,22 +67,40 @@ def _expand(text: str) -> list[tuple[str, str]]:
     return [(strip_suffix(text), text)]
 
 
+class _Part(msgspec.Struct, frozen=True):
+    """One part a run manifest lists: only its name is read here (prepare's own reader reads the rest)."""
+
+    name: Text
+
+    def __post_init__(self) -> None:
+        if self.name in (".", "..") or "/" in self.name or os.sep in self.name or "\0" in self.name:
+            raise ValueError(f"{self.name!r} is not a part's file name - at `name`")
+
+
+class _RunParts(msgspec.Struct, frozen=True):
+    """The listing of a run manifest (``tokenport.json``): other keys are prepare's, and read by it."""
+
+    parts: list[_Part]
+
+
 def run_parts(directory: str) -> list[str]:
     """The part prefixes of the prepare output ``directory``, in the order its manifest lists them."""
     path = os.path.join(directory, RUN_MANIFEST)
+    remedy = "rerun prepare to rebuild it"
     try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
+        with open(path, "rb") as f:
+            data = json.loads(f.read())  # Python's json: prepare's other keys may hold what it writes (NaN)
     except FileNotFoundError:
         raise ConfigError(
             f"{directory} is a directory without {RUN_MANIFEST}: pass store prefixes, or the output "
             "directory of a finished prepare run"
         ) from None
-    except json.JSONDecodeError as exc:
-        raise CorruptStoreError(f"{path}: not valid JSON ({exc}); rerun prepare to rebuild it") from None
-    parts = manifest.get("parts") if isinstance(manifest, dict) else None
-    if not isinstance(parts, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in parts):
-        raise CorruptStoreError(f"{path}: 'parts' is not a list of {{'name': ...}} entries; rerun prepare")
-    if not parts:
+    except OSError as exc:
+        raise CorruptStoreError(f"{path}: cannot read it ({exc.strerror}); {remedy}") from None
+    except ValueError as exc:  # not UTF-8, not JSON
+        raise CorruptStoreError(f"{path}: not valid JSON ({exc}); {remedy}") from None
+    listing = {"parts": data.get("parts")} if isinstance(data, dict) and "parts" in data else data
+    manifest = decode(listing, _RunParts, where=path, remedy=remedy, error=CorruptStoreError)
+    if not manifest.parts:
         raise ConfigError(f"{directory}: the prepare run wrote no parts (no documents kept)")
-    return [os.path.join(directory, part["name"]) for part in parts]
+    return [os.path.join(directory, part.name) for part in manifest.parts]

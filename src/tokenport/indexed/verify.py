@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..errors import CorruptStoreError
 from ..storage import ByteSource
-from .checksums import new_hasher
+from .checksums import BlockHasher, new_hasher
 from .manifest import Checksums
 from .reader import IndexedDataset
 
@@ -126,9 +127,7 @@ def _check_masks(ds: IndexedDataset, checksums: bool) -> str:
 
 def _check_sums(ds: IndexedDataset, sums: Checksums, where: str, values: int | None = None) -> None:
     """The .idx digest and every .bin block digest of `ds` against `sums`; with `values`, every byte is <= it."""
-    digest = _digest(ds._idx, 0, ds._idx.size, sums.algorithm, where)
-    if digest != sums.idx:
-        raise CorruptStoreError(f"{ds.prefix}.idx: checksum {digest} does not match the manifest's {sums.idx}")
+    _check_idx(ds, sums, where)
     blocks = -(-ds.bin_size // sums.bin_block_size) if ds.bin_size else 0
     if blocks != len(sums.bin_blocks):
         raise CorruptStoreError(
@@ -144,6 +143,13 @@ def _check_sums(ds: IndexedDataset, sums: Checksums, where: str, values: int | N
             )
 
 
+def _check_idx(ds: IndexedDataset, sums: Checksums, where: str) -> None:
+    """The .idx digest of ``ds`` against ``sums``."""
+    digest = _digest(ds._idx, 0, ds._idx.size, sums.algorithm, where)
+    if digest != sums.idx:
+        raise CorruptStoreError(f"{ds.prefix}.idx: checksum {digest} does not match the manifest's {sums.idx}")
+
+
 def _digest(source: ByteSource, start: int, length: int, algorithm: str, where: str, values: int | None = None) -> str:
     hasher = new_hasher(algorithm, where)
     for offset in range(start, start + length, _READ_BYTES):
@@ -155,3 +161,116 @@ def _digest(source: ByteSource, start: int, length: int, algorithm: str, where: 
             )
         hasher.update(data)
     return hasher.hexdigest()
+
+
+class StreamCheck:
+    """A store's .bin checked against its manifest's block checksums as a caller streams it (merge does).
+
+    ``feed(start, data)`` takes the bytes from ``start`` on, in order; bytes a caller skips are
+    read here, so every byte is hashed exactly once. Each chunk is hashed on a worker thread while
+    the caller writes it (hashlib releases the GIL), and the next ``feed`` waits for it; ``finish()``
+    hashes what is left and compares the last digests, so a caller that publishes only after
+    ``finish`` never publishes a failed byte. A block that fails is a CorruptStoreError naming the
+    file and block (raised by the next ``feed`` or ``finish``); ``values`` also refuses any byte
+    above it (loss masks: 1). ``close()`` waits for the worker without raising (on a caller's error).
+    """
+
+    def __init__(self, ds: IndexedDataset, sums: Checksums, where: str, values: int | None = None) -> None:
+        self._ds = ds
+        self._sums = sums
+        self._where = where
+        self._values = values
+        self._hasher = BlockHasher(sums.algorithm, sums.bin_block_size)
+        new_hasher(sums.algorithm, where)  # an unknown or missing algorithm is refused before any work
+        self._offset = 0
+        self._checked = 0  # blocks compared so far
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None  # the chunk being hashed
+        blocks = -(-ds.bin_size // sums.bin_block_size) if ds.bin_size else 0
+        if blocks != len(sums.bin_blocks):
+            raise CorruptStoreError(
+                f"{where}: lists {len(sums.bin_blocks)} .bin block checksums but the .bin has {blocks} blocks"
+            )
+
+    def feed(self, start: int, data: np.ndarray) -> None:
+        """Hash ``data``, the .bin's bytes from ``start`` on (after any bytes before it not fed yet), on the
+        worker; raises what the chunk before it found."""
+        self._wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tokenport-verify")
+        self._pending = self._pool.submit(self._feed_now, start, data)
+
+    def finish(self) -> None:
+        """Hash the bytes not fed yet and compare every remaining block; CorruptStoreError on a mismatch."""
+        try:
+            self._wait()
+            self._skip_to(self._ds.bin_size)
+            self._hasher.finish()
+            self._compare()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Wait for the chunk being hashed (its error dropped: the caller is failing already) and stop the worker."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            wait([pending])
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _feed_now(self, start: int, data: np.ndarray) -> None:
+        if start > self._offset:
+            self._skip_to(start)
+        view = np.ascontiguousarray(data).view(np.uint8).data.cast("B")
+        if start < self._offset:  # already hashed (a caller never re-reads, but stay exact)
+            view = view[min(len(view), self._offset - start) :]
+        if self._values is not None and len(view) and int(np.frombuffer(view, dtype=np.uint8).max()) > self._values:
+            raise CorruptStoreError(
+                f"{self._ds.prefix}.bin: holds a byte above {self._values} near offset {self._offset}; "
+                "a loss mask is 0 or 1: rebuild the store"
+            )
+        self._hasher.update(view)
+        self._offset += len(view)
+        self._compare()
+
+    def _skip_to(self, stop: int) -> None:
+        while self._offset < stop:
+            length = min(_READ_BYTES, stop - self._offset)
+            self._feed_now(self._offset, np.frombuffer(self._ds._bin.read(self._offset, length), dtype=np.uint8))
+
+    def _compare(self) -> None:
+        digests = self._hasher.digests
+        while self._checked < len(digests):
+            block = self._checked
+            if block >= len(self._sums.bin_blocks) or digests[block] != self._sums.bin_blocks[block]:
+                start = block * self._sums.bin_block_size
+                raise CorruptStoreError(
+                    f"{self._ds.prefix}.bin: block {block} (bytes {start}..{start + self._sums.bin_block_size}) "
+                    "fails its checksum"
+                )
+            self._checked += 1
+
+
+def stream_checks(ds: IndexedDataset) -> tuple[StreamCheck | None, StreamCheck | None]:
+    """(tokens, masks) stream checks of ``ds`` after checking its .idx digests and manifest counts now;
+    (None, None) for a store without a manifest (nothing to check it against)."""
+    manifest = ds.manifest
+    if manifest is None:
+        return None, None
+    where = f"{ds.prefix}.json"
+    _check_manifest(ds, _check_structure(ds), checksums=False)
+    _check_idx(ds, manifest.checksums, where)
+    tokens = StreamCheck(ds, manifest.checksums, where)
+    masks = ds.masks
+    if masks is None or manifest.masks is None:
+        return tokens, None
+    if masks.bin_size != ds.num_tokens:
+        raise CorruptStoreError(f"{masks.prefix}.bin: holds {masks.bin_size} masks for {ds.num_tokens} tokens")
+    _check_idx(masks, manifest.masks, where)
+    return tokens, StreamCheck(masks, manifest.masks, where, values=1)

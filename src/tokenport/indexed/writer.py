@@ -10,6 +10,7 @@ adds a loss-mask store, PREFIX.mask.bin/.idx, published in the same unit.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import operator
 import os
 from array import array as _array
@@ -23,7 +24,7 @@ from ..errors import ConfigError, CorruptStoreError, TokenizerError, TokenportEr
 from . import commit
 from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new_hasher
 from .format import IndexHeader, dtype_code, dtype_for_vocab
-from .manifest import Checksums, Manifest, manifest_path, mask_prefix, read_manifest
+from .manifest import Checksums, Manifest, check_tokenizer_record, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE, MaskColumn, as_mask
 
 _SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
@@ -55,9 +56,9 @@ def _tokenport_version() -> str:
     return __version__
 
 
-def _tokenizer_identity(tokenizer: Any) -> dict[str, Any] | None:
-    if tokenizer is None or isinstance(tokenizer, dict):
-        return tokenizer
+def _tokenizer_identity(tokenizer: Any) -> Any:
+    if tokenizer is None or isinstance(tokenizer, dict) or not callable(getattr(tokenizer, "identity", None)):
+        return tokenizer  # a dict, or what the writer refuses naming it
     return tokenizer.identity()
 
 
@@ -150,7 +151,14 @@ class IndexedDatasetWriter:
             if self.prefix.endswith(suffix):
                 self.prefix = self.prefix[: -len(suffix)]
         identity = _tokenizer_identity(tokenizer)
-        if vocab_size is None and identity is not None:
+        if identity is not None:
+            try:
+                if not isinstance(identity, dict):
+                    raise ValueError("expected a Tokenizer or a dict (its identity)")
+                check_tokenizer_record(identity)
+            except ValueError as exc:
+                raise ConfigError(f"{self.prefix}: tokenizer={identity!r} is invalid: {exc}") from None
+        if vocab_size is None and identity is not None and "vocab_size" in identity:
             vocab_size = int(identity["vocab_size"])
         if dtype is None:
             dtype = dtype_for_vocab(vocab_size) if vocab_size else np.int32
@@ -159,6 +167,14 @@ class IndexedDatasetWriter:
         self.vocab_size = vocab_size
         self._tokenizer = identity
         self._provenance = dict(provenance or {})
+        for name, value in (("tokenizer", identity), ("provenance", self._provenance), ("chat", chat)):
+            try:  # what the manifest's reader (strict JSON) reads back: no NaN, no infinity, JSON types only
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(
+                    f"{self.prefix}: {name}={value!r} cannot go into the manifest ({exc}); pass JSON data "
+                    "(strings, finite numbers, lists, dicts)"
+                ) from None
         self._limits = self._id_limits()
         commit.make_parents(self.prefix)
         commit.recover(self.prefix, clean=True)  # finish a dead writer's publication before anything else

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import operator
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_choice, check_int, check_seed
+from .._checks import check_choice, check_int, check_seed, is_int
 from ..builder import Blend, BlendSpec, IndexCache, blend_from_args_file, blend_from_list, blend_per_split_from_json
 from ..builder.datasets import build_datasets
 from ..errors import ConfigError
+from ..indexed.same_tokenizer import check_same_tokenizer
 from ..samples.gpt import GPTSampleConfig
 
 logger = logging.getLogger(__name__)
@@ -137,12 +139,14 @@ def read_megatron_args(args: Any) -> MegatronDataArgs:
     if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not math.isfinite(surplus) or surplus < 0:
         raise ConfigError(f"--mid-level-dataset-surplus={surplus!r} is invalid: give a fraction >= 0 such as 0.005")
     cache_dir = getattr(args, "data_cache_path", None)
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise ConfigError(f"--data-cache-path: args.data_cache_path={cache_dir!r} is invalid: expected a directory")
     return MegatronDataArgs(
         spec=spec,
         split=split,
         seq_length=check_int("--seq-length", seq_length),
         seed=check_seed("--seed", getattr(args, "seed", 1234)),
-        cache_dir=None if cache_dir is None else str(cache_dir),
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         surplus=float(surplus),
         reset_position_ids=_flag(args, "reset_position_ids", "--reset-position-ids", False),
         reset_attention_mask=_flag(args, "reset_attention_mask", "--reset-attention-mask", False),
@@ -169,6 +173,12 @@ def _spec_and_split(args: Any) -> tuple[BlendSpec, str]:
     per_split_paths = [getattr(args, f"{which}_data_path", None) for which in ("train", "valid", "test")]
     per_split_args_path = getattr(args, "per_split_data_args_path", None)
     split = getattr(args, "split", None)
+    if split is not None and not isinstance(split, str):
+        raise ConfigError(f"--split: args.split={split!r} is invalid: expected a string such as '969,30,1'")
+    for name, value in (("data_args_path", data_args_path), ("per_split_data_args_path", per_split_args_path)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}: args.{name}={value!r} is invalid: expected a file path")
     shared = data_path is not None or data_args_path is not None
     per_split = any(p is not None for p in per_split_paths) or per_split_args_path is not None
     if shared and per_split:
@@ -217,6 +227,8 @@ def _blend(items: Any, flag: str) -> Blend:
     """Megatron's list form of ``flag`` as a Blend, errors naming the flag."""
     if isinstance(items, str):
         items = items.split()
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{flag}={items!r} is invalid: expected a list of weights and prefixes (strings)")
     try:
         return blend_from_list(list(items))
     except ConfigError as exc:
@@ -256,13 +268,22 @@ def token_ids(tokenizer: Any, allow_ambiguous_pad_tokens: bool = False) -> tuple
     """
     if tokenizer is None:
         return None, None
-    eod = getattr(tokenizer, "eod", None)
+    try:
+        eod = getattr(tokenizer, "eod", None)
+    except Exception as exc:  # a property that fails (NotImplementedError, ...): no eod id to end documents with
+        raise ConfigError(
+            f"tokenizer.eod: reading it raised {type(exc).__name__}: {exc}; pass Megatron's tokenizer "
+            "(its .eod ends documents)"
+        ) from None
     if eod is None:
         raise ConfigError("tokenizer: it has no eod id; pass Megatron's tokenizer (its .eod ends documents)")
+    eod = _token_id("eod", eod)
     try:
         pad = tokenizer.pad
     except Exception:  # megatron-core reads it the same way: any failure means no pad
         pad = None
+    if pad is not None and not (is_int(pad) and pad < 0):  # a negative id is megatron's own "no pad"
+        pad = _token_id("pad", pad)
     try:
         specials = [v for k, v in tokenizer.special_tokens_dict.items() if k != "pad_token"]
     except (AttributeError, IndexError, ValueError):
@@ -280,6 +301,16 @@ def token_ids(tokenizer: Any, allow_ambiguous_pad_tokens: bool = False) -> tuple
                 "would be masked as padding; tokenport refuses that, drop the flag or fix the tokenizer's pad"
             )
     return int(eod), None if pad is None else int(pad)
+
+
+def _token_id(name: str, value: Any) -> int:
+    """A tokenizer's ``name`` id as an int; ConfigError naming ``tokenizer.NAME`` unless an integer in [0, 2**63)."""
+    if not is_int(value) or not 0 <= value < 2**63:
+        raise ConfigError(
+            f"tokenizer.{name}={value!r} is invalid: expected a token id (an integer of at least 0); "
+            "pass Megatron's tokenizer, whose ids are integers"
+        )
+    return int(value)
 
 
 class MegatronSamples:
@@ -330,6 +361,7 @@ def datasets_provider(
     algorithm: str = "megatron",
     tokenizer: Any = None,
     is_built_on_rank: Callable[[int | None], bool] | None = None,
+    allow_mixed_tokenizers: bool = False,
 ) -> Provider:
     """Megatron-LM's ``train_valid_test_datasets_provider``, building tokenport datasets from its arguments.
 
@@ -339,8 +371,16 @@ def datasets_provider(
     the datasets (pass pretrain_gpt's ``is_dataset_built_on_rank``; None: tensor-parallel rank 0
     of the first and last pipeline stages once megatron-core's parallel state is set up, else
     every rank). Every rank builds (the index cache meets at barriers); the rest get None.
+    Stores prepared with different tokenizers are refused unless ``allow_mixed_tokenizers``
+    (see `tokenport.build_datasets`).
     """
     check_choice("algorithm", algorithm, ALGORITHMS)
+    check_same_tokenizer((), allow_mixed_tokenizers=allow_mixed_tokenizers)
+    if is_built_on_rank is not None and not callable(is_built_on_rank):
+        raise ConfigError(
+            f"is_built_on_rank={is_built_on_rank!r} is invalid: pass a function of vp_stage "
+            "(pretrain_gpt's is_dataset_built_on_rank) or None"
+        )
     if args is not None:
         read_megatron_args(args)  # refuse bad flags now, not at the first training step
 
@@ -352,6 +392,13 @@ def datasets_provider(
         A split asked for 0 samples is None (megatron-core builds one epoch of a lone store or an
         empty blend there, which Megatron-LM never reads: it asks 0 only when it does not evaluate).
         """
+        if isinstance(train_val_test_num_samples, (str, bytes)) or not isinstance(
+            train_val_test_num_samples, (list, tuple, np.ndarray)
+        ):
+            raise ConfigError(
+                f"train_val_test_num_samples={train_val_test_num_samples!r} is invalid: expected the "
+                "(train, valid, test) sample counts Megatron-LM passes"
+            )
         data = read_megatron_args(args if args is not None else _megatron_get_args())
         chosen = tokenizer if tokenizer is not None else _megatron_tokenizer()
         eod_id, pad_id = token_ids(chosen, data.allow_ambiguous_pad_tokens)
@@ -373,6 +420,7 @@ def datasets_provider(
             cache=None if data.cache_dir is None else IndexCache(data.cache_dir),
             algorithm=algorithm,
             surplus=data.surplus,
+            allow_mixed_tokenizers=allow_mixed_tokenizers,
         )
         keep = (is_built_on_rank or _built_on_rank)(vp_stage)
         return tuple(  # type: ignore[return-value]
