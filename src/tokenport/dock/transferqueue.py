@@ -238,11 +238,11 @@ def _names(values: Any, what: str) -> list[str]:
     return list(values)
 
 
-def _keys(keys: Any) -> list[str]:
-    """Keys of a kv call: one key or a list of distinct ones."""
+def _keys(keys: Any, distinct: bool = True) -> list[str]:
+    """Keys of a kv call: one key or a list of them (distinct ones where new keys get samples)."""
     keys = [keys] if isinstance(keys, str) else _names(keys, "keys")
-    if not keys or len(set(keys)) != len(keys):
-        raise ConfigError(f"keys={keys!r:.60}: pass at least one key, each once")
+    if not keys or (distinct and len(set(keys)) != len(keys)):
+        raise ConfigError(f"keys={keys!r:.60}: pass at least one key{', each once' if distinct else ''}")
     return keys
 
 
@@ -619,7 +619,7 @@ class TransferQueueClient:
         """The ``BatchMeta`` of ``keys`` (new keys get samples when ``create``), with the fields all have."""
         from transfer_queue.metadata import BatchMeta
 
-        keys = _keys(keys)
+        keys = _keys(keys, distinct=create)
         _partition_name(partition_id)
         with self._lock:
             found_part = self._partitions.get(partition_id)
