@@ -25,6 +25,14 @@ class Model:
         self.partitions: dict[str, list[dict]] = {}
         self.version = 0
         self.dropped = 0
+        self.leases: dict[int, tuple[str, str, list[int]]] = {}  # lease id -> consumer, partition, rows
+        self.next_lease = 1
+
+    def leased(self, partition: str, consumer: str | None = None) -> set[int]:
+        """Rows of ``partition`` out on lease (to ``consumer``, or to anyone)."""
+        return {
+            r for c, p, rows in self.leases.values() if p == partition and consumer in (None, c) for r in rows
+        }  # fmt: skip
 
     @staticmethod
     def empty_row() -> dict:
@@ -37,8 +45,9 @@ class Model:
             raise tp.ConfigError("refused")
         self.partitions[name] = [self.empty_row() for _ in range(prompts)]
 
-    def expire(self, rows: list[dict]) -> None:
-        for row in rows:
+    def expire(self, partition: str, ids: list[int]) -> None:
+        leased = self.leased(partition)
+        for row in [self.partitions[partition][r] for r in ids if r not in leased]:
             stale = any(c not in row["consumed"] and self.version - row["first"] > limit for c, limit in LIMITS.items())
             if row["first"] >= 0 and stale:
                 row["consumed"] = set(CONSUMERS)
@@ -72,7 +81,7 @@ class Model:
                     row["first"], row["last"] = min(row["first"], v), max(row["last"], v)
             row["x"] = value
             row["completed"] = True
-        self.expire([target[r] for r in ids])
+        self.expire(partition, ids)
 
     def append(self, partition, row, items, version, finished) -> None:
         if not -1 < row <= INT64_MAX or not items or any(not -(2**15) <= v < 2**15 for v in items):
@@ -94,50 +103,72 @@ class Model:
         entry["completed"] = finished
         if not finished:
             entry["consumed"] = set()
-        self.expire([entry])
+        self.expire(partition, [row])
 
     def set_version(self, version) -> None:
         if not 0 <= int(version) <= INT64_MAX or int(version) < self.version:
             raise tp.ConfigError("refused")
         self.version = int(version)
-        for rows in self.partitions.values():
-            self.expire(rows)
+        for name, rows in self.partitions.items():
+            self.expire(name, list(range(len(rows))))
 
-    def get(self, consumer, count, partition) -> list[int] | None | str:
+    def get(self, consumer, count, partition, lease) -> list[int] | None | str:
         target = self.partitions.get(partition)
         if target is None or not 1 <= count <= INT64_MAX or count > len(target):
             raise tp.ConfigError("refused")
         limit = LIMITS.get(consumer)
+        mine = self.leased(partition, consumer)
         eligible = [
             r
             for r, row in enumerate(target)
             if row["x"] is not None
             and row["completed"]
             and consumer not in row["consumed"]
+            and r not in mine
             and (limit is None or row["first"] >= self.version - limit)
         ]
         unconsumed = sum(consumer not in row["consumed"] for row in target)
         if len(eligible) >= count:
             chosen = eligible[:count]
-        elif len(eligible) == unconsumed:
+        elif len(eligible) == unconsumed - len(mine) and not mine:
             chosen = eligible
         else:
             return "timeout"
         if not chosen:
             return None
+        if lease:
+            self.leases[self.next_lease] = (consumer, partition, chosen)
+            self.next_lease += 1
+            return chosen
         for r in chosen:
             target[r]["consumed"].add(consumer)
         return chosen
+
+    def ack(self, lease_id) -> None:
+        if lease_id not in self.leases:
+            raise tp.ConfigError("refused")
+        consumer, partition, rows = self.leases.pop(lease_id)
+        for r in rows:
+            self.partitions[partition][r]["consumed"].add(consumer)
+
+    def nack(self, lease_id) -> None:
+        if lease_id not in self.leases:
+            raise tp.ConfigError("refused")
+        _, partition, rows = self.leases.pop(lease_id)
+        if partition in self.partitions:
+            self.expire(partition, rows)
 
     def clear(self, partition) -> None:
         if partition not in self.partitions:
             raise tp.ConfigError("refused")
         self.partitions[partition] = [self.empty_row() for _ in self.partitions[partition]]
+        self.leases = {i: held for i, held in self.leases.items() if held[1] != partition}
 
     def drop_partition(self, partition) -> None:
         if partition not in self.partitions:
             raise tp.ConfigError("refused")
         del self.partitions[partition]
+        self.leases = {i: held for i, held in self.leases.items() if held[1] != partition}
 
 
 def observed(dock: Dock) -> dict:
@@ -168,29 +199,35 @@ def expected(model: Model) -> dict:
 
 
 def random_call(rng: random.Random, model: Model):
-    """(name, arguments) of one call, valid or not."""
-    names = [*model.partitions, "p", "q", "nope", ""]
-    partition = rng.choice(names)
+    """(name, arguments) of one call: mostly valid, one argument in a few out of range or wrong."""
+
+    def sometimes(good, bad, chance: float = 0.15):
+        return rng.choice(bad) if rng.random() < chance else good
+
+    partition = sometimes(rng.choice([*model.partitions] or ["p"]), ["nope", "", "p", "q"])
     kind = rng.choice(["put", "put", "put", "append", "append", "get", "get", "set_version", "add_partition", "clear"])
     kind = "drop" if kind == "clear" and rng.random() < 0.5 else kind
-    version_choices = [None, model.version, max(0, model.version - 1), model.version + 1, -1, 2**63, np.uint64(2**63)]
+    kind = rng.choice(["ack", "nack"]) if kind == "get" and rng.random() < 0.4 else kind
+    if kind in ("ack", "nack"):
+        return kind, (sometimes(rng.choice([*model.leases] or [0]), [model.next_lease, 0, 2**64]),)
+    now = model.version
+    version = sometimes(rng.choice([now, max(0, now - 1), None]), [now + 1, -1, 2**63, np.uint64(2**63), 2**64])
     if kind == "put":
-        n = rng.choice([1, 1, 2, 3])
-        rows = [rng.randrange(-1, 6) for _ in range(n)]
-        values = [rng.choice([rng.randrange(-100, 100), 40_000]) if rng.random() < 0.1 else rng.randrange(-100, 100)
-                  for _ in rows]  # fmt: skip
-        return kind, (partition, values, rows, rng.random() < 0.3, rng.choice(version_choices))
+        rows = rng.sample(range(5), rng.choice([1, 1, 2, 3]))
+        rows = sometimes(rows, [[-1], [5], [0, 0], [2**63], []], 0.1)
+        values = [sometimes(rng.randrange(-100, 100), [40_000, -40_000], 0.03) for _ in rows]
+        return kind, (partition, values, rows, rng.random() < 0.5, version)
     if kind == "append":
-        items = [rng.randrange(-100, 100) for _ in range(rng.choice([0, 1, 2]))] + [40_000] * (rng.random() < 0.1)
-        row = rng.choice([0, 1, 2, 3, 4, -1, 2**63])
-        return kind, (partition, row, items, rng.choice(version_choices), rng.random() < 0.3)
+        items = sometimes([rng.randrange(-100, 100) for _ in range(rng.choice([1, 2]))], [[], [40_000]], 0.1)
+        row = sometimes(rng.randrange(5), [-1, 5, 2**63, 2**64], 0.1)
+        return kind, (partition, row, items, version, rng.random() < 0.4)
     if kind == "get":
-        return kind, (rng.choice(CONSUMERS), rng.choice([1, 2, 3, 0, 9]), partition)
+        count = sometimes(rng.choice([1, 2, 3]), [0, 9, 2**63])
+        return kind, (rng.choice(CONSUMERS), count, partition, rng.random() < 0.4)
     if kind == "set_version":
-        now = model.version
-        return kind, (rng.choice([now, now + 1, now + 2, now - 1, 2**63, 2**64]),)
+        return kind, (sometimes(rng.choice([now, now + 1, now + 2]), [now - 1, 2**63, 2**64, -1]),)
     if kind == "add_partition":
-        return kind, (rng.choice(["p", "q", "r", ""]), rng.choice([1, 2, 5, 0, 2**63]))
+        return kind, (rng.choice(["p", "q", "r", "s", ""]), sometimes(5, [0, 2**63, -1]))
     return kind, (partition,)
 
 
@@ -202,11 +239,13 @@ def call_dock(dock: Dock, kind: str, args: tuple):
         partition, row, items, version, finished = args
         return dock.append(partition, row, {"turns": np.array(items, np.int64)}, version=version, finished=finished)
     if kind == "get":
-        consumer, count, partition = args
-        batch = dock.get(consumer, ["x"], count, partition, timeout=0)
+        consumer, count, partition, lease = args
+        batch = dock.get(consumer, ["x"], count, partition, timeout=0, lease=3600 if lease else None)
         return None if batch is None else batch.rows.tolist()
     if kind == "set_version":
         return dock.set_version(*args)
+    if kind in ("ack", "nack"):
+        return getattr(dock, kind)(*args)
     if kind == "add_partition":
         return dock.add_partition(*args)
     return dock.clear(*args) if kind == "clear" else dock.drop_partition(*args)
