@@ -92,3 +92,20 @@ def test_a_row_dropped_as_stale_is_not_revived_by_an_append_nor_counted_twice():
     dock.set_version(2)
     assert dock.stats()["expired"]["dropped"] == 1
     assert dock.get("train", ["turns"], 1, "p", timeout=0.05, unfinished=True) is None
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda p: tp.dock.truncate(p, 2**63), "max_length"),
+        (lambda p: tp.dock.truncate(p, np.uint64(2**64 - 1)), "max_length"),
+        (lambda p: tp.dock.pad(p, multiple_of=2**64), "multiple_of"),
+        (lambda p: tp.dock.pad(p, length=2**64), "length"),
+        (lambda p: tp.dock.pad(p, length=2**62), "too large"),
+        (lambda p: tp.dock.pad(p, multiple_of=2**62), "too large"),
+    ],
+)
+def test_row_helpers_refuse_lengths_past_what_numpy_holds(call, match):
+    packed = tp.dock.pack([np.arange(3), np.arange(2)])
+    with pytest.raises(tp.ConfigError, match=match):
+        call(packed)
