@@ -88,6 +88,15 @@ def test_a_configuration_of_any_mapping_is_read():
     assert dock_tq.TransferQueueConfig.from_conf(conf) == dock_tq.TransferQueueConfig(True, 5.0, 8, 1)
 
 
+def _meta(indexes, pids, schema=None):
+    return BatchMeta(
+        global_indexes=indexes,
+        partition_ids=pids,
+        field_schema=schema or {},
+        production_status=np.zeros(len(indexes), np.int8),
+    )
+
+
 def _duplicate_meta(client):
     meta = client.get_meta(["reward"], 0, "p", mode="force_fetch")
     return BatchMeta(
@@ -129,6 +138,14 @@ REFUSED = [
     ("kv_put fields not tensors", lambda c: dock_tq.kv_put("b", "kv", fields={"reward": 1.0}), InputDataError),
     ("kv to a list", lambda c: dock_tq.kv_batch_put(["b"], ["kv"], tags=[{}]), ConfigError),
     ("kv_get keys a dict", lambda c: dock_tq.kv_batch_get({"a": 1}, "kv"), ConfigError),
+    ("kv_clear of a list partition", lambda c: dock_tq.kv_clear(["a"], ["kv"]), ConfigError),
+    ("kv_list of a list", lambda c: dock_tq.kv_list(["kv"]), ConfigError),
+    ("clear_partition of a list", lambda c: c.clear_partition(["p"]), ConfigError),
+    ("status of a list", lambda c: c.get_consumption_status("t", ["p"]), ConfigError),
+    ("check of a list task", lambda c: c.check_consumption_status(["t"], "p"), ConfigError),
+    ("clear_samples of list indexes", lambda c: c.clear_samples(_meta([[0]], ["p"])), ConfigError),
+    ("custom meta of list partitions", lambda c: c.set_custom_meta(_meta([0], [["p"]])), ConfigError),
+    ("get_data of list indexes", lambda c: c.get_data(_meta([[0]], ["p"], {"reward": {}})), ConfigError),
 ]
 
 

@@ -66,7 +66,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, is_int
 from .._schema import Count, Document, NonNegativeFinite, Positive, decode, to_builtins
 from ..errors import ConfigError, DockTimeout, InputDataError
 from .api import DockAPI
@@ -247,11 +247,14 @@ def _keys(keys: Any, distinct: bool = True) -> list[str]:
 
 
 def _batch_meta(metadata: Any) -> Any:
-    """``metadata``, checked to be TransferQueue's ``BatchMeta``."""
+    """``metadata``, checked to be TransferQueue's ``BatchMeta`` of integer indexes and partition names."""
     from transfer_queue.metadata import BatchMeta
 
     if not isinstance(metadata, BatchMeta):
         raise ConfigError(f"metadata is a {type(metadata).__name__}: pass the BatchMeta get_meta or put returned")
+    indexes, pids = list(metadata.global_indexes), list(metadata.partition_ids)
+    if len(indexes) != len(pids) or not all(is_int(i) for i in indexes) or not all(isinstance(p, str) for p in pids):
+        raise ConfigError("metadata: expected one integer global index and one partition name per sample")
     return metadata
 
 
@@ -489,6 +492,7 @@ class TransferQueueClient:
     def _slots_by_partition(self, metadata: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Positions in ``metadata`` and dock slots, grouped by partition; unknown samples refused."""
         groups: dict[str, tuple[list[int], list[int]]] = {}
+        _batch_meta(metadata)
         pairs = list(zip(metadata.global_indexes, metadata.partition_ids, strict=True))
         if len(set(pairs)) != len(pairs):
             index, pid = next(pair for k, pair in enumerate(pairs) if pair in pairs[:k])
@@ -557,6 +561,8 @@ class TransferQueueClient:
 
     def clear_partition(self, partition_id: str) -> None:
         """Forget a partition: its samples, consumption, tags and keys; its indexes go back to the pool."""
+        if not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string")
         with self._lock:
             if self._partitions.pop(partition_id, None) is None:
                 return
@@ -599,6 +605,8 @@ class TransferQueueClient:
         consumed, as torch tensors; ``(None, None)`` for an unknown partition."""
         import torch
 
+        if not isinstance(task_name, str) or not isinstance(partition_id, str):
+            raise ConfigError(f"task_name={task_name!r:.40}, partition_id={partition_id!r:.40}: pass two strings")
         with self._lock:
             part = self._partitions.get(partition_id)
             if part is None:
@@ -641,6 +649,8 @@ class TransferQueueClient:
 
     def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, Any]]:
         """Per partition, its keys and their tags."""
+        if partition_id is not None and not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string or None")
         with self._lock:
             pids = list(self._partitions) if partition_id is None else [partition_id]
             out = {}
