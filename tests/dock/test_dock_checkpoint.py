@@ -292,3 +292,40 @@ def test_a_save_of_a_live_process_is_left_alone(tmp_path):
         folder.mkdir()
     Dock.load(tmp_path / "ckpt")
     assert live.exists() and not dead.exists() and other.exists()
+
+
+# -- what a save may replace ------------------------------------------------------------------------------
+
+
+def test_a_save_never_replaces_what_is_not_a_checkpoint(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    (tmp_path / "ckpt.old").mkdir()
+    (tmp_path / "ckpt.old" / "keep.txt").write_text("mine too")
+    (tmp_path / "file").write_text("a file")
+    monkeypatch.chdir(work)
+    dock = rich_dock()
+    before = {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")}
+    for directory, match in [
+        ("", "non-empty str"),
+        (".", "is not a dock checkpoint"),
+        (work, "is not a dock checkpoint"),
+        (tmp_path / "file", "is not a dock checkpoint"),
+        (tmp_path / "ckpt", "ckpt.old exists and is not a dock checkpoint"),
+        ("/", "root"),
+        (b"ckpt", "non-empty str"),
+        (None, "path of a checkpoint directory"),
+    ]:
+        with pytest.raises(tp.ConfigError, match=match):
+            dock.save(directory)
+    assert {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")} == before
+    with pytest.raises(tp.ConfigError, match="non-empty str"):
+        Dock.load("")
+
+
+def test_a_saved_checkpoint_has_the_mode_a_new_directory_gets(tmp_path):
+    rich_dock().save(tmp_path / "ckpt")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o777 & ~umask

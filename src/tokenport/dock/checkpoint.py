@@ -27,10 +27,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._files import process_alive
+from .._files import process_alive, publish_mode
 from ..errors import ConfigError, CorruptStoreError
 from .checkpoint_schema import (
     FORMAT,
+    PARTITION_FILE,
     ColumnEntry,
     Description,
     Expired,
@@ -54,13 +55,21 @@ _DAMAGED = "the checkpoint is damaged: load an earlier one, or start the dock af
 
 
 def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
-    """Write a dock's ``state`` to ``directory`` (replaced whole if it exists)."""
-    target = os.path.abspath(os.fspath(directory))
+    """Write a dock's ``state`` to ``directory`` (an earlier checkpoint there is replaced whole; anything
+    else there is refused, never replaced)."""
+    target = _target(directory)
     parent = os.path.dirname(target)
+    for path in (target, target + ".old"):
+        if os.path.lexists(path) and not _holds_checkpoint(path):
+            raise ConfigError(
+                f"{path} exists and is not a dock checkpoint (only dock.json and partition-*.npz): Dock.save "
+                "replaces a checkpoint whole, so pass a new directory or one Dock.save wrote"
+            )
     os.makedirs(parent, exist_ok=True)
     _remove_stale_saves(target)
     staging = tempfile.mkdtemp(prefix=f"{os.path.basename(target)}.saving-{os.getpid()}-", dir=parent)
     try:
+        publish_mode(staging, directory=True)
         _kill_point()
         with state.lock:
             requeue = state.expired()  # handed back below, into the live state too
@@ -106,7 +115,7 @@ def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
 
 def load_state(directory: str | os.PathLike[str]) -> DockState:
     """The dock state ``save_state`` wrote to ``directory`` (leases returned, stats reset)."""
-    source = os.path.abspath(os.fspath(directory))
+    source = _target(directory)
     _remove_stale_saves(source)
     if not os.path.isdir(source) and os.path.isdir(source + ".old"):
         source += ".old"  # a save was interrupted between its two renames
@@ -148,6 +157,32 @@ def load_state(directory: str | os.PathLike[str]) -> DockState:
     if description.closed:
         state.close()
     return state
+
+
+def _target(directory: str | os.PathLike[str]) -> str:
+    """The absolute path of a checkpoint directory (its folder's own name, never a root or "")."""
+    try:
+        path = os.fspath(directory)
+    except TypeError:
+        raise ConfigError(f"directory={directory!r:.60}: pass the path of a checkpoint directory") from None
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"directory={directory!r:.60}: pass the path of a checkpoint directory as a non-empty str")
+    target = os.path.abspath(path)
+    if os.path.dirname(target) == target:
+        raise ConfigError(f"directory={directory!r}: a filesystem root cannot be a checkpoint; pass a directory in it")
+    return target
+
+
+def _holds_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a directory holding nothing but a checkpoint's files (some may be missing:
+    an interrupted save or removal), so replacing or removing it loses nothing else."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return all(name == "dock.json" or PARTITION_FILE.fullmatch(name) for name in names)
 
 
 def _describe(column: Column) -> ColumnEntry:
@@ -332,8 +367,9 @@ def _remove_stale_saves(target: str) -> None:
         return
     for name in names:
         owner = re.fullmatch(re.escape(base) + r"\.saving-(\d+)-[^/]*", name)
-        if owner and int(owner[1]) != os.getpid() and not process_alive(int(owner[1])):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        path = os.path.join(parent, name)
+        if owner and int(owner[1]) != os.getpid() and not process_alive(int(owner[1])) and _holds_checkpoint(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _swap_in(staging: str, target: str) -> None:

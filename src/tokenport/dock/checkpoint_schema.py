@@ -16,7 +16,17 @@ import msgspec
 from .._schema import Count, Document, Positive, Text, decode
 from ..errors import CorruptStoreError
 
-__all__ = ["FORMAT", "FORMAT_1", "ColumnEntry", "Description", "Expired", "PartitionEntry", "description_of"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_1",
+    "PARTITION_FILE",
+    "ColumnEntry",
+    "Description",
+    "Expired",
+    "PartitionEntry",
+    "description_bytes",
+    "description_of",
+]
 
 FORMAT = "tokenport.dock-checkpoint/2"
 FORMAT_1 = "tokenport.dock-checkpoint/1"  # before versions and segments
