@@ -311,7 +311,8 @@ class Dock(AsyncMethods):
         return self._state.stats()
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases)."""
+        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases); an
+        earlier checkpoint there is replaced, anything else there is refused (ConfigError)."""
         save_state(self._state, directory)
 
     @classmethod
