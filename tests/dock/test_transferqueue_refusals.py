@@ -19,6 +19,7 @@ from tokenport.dock import Dock  # noqa: E402
 from tokenport.errors import ConfigError, InputDataError, TokenportError  # noqa: E402
 
 torch.set_num_threads(1)
+F8 = torch.ones(2).to(torch.float8_e4m3fn)  # a dtype numpy has not
 
 
 def batch(n: int, dtype=torch.float32) -> TensorDict:
@@ -111,6 +112,7 @@ REFUSED = [
     ("put too many for a new partition", lambda c: c.put(data=batch(5), partition_id="new"), ConfigError),
     ("put too many for a partition", lambda c: c.put(data=batch(3), partition_id="p"), ConfigError),
     ("put bfloat16", lambda c: c.put(data=batch(2, torch.bfloat16), partition_id="new"), InputDataError),
+    ("put float8", lambda c: c.put(data=TensorDict({"f": F8}, [2]), partition_id="n"), InputDataError),
     ("put a dict", lambda c: c.put(data={"reward": torch.ones(2)}, partition_id="new"), InputDataError),
     ("put no batch dim", lambda c: c.put(data=TensorDict({"r": torch.ones(2)}, []), partition_id="n"), InputDataError),
     ("put empty", lambda c: c.put(data=TensorDict({}, [2]), partition_id="new"), InputDataError),

@@ -191,7 +191,7 @@ def _column_value(name: str, value: Any) -> tuple[Column, np.ndarray | Packed]:
             f"field {name!r} is a {type(value).__name__}: the dock holds tensor fields only "
             "(bool, integer or float); encode it as a tensor"
         )
-    if value.dtype == torch.bfloat16 or value.is_complex():
+    if value.dtype == torch.bfloat16 or value.is_complex() or not _numpy_holds(value.dtype):
         raise InputDataError(f"field {name!r} has dtype {value.dtype}, which numpy cannot hold: cast it first")
     if value.is_nested:
         if value.layout != torch.jagged or value._ragged_idx != 1:  # type: ignore[attr-defined]
@@ -209,6 +209,17 @@ def _column_value(name: str, value: Any) -> tuple[Column, np.ndarray | Packed]:
     batch, length = array.shape[:2]
     packed = Packed(array.reshape(batch * length, *array.shape[2:]), np.full(batch, length, dtype=np.int64))
     return Column(name, array.dtype, tuple(array.shape[2:]), ragged=True), packed
+
+
+def _numpy_holds(dtype: Any) -> bool:
+    """Whether numpy has the torch ``dtype`` (float8 and other torch-only types it has not)."""
+    import torch
+
+    try:
+        torch.empty(0, dtype=dtype).numpy()
+    except TypeError:
+        return False
+    return True
 
 
 def _tensor(value: np.ndarray | Packed) -> Any:
