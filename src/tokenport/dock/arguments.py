@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int, check_positive
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .ragged import Packed, Padded, as_ragged
@@ -28,11 +29,18 @@ __all__ = [
     "checked_segment",
     "checked_version",
     "in_range",
+    "int64",
     "row_ids",
     "wanted_columns",
 ]
 
 Sampler = Callable[[SampleRequest], Selection]
+
+
+def int64(name: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an int in [minimum, 2**63 - 1], or a ConfigError naming ``name``: every integer the
+    dock keeps (versions, rows, counts, limits) lives in int64 arrays, where a larger one would wrap."""
+    return check_int(name, value, minimum, INT64_MAX)
 
 
 def _completed_flags(completed: bool | Sequence[bool] | np.ndarray, rows: int) -> np.ndarray:
@@ -67,6 +75,8 @@ def checked_version(version: int | Sequence[int] | np.ndarray | None, rows: int)
         raise ConfigError(f"version: expected an integer or {rows} integers, one per row, got {version!r:.60}")
     if versions.size and int(versions.min()) < 0:
         raise ConfigError(f"version: {int(versions.min())} is negative; policy versions count from 0")
+    if versions.size and int(versions.max()) > INT64_MAX:
+        raise ConfigError(f"version: {int(versions.max())} is out of range; policy versions are at most 2**63 - 1")
     return np.broadcast_to(versions.astype(np.int64), (rows,))
 
 
@@ -106,7 +116,7 @@ def wanted_columns(columns: Sequence[str]) -> list[str]:
 
 def checked_get(count: int, timeout: float | None, sampler: Sampler | None, lease: float | None) -> int:
     """The checks of a get that need no partition (shared with RayDock); returns ``count``."""
-    count = check_int("count", count)
+    count = int64("count", count)
     if timeout is not None and not (_seconds(timeout) and timeout >= 0):
         raise ConfigError(f"timeout={timeout!r} is invalid: pass None (wait forever) or seconds >= 0")
     if lease is not None:

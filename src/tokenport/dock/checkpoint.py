@@ -6,71 +6,107 @@ row's version span and segments; ``dock.json`` also keeps the current version, t
 policy, the expiry counters and the requeued rows not yet handed back. Checkpoints of format 1
 (before versions) still load: their written rows get version 0.
 Leases are not saved: rows out on lease at save time come back unconsumed, as if the lease had
-expired, so a restarted stage gets them again. Writing goes to a fresh sibling directory that
-then replaces the old checkpoint by renames; a crash leaves either the old or the new one.
+expired, so a restarted stage gets them again. Writing goes to a fresh sibling directory
+(``NAME.saving-PID-*``) that then replaces the old checkpoint by renames; a crash leaves either the
+old or the new one, and the next save or load removes the folders of saves whose process is dead.
+
+Loading trusts nothing: ``dock.json`` is read through its typed schema (``checkpoint_schema``) and
+every array is checked (its key, dtype, shape and values) before a partition is built from it; a
+damaged checkpoint is one CorruptStoreError naming the file and the field, and builds no dock.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
 import tempfile
+import zipfile
+import zlib
+from collections.abc import Callable
 
 import numpy as np
 
+from .._files import process_alive, publish_mode
 from ..errors import ConfigError, CorruptStoreError
+from .checkpoint_schema import (
+    FORMAT,
+    PARTITION_FILE,
+    ColumnEntry,
+    Description,
+    Expired,
+    PartitionEntry,
+    description_bytes,
+    description_of,
+)
 from .ragged import Packed
 from .schema import Column
 from .state import DockState
 from .storage import Partition
 
-__all__ = ["load_state", "save_state"]
+__all__ = ["KILL_AT", "load_state", "save_state"]
 
-_FORMAT = "tokenport.dock-checkpoint/2"
-_FORMAT_1 = "tokenport.dock-checkpoint/1"  # before versions and segments
+KILL_AT = "TOKENPORT_DOCK_KILL_AT"
+"""Directed-kill tests set this to N: the process ends (``os._exit``) at the N-th step of a save."""
+_steps = 0
+
+_SEGMENT_ARRAYS = ("rows", "counts", "lengths", "versions")
+_DAMAGED = "the checkpoint is damaged: load an earlier one, or start the dock afresh"
 
 
 def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
-    """Write a dock's ``state`` to ``directory`` (replaced whole if it exists)."""
-    target = os.path.abspath(os.fspath(directory))
+    """Write a dock's ``state`` to ``directory`` (an earlier checkpoint there is replaced whole; anything
+    else there is refused, never replaced)."""
+    target = _target(directory)
     parent = os.path.dirname(target)
+    for path in (target, target + ".old"):
+        if os.path.lexists(path) and not _holds_checkpoint(path):
+            raise ConfigError(
+                f"{path} exists and is not a dock checkpoint (only dock.json and partition-*.npz): Dock.save "
+                "replaces a checkpoint whole, so pass a new directory or one Dock.save wrote"
+            )
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=os.path.basename(target) + ".saving-", dir=parent)
+    _remove_stale_saves(target)
+    staging = tempfile.mkdtemp(prefix=f"{os.path.basename(target)}.saving-{os.getpid()}-", dir=parent)
     try:
+        publish_mode(staging, directory=True)
+        _kill_point()
         with state.lock:
-            description = {
-                "format": _FORMAT,
-                "n_samples_per_prompt": state.n_samples_per_prompt,
-                "max_age": state.max_age,
-                "closed": state.closed,
-                "consumers": state.consumers,
-                "consumer_limits": state.consumer_limits,
-                "version": state.version,
-                "max_staleness": state.max_staleness,
-                "on_stale": state.on_stale,
-                "max_inflight_versions": state.max_inflight_versions,
-                "expired": {"requeued": state.expired_requeued, "dropped": state.expired_dropped},
-                "columns": [_describe(column) for column in state.columns.values()],
-                "partitions": [],
-            }
             requeue = state.expired()  # handed back below, into the live state too
             for name, rows in requeue.items():
                 state.requeue(name, rows)
+            partitions = []
             for number, partition in enumerate(state.each_partition()):
                 file = f"partition-{number:05d}.npz"
                 np.savez(os.path.join(staging, file), **_arrays(state, partition))
-                description["partitions"].append(
-                    {
-                        "name": partition.name,
-                        "rows": partition.rows,
-                        "file": file,
-                        "requeue": requeue.get(partition.name, np.zeros(0, np.int64)).tolist(),
-                        "segment_columns": [[row, list(names)] for row, names in partition.segment_columns.items()],
-                    }
+                _kill_point()
+                partitions.append(
+                    PartitionEntry(
+                        name=partition.name,
+                        rows=partition.rows,
+                        file=file,
+                        requeue=requeue.get(partition.name, np.zeros(0, np.int64)).tolist(),
+                        segment_columns=[(row, list(names)) for row, names in partition.segment_columns.items()],
+                    )
                 )
-        with open(os.path.join(staging, "dock.json"), "w", encoding="utf-8") as f:
-            json.dump(description, f, indent=1)
+            description = Description(
+                format=FORMAT,
+                n_samples_per_prompt=state.n_samples_per_prompt,
+                max_age=state.max_age,
+                closed=state.closed,
+                consumers=state.consumers,
+                consumer_limits=state.consumer_limits,
+                version=state.version,
+                max_staleness=state.max_staleness,
+                on_stale=state.on_stale,  # type: ignore[arg-type]
+                max_inflight_versions=state.max_inflight_versions,
+                expired=Expired(requeued=state.expired_requeued, dropped=state.expired_dropped),
+                columns=[_describe(column) for column in state.columns.values()],
+                partitions=partitions,
+            )
+        with open(os.path.join(staging, "dock.json"), "wb") as f:
+            f.write(description_bytes(description))
+        _kill_point()
         _swap_in(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -79,72 +115,84 @@ def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
 
 def load_state(directory: str | os.PathLike[str]) -> DockState:
     """The dock state ``save_state`` wrote to ``directory`` (leases returned, stats reset)."""
-    source = os.path.abspath(os.fspath(directory))
+    source = _target(directory)
+    _remove_stale_saves(source)
     if not os.path.isdir(source) and os.path.isdir(source + ".old"):
         source += ".old"  # a save was interrupted between its two renames
     path = os.path.join(source, "dock.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            description = json.load(f)
-    except FileNotFoundError:
+        with open(path, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, NotADirectoryError):
         raise ConfigError(
             f"{directory}: no dock checkpoint here (dock.json is missing); pass the directory given to Dock.save"
         ) from None
-    except json.JSONDecodeError as error:
-        raise CorruptStoreError(f"{path}: not valid JSON ({error}); the checkpoint is damaged") from None
-    if description.get("format") not in (_FORMAT, _FORMAT_1):
-        raise CorruptStoreError(
-            f"{path}: format {description.get('format')!r}, expected {_FORMAT!r} (or the older {_FORMAT_1!r})"
-        )
+    except OSError as error:
+        raise CorruptStoreError(f"{path}: cannot be read ({error.strerror}); {_DAMAGED}") from None
+    description = description_of(data, path)
     try:
-        columns = [
-            Column(c["name"], c["dtype"], tuple(c["shape"]), c["ragged"], c.get("segmented", False))
-            for c in description["columns"]
-        ]
+        columns = [Column(c.name, c.dtype, tuple(c.shape), c.ragged, c.segmented) for c in description.columns]
         state = DockState(
             columns,
             [],
-            description["n_samples_per_prompt"],
-            max_age=description["max_age"],
-            max_staleness=description.get("max_staleness"),
-            on_stale=description.get("on_stale", "requeue"),
-            max_inflight_versions=description.get("max_inflight_versions"),
+            description.n_samples_per_prompt,
+            max_age=description.max_age,
+            max_staleness=description.max_staleness,
+            on_stale=description.on_stale,
+            max_inflight_versions=description.max_inflight_versions,
         )
-        limits = description.get("consumer_limits", {})
-        for consumer in description["consumers"]:
-            state.add_consumer(consumer, limits.get(consumer))
-        state.version = int(description.get("version", 0))
-        expired = description.get("expired", {})
-        state.expired_requeued = int(expired.get("requeued", 0))
-        state.expired_dropped = int(expired.get("dropped", 0))
-    except (KeyError, TypeError, ValueError) as error:
-        raise CorruptStoreError(f"{path}: {error!r} in the dock description; the checkpoint is damaged") from None
-    for entry in description["partitions"]:
-        partition = Partition(entry["name"], entry["rows"])
-        file = os.path.join(source, entry["file"])
-        try:
-            with np.load(file) as arrays:
-                _restore(state, partition, dict(arrays), file)
-            for row, names in entry.get("segment_columns", []):
-                partition.segment_columns[int(row)] = tuple(names)
-        except (OSError, ValueError, KeyError) as error:
-            raise CorruptStoreError(f"{file}: cannot be read ({error}); the checkpoint is damaged") from None
+        for consumer in description.consumers:
+            state.add_consumer(consumer, description.consumer_limits.get(consumer))
+    except ConfigError as error:
+        raise CorruptStoreError(f"{path}: {error}; {_DAMAGED}") from None
+    state.version = description.version
+    state.expired_requeued = description.expired.requeued
+    state.expired_dropped = description.expired.dropped
+    for entry in description.partitions:
+        file = os.path.join(source, entry.file)
+        partition = _restore(state, description, entry, _read_arrays(file), file)
         state.adopt(partition)
-        if entry.get("requeue"):
-            state.requeue(partition.name, np.array(entry["requeue"], dtype=np.int64))
-    if description["closed"]:
+        if entry.requeue:
+            state.requeue(partition.name, np.array(entry.requeue, dtype=np.int64))
+    if description.closed:
         state.close()
     return state
 
 
-def _describe(column: Column) -> dict:
-    return {
-        "name": column.name,
-        "dtype": column.dtype.str,
-        "shape": list(column.shape),
-        "ragged": column.ragged,
-        "segmented": column.segmented,
-    }
+def _target(directory: str | os.PathLike[str]) -> str:
+    """The absolute path of a checkpoint directory (its folder's own name, never a root or "")."""
+    try:
+        path = os.fspath(directory)
+    except TypeError:
+        raise ConfigError(f"directory={directory!r:.60}: pass the path of a checkpoint directory") from None
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"directory={directory!r:.60}: pass the path of a checkpoint directory as a non-empty str")
+    target = os.path.abspath(path)
+    if os.path.dirname(target) == target:
+        raise ConfigError(f"directory={directory!r}: a filesystem root cannot be a checkpoint; pass a directory in it")
+    return target
+
+
+def _holds_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a directory holding nothing but a checkpoint's files (some may be missing:
+    an interrupted save or removal), so replacing or removing it loses nothing else."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return all(name == "dock.json" or PARTITION_FILE.fullmatch(name) for name in names)
+
+
+def _describe(column: Column) -> ColumnEntry:
+    return ColumnEntry(
+        name=column.name,
+        dtype=column.dtype.str,
+        shape=list(column.shape),
+        ragged=column.ragged,
+        segmented=column.segmented,
+    )
 
 
 def _arrays(state: DockState, partition: Partition) -> dict[str, np.ndarray]:
@@ -175,36 +223,73 @@ def _arrays(state: DockState, partition: Partition) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _restore(state: DockState, partition: Partition, arrays: dict[str, np.ndarray], file: str) -> None:
-    """Fill ``partition`` from its saved arrays, each checked to have the dtype and shape it was saved
-    with (assigning another dtype would cast, and could wrap, silently)."""
-    rows = (partition.rows,)
-    columns = state.columns  # a name not among them is a KeyError: a damaged checkpoint
+def _read_arrays(file: str) -> dict[str, np.ndarray]:
+    """Every array of a partition's ``.npz`` (no pickles), or a CorruptStoreError naming it."""
+    try:
+        loaded = np.load(file, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # one .npy array, not an archive
+            raise ValueError("not an .npz archive")
+        with loaded as archive:
+            return {key: archive[key] for key in archive.files}
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{file}: missing; {_DAMAGED}") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
+        raise CorruptStoreError(f"{file}: cannot be read ({error}); {_DAMAGED}") from None
 
-    def saved(key: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+
+def _restore(
+    state: DockState, description: Description, entry: PartitionEntry, arrays: dict[str, np.ndarray], file: str
+) -> Partition:
+    """A partition built from its saved arrays, each checked first: its key names a field the dock
+    saves, its dtype and shape are those it was saved with (assigning another dtype would cast, and
+    could wrap, silently), its values are in range and agree with ``dock.json``."""
+    rows = (entry.rows,)
+    columns = state.columns
+    consumers = set(state.consumers)
+    versioned = description.format == FORMAT
+
+    def refuse(key: str, problem: str) -> CorruptStoreError:
+        return CorruptStoreError(f"{file}: {key} {problem}; {_DAMAGED}")
+
+    def saved(key: str, dtype: np.dtype, shape: tuple[int, ...], minimum: int | None = None) -> np.ndarray:
+        if key not in arrays:
+            raise refuse(key, "is missing")
         array = arrays[key]
         if array.dtype != dtype or array.shape != shape:
-            raise CorruptStoreError(
-                f"{file}: {key} has dtype {array.dtype} and shape {array.shape}, the dock saves dtype {dtype} "
-                f"and shape {shape}; the checkpoint is damaged"
+            raise refuse(
+                key,
+                f"has dtype {array.dtype} and shape {array.shape}, the dock saves dtype {dtype} and shape {shape}",
             )
+        if minimum is not None and array.size and int(array.min()) < minimum:
+            raise refuse(key, f"holds {int(array.min())}, below its least value {minimum}")
         return array
 
-    partition.completed[:] = saved("completed", np.dtype(bool), rows)
-    partition.age[:] = saved("age", np.dtype(np.int64), rows)
-    if "version_first" in arrays:
-        partition.version_first[:] = saved("version_first", np.dtype(np.int64), rows)
-        partition.version_last[:] = saved("version_last", np.dtype(np.int64), rows)
-        segment_rows = arrays["segments/rows"]
-        counts = saved("segments/counts", np.dtype(np.int64), segment_rows.shape)
-        total = (int(counts.sum()),)
-        lengths = saved("segments/lengths", np.dtype(np.int64), total)
-        versions = saved("segments/versions", np.dtype(np.int64), total)
-        ends = np.cumsum(counts)
-        for row, end, count in zip(segment_rows.tolist(), ends.tolist(), counts.tolist()):
-            pairs = zip(lengths[end - count : end].tolist(), versions[end - count : end].tolist())
-            partition.segments[int(row)] = list(pairs)
-    everything = np.arange(partition.rows)
+    expected = {"completed", "age"}
+    if versioned:
+        expected |= {"version_first", "version_last", *(f"segments/{k}" for k in _SEGMENT_ARRAYS)}
+    for name, column in columns.items():
+        expected.add(f"ready/{name}")
+        expected |= {f"ragged/{name}/values", f"ragged/{name}/lengths"} if column.ragged else {f"fixed/{name}"}
+    expected |= {f"consumed/{name}" for name in consumers}
+    for key in arrays:
+        if key not in expected:
+            raise refuse(key, "is no field of this dock's checkpoint (unknown column, consumer or array)")
+    completed = saved("completed", np.dtype(bool), rows)
+    age = saved("age", np.dtype(np.int64), rows, 0)
+    partition = Partition(entry.name, entry.rows)
+    partition.completed[:] = completed
+    partition.age[:] = age
+    if versioned:
+        first = saved("version_first", np.dtype(np.int64), rows, -1)
+        last = saved("version_last", np.dtype(np.int64), rows, -1)
+        if np.any((first < 0) != (last < 0)) or np.any(first > last) or (last.size and int(last.max()) > state.version):
+            raise refuse(
+                "version_first/version_last",
+                f"do not describe version spans (-1 for none, oldest <= newest <= the current {state.version})",
+            )
+        partition.version_first[:] = first
+        partition.version_last[:] = last
+        _restore_segments(partition, entry, saved, refuse, state.version)
     for key in arrays:
         kind, _, name = key.partition("/")
         if kind == "ready":
@@ -213,23 +298,91 @@ def _restore(state: DockState, partition: Partition, arrays: dict[str, np.ndarra
             partition.consumed_of(name)[:] = saved(key, np.dtype(bool), rows)
         elif kind == "fixed":
             column = columns[name]
-            partition.write(column, everything, saved(key, column.dtype, rows + column.shape))
-        elif kind == "ragged" and name.endswith("/values"):
-            column = columns[name[: -len("/values")]]
-            lengths = saved(f"ragged/{column.name}/lengths", np.dtype(np.int64), rows)
-            values = saved(key, column.dtype, (len(arrays[key]), *column.shape))
-            partition.write(column, everything, Packed(values, lengths))
-    if "version_first" not in arrays:  # format 1: no versions were kept, so written rows count as version 0
-        written = np.logical_or.reduce([partition.ready_of(name) for name in partition.ready] or [np.zeros(rows, bool)])
+            partition.write(column, np.arange(entry.rows), saved(key, column.dtype, rows + column.shape))
+    for name, column in columns.items():
+        values_key, lengths_key = f"ragged/{name}/values", f"ragged/{name}/lengths"
+        if values_key not in arrays and lengths_key not in arrays:
+            continue
+        lengths = saved(lengths_key, np.dtype(np.int64), rows, 0)
+        total = int(lengths.sum(dtype=np.uint64)) if lengths.size else 0
+        values = saved(values_key, column.dtype, (total, *column.shape))
+        partition.write(column, np.arange(entry.rows), Packed(values, lengths))
+    for name, ready in partition.ready.items():
+        if ready.any() and name not in partition.fixed and name not in partition.ragged:
+            raise refuse(f"ready/{name}", f"marks row {int(np.argmax(ready))} ready, but the column's data is missing")
+    for row, names in partition.segment_columns.items():
+        items = sum(length for length, _ in partition.segments[row])
+        for name in names:
+            held = int(partition.ragged[name].lengths[row]) if name in partition.ragged else 0
+            if held != items:
+                raise refuse(f"ragged/{name}/lengths", f"gives row {row} {held} items, its segments {items}")
+    if not versioned:  # format 1: no versions were kept, so written rows count as version 0
+        written = np.logical_or.reduce([*partition.ready.values(), np.zeros(rows, bool)])
         partition.version_first[written] = 0
         partition.version_last[written] = 0
+    return partition
+
+
+def _restore_segments(
+    partition: Partition,
+    entry: PartitionEntry,
+    saved: Callable[..., np.ndarray],
+    refuse: Callable[[str, str], CorruptStoreError],
+    version: int,
+) -> None:
+    """The segments of appended rows: (items, version) per segment, in the order appended."""
+    int64 = np.dtype(np.int64)
+    count = len(entry.segment_columns)
+    segment_rows = saved("segments/rows", int64, (count,), 0)
+    if sorted(segment_rows.tolist()) != sorted(row for row, _ in entry.segment_columns):
+        raise refuse("segments/rows", "are not the rows dock.json lists under segment_columns")
+    counts = saved("segments/counts", int64, (count,), 1)
+    total = (int(counts.sum()),)
+    lengths = saved("segments/lengths", int64, total, 1)
+    versions = saved("segments/versions", int64, total, 0)
+    if versions.size and int(versions.max()) > version:
+        raise refuse("segments/versions", f"holds {int(versions.max())}, newer than the current version {version}")
+    ends = np.cumsum(counts)
+    for row, end, n in zip(segment_rows.tolist(), ends.tolist(), counts.tolist()):
+        partition.segments[row] = list(zip(lengths[end - n : end].tolist(), versions[end - n : end].tolist()))
+    for row, names in entry.segment_columns:
+        partition.segment_columns[row] = tuple(names)
+
+
+def _kill_point() -> None:
+    """End the process here if this is the save step ``KILL_AT`` names (directed-kill tests)."""
+    global _steps
+    if KILL_AT in os.environ:
+        _steps += 1
+        if _steps == int(os.environ[KILL_AT]):
+            os._exit(137)
+
+
+def _remove_stale_saves(target: str) -> None:
+    """Remove the staging folders of saves to ``target`` whose process is dead (a killed save)."""
+    parent, base = os.path.split(target)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        owner = re.fullmatch(re.escape(base) + r"\.saving-(\d+)-[^/]*", name)
+        path = os.path.join(parent, name)
+        if owner and int(owner[1]) != os.getpid() and not process_alive(int(owner[1])) and _holds_checkpoint(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _swap_in(staging: str, target: str) -> None:
     """Put ``staging`` where ``target`` is, keeping the old one until the new one is in place."""
     old = target + ".old"
+    if not os.path.exists(target) and os.path.isdir(old):
+        os.rename(old, target)  # an earlier swap was cut between its renames: the old checkpoint is whole
+        _kill_point()
     shutil.rmtree(old, ignore_errors=True)
     if os.path.exists(target):
         os.rename(target, old)
+        _kill_point()
     os.rename(staging, target)
+    _kill_point()
     shutil.rmtree(old, ignore_errors=True)
+    _kill_point()

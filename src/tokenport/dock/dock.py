@@ -35,10 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
 from ..metrics import live
 from .aio import AsyncMethods
-from .arguments import Sampler, checked_put, checked_segment, checked_version, wanted_columns
+from .arguments import Sampler, checked_put, checked_segment, checked_version, int64, wanted_columns
 from .batch import Batch
 from .checkpoint import load_state, save_state
 from .ragged import Packed
@@ -227,7 +226,7 @@ class Dock(AsyncMethods):
         unfinished=True)``) until an append with ``finished=True``; appending to a finished row is
         refused. On any error nothing is written.
         """
-        row = check_int("row", row, 0)
+        row = int64("row", row, 0)
         checked = checked_segment(self._state.column, columns)
         stamp = checked_version(version, 1)
         self._state.append(partition, row, checked, None if stamp is None else int(stamp[0]), bool(finished))
@@ -312,7 +311,8 @@ class Dock(AsyncMethods):
         return self._state.stats()
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases)."""
+        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases); an
+        earlier checkpoint there is replaced, anything else there is refused (ConfigError)."""
         save_state(self._state, directory)
 
     @classmethod

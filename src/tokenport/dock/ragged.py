@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_choice, check_int, is_int
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .copying import copy_runs, item_bytes
@@ -136,16 +137,23 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
 def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
     """Pad rows to the longest, rounded up to ``multiple_of`` (tensor/context parallel sizes), or to ``length``."""
     packed = rows if isinstance(rows, Packed) else pack(rows)
-    multiple_of = check_int("multiple_of", multiple_of)
+    multiple_of = check_int("multiple_of", multiple_of, 1, INT64_MAX)
     longest = int(packed.lengths.max()) if len(packed) else 0
     if length is None:
         width = -(-longest // multiple_of) * multiple_of
-    elif not is_int(length) or length < longest:
-        raise ConfigError(f"length={length!r} is invalid: the longest row has {longest} items; truncate first")
+    elif not is_int(length) or length < longest or length > INT64_MAX:
+        raise ConfigError(
+            f"length={length!r} is invalid: pass at least the longest row ({longest} items; or truncate first) "
+            "and at most 2**63 - 1"
+        )
     else:
         width = int(length)
     fill = fitted(np.asarray(pad_value), packed.values.dtype, "pad_value")
-    values = np.full((len(packed), width, *packed.values.shape[1:]), fill, dtype=packed.values.dtype)
+    shape = (len(packed), width, *packed.values.shape[1:])
+    try:
+        values = np.full(shape, fill, dtype=packed.values.dtype)
+    except (ValueError, MemoryError):  # more items than numpy can index, or than memory holds
+        raise ConfigError(f"pad: a padded array of shape {shape} is too large; pass a smaller length") from None
     starts = np.arange(len(packed), dtype=np.int64) * width
     copy_runs(packed.values, packed.offsets[:-1], values, starts, packed.lengths, item_bytes(packed.values))
     return Padded(values, packed.lengths)
@@ -153,7 +161,7 @@ def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 
 
 def truncate(packed: Packed, max_length: int, *, keep: str = "head") -> Packed:
     """Cut every row to at most ``max_length`` items, keeping its ``"head"`` or its ``"tail"``."""
-    max_length = check_int("max_length", max_length, 0)
+    max_length = check_int("max_length", max_length, 0, INT64_MAX)
     check_choice("keep", keep, ("head", "tail"))
     lengths = np.minimum(packed.lengths, max_length)
     offsets = packed.offsets

@@ -49,7 +49,16 @@ import ray
 from .._checks import check_int
 from ..errors import ConfigError, CorruptStoreError, StorageError, TokenportError
 from .aio import AsyncMethods
-from .arguments import Sampler, checked_get, checked_put, checked_segment, checked_version, row_ids, wanted_columns
+from .arguments import (
+    Sampler,
+    checked_get,
+    checked_put,
+    checked_segment,
+    checked_version,
+    int64,
+    row_ids,
+    wanted_columns,
+)
 from .batch import Batch
 from .blob import pack_columns, unpack_columns
 from .casting import as_array
@@ -387,7 +396,7 @@ class RayDock(AsyncMethods):
 
     def set_version(self, version: int) -> None:
         """As ``Dock.set_version``: rows now too stale expire by the dock's policy."""
-        _get(self._controller.call.remote("set_version", version))
+        _get(self._controller.call.remote("set_version", int64("version", version, 0)))
 
     def expired(self, partition: str | None = None) -> dict[str, np.ndarray]:
         """As ``Dock.expired``: rows expired under ``on_stale="requeue"`` since the last call."""
@@ -412,7 +421,7 @@ class RayDock(AsyncMethods):
     ) -> None:
         """As ``Dock.append``: the segment goes to the controller, which holds segmented columns itself (a
         turn's items are small; they are not spread over the shards)."""
-        row = check_int("row", row, 0)
+        row = int64("row", row, 0)
         if isinstance(columns, Mapping):
             self._refresh_columns(columns)
         checked = checked_segment(self._column, columns)

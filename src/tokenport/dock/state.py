@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice
+from .._schema import INT64_MAX
 from ..errors import ConfigError, DockTimeout
-from .arguments import Sampler, checked_get, in_range, row_ids
+from .arguments import Sampler, checked_get, in_range, int64, row_ids
 from .samplers import SampleRequest, Selection, Sequential
 from .schema import Column
 from .storage import Partition
@@ -80,12 +81,12 @@ class DockState:
         self._next_lease = 1
         self.leases_expired = 0
         self.closed = False
-        self.n_samples_per_prompt = check_int("n_samples_per_prompt", n_samples_per_prompt)
-        self.max_age = None if max_age is None else check_int("max_age", max_age)
-        self.max_staleness = None if max_staleness is None else check_int("max_staleness", max_staleness, 0)
+        self.n_samples_per_prompt = int64("n_samples_per_prompt", n_samples_per_prompt)
+        self.max_age = None if max_age is None else int64("max_age", max_age)
+        self.max_staleness = None if max_staleness is None else int64("max_staleness", max_staleness, 0)
         self.on_stale = str(check_choice("on_stale", on_stale, STALE_POLICIES))
         self.max_inflight_versions = (
-            None if max_inflight_versions is None else check_int("max_inflight_versions", max_inflight_versions)
+            None if max_inflight_versions is None else int64("max_inflight_versions", max_inflight_versions)
         )
         self.version = 0
         self.expired_requeued = 0
@@ -113,7 +114,7 @@ class DockState:
         the dock's for it."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"consumer name={name!r} is invalid: pass a non-empty string")
-        limit = None if max_staleness is None else check_int("max_staleness", max_staleness, 0)
+        limit = None if max_staleness is None else int64("max_staleness", max_staleness, 0)
         with self.lock:
             if name in self._consumers:
                 raise ConfigError(f"consumer {name!r} exists already")
@@ -161,7 +162,13 @@ class DockState:
         """Add an empty partition of ``num_prompts * n_samples_per_prompt`` rows."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"partition name={name!r} is invalid: pass a non-empty string")
-        rows = check_int("num_prompts", num_prompts) * self.n_samples_per_prompt
+        prompts = int64("num_prompts", num_prompts)
+        if prompts * self.n_samples_per_prompt > INT64_MAX:
+            raise ConfigError(
+                f"num_prompts={prompts} is invalid: times n_samples_per_prompt={self.n_samples_per_prompt} it is "
+                "more rows than int64 holds; pass fewer prompts"
+            )
+        rows = prompts * self.n_samples_per_prompt
         return self.adopt(Partition(name, rows))
 
     def adopt(self, partition: Partition) -> Partition:
@@ -263,7 +270,7 @@ class DockState:
 
     def set_version(self, version: int) -> None:
         """Make ``version`` the current policy version (never backwards); rows now too stale expire."""
-        version = check_int("version", version, 0)
+        version = int64("version", version, 0)
         with self.lock:
             if version < self.version:
                 raise ConfigError(
@@ -347,8 +354,8 @@ class DockState:
                     raise ConfigError(f"column {name!r} is not segmented: write it with put")
             if target.completed[row]:
                 raise ConfigError(
-                    f"partition {target.name!r} row {row} is finished: append to rows put with completed=False "
-                    "(or never put), and pass finished=True with the last segment"
+                    f"partition {target.name!r} row {row} is finished (or was dropped as stale): append to rows "
+                    "put with completed=False (or never put), and pass finished=True with the last segment"
                 )
             known = target.segment_columns.get(row, names)
             if known != names:
@@ -450,7 +457,7 @@ class DockState:
         consumer's limit) versions behind are not served."""
         count = checked_get(count, timeout, sampler, lease)
         if max_staleness is not None:
-            max_staleness = check_int("max_staleness", max_staleness, 0)
+            max_staleness = int64("max_staleness", max_staleness, 0)
         with self.lock:
             stats = self._consumer(consumer)
             limit = self.staleness_limit(consumer) if max_staleness is None else max_staleness
@@ -592,6 +599,7 @@ class DockState:
         if self.on_stale == "drop":
             for consumer in self._consumers:
                 target.consumed_of(consumer)[gone] = True
+            target.completed[gone] = True  # settled: an append may not revive it (and count it twice)
             self.expired_dropped += len(gone)
         else:
             target.reset_rows(gone)

@@ -60,14 +60,17 @@ import asyncio
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_int, is_int
+from .._schema import Count, Document, NonNegativeFinite, Positive, decode, to_builtins
 from ..errors import ConfigError, DockTimeout, InputDataError
 from .api import DockAPI
+from .arguments import int64
 from .ragged import Packed
 from .schema import Column
 from .transferqueue_state import Field, Indexes, LowestGlobal, TQPartition
@@ -119,33 +122,61 @@ class TransferQueueConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.polling_mode, bool):
             raise ConfigError(f"polling_mode={self.polling_mode!r} must be True or False")
-        if not isinstance(self.get_meta_timeout, (int, float)) or not 0 <= self.get_meta_timeout < float("inf"):
-            raise ConfigError(f"get_meta_timeout={self.get_meta_timeout!r} must be seconds >= 0")
-        check_int("partition_rows", self.partition_rows)
-        check_int("pre_allocated", self.pre_allocated, minimum=0)
+        timeout = self.get_meta_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+            raise ConfigError(f"get_meta_timeout={timeout!r} must be seconds >= 0")
+        int64("partition_rows", self.partition_rows)
+        check_int("pre_allocated", self.pre_allocated, 0, self.partition_rows, "at most partition_rows")
 
     @classmethod
     def from_conf(cls, conf: Any) -> TransferQueueConfig:
         """The settings from a TransferQueue-style config (``{"controller": {"polling_mode": ...}}``,
-        plus an optional ``"dock"`` section with this class's fields)."""
-        conf = dict(conf or {})
-        known = {"controller", "dock", "backend", "metrics"}
-        if unknown := set(conf) - known:
-            raise ConfigError(f"conf: unknown sections {sorted(unknown)}; expected some of {sorted(known)}")
-        controller = dict(conf.get("controller") or {})
-        sampler = controller.pop("sampler", "SequentialSampler")
-        if sampler != "SequentialSampler":
-            raise ConfigError(f"conf.controller.sampler={sampler!r}: only SequentialSampler is spoken by the dock")
-        options = dict(conf.get("dock") or {})
-        if "polling_mode" in controller:
-            options["polling_mode"] = controller.pop("polling_mode")
-        controller.pop("zmq_info", None)
-        if controller:
-            raise ConfigError(f"conf.controller: unknown keys {sorted(controller)}")
-        try:
-            return cls(**options)
-        except TypeError as error:
-            raise ConfigError(f"conf.dock: {error}") from None
+        plus an optional ``"dock"`` section with this class's fields), read through its typed schema."""
+        if conf is not None and not isinstance(conf, Mapping):
+            raise ConfigError(f"init(conf={conf!r:.60}): pass a dict of sections (controller, dock, ...) or None")
+        settings = decode(_plain(conf or {}), _Conf, where="init(conf)", remedy=_CONF_REMEDY, error=ConfigError)
+        options = to_builtins(settings.dock) if settings.dock is not None else {}
+        if settings.controller is not None and settings.controller.polling_mode is not None:
+            options["polling_mode"] = settings.controller.polling_mode
+        return cls(**options)
+
+
+_CONF_REMEDY = "fix the TransferQueue configuration (the dock speaks only SequentialSampler; it is the storage)"
+
+
+class _Controller(Document, frozen=True, kw_only=True):
+    """``conf.controller``: the settings of TransferQueue's controller the dock speaks."""
+
+    polling_mode: bool | None = None
+    sampler: Literal["SequentialSampler"] = "SequentialSampler"  # only it is spoken by the dock
+    zmq_info: Any = None  # TransferQueue's transport: nothing to do on a dock
+
+
+class _DockSection(Document, frozen=True, kw_only=True):
+    """``conf.dock``: the adapter's own settings (`TransferQueueConfig`'s fields)."""
+
+    polling_mode: bool = False
+    get_meta_timeout: NonNegativeFinite = 5.0
+    partition_rows: Positive = 65536
+    pre_allocated: Count = 1
+
+
+class _Conf(Document, frozen=True, kw_only=True):
+    """A TransferQueue configuration: the sections the dock reads; storage and metrics are the dock's own."""
+
+    controller: _Controller | None = None
+    dock: _DockSection | None = None
+    backend: Any = None
+    metrics: Any = None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with mappings (an OmegaConf DictConfig, say) as dicts and sequences as lists."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 # -- data in and out ---------------------------------------------------------------------------------
@@ -160,7 +191,7 @@ def _column_value(name: str, value: Any) -> tuple[Column, np.ndarray | Packed]:
             f"field {name!r} is a {type(value).__name__}: the dock holds tensor fields only "
             "(bool, integer or float); encode it as a tensor"
         )
-    if value.dtype == torch.bfloat16 or value.is_complex():
+    if value.dtype == torch.bfloat16 or value.is_complex() or not _numpy_holds(value.dtype):
         raise InputDataError(f"field {name!r} has dtype {value.dtype}, which numpy cannot hold: cast it first")
     if value.is_nested:
         if value.layout != torch.jagged or value._ragged_idx != 1:  # type: ignore[attr-defined]
@@ -180,6 +211,17 @@ def _column_value(name: str, value: Any) -> tuple[Column, np.ndarray | Packed]:
     return Column(name, array.dtype, tuple(array.shape[2:]), ragged=True), packed
 
 
+def _numpy_holds(dtype: Any) -> bool:
+    """Whether numpy has the torch ``dtype`` (float8 and other torch-only types it has not)."""
+    import torch
+
+    try:
+        torch.empty(0, dtype=dtype).numpy()
+    except TypeError:
+        return False
+    return True
+
+
 def _tensor(value: np.ndarray | Packed) -> Any:
     """A dock column's rows as TransferQueue returns them: dense for scalars, jagged otherwise."""
     import torch
@@ -189,6 +231,42 @@ def _tensor(value: np.ndarray | Packed) -> Any:
         offsets = torch.from_numpy(value.offsets)
         return torch.nested.nested_tensor_from_jagged(values, offsets)
     return torch.from_numpy(np.array(value))
+
+
+def _partition_name(partition_id: Any) -> str:
+    """``partition_id``, checked to be a non-empty string."""
+    if not isinstance(partition_id, str) or not partition_id:
+        raise ConfigError(f"partition_id={partition_id!r:.60} must be a non-empty string")
+    return partition_id
+
+
+def _names(values: Any, what: str) -> list[str]:
+    """A list of non-empty names (a string is one name's letters, not a list: refused)."""
+    if values is None:
+        return []
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) and v for v in values):
+        raise ConfigError(f"{what}={values!r:.60}: pass a list of non-empty names")
+    return list(values)
+
+
+def _keys(keys: Any, distinct: bool = True) -> list[str]:
+    """Keys of a kv call: one key or a list of them (distinct ones where new keys get samples)."""
+    keys = [keys] if isinstance(keys, str) else _names(keys, "keys")
+    if not keys or (distinct and len(set(keys)) != len(keys)):
+        raise ConfigError(f"keys={keys!r:.60}: pass at least one key{', each once' if distinct else ''}")
+    return keys
+
+
+def _batch_meta(metadata: Any) -> Any:
+    """``metadata``, checked to be TransferQueue's ``BatchMeta`` of integer indexes and partition names."""
+    from transfer_queue.metadata import BatchMeta
+
+    if not isinstance(metadata, BatchMeta):
+        raise ConfigError(f"metadata is a {type(metadata).__name__}: pass the BatchMeta get_meta or put returned")
+    indexes, pids = list(metadata.global_indexes), list(metadata.partition_ids)
+    if len(indexes) != len(pids) or not all(is_int(i) for i in indexes) or not all(isinstance(p, str) for p in pids):
+        raise ConfigError("metadata: expected one integer global index and one partition name per sample")
+    return metadata
 
 
 # -- the client ----------------------------------------------------------------------------------------
@@ -208,13 +286,29 @@ class TransferQueueClient:
 
     # -- partitions ---------------------------------------------------------------------------------
 
+    def _new_prompts(self) -> int:
+        """Prompts of a new partition: ``partition_rows`` rounded up to whole prompts of the dock."""
+        return -(-self.config.partition_rows // self.dock.n_samples_per_prompt)
+
+    def _with_room(self, partition_id: str, count: int) -> TQPartition:
+        """The partition ``partition_id`` (created if new) once it is known to have room for ``count``
+        new samples: a refused call creates no partition and allocates no index."""
+        part = self._partitions.get(_partition_name(partition_id))
+        if part is not None:
+            part.check_room(count)
+            return part
+        rows = self._new_prompts() * self.dock.n_samples_per_prompt
+        if count > rows:
+            raise ConfigError(
+                f"partition {partition_id!r} can hold {rows} samples, not {count}: put fewer, or raise "
+                "TransferQueueConfig.partition_rows"
+            )
+        return self._create(partition_id)
+
     def _create(self, partition_id: str) -> TQPartition:
-        if not isinstance(partition_id, str) or not partition_id:
-            raise ConfigError(f"partition_id={partition_id!r} must be a non-empty string")
-        group = self.dock.n_samples_per_prompt  # the dock counts rows in prompts: round up to whole ones
-        prompts = -(-self.config.partition_rows // group)
-        self.dock.add_partition(partition_id, prompts)
-        part = TQPartition(partition_id, prompts * group)
+        prompts = self._new_prompts()
+        self.dock.add_partition(_partition_name(partition_id), prompts)
+        part = TQPartition(partition_id, prompts * self.dock.n_samples_per_prompt)
         if self.config.pre_allocated:
             part.pre_allocated.update(self._indexes.allocate(partition_id, self.config.pre_allocated))
         self._partitions[partition_id] = part
@@ -275,11 +369,12 @@ class TransferQueueClient:
         if sampling_config is not None and not isinstance(sampling_config, dict):
             raise ConfigError(f"sampling_config={sampling_config!r:.60} must be a dict or None")
         # sampling_config goes to TransferQueue's sampler as keywords; SequentialSampler ignores them
-        fields = list(data_fields or [])
+        fields = _names(data_fields, "data_fields")
+        _partition_name(partition_id)
         if mode == "insert":
-            check_int("batch_size", batch_size)
+            int64("batch_size", batch_size)
             with self._lock:
-                part = self._partitions.get(partition_id) or self._create(partition_id)
+                part = self._with_room(partition_id, batch_size)
                 indexes = self._allocate(part, batch_size)
                 return self._meta(part, indexes, fields, mode)
         if mode == "force_fetch":
@@ -292,11 +387,16 @@ class TransferQueueClient:
             raise ConfigError(f"task_name={task_name!r}: fetch needs the consuming task's name")
         if not fields:
             raise ConfigError("data_fields is empty: fetch needs the fields the task reads")
-        check_int("batch_size", batch_size)
+        int64("batch_size", batch_size)
         deadline = time.monotonic() + (0.0 if self.config.polling_mode else self.config.get_meta_timeout)
         while True:
             with self._lock:
                 target = self._partitions.get(partition_id)
+                if target is not None and batch_size > target.rows:
+                    raise ConfigError(
+                        f"batch_size={batch_size} is more than partition {partition_id!r} can hold "
+                        f"({target.rows} samples): ask for fewer"
+                    )
                 known = target is not None and all(f in target.fields for f in fields)
                 if known and task_name not in self.dock.consumers:
                     self.dock.add_consumer(task_name)
@@ -330,25 +430,26 @@ class TransferQueueClient:
     def put(self, data: Any, metadata: Any = None, partition_id: str | None = None, data_parser: Any = None) -> Any:
         """Write ``data`` (a TensorDict) as new samples of ``partition_id``, or as fields of the samples
         of ``metadata``; returns the ``BatchMeta`` with the written fields added, ready."""
-        from tensordict import TensorDict
         from transfer_queue.metadata import extract_field_schema
 
         if data_parser is not None:
             raise ConfigError("data_parser is a SimpleStorage feature the dock does not offer: parse before put")
-        if not isinstance(data, TensorDict):
-            raise InputDataError(f"data is a {type(data).__name__}: pass a TensorDict with a batch dimension")
-        converted = {name: _column_value(name, value) for name, value in data.items()}
+        converted = self.checked_data(data)  # before insert allocates: a refused put changes nothing
         schema = extract_field_schema(data)
-        with self._lock:
-            self._check_columns(converted)  # before insert allocates: a refused put changes nothing
         if metadata is None:
             if partition_id is None:
                 raise ConfigError("partition_id must be provided if metadata is not given")
-            metadata = self.get_meta(list(converted), data.batch_size[0], partition_id, mode="insert")
-        if metadata is None or metadata.size == 0:
-            raise ConfigError("metadata cannot be None or empty: put with partition_id= or a non-empty BatchMeta")
-        if data.batch_size[0] != metadata.size:
-            raise InputDataError(f"data has {data.batch_size[0]} samples but metadata {metadata.size}")
+            partition_id = _partition_name(partition_id)
+        else:
+            _batch_meta(metadata)
+            if metadata.size == 0:
+                raise ConfigError("metadata cannot be empty: put with partition_id= or a non-empty BatchMeta")
+            if data.batch_size[0] != metadata.size:
+                raise InputDataError(f"data has {data.batch_size[0]} samples but metadata {metadata.size}")
+            with self._lock:
+                self._slots_by_partition(metadata)
+        if metadata is None:
+            metadata = self.get_meta(list(converted), data.batch_size[0], str(partition_id), mode="insert")
         with self._lock:
             self._check_columns(converted)
             groups = self._slots_by_partition(metadata)
@@ -370,6 +471,22 @@ class TransferQueueClient:
                     part.custom_meta[index] = dict(metadata.custom_meta[p])
         return metadata.add_fields(data)
 
+    def checked_data(self, data: Any) -> dict[str, tuple[Column, Any]]:
+        """``data`` (a TensorDict of one batch dimension) as dock columns and values, checked against
+        the dock's columns; InputDataError naming the field otherwise."""
+        from tensordict import TensorDict
+
+        if not isinstance(data, TensorDict):
+            raise InputDataError(f"data is a {type(data).__name__}: pass a TensorDict with a batch dimension")
+        if len(data.batch_size) != 1 or data.batch_size[0] == 0:
+            raise InputDataError(f"data has batch size {list(data.batch_size)}: pass a TensorDict of samples (n,)")
+        converted = {name: _column_value(name, value) for name, value in data.items()}
+        if not converted:
+            raise InputDataError("data has no fields: put at least one")
+        with self._lock:
+            self._check_columns(converted)
+        return converted
+
     def _check_columns(self, converted: dict[str, tuple[Column, Any]]) -> None:
         """Refuse a field whose kind, dtype or item shape differs from the dock column of that name."""
         existing = self.dock.columns
@@ -386,8 +503,13 @@ class TransferQueueClient:
     def _slots_by_partition(self, metadata: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Positions in ``metadata`` and dock slots, grouped by partition; unknown samples refused."""
         groups: dict[str, tuple[list[int], list[int]]] = {}
-        for position, (index, pid) in enumerate(zip(metadata.global_indexes, metadata.partition_ids, strict=True)):
-            part = self._partitions.get(pid)
+        _batch_meta(metadata)
+        pairs = list(zip(metadata.global_indexes, metadata.partition_ids, strict=True))
+        if len(set(pairs)) != len(pairs):
+            index, pid = next(pair for k, pair in enumerate(pairs) if pair in pairs[:k])
+            raise ConfigError(f"metadata names sample {index} of partition {pid!r} twice: each sample once")
+        for position, (index, pid) in enumerate(pairs):
+            part = self._partitions.get(pid) if isinstance(pid, str) else None
             if part is None or index not in part.slot_of or part.global_of[part.slot_of[index]] != index:
                 raise ConfigError(
                     f"sample {index} of partition {pid!r} does not exist (cleared, or never put): get a fresh BatchMeta"
@@ -399,6 +521,7 @@ class TransferQueueClient:
 
     def set_custom_meta(self, metadata: Any) -> None:
         """Store ``metadata.custom_meta`` per sample (it travels with later BatchMetas of those samples)."""
+        _batch_meta(metadata)
         with self._lock:
             for index, pid, meta in zip(metadata.global_indexes, metadata.partition_ids, metadata.custom_meta,
                                         strict=True):  # fmt: skip
@@ -412,7 +535,7 @@ class TransferQueueClient:
         import torch
         from tensordict import TensorDict
 
-        if metadata is None or metadata.size == 0 or not metadata.field_names:
+        if metadata is None or _batch_meta(metadata).size == 0 or not metadata.field_names:
             return TensorDict({}, batch_size=0)
         names = list(metadata.field_names)
         reader = f"{_READER}{threading.get_ident()}"
@@ -449,6 +572,8 @@ class TransferQueueClient:
 
     def clear_partition(self, partition_id: str) -> None:
         """Forget a partition: its samples, consumption, tags and keys; its indexes go back to the pool."""
+        if not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string")
         with self._lock:
             if self._partitions.pop(partition_id, None) is None:
                 return
@@ -457,7 +582,7 @@ class TransferQueueClient:
 
     def clear_samples(self, metadata: Any) -> None:
         """Forget the samples of ``metadata`` (their slots are retired); their indexes go back to the pool."""
-        if metadata is None or metadata.size == 0:
+        if metadata is None or _batch_meta(metadata).size == 0:
             return
         with self._lock:
             grouped: dict[str, list[int]] = defaultdict(list)
@@ -491,6 +616,8 @@ class TransferQueueClient:
         consumed, as torch tensors; ``(None, None)`` for an unknown partition."""
         import torch
 
+        if not isinstance(task_name, str) or not isinstance(partition_id, str):
+            raise ConfigError(f"task_name={task_name!r:.40}, partition_id={partition_id!r:.40}: pass two strings")
         with self._lock:
             part = self._partitions.get(partition_id)
             if part is None:
@@ -511,15 +638,16 @@ class TransferQueueClient:
         """The ``BatchMeta`` of ``keys`` (new keys get samples when ``create``), with the fields all have."""
         from transfer_queue.metadata import BatchMeta
 
-        if isinstance(keys, str):
-            keys = [keys]
+        keys = _keys(keys, distinct=create)
+        _partition_name(partition_id)
         with self._lock:
             found_part = self._partitions.get(partition_id)
             if found_part is None and not create:
                 return BatchMeta.empty()
-            part = found_part or self._create(partition_id)
+            known = {} if found_part is None else found_part.keys
+            missing = [k for k, key in enumerate(keys) if key not in known]
+            part = self._with_room(partition_id, len(missing) if create else 0)
             indexes: list[int | None] = [part.keys.get(k) for k in keys]
-            missing = [k for k, i in enumerate(indexes) if i is None]
             if missing and create:
                 new = self._allocate(part, len(missing))
                 for k, index in zip(missing, new, strict=True):
@@ -532,6 +660,8 @@ class TransferQueueClient:
 
     def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, Any]]:
         """Per partition, its keys and their tags."""
+        if partition_id is not None and not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string or None")
         with self._lock:
             pids = list(self._partitions) if partition_id is None else [partition_id]
             out = {}
@@ -634,11 +764,14 @@ def close() -> None:
 def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] | None = None) -> Any:
     """Put one sample under ``key``: ``fields`` (a TensorDict of one sample or a dict of unbatched
     tensors) and/or a ``tag``; returns its ``KVBatchMeta``."""
+    import torch
     from tensordict import TensorDict
 
     if fields is None and tag is None:
         raise ConfigError("Please provide at least one parameter of `fields` or `tag`.")
     if isinstance(fields, dict):
+        if bad := [k for k, v in fields.items() if not isinstance(v, torch.Tensor)]:
+            raise InputDataError(f"fields {bad} are not tensors: kv_put takes a dict of one sample's tensors")
         fields = TensorDict({k: v.unsqueeze(0) for k, v in fields.items()}, batch_size=1)
     return kv_batch_put([key], partition_id, fields, None if tag is None else [tag])
 
@@ -649,14 +782,22 @@ def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: l
 
     if fields is None and tags is None:
         raise ConfigError("Please provide at least one parameter of `fields` or `tags`.")
-    if fields is not None and fields.batch_size[0] != len(keys):
-        raise ConfigError(f"`keys` with length {len(keys)} does not match the `fields` batch {fields.batch_size[0]}")
     client = get_client()
-    meta = client.kv_retrieve_meta(keys, partition_id, create=True)
+    keys = _keys(keys)  # every check before kv_retrieve_meta allocates: a refused call leaves no key
+    _partition_name(partition_id)
+    if fields is not None:
+        client.checked_data(fields)
+        if fields.batch_size[0] != len(keys):
+            batch = fields.batch_size[0]
+            raise ConfigError(f"`keys` with length {len(keys)} does not match the `fields` batch {batch}")
     if tags is not None:
+        if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, dict) for tag in tags):
+            raise ConfigError(f"tags={tags!r:.60}: pass a list of dicts, one per key")
         if len(tags) != len(keys):
             raise ConfigError(f"keys with length {len(keys)} does not match length of tags {len(tags)}")
-        meta.update_custom_meta(tags)
+    meta = client.kv_retrieve_meta(keys, partition_id, create=True)
+    if tags is not None:
+        meta.update_custom_meta(list(tags))
     if fields is not None:
         meta = client.put(fields, meta)
     else:

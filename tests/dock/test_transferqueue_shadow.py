@@ -1,0 +1,230 @@
+"""Random call sequences against the TransferQueue adapter, checked after every call against a simple
+model of TransferQueue's bookkeeping (global indexes, the pool they come from and go back to, fields,
+keys, consumption); a refused call must leave the adapter and its dock exactly as they were."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tensordict")
+pytest.importorskip("transfer_queue")
+
+from tensordict import TensorDict  # noqa: E402
+from transfer_queue.metadata import BatchMeta  # noqa: E402
+
+import tokenport.dock.transferqueue as dock_tq  # noqa: E402
+from tests.dock.test_transferqueue_refusals import client_state  # noqa: E402
+from tokenport.dock import Dock  # noqa: E402
+from tokenport.errors import TokenportError  # noqa: E402
+
+torch.set_num_threads(1)
+ROWS = 6  # samples a partition holds over its life
+FIELDS = ("reward", "tokens")
+
+
+class Model:
+    """TransferQueue's controller as the adapter mirrors it, reduced to indexes, fields, keys, consumption."""
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.reusable: list[int] = []
+        self.owned: dict[str, set[int]] = {}
+        self.parts: dict[str, dict] = {}
+
+    def _pool(self, pid: str, count: int) -> list[int]:
+        taken = self.reusable[:count]
+        del self.reusable[:count]
+        new = count - len(taken)
+        taken += range(self.counter, self.counter + new)
+        self.counter += new
+        self.owned.setdefault(pid, set()).update(taken)
+        return taken
+
+    def _room(self, pid: str, count: int) -> dict:
+        if not isinstance(pid, str) or not pid:
+            raise TokenportError("refused")
+        part = self.parts.get(pid)
+        slots = 0 if part is None else part["slots"]
+        if slots + count > ROWS:
+            raise TokenportError("refused")
+        if part is None:
+            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "keys": {}, "consumed": {}}
+            self.parts[pid] = part
+            part["pre"].update(self._pool(pid, 1))
+        return part
+
+    def _allocate(self, part: dict, pid: str, count: int) -> list[int]:
+        taken = list(part["pre"]) if len(part["pre"]) < count else sorted(part["pre"])[:count]
+        part["pre"].difference_update(taken)
+        taken += self._pool(pid, count - len(taken))
+        part["active"].update(taken)
+        part["slots"] += len(taken)
+        return taken
+
+    def _fill(self, part: dict, indexes: list[int], fields: list[str]) -> None:
+        for name in fields:
+            part["fields"].setdefault(name, set()).update(indexes)
+
+    def put(self, pid, count, fields, bad) -> None:
+        if bad:
+            raise TokenportError("refused")
+        part = self._room(pid, count)
+        self._fill(part, self._allocate(part, pid, count), fields)
+
+    def fetch(self, task, fields, count, pid):
+        part = self.parts.get(pid)
+        if not pid or (part is not None and count > ROWS):
+            raise TokenportError("refused")
+        if part is None or not all(f in part["fields"] for f in fields):
+            return []
+        consumed = part["consumed"].get(task, set())
+        ready = sorted(i for i in part["active"] if i not in consumed and all(i in part["fields"][f] for f in fields))
+        if len(ready) < count:
+            return []
+        part["consumed"].setdefault(task, set()).update(ready[:count])
+        return ready[:count]
+
+    def clear_samples(self, pid, asked) -> None:
+        part = self.parts.get(pid)
+        if part is None:
+            return
+        indexes = list(set(asked) & part["active"])
+        for index in indexes:
+            part["keys"] = {k: i for k, i in part["keys"].items() if i != index}
+        part["active"].difference_update(indexes)
+        for consumed in part["consumed"].values():
+            consumed.difference_update(indexes)
+        for name in list(part["fields"]):
+            part["fields"][name].difference_update(indexes)
+            if not part["fields"][name]:
+                del part["fields"][name]
+        if indexes and pid in self.owned:
+            self.owned[pid].difference_update(indexes)
+            if not self.owned[pid]:
+                del self.owned[pid]
+        self.reusable.extend(indexes)
+
+    def clear_partition(self, pid) -> None:
+        if self.parts.pop(pid, None) is not None:
+            self.reusable.extend(self.owned.pop(pid, set()))
+
+    def kv_put(self, keys, pid, fields, tags) -> None:
+        if len(set(keys)) != len(keys) or (tags is not None and len(tags) != len(keys)) or not keys:
+            raise TokenportError("refused")
+        known = self.parts[pid]["keys"] if pid in self.parts else {}
+        missing = [k for k in keys if k not in known]
+        part = self._room(pid, len(missing))
+        for key, index in zip(missing, self._allocate(part, pid, len(missing))):
+            part["keys"][key] = index
+        self._fill(part, [part["keys"][k] for k in keys], fields)
+
+    def kv_clear(self, keys, pid) -> None:
+        if not pid:
+            raise TokenportError("refused")
+        part = self.parts.get(pid)
+        if part is not None:
+            self.clear_samples(pid, [part["keys"][k] for k in keys if k in part["keys"]])
+
+    def observed(self) -> dict:
+        return {
+            "parts": {
+                pid: {
+                    "pre": sorted(p["pre"]),
+                    "active": sorted(p["active"]),
+                    "fields": {f: sorted(i) for f, i in p["fields"].items()},
+                    "keys": dict(p["keys"]),
+                    "consumed": {t: sorted(c) for t, c in p["consumed"].items()},
+                }
+                for pid, p in self.parts.items()
+            },
+            "pool": (self.counter, list(self.reusable)),
+        }
+
+
+def observed(client) -> dict:
+    state = client_state(client)
+    return {
+        "parts": {
+            pid: {key: part[key] for key in ("pre", "active", "fields", "keys", "consumed")}
+            for pid, part in state["partitions"].items()
+        },
+        "pool": state["indexes"][:2],
+    }
+
+
+def data(count: int, fields, bad: bool) -> TensorDict:
+    values = {"reward": torch.arange(count, dtype=torch.bfloat16 if bad else torch.float32),
+              "tokens": torch.ones(count, 2, dtype=torch.int64)}  # fmt: skip
+    return TensorDict({f: values[f] for f in fields}, batch_size=count)
+
+
+def _none(result: object) -> None:
+    """What the model compares of a call that returns metadata: nothing (its state is compared after)."""
+
+
+def one_call(rng: random.Random, client, model: Model):
+    pid = rng.choice(["p", "q", "kv", ""])
+    fields = rng.sample(FIELDS, rng.choice([1, 2]))
+    kind = rng.choice(["put", "put", "fetch", "fetch", "clear_samples", "clear_partition", "kv_put", "kv_clear"])
+    if kind == "put":
+        count, bad = rng.choice([1, 2, 3, 7]), rng.random() < 0.15 and "reward" in fields  # bfloat16 rewards
+        return (lambda: _none(client.put(data=data(count, fields, bad), partition_id=pid))), (
+            lambda: model.put(pid, count, fields, bad)
+        )
+    if kind == "fetch":
+        task, count = rng.choice(["train", "ref"]), rng.choice([1, 2, 7])
+
+        def fetch():
+            return client.get_meta(fields, count, pid, task_name=task).global_indexes
+
+        return fetch, (lambda: model.fetch(task, fields, count, pid))
+    if kind == "clear_samples":
+        asked = rng.sample(range(12), rng.choice([1, 2, 3]))
+        meta = BatchMeta(global_indexes=asked, partition_ids=[pid] * len(asked), field_schema={},
+                         production_status=np.zeros(len(asked), np.int8))  # fmt: skip
+        return (lambda: client.clear_samples(meta)), (lambda: model.clear_samples(pid, asked))
+    if kind == "clear_partition":
+        return (lambda: client.clear_partition(pid)), (lambda: model.clear_partition(pid))
+    keys = [rng.choice("abcdefgh") for _ in range(rng.choice([1, 2, 3, 7]))]
+    if kind == "kv_clear":
+        return (lambda: dock_tq.kv_clear(keys, pid)), (lambda: model.kv_clear(keys, pid))
+    with_fields = rng.random() < 0.6
+    tags = None if with_fields and rng.random() < 0.5 else [{"n": k} for k in keys[: len(keys) - (rng.random() < 0.1)]]
+    batch = data(len(keys), fields, False) if with_fields else None
+    return (lambda: _none(dock_tq.kv_batch_put(keys, pid, fields=batch, tags=tags))), (
+        lambda: model.kv_put(keys, pid, fields if with_fields else [], tags)
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
+    rng = random.Random(seed)
+    dock_tq.close()
+    dock_tq.init({"controller": {"polling_mode": True}, "dock": {"partition_rows": ROWS}}, dock=Dock([], []))
+    client = dock_tq.get_client()
+    model = Model()
+    refused = 0
+    try:
+        for step in range(120):
+            call, expect = one_call(rng, client, model)
+            before = client_state(client)
+            try:
+                want = expect()
+            except TokenportError:
+                want = "refused"
+            try:
+                got = call()
+            except TokenportError:
+                got = "refused"
+            assert got == want, step
+            if got == "refused":
+                refused += 1
+                assert client_state(client) == before, step
+            assert observed(client) == model.observed(), step
+    finally:
+        dock_tq.close()
+    assert refused > 5
