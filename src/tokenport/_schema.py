@@ -40,9 +40,10 @@ Text = Annotated[str, msgspec.Meta(min_length=1)]
 class Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Base of every persisted document: immutable, strict, unknown keys refused.
 
-    Subclasses repeat ``frozen=True`` (``class Manifest(Document, frozen=True)``): msgspec inherits it,
-    but type checkers read each class's own keywords. They declare fields with the types above; ``__post_init__`` may check what a type alone
-    cannot (one field against another) and raise ValueError, which `decode` reports like a type error.
+    Subclasses repeat ``frozen=True`` (``class Manifest(Document, frozen=True)``): msgspec inherits
+    it, but type checkers read each class's own keywords. They declare fields with the types above;
+    ``__post_init__`` may check what a type alone cannot (one field against another) and raise
+    ValueError, which `decode` reports like a type error.
     """
 
 
