@@ -84,3 +84,11 @@ def test_arguments_of_the_wrong_kind_are_config_errors():
             AdaptiveBlend(datasets, [1, 1], num_samples=5)
     with pytest.raises(ConfigError, match="num_samples"):
         AdaptiveBlend([_Sized(5)], [1], num_samples=2**63)
+
+
+def test_megatron_normalize_of_a_blend_spec_follows_the_ratio():
+    from tokenport.builder.specs import megatron_normalize
+
+    assert megatron_normalize([1e308, 1e308]) == [0.5, 0.5]
+    assert megatron_normalize(HUGE) == megatron_normalize(SMALL)
+    assert megatron_normalize([0.3, 0.7]) == (np.array([0.3, 0.7]) / np.sum([0.3, 0.7])).tolist()  # megatron's bits

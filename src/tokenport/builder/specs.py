@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import is_int
+from .._checks import is_int, summable
 from .._files import parse_structured, read_text
 from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
@@ -43,8 +43,9 @@ from .splits import SPLIT_NAMES
 
 
 def megatron_normalize(weights: Sequence[float]) -> list[float]:
-    """Weights divided by their float64 sum, as megatron.core.datasets.utils.normalize does."""
-    w = np.array(weights, dtype=np.float64)
+    """Weights divided by their float64 sum, as megatron.core.datasets.utils.normalize does (weights
+    whose sum overflows, near the float maximum, by their ratio: megatron-core divides them to zeros)."""
+    w = summable(weights)
     return (w / np.sum(w)).tolist()
 
 
