@@ -236,3 +236,19 @@ def test_a_refused_build_leaves_the_cache_as_it_was(pair, tmp_path, form):
     with pytest.raises(tp.ConfigError, match=_refused(*pair)):
         build_datasets(spec, sizes=sizes, config=CONFIG, seed=3, split=split, cache=cache)
     assert not cache.exists() or not [name for name in os.listdir(cache) if not name.endswith(".lock")]
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_blend_built_with_the_override_rebuilds_from_its_receipt(pair, adaptive):
+    from tokenport.integrations import data_receipt
+    from tokenport.integrations.rebuild import rebuild_dataset
+
+    children = [GPTDataset(IndexedDataset(p), np.arange(len(LENGTHS)), 20, CONFIG, seed=1) for p in pair]
+    if adaptive:
+        blend = AdaptiveBlend(children, [0.5, 0.5], num_samples=30, allow_mixed_tokenizers=True)
+    else:
+        blend = BlendedDataset(children, [0.5, 0.5], 30, allow_mixed_tokenizers=True)
+    rebuilt = rebuild_dataset(data_receipt(blend))  # reproduces what was trained: not refused
+    assert [np.asarray(rebuilt[i]["tokens"]).tolist() for i in range(30)] == [
+        np.asarray(blend[i]["tokens"]).tolist() for i in range(30)
+    ]

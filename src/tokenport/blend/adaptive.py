@@ -328,7 +328,13 @@ class AdaptiveBlend:
         return self.samples_per_dataset(self._check_upto(upto)) / upto
 
     @classmethod
-    def from_description(cls, described: Mapping[str, Any], datasets: Sequence[Any] | None = None) -> AdaptiveBlend:
+    def from_description(
+        cls,
+        described: Mapping[str, Any],
+        datasets: Sequence[Any] | None = None,
+        *,
+        allow_mixed_tokenizers: bool = False,
+    ) -> AdaptiveBlend:
         """The blend ``describe()`` described (its updates included when present), over ``datasets``, or
         over stand-ins of the recorded lengths that report the stream but hold no samples."""
         try:
@@ -341,7 +347,9 @@ class AdaptiveBlend:
                 "updates as [from_sample, weights] pairs)"
             ) from None
         children = [_StandIn(n) for n in lengths] if datasets is None else datasets
-        return cls(children, weights, num_samples=length, updates=updates)
+        return cls(
+            children, weights, num_samples=length, updates=updates, allow_mixed_tokenizers=allow_mixed_tokenizers
+        )
 
     def describe(self, *, updates: bool = True) -> dict[str, Any]:
         """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates."""

@@ -5,7 +5,9 @@ split documents; a packed or SFT dataset's ids; a blend's weights or schedule, s
 beside its stores, sample config and digests. Rebuilding opens each store at its recorded prefix
 (``stores`` maps a recorded prefix to where it is now, for moved stores), builds every dataset
 again, then compares the fresh receipt with the saved one as a resume would: any difference (a
-store whose content changed, another order) is a ConfigError naming it.
+store whose content changed, another order) is a ConfigError naming it. Blends are rebuilt with
+``allow_mixed_tokenizers``: a rebuild reproduces what was trained (the digests hold it to the same
+stores), it does not compose, so a blend built with the override rebuilds too.
 """
 
 from __future__ import annotations
@@ -210,8 +212,12 @@ def _blend(node: Mapping[str, Any], path: str, stores: _Stores) -> BlendedDatase
     if recipe.get("schedule") is not None:
         schedule = MixtureSchedule.from_data(recipe["schedule"])
         dataset_index, sample_index = build_scheduled_indices(schedule, int(recipe["size"]), algorithm=algorithm)
-        return BlendedDataset.from_indices(children, dataset_index, sample_index, schedule=schedule, recipe=recipe)
-    blend = BlendedDataset(children, recipe["weights"], recipe["size"], algorithm=algorithm)
+        return BlendedDataset.from_indices(
+            children, dataset_index, sample_index, schedule=schedule, recipe=recipe, allow_mixed_tokenizers=True
+        )
+    blend = BlendedDataset(
+        children, recipe["weights"], recipe["size"], algorithm=algorithm, allow_mixed_tokenizers=True
+    )
     blend.recipe = dict(recipe)
     return blend
 
@@ -219,7 +225,7 @@ def _blend(node: Mapping[str, Any], path: str, stores: _Stores) -> BlendedDatase
 def _adaptive(node: Mapping[str, Any], path: str, stores: _Stores) -> AdaptiveBlend:
     """The adaptive blend without its weight updates (they travel in the loader state's "mixture")."""
     children = [_rebuild(child, f"{path}[{k}]", stores) for k, child in enumerate(node["datasets"])]
-    return AdaptiveBlend.from_description({**node["build"], "updates": []}, children)
+    return AdaptiveBlend.from_description({**node["build"], "updates": []}, children, allow_mixed_tokenizers=True)
 
 
 REBUILDERS: dict[str, Rebuilder] = {
