@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Collection
 from typing import Any, TypeGuard
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, SampleIdError
 
 SEED_MAX = 2**32 - 1
 
@@ -58,12 +59,43 @@ def check_choice(name: str, value: object, choices: Collection[object]) -> objec
     return value
 
 
+def check_sample_id(idx: Any, count: int) -> int:
+    """``idx`` as the int id of a sample of a dataset of ``count`` samples, or a SampleIdError (an IndexError)."""
+    try:
+        index = None if isinstance(idx, (bool, np.bool_)) else operator.index(idx)
+    except TypeError:
+        index = None
+    if index is None:
+        raise SampleIdError(f"sample id {idx!r} is not an integer: pass an int in [0, {count})")
+    if not 0 <= index < count:
+        raise SampleIdError(f"sample id {index} is outside [0, {count})")
+    return index
+
+
 def check_sample_ids(ids: Any, count: int) -> np.ndarray:
-    """``ids`` as a 1-D int64 array of sample ids of a dataset of ``count`` samples, or an IndexError."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= count):
-        raise IndexError(f"sample ids must lie in [0, {count}): got {ids.min()}..{ids.max()}")
-    return ids
+    """``ids`` as a 1-D int64 array of sample ids of a dataset of ``count`` samples, or a SampleIdError.
+
+    Only integers are ids: floats, bools and strings are refused rather than truncated or parsed,
+    and a 2-D array rather than flattened; a scalar is a batch of one.
+    """
+    try:
+        array = np.asarray(ids)
+    except (TypeError, ValueError):
+        array = np.asarray(None, dtype=object)  # ragged or unconvertible: refused below
+    if array.ndim > 1:
+        raise SampleIdError(f"sample ids must be a 1-D sequence of integers, got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    values = array.reshape(-1)
+    if array.dtype.kind == "O" and all(is_int(value) for value in values):
+        low, high = min(int(value) for value in values), max(int(value) for value in values)
+    elif array.dtype.kind in "iu":
+        low, high = int(values.min()), int(values.max())
+    else:
+        raise SampleIdError(f"sample ids must be integers, got {array.dtype} values: pass ints in [0, {count})")
+    if low < 0 or high >= count:
+        raise SampleIdError(f"sample ids must lie in [0, {count}): got {low}..{high}")
+    return values.astype(np.int64)
 
 
 def summable(weights: Any) -> np.ndarray:

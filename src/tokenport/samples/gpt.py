@@ -9,7 +9,6 @@ Megatron's C++ loop in numba, so exactness costs nothing in speed.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn
@@ -17,7 +16,7 @@ from typing import NoReturn
 import numba
 import numpy as np
 
-from .._checks import check_int, check_sample_ids, check_seed
+from .._checks import check_int, check_sample_id, check_sample_ids, check_seed
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
@@ -390,17 +389,13 @@ class GPTDataset:
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         rows = np.array([self.shuffle_index.item(index)], dtype=np.int64)
         return {name: array[0] for name, array in self._fields(rows).items()}
 
     def lineage(self, idx: int) -> SampleLineage:
         """Where sample ``idx`` comes from: the documents and token ranges of its window (tokens and last label)."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         row = int(self.shuffle_index[index])
         extra = int(self.config.add_extra_token)
         pieces = gpt_pieces(self.document_index, self.sample_index, self._lengths, row, extra, self.dataset.prefix)

@@ -28,12 +28,11 @@ Each sample holds, for one bin, pieces laid end to end then padding:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
 import numpy as np
 
-from .._checks import check_int, check_sample_ids
+from .._checks import check_int, check_sample_id, check_sample_ids
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
@@ -175,9 +174,7 @@ class PackedDataset:
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         return {name: array[0] for name, array in self.get_batch([index]).items()}
 
     def lineage(self, idx: int) -> SampleLineage:
