@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Collection
+import os
+from collections.abc import Collection, Hashable
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -30,6 +31,32 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = 
         wanted = f"an integer of at least {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
         raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}{wanted}")
     return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` as a bool, or raise ConfigError unless it is one (a string or a number is not a flag)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name}={value!r} is invalid: pass True or False")
+    return bool(value)
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory in bytes (what no single in-memory index may exceed)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_memory(name: str, value: object, nbytes: int, what: str) -> None:
+    """Raise ConfigError when ``nbytes`` (what ``name=value`` makes ``what`` take) exceeds physical memory.
+
+    A value such as ``2**63`` samples would otherwise fail deep in numpy (ValueError, MemoryError)
+    or get the process killed by the kernel when the pages are touched.
+    """
+    total = memory_bytes()
+    if nbytes > total:
+        raise ConfigError(
+            f"{name}={value!r} is too large: {what} would take {nbytes / 2**30:.3g} GiB, more than this "
+            f"machine's {total / 2**30:.3g} GiB of memory; pass a smaller {name}"
+        )
 
 
 def check_positive(name: str, value: object, what: str = "") -> float:
@@ -53,7 +80,7 @@ def check_seed(name: str, value: object) -> int:
 
 def check_choice(name: str, value: object, choices: Collection[object]) -> object:
     """Return ``value``, or raise ConfigError listing ``choices`` unless it is one of them."""
-    if isinstance(value, bool) or value not in choices:
+    if isinstance(value, bool) or not isinstance(value, Hashable) or value not in choices:
         listed = ", ".join(repr(choice) for choice in choices)
         raise ConfigError(f"{name}={value!r} is invalid: pass one of {listed}")
     return value

@@ -16,7 +16,7 @@ from ..samples.lineage import ReadPlan, SampleLineage
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
 from .checkpoints import SampleIndexCheckpoints
-from .indices import build_blending_indices, build_dataset_index
+from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
 from .schedule import MixtureSchedule
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class BlendedDataset:
         algorithm: str = "tijdeman",
         allow_mixed_tokenizers: bool = False,
     ) -> None:
+        if not isinstance(datasets, (list, tuple)):
+            raise ConfigError(f"datasets={datasets!r:.80} is invalid: pass a list of datasets to blend")
         if not len(datasets):
             raise ConfigError("datasets is empty: a blend needs at least one dataset")
         check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="BlendedDataset")
@@ -52,12 +54,14 @@ class BlendedDataset:
         if size is None:
             target = counts
         else:
-            if weights is None or len(weights) != len(datasets):
+            given = None if weights is None else check_weights(weights)
+            if given is None or len(given) != len(datasets):
                 raise ConfigError(
                     f"weights: expected {len(datasets)} weights, one per dataset, "
-                    f"got {'none' if weights is None else len(weights)}"
+                    f"got {'none' if given is None else len(given)}"
                 )
-            target = np.asarray(weights, dtype=np.float64)
+            target = given
+            size = check_size(size)
         if size is not None and size > FULL_SAMPLE_INDEX_LIMIT:
             dataset_index = build_dataset_index(target, size, algorithm=algorithm)
             sample_index: np.ndarray | SampleIndexCheckpoints = SampleIndexCheckpoints(dataset_index, len(datasets))
