@@ -9,6 +9,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.blend.dataset import BlendedDataset
+from tokenport.blend.schedule import MixtureSchedule
 from tokenport.errors import ConfigError
 from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 from tokenport.samples.packed import PackedDataset
@@ -166,3 +167,20 @@ def test_length_grouping_megabatches_past_the_end(value):
     whole = get_length_grouped_indices(lengths, 6, mega_batch_mult=1, seed=1)
     assert np.array_equal(get_length_grouped_indices(lengths, value, seed=1), whole)
     assert np.array_equal(get_length_grouped_indices(lengths, 2, mega_batch_mult=value, seed=1), whole)
+
+
+@pytest.mark.parametrize("sample", [1.5, "3", None, True, np.float64(2)], ids=repr)
+def test_schedule_shares_at_takes_sample_numbers(sample):
+    """shares_at(1.5) and shares_at(None) raised a bare TypeError; shares_at(True) was sample 1."""
+    schedule = MixtureSchedule.from_data([{"at": 0, "weights": [0.7, 0.3]}])
+    with pytest.raises(ConfigError, match="sample="):
+        schedule.shares_at(sample)
+
+
+@pytest.mark.parametrize("field", ["weights", "ramp_to"])
+def test_schedule_weights_as_a_zero_d_array(field):
+    """np.array(3) as a phase's weights raised a bare TypeError (len() of unsized object)."""
+    data = [{"at": 0, "weights": [0.5, 0.5], "ramp_to": [0.2, 0.8], "until": 10}]
+    data[0][field] = np.array(3)
+    with pytest.raises(ConfigError, match=field):
+        MixtureSchedule.from_data(data)
