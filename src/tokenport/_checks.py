@@ -25,6 +25,14 @@ def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def holds_numbers(array: np.ndarray) -> bool:
+    """Whether ``array`` holds only real numbers: no bools (taken as 1, 0), strings (parsed) or other objects."""
+    return array.dtype.kind in "iuf" or (
+        array.dtype.kind == "O"
+        and all(isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) for value in array.flat)
+    )
+
+
 def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None, what: str = "") -> int:
     """Return ``value`` as an int, or raise ConfigError unless it is an integer in [minimum, maximum]."""
     if not is_int(value) or value < minimum or (maximum is not None and value > maximum):

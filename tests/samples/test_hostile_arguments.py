@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tokenport.blend.adaptive import AdaptiveBlend
 from tokenport.blend.dataset import BlendedDataset
 from tokenport.blend.schedule import MixtureSchedule
 from tokenport.errors import ConfigError
@@ -184,3 +185,14 @@ def test_schedule_weights_as_a_zero_d_array(field):
     data[0][field] = np.array(3)
     with pytest.raises(ConfigError, match=field):
         MixtureSchedule.from_data(data)
+
+
+@pytest.mark.parametrize("weights", NOT_WEIGHTS, ids=repr)
+def test_adaptive_blend_weights_must_be_numbers(gpt, weights):
+    """AdaptiveBlend(weights=["1", "2"]) parsed the strings; [True, False] took everything from the first."""
+    with pytest.raises(ConfigError, match="weights"):
+        AdaptiveBlend([gpt, gpt], weights, num_samples=30)
+    blend = AdaptiveBlend([gpt, gpt], [1.0, 2.0], num_samples=30)
+    with pytest.raises(ConfigError, match="weights"):
+        blend.set_weights(weights, 5)
+    assert blend.updates == ()

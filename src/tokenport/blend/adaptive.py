@@ -31,7 +31,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int, check_sample_id, check_sample_ids, is_int, summable
+from .._checks import check_int, check_sample_id, check_sample_ids, holds_numbers, is_int, summable
 from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
@@ -99,8 +99,10 @@ class AdaptiveBlend:
         """``weights`` as floats, one finite value >= 0 per dataset, not all zero, no positive weight on
         an empty child; else ConfigError."""
         try:
+            if not holds_numbers(np.asarray(weights)):  # strings would be parsed and bools taken as 1 and 0
+                raise TypeError("not numbers")
             values = np.asarray(weights, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ConfigError(f"{name}={weights!r}: expected one number per dataset ({exc})") from None
         if values.shape != (len(self.datasets),):
             raise ConfigError(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numba
 import numpy as np
 
-from .._checks import check_fits_memory, is_int, summable
+from .._checks import check_fits_memory, holds_numbers, is_int, summable
 from ..errors import ConfigError
 from . import greedy, tijdeman
 
@@ -117,10 +115,7 @@ def check_weights(weights: object) -> np.ndarray:
     """Return the weights as a 1-D float64 array, or raise ConfigError naming the bad entry."""
     try:
         given = np.asarray(weights)
-        numbers_only = given.dtype.kind in "iuf" or (
-            given.dtype.kind == "O" and all(_is_real(value) for value in given.reshape(-1))
-        )
-        if not numbers_only:  # strings would be parsed and bools taken as 1 and 0
+        if not holds_numbers(given):  # strings would be parsed and bools taken as 1 and 0
             raise TypeError(f"{given.dtype} values")
         raw = np.asarray(weights, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as error:
@@ -139,11 +134,6 @@ def check_weights(weights: object) -> np.ndarray:
     if not raw.any():
         raise ConfigError("weights are all zero: give at least one dataset a positive weight")
     return raw
-
-
-def _is_real(value: object) -> bool:
-    """Whether ``value`` is a real number and not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _check_counts(weights: object) -> np.ndarray:
