@@ -14,6 +14,7 @@ from tokenport.blend.schedule import MixtureSchedule
 from tokenport.errors import ConfigError
 from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 from tokenport.samples.packed import PackedDataset
+from tokenport.sampling.collate import PaddingCollator, PaddingFreeCollator
 from tokenport.sampling.length_grouping import DistributedLengthGroupedSampler, get_length_grouped_indices
 from tokenport.sampling.pretraining import PretrainingSampler, RandomSampler
 from tokenport.sampling.stream import StreamSampler
@@ -196,3 +197,18 @@ def test_adaptive_blend_weights_must_be_numbers(gpt, weights):
     with pytest.raises(ConfigError, match="weights"):
         blend.set_weights(weights, 5)
     assert blend.updates == ()
+
+
+@pytest.mark.parametrize("collator", [PaddingCollator, PaddingFreeCollator])
+def test_collators_refuse_ids_and_pads_that_do_not_fit(collator):
+    """input_ids [2**63] wrapped to -2**63; label_pad=None/NaN/"" raised bare errors; an array as
+    return_tensors raised numpy's ValueError."""
+    make = (lambda **kw: collator(0, **kw)) if collator is PaddingCollator else collator
+    with pytest.raises(ConfigError, match="past 2\\*\\*63"):
+        make()([{"input_ids": [2**63]}])
+    for value in (None, float("nan"), "", 1.5, 2**63):
+        with pytest.raises(ConfigError, match="label_pad"):
+            make(label_pad=value)
+    with pytest.raises(ConfigError, match="return_tensors"):
+        make(return_tensors=np.array([1, 2]))
+    assert make()([{"input_ids": np.array([2**63 - 1], np.uint64)}])["input_ids"].tolist() == [[2**63 - 1]]
