@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Collection
+import operator
+import os
+from collections.abc import Collection, Hashable
 from typing import Any, TypeGuard
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, SampleIdError
 
 SEED_MAX = 2**32 - 1
 
@@ -23,12 +25,46 @@ def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def holds_numbers(array: np.ndarray) -> bool:
+    """Whether ``array`` holds only real numbers: no bools (taken as 1, 0), strings (parsed) or other objects."""
+    return array.dtype.kind in "iuf" or (
+        array.dtype.kind == "O"
+        and all(isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) for value in array.flat)
+    )
+
+
 def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None, what: str = "") -> int:
     """Return ``value`` as an int, or raise ConfigError unless it is an integer in [minimum, maximum]."""
     if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
         wanted = f"an integer of at least {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
         raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}{wanted}")
     return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` as a bool, or raise ConfigError unless it is one (a string or a number is not a flag)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name}={value!r} is invalid: pass True or False")
+    return bool(value)
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory in bytes (what no single in-memory index may exceed)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_memory(name: str, value: object, nbytes: int, what: str) -> None:
+    """Raise ConfigError when ``nbytes`` (what ``name=value`` makes ``what`` take) exceeds physical memory.
+
+    A value such as ``2**63`` samples would otherwise fail deep in numpy (ValueError, MemoryError)
+    or get the process killed by the kernel when the pages are touched.
+    """
+    total = memory_bytes()
+    if nbytes > total:
+        raise ConfigError(
+            f"{name}={value!r} is too large: {what} would take {nbytes / 2**30:.3g} GiB, more than this "
+            f"machine's {total / 2**30:.3g} GiB of memory; pass a smaller {name}"
+        )
 
 
 def check_positive(name: str, value: object, what: str = "") -> float:
@@ -52,18 +88,49 @@ def check_seed(name: str, value: object) -> int:
 
 def check_choice(name: str, value: object, choices: Collection[object]) -> object:
     """Return ``value``, or raise ConfigError listing ``choices`` unless it is one of them."""
-    if isinstance(value, bool) or value not in choices:
+    if isinstance(value, bool) or not isinstance(value, Hashable) or value not in choices:
         listed = ", ".join(repr(choice) for choice in choices)
         raise ConfigError(f"{name}={value!r} is invalid: pass one of {listed}")
     return value
 
 
+def check_sample_id(idx: Any, count: int) -> int:
+    """``idx`` as the int id of a sample of a dataset of ``count`` samples, or a SampleIdError (an IndexError)."""
+    try:
+        index = None if isinstance(idx, (bool, np.bool_)) else operator.index(idx)
+    except TypeError:
+        index = None
+    if index is None:
+        raise SampleIdError(f"sample id {idx!r} is not an integer: pass an int in [0, {count})")
+    if not 0 <= index < count:
+        raise SampleIdError(f"sample id {index} is outside [0, {count})")
+    return index
+
+
 def check_sample_ids(ids: Any, count: int) -> np.ndarray:
-    """``ids`` as a 1-D int64 array of sample ids of a dataset of ``count`` samples, or an IndexError."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= count):
-        raise IndexError(f"sample ids must lie in [0, {count}): got {ids.min()}..{ids.max()}")
-    return ids
+    """``ids`` as a 1-D int64 array of sample ids of a dataset of ``count`` samples, or a SampleIdError.
+
+    Only integers are ids: floats, bools and strings are refused rather than truncated or parsed,
+    and a 2-D array rather than flattened; a scalar is a batch of one.
+    """
+    try:
+        array = np.asarray(ids)
+    except (TypeError, ValueError):
+        array = np.asarray(None, dtype=object)  # ragged or unconvertible: refused below
+    if array.ndim > 1:
+        raise SampleIdError(f"sample ids must be a 1-D sequence of integers, got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    values = array.reshape(-1)
+    if array.dtype.kind == "O" and all(is_int(value) for value in values):
+        low, high = min(int(value) for value in values), max(int(value) for value in values)
+    elif array.dtype.kind in "iu":
+        low, high = int(values.min()), int(values.max())
+    else:
+        raise SampleIdError(f"sample ids must be integers, got {array.dtype} values: pass ints in [0, {count})")
+    if low < 0 or high >= count:
+        raise SampleIdError(f"sample ids must lie in [0, {count}): got {low}..{high}")
+    return values.astype(np.int64)
 
 
 def summable(weights: Any) -> np.ndarray:

@@ -14,6 +14,10 @@ class ConfigError(TokenportError, ValueError):
     """An argument, option or config field is invalid."""
 
 
+class SampleIdError(ConfigError, IndexError):
+    """A sample id is not an integer id of the dataset; an IndexError too, which the sequence protocol needs."""
+
+
 class InputDataError(TokenportError):
     """Raw input (a corpus file) is malformed: bad JSON, missing field, undecodable bytes."""
 

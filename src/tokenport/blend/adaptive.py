@@ -25,14 +25,13 @@ read; an update applies from a sample not yet realized. The stream is a pure fun
 from __future__ import annotations
 
 import bisect
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numba
 import numpy as np
 
-from .._checks import check_int, is_int, summable
+from .._checks import check_int, check_sample_id, check_sample_ids, holds_numbers, is_int, summable
 from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
@@ -100,8 +99,10 @@ class AdaptiveBlend:
         """``weights`` as floats, one finite value >= 0 per dataset, not all zero, no positive weight on
         an empty child; else ConfigError."""
         try:
+            if not holds_numbers(np.asarray(weights)):  # strings would be parsed and bools taken as 1 and 0
+                raise TypeError("not numbers")
             values = np.asarray(weights, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ConfigError(f"{name}={weights!r}: expected one number per dataset ({exc})") from None
         if values.shape != (len(self.datasets),):
             raise ConfigError(
@@ -253,8 +254,6 @@ class AdaptiveBlend:
 
     def _located(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dataset, sample within it) of blended samples ``ids`` (int64 arrays), realizing as needed."""
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_samples):
-            raise IndexError(f"sample ids must lie in [0, {self.num_samples}): got {ids.min()}..{ids.max()}")
         if len(ids):
             self.realize(int(ids.max()) + 1)
         datasets = self._dataset_index[ids].astype(np.int64)
@@ -262,12 +261,12 @@ class AdaptiveBlend:
 
     def locate(self, idx: int) -> tuple[int, int]:
         """(dataset, sample within it) of blended sample ``idx``."""
-        datasets, samples = self._located(np.array([operator.index(idx)], np.int64))
+        datasets, samples = self._located(np.array([check_sample_id(idx, self.num_samples)], np.int64))
         return int(datasets[0]), int(samples[0])
 
     def locate_many(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(datasets, samples within them) of blended samples ``ids``, as int64 arrays."""
-        return self._located(np.asarray(ids, dtype=np.int64).reshape(-1))
+        return self._located(check_sample_ids(ids, self.num_samples))
 
     def lineage(self, idx: int) -> SampleLineage:
         """Where blended sample ``idx`` comes from: the child's lineage, with (child, its sample) on its path."""
@@ -278,7 +277,7 @@ class AdaptiveBlend:
                 f"dataset {dataset} of the adaptive blend is a {type(child).__name__}, which cannot say where its "
                 "samples come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
             )
-        return child.lineage(sample).through(operator.index(idx), dataset)
+        return child.lineage(sample).through(check_sample_id(idx, self.num_samples), dataset)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The child's sample with its ``dataset_id``."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._checks import check_sample_ids
+from .._checks import check_sample_id, check_sample_ids
 from ..errors import ConfigError, InputDataError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.gpt import GPTDataset
@@ -17,7 +16,7 @@ from ..samples.lineage import ReadPlan, SampleLineage
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
 from .checkpoints import SampleIndexCheckpoints
-from .indices import build_blending_indices, build_dataset_index
+from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
 from .schedule import MixtureSchedule
 
 logger = logging.getLogger(__name__)
@@ -46,6 +45,8 @@ class BlendedDataset:
         algorithm: str = "tijdeman",
         allow_mixed_tokenizers: bool = False,
     ) -> None:
+        if not isinstance(datasets, (list, tuple)):
+            raise ConfigError(f"datasets={datasets!r:.80} is invalid: pass a list of datasets to blend")
         if not len(datasets):
             raise ConfigError("datasets is empty: a blend needs at least one dataset")
         check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="BlendedDataset")
@@ -53,12 +54,14 @@ class BlendedDataset:
         if size is None:
             target = counts
         else:
-            if weights is None or len(weights) != len(datasets):
+            given = None if weights is None else check_weights(weights)
+            if given is None or len(given) != len(datasets):
                 raise ConfigError(
                     f"weights: expected {len(datasets)} weights, one per dataset, "
-                    f"got {'none' if weights is None else len(weights)}"
+                    f"got {'none' if given is None else len(given)}"
                 )
-            target = np.asarray(weights, dtype=np.float64)
+            target = given
+            size = check_size(size)
         if size is not None and size > FULL_SAMPLE_INDEX_LIMIT:
             dataset_index = build_dataset_index(target, size, algorithm=algorithm)
             sample_index: np.ndarray | SampleIndexCheckpoints = SampleIndexCheckpoints(dataset_index, len(datasets))
@@ -141,9 +144,7 @@ class BlendedDataset:
 
     def locate(self, idx: int) -> tuple[int, int]:
         """(dataset, sample within it) of blended sample ``idx``."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self.dataset_index):
-            raise IndexError(f"sample id {index} is outside [0, {len(self.dataset_index)})")
+        index = check_sample_id(idx, len(self.dataset_index))
         dataset = self.dataset_index.item(index)
         sample_index = self.dataset_sample_index
         sample = sample_index.item(index) if isinstance(sample_index, np.ndarray) else sample_index[index]
@@ -160,7 +161,7 @@ class BlendedDataset:
                 f"dataset {dataset} of the blend is a {type(child).__name__}, which cannot say where its samples "
                 "come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
             )
-        return child.lineage(sample).through(operator.index(idx), dataset)
+        return child.lineage(sample).through(check_sample_id(idx, len(self)), dataset)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The child's sample with its ``dataset_id``."""
@@ -220,6 +221,7 @@ def gather(children: Sequence[Any], datasets: np.ndarray, samples: np.ndarray, o
     """Sample ``samples[k]`` of child ``datasets[k]`` for every ``k``, stacked on a leading axis with
     ``dataset_id``: one ``get_batch`` per child involved (``owner`` names the blend in errors)."""
     groups = [(d, np.flatnonzero(datasets == d)) for d in np.unique(datasets).tolist()]
+    groups = groups or [(0, np.zeros(0, dtype=np.int64))]  # an empty batch has the fields too, with no rows
     # children that pad their rows (SFT samples) are padded to one width, the widest any of them needs
     padding = [hasattr(children[d], "batch_width") for d, _ in groups]
     widths = [children[d].batch_width(samples[rows]) for (d, rows), pads in zip(groups, padding) if pads]

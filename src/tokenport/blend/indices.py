@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._checks import is_int, summable
+from .._checks import check_fits_memory, holds_numbers, is_int, summable
 from ..errors import ConfigError
 from . import greedy, tijdeman
 
@@ -44,7 +44,7 @@ def max_prefix_deviation(dataset_index: np.ndarray, weights: np.ndarray) -> floa
 
 def prefix_deviations(dataset_index: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Return each dataset's largest ``|C_i(t) - t * w_i|`` over the prefixes ``t`` (float64, one per dataset)."""
-    raw = _check_weights(weights)
+    raw = check_weights(weights)
     index = np.asarray(dataset_index)
     if index.ndim != 1 or index.dtype.kind not in "iu":
         raise ConfigError(
@@ -58,7 +58,7 @@ def prefix_deviations(dataset_index: np.ndarray, weights: np.ndarray) -> np.ndar
 
 def _build(weights: object, size: object, algorithm: object, samples: bool) -> tuple[np.ndarray, np.ndarray]:
     """Check the arguments and return ``dataset_index`` and, if ``samples``, ``dataset_sample_index``."""
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is unknown: pass one of {', '.join(map(repr, ALGORITHMS))}")
     if size is None:
         counts = _check_counts(weights)
@@ -74,8 +74,8 @@ def _build(weights: object, size: object, algorithm: object, samples: bool) -> t
             shares = counts[ids] / np.float64(total)  # Megatron: sizes[i] / double(total_size)
             greedy.fill(shares, counts[ids], ids, algorithm == "greedy", out, sample_out)
         return out, sample_out
-    raw = _check_weights(weights)
-    count = _check_size(size)
+    raw = check_weights(weights)
+    count = check_size(size)
     normalized = _ratios(raw)  # Megatron's normalize(): the float64 weights its C++ receives
     ids = np.flatnonzero(normalized > 0)
     out, sample_out = _outputs(len(raw), count, algorithm, samples)
@@ -100,6 +100,7 @@ def _outputs(num_datasets: int, size: int, algorithm: str, samples: bool) -> tup
         dtype = np.dtype(np.int16 if num_datasets - 1 <= _MEGATRON_MAX_INDEX else np.int32)
     else:
         dtype = np.min_scalar_type(num_datasets - 1)
+    check_fits_memory("size", size, size * (dtype.itemsize + (8 if samples else 0)), "the blend's indices")
     return np.empty(size, dtype=dtype), np.empty(size if samples else 0, dtype=np.int64)
 
 
@@ -110,11 +111,14 @@ def _single(dataset: int, out: np.ndarray, sample_out: np.ndarray) -> None:
         sample_out[:] = np.arange(len(sample_out), dtype=np.int64)
 
 
-def _check_weights(weights: object) -> np.ndarray:
+def check_weights(weights: object) -> np.ndarray:
     """Return the weights as a 1-D float64 array, or raise ConfigError naming the bad entry."""
     try:
+        given = np.asarray(weights)
+        if not holds_numbers(given):  # strings would be parsed and bools taken as 1 and 0
+            raise TypeError(f"{given.dtype} values")
         raw = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, OverflowError) as error:
         raise ConfigError(f"weights={weights!r} are not numbers ({error}): pass one number per dataset") from None
     if raw.ndim != 1 or raw.size == 0:
         raise ConfigError(
@@ -134,7 +138,7 @@ def _check_weights(weights: object) -> np.ndarray:
 
 def _check_counts(weights: object) -> np.ndarray:
     """Return exhaustive per-dataset sample counts as int64, or raise ConfigError naming the bad entry."""
-    raw = _check_weights(weights)
+    raw = check_weights(weights)
     given = np.asarray(weights)
     problems = (("not an integer", raw != np.floor(raw)), ("above 2**53", raw > _MAX_COUNT))
     for problem, bad in problems:
@@ -150,7 +154,7 @@ def _check_counts(weights: object) -> np.ndarray:
     return counts
 
 
-def _check_size(size: object) -> int:
+def check_size(size: object) -> int:
     """``size`` as an int; ConfigError unless it is an integer above zero."""
     if not is_int(size) or size <= 0:
         raise ConfigError(

@@ -58,7 +58,6 @@ one segment at a time (1-2 bytes a sample), without the int64 ``dataset_sample_i
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -170,9 +169,7 @@ class MixtureSchedule:
 
     def shares_at(self, sample: int) -> np.ndarray:
         """The intended shares (summing to 1) of sample ``sample``; within a ramp, at the sample's midpoint."""
-        t = operator.index(sample)
-        if t < 0:
-            raise ConfigError(f"sample={t} is negative: pass a sample number >= 0")
+        t = check_int("sample", sample, 0, what="a sample number")
         phase = next(p for p in reversed(self.phases) if p.at <= t)
         p = _shares(phase.weights)
         if phase.ramp_to is None:
@@ -378,7 +375,12 @@ def _whole(value: object, where: str, name: str) -> int:
 
 def _checked_weights(values: object, where: str, name: str, expected: int | None) -> tuple[float, ...]:
     """One finite weight >= 0 per dataset, not all zero, as floats; ConfigError naming the field and entry."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (Sequence, np.ndarray)) or not len(values):
+    if (
+        isinstance(values, (str, bytes, Mapping))
+        or not isinstance(values, (Sequence, np.ndarray))
+        or (isinstance(values, np.ndarray) and values.ndim != 1)
+        or not len(values)
+    ):
         raise ConfigError(f"{where}: field {name!r}={values!r} must be a non-empty list of numbers, one per dataset")
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):

@@ -9,7 +9,6 @@ Megatron's C++ loop in numba, so exactness costs nothing in speed.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn
@@ -17,7 +16,7 @@ from typing import NoReturn
 import numba
 import numpy as np
 
-from .._checks import check_int, check_sample_ids, check_seed
+from .._checks import check_bool, check_fits_memory, check_int, check_sample_id, check_sample_ids, check_seed
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
@@ -64,6 +63,9 @@ def build_indices(
     if tokens_per_epoch == 0:
         raise ConfigError("sequence_lengths sum to zero tokens: the split has nothing to sample from")
     num_epochs = _num_epochs(tokens_per_epoch, int(num_samples), int(seq_length), extra)
+    samples = num_epochs * tokens_per_epoch // int(seq_length) + 1  # at most: every epoch's samples
+    nbytes = num_epochs * len(lengths) * 4 + samples * (2 * 8 + 8)  # document, sample and shuffle index
+    check_fits_memory("num_samples", num_samples, nbytes, "the sample indices")
     sans_final = _samples_before_final_epoch(
         tokens_per_epoch, int(num_samples), int(seq_length), extra, num_epochs, separate_final_epoch_threshold
     )
@@ -303,6 +305,8 @@ class GPTDataset:
         *,
         drop_last_partial: bool = True,
     ) -> None:
+        _check_inputs(dataset, config)
+        check_bool("drop_last_partial", drop_last_partial)
         checked = _check_indices(indices, len(dataset))
         positions, sample_index, shuffle_index = build_indices(
             dataset.sequence_lengths[checked],
@@ -332,6 +336,7 @@ class GPTDataset:
         """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
         holds store sequence ids, as ``self.document_index`` does. ``seed`` and ``num_samples``: what
         the indices were built with, when known (a receipt records them, so the dataset can be rebuilt)."""
+        _check_inputs(dataset, config)
         self = cls.__new__(cls)
         self._adopt(dataset, _check_indices(indices, len(dataset)), document_index, sample_index, shuffle_index, config)
         self._recipe(seed, num_samples, drop_last_partial)
@@ -341,7 +346,7 @@ class GPTDataset:
         """Keep what the indices were built from (None: unknown), so a receipt can name it."""
         self.seed = None if seed is None else check_seed("seed", seed)
         self.num_samples = None if num_samples is None else check_int("num_samples", num_samples)
-        self.drop_last_partial = bool(drop_last_partial)
+        self.drop_last_partial = check_bool("drop_last_partial", drop_last_partial)
 
     def _adopt(
         self,
@@ -390,17 +395,13 @@ class GPTDataset:
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         rows = np.array([self.shuffle_index.item(index)], dtype=np.int64)
         return {name: array[0] for name, array in self._fields(rows).items()}
 
     def lineage(self, idx: int) -> SampleLineage:
         """Where sample ``idx`` comes from: the documents and token ranges of its window (tokens and last label)."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         row = int(self.shuffle_index[index])
         extra = int(self.config.add_extra_token)
         pieces = gpt_pieces(self.document_index, self.sample_index, self._lengths, row, extra, self.dataset.prefix)
@@ -481,6 +482,14 @@ class GPTDataset:
             f"{self.dataset.prefix}: {field} points outside the documents of the store; the sample "
             "indices do not belong to this store or are damaged: delete their cache entry and rebuild them"
         )
+
+
+def _check_inputs(dataset: object, config: object) -> None:
+    """Raise ConfigError unless ``dataset`` is a token store and ``config`` a GPTSampleConfig."""
+    if not isinstance(dataset, IndexedDataset):
+        raise ConfigError(f"dataset={dataset!r:.80} is invalid: pass a token store (tokenport.IndexedDataset)")
+    if not isinstance(config, GPTSampleConfig):
+        raise ConfigError(f"config={config!r:.80} is invalid: pass a GPTSampleConfig")
 
 
 def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:

@@ -9,12 +9,12 @@ blend's (child, sample of the child) from the outermost in.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from .._checks import check_sample_id
 from ..errors import CorruptStoreError
 
 ReadPlan = list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]
@@ -82,9 +82,7 @@ def gpt_pieces(
 def bin_lineage(dataset: Any, idx: int, kind: str) -> SampleLineage:
     """Lineage of sample ``idx`` of a dataset of packed bins (PackedDataset, SFTDataset): each piece's
     document and token range, in sample order."""
-    index = operator.index(idx)
-    if not 0 <= index < len(dataset):
-        raise IndexError(f"sample id {index} is outside [0, {len(dataset)})")
+    index = check_sample_id(idx, len(dataset))
     bin_ = int(dataset.order[index])
     documents, offsets, lengths = dataset.piece_document, dataset.piece_offset, dataset.piece_length
     pieces = tuple(

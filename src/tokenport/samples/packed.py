@@ -28,12 +28,12 @@ Each sample holds, for one bin, pieces laid end to end then padding:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
 import numpy as np
 
-from .._checks import check_int, check_sample_ids
+from .._checks import check_bool, check_int, check_sample_id, check_sample_ids
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
@@ -111,16 +111,18 @@ class PackedDataset:
         label_pad: int = -100,
         cu_seqlens_length: int | None = None,
     ) -> None:
+        if not isinstance(store, IndexedDataset):
+            raise ConfigError(f"store={store!r:.80} is invalid: pass a token store (tokenport.IndexedDataset)")
         self.store = store
         self.capacity = check_int("capacity", capacity, 1)
         self.window = None if window is None else check_int("window", window, 1)
-        self.split_long = bool(split_long)
+        self.split_long = check_bool("split_long", split_long)
         self.seed = check_int("seed", seed, 0)
-        self.pad_id = check_int("pad_id", pad_id, 0)
-        self.label_pad = int(label_pad)
+        self.pad_id = check_int("pad_id", pad_id, 0, INT64_MAX, "a token id")
+        self.label_pad = check_int("label_pad", label_pad, -INT64_MAX - 1, INT64_MAX, "the label of padding")
         self._sequence_lengths = np.asarray(store.sequence_lengths, dtype=np.int64)
         self.ids = None if ids is None else _check_ids(ids, len(store))  # kept for the receipt (None: all)
-        self.shuffle = bool(shuffle)
+        self.shuffle = check_bool("shuffle", shuffle)
         self._build(_check_ids(ids, len(store)), self.shuffle)
         self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
 
@@ -149,7 +151,8 @@ class PackedDataset:
         needed = int(counts.max()) + 1 if counts.size else 1
         if requested is None:
             return needed
-        width = check_int("cu_seqlens_length", requested, 1)
+        what = "the length of cu_seqlens (a sample of capacity tokens holds at most capacity documents)"
+        width = check_int("cu_seqlens_length", requested, 1, self.capacity + 1, what)
         if width < needed:
             raise ConfigError(
                 f"cu_seqlens_length={width}: a sample holds {needed - 1} documents, so at least {needed} is needed"
@@ -175,9 +178,7 @@ class PackedDataset:
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         return {name: array[0] for name, array in self.get_batch([index]).items()}
 
     def lineage(self, idx: int) -> SampleLineage:

@@ -46,7 +46,6 @@ the children of an SFT blend this way, so a small set is repeated, not read modu
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +53,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_choice, check_int, check_sample_ids, is_int
+from .._checks import check_choice, check_int, check_sample_id, check_sample_ids, is_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from .lineage import ReadPlan, SampleLineage, bin_lineage
@@ -361,9 +360,7 @@ class SFTDataset:
 
     def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
         """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = operator.index(idx)
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample id {index} is outside [0, {len(self)})")
+        index = check_sample_id(idx, len(self))
         return {name: array[0] for name, array in self.get_batch([index]).items()}
 
     def lineage(self, idx: int) -> SampleLineage:

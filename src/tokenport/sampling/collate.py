@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import is_int
+from .._checks import check_int, is_int
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 
 RETURN_TENSORS = ("np", "pt")
@@ -28,7 +29,7 @@ RETURN_TENSORS = ("np", "pt")
 
 def _check_return_tensors(return_tensors: str) -> str:
     """The return_tensors value, or a ConfigError when it is not "np" or "pt"."""
-    if return_tensors not in RETURN_TENSORS:
+    if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
         raise ConfigError(f"return_tensors={return_tensors!r}: expected one of {', '.join(RETURN_TENSORS)}")
     return return_tensors
 
@@ -45,6 +46,8 @@ def _as_ids(value: Any, name: str, index: int) -> np.ndarray:
             f"samples[{index}][{name!r}]: expected a 1-D sequence of integer ids, "
             f"got shape {array.shape} dtype {array.dtype}"
         )
+    if array.dtype == np.uint64 and array.size and int(array.max()) > INT64_MAX:  # would wrap to negative ids
+        raise ConfigError(f"samples[{index}][{name!r}]: id {int(array.max())} is past 2**63 - 1, not a token id")
     return array.astype(np.int64, copy=False)
 
 
@@ -101,13 +104,13 @@ class PaddingCollator:
         label_pad: int = -100,
         return_tensors: str = "np",
     ) -> None:
-        if not is_int(pad_id):
+        if not is_int(pad_id) or not -INT64_MAX - 1 <= pad_id <= INT64_MAX:
             raise ConfigError(f"pad_id={pad_id!r}: expected an integer token id")
         if pad_to_multiple_of is not None and (not is_int(pad_to_multiple_of) or pad_to_multiple_of < 1):
             raise ConfigError(f"pad_to_multiple_of={pad_to_multiple_of!r}: expected None or an integer >= 1")
         self.pad_id = int(pad_id)
         self.pad_to_multiple_of = None if pad_to_multiple_of is None else int(pad_to_multiple_of)
-        self.label_pad = int(label_pad)
+        self.label_pad = check_int("label_pad", label_pad, -INT64_MAX - 1, INT64_MAX, "the label of padding")
         self.return_tensors = _check_return_tensors(return_tensors)
 
     def _width(self, longest: int) -> int:
@@ -146,7 +149,7 @@ class PaddingFreeCollator:
     """
 
     def __init__(self, *, label_pad: int = -100, return_tensors: str = "np") -> None:
-        self.label_pad = int(label_pad)
+        self.label_pad = check_int("label_pad", label_pad, -INT64_MAX - 1, INT64_MAX, "the label of padding")
         self.return_tensors = _check_return_tensors(return_tensors)
 
     def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from .._checks import check_int, is_int
+from .._checks import check_bool, check_int, is_int
+from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..rng.prefetch import prefetch
 from ..rng.torch_randperm import randperm
@@ -192,12 +193,12 @@ class DistributedLengthGroupedSampler:
     ) -> None:
         self.lengths = _check_lengths(lengths)
         check_int("batch_size", batch_size)
-        check_int("num_replicas", num_replicas)
+        check_int("num_replicas", num_replicas, 1, INT64_MAX)
         check_int("rank", rank, 0, int(num_replicas) - 1)
         if mega_batch_mult is not None:
             check_int("mega_batch_mult", mega_batch_mult)
         _check_seed("seed", seed, sequence_allowed=False)
-        if rng not in _RNGS:
+        if not isinstance(rng, str) or rng not in _RNGS:
             raise ConfigError(f"rng={rng!r} is invalid: pass 'torch' (transformers' order) or 'numpy' (no torch)")
         if rng == "torch":
             _import_torch("rng='torch' seeds a torch.Generator", "pass rng='numpy' to draw with numpy instead")
@@ -205,7 +206,7 @@ class DistributedLengthGroupedSampler:
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.seed = int(seed)
-        self.drop_last = bool(drop_last)
+        self.drop_last = check_bool("drop_last", drop_last)
         self.mega_batch_mult = mega_batch_mult
         self.rng = rng
         self.epoch = 0
@@ -229,9 +230,12 @@ class DistributedLengthGroupedSampler:
             order = _group(self.lengths, self.batch_size, self.mega_batch_mult, generator, None)
         else:
             order = _group(self.lengths, self.batch_size, self.mega_batch_mult, None, (self.seed, self.epoch))
-        if len(order) != self.total_size:
-            order = np.resize(order, self.total_size)  # pads by repeating the head; or cuts the tail
-        return iter(order[self.rank :: self.num_replicas].tolist())
+        if not len(order):
+            return iter([])
+        # this rank's entries of the order padded to total_size by repeating its head (or cut to it),
+        # taken without building the padded order, which num_replicas >> len(lengths) makes huge
+        positions = self.rank + self.num_replicas * np.arange(self.num_samples, dtype=np.int64)
+        return iter(order[positions % len(order)].tolist())
 
 
 # -- the core ---------------------------------------------------------------------------------------
@@ -244,7 +248,7 @@ def _group(lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, ge
         return np.zeros(0, dtype=np.int64)
     if mega_batch_mult is None:
         mega_batch_mult = max(1, min(n // (batch_size * 4), 50))
-    size = int(mega_batch_mult) * batch_size
+    size = min(int(mega_batch_mult) * batch_size, n)  # a megabatch past the end is the whole order: the same
     if seed is not None:
         permutation = np.random.default_rng(seed).permutation(n)
     else:

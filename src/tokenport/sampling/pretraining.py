@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_bool, check_int
 from .._schema import INT64_MAX, to_builtins
 from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
@@ -97,7 +97,7 @@ class _PretrainingBase:
         data_parallel_size: int,
         auto_advance: bool,
     ) -> None:
-        self.total_samples = check_int("total_samples", total_samples, 1)
+        self.total_samples = check_int("total_samples", total_samples, 1, INT64_MAX)
         self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, 1)
         self.data_parallel_size = check_int("data_parallel_size", data_parallel_size, 1)
         self.data_parallel_rank = check_int("data_parallel_rank", data_parallel_rank, 0)
@@ -107,7 +107,7 @@ class _PretrainingBase:
                 f"[0, data_parallel_size={self.data_parallel_size})"
             )
         self.global_batch_size = self.micro_batch_size * self.data_parallel_size
-        self.auto_advance = bool(auto_advance)
+        self.auto_advance = check_bool("auto_advance", auto_advance)
         self.consumed_samples = self._checked(check_int("consumed_samples", consumed_samples, 0))
 
     def _checked(self, consumed: int) -> int:
@@ -210,7 +210,7 @@ class PretrainingSampler(_PretrainingBase):
         *,
         auto_advance: bool = True,
     ) -> None:
-        self.drop_last = bool(drop_last)
+        self.drop_last = check_bool("drop_last", drop_last)
         super().__init__(
             total_samples, consumed_samples, micro_batch_size, data_parallel_rank, data_parallel_size, auto_advance
         )
@@ -286,8 +286,8 @@ class RandomSampler(_PretrainingBase):
         auto_advance: bool = True,
     ) -> None:
         self.seed = check_int("seed", seed, 0)
-        self.data_sharding = bool(data_sharding)
-        self.megatron_compat = bool(megatron_compat)
+        self.data_sharding = check_bool("data_sharding", data_sharding)
+        self.megatron_compat = check_bool("megatron_compat", megatron_compat)
         if self.megatron_compat and self.seed != 0:
             raise ConfigError(
                 f"seed={seed!r} is invalid with megatron_compat=True: Megatron-LM seeds its sampler with the "

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import is_int
+from .._checks import check_sample_ids, is_int
 from ..errors import ConfigError
 
 __all__ = ["DatasetEpochs", "dataset_epochs"]
@@ -58,7 +58,7 @@ def dataset_epochs(dataset: Any, consumed: Iterable[np.ndarray]) -> tuple[Datase
     boundaries: list[list[int]] = [[] for _ in children]
     offset = 0
     for ids in consumed:
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = check_sample_ids(ids, len(dataset) if dataset_index is None else len(dataset_index))
         owners = np.zeros(len(ids), dtype=np.int64) if dataset_index is None else dataset_index[ids].astype(np.int64)
         added = np.bincount(owners, minlength=len(children))
         before, after = counts // per_epoch, (counts + added) // per_epoch
