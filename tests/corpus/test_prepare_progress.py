@@ -106,7 +106,9 @@ def _zstd_frames(data):
     return b"".join(zstandard.ZstdCompressor().compress(data[i : i + 20_000]) for i in range(0, len(data), 20_000))
 
 
-@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress, _zstd_frames], ids=["gz", "bz2", "xz", "zst"])
+@pytest.mark.parametrize(
+    "compress", [gzip.compress, bz2.compress, lzma.compress, _zstd_frames], ids=["gz", "bz2", "xz", "zst"]
+)
 @pytest.mark.parametrize("cut", [0.1, 0.5, 0.99])
 def test_a_compressed_input_cut_anywhere_is_refused_not_read_short(tmp_path, compress, cut):
     """A zstd stream cut inside a frame used to end quietly with the frames before it: a short corpus."""
