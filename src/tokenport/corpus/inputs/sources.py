@@ -175,7 +175,7 @@ def open_decoded(path: str, compression: str | None) -> Iterator[BinaryIO]:
                 yield f  # type: ignore[misc]
         else:
             with io.BufferedReader(_ZstdFrames(_zstandard(path).ZstdDecompressor(), raw), _READ_BUFFER) as reader:
-                yield reader  # type: ignore[misc]
+                yield reader
 
 
 class _ZstdFrames(io.RawIOBase):
