@@ -296,3 +296,26 @@ def test_interrupted_publication_rolls_forward(tmp_path, store, monkeypatch):
     assert len(ds) == 1 and ds[0].tolist() == [4, 5, 6]
     assert not os.path.exists(commit.journal_path(str(store)))
     assert tp.verify(store).checksums.startswith("verified")
+
+
+HOSTILE_PREFIXES = [None, 5, b"data", "a\0b", "", ".", "..", "sub/", "sub/..", "sub/.bin"]
+
+
+@pytest.mark.parametrize("prefix", HOSTILE_PREFIXES, ids=repr)
+def test_a_prefix_that_names_no_store_is_refused_and_nothing_is_written(tmp_path, monkeypatch, prefix):
+    """'' and DIR/ used to publish hidden .bin/.idx/.json files (in the working directory, or DIR);
+    None, bytes and NUL escaped as TypeError/ValueError."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    with tp.IndexedDatasetWriter("src", np.uint16) as w:
+        w.add_document([1, 2, 3])
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(tp.ConfigError, match="prefix"):
+        tp.IndexedDatasetWriter(prefix, np.uint16)
+    with pytest.raises(tp.ConfigError, match="prefix"):
+        tp.merge(prefix, ["src"])
+    with pytest.raises(tp.ConfigError):
+        tp.IndexedDataset(prefix)
+    with pytest.raises(tp.ConfigError):
+        tp.merge("out", ["src", prefix])
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

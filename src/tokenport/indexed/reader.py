@@ -34,6 +34,21 @@ def strip_suffix(path: str | os.PathLike) -> str:
     return text
 
 
+def store_prefix(value: object, what: str = "prefix", suffixes: tuple[str, ...] = (".bin", ".idx", ".json")) -> str:
+    """`value` as a store prefix (see `strip_suffix`); ConfigError unless it is a path or URL whose
+    last part is a name, so a store is never read or written as DIR/.bin or ../.idx."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or "\0" in text:
+        raise ConfigError(f"{what}={value!r} is invalid: pass a store prefix, a path or URL like data/wiki")
+    prefix = next((text[: -len(s)] for s in suffixes if text.endswith(s)), text)
+    if os.path.basename(prefix) in ("", ".", ".."):
+        raise ConfigError(
+            f"{what}={value!r} names no store: its last part must be a name (data/wiki for data/wiki.bin "
+            "and data/wiki.idx); add one"
+        )
+    return prefix
+
+
 class _IndexArrays:
     """The three arrays of an .idx file, as views of its mapping (or copies, in pread mode)."""
 
@@ -79,7 +94,7 @@ class IndexedDataset:
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
-        self.prefix = strip_suffix(prefix_or_url)
+        self.prefix = store_prefix(prefix_or_url)
         self.mode = mode
         self._remote_options = remote_options
         self._cache_dir = cache_dir

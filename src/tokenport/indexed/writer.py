@@ -26,6 +26,7 @@ from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new
 from .format import IndexHeader, dtype_code, dtype_for_vocab
 from .manifest import Checksums, Manifest, check_tokenizer_record, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE, MaskColumn, as_mask
+from .reader import store_prefix
 
 _SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
 _COPY_ITEMS = 1 << 18  # index items per chunk when composing the .idx (a few MiB of temporaries)
@@ -146,10 +147,7 @@ class IndexedDatasetWriter:
             raise ConfigError(
                 f"chat={chat!r} is invalid: pass a dict (template fingerprint, policy, format) with masks=True"
             )
-        self.prefix = os.fspath(prefix)
-        for suffix in (".bin", ".idx"):
-            if self.prefix.endswith(suffix):
-                self.prefix = self.prefix[: -len(suffix)]
+        self.prefix = store_prefix(prefix, suffixes=(".bin", ".idx"))
         identity = _tokenizer_identity(tokenizer)
         if identity is not None:
             try:
