@@ -147,3 +147,13 @@ def test_configs_hold_numpy_integers_as_python_ints():
             GPTSampleConfig(seq_length=8, cu_seqlens_length=value)
     with pytest.raises(ConfigError, match=r"^<plan>: samples.valid=True is invalid: pass a sample count"):
         CachePlan(("s",), "cache", seq_length=8, seed=1, samples=(1, True, 0))
+
+
+@pytest.mark.parametrize("value", [2**63, 10**23, -(2**70)])
+def test_an_integer_no_int64_holds_is_refused(value):
+    """A value past int64 used to pass and fail later inside numpy (a TypeError from pack-report)."""
+    with pytest.raises(ConfigError, match=r"batch_size=.*is invalid"):
+        check_int("batch_size", value)
+    assert check_int("batch_size", 2**63 - 1) == 2**63 - 1
+    with pytest.raises(ConfigError, match=r"PrepareConfig\.workers=.*2\*\*63 - 1"):
+        PrepareConfig(["x.jsonl"], "out", workers=2**63)

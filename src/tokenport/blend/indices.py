@@ -100,7 +100,14 @@ def _outputs(num_datasets: int, size: int, algorithm: str, samples: bool) -> tup
         dtype = np.dtype(np.int16 if num_datasets - 1 <= _MEGATRON_MAX_INDEX else np.int32)
     else:
         dtype = np.min_scalar_type(num_datasets - 1)
-    return np.empty(size, dtype=dtype), np.empty(size if samples else 0, dtype=np.int64)
+    try:
+        return np.empty(size, dtype=dtype), np.empty(size if samples else 0, dtype=np.int64)
+    except (MemoryError, ValueError):  # numpy: cannot allocate, or larger than any array can be
+        need = size * (dtype.itemsize + (8 if samples else 0))
+        raise ConfigError(
+            f"size={size}: the blend's indices need {need:,} bytes, more than this machine can allocate; "
+            "pass a smaller size"
+        ) from None
 
 
 def _single(dataset: int, out: np.ndarray, sample_out: np.ndarray) -> None:

@@ -244,7 +244,7 @@ def _group(lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, ge
         return np.zeros(0, dtype=np.int64)
     if mega_batch_mult is None:
         mega_batch_mult = max(1, min(n // (batch_size * 4), 50))
-    size = int(mega_batch_mult) * batch_size
+    size = min(int(mega_batch_mult) * batch_size, n)  # a megabatch past the end holds them all: the same order
     if seed is not None:
         permutation = np.random.default_rng(seed).permutation(n)
     else:
