@@ -155,5 +155,16 @@ def test_an_integer_no_int64_holds_is_refused(value):
     with pytest.raises(ConfigError, match=r"batch_size=.*is invalid"):
         check_int("batch_size", value)
     assert check_int("batch_size", 2**63 - 1) == 2**63 - 1
-    with pytest.raises(ConfigError, match=r"PrepareConfig\.workers=.*2\*\*63 - 1"):
-        PrepareConfig(["x.jsonl"], "out", workers=2**63)
+    with pytest.raises(ConfigError, match=r"PrepareConfig\.shard_tokens=.*2\*\*63 - 1"):
+        PrepareConfig(["x.jsonl"], "out", shard_tokens=2**63)
+
+
+def test_a_worker_count_no_machine_runs_is_refused_before_any_process_starts():
+    """--workers 10**6 used to start processes until the machine gave out (a hang, not an error)."""
+    from tokenport.corpus.run.config import MAX_WORKERS
+
+    assert PrepareConfig(["x.jsonl"], "out", workers=MAX_WORKERS).workers == MAX_WORKERS
+    with pytest.raises(
+        ConfigError, match=r"PrepareConfig\.workers=1025 is invalid: pass --workers, an integer in \[1, 1024\]"
+    ):
+        PrepareConfig(["x.jsonl"], "out", workers=MAX_WORKERS + 1)
