@@ -142,6 +142,11 @@ def read_manifest(path: str) -> dict[str, Any] | None:
             data = f.read()
     except FileNotFoundError:
         return None
+    except NotADirectoryError:
+        raise ConfigError(
+            f"{os.path.dirname(path) or path}: is not a directory (it, or one above it, is a file); name a "
+            "directory: a new one for prepare, or the output of a finished prepare run"
+        ) from None
     except OSError as exc:
         raise CorruptStoreError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
     remedy = "delete the output directory and run again, or " + _FORCE
