@@ -83,6 +83,8 @@ def test_an_output_that_is_a_file_is_refused_as_one(tmp_path, capsys, output):
     assert main(["report", str(tmp_path / output)]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "afile").read_text() == "mine"
+    with pytest.raises(ConfigError, match=r"in\.jsonl: is not a directory"):  # was "'in.jsonl' names no files"
+        prepare(PrepareConfig(inputs, inputs[0], workers=1))
 
 
 def test_an_empty_input_is_an_error_and_leaves_no_output(tmp_path):
