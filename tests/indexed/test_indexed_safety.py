@@ -319,3 +319,19 @@ def test_a_prefix_that_names_no_store_is_refused_and_nothing_is_written(tmp_path
     with pytest.raises(tp.ConfigError):
         tp.merge("out", ["src", prefix])
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("lengths", [[1.7, 1.3], np.array([2.5, 0.5]), "ab", [[1], [1, 2]]], ids=repr)
+def test_sequence_lengths_that_are_not_integers_are_refused_and_change_nothing(tmp_path, lengths):
+    """[1.7, 1.3] used to be cut to [1, 1] (they then summed to the tokens: silently wrong sequences);
+    "ab" escaped as a ValueError."""
+    with tp.IndexedDatasetWriter(tmp_path / "s", np.uint16) as writer:
+        writer.add_document([7, 8, 9])
+        with pytest.raises(tp.ConfigError, match="lengths"):
+            writer.add_document([1, 2], lengths)
+        with pytest.raises(tp.ConfigError, match="lengths"):
+            writer.add_documents(np.array([1, 2]), lengths)
+        assert (writer.num_documents, writer.num_sequences, writer.num_tokens) == (1, 1, 3)
+        writer.add_document([4, 5], [1, 1])
+    with tp.IndexedDataset(tmp_path / "s") as ds:
+        assert [ds[i].tolist() for i in range(len(ds))] == [[7, 8, 9], [4], [5]]

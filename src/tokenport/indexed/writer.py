@@ -119,6 +119,19 @@ class _Int64Spill:
             pass
 
 
+def _int_lengths(lengths: Any, what: str) -> np.ndarray:
+    """`lengths` as int64; ConfigError for anything but integers (1.7 was cut to 1, "ab" a ValueError)."""
+    try:
+        array = np.asarray(lengths)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}={lengths!r} is invalid ({exc}): pass integer sequence lengths") from None
+    if array.size and array.dtype.kind not in "iu":
+        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}: pass integer sequence lengths")
+    if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise ConfigError(f"{what}: {int(array.max())} is not a sequence length: pass lengths that sum to the tokens")
+    return array.astype(np.int64)
+
+
 class IndexedDatasetWriter:
     """Writes a token store at `prefix` (PREFIX.bin, PREFIX.idx, PREFIX.json), atomically.
 
@@ -224,7 +237,7 @@ class IndexedDatasetWriter:
                 except TypeError:
                     pass
             if sizes is None:
-                sizes = np.asarray(lengths, dtype=np.int64).reshape(-1).tolist()
+                sizes = _int_lengths(lengths, f"{self.prefix}: lengths").reshape(-1).tolist()
             if sum(sizes) != n or (sizes and min(sizes) < 0):
                 raise ConfigError(
                     f"{self.prefix}: sequence lengths {sizes[:8]}... sum to "
@@ -262,7 +275,7 @@ class IndexedDatasetWriter:
             if masks is not None and not isinstance(masks, np.ndarray):
                 masks = np.concatenate(masks) if len(masks) else np.zeros(0, MASK_DTYPE)
         array = self._as_tokens(tokens)
-        lengths = np.asarray(lengths, dtype=np.int64)
+        lengths = _int_lengths(lengths, "add_documents: `lengths`")
         if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
             raise ConfigError("add_documents: `lengths` must be a 1-D array of non-negative ints")
         if int(lengths.sum()) != len(array):
