@@ -335,3 +335,27 @@ def test_sequence_lengths_that_are_not_integers_are_refused_and_change_nothing(t
         writer.add_document([4, 5], [1, 1])
     with tp.IndexedDataset(tmp_path / "s") as ds:
         assert [ds[i].tolist() for i in range(len(ds))] == [[7, 8, 9], [4], [5]]
+
+
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+def test_an_index_that_is_not_a_sequence_number_is_refused(store, mode):
+    """ds['a'], ds[None], ds[1.5] escaped as TypeError, ds[2**70] as OverflowError (not IndexError);
+    get_many([0.7, 1.2]) read sequences 0 and 1 (numpy cut the floats)."""
+    with tp.IndexedDataset(store, mode) as ds:
+        for idx in ("a", None, 1.5, True, (0, 1), np.array([0, 1])):
+            with pytest.raises(tp.ConfigError, match="is not a sequence number"):
+                ds[idx]
+            with pytest.raises(tp.ConfigError, match="is not a sequence number"):
+                ds.get(idx)
+        for idx in (2**70, -(2**70), len(ds)):
+            with pytest.raises(IndexError):
+                ds[idx]
+            with pytest.raises(IndexError):
+                ds.get(idx)
+        with pytest.raises(tp.ConfigError, match="offset='x'"):
+            ds.get(0, "x")
+        with pytest.raises(tp.ConfigError, match="get_many: ids must be integers, got dtype float64"):
+            ds.get_many([0.7, 1.2])
+        with pytest.raises(tp.ConfigError, match="get_pieces: offsets must be integers"):
+            ds.get_pieces([1], [0.5], [1])
+        assert ds.get_many(np.array([1, 0], np.uint32))[1].tolist() == [0, len(ds[1]), len(ds[1]) + len(ds[0])]
