@@ -359,3 +359,26 @@ def test_an_index_that_is_not_a_sequence_number_is_refused(store, mode):
         with pytest.raises(tp.ConfigError, match="get_pieces: offsets must be integers"):
             ds.get_pieces([1], [0.5], [1])
         assert ds.get_many(np.array([1, 0], np.uint32))[1].tolist() == [0, len(ds[1]), len(ds[1]) + len(ds[0])]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"dtype": "bogus"},
+        {"vocab_size": "x"},
+        {"checksum": "md5"},
+        {"checksum_block_size": 0},
+        {"checksum_block_size": "x"},
+        {"provenance": "x"},
+    ],
+    ids=repr,
+)
+def test_bad_writer_settings_are_refused_before_anything_is_written(tmp_path, settings):
+    """checksum_block_size=0 hung; checksum='md5' left a temporary .bin (as a CorruptStoreError);
+    the others escaped as TypeError/ValueError."""
+    with pytest.raises(tp.ConfigError):
+        tp.IndexedDatasetWriter(tmp_path / "s", **{"dtype": np.uint16, **settings})
+    if "provenance" in settings:
+        with pytest.raises(tp.ConfigError, match="provenance"):
+            tp.merge(tmp_path / "m", [tmp_path / "s"], provenance=settings["provenance"])
+    assert list(tmp_path.iterdir()) == []

@@ -43,6 +43,8 @@ def merge(
     """
     if not isinstance(checksums, bool):
         raise ConfigError(f"checksums={checksums!r} is invalid: pass True (check inputs as they stream) or False")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise ConfigError(f"provenance={provenance!r} is invalid: pass a dict (or None)")
     prefixes = resolve_stores(input_prefixes, what="merge input")
     output = store_prefix(output_prefix, "output_prefix")
     _check_output(output, prefixes, overwrite)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
+from .._checks import check_int
 from ..errors import ConfigError, CorruptStoreError, TokenizerError, TokenportError
 from . import commit
 from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new_hasher
@@ -132,6 +133,26 @@ def _int_lengths(lengths: Any, what: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def _check_settings(dtype: Any, vocab_size: Any, provenance: Any, checksum: Any, block_size: Any) -> None:
+    """Refuse bad writer settings before anything is created (a bad checksum algorithm left a
+    temporary .bin; a block size of 0 hung; bad types escaped as TypeError/ValueError)."""
+    if dtype is not None:
+        try:
+            np.dtype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"dtype={dtype!r} is invalid ({exc}): pass a numpy dtype such as np.uint16") from None
+    if vocab_size is not None:
+        check_int("vocab_size", vocab_size, 1, what="the tokenizer's vocabulary size")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise ConfigError(f"provenance={provenance!r} is invalid: pass a dict (or None)")
+    check_int("checksum_block_size", block_size, 1, what="the bytes per .bin checksum block")
+    if checksum is not None:
+        try:
+            new_hasher(checksum, "checksum")
+        except CorruptStoreError as exc:
+            raise ConfigError(f"{exc}: pass blake2b-128, xxh3-64 or None (the fastest installed)") from None
+
+
 class IndexedDatasetWriter:
     """Writes a token store at `prefix` (PREFIX.bin, PREFIX.idx, PREFIX.json), atomically.
 
@@ -156,6 +177,7 @@ class IndexedDatasetWriter:
     ) -> None:
         if not isinstance(masks, bool):
             raise ConfigError(f"masks={masks!r} is invalid: pass True for a chat store (with loss masks) or False")
+        _check_settings(dtype, vocab_size, provenance, checksum, checksum_block_size)
         if chat is not None and not (masks and isinstance(chat, dict)):
             raise ConfigError(
                 f"chat={chat!r} is invalid: pass a dict (template fingerprint, policy, format) with masks=True"
