@@ -147,3 +147,24 @@ def test_configs_hold_numpy_integers_as_python_ints():
             GPTSampleConfig(seq_length=8, cu_seqlens_length=value)
     with pytest.raises(ConfigError, match=r"^<plan>: samples.valid=True is invalid: pass a sample count"):
         CachePlan(("s",), "cache", seq_length=8, seed=1, samples=(1, True, 0))
+
+
+@pytest.mark.parametrize("value", [2**63, 10**23, -(2**70)])
+def test_an_integer_no_int64_holds_is_refused(value):
+    """A value past int64 used to pass and fail later inside numpy (a TypeError from pack-report)."""
+    with pytest.raises(ConfigError, match=r"batch_size=.*is invalid"):
+        check_int("batch_size", value)
+    assert check_int("batch_size", 2**63 - 1) == 2**63 - 1
+    with pytest.raises(ConfigError, match=r"PrepareConfig\.shard_tokens=.*2\*\*63 - 1"):
+        PrepareConfig(["x.jsonl"], "out", shard_tokens=2**63)
+
+
+def test_a_worker_count_no_machine_runs_is_refused_before_any_process_starts():
+    """--workers 10**6 used to start processes until the machine gave out (a hang, not an error)."""
+    from tokenport.corpus.run.config import MAX_WORKERS
+
+    assert PrepareConfig(["x.jsonl"], "out", workers=MAX_WORKERS).workers == MAX_WORKERS
+    with pytest.raises(
+        ConfigError, match=r"PrepareConfig\.workers=1025 is invalid: pass --workers, an integer in \[1, 1024\]"
+    ):
+        PrepareConfig(["x.jsonl"], "out", workers=MAX_WORKERS + 1)

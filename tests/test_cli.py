@@ -49,6 +49,16 @@ def test_inspect_shows_counts_percentiles_and_text(stores, capsys):
     assert "document 0: hello world" in out
 
 
+@pytest.mark.parametrize("count", ["-1", "-100", str(2**64)])
+def test_inspect_refuses_a_document_count_it_cannot_show(stores, capsys, count):
+    """--documents -1 used to exit 0 showing no documents, as if the store had none."""
+    assert main(["inspect", str(stores / "a"), "--documents", count]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tokenport: ") and f"documents={count} is invalid" in err
+    with pytest.raises(tp.ConfigError, match="preview_chars=-1"):
+        summarize(str(stores / "a"), preview_chars=-1)
+
+
 def test_verify_ok_and_fault(stores, capsys):
     assert main(["verify", str(stores / "a"), str(stores / "b")]) == 0
     assert capsys.readouterr().out.count("ok ") == 2

@@ -18,6 +18,7 @@ import numpy as np
 from .errors import ConfigError, SampleIdError
 
 SEED_MAX = 2**32 - 1
+INT64_MAX = 2**63 - 1
 
 
 def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
@@ -34,9 +35,12 @@ def holds_numbers(array: np.ndarray) -> bool:
 
 
 def check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None, what: str = "") -> int:
-    """Return ``value`` as an int, or raise ConfigError unless it is an integer in [minimum, maximum]."""
-    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
+    """Return ``value`` as an int, or raise ConfigError unless it is an integer in [minimum, maximum]
+    (without a maximum, one an int64 holds: numpy refuses or wraps a larger one later)."""
+    if not is_int(value) or value < minimum or value > (INT64_MAX if maximum is None else maximum):
         wanted = f"an integer of at least {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+        if maximum is None and is_int(value) and value > INT64_MAX:
+            wanted += " and at most 2**63 - 1 (the int64 that holds it)"
         raise ConfigError(f"{name}={value!r} is invalid: pass {what + ', ' if what else ''}{wanted}")
     return int(value)
 

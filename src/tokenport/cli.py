@@ -88,10 +88,8 @@ def _report(args: argparse.Namespace) -> int:
 
     report = load_report(args.output)
     _emit(args, [report], many=False)
-    if args.html:
-        page = report.html()  # rendered first: a failure leaves no half-written file
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(page)
+    if args.html is not None:
+        report.save_html(args.html)
         print(f"HTML report written to {args.html}", file=sys.stderr if args.json else sys.stdout)
     return 0
 

@@ -396,3 +396,9 @@ def test_bad_deviation_input() -> None:
         max_prefix_deviation(np.array([0.5]), [1.0])
     with pytest.raises(ConfigError, match="block"):
         SampleIndexCheckpoints(np.zeros(3, np.uint8), 1, block=0)
+
+
+def test_a_size_no_machine_can_allocate_is_refused():
+    """A size int64 holds but memory does not used to escape as numpy's _ArrayMemoryError."""
+    with pytest.raises(ConfigError, match=r"size=9223372036854775807 is too large: the blend's indices would take"):
+        build_dataset_index(np.array([0.5, 0.5]), 2**63 - 1)

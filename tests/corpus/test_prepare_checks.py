@@ -72,6 +72,21 @@ def test_language_codes_with_regions_and_their_bases_are_accepted(tmp_path):
 # -- a run that leaves nothing fails, unless asked to allow it --------------------------------------
 
 
+@pytest.mark.parametrize("output", ["afile", "afile/sub"])
+def test_an_output_that_is_a_file_is_refused_as_one(tmp_path, capsys, output):
+    """It used to be 'cannot read it (Not a directory); check its permissions': the wrong remedy."""
+    inputs = [corpus(tmp_path, [{"text": "hello"}])]
+    (tmp_path / "afile").write_text("mine")
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ConfigError, match=r"afile(/sub)?: is not a directory \(it, or one above it, is a file\)"):
+        prepare(PrepareConfig(inputs, str(tmp_path / output), workers=1))
+    assert main(["report", str(tmp_path / output)]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "afile").read_text() == "mine"
+    with pytest.raises(ConfigError, match=r"in\.jsonl: is not a directory"):  # was "'in.jsonl' names no files"
+        prepare(PrepareConfig(inputs, inputs[0], workers=1))
+
+
 def test_an_empty_input_is_an_error_and_leaves_no_output(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

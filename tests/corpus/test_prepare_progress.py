@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import lzma
@@ -97,6 +98,29 @@ def test_a_truncated_compressed_input_keeps_what_it_can_and_reports_the_break(tm
     assert result.skipped == {"corrupt_input": 1} and 1000 < result.documents < 3000
     with IndexedDataset(result.parts[0]) as ds:
         assert len(ds) == result.documents
+
+
+def _zstd_frames(data):
+    """zstd frames of about 20,000 bytes each (as pzstd or a chunked writer makes them)."""
+    zstandard = pytest.importorskip("zstandard")
+    return b"".join(zstandard.ZstdCompressor().compress(data[i : i + 20_000]) for i in range(0, len(data), 20_000))
+
+
+@pytest.mark.parametrize(
+    "compress", [gzip.compress, bz2.compress, lzma.compress, _zstd_frames], ids=["gz", "bz2", "xz", "zst"]
+)
+@pytest.mark.parametrize("cut", [0.1, 0.5, 0.99])
+def test_a_compressed_input_cut_anywhere_is_refused_not_read_short(tmp_path, compress, cut):
+    """A zstd stream cut inside a frame used to end quietly with the frames before it: a short corpus."""
+    data = compress(lines(texts(3000)))
+    path = tmp_path / "cut.jsonl.x"
+    path.write_bytes(data[: int(len(data) * cut)])
+    suffix = {"gzip": ".gz", "bz2": ".bz2", "lzma": ".xz"}.get(compress.__module__, ".zst")
+    path = path.rename(path.with_suffix(suffix))
+    for unit_bytes in (30_000, 10**9):  # decompressed once into chunks, or read whole as one unit
+        with pytest.raises(InputDataError, match=r"cut\.jsonl\.[a-z0-9]+: after line \d+: cannot be decompressed"):
+            run([path], tmp_path / f"out{unit_bytes}", unit_bytes=unit_bytes)
+        assert not (tmp_path / f"out{unit_bytes}" / "tokenport.json").exists()
 
 
 def units_of(tmp_path, unit_bytes):

@@ -211,6 +211,38 @@ def test_report_renders_text_and_html(tmp_path, capsys):
     assert "no tokenport.json here" in capsys.readouterr().err
 
 
+def test_report_html_is_refused_cleanly_and_published_whole(tmp_path, capsys):
+    """--html '' used to be ignored (exit 0, no page); a page was written in place (a kill or a full
+    disk left half of one)."""
+    import os
+    import subprocess
+    import sys
+
+    from tokenport.cli import main
+    from tokenport.corpus.run.state import KILL_AT
+
+    out = tmp_path / "out"
+    prepare(PrepareConfig([corpus(tmp_path)], str(out), workers=1))
+    capsys.readouterr()
+    (tmp_path / "adir").mkdir()
+    for bad in ("", str(tmp_path / "adir"), str(tmp_path / "missing" / "r.html")):
+        before = sorted(tmp_path.rglob("*"))
+        assert main(["report", str(out), "--html", bad]) != 0
+        err = capsys.readouterr().err
+        assert err.startswith("tokenport: ") and "html" in err.lower() and "Traceback" not in err
+        assert sorted(tmp_path.rglob("*")) == before
+    page = tmp_path / "r.html"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for kill, published in (("1", False), ("2", True)):  # just before the rename, and just after it
+        command = [sys.executable, "-m", "tokenport", "-q", "report", str(out), "--html", str(page)]
+        assert subprocess.run(command, env={**env, KILL_AT: kill}, capture_output=True).returncode == 137
+        assert page.exists() == published
+    whole = page.read_text()
+    assert main(["report", str(out), "--html", str(page)]) == 0
+    assert page.read_text() == whole and whole.startswith("<!doctype html>")
+    assert [p.name for p in tmp_path.glob("r.html*")] == ["r.html"]  # the killed run's temporary is gone
+
+
 def test_cross_dataset_dedup_against_a_saved_index(tmp_path):
     inputs = _dedup_corpus(tmp_path)
     index = str(tmp_path / "indexes" / "web")

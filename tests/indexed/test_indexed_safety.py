@@ -296,3 +296,89 @@ def test_interrupted_publication_rolls_forward(tmp_path, store, monkeypatch):
     assert len(ds) == 1 and ds[0].tolist() == [4, 5, 6]
     assert not os.path.exists(commit.journal_path(str(store)))
     assert tp.verify(store).checksums.startswith("verified")
+
+
+HOSTILE_PREFIXES = [None, 5, b"data", "a\0b", "", ".", "..", "sub/", "sub/..", "sub/.bin"]
+
+
+@pytest.mark.parametrize("prefix", HOSTILE_PREFIXES, ids=repr)
+def test_a_prefix_that_names_no_store_is_refused_and_nothing_is_written(tmp_path, monkeypatch, prefix):
+    """'' and DIR/ used to publish hidden .bin/.idx/.json files (in the working directory, or DIR);
+    None, bytes and NUL escaped as TypeError/ValueError."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    with tp.IndexedDatasetWriter("src", np.uint16) as w:
+        w.add_document([1, 2, 3])
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(tp.ConfigError, match="prefix"):
+        tp.IndexedDatasetWriter(prefix, np.uint16)
+    with pytest.raises(tp.ConfigError, match="prefix"):
+        tp.merge(prefix, ["src"])
+    with pytest.raises(tp.ConfigError):
+        tp.IndexedDataset(prefix)
+    with pytest.raises(tp.ConfigError):
+        tp.merge("out", ["src", prefix])
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("lengths", [[1.7, 1.3], np.array([2.5, 0.5]), "ab", [[1], [1, 2]]], ids=repr)
+def test_sequence_lengths_that_are_not_integers_are_refused_and_change_nothing(tmp_path, lengths):
+    """[1.7, 1.3] used to be cut to [1, 1] (they then summed to the tokens: silently wrong sequences);
+    "ab" escaped as a ValueError."""
+    with tp.IndexedDatasetWriter(tmp_path / "s", np.uint16) as writer:
+        writer.add_document([7, 8, 9])
+        with pytest.raises(tp.ConfigError, match="lengths"):
+            writer.add_document([1, 2], lengths)
+        with pytest.raises(tp.ConfigError, match="lengths"):
+            writer.add_documents(np.array([1, 2]), lengths)
+        assert (writer.num_documents, writer.num_sequences, writer.num_tokens) == (1, 1, 3)
+        writer.add_document([4, 5], [1, 1])
+    with tp.IndexedDataset(tmp_path / "s") as ds:
+        assert [ds[i].tolist() for i in range(len(ds))] == [[7, 8, 9], [4], [5]]
+
+
+@pytest.mark.parametrize("mode", ["mmap", "pread"])
+def test_an_index_that_is_not_a_sequence_number_is_refused(store, mode):
+    """ds['a'], ds[None], ds[1.5] escaped as TypeError, ds[2**70] as OverflowError (not IndexError);
+    get_many([0.7, 1.2]) read sequences 0 and 1 (numpy cut the floats)."""
+    with tp.IndexedDataset(store, mode) as ds:
+        for idx in ("a", None, 1.5, True, (0, 1), np.array([0, 1])):
+            with pytest.raises(tp.ConfigError, match="is not a sequence number"):
+                ds[idx]
+            with pytest.raises(tp.ConfigError, match="is not a sequence number"):
+                ds.get(idx)
+        for idx in (2**70, -(2**70), len(ds)):
+            with pytest.raises(IndexError):
+                ds[idx]
+            with pytest.raises(IndexError):
+                ds.get(idx)
+        with pytest.raises(tp.ConfigError, match="offset='x'"):
+            ds.get(0, "x")
+        with pytest.raises(tp.ConfigError, match="get_many: ids must be integers, got dtype float64"):
+            ds.get_many([0.7, 1.2])
+        with pytest.raises(tp.ConfigError, match="get_pieces: offsets must be integers"):
+            ds.get_pieces([1], [0.5], [1])
+        assert ds.get_many(np.array([1, 0], np.uint32))[1].tolist() == [0, len(ds[1]), len(ds[1]) + len(ds[0])]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"dtype": "bogus"},
+        {"vocab_size": "x"},
+        {"checksum": "md5"},
+        {"checksum_block_size": 0},
+        {"checksum_block_size": "x"},
+        {"provenance": "x"},
+    ],
+    ids=repr,
+)
+def test_bad_writer_settings_are_refused_before_anything_is_written(tmp_path, settings):
+    """checksum_block_size=0 hung; checksum='md5' left a temporary .bin (as a CorruptStoreError);
+    the others escaped as TypeError/ValueError."""
+    with pytest.raises(tp.ConfigError):
+        tp.IndexedDatasetWriter(tmp_path / "s", **{"dtype": np.uint16, **settings})
+    if "provenance" in settings:
+        with pytest.raises(tp.ConfigError, match="provenance"):
+            tp.merge(tmp_path / "m", [tmp_path / "s"], provenance=settings["provenance"])
+    assert list(tmp_path.iterdir()) == []

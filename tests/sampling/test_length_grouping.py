@@ -272,3 +272,12 @@ def test_a_list_of_ints_is_read_like_the_array():
     for bad in ([True, False], [3, 2.5], [3, 2**64], [3, "4"], [3, -1]):
         with pytest.raises(ConfigError, match="lengths"):
             get_length_grouped_indices(bad, 2, seed=0)
+
+
+@pytest.mark.parametrize("batch_size, mult", [(2**62, None), (2**63 - 1, None), (2**40, 2**40), (10**6, 7)])
+def test_a_megabatch_larger_than_the_dataset_is_one_megabatch(batch_size, mult):
+    """batch_size * mega_batch_mult past the lengths used to allocate (or overflow) a megabatch that
+    size: a numpy ValueError. One megabatch of everything is what it means."""
+    lengths = np.random.default_rng(3).integers(1, 500, 1000)
+    expected = length_grouped_order(lengths, len(lengths), 1, seed=7)
+    assert np.array_equal(length_grouped_order(lengths, batch_size, mult, seed=7), expected)

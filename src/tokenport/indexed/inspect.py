@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from ..errors import ConfigError
 from . import IndexedDataset
 
@@ -76,6 +77,8 @@ class StoreSummary:
 
 def summarize(prefix: str | os.PathLike, *, documents: int = 3, preview_chars: int = 240) -> StoreSummary:
     """Summarize a store; detokenize its first documents when its tokenizer is available here."""
+    check_int("documents", documents, 0, what="how many documents to show (--documents)")
+    check_int("preview_chars", preview_chars, 0, what="how many characters of each document to show")
     ds = IndexedDataset(prefix)
     lengths = ds.sequence_lengths
     if len(lengths):

@@ -14,7 +14,7 @@ from ..errors import ConfigError, CorruptStoreError, TokenportError
 from ..storage import is_remote
 from .commit import recover
 from .prefixes import resolve_stores
-from .reader import IndexedDataset, strip_suffix
+from .reader import IndexedDataset, store_prefix
 from .same_tokenizer import check_same_tokenizer, store_tokenizer
 from .verify import StreamCheck, stream_checks, verify
 from .writer import IndexedDatasetWriter
@@ -43,8 +43,10 @@ def merge(
     """
     if not isinstance(checksums, bool):
         raise ConfigError(f"checksums={checksums!r} is invalid: pass True (check inputs as they stream) or False")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise ConfigError(f"provenance={provenance!r} is invalid: pass a dict (or None)")
     prefixes = resolve_stores(input_prefixes, what="merge input")
-    output = strip_suffix(output_prefix)
+    output = store_prefix(output_prefix, "output_prefix")
     _check_output(output, prefixes, overwrite)
     inputs = [IndexedDataset(prefix) for prefix in prefixes]
     dtypes = {ds.dtype for ds in inputs}

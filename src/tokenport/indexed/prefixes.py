@@ -27,8 +27,11 @@ RUN_MANIFEST = "tokenport.json"  # a prepare output directory's listing of its p
 def resolve_stores(args: Sequence[str | os.PathLike], *, what: str = "store") -> list[str]:
     """The store prefixes ``args`` name, in order: file names mapped to their prefix, prepare
     output directories expanded to their parts; ConfigError naming any store given twice."""
-    if isinstance(args, (str, os.PathLike)) or not len(args):
+    if isinstance(args, (str, os.PathLike)) or not isinstance(args, Sequence) or not len(args):
         raise ConfigError(f"give one or more {what}s (prefixes, their .bin/.idx/.json files, or prepare outputs)")
+    for arg in args:
+        if not isinstance(arg, (str, os.PathLike)) or not isinstance(os.fspath(arg), str) or "\0" in os.fspath(arg):
+            raise ConfigError(f"{what} {arg!r} is invalid: pass a store prefix, a path or URL like data/wiki")
     prefixes: list[str] = []
     forms: dict[str, tuple[str, list[str]]] = {}  # key -> (prefix, spellings seen)
     named = {strip_suffix(os.fspath(arg)) for arg in args}

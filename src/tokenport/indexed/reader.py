@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import is_int
 from ..errors import ConfigError, CorruptStoreError, StorageError
 from ..storage import MODES, ByteSource, MmapSource, is_remote, local_path, open_index_source, open_source, read_small
 from ..storage.handles import LazyHandle
@@ -32,6 +33,34 @@ def strip_suffix(path: str | os.PathLike) -> str:
         if text.endswith(suffix):
             return text[: -len(suffix)]
     return text
+
+
+def store_prefix(value: object, what: str = "prefix", suffixes: tuple[str, ...] = (".bin", ".idx", ".json")) -> str:
+    """`value` as a store prefix (see `strip_suffix`); ConfigError unless it is a path or URL whose
+    last part is a name, so a store is never read or written as DIR/.bin or ../.idx."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or "\0" in text:
+        raise ConfigError(f"{what}={value!r} is invalid: pass a store prefix, a path or URL like data/wiki")
+    prefix = next((text[: -len(s)] for s in suffixes if text.endswith(s)), text)
+    if os.path.basename(prefix) in ("", ".", ".."):
+        raise ConfigError(
+            f"{what}={value!r} names no store: its last part must be a name (data/wiki for data/wiki.bin "
+            "and data/wiki.idx); add one"
+        )
+    return prefix
+
+
+def _int_array(values: object, what: str) -> np.ndarray:
+    """`values` as a flat int64 array; ConfigError for anything but integers (numpy cut 1.7 to 1)."""
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}={values!r} is invalid ({exc}): pass integers") from None
+    if array.size and array.dtype.kind not in "iu":
+        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}")
+    if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise IndexError(f"{what}: {int(array.max())} is out of range")
+    return array.astype(np.int64).reshape(-1)
 
 
 class _IndexArrays:
@@ -79,7 +108,7 @@ class IndexedDataset:
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
-        self.prefix = strip_suffix(prefix_or_url)
+        self.prefix = store_prefix(prefix_or_url)
         self.mode = mode
         self._remote_options = remote_options
         self._cache_dir = cache_dir
@@ -349,7 +378,10 @@ class IndexedDataset:
             handle.referenced = True
         if isinstance(idx, slice):
             return [self.get(i) for i in range(*idx.indices(len(self)))]
-        pointer = index.pointers.item(idx)
+        try:
+            pointer = index.pointers.item(idx)
+        except (TypeError, ValueError, OverflowError):
+            raise self._bad_index(idx) from None
         length = index.lengths.item(idx)
         tokens_handle = self._tokens
         if tokens_handle is not None:
@@ -362,10 +394,21 @@ class IndexedDataset:
             return tokens[start : start + length]
         return self._bin.read_array(pointer, length, self.dtype)
 
+    def _bad_index(self, idx: object) -> Exception:
+        """The error for an index numpy could not take: past any end (IndexError), or not an index."""
+        if is_int(idx):
+            return IndexError(f"{self.prefix}: sequence {idx} is out of range: the store has {len(self)}")
+        return ConfigError(f"{self.prefix}: index {idx!r} is not a sequence number: pass an integer or a slice")
+
     def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
         """`length` tokens of sequence `idx` from token `offset` (default: to its end)."""
         index = self._index.get()
-        total = index.lengths.item(idx)
+        try:
+            total = index.lengths.item(idx)
+        except (TypeError, ValueError, OverflowError):
+            raise self._bad_index(idx) from None
+        if not is_int(offset) or not (length is None or is_int(length)):
+            raise ConfigError(f"{self.prefix}: offset={offset!r} length={length!r}: pass integers (length may be None)")
         if length is None:
             length = total - offset
         if offset < 0 or length < 0 or offset + length > total:
@@ -381,7 +424,7 @@ class IndexedDataset:
         """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]].
 
         Negative ids count from the end; an id out of range raises IndexError."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        ids = _int_array(ids, f"{self.prefix}: get_many: ids")
         index = self._index.get()
         if self._tokens is not None:
             return self._gather_mapped(index, ids)
@@ -404,9 +447,9 @@ class IndexedDataset:
     ) -> np.ndarray:
         """Tokens ``[offsets[k], offsets[k] + lengths[k])`` of sequences ``ids[k]``, concatenated: one
         batched read (coalesced GETs remotely) in place of a ``get`` per piece."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
-        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        ids = _int_array(ids, f"{self.prefix}: get_pieces: ids")
+        offsets = _int_array(offsets, f"{self.prefix}: get_pieces: offsets")
+        lengths = _int_array(lengths, f"{self.prefix}: get_pieces: lengths")
         index = self._index.get()
         if not len(ids) == len(offsets) == len(lengths):
             raise ConfigError(

@@ -20,12 +20,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
+from .._checks import check_int
 from ..errors import ConfigError, CorruptStoreError, TokenizerError, TokenportError
 from . import commit
 from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new_hasher
 from .format import IndexHeader, dtype_code, dtype_for_vocab
 from .manifest import Checksums, Manifest, check_tokenizer_record, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE, MaskColumn, as_mask
+from .reader import store_prefix
 
 _SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
 _COPY_ITEMS = 1 << 18  # index items per chunk when composing the .idx (a few MiB of temporaries)
@@ -118,6 +120,39 @@ class _Int64Spill:
             pass
 
 
+def _int_lengths(lengths: Any, what: str) -> np.ndarray:
+    """`lengths` as int64; ConfigError for anything but integers (1.7 was cut to 1, "ab" a ValueError)."""
+    try:
+        array = np.asarray(lengths)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}={lengths!r} is invalid ({exc}): pass integer sequence lengths") from None
+    if array.size and array.dtype.kind not in "iu":
+        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}: pass integer sequence lengths")
+    if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise ConfigError(f"{what}: {int(array.max())} is not a sequence length: pass lengths that sum to the tokens")
+    return array.astype(np.int64)
+
+
+def _check_settings(dtype: Any, vocab_size: Any, provenance: Any, checksum: Any, block_size: Any) -> None:
+    """Refuse bad writer settings before anything is created (a bad checksum algorithm left a
+    temporary .bin; a block size of 0 hung; bad types escaped as TypeError/ValueError)."""
+    if dtype is not None:
+        try:
+            np.dtype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"dtype={dtype!r} is invalid ({exc}): pass a numpy dtype such as np.uint16") from None
+    if vocab_size is not None:
+        check_int("vocab_size", vocab_size, 1, what="the tokenizer's vocabulary size")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise ConfigError(f"provenance={provenance!r} is invalid: pass a dict (or None)")
+    check_int("checksum_block_size", block_size, 1, what="the bytes per .bin checksum block")
+    if checksum is not None:
+        try:
+            new_hasher(checksum, "checksum")
+        except CorruptStoreError as exc:
+            raise ConfigError(f"{exc}: pass blake2b-128, xxh3-64 or None (the fastest installed)") from None
+
+
 class IndexedDatasetWriter:
     """Writes a token store at `prefix` (PREFIX.bin, PREFIX.idx, PREFIX.json), atomically.
 
@@ -142,14 +177,12 @@ class IndexedDatasetWriter:
     ) -> None:
         if not isinstance(masks, bool):
             raise ConfigError(f"masks={masks!r} is invalid: pass True for a chat store (with loss masks) or False")
+        _check_settings(dtype, vocab_size, provenance, checksum, checksum_block_size)
         if chat is not None and not (masks and isinstance(chat, dict)):
             raise ConfigError(
                 f"chat={chat!r} is invalid: pass a dict (template fingerprint, policy, format) with masks=True"
             )
-        self.prefix = os.fspath(prefix)
-        for suffix in (".bin", ".idx"):
-            if self.prefix.endswith(suffix):
-                self.prefix = self.prefix[: -len(suffix)]
+        self.prefix = store_prefix(prefix, suffixes=(".bin", ".idx"))
         identity = _tokenizer_identity(tokenizer)
         if identity is not None:
             try:
@@ -226,7 +259,7 @@ class IndexedDatasetWriter:
                 except TypeError:
                     pass
             if sizes is None:
-                sizes = np.asarray(lengths, dtype=np.int64).reshape(-1).tolist()
+                sizes = _int_lengths(lengths, f"{self.prefix}: lengths").reshape(-1).tolist()
             if sum(sizes) != n or (sizes and min(sizes) < 0):
                 raise ConfigError(
                     f"{self.prefix}: sequence lengths {sizes[:8]}... sum to "
@@ -264,7 +297,7 @@ class IndexedDatasetWriter:
             if masks is not None and not isinstance(masks, np.ndarray):
                 masks = np.concatenate(masks) if len(masks) else np.zeros(0, MASK_DTYPE)
         array = self._as_tokens(tokens)
-        lengths = np.asarray(lengths, dtype=np.int64)
+        lengths = _int_lengths(lengths, "add_documents: `lengths`")
         if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
             raise ConfigError("add_documents: `lengths` must be a 1-D array of non-negative ints")
         if int(lengths.sum()) != len(array):

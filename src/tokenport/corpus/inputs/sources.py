@@ -29,6 +29,7 @@ PARQUET_SUFFIXES = (".parquet",)
 ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams, as HF datasets' save_to_disk writes them
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 _READ_BUFFER = 1 << 20
+_ZSTD_FEED = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -173,9 +174,46 @@ def open_decoded(path: str, compression: str | None) -> Iterator[BinaryIO]:
             with lzma.LZMAFile(raw) as f:
                 yield f  # type: ignore[misc]
         else:
-            zstandard = _zstandard(path)
-            with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
-                yield io.BufferedReader(reader, _READ_BUFFER)
+            with io.BufferedReader(_ZstdFrames(_zstandard(path).ZstdDecompressor(), raw), _READ_BUFFER) as reader:
+                yield reader
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The content of zstd frames one after another (as `zstd -d` reads them); input that ends inside
+    a frame is an EOFError, where zstandard's stream_reader would end quietly with what it had."""
+
+    def __init__(self, decompressor: Any, raw: BinaryIO) -> None:
+        self._decompressor = decompressor
+        self._raw = raw
+        self._frame: Any = None  # the decompressor of the frame under way; None between frames
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            data = self._raw.read(_ZSTD_FEED)  # small pieces: one piece's output stays small
+            if not data:
+                if self._frame is not None:
+                    raise EOFError("the zstd stream ends inside a frame: the file is truncated")
+                return 0
+            self._pending = memoryview(self._decompress(data))
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def _decompress(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            if self._frame is None:
+                self._frame = self._decompressor.decompressobj()
+            out.append(self._frame.decompress(data))
+            data = b""
+            if self._frame.eof:  # the frame is complete: what follows it starts the next one
+                data, self._frame = self._frame.unused_data, None
+        return b"".join(out)
 
 
 def _zstandard(path: str) -> Any:

@@ -22,6 +22,8 @@ SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
 EXECUTORS = ("local", "ray")
 INPUT_FORMATS = ("text", "chat")
+MAX_WORKERS = 1024
+"""The most worker processes a local run starts (all at once, before planning): more is a typo, not a machine."""
 CHAT_FIELDS = ("chat_template", "chat_policy", "reasoning", "chat_format", "completion_only_loss")
 """The fields that describe conversations; they mean something only with format="chat"."""
 OUTPUT_FORMAT = "tokenport.prepare/1"
@@ -49,7 +51,7 @@ class PrepareConfig:
       on a sample of the input, checked at the start; else HF tokenizers, saying why), "hf" or
       "gigatoken" (forced). The output bytes are the same whichever engine runs.
     text_key: the jsonl field or parquet column holding the text.
-    workers: worker processes (default: one per CPU).
+    workers: worker processes (default: one per CPU), at most MAX_WORKERS.
     append_eod: append the tokenizer's end-of-document id to every document.
     shard_by: "file" (one store per input file; consecutive text files, one document each, share
       stores of up to `shard_tokens` tokens) or "tokens" (stores of about `shard_tokens` tokens,
@@ -96,7 +98,7 @@ class PrepareConfig:
     tokenizer: str = "byte"
     tokenizer_engine: str = "auto"
     text_key: str = "text"
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, MAX_WORKERS))
     append_eod: bool = True
     shard_by: str = "file"
     shard_tokens: int = 1_000_000_000
@@ -132,7 +134,8 @@ class PrepareConfig:
                 raise ConfigError(f"{_named(name, value)}: must be a non-empty string")
         for name in ("workers", "shard_tokens", "max_chars_per_piece", "unit_bytes", "batch_size"):
             value = getattr(self, name)
-            checked = check_int(f"PrepareConfig.{name}", value, 1, what=FLAGS.get(name, "a positive integer"))
+            limit = MAX_WORKERS if name == "workers" else None  # each worker is a process started up front
+            checked = check_int(f"PrepareConfig.{name}", value, 1, limit, what=FLAGS.get(name, "a positive integer"))
             object.__setattr__(self, name, checked)
         for name, choices in (
             ("tokenizer_engine", ENGINES),

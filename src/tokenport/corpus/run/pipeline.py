@@ -42,7 +42,7 @@ from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
 from .identity import InputIdentity, changed_input, changed_while_read, identify, planner_digests
 from .ray_executor import RayExecutor
-from .state import DATASET_FORMAT, OutputDir, replace_atomically, to_builtins
+from .state import DATASET_FORMAT, OutputDir, not_a_directory, replace_atomically, to_builtins
 from .stats import UnitStats
 from .units import Unit, plan_units
 from .upload import check_remote_output, staging_dir, upload_output
@@ -124,6 +124,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     run_fingerprint = fingerprint(settings)
     url = config.output.rstrip("/") if is_remote(config.output) else None
     out = OutputDir(config.output if url is None else staging_dir(url))
+    if url is None and os.path.exists(out.path) and not os.path.isdir(out.path):
+        raise not_a_directory(out.path)  # before the inputs: an input given as the output is not "no files"
     files = expand_inputs(config.inputs, exclude=out.path)
     if url is not None:  # an object store: prepared in a local staging directory, then uploaded
         manifest = check_remote_output(url, run_fingerprint)

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigError
+from ...errors import ConfigError, StorageError
 from ...indexed import IndexedDataset
-from .state import MANIFEST_NAME, read_manifest
+from .state import MANIFEST_NAME, read_manifest, replace_atomically, temporary_path
 
 __all__ = ["RunReport", "load_report"]
 
@@ -84,6 +84,25 @@ class RunReport:
             "costs": {label: dict(cost) for label, cost in self.costs.items()},
             "lengths": lengths,
         }
+
+    def save_html(self, path: str) -> None:
+        """Write `html()` to `path` atomically (a temporary beside it, then a rename): a failed or
+        killed write leaves no half-written page and no temporary."""
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise ConfigError(f"html={path!r} is invalid: pass the path of the HTML file to write (--html PATH)")
+        page = self.html()  # rendered first: a failure leaves nothing behind
+        temporary = temporary_path(path)
+        try:
+            with open(temporary, "w", encoding="utf-8") as f:
+                f.write(page)
+            replace_atomically(temporary, path)
+        except OSError as exc:
+            raise StorageError(
+                f"{path}: cannot write the HTML report ({exc.strerror}); pass a file path in a writable directory"
+            ) from None
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
 
     def html(self) -> str:
         """One HTML page: the tables, removals per step and reason, and the length histogram."""

@@ -135,6 +135,14 @@ def write_json(path: str, data: dict[str, Any]) -> None:
     replace_atomically(temporary, path)
 
 
+def not_a_directory(path: str) -> ConfigError:
+    """The error for an output directory `path` that is a file, or lies under one."""
+    return ConfigError(
+        f"{path}: is not a directory (it, or one above it, is a file); name a directory: a new one for "
+        "prepare, or the output of a finished prepare run"
+    )
+
+
 def read_manifest(path: str) -> dict[str, Any] | None:
     """The dataset manifest in ``path`` as checked by ``DatasetManifest`` (its JSON data), or None if absent."""
     try:
@@ -142,6 +150,8 @@ def read_manifest(path: str) -> dict[str, Any] | None:
             data = f.read()
     except FileNotFoundError:
         return None
+    except NotADirectoryError:
+        raise not_a_directory(os.path.dirname(path) or path) from None
     except OSError as exc:
         raise CorruptStoreError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
     remedy = "delete the output directory and run again, or " + _FORCE
