@@ -237,6 +237,13 @@ class DockState:
             target = self.partition(partition)
             in_range(ids, target)
             self.check_version(version, target, ids)
+            dropped = ids[target.dropped[ids]]
+            if len(dropped) and (not overwrite or version is None):
+                raise ConfigError(
+                    f"partition {target.name!r} row {int(dropped[0])} was dropped as stale (counted in "
+                    "stats()['expired']): rewrite it as a new row with overwrite=True and version= (the policy "
+                    "that produced it), or clear the partition"
+                )
             for name in names:
                 if self.column(name).segmented:
                     raise ConfigError(
@@ -397,7 +404,8 @@ class DockState:
                 fresh = ids[target.version_first[ids] < 0]
                 target.stamp(fresh, np.full(len(fresh), self.version, dtype=np.int64), np.ones(len(fresh), bool))
             else:
-                target.stamp(ids, version, target.completed[ids] & overwrite)
+                target.stamp(ids, version, (target.completed[ids] & overwrite) | target.dropped[ids])
+            target.dropped[ids] = False  # a dropped row rewritten (checked above) is a new row
             for name in names:
                 target.ready_of(name)[ids] = True
             pending = ids[~finished]
@@ -600,6 +608,7 @@ class DockState:
             for consumer in self._consumers:
                 target.consumed_of(consumer)[gone] = True
             target.completed[gone] = True  # settled: an append may not revive it (and count it twice)
+            target.dropped[gone] = True  # nor a put, unless it rewrites the row as a new one (check_put)
             self.expired_dropped += len(gone)
         else:
             target.reset_rows(gone)
