@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -93,6 +93,9 @@ class DockState:
         self.expired_dropped = 0
         self._limits: dict[str, int | None] = {}  # a consumer's own max_staleness
         self._requeue: dict[str, list[np.ndarray]] = {}  # expired rows not yet handed back, by partition
+        for what, given in (("columns", columns), ("consumers", consumers)):
+            if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+                raise ConfigError(f"{what}={given!r:.60}: pass a list (of Column objects, of consumer names)")
         for column in columns:
             self.add_column(column)
         for consumer in consumers:
