@@ -726,3 +726,9 @@ def test_a_checkpoint_array_of_another_dtype_or_shape_is_refused_not_cast(tmp_pa
     np.savez(file, **arrays)
     with pytest.raises(tp.CorruptStoreError, match="partition-00000.npz: " + match):
         Dock.load(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("columns, consumers", [(None, ["a"]), ([Column("x", np.int32)], None), ([], "ab")])
+def test_columns_or_consumers_not_a_list_are_a_config_error(columns, consumers):
+    with pytest.raises(tp.ConfigError, match="pass a list"):
+        Dock(columns, consumers)

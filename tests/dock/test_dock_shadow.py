@@ -36,7 +36,8 @@ class Model:
 
     @staticmethod
     def empty_row() -> dict:
-        return {"x": None, "turns": [], "first": -1, "last": -1, "completed": False, "consumed": set()}
+        row = {"x": None, "turns": [], "first": -1, "last": -1, "completed": False, "consumed": set()}
+        return {**row, "dropped": False}
 
     def add_partition(self, name, prompts) -> None:
         if not isinstance(name, str) or not name or name in self.partitions:
@@ -51,7 +52,7 @@ class Model:
             stale = any(c not in row["consumed"] and self.version - row["first"] > limit for c, limit in LIMITS.items())
             if row["first"] >= 0 and stale:
                 row["consumed"] = set(CONSUMERS)
-                row["completed"] = True
+                row["completed"] = row["dropped"] = True
                 self.dropped += 1
 
     def put(self, partition, values, rows, overwrite, version) -> None:
@@ -71,16 +72,18 @@ class Model:
             raise tp.ConfigError("refused")  # this dock limits staleness: every row needs a version
         if not overwrite and any(target[r]["x"] is not None for r in ids):
             raise tp.ConfigError("refused")
+        if (not overwrite or version is None) and any(target[r]["dropped"] for r in ids):
+            raise tp.ConfigError("refused")  # dropped as stale: only a rewrite as a new row (with a version)
         for r, value in zip(ids, values):
             row = target[r]
             if version is not None:
                 v = int(version)
-                if (row["completed"] and overwrite) or row["first"] < 0:
+                if (row["completed"] and overwrite) or row["first"] < 0 or row["dropped"]:
                     row["first"] = row["last"] = v
                 else:
                     row["first"], row["last"] = min(row["first"], v), max(row["last"], v)
             row["x"] = value
-            row["completed"] = True
+            row["completed"], row["dropped"] = True, False
         self.expire(partition, ids)
 
     def append(self, partition, row, items, version, finished) -> None:
@@ -188,6 +191,7 @@ def observed(dock: Dock) -> dict:
                         "last": int(part.version_last[r]),
                         "completed": bool(part.completed[r]),
                         "consumed": {c for c in CONSUMERS if c in part.consumed and part.consumed[c][r]},
+                        "dropped": bool(part.dropped[r]),
                     }
                 )
             out[part.name] = rows

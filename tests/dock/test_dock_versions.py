@@ -386,3 +386,27 @@ def test_a_format_1_checkpoint_loads_with_written_rows_at_version_0(tmp_path):
     (tmp_path / "ckpt" / "dock.json").write_text(json.dumps(description))
     with pytest.raises(tp.CorruptStoreError, match="checkpoint/9"):
         Dock.load(tmp_path / "ckpt")
+
+
+def test_a_dropped_row_is_settled_a_put_cannot_reopen_it_and_count_it_twice(tmp_path):
+    """A row dropped as stale is refused a put of an unwritten column (which reopened it: served again,
+    dropped and counted again), also after a checkpoint; rewriting it with overwrite and a version makes
+    it a new row."""
+    dock = versioned_dock(max_staleness=0, on_stale="drop")
+    put_rows(dock, [0, 1], version=0)
+    dock.set_version(1)
+    assert dock.stats()["expired"]["dropped"] == 2
+    dock.save(tmp_path / "ck")
+    for target in (dock, Dock.load(tmp_path / "ck")):
+        before = target.stats()
+        with pytest.raises(tp.ConfigError, match="row 0 was dropped as stale"):
+            target.put("p", {"reward": np.zeros(1, np.float32)}, rows=[0], completed=False, version=1)
+        with pytest.raises(tp.ConfigError, match="row 1 was dropped as stale"):
+            target.put("p", {"reward": np.zeros(1, np.float32)}, rows=[1], overwrite=True)  # no version
+        assert target.stats() == before
+        assert target.get("train", ["tokens"], 1, "p", unfinished=True) is None
+        target.put("p", {"tokens": [np.array([0, 1], np.int32)]}, rows=[0], overwrite=True, completed=False, version=1)
+        target.put("p", {"tokens": [np.array([0, 1], np.int32)]}, rows=[0], overwrite=True, version=1)
+        assert target.get("train", ["tokens"], 1, "p", timeout=1).versions.tolist() == [1]
+        target.set_version(2)
+        assert target.stats()["expired"]["dropped"] == 2  # row 0 (the new one) was trained, row 1 stays dropped

@@ -1,8 +1,8 @@
 """Save a dock's state to a directory and load it back, so a training restart keeps its rollouts.
 
 A checkpoint is ``dock.json`` (schema, partitions, format) plus one ``.npz`` per partition: the
-data (ragged columns compacted to their rows), readiness, consumption, finished flags, ages, each
-row's version span and segments; ``dock.json`` also keeps the current version, the staleness
+data (ragged columns compacted to their rows), readiness, consumption, finished flags, ages, the rows
+dropped as stale, each row's version span and segments; ``dock.json`` also keeps the current version, the staleness
 policy, the expiry counters and the requeued rows not yet handed back. Checkpoints of format 1
 (before versions) still load: their written rows get version 0.
 Leases are not saved: rows out on lease at save time come back unconsumed, as if the lease had
@@ -200,6 +200,7 @@ def _arrays(state: DockState, partition: Partition) -> dict[str, np.ndarray]:
     arrays = {
         "completed": partition.completed,
         "age": partition.age,
+        "dropped": partition.dropped,
         "version_first": partition.version_first,
         "version_last": partition.version_last,
     }
@@ -264,7 +265,7 @@ def _restore(
             raise refuse(key, f"holds {int(array.min())}, below its least value {minimum}")
         return array
 
-    expected = {"completed", "age"}
+    expected = {"completed", "age", "dropped"}  # "dropped": optional (checkpoints before it dropped none)
     if versioned:
         expected |= {"version_first", "version_last", *(f"segments/{k}" for k in _SEGMENT_ARRAYS)}
     for name, column in columns.items():
@@ -279,6 +280,11 @@ def _restore(
     partition = Partition(entry.name, entry.rows)
     partition.completed[:] = completed
     partition.age[:] = age
+    if "dropped" in arrays:
+        dropped = saved("dropped", np.dtype(bool), rows)
+        if np.any(dropped & ~completed):
+            raise refuse("dropped", f"marks row {int(np.argmax(dropped & ~completed))} dropped but not finished")
+        partition.dropped[:] = dropped
     if versioned:
         first = saved("version_first", np.dtype(np.int64), rows, -1)
         last = saved("version_last", np.dtype(np.int64), rows, -1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -93,6 +93,9 @@ class DockState:
         self.expired_dropped = 0
         self._limits: dict[str, int | None] = {}  # a consumer's own max_staleness
         self._requeue: dict[str, list[np.ndarray]] = {}  # expired rows not yet handed back, by partition
+        for what, given in (("columns", columns), ("consumers", consumers)):
+            if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+                raise ConfigError(f"{what}={given!r:.60}: pass a list (of Column objects, of consumer names)")
         for column in columns:
             self.add_column(column)
         for consumer in consumers:
@@ -237,6 +240,13 @@ class DockState:
             target = self.partition(partition)
             in_range(ids, target)
             self.check_version(version, target, ids)
+            dropped = ids[target.dropped[ids]]
+            if len(dropped) and (not overwrite or version is None):
+                raise ConfigError(
+                    f"partition {target.name!r} row {int(dropped[0])} was dropped as stale (counted in "
+                    "stats()['expired']): rewrite it as a new row with overwrite=True and version= (the policy "
+                    "that produced it), or clear the partition"
+                )
             for name in names:
                 if self.column(name).segmented:
                     raise ConfigError(
@@ -397,7 +407,8 @@ class DockState:
                 fresh = ids[target.version_first[ids] < 0]
                 target.stamp(fresh, np.full(len(fresh), self.version, dtype=np.int64), np.ones(len(fresh), bool))
             else:
-                target.stamp(ids, version, target.completed[ids] & overwrite)
+                target.stamp(ids, version, (target.completed[ids] & overwrite) | target.dropped[ids])
+            target.dropped[ids] = False  # a dropped row rewritten (checked above) is a new row
             for name in names:
                 target.ready_of(name)[ids] = True
             pending = ids[~finished]
@@ -600,6 +611,7 @@ class DockState:
             for consumer in self._consumers:
                 target.consumed_of(consumer)[gone] = True
             target.completed[gone] = True  # settled: an append may not revive it (and count it twice)
+            target.dropped[gone] = True  # nor a put, unless it rewrites the row as a new one (check_put)
             self.expired_dropped += len(gone)
         else:
             target.reset_rows(gone)

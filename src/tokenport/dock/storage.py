@@ -101,6 +101,7 @@ class Partition:
         self.leased: dict[str, np.ndarray] = {}  # lease id per row, 0 when not leased
         self.completed = np.zeros(rows, dtype=bool)  # set by puts; unfinished rollouts are False
         self.age = np.zeros(rows, dtype=np.int64)  # times a row was put unfinished
+        self.dropped = np.zeros(rows, dtype=bool)  # expired as stale under "drop": settled until rewritten
         self.version_first = np.full(rows, -1, dtype=np.int64)  # oldest policy version in a row, -1: unwritten
         self.version_last = np.full(rows, -1, dtype=np.int64)  # newest policy version in a row
         self.segments: dict[int, list[tuple[int, int]]] = {}  # row -> (items, version) per appended segment
@@ -164,6 +165,7 @@ class Partition:
             column.lengths[rows] = 0
         self.completed[rows] = False
         self.age[rows] = 0
+        self.dropped[rows] = False
         self.version_first[rows] = -1
         self.version_last[rows] = -1
         for row in rows.tolist():
@@ -203,6 +205,7 @@ class Partition:
         """Forget all data and bits."""
         self.completed[:] = False
         self.age[:] = 0
+        self.dropped[:] = False
         self.version_first[:] = -1
         self.version_last[:] = -1
         self.segments.clear()
