@@ -50,17 +50,20 @@ def store_prefix(value: object, what: str = "prefix", suffixes: tuple[str, ...] 
     return prefix
 
 
-def _int_array(values: object, what: str) -> np.ndarray:
-    """`values` as a flat int64 array; ConfigError for anything but integers (numpy cut 1.7 to 1)."""
+def int64_array(
+    values: object, what: str, remedy: str = "pass integers", out_of_range: type[Exception] = IndexError
+) -> np.ndarray:
+    """`values` as an int64 array of its own shape; ConfigError for anything but integers (numpy would
+    cut 1.7 to 1), ``out_of_range`` for a uint64 value no int64 holds (the reader's ids, the writer's lengths)."""
     try:
         array = np.asarray(values)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{what}={values!r} is invalid ({exc}): pass integers") from None
+        raise ConfigError(f"{what}={values!r} is invalid ({exc}): {remedy}") from None
     if array.size and array.dtype.kind not in "iu":
-        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}")
+        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}: {remedy}")
     if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
-        raise IndexError(f"{what}: {int(array.max())} is out of range")
-    return array.astype(np.int64).reshape(-1)
+        raise out_of_range(f"{what}: {int(array.max())} is out of range: {remedy}")
+    return array.astype(np.int64)
 
 
 class _IndexArrays:
@@ -424,7 +427,7 @@ class IndexedDataset:
         """Whole sequences `ids` as (tokens, offsets): sequence k is tokens[offsets[k]:offsets[k+1]].
 
         Negative ids count from the end; an id out of range raises IndexError."""
-        ids = _int_array(ids, f"{self.prefix}: get_many: ids")
+        ids = int64_array(ids, f"{self.prefix}: get_many: ids").reshape(-1)
         index = self._index.get()
         if self._tokens is not None:
             return self._gather_mapped(index, ids)
@@ -447,9 +450,9 @@ class IndexedDataset:
     ) -> np.ndarray:
         """Tokens ``[offsets[k], offsets[k] + lengths[k])`` of sequences ``ids[k]``, concatenated: one
         batched read (coalesced GETs remotely) in place of a ``get`` per piece."""
-        ids = _int_array(ids, f"{self.prefix}: get_pieces: ids")
-        offsets = _int_array(offsets, f"{self.prefix}: get_pieces: offsets")
-        lengths = _int_array(lengths, f"{self.prefix}: get_pieces: lengths")
+        ids = int64_array(ids, f"{self.prefix}: get_pieces: ids").reshape(-1)
+        offsets = int64_array(offsets, f"{self.prefix}: get_pieces: offsets").reshape(-1)
+        lengths = int64_array(lengths, f"{self.prefix}: get_pieces: lengths").reshape(-1)
         index = self._index.get()
         if not len(ids) == len(offsets) == len(lengths):
             raise ConfigError(

@@ -27,7 +27,9 @@ from .checksums import DEFAULT_BLOCK_SIZE, BlockHasher, available_algorithm, new
 from .format import IndexHeader, dtype_code, dtype_for_vocab
 from .manifest import Checksums, Manifest, check_tokenizer_record, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE, MaskColumn, as_mask
-from .reader import store_prefix
+from .reader import int64_array, store_prefix
+
+_LENGTHS = "pass integer sequence lengths that sum to the tokens"
 
 _SPILL_ITEMS = 1 << 16  # pending index entries (8 bytes each) kept in memory before a spill
 _COPY_ITEMS = 1 << 18  # index items per chunk when composing the .idx (a few MiB of temporaries)
@@ -118,19 +120,6 @@ class _Int64Spill:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-
-
-def _int_lengths(lengths: Any, what: str) -> np.ndarray:
-    """`lengths` as int64; ConfigError for anything but integers (1.7 was cut to 1, "ab" a ValueError)."""
-    try:
-        array = np.asarray(lengths)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{what}={lengths!r} is invalid ({exc}): pass integer sequence lengths") from None
-    if array.size and array.dtype.kind not in "iu":
-        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}: pass integer sequence lengths")
-    if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
-        raise ConfigError(f"{what}: {int(array.max())} is not a sequence length: pass lengths that sum to the tokens")
-    return array.astype(np.int64)
 
 
 def _check_settings(dtype: Any, vocab_size: Any, provenance: Any, checksum: Any, block_size: Any) -> None:
@@ -259,7 +248,7 @@ class IndexedDatasetWriter:
                 except TypeError:
                     pass
             if sizes is None:
-                sizes = _int_lengths(lengths, f"{self.prefix}: lengths").reshape(-1).tolist()
+                sizes = int64_array(lengths, f"{self.prefix}: lengths", _LENGTHS, ConfigError).reshape(-1).tolist()
             if sum(sizes) != n or (sizes and min(sizes) < 0):
                 raise ConfigError(
                     f"{self.prefix}: sequence lengths {sizes[:8]}... sum to "
@@ -297,7 +286,7 @@ class IndexedDatasetWriter:
             if masks is not None and not isinstance(masks, np.ndarray):
                 masks = np.concatenate(masks) if len(masks) else np.zeros(0, MASK_DTYPE)
         array = self._as_tokens(tokens)
-        lengths = _int_lengths(lengths, "add_documents: `lengths`")
+        lengths = int64_array(lengths, "add_documents: `lengths`", _LENGTHS, ConfigError)
         if lengths.ndim != 1 or (len(lengths) and int(lengths.min()) < 0):
             raise ConfigError("add_documents: `lengths` must be a 1-D array of non-negative ints")
         if int(lengths.sum()) != len(array):
