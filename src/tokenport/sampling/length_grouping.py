@@ -17,8 +17,9 @@ not transformers' order. The megabatch sorts are one numba pass of small radix s
 
 Lengths are token counts, e.g. ``IndexedDataset.sequence_lengths``: no tokens are read.
 
-The samplers here are transformers' and keep no resume state. For a length-grouped order that
-resumes exactly on another number of ranks or another batch size, use
+The samplers here are transformers' and keep no resume state; they take tokenport's arguments
+``(lengths, batch_size, ...)`` or transformers' ``(batch_size, dataset=None, lengths=None, ...)``.
+For a length-grouped order that resumes exactly on another number of ranks or another batch size, use
 ``StreamSampler(order="length_grouped")`` (``stream.py``): this grouping, seeded with numpy.
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import array as pyarray
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numba
 import numpy as np
@@ -36,6 +37,7 @@ from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..rng.prefetch import prefetch
 from ..rng.torch_randperm import randperm
+from .hf_signature import bind_arguments, lengths_argument, replicas_from_torch
 
 __all__ = [
     "DistributedLengthGroupedSampler",
@@ -125,9 +127,13 @@ class LengthGroupedSampler:
       not transformers' order.
     - neither: torch's global RNG, as transformers does when it gets no generator.
 
+    Constructed as ``LengthGroupedSampler(lengths, batch_size, ...)`` or, as transformers' is,
+    ``LengthGroupedSampler(batch_size, dataset=None, lengths=None, model_input_name=None,
+    generator=None)`` (lengths from the dataset's rows when not given; see ``hf_signature``).
     Usable as a ``torch.utils.data.DataLoader`` ``sampler``.
     """
 
+    @overload
     def __init__(
         self,
         lengths: Sequence[int] | np.ndarray,
@@ -135,7 +141,29 @@ class LengthGroupedSampler:
         mega_batch_mult: int | None = None,
         generator: Any = None,
         seed: int | None = None,
-    ) -> None:
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        batch_size: int,
+        dataset: Any = None,
+        lengths: Sequence[int] | np.ndarray | None = None,
+        model_input_name: str | None = None,
+        generator: Any = None,
+        *,
+        mega_batch_mult: int | None = None,
+        seed: int | None = None,
+    ) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """tokenport's form ``(lengths, batch_size, ...)`` or transformers' ``(batch_size, dataset=None,
+        lengths=None, model_input_name=None, generator=None)`` (see ``hf_signature``)."""
+        form, arguments = bind_arguments("LengthGroupedSampler", args, kwargs, _single_ours, _single_theirs)
+        lengths = lengths_argument("LengthGroupedSampler", form, arguments)
+        batch_size, mega_batch_mult, generator, seed = (
+            arguments[name] for name in ("batch_size", "mega_batch_mult", "generator", "seed")
+        )
         self.lengths = _check_lengths(lengths)
         _check_grouping(
             batch_size,
@@ -178,8 +206,14 @@ class DistributedLengthGroupedSampler:
     transformers' order. ``mega_batch_mult`` defaults as in ``get_length_grouped_indices``
     (transformers' sampler always uses that default). Where transformers fails (fewer lengths
     than ``num_replicas - 1`` padding needs) the head is repeated as often as needed.
+
+    Constructed as ``DistributedLengthGroupedSampler(lengths, batch_size, num_replicas, rank, ...)`` or,
+    as transformers' is, ``(batch_size, dataset=None, num_replicas=None, rank=None, seed=0,
+    drop_last=False, lengths=None, model_input_name=None)``: lengths from the dataset's rows when not
+    given, replicas and rank from torch.distributed when None (see ``hf_signature``).
     """
 
+    @overload
     def __init__(
         self,
         lengths: Sequence[int] | np.ndarray,
@@ -190,7 +224,38 @@ class DistributedLengthGroupedSampler:
         drop_last: bool = False,
         mega_batch_mult: int | None = None,
         rng: str = "torch",
-    ) -> None:
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        batch_size: int,
+        dataset: Any = None,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        lengths: Sequence[int] | np.ndarray | None = None,
+        model_input_name: str | None = None,
+        *,
+        mega_batch_mult: int | None = None,
+        rng: str = "torch",
+    ) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """tokenport's form ``(lengths, batch_size, num_replicas, rank, ...)`` or transformers'
+        ``(batch_size, dataset=None, num_replicas=None, rank=None, seed=0, drop_last=False, lengths=None,
+        model_input_name=None)``; None replicas and rank are torch.distributed's (see ``hf_signature``)."""
+        kind = "DistributedLengthGroupedSampler"
+        form, arguments = bind_arguments(kind, args, kwargs, _distributed_ours, _distributed_theirs)
+        lengths = lengths_argument(kind, form, arguments)
+        num_replicas, rank = (
+            replicas_from_torch(name) if arguments[name] is None else arguments[name]
+            for name in ("num_replicas", "rank")
+        )
+        batch_size, seed, drop_last, mega_batch_mult, rng = (
+            arguments[name] for name in ("batch_size", "seed", "drop_last", "mega_batch_mult", "rng")
+        )
         self.lengths = _check_lengths(lengths)
         check_int("batch_size", batch_size)
         check_int("num_replicas", num_replicas, 1, INT64_MAX)
@@ -236,6 +301,57 @@ class DistributedLengthGroupedSampler:
         # taken without building the padded order, which num_replicas >> len(lengths) makes huge
         positions = self.rank + self.num_replicas * np.arange(self.num_samples, dtype=np.int64)
         return iter(order[positions % len(order)].tolist())
+
+
+# -- the two constructor forms (signatures only, read by ``hf_signature.bind_arguments``) ---------------
+
+
+def _single_ours(
+    lengths: Any, batch_size: Any, mega_batch_mult: Any = None, generator: Any = None, seed: Any = None
+) -> None:
+    """LengthGroupedSampler, tokenport's form."""
+
+
+def _single_theirs(
+    batch_size: Any,
+    dataset: Any = None,
+    lengths: Any = None,
+    model_input_name: Any = None,
+    generator: Any = None,
+    *,
+    mega_batch_mult: Any = None,
+    seed: Any = None,
+) -> None:
+    """LengthGroupedSampler, transformers' form plus tokenport's keyword-only extras."""
+
+
+def _distributed_ours(
+    lengths: Any,
+    batch_size: Any,
+    num_replicas: Any,
+    rank: Any,
+    seed: Any = 0,
+    drop_last: Any = False,
+    mega_batch_mult: Any = None,
+    rng: Any = "torch",
+) -> None:
+    """DistributedLengthGroupedSampler, tokenport's form."""
+
+
+def _distributed_theirs(
+    batch_size: Any,
+    dataset: Any = None,
+    num_replicas: Any = None,
+    rank: Any = None,
+    seed: Any = 0,
+    drop_last: Any = False,
+    lengths: Any = None,
+    model_input_name: Any = None,
+    *,
+    mega_batch_mult: Any = None,
+    rng: Any = "torch",
+) -> None:
+    """DistributedLengthGroupedSampler, transformers' form plus tokenport's keyword-only extras."""
 
 
 # -- the core ---------------------------------------------------------------------------------------
