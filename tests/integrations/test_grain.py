@@ -376,3 +376,31 @@ def test_without_grain_tokenport_imports_and_names_the_extra():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install tokenport[grain]" in done.stdout
+
+
+def _chat_store(prefix, seed: int) -> str:
+    """A byte-tokenizer store of random conversations, the second half of each trained (loss mask 1)."""
+    rng = np.random.default_rng(seed)
+    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte"), masks=True) as writer:
+        for _ in range(30):
+            tokens = np.append(rng.integers(32, 127, int(rng.integers(10, 50))), 256)
+            writer.add_document(tokens, mask=(np.arange(len(tokens)) >= len(tokens) // 2).astype(np.uint8))
+    return str(prefix)
+
+
+def test_sft_samples_train_on_their_shifted_targets_and_hf_shaped_ones_are_refused(tmp_path):
+    store = tp.IndexedDataset(_chat_store(tmp_path / "chat", 3))
+    sft = tp.SFTDataset(store, 64, seed=0)
+    hf = tp.SFTDataset(store, 64, seed=0, shape="hf")
+    assert _equal(GrainSource(sft)[0], sft[0]) and _equal(GrainSource(sft)[-1], sft[len(sft) - 1])
+    loader = GrainLoader(sft, global_batch_size=4, seed=2)
+    inputs, labels = next(iter(loader))
+    ids = loader.global_batch_ids(0)
+    # the same targets as the HF shape's labels, shifted as the HF model shifts them
+    want = np.full((4, 64), -100)
+    want[:, :-1] = hf.get_batch(ids)["labels"][:, 1:]
+    assert (want != -100).any() and torch.equal(labels, torch.from_numpy(want))
+    assert torch.equal(inputs["input"], torch.from_numpy(hf.get_batch(ids)["input_ids"]))
+    # unshifted labels would train each token to predict itself: refused, not read
+    with pytest.raises(tp.ConfigError, match="shape='megatron'"):
+        next(iter(GrainLoader(hf, global_batch_size=4, seed=2)))

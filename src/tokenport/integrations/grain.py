@@ -145,9 +145,9 @@ class GrainLoader:
     stream positions ``[b * G, (b + 1) * G)`` (``G = global_batch_size``); rank ``r`` of ``dp``
     takes its ``G // dp`` slots ``[r * G // dp, (r + 1) * G // dp)``, so the ranks' batches in rank
     order are the same global batch for any ``dp`` dividing ``G``. Each ``next`` yields
-    ``(input_dict, labels)`` as torch tensors: ``input_dict["input"]`` the tokens (``input_ids``),
-    ``input_dict["positions"]`` the position ids when samples have them, ``labels`` with
-    ``-100`` (torchtitan's ignore_index) where the loss mask is 0.
+    ``(input_dict, labels)`` as torch tensors: ``input_dict["input"]`` the tokens,
+    ``input_dict["positions"]`` the position ids when samples have them, ``labels`` (pre-shifted)
+    with ``-100`` (torchtitan's ignore_index) where the loss mask is 0 (``torchtitan_batch``).
 
     ``data_parallel_rank``/``data_parallel_size`` default to torch.distributed's (``group``),
     else 0 and 1. ``read_options``: a ``grain.ReadOptions`` (default: 2 threads, 4 batches ahead).
@@ -317,7 +317,7 @@ class _RankBatch:
         if not all(isinstance(sample, Mapping) for sample in samples):
             raise ConfigError(
                 f"dataset: the samples of a {type(self.dataset).__name__} are not dicts of fields; "
-                "GrainLoader reads tokenport datasets (tokens or input_ids, and labels)"
+                "GrainLoader reads tokenport datasets (tokens and labels)"
             )
         collated: dict[str, Any] = torch.utils.data.default_collate(samples)
         return collated
@@ -325,21 +325,29 @@ class _RankBatch:
 
 def torchtitan_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     """A batch of tokenport fields as torchtitan's ``({"input": tokens, "positions": ...}, labels)``: tensors,
-    labels ``-100`` where ``loss_mask`` is 0 (torchtitan's loss ignores those, as Megatron's mask does)."""
+    labels ``-100`` where ``loss_mask`` is 0 (torchtitan's loss ignores those, as Megatron's mask does).
+
+    The labels must be pre-shifted (``labels[t]`` the target after ``tokens[t]``: GPT, packed and
+    Megatron-shaped SFT samples). HF-shaped samples (``input_ids`` with unshifted labels, which the model
+    shifts) are refused: torchtitan does not shift, so each token would be trained to predict itself."""
     import torch
 
-    names = "tokens" if "tokens" in batch else "input_ids"
-    missing = [name for name in (names, "labels") if name not in batch]
+    if "input_ids" in batch and "tokens" not in batch:
+        raise ConfigError(
+            "dataset: its samples are HF-shaped (input_ids, labels not shifted); torchtitan trains on pre-shifted "
+            "labels: build the SFTDataset with shape='megatron' (tokens, labels, loss_mask)"
+        )
+    missing = [name for name in ("tokens", "labels") if name not in batch]
     if missing:
         raise ConfigError(
             f"dataset: its samples have no {' or '.join(missing)} (fields: {', '.join(batch)}); GrainLoader "
-            "reads samples with tokens (or input_ids) and labels"
+            "reads samples with tokens and pre-shifted labels"
         )
     tensors = {name: torch.as_tensor(value) for name, value in batch.items()}
     labels = tensors["labels"].to(torch.int64)
     if "loss_mask" in tensors:
         labels = torch.where(tensors["loss_mask"] == 0, IGNORE_INDEX, labels)
-    inputs = {"input": tensors[names].to(torch.int64)}
+    inputs = {"input": tensors["tokens"].to(torch.int64)}
     if "position_ids" in tensors:
         inputs["positions"] = tensors["position_ids"].to(torch.int64)
     return inputs, labels
