@@ -169,6 +169,18 @@ def test_global_batches_are_the_stream_on_every_data_parallel_size(blend):
 GrainLoaderKey = "tokenport"
 
 
+def test_worker_processes_give_the_same_stream_and_count_only_what_was_handed_over(blend):
+    expected = _global_steps([iter(GrainLoader(blend, global_batch_size=GBS, seed=5))], 7)
+    loader = GrainLoader(blend, global_batch_size=GBS, seed=5, worker_count=1)  # the dataset pickled to a process
+    batches = iter(loader)
+    seen = _global_steps([batches], 4)
+    batches.close()  # the worker had made batches ahead: only the four handed over count
+    assert loader.step == 4
+    resumed = GrainLoader(blend, global_batch_size=GBS, seed=5)
+    resumed.load_state_dict(loader.state_dict())
+    assert _same_batches(seen + _global_steps([iter(resumed)], 3), expected)
+
+
 def test_sequential_order_and_torchtitans_ignore_index_where_the_loss_mask_is_zero(stores):
     masked = _blend(stores, eod_mask_loss=True)
     loader = GrainLoader(masked, global_batch_size=4, shuffle=False)

@@ -37,6 +37,8 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal
 
+import numpy as np
+
 from .._checks import check_int, check_sample_id, is_int
 from .._schema import Document, Positive, decode, encode, to_builtins
 from ..blend import AdaptiveBlend
@@ -150,8 +152,9 @@ class GrainLoader:
     with ``-100`` (torchtitan's ignore_index) where the loss mask is 0 (``torchtitan_batch``).
 
     ``data_parallel_rank``/``data_parallel_size`` default to torch.distributed's (``group``),
-    else 0 and 1. ``read_options``: a ``grain.ReadOptions`` (default: 2 threads, 4 batches ahead).
-    A batch counts as consumed when handed over, however far Grain read ahead.
+    else 0 and 1. ``read_options``: a ``grain.ReadOptions`` (default: 2 threads, 4 batches ahead);
+    ``worker_count`` > 0 makes the batches in that many processes (Grain's ``mp_prefetch``; the
+    dataset is pickled to them). A batch counts as consumed when handed over, however far Grain read ahead.
     """
 
     def __init__(
@@ -165,6 +168,7 @@ class GrainLoader:
         data_parallel_size: int | None = None,
         group: Any = None,
         read_options: Any = None,
+        worker_count: int = 0,
     ) -> None:
         rank, size = data_parallel_position(data_parallel_rank, data_parallel_size, group)
         gbs = check_int("global_batch_size", global_batch_size, 1)
@@ -174,6 +178,7 @@ class GrainLoader:
                 "pass a global batch size that is a multiple of the data-parallel size"
             )
         seed = check_int("seed", seed, 0)
+        workers = check_int("worker_count", worker_count, 0)
         if not shuffle and seed:
             raise ConfigError(f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed")
         if isinstance(dataset, AdaptiveBlend):
@@ -191,6 +196,7 @@ class GrainLoader:
         self.data_parallel_rank = rank
         self.data_parallel_size = size
         self.read_options = read_options
+        self.worker_count = workers
         self._batched = batch_signature(dataset) is not None
 
     @property
@@ -210,9 +216,16 @@ class GrainLoader:
         last = (_INT64_MAX - 2 * sampler.total_samples) // self.global_batch_size - 1  # stream positions fit int64
         steps = grain.MapDataset.range(self.step, last).map(_RankBatch(self.dataset, sampler, self._batched))
         options = self.read_options or grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
-        for batch in steps.to_iter_dataset(options):
-            sampler.advance()
-            yield batch
+        pipeline = steps.to_iter_dataset(options)
+        if self.worker_count:
+            pipeline = pipeline.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.worker_count))
+        batches = iter(pipeline)
+        try:
+            for batch in batches:
+                sampler.advance()
+                yield torchtitan_batch(batch)
+        finally:
+            batches.close()  # stops Grain's threads and worker processes when the loop lets go
 
     def global_batch_ids(self, step: int) -> list[int]:
         """The sample ids of global batch ``step`` (all ranks, in rank order)."""
@@ -292,7 +305,8 @@ class GrainLoader:
 
 
 class _RankBatch:
-    """Global batch ``step`` -> this rank's ``(input_dict, labels)``: the map of GrainLoader's pipeline."""
+    """Global batch ``step`` -> this rank's samples as a dict of stacked numpy arrays: the map of GrainLoader's
+    pipeline (numpy, which Grain's worker processes hand over in shared memory)."""
 
     def __init__(self, dataset: Any, sampler: StreamSampler, batched: bool) -> None:
         self.dataset = dataset
@@ -301,26 +315,20 @@ class _RankBatch:
         self.global_batch_size = sampler.global_batch_size
         self.sampler = sampler  # only its stream is read: global_stream is a pure function of position
 
-    def __call__(self, step: int) -> tuple[dict[str, Any], Any]:
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
         first = step * self.global_batch_size + self.rank * self.micro
         ids = self.sampler.global_stream(first, first + self.micro)
-        return torchtitan_batch(self._fetch(ids))
-
-    def _fetch(self, ids: Any) -> dict[str, Any]:
-        """The samples ``ids`` as a dict of stacked arrays or tensors (one get_batch, else torch's default collate)."""
-        if self.batched:
-            batch: dict[str, Any] = self.dataset.get_batch(ids)
+        if self.batched:  # one get_batch: equal to stacking the samples (batch_signature checked it)
+            batch: dict[str, np.ndarray] = self.dataset.get_batch(ids)
             return batch
-        import torch
-
         samples = [self.dataset[i] for i in ids.tolist()]
-        if not all(isinstance(sample, Mapping) for sample in samples):
+        names = list(samples[0]) if isinstance(samples[0], Mapping) else None
+        if names is None or any(not isinstance(s, Mapping) or list(s) != names for s in samples):
             raise ConfigError(
-                f"dataset: the samples of a {type(self.dataset).__name__} are not dicts of fields; "
+                f"dataset: the samples of a {type(self.dataset).__name__} are not dicts of the same fields; "
                 "GrainLoader reads tokenport datasets (tokens and labels)"
             )
-        collated: dict[str, Any] = torch.utils.data.default_collate(samples)
-        return collated
+        return {name: np.stack([np.asarray(s[name]) for s in samples]) for name in names}
 
 
 def torchtitan_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
