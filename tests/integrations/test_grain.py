@@ -3,6 +3,7 @@ elastically through torch.distributed.checkpoint (DCP), single process, dp ranks
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 import re
@@ -21,6 +22,7 @@ from tokenport.sampling import StreamSampler
 grain = pytest.importorskip("grain")
 torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
+Stateful = pytest.importorskip("torch.distributed.checkpoint.stateful").Stateful
 
 GBS = 6  # divides among 1, 2, 3 and 6 ranks
 
@@ -268,6 +270,7 @@ def test_torchtitan_loop_resumes_through_dcp_on_another_dp_size(blend, tmp_path,
 
     model = _model()
     loaders = _loaders(blend, before)
+    assert isinstance(loaders[0], Stateful)  # what DCP calls state_dict/load_state_dict on
     seen = _train(model, [iter(loader) for loader in loaders], 5)
     _save(tmp_path / "step5", model, loaders)
 
@@ -330,6 +333,20 @@ UNCOMPARED = re.compile(
     r"\['build'\]|\['store'\]\['(prefix|tokenizer|prepared)'\]|\['sample_config'\]|"
     r"\['sampler'\]\['(micro_batch_size|data_parallel_size)'\]|^\$\['data_parallel_size'\]|\['version'\]"
 )
+
+
+def test_a_position_inside_a_global_batch_is_refused(blend):
+    """Edited consistently (sampler and receipt agree), consumed 13 would start at global batch 2 while counting
+    13: every later state off by one sample. The document refuses a count that is no multiple of the batch."""
+    saved = GrainLoader(blend, global_batch_size=GBS, seed=5)
+    _global_steps([iter(saved)], 2)
+    document = json.loads(saved.state_dict()[GrainLoaderKey])
+    document["loader"]["sampler"]["consumed_samples"] = 13
+    document["loader"]["receipt"]["position"]["consumed_samples"] = 13
+    loader = GrainLoader(blend, global_batch_size=GBS, seed=5)
+    with pytest.raises(tp.ConfigError, match="not a multiple of `global_batch_size`=6"):
+        loader.load_state_dict({"tokenport": json.dumps(document).encode(), "world_size": 1})
+    assert loader.consumed_samples == 0
 
 
 def test_state_document_mutations_are_refused_or_read_back_equal(blend):
