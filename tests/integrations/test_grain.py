@@ -16,7 +16,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
-from tokenport.integrations.grain import GrainLoader, GrainSource, grain_dataset
+from tokenport.integrations.grain import GrainLoader, GrainSource, grain_dataset, torchtitan_batch
 from tokenport.sampling import StreamSampler
 
 grain = pytest.importorskip("grain")
@@ -405,6 +405,12 @@ def test_without_grain_tokenport_imports_and_names_the_extra():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install tokenport[grain]" in done.stdout
+
+
+def test_without_torch_the_loader_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(tp.ConfigError, match=r"pip install tokenport\[torch\]"):
+        torchtitan_batch({"tokens": np.zeros((1, 4)), "labels": np.zeros((1, 4))})
 
 
 def _chat_store(prefix, seed: int) -> str:

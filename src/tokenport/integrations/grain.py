@@ -49,7 +49,7 @@ from ._fetch import batch_signature
 from .receipt import data_receipt
 from .torch import StatefulLoader, data_parallel_position
 
-__all__ = ["GrainLoader", "GrainLoaderState", "GrainSource", "grain_dataset"]
+__all__ = ["GrainLoader", "GrainLoaderState", "GrainSource", "grain_dataset", "torchtitan_batch"]
 
 STATE_FORMAT: Final = "tokenport.grain/1"
 STATE_KEY = "tokenport"  # the state_dict() key of the state document (one key for every rank)
@@ -338,7 +338,10 @@ def torchtitan_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     The labels must be pre-shifted (``labels[t]`` the target after ``tokens[t]``: GPT, packed and
     Megatron-shaped SFT samples). HF-shaped samples (``input_ids`` with unshifted labels, which the model
     shifts) are refused: torchtitan does not shift, so each token would be trained to predict itself."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("GrainLoader yields torch tensors and needs torch: pip install tokenport[torch]") from None
 
     if "input_ids" in batch and "tokens" not in batch:
         raise ConfigError(
