@@ -11,6 +11,8 @@ that trains through tokenport's sampler and resumes without its skip loop, and i
 ``megatron``: ``datasets_provider``, Megatron-LM's ``train_valid_test_datasets_provider`` read
 from Megatron's own data flags. ``tracing``: ``trace``, which documents made a training step, from a
 loader state alone (``rebuild``: the dataset a receipt describes, built again and verified).
+``grain``: ``GrainSource`` and ``grain_dataset`` (tokenport datasets as Grain sources) and
+``GrainLoader`` (torchtitan's data loader contract over tokenport's global stream: elastic resume).
 """
 
 import typing
@@ -18,6 +20,7 @@ import typing
 from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .grain import GrainLoader, GrainSource, grain_dataset
     from .hf import TokenportCollator, TokenportTrainer
     from .megatron import MegatronSamples, datasets_provider
     from .rebuild import rebuild_dataset
@@ -29,6 +32,8 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
 _EXPORTS = {
     "ALLOWED_CHANGES": ".receipt",
     "DataReceipt": ".receipt",
+    "GrainLoader": ".grain",
+    "GrainSource": ".grain",
     "MegatronSamples": ".megatron",
     "SampleTrace": ".tracing",
     "StatefulLoader": ".torch",
@@ -37,6 +42,7 @@ _EXPORTS = {
     "check_receipt": ".receipt",
     "data_parallel_position": ".torch",
     "datasets_provider": ".megatron",
+    "grain_dataset": ".grain",
     "data_receipt": ".receipt",
     "rebuild_dataset": ".rebuild",
     "trace": ".tracing",
