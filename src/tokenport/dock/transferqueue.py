@@ -48,8 +48,8 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 | samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
 | non-tensor or bfloat16 fields | no | dock columns hold numbers: refused |
 | strided or inner-ragged nested tensors | no | refused (``InputDataError``) |
-| ``c.get_consumption_status``, ``c.check_*`` | yes | consumption only, and async twins |
-| ``reset_consumption``, production status | no | the dock has ``stats``, ``all_consumed`` |
+| ``c.get_consumption_status``, ``c.check_*`` | yes | and async twins |
+| ``c.get_production_status``, ``c.reset_consumption`` | yes | reset: later fetches use a fresh dock consumer |
 | checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
 | storage backends, ``data_parser`` | no | the dock is the storage; refused |
 """
@@ -101,6 +101,7 @@ _MODES = ("fetch", "force_fetch", "insert")
 _USED = ("columns", "consumers", "n_samples_per_prompt", "add_column", "add_consumer", "add_partition",
          "drop_partition", "put", "get", "nack")  # fmt: skip
 _READER = "transferqueue-reader-"  # consumer names under which get_data reads (never consumes)
+_RESET = "transferqueue-reset-"  # consumer names under which a task fetches after reset_consumption
 
 
 class TransferQueueTimeout(DockTimeout, RuntimeError):
@@ -283,6 +284,7 @@ class TransferQueueClient:
         self._lock = threading.RLock()
         self._indexes = Indexes()
         self._partitions: dict[str, TQPartition] = {}
+        self._resets = 0  # consumption resets so far (each names a fresh dock consumer)
 
     # -- partitions ---------------------------------------------------------------------------------
 
@@ -398,13 +400,14 @@ class TransferQueueClient:
                         f"({target.rows} samples): ask for fewer"
                     )
                 known = target is not None and all(f in target.fields for f in fields)
-                if known and task_name not in self.dock.consumers:
-                    self.dock.add_consumer(task_name)
+                consumer = task_name if target is None else target.consumer_of.get(task_name, task_name)
+                if known and consumer not in self.dock.consumers:
+                    self.dock.add_consumer(consumer)
             left = deadline - time.monotonic()
             if known and target is not None:
                 try:
                     batch = self.dock.get(
-                        task_name, fields, batch_size, partition_id,
+                        consumer, fields, batch_size, partition_id,
                         sampler=LowestGlobal(target.global_of), timeout=max(0.0, min(left, 0.25)),
                     )  # fmt: skip
                 except DockTimeout:
@@ -632,6 +635,53 @@ class TransferQueueClient:
         _, status = self.get_consumption_status(task_name, partition_id)
         return status is not None and status.numel() > 0 and bool((status == 1).all())
 
+    # -- production status and consumption reset ---------------------------------------------------
+
+    def get_production_status(self, data_fields: list[str], partition_id: str) -> tuple[Any, Any]:
+        """The partition's global indexes (pre-allocated ones included) and, per index and asked field,
+        1 when produced (an int8 tensor ``(samples, fields)``); ``(None, None)`` for an unknown
+        partition, no fields, or a field never put into the partition (as TransferQueue answers)."""
+        import torch
+
+        fields = _names(data_fields, "data_fields")
+        if not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string")
+        with self._lock:
+            part = self._partitions.get(partition_id)
+            if part is None or not fields or any(f not in part.registered for f in fields):
+                return None, None
+            indexes = sorted(part.active | part.pre_allocated)
+            status = torch.zeros(len(indexes), len(fields), dtype=torch.int8)
+            for column, name in enumerate(fields):
+                have = part.fields[name].indexes if name in part.fields else set()
+                status[:, column] = torch.tensor([i in have for i in indexes], dtype=torch.int8)
+            return torch.tensor(indexes, dtype=torch.long), status
+
+    def check_production_status(self, data_fields: list[str], partition_id: str) -> bool:
+        """Whether every sample of the partition has all ``data_fields`` produced (False when the
+        partition or a field is unknown; True for a partition with no samples, as TransferQueue)."""
+        _, status = self.get_production_status(data_fields, partition_id)
+        return status is not None and bool((status == 1).all())
+
+    def reset_consumption(self, partition_id: str, task_name: str | None = None) -> bool:
+        """Forget what ``task_name`` (every task when None) consumed of the partition, so fetches serve
+        its samples again; True, also for an unknown partition (TransferQueue only logs that)."""
+        if not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string")
+        if task_name is not None and (not isinstance(task_name, str) or not task_name):
+            raise ConfigError(f"task_name={task_name!r:.60} must be a non-empty string or None (every task)")
+        with self._lock:
+            part = self._partitions.get(partition_id)
+            if part is None:
+                return True
+            tasks = list(part.consumed) if task_name is None else [t for t in [task_name] if t in part.consumed]
+            for task in tasks:
+                # the dock's consumption bits cannot be unset: later fetches read under a fresh consumer
+                self._resets += 1
+                part.consumer_of[task] = f"{_RESET}{self._resets}-{task}"
+                part.consumed[task] = set()
+            return True
+
     # -- key-value ----------------------------------------------------------------------------------
 
     def kv_retrieve_meta(self, keys: list[str] | str, partition_id: str, create: bool = False) -> Any:
@@ -711,6 +761,18 @@ class TransferQueueClient:
     async def async_check_consumption_status(self, task_name: str, partition_id: str) -> bool:
         """``check_consumption_status`` from asyncio code."""
         return await asyncio.to_thread(self.check_consumption_status, task_name, partition_id)
+
+    async def async_get_production_status(self, data_fields: list[str], partition_id: str) -> tuple[Any, Any]:
+        """``get_production_status`` from asyncio code."""
+        return await asyncio.to_thread(self.get_production_status, data_fields, partition_id)
+
+    async def async_check_production_status(self, data_fields: list[str], partition_id: str) -> bool:
+        """``check_production_status`` from asyncio code."""
+        return await asyncio.to_thread(self.check_production_status, data_fields, partition_id)
+
+    async def async_reset_consumption(self, partition_id: str, task_name: str | None = None) -> bool:
+        """``reset_consumption`` from asyncio code."""
+        return await asyncio.to_thread(self.reset_consumption, partition_id, task_name)
 
     async def async_get_partition_list(self) -> list[str]:
         """``get_partition_list`` from asyncio code."""
