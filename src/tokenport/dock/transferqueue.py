@@ -30,12 +30,15 @@ were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundErr
 refuses changes nothing (TransferQueue has already allocated the indexes by then); a field whose
 dtype or kind changes is refused (TransferQueue's controller catches that mismatch and logs it).
 The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
+Where Ray runs and ``init`` gets no dock, that process is a controller actor named as TransferQueue's
+(``transferqueue_ray``): the first ``init`` starts it over a ``RayDock``, every later one (a Ray
+worker's too) joins it, so all processes share one dock, as they share TransferQueue's controller.
 
 Covered and not (the issue 17 table; ``c.`` is the client):
 
 | TransferQueue API | here | notes |
 |---|---|---|
-| ``init``, ``get_client``, ``close`` | yes | ``init(conf, dock=...)``: a ``DockAPI``, or a new ``Dock`` |
+| ``init``, ``get_client``, ``close`` | yes | ``init(conf, dock=...)``: a ``DockAPI``; on Ray the named controller's |
 | ``c.put(data, metadata, partition_id)`` | yes | new samples, or fields of a ``BatchMeta`` |
 | ``c.get_meta`` fetch, force_fetch, insert | yes | too few ready: empty (polling) or timeout |
 | ``c.get_data`` | yes | 1-D fields dense, the others jagged nested |
@@ -57,10 +60,12 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 from __future__ import annotations
 
 import asyncio
+import functools
+import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -791,38 +796,83 @@ def _select(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | P
 
 # -- module-level API (``transfer_queue``'s functions) -------------------------------------------------
 
-_CLIENT: TransferQueueClient | None = None
+_CLIENT: Any = None  # this process's client: a TransferQueueClient, or a RemoteClient of the named controller
 
 
 def init(conf: Any = None, *, dock: DockAPI | None = None) -> TransferQueueConfig:
-    """Start the adapter (once per process): over ``dock``, or a new empty in-process ``Dock``. Later
-    calls return the running adapter's settings (TransferQueue ignores ``conf`` then, too)."""
+    """Start the adapter (once per process): over ``dock``; else, where Ray runs, as a client of the
+    dock of the controller named as TransferQueue's (``transferqueue_ray``: the first process starts
+    it, later ones, Ray workers included, join it); else over a new in-process ``Dock``. Later calls
+    return the running adapter's settings (TransferQueue ignores ``conf`` then, too)."""
     global _CLIENT
     config = TransferQueueConfig.from_conf(conf)
-    if _CLIENT is not None and dock is not None and dock is not _CLIENT.dock:
+    if _CLIENT is not None and dock is not None and dock is not getattr(_CLIENT, "dock", None):
         raise ConfigError("init(dock=...): the adapter already runs over another dock; close() it first")
     if _CLIENT is None:
-        if dock is None:
-            from .dock import Dock
+        if dock is None and _ray_running():
+            from .transferqueue_ray import join
 
-            dock = Dock([], [])
-        _CLIENT = TransferQueueClient(dock, config)
+            _CLIENT = join(functools.partial(_start_on_ray_dock, conf), get_client, _kv_functions())
+        else:
+            if dock is None:
+                from .dock import Dock
+
+                dock = Dock([], [])
+            _CLIENT = TransferQueueClient(dock, config)
     return _CLIENT.config
 
 
-def get_client() -> TransferQueueClient:
-    """The client ``init`` made."""
+def _start_on_ray_dock(conf: Any) -> None:
+    """In the named controller's process: the adapter over a new ``RayDock``."""
+    from .ray import RayDock
+
+    close()
+    init(conf, dock=RayDock([], []))
+
+
+def _kv_functions() -> dict[str, Callable[..., Any]]:
+    """The kv functions the named controller runs whole for a remote client (one round trip a call)."""
+    return {f.__name__: f for f in (kv_put, kv_batch_put, kv_batch_get, kv_batch_get_by_meta, kv_list, kv_clear)}
+
+
+def _ray_running() -> bool:
+    """Whether this process is connected to Ray (without importing Ray where nobody has)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def get_client() -> Any:
+    """The client ``init`` made (a ``TransferQueueClient``, or a ``RemoteClient`` on Ray)."""
     if _CLIENT is None:
         raise ConfigError("TransferQueue is not initialized: call init() first")
     return _CLIENT
 
 
 def close() -> None:
-    """Forget the client (the next ``init`` starts afresh)."""
+    """Forget the client (the next ``init`` starts afresh); on Ray, the process that started the named
+    controller ends it (and its dock)."""
     global _CLIENT
-    _CLIENT = None
+    client, _CLIENT = _CLIENT, None
+    if getattr(client, "remote", False) and client.owner:
+        from .transferqueue_ray import end
+
+        end(client)
 
 
+def _forwarded(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` run by the named controller when this process's client is remote (one call there)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        client = _CLIENT
+        if getattr(client, "remote", False):
+            return client.run(function.__name__, args, kwargs)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+@_forwarded
 def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] | None = None) -> Any:
     """Put one sample under ``key``: ``fields`` (a TensorDict of one sample or a dict of unbatched
     tensors) and/or a ``tag``; returns its ``KVBatchMeta``."""
@@ -838,6 +888,7 @@ def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] 
     return kv_batch_put([key], partition_id, fields, None if tag is None else [tag])
 
 
+@_forwarded
 def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: list[dict] | None = None) -> Any:
     """Put samples under ``keys`` (new keys get new samples): ``fields`` (a TensorDict) and/or ``tags``."""
     from transfer_queue.metadata import KVBatchMeta
@@ -870,6 +921,7 @@ def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: l
     )  # fmt: skip
 
 
+@_forwarded
 def kv_batch_get(keys: list[str] | str, partition_id: str, select_fields: list[str] | str | None = None) -> Any:
     """The samples under ``keys`` (all their common fields, or ``select_fields``) as a TensorDict."""
     client = get_client()
@@ -883,6 +935,7 @@ def kv_batch_get(keys: list[str] | str, partition_id: str, select_fields: list[s
     return client.get_data(meta)
 
 
+@_forwarded
 def kv_batch_get_by_meta(meta: Any, select_fields: list[str] | str | None = None) -> Any:
     """``kv_batch_get`` of a ``KVBatchMeta`` (its keys, partition and fields)."""
     if meta.partition_id is None:
@@ -895,11 +948,13 @@ def kv_batch_get_by_meta(meta: Any, select_fields: list[str] | str | None = None
     return kv_batch_get(meta.keys, meta.partition_id, wanted)
 
 
+@_forwarded
 def kv_list(partition_id: str | None = None) -> dict[str, dict[str, Any]]:
     """Per partition (or the one asked for), its keys and their tags."""
     return get_client().kv_list(partition_id)
 
 
+@_forwarded
 def kv_clear(keys: list[str] | str, partition_id: str) -> None:
     """Forget the samples under ``keys``."""
     client = get_client()
