@@ -77,6 +77,7 @@ def test_transferqueue_own_tests_pass_against_the_adapter(ray_session, tmp_path)
     ini = tmp_path / "pytest.ini"
     ini.write_text("[pytest]\n")
     env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address, TQ_SWAP_REPORT=str(report))
+    env.update(TQ_TEST_BACKEND="SimpleStorage", PYTHONDONTWRITEBYTECODE="1")  # the peer's default; no .pyc written
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), *sys.path[1:]])
     deselect = [arg for name in sorted(_ids(CONTROLLER_INTERNALS)) for arg in ("--deselect", name)]
     command = [sys.executable, "-m", "pytest", "-p", "tq_swap", "-p", "no:cacheprovider", "-q", "-c", str(ini),
