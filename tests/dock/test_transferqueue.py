@@ -84,6 +84,11 @@ def _data(td):
     return out
 
 
+def _status(pair):
+    """A (global indexes, status) pair of tensors as plain values (None stays None)."""
+    return [None if t is None else (t.tolist(), str(t.dtype)) for t in pair]
+
+
 def _kv_meta(meta):
     return {"keys": list(meta.keys), "tags": [dict(t) for t in meta.tags], "partition_id": meta.partition_id,
             "fields": list(meta.fields or [])}  # fmt: skip
@@ -173,6 +178,19 @@ def _script(tq, client, streaming):
     note("all consumed", (client.check_consumption_status("train", "stream"),
                           client.check_consumption_status("other", "stream")))  # fmt: skip
     note("no partition", client.get_consumption_status("train", "nope"))
+    # production status per field, and consumption reset (one task, then all) with a refetch
+    for fields, pid in ((["reward"], "stream"), (["reward", "tokens"], "stream"), (["nope"], "stream"),
+                        (["response"], "p0"), (["reward"], "nope")):  # fmt: skip
+        note(f"production {fields} {pid}", (_status(client.get_production_status(fields, pid)),
+                                            client.check_production_status(fields, pid)))  # fmt: skip
+    note("reset train", client.reset_consumption("stream", "train"))
+    note("consumed after reset", [t.tolist() for t in client.get_consumption_status("train", "stream")])
+    note("refetch", _meta(client.get_meta(["reward"], 5, "stream", task_name="train")))
+    note("fetch other", _meta(client.get_meta(["reward"], 2, "stream", task_name="other")))
+    note("reset all", (client.reset_consumption("stream"), client.reset_consumption("nope", "train")))
+    note("consumed after reset all", [[t.tolist() for t in client.get_consumption_status(task, "stream")]
+                                      for task in ("train", "other")])  # fmt: skip
+    note("refetch after reset all", _meta(client.get_meta(["reward"], 8, "stream", task_name="train")))
     for missing in (["nope"], ["k1"]):
         try:
             tq.kv_batch_get(missing, "kv")

@@ -148,6 +148,11 @@ REFUSED = [
     ("clear_samples of list indexes", lambda c: c.clear_samples(_meta([[0]], ["p"])), ConfigError),
     ("custom meta of list partitions", lambda c: c.set_custom_meta(_meta([0], [["p"]])), ConfigError),
     ("get_data of list indexes", lambda c: c.get_data(_meta([[0]], ["p"], {"reward": {}})), ConfigError),
+    ("reset of a list partition", lambda c: c.reset_consumption(["p"], "t"), ConfigError),
+    ("reset of task ''", lambda c: c.reset_consumption("p", ""), ConfigError),
+    ("reset of a list task", lambda c: c.reset_consumption("p", ["t"]), ConfigError),
+    ("production of fields a string", lambda c: c.get_production_status("reward", "p"), ConfigError),
+    ("production of a list partition", lambda c: c.check_production_status(["reward"], ["p"]), ConfigError),
 ]
 
 

@@ -34,6 +34,7 @@ class Model:
         self.reusable: list[int] = []
         self.owned: dict[str, set[int]] = {}
         self.parts: dict[str, dict] = {}
+        self.refetched = 0  # fetches that served again what a task had consumed before a reset
 
     def _pool(self, pid: str, count: int) -> list[int]:
         taken = self.reusable[:count]
@@ -52,7 +53,8 @@ class Model:
         if slots + count > ROWS:
             raise TokenportError("refused")
         if part is None:
-            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "keys": {}, "consumed": {}}
+            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "keys": {}, "consumed": {},
+                    "registered": set()}  # fmt: skip
             self.parts[pid] = part
             part["pre"].update(self._pool(pid, 1))
         return part
@@ -68,6 +70,7 @@ class Model:
     def _fill(self, part: dict, indexes: list[int], fields: list[str]) -> None:
         for name in fields:
             part["fields"].setdefault(name, set()).update(indexes)
+            part["registered"].add(name)
 
     def put(self, pid, count, fields, bad) -> None:
         if bad:
@@ -86,7 +89,26 @@ class Model:
         if len(ready) < count:
             return []
         part["consumed"].setdefault(task, set()).update(ready[:count])
+        self.refetched += bool(set(ready[:count]) & part.setdefault("before_reset", {}).get(task, set()))
         return ready[:count]
+
+    def reset(self, pid, task) -> bool:
+        """TransferQueue's reset_consumption: the task's (or every task's) consumption forgotten; True."""
+        if task == "":
+            raise TokenportError("refused")
+        part = self.parts.get(pid)
+        if part is not None:
+            for name in [t for t in part["consumed"] if task is None or t == task]:
+                part.setdefault("before_reset", {}).setdefault(name, set()).update(part["consumed"][name])
+                part["consumed"][name] = set()
+        return True
+
+    def produced(self, fields, pid) -> bool:
+        """TransferQueue's check_production_status: every sample (pre-allocated ones too) has the fields."""
+        part = self.parts.get(pid)
+        if part is None or not all(f in part["registered"] for f in fields):
+            return False
+        return all(i in part["fields"].get(f, ()) for i in part["active"] | part["pre"] for f in fields)
 
     def clear_samples(self, pid, asked) -> None:
         part = self.parts.get(pid)
@@ -166,10 +188,14 @@ def _none(result: object) -> None:
     """What the model compares of a call that returns metadata: nothing (its state is compared after)."""
 
 
-def one_call(rng: random.Random, client, model: Model):
-    pid = rng.choice(["p", "q", "kv", ""])
+KINDS = ("put", "put", "fetch", "fetch", "clear_samples", "clear_partition", "kv_put", "kv_clear", "reset", "produced")
+RESETS = ("put", "fetch", "fetch", "fetch", "reset", "produced", "clear_samples")  # consume, reset, consume again
+
+
+def one_call(rng: random.Random, client, model: Model, kinds=KINDS, pids=("p", "q", "kv", "")):
+    pid = rng.choice(pids)
     fields = rng.sample(FIELDS, rng.choice([1, 2]))
-    kind = rng.choice(["put", "put", "fetch", "fetch", "clear_samples", "clear_partition", "kv_put", "kv_clear"])
+    kind = rng.choice(kinds)
     if kind == "put":
         count, bad = rng.choice([1, 2, 3, 7]), rng.random() < 0.15 and "reward" in fields  # bfloat16 rewards
         return (lambda: _none(client.put(data=data(count, fields, bad), partition_id=pid))), (
@@ -182,6 +208,11 @@ def one_call(rng: random.Random, client, model: Model):
             return client.get_meta(fields, count, pid, task_name=task).global_indexes
 
         return fetch, (lambda: model.fetch(task, fields, count, pid))
+    if kind == "reset":
+        task = rng.choice(["train", "ref", None, ""])
+        return (lambda: client.reset_consumption(pid, task)), (lambda: model.reset(pid, task))
+    if kind == "produced":
+        return (lambda: client.check_production_status(fields, pid)), (lambda: model.produced(fields, pid))
     if kind == "clear_samples":
         asked = rng.sample(range(12), rng.choice([1, 2, 3]))
         meta = BatchMeta(global_indexes=asked, partition_ids=[pid] * len(asked), field_schema={},
@@ -202,6 +233,17 @@ def one_call(rng: random.Random, client, model: Model):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
+    run(seed, KINDS, ("p", "q", "kv", ""), steps=120)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_resets_serve_consumed_samples_again_as_the_model_says(seed):
+    model = run(seed, RESETS, ("p", "q"), steps=120)
+    assert model.refetched > 0  # samples consumed before a reset were served again
+
+
+def run(seed: int, kinds, pids, steps: int) -> Model:
+    """``steps`` random calls of ``kinds`` on partitions ``pids``, each compared with the model."""
     rng = random.Random(seed)
     dock_tq.close()
     dock_tq.init({"controller": {"polling_mode": True}, "dock": {"partition_rows": ROWS}}, dock=Dock([], []))
@@ -209,8 +251,8 @@ def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
     model = Model()
     refused = 0
     try:
-        for step in range(120):
-            call, expect = one_call(rng, client, model)
+        for step in range(steps):
+            call, expect = one_call(rng, client, model, kinds, pids)
             before = client_state(client)
             try:
                 want = expect()
@@ -228,3 +270,4 @@ def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
     finally:
         dock_tq.close()
     assert refused > 5
+    return model

@@ -30,12 +30,20 @@ were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundErr
 refuses changes nothing (TransferQueue has already allocated the indexes by then); a field whose
 dtype or kind changes is refused (TransferQueue's controller catches that mismatch and logs it).
 The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
+Where Ray runs and ``init`` gets no dock, that process is a controller actor named as TransferQueue's
+(``transferqueue_ray``): the first ``init`` starts it over a ``RayDock``, every later one (a Ray
+worker's too) joins it, so all processes share one dock, as they share TransferQueue's controller.
+
+TransferQueue's own client tests (its wheel's ``tests/e2e``) run against this adapter in our suite
+(``tests/dock/peer_transferqueue``): of the kv file's 56, the 16 that read the controller's partition
+snapshot are left out; of the lifecycle file's 10, two need CUDA and Mooncake (the peer skips them).
+Tests that need bf16, non-tensor or strided nested fields wait for those types (listed there).
 
 Covered and not (the issue 17 table; ``c.`` is the client):
 
 | TransferQueue API | here | notes |
 |---|---|---|
-| ``init``, ``get_client``, ``close`` | yes | ``init(conf, dock=...)``: a ``DockAPI``, or a new ``Dock`` |
+| ``init``, ``get_client``, ``close`` | yes | ``init(conf, dock=...)``: a ``DockAPI``; on Ray the named controller's |
 | ``c.put(data, metadata, partition_id)`` | yes | new samples, or fields of a ``BatchMeta`` |
 | ``c.get_meta`` fetch, force_fetch, insert | yes | too few ready: empty (polling) or timeout |
 | ``c.get_data`` | yes | 1-D fields dense, the others jagged nested |
@@ -48,19 +56,21 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 | samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
 | non-tensor or bfloat16 fields | no | dock columns hold numbers: refused |
 | strided or inner-ragged nested tensors | no | refused (``InputDataError``) |
-| ``c.get_consumption_status``, ``c.check_*`` | yes | consumption only, and async twins |
-| ``reset_consumption``, production status | no | the dock has ``stats``, ``all_consumed`` |
-| checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
+| ``c.get_consumption_status``, ``c.check_*`` | yes | and async twins |
+| ``c.get_production_status``, ``c.reset_consumption`` | yes | reset: later fetches use a fresh dock consumer |
+| ``save_checkpoint``/``load_checkpoint``, metrics | no | the dock has ``save``/``load`` and metrics |
 | storage backends, ``data_parser`` | no | the dock is the storage; refused |
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -101,6 +111,7 @@ _MODES = ("fetch", "force_fetch", "insert")
 _USED = ("columns", "consumers", "n_samples_per_prompt", "add_column", "add_consumer", "add_partition",
          "drop_partition", "put", "get", "nack")  # fmt: skip
 _READER = "transferqueue-reader-"  # consumer names under which get_data reads (never consumes)
+_RESET = "transferqueue-reset-"  # consumer names under which a task fetches after reset_consumption
 
 
 class TransferQueueTimeout(DockTimeout, RuntimeError):
@@ -283,6 +294,7 @@ class TransferQueueClient:
         self._lock = threading.RLock()
         self._indexes = Indexes()
         self._partitions: dict[str, TQPartition] = {}
+        self._resets = 0  # consumption resets so far (each names a fresh dock consumer)
 
     # -- partitions ---------------------------------------------------------------------------------
 
@@ -398,13 +410,14 @@ class TransferQueueClient:
                         f"({target.rows} samples): ask for fewer"
                     )
                 known = target is not None and all(f in target.fields for f in fields)
-                if known and task_name not in self.dock.consumers:
-                    self.dock.add_consumer(task_name)
+                consumer = task_name if target is None else target.consumer_of.get(task_name, task_name)
+                if known and consumer not in self.dock.consumers:
+                    self.dock.add_consumer(consumer)
             left = deadline - time.monotonic()
             if known and target is not None:
                 try:
                     batch = self.dock.get(
-                        task_name, fields, batch_size, partition_id,
+                        consumer, fields, batch_size, partition_id,
                         sampler=LowestGlobal(target.global_of), timeout=max(0.0, min(left, 0.25)),
                     )  # fmt: skip
                 except DockTimeout:
@@ -632,6 +645,53 @@ class TransferQueueClient:
         _, status = self.get_consumption_status(task_name, partition_id)
         return status is not None and status.numel() > 0 and bool((status == 1).all())
 
+    # -- production status and consumption reset ---------------------------------------------------
+
+    def get_production_status(self, data_fields: list[str], partition_id: str) -> tuple[Any, Any]:
+        """The partition's global indexes (pre-allocated ones included) and, per index and asked field,
+        1 when produced (an int8 tensor ``(samples, fields)``); ``(None, None)`` for an unknown
+        partition, no fields, or a field never put into the partition (as TransferQueue answers)."""
+        import torch
+
+        fields = _names(data_fields, "data_fields")
+        if not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string")
+        with self._lock:
+            part = self._partitions.get(partition_id)
+            if part is None or not fields or any(f not in part.registered for f in fields):
+                return None, None
+            indexes = sorted(part.active | part.pre_allocated)
+            status = torch.zeros(len(indexes), len(fields), dtype=torch.int8)
+            for column, name in enumerate(fields):
+                have = part.fields[name].indexes if name in part.fields else set()
+                status[:, column] = torch.tensor([i in have for i in indexes], dtype=torch.int8)
+            return torch.tensor(indexes, dtype=torch.long), status
+
+    def check_production_status(self, data_fields: list[str], partition_id: str) -> bool:
+        """Whether every sample of the partition has all ``data_fields`` produced (False when the
+        partition or a field is unknown; True for a partition with no samples, as TransferQueue)."""
+        _, status = self.get_production_status(data_fields, partition_id)
+        return status is not None and bool((status == 1).all())
+
+    def reset_consumption(self, partition_id: str, task_name: str | None = None) -> bool:
+        """Forget what ``task_name`` (every task when None) consumed of the partition, so fetches serve
+        its samples again; True, also for an unknown partition (TransferQueue only logs that)."""
+        if not isinstance(partition_id, str):
+            raise ConfigError(f"partition_id={partition_id!r:.60} must be a string")
+        if task_name is not None and (not isinstance(task_name, str) or not task_name):
+            raise ConfigError(f"task_name={task_name!r:.60} must be a non-empty string or None (every task)")
+        with self._lock:
+            part = self._partitions.get(partition_id)
+            if part is None:
+                return True
+            tasks = list(part.consumed) if task_name is None else [t for t in [task_name] if t in part.consumed]
+            for task in tasks:
+                # the dock's consumption bits cannot be unset: later fetches read under a fresh consumer
+                self._resets += 1
+                part.consumer_of[task] = f"{_RESET}{self._resets}-{task}"
+                part.consumed[task] = set()
+            return True
+
     # -- key-value ----------------------------------------------------------------------------------
 
     def kv_retrieve_meta(self, keys: list[str] | str, partition_id: str, create: bool = False) -> Any:
@@ -712,6 +772,18 @@ class TransferQueueClient:
         """``check_consumption_status`` from asyncio code."""
         return await asyncio.to_thread(self.check_consumption_status, task_name, partition_id)
 
+    async def async_get_production_status(self, data_fields: list[str], partition_id: str) -> tuple[Any, Any]:
+        """``get_production_status`` from asyncio code."""
+        return await asyncio.to_thread(self.get_production_status, data_fields, partition_id)
+
+    async def async_check_production_status(self, data_fields: list[str], partition_id: str) -> bool:
+        """``check_production_status`` from asyncio code."""
+        return await asyncio.to_thread(self.check_production_status, data_fields, partition_id)
+
+    async def async_reset_consumption(self, partition_id: str, task_name: str | None = None) -> bool:
+        """``reset_consumption`` from asyncio code."""
+        return await asyncio.to_thread(self.reset_consumption, partition_id, task_name)
+
     async def async_get_partition_list(self) -> list[str]:
         """``get_partition_list`` from asyncio code."""
         return await asyncio.to_thread(self.get_partition_list)
@@ -729,38 +801,83 @@ def _select(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | P
 
 # -- module-level API (``transfer_queue``'s functions) -------------------------------------------------
 
-_CLIENT: TransferQueueClient | None = None
+_CLIENT: Any = None  # this process's client: a TransferQueueClient, or a RemoteClient of the named controller
 
 
 def init(conf: Any = None, *, dock: DockAPI | None = None) -> TransferQueueConfig:
-    """Start the adapter (once per process): over ``dock``, or a new empty in-process ``Dock``. Later
-    calls return the running adapter's settings (TransferQueue ignores ``conf`` then, too)."""
+    """Start the adapter (once per process): over ``dock``; else, where Ray runs, as a client of the
+    dock of the controller named as TransferQueue's (``transferqueue_ray``: the first process starts
+    it, later ones, Ray workers included, join it); else over a new in-process ``Dock``. Later calls
+    return the running adapter's settings (TransferQueue ignores ``conf`` then, too)."""
     global _CLIENT
     config = TransferQueueConfig.from_conf(conf)
-    if _CLIENT is not None and dock is not None and dock is not _CLIENT.dock:
+    if _CLIENT is not None and dock is not None and dock is not getattr(_CLIENT, "dock", None):
         raise ConfigError("init(dock=...): the adapter already runs over another dock; close() it first")
     if _CLIENT is None:
-        if dock is None:
-            from .dock import Dock
+        if dock is None and _ray_running():
+            from .transferqueue_ray import join
 
-            dock = Dock([], [])
-        _CLIENT = TransferQueueClient(dock, config)
+            _CLIENT = join(functools.partial(_start_on_ray_dock, conf), get_client, _kv_functions())
+        else:
+            if dock is None:
+                from .dock import Dock
+
+                dock = Dock([], [])
+            _CLIENT = TransferQueueClient(dock, config)
     return _CLIENT.config
 
 
-def get_client() -> TransferQueueClient:
-    """The client ``init`` made."""
+def _start_on_ray_dock(conf: Any) -> None:
+    """In the named controller's process: the adapter over a new ``RayDock``."""
+    from .ray import RayDock
+
+    close()
+    init(conf, dock=RayDock([], []))
+
+
+def _kv_functions() -> dict[str, Callable[..., Any]]:
+    """The kv functions the named controller runs whole for a remote client (one round trip a call)."""
+    return {f.__name__: f for f in (kv_put, kv_batch_put, kv_batch_get, kv_batch_get_by_meta, kv_list, kv_clear)}
+
+
+def _ray_running() -> bool:
+    """Whether this process is connected to Ray (without importing Ray where nobody has)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def get_client() -> Any:
+    """The client ``init`` made (a ``TransferQueueClient``, or a ``RemoteClient`` on Ray)."""
     if _CLIENT is None:
         raise ConfigError("TransferQueue is not initialized: call init() first")
     return _CLIENT
 
 
 def close() -> None:
-    """Forget the client (the next ``init`` starts afresh)."""
+    """Forget the client (the next ``init`` starts afresh); on Ray, the process that started the named
+    controller ends it (and its dock)."""
     global _CLIENT
-    _CLIENT = None
+    client, _CLIENT = _CLIENT, None
+    if getattr(client, "remote", False) and client.owner:
+        from .transferqueue_ray import end
+
+        end(client)
 
 
+def _forwarded(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` run by the named controller when this process's client is remote (one call there)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        client = _CLIENT
+        if getattr(client, "remote", False):
+            return client.run(function.__name__, args, kwargs)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+@_forwarded
 def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] | None = None) -> Any:
     """Put one sample under ``key``: ``fields`` (a TensorDict of one sample or a dict of unbatched
     tensors) and/or a ``tag``; returns its ``KVBatchMeta``."""
@@ -776,6 +893,7 @@ def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] 
     return kv_batch_put([key], partition_id, fields, None if tag is None else [tag])
 
 
+@_forwarded
 def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: list[dict] | None = None) -> Any:
     """Put samples under ``keys`` (new keys get new samples): ``fields`` (a TensorDict) and/or ``tags``."""
     from transfer_queue.metadata import KVBatchMeta
@@ -808,6 +926,7 @@ def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: l
     )  # fmt: skip
 
 
+@_forwarded
 def kv_batch_get(keys: list[str] | str, partition_id: str, select_fields: list[str] | str | None = None) -> Any:
     """The samples under ``keys`` (all their common fields, or ``select_fields``) as a TensorDict."""
     client = get_client()
@@ -821,6 +940,7 @@ def kv_batch_get(keys: list[str] | str, partition_id: str, select_fields: list[s
     return client.get_data(meta)
 
 
+@_forwarded
 def kv_batch_get_by_meta(meta: Any, select_fields: list[str] | str | None = None) -> Any:
     """``kv_batch_get`` of a ``KVBatchMeta`` (its keys, partition and fields)."""
     if meta.partition_id is None:
@@ -833,11 +953,13 @@ def kv_batch_get_by_meta(meta: Any, select_fields: list[str] | str | None = None
     return kv_batch_get(meta.keys, meta.partition_id, wanted)
 
 
+@_forwarded
 def kv_list(partition_id: str | None = None) -> dict[str, dict[str, Any]]:
     """Per partition (or the one asked for), its keys and their tags."""
     return get_client().kv_list(partition_id)
 
 
+@_forwarded
 def kv_clear(keys: list[str] | str, partition_id: str) -> None:
     """Forget the samples under ``keys``."""
     client = get_client()

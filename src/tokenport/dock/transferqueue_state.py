@@ -129,6 +129,7 @@ class TQPartition:
     keys: dict[str, int] = field(default_factory=dict)  # kv key -> global index
     key_of: dict[int, str] = field(default_factory=dict)
     consumed: dict[str, set[int]] = field(default_factory=dict)  # per task, the indexes fetch gave it
+    consumer_of: dict[str, str] = field(default_factory=dict)  # per reset task, the dock consumer it fetches as
 
     def __post_init__(self) -> None:
         self.global_of = np.full(self.rows, -1, dtype=np.int64)
