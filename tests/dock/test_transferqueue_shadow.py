@@ -1,6 +1,9 @@
 """Random call sequences against the TransferQueue adapter, checked after every call against a simple
-model of TransferQueue's bookkeeping (global indexes, the pool they come from and go back to, fields,
-keys, consumption); a refused call must leave the adapter and its dock exactly as they were."""
+model of TransferQueue's bookkeeping (global indexes, the pool they come from and go back to, fields
+and their dtypes, keys, consumption); a refused call must leave the adapter and its dock exactly as
+they were. Rewards come in three dtypes: a field's dtype belongs to its partition (free in a new or
+cleared one, and once all its samples are cleared), and a put of another dtype while the partition
+holds samples of the field is refused, as TransferQueue's controller refuses it."""
 
 from __future__ import annotations
 
@@ -52,7 +55,8 @@ class Model:
         if slots + count > ROWS:
             raise TokenportError("refused")
         if part is None:
-            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "keys": {}, "consumed": {}}
+            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "dtypes": {}, "rewards": {}, "keys": {},
+                    "consumed": {}}  # fmt: skip
             self.parts[pid] = part
             part["pre"].update(self._pool(pid, 1))
         return part
@@ -65,15 +69,25 @@ class Model:
         part["slots"] += len(taken)
         return taken
 
-    def _fill(self, part: dict, indexes: list[int], fields: list[str]) -> None:
+    def _fill(self, part: dict, indexes: list[int], fields: list[str], dtype=None) -> None:
         for name in fields:
             part["fields"].setdefault(name, set()).update(indexes)
+            part["dtypes"][name] = dtype if name == "reward" else torch.int64
+        if "reward" in fields:
+            part["rewards"].update({index: float(k) for k, index in enumerate(indexes)})
 
-    def put(self, pid, count, fields, bad) -> None:
-        if bad:
-            raise TokenportError("refused")
+    def _same_dtype(self, pid, fields, dtype) -> None:
+        """A field holding samples in a live partition keeps their dtype (TransferQueue's controller)."""
+        part = self.parts.get(pid)
+        if part is not None and "reward" in fields and "reward" in part["fields"]:
+            if part["dtypes"]["reward"] != dtype:
+                raise TokenportError("refused")
+
+    def put(self, pid, count, fields, dtype) -> None:
+        if isinstance(pid, str) and pid:
+            self._same_dtype(pid, fields, dtype)
         part = self._room(pid, count)
-        self._fill(part, self._allocate(part, pid, count), fields)
+        self._fill(part, self._allocate(part, pid, count), fields, dtype)
 
     def fetch(self, task, fields, count, pid):
         part = self.parts.get(pid)
@@ -102,6 +116,7 @@ class Model:
             part["fields"][name].difference_update(indexes)
             if not part["fields"][name]:
                 del part["fields"][name]
+                del part["dtypes"][name]
         if indexes and pid in self.owned:
             self.owned[pid].difference_update(indexes)
             if not self.owned[pid]:
@@ -112,15 +127,16 @@ class Model:
         if self.parts.pop(pid, None) is not None:
             self.reusable.extend(self.owned.pop(pid, set()))
 
-    def kv_put(self, keys, pid, fields, tags) -> None:
+    def kv_put(self, keys, pid, fields, tags, dtype) -> None:
         if len(set(keys)) != len(keys) or (tags is not None and len(tags) != len(keys)) or not keys:
             raise TokenportError("refused")
+        self._same_dtype(pid, fields, dtype)
         known = self.parts[pid]["keys"] if pid in self.parts else {}
         missing = [k for k in keys if k not in known]
         part = self._room(pid, len(missing))
         for key, index in zip(missing, self._allocate(part, pid, len(missing))):
             part["keys"][key] = index
-        self._fill(part, [part["keys"][k] for k in keys], fields)
+        self._fill(part, [part["keys"][k] for k in keys], fields, dtype)
 
     def kv_clear(self, keys, pid) -> None:
         if not pid:
@@ -129,6 +145,14 @@ class Model:
         if part is not None:
             self.clear_samples(pid, [part["keys"][k] for k in keys if k in part["keys"]])
 
+    def rewards(self) -> dict:
+        out = {}
+        for pid, part in self.parts.items():
+            if "reward" in part["fields"]:
+                held = part["fields"]["reward"]
+                out[pid] = (part["dtypes"]["reward"], {i: v for i, v in part["rewards"].items() if i in held})
+        return out
+
     def observed(self) -> dict:
         return {
             "parts": {
@@ -136,6 +160,7 @@ class Model:
                     "pre": sorted(p["pre"]),
                     "active": sorted(p["active"]),
                     "fields": {f: sorted(i) for f, i in p["fields"].items()},
+                    "dtypes": dict(p["dtypes"]),
                     "keys": dict(p["keys"]),
                     "consumed": {t: sorted(c) for t, c in p["consumed"].items()},
                 }
@@ -149,16 +174,34 @@ def observed(client) -> dict:
     state = client_state(client)
     return {
         "parts": {
-            pid: {key: part[key] for key in ("pre", "active", "fields", "keys", "consumed")}
+            pid: {
+                **{key: part[key] for key in ("pre", "active", "fields", "keys", "consumed")},
+                "dtypes": {name: field.dtype for name, field in client._partitions[pid].fields.items()},
+            }
             for pid, part in state["partitions"].items()
         },
         "pool": state["indexes"][:2],
     }
 
 
-def data(count: int, fields, bad: bool) -> TensorDict:
-    values = {"reward": torch.arange(count, dtype=torch.bfloat16 if bad else torch.float32),
-              "tokens": torch.ones(count, 2, dtype=torch.int64)}  # fmt: skip
+DTYPES = (torch.float32, torch.float32, torch.bfloat16, torch.float64)
+
+
+def rewards(client) -> dict:
+    """Per partition, the dtype and values get_data returns for every sample holding a reward."""
+    out = {}
+    for pid in client.get_partition_list():
+        meta = client.get_meta(["reward"], 0, pid, mode="force_fetch")
+        held = [k for k, ready in enumerate(meta.production_status) if ready]
+        if held and "reward" in client._partitions[pid].fields:
+            meta = meta.select_samples(held)
+            got = client.get_data(meta)["reward"]
+            out[pid] = (got.dtype, dict(zip(meta.global_indexes, got.float().tolist(), strict=True)))
+    return out
+
+
+def data(count: int, fields, dtype) -> TensorDict:
+    values = {"reward": torch.arange(count, dtype=dtype), "tokens": torch.ones(count, 2, dtype=torch.int64)}
     return TensorDict({f: values[f] for f in fields}, batch_size=count)
 
 
@@ -171,9 +214,9 @@ def one_call(rng: random.Random, client, model: Model):
     fields = rng.sample(FIELDS, rng.choice([1, 2]))
     kind = rng.choice(["put", "put", "fetch", "fetch", "clear_samples", "clear_partition", "kv_put", "kv_clear"])
     if kind == "put":
-        count, bad = rng.choice([1, 2, 3, 7]), rng.random() < 0.15 and "reward" in fields  # bfloat16 rewards
-        return (lambda: _none(client.put(data=data(count, fields, bad), partition_id=pid))), (
-            lambda: model.put(pid, count, fields, bad)
+        count, dtype = rng.choice([1, 2, 3, 7]), rng.choice(DTYPES)
+        return (lambda: _none(client.put(data=data(count, fields, dtype), partition_id=pid))), (
+            lambda: model.put(pid, count, fields, dtype)
         )
     if kind == "fetch":
         task, count = rng.choice(["train", "ref"]), rng.choice([1, 2, 7])
@@ -194,9 +237,10 @@ def one_call(rng: random.Random, client, model: Model):
         return (lambda: dock_tq.kv_clear(keys, pid)), (lambda: model.kv_clear(keys, pid))
     with_fields = rng.random() < 0.6
     tags = None if with_fields and rng.random() < 0.5 else [{"n": k} for k in keys[: len(keys) - (rng.random() < 0.1)]]
-    batch = data(len(keys), fields, False) if with_fields else None
+    dtype = rng.choice(DTYPES)
+    batch = data(len(keys), fields, dtype) if with_fields else None
     return (lambda: _none(dock_tq.kv_batch_put(keys, pid, fields=batch, tags=tags))), (
-        lambda: model.kv_put(keys, pid, fields if with_fields else [], tags)
+        lambda: model.kv_put(keys, pid, fields if with_fields else [], tags, dtype)
     )
 
 
@@ -225,6 +269,7 @@ def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
                 refused += 1
                 assert client_state(client) == before, step
             assert observed(client) == model.observed(), step
+            assert rewards(client) == model.rewards(), step
     finally:
         dock_tq.close()
     assert refused > 5
