@@ -67,6 +67,7 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import time
 from collections import defaultdict
@@ -212,7 +213,8 @@ def _column_value(name: str, value: Any, batch: int) -> _Value:
     from tensordict.tensorclass import is_non_tensor
 
     if is_non_tensor(value):
-        return _Value(Column(name, OBJECT), python_values(list(value.tolist()), batch, f"field {name!r}"), ("python",))
+        held = python_values(_copied(value.tolist(), name), batch, f"field {name!r}")
+        return _Value(Column(name, OBJECT), held, ("python",))
     if not isinstance(value, torch.Tensor):
         raise InputDataError(
             f"field {name!r} is a {type(value).__name__}: pass tensors, or Python values as a list or "
@@ -243,6 +245,18 @@ def _column_value(name: str, value: Any, batch: int) -> _Value:
     packed = Packed(array.reshape(rows_ * length, *array.shape[2:]), np.full(rows_, length, dtype=np.int64))
     column = Column(name, dtype or array.dtype, tuple(array.shape[2:]), ragged=True)
     return _Value(column, packed, ("ragged", value.dtype, column.shape))
+
+
+def _copied(values: list[Any], name: str) -> list[Any]:
+    """Deep copies of Python values: TransferQueue serializes them, so what a put gave and what a get
+    returns never share state with what is stored (a later change to either changes neither)."""
+    try:
+        return copy.deepcopy(list(values))
+    except Exception as error:  # any object's own __deepcopy__/__reduce__ may raise anything
+        raise InputDataError(
+            f"field {name!r}: a value cannot be copied ({type(error).__name__}: {error}); TransferQueue pickles "
+            "Python values: put values that can be copied"
+        ) from None
 
 
 def _numpy(tensor: Any) -> np.ndarray:
@@ -673,7 +687,7 @@ class TransferQueueClient:
                 kinds[name].add(field.kind)
                 for position, row in zip(positions, _rows(value, field.kind), strict=True):
                     rows[name][position] = (field.kind[0], row)
-        out = {name: _gathered(rows[name], kinds[name]) for name in names}
+        out = {name: _gathered(rows[name], kinds[name], name) for name in names}
         return TensorDict(out, batch_size=metadata.size)
 
     # -- clear --------------------------------------------------------------------------------------
@@ -840,7 +854,7 @@ def _rows(value: np.ndarray | Packed, kind: tuple[Any, ...]) -> list[Any]:
     return value.tolist()
 
 
-def _gathered(rows: list[tuple[str, Any]], kinds: set[tuple[Any, ...]]) -> Any:
+def _gathered(rows: list[tuple[str, Any]], kinds: set[tuple[Any, ...]], name: str) -> Any:
     """One field's rows (each with its kind's layout, in the batch's order) as TransferQueue returns them."""
     from tensordict import NonTensorStack
 
@@ -851,8 +865,8 @@ def _gathered(rows: list[tuple[str, Any]], kinds: set[tuple[Any, ...]]) -> Any:
     if kind == "ragged":
         return _tensor(Packed(np.concatenate(values), np.array([len(r) for r in values], dtype=np.int64)))
     if kind == "python":
-        return NonTensorStack(*values)
-    return _packed_like_transferqueue([_torch(np.asarray(r)) if k in _ARRAYS else r for k, r in rows])
+        return NonTensorStack(*_copied(values, name))
+    return _packed_like_transferqueue([_torch(np.asarray(r)) if k in _ARRAYS else copy.deepcopy(r) for k, r in rows])
 
 
 def _renamed(column: Column, name: str) -> Column:
