@@ -132,7 +132,10 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     if len(inner) > 1:
         raise ConfigError(f"rows have different item shapes {sorted(inner)}: every row's items must share one shape")
     values = np.concatenate(arrays)
-    return Packed(values if dtype is None else fitted(values, np.dtype(dtype), "pack(rows, dtype)"), lengths)
+    if dtype is None:
+        return Packed(values, lengths)
+    target = BFLOAT16 if isinstance(dtype, str) and dtype == "bfloat16" else np.dtype(dtype)
+    return Packed(fitted(values, target, "pack(rows, dtype)"), lengths)
 
 
 def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
