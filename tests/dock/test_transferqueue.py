@@ -137,6 +137,13 @@ def _script_types(tq, client):
     seen.append(
         ("data types2", _data(client.get_data(client.get_meta(["bf16", "prompt"], 0, "types2", "force_fetch"))))
     )
+    mixed = [torch.ones(2, 3), torch.arange(2.0), ["a", "b"], torch.ones(2, 1, 2)]  # one dtype, four layouts
+    for k, value in enumerate(mixed):
+        seen.append((f"layout {k} joins", _meta(client.put(data=TensorDict({"mix": value}, batch_size=2),
+                                                           partition_id="mixed"))))  # fmt: skip
+    seen.append(("force mixed", _meta(client.get_meta(["mix"], 0, "mixed", mode="force_fetch"))))
+    seen.append(("data mixed", _data(client.get_data(client.get_meta(["mix"], 0, "mixed", mode="force_fetch")))))
+    seen.append(("fetch mixed", _meta(client.get_meta(["mix"], 8, "mixed", mode="fetch", task_name="m"))))
     client.clear_partition("types")
     seen.append(("other dtypes after clear", _meta(client.put(data=other, partition_id="types"))))
     seen.append(("data after clear", _data(client.get_data(client.get_meta(["prompt"], 0, "types", "force_fetch")))))

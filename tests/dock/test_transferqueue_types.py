@@ -141,18 +141,25 @@ def test_a_dtype_belongs_to_its_partition(client):
     assert dock_tq.kv_batch_get("a", "kv")["x"].dtype == torch.int64
 
 
-def test_a_layout_change_in_a_live_partition_is_refused_naming_what_to_do(client):
+def test_other_layouts_of_a_field_join_it_per_sample_as_in_transferqueue(client):
+    """A scalar where rows are, strings where tensors are: TransferQueue's storage holds samples one by
+    one and packs them on the way out (here: a NonTensorStack); so does the adapter, in one column."""
     _put(client, "p")
-    before = client_state(client)
-    for data, held in [
-        (TensorDict({"x": torch.ones(2)}, batch_size=2), "float32 tensors of shape \\(length,\\) per sample"),
-        (TensorDict({"x": ["a", "b"]}, batch_size=2), "float32 tensors"),
-        (TensorDict({"x": torch.ones(2, 3, 2)}, batch_size=2), "float32 tensors of shape \\(length,\\)"),
-    ]:
-        with pytest.raises(InputDataError, match=f"samples in partition 'p' are {held}.*clear those samples"):
-            client.put(data=data, partition_id="p")
-    assert client_state(client) == before
-    client.put(data=TensorDict({"x": torch.ones(2, 5)}, batch_size=2), partition_id="p")  # other lengths: one layout
+    client.put(data=TensorDict({"x": torch.arange(2.0)}, batch_size=2), partition_id="p")  # scalars
+    client.put(data=TensorDict({"x": ["a", "b"]}, batch_size=2), partition_id="p")  # Python values
+    meta = client.get_meta(["x"], 0, "p", mode="force_fetch")
+    assert meta.field_schema["x"]["dtype"] == torch.float32 and meta.is_ready
+    got = client.get_data(meta).get("x")
+    assert isinstance(got, NonTensorStack)
+    values = {i: v.tolist() if isinstance(v, torch.Tensor) else v for i, v in zip(meta.global_indexes, got.tolist())}
+    assert values == {0: [1.0] * 3, 1: [1.0] * 3, 2: 0.0, 3: 1.0, 4: "a", 5: "b"}
+    fetched = client.get_meta(["x"], 6, "p", task_name="t")  # fetch sees every sample ready, in one column
+    assert sorted(fetched.global_indexes) == list(range(6))
+    with pytest.raises(InputDataError, match="comes as int64 scalars, but its samples in partition 'p' are float32"):
+        client.put(data=TensorDict({"x": torch.arange(2)}, batch_size=2), partition_id="p")  # still one dtype
+    client.clear_partition("p")
+    _put(client, "p", torch.int64)  # a cleared partition starts afresh: one column of rows again
+    assert _all(client, ["x"], "p")["x"].dtype == torch.int64
 
 
 def test_the_docks_checkpoint_keeps_bfloat16_bits_and_json_values(client, tmp_path):

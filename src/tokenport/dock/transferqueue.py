@@ -36,9 +36,10 @@ what to fix (``ConfigError`` is a ValueError, as TransferQueue's are; a fetch ti
 were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundError``); a put the dock
 refuses changes nothing (TransferQueue has already allocated the indexes by then); a put of a field
 of another dtype while its partition holds samples of it is refused (TransferQueue's controller
-refuses that "dtype mismatch" too, but only logs it and serves mixed data), and so is one of the same
-dtype in another layout -- a scalar where tensors are, tensors where Python values are (TransferQueue
-mixes those in one ``NonTensorStack``).
+refuses that "dtype mismatch" too, but only logs it and serves the mixed data). Samples of one dtype
+(or Python values) in another layout -- a scalar where tensors are, tensors where strings are --
+join the field as TransferQueue's storage holds them: per sample (the field's samples in that
+partition move to an object column once), and come back packed as TransferQueue packs them.
 The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
 
 Covered and not (the issue 17 table; ``c.`` is the client):
@@ -537,9 +538,14 @@ class TransferQueueClient:
             groups = self._slots_by_partition(metadata)
             placed = {pid: self._placed(pid, converted) for pid in groups}  # every check before any write
             for pid, (positions, slots) in groups.items():
+                columns: dict[str, Any] = {}
                 for name, value in converted.items():
-                    self._own(name, value, placed[pid][name])
-                columns = {placed[pid][n]: _select(v.rows, positions) for n, v in converted.items()}
+                    column, mixed = placed[pid][name]
+                    if mixed:
+                        columns[column] = self._mixing(pid, name, value, column, positions)
+                    else:
+                        self._own(name, value, column)
+                        columns[column] = _select(value.rows, positions)
                 self.dock.put(pid, columns, slots, overwrite=True)
                 part = self._partitions[pid]
                 indexes = [metadata.global_indexes[p] for p in positions]
@@ -547,7 +553,7 @@ class TransferQueueClient:
                     sub = dict(meta)
                     if meta["is_nested"]:
                         sub["per_sample_shapes"] = [meta["per_sample_shapes"][p] for p in positions]
-                    field = part.fields.setdefault(name, Field(placed[pid][name], converted[name].kind))
+                    field = part.fields.setdefault(name, Field(placed[pid][name][0], converted[name].kind))
                     field.update(sub, indexes)
                     part.registered.add(name)
                 for p, index in zip(positions, indexes, strict=True):
@@ -572,33 +578,53 @@ class TransferQueueClient:
                 self._placed(partition_id, converted)
         return converted
 
-    def _placed(self, partition_id: str, converted: dict[str, _Value]) -> dict[str, str]:
-        """The dock column of each field in ``partition_id``: the one its samples there use, or (a field
-        with no samples there: a new partition, or one cleared) the column for its kind. A field with
-        samples keeps their dtype, as TransferQueue's controller keeps it (a put of another dtype is a
-        "dtype mismatch" there), and their layout: both are refused here, naming what to do."""
+    def _placed(self, partition_id: str, converted: dict[str, _Value]) -> dict[str, tuple[str, bool]]:
+        """Per field, the dock column that holds it in ``partition_id`` and whether its samples there are
+        mixed (per-sample values): the column its samples there use, or (a field with no samples there:
+        a new partition, or one cleared) the column for its kind. A field with samples keeps their dtype,
+        as TransferQueue's controller keeps it (another dtype is a "dtype mismatch" there, refused here
+        naming what to do); samples of the same dtype (or Python values) in another layout join them as
+        TransferQueue's storage holds them, per sample."""
         part = self._partitions.get(partition_id)
         out = {}
         for name, value in converted.items():
             held = None if part is None else part.fields.get(name)
             if held is None or not held.indexes:
-                out[name] = self._column_for(name, value)
+                out[name] = (self._column_for(name, value), False)
                 continue
-            if held.kind != value.kind:
-                incoming, have = _describe(value.kind), _describe(held.kind)
-                same_dtype = len(held.kind) > 1 and len(value.kind) > 1 and held.kind[1] == value.kind[1]
-                why = (
-                    "TransferQueue would mix the two in one NonTensorStack; the dock keeps a field's layout"
-                    if same_dtype or "python" in (held.kind[0], value.kind[0])
-                    else "a dtype mismatch, which TransferQueue's controller refuses too"
-                )
+            incoming = value.kind[1] if value.kind[0] in _TENSORS else None
+            if held.dtype is not None and incoming is not None and held.dtype != incoming:
+                have = str(held.dtype).removeprefix("torch.")
                 raise InputDataError(
-                    f"field {name!r} comes as {incoming}, but its samples in partition {partition_id!r} are "
-                    f"{have} ({why}): put it as {have}, or clear those samples (or the partition) first, or use "
-                    "another partition"
+                    f"field {name!r} comes as {_describe(value.kind)}, but its samples in partition "
+                    f"{partition_id!r} are {have} (a dtype mismatch, which TransferQueue's controller "
+                    f"refuses too): put it as {have}, or clear those samples (or the partition) first, "
+                    "or use another partition"
                 )
-            out[name] = held.column
+            if held.kind == value.kind:
+                out[name] = (held.column, False)
+            else:
+                out[name] = (held.column if held.kind == _MIXED else self._column_for(name, _mixed(name)), True)
         return out
+
+    def _mixing(self, pid: str, name: str, value: _Value, column: str, positions: np.ndarray) -> np.ndarray:
+        """The put's samples of field ``name`` as per-sample values for its mixed ``column``; the field's
+        samples already in ``pid`` move there first (once), so the field reads from one column."""
+        self._own(name, _mixed(name), column)
+        held = self._partitions[pid].fields[name]
+        if held.kind != _MIXED:
+            part = self._partitions[pid]
+            slots = np.array([part.slot_of[i] for i in sorted(held.indexes)], dtype=np.int64)
+            reader = f"{_READER}{threading.get_ident()}"
+            if reader not in self.dock.consumers:
+                self.dock.add_consumer(reader)
+            batch = self.dock.get(reader, [held.column], len(slots), pid, rows=slots, timeout=0, lease=60.0)
+            assert batch is not None and batch.lease_id is not None
+            self.dock.nack(batch.lease_id)
+            moved = _samples(batch[held.column], held.kind)
+            self.dock.put(pid, {column: python_values(moved, len(slots), f"field {name!r}")}, slots, overwrite=True)
+            held.column, held.kind = column, _MIXED
+        return python_values(_samples(_select(value.rows, positions), value.kind), len(positions), f"field {name!r}")
 
     def _column_for(self, name: str, value: _Value) -> str:
         """The dock column that holds field ``name`` of ``value.kind``: the field's name for the first
@@ -843,6 +869,22 @@ class TransferQueueClient:
 
 
 _ARRAYS = ("scalar", "ragged")  # kinds whose rows the dock holds as numpy arrays
+_TENSORS = ("scalar", "ragged", "tensors")  # kinds of tensor fields (their second item: the torch dtype)
+_MIXED = ("mixed",)  # a field whose samples in a partition came in several layouts: per-sample values
+
+
+def _mixed(name: str) -> _Value:
+    """The column spec and kind of field ``name`` held as per-sample values of several layouts."""
+    return _Value(Column(name, OBJECT), np.empty(0, dtype=OBJECT), _MIXED)
+
+
+def _samples(value: np.ndarray | Packed, kind: tuple[Any, ...]) -> list[Any]:
+    """A column's rows as per-sample values: tensors for tensor kinds, the values themselves otherwise."""
+    if isinstance(value, Packed):
+        return [_torch(row) for row in value.to_list()]
+    if kind[0] == "scalar":
+        return [_torch(value[i : i + 1])[0] for i in range(len(value))]
+    return list(value)
 
 
 def _rows(value: np.ndarray | Packed, kind: tuple[Any, ...]) -> list[Any]:
@@ -883,6 +925,8 @@ def _describe(kind: tuple[Any, ...]) -> str:
         return f"{dtype} scalars"
     if kind[0] == "tensors":
         return f"{dtype} tensors of varying shapes"
+    if kind[0] == "mixed":
+        return "samples of several layouts"
     return f"{dtype} tensors of shape {('length', *kind[2])} per sample".replace("'length'", "length")
 
 
