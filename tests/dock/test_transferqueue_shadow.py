@@ -1,9 +1,10 @@
 """Random call sequences against the TransferQueue adapter, checked after every call against a simple
 model of TransferQueue's bookkeeping (global indexes, the pool they come from and go back to, fields
 and their dtypes, keys, consumption); a refused call must leave the adapter and its dock exactly as
-they were. Rewards come in three dtypes: a field's dtype belongs to its partition (free in a new or
-cleared one, and once all its samples are cleared), and a put of another dtype while the partition
-holds samples of the field is refused, as TransferQueue's controller refuses it."""
+they were. Rewards come in three dtypes and two layouts (scalars, one-item rows): a field's dtype
+belongs to its partition (free in a new or cleared one, and once all its samples are cleared), a put
+of another dtype while the partition holds samples of the field is refused, as TransferQueue's
+controller refuses it, and another layout joins the field; every value reads back."""
 
 from __future__ import annotations
 
@@ -195,13 +196,21 @@ def rewards(client) -> dict:
         held = [k for k, ready in enumerate(meta.production_status) if ready]
         if held and "reward" in client._partitions[pid].fields:
             meta = meta.select_samples(held)
-            got = client.get_data(meta)["reward"]
-            out[pid] = (got.dtype, dict(zip(meta.global_indexes, got.float().tolist(), strict=True)))
+            got = client.get_data(meta).get("reward")
+            if not isinstance(got, torch.Tensor):  # layouts no nested tensor holds both of: a NonTensorStack
+                samples = got.tolist()
+            else:
+                samples = got.unbind() if got.is_nested else list(got)
+            assert len({t.dtype for t in samples}) == 1  # one dtype per partition, whatever the layouts
+            values = [float(t.float().reshape(-1)[0]) for t in samples]
+            out[pid] = (samples[0].dtype, dict(zip(meta.global_indexes, values, strict=True)))
     return out
 
 
-def data(count: int, fields, dtype) -> TensorDict:
-    values = {"reward": torch.arange(count, dtype=dtype), "tokens": torch.ones(count, 2, dtype=torch.int64)}
+def data(count: int, fields, dtype, rows: bool = False) -> TensorDict:
+    """``count`` samples; ``rows``: rewards as one-item rows (another layout of the field, same values)."""
+    reward = torch.arange(count, dtype=dtype)
+    values = {"reward": reward[:, None] if rows else reward, "tokens": torch.ones(count, 2, dtype=torch.int64)}
     return TensorDict({f: values[f] for f in fields}, batch_size=count)
 
 
@@ -214,8 +223,8 @@ def one_call(rng: random.Random, client, model: Model):
     fields = rng.sample(FIELDS, rng.choice([1, 2]))
     kind = rng.choice(["put", "put", "fetch", "fetch", "clear_samples", "clear_partition", "kv_put", "kv_clear"])
     if kind == "put":
-        count, dtype = rng.choice([1, 2, 3, 7]), rng.choice(DTYPES)
-        return (lambda: _none(client.put(data=data(count, fields, dtype), partition_id=pid))), (
+        count, dtype, rows = rng.choice([1, 2, 3, 7]), rng.choice(DTYPES), rng.random() < 0.3
+        return (lambda: _none(client.put(data=data(count, fields, dtype, rows), partition_id=pid))), (
             lambda: model.put(pid, count, fields, dtype)
         )
     if kind == "fetch":
@@ -238,13 +247,13 @@ def one_call(rng: random.Random, client, model: Model):
     with_fields = rng.random() < 0.6
     tags = None if with_fields and rng.random() < 0.5 else [{"n": k} for k in keys[: len(keys) - (rng.random() < 0.1)]]
     dtype = rng.choice(DTYPES)
-    batch = data(len(keys), fields, dtype) if with_fields else None
+    batch = data(len(keys), fields, dtype, rng.random() < 0.3) if with_fields else None
     return (lambda: _none(dock_tq.kv_batch_put(keys, pid, fields=batch, tags=tags))), (
         lambda: model.kv_put(keys, pid, fields if with_fields else [], tags, dtype)
     )
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
     rng = random.Random(seed)
     dock_tq.close()
