@@ -69,16 +69,20 @@ def test_python_values_come_back_as_a_nontensorstack_and_never_alias(client):
             "prompt": ["Hello", "wörld ✓", ""],
             "meta": NonTensorStack(meta, [1, 2], None),
             "shared": NonTensorData({"run": 7}),  # one value for the whole batch (TransferQueue crashes on it)
+            "split": NonTensorData([{"i": 0}, {"i": 1}, {"i": 2}], batch_size=[3]),  # one per sample: split
+            "raw": np.array([b"a", b"bc", b"d"], dtype="|S2"),  # a numpy array TensorDict keeps as NonTensorData
             "thing": NonTensorStack(marker, 3, "x"),
         },
         batch_size=3,
     )
     client.put(data=data, partition_id="p")
     meta["score"] = 99  # the caller's later change does not reach the stored value
-    got = _all(client, ["prompt", "meta", "shared", "thing"], "p")
+    got = _all(client, ["prompt", "meta", "shared", "split", "raw", "thing"], "p")
     assert isinstance(got.get("prompt"), NonTensorStack) and got.get("prompt").tolist() == ["Hello", "wörld ✓", ""]
     assert got.get("meta").tolist() == [{"tools": ["search"], "score": 0.5}, [1, 2], None]
     assert got.get("shared").tolist() == [{"run": 7}] * 3
+    assert got.get("split").tolist() == [{"i": 0}, {"i": 1}, {"i": 2}]  # as TransferQueue indexes it per sample
+    assert got.get("raw").tolist() == [b"a", b"bc", b"d"]
     assert type(got.get("thing").tolist()[0]) is object and got.get("thing").tolist()[1:] == [3, "x"]
     got.get("meta").tolist()[0]["score"] = -1  # nor does a change to what a get returned
     assert _all(client, ["meta"], "p").get("meta").tolist()[0]["score"] == 0.5

@@ -214,7 +214,7 @@ def _column_value(name: str, value: Any, batch: int) -> _Value:
     from tensordict.tensorclass import is_non_tensor
 
     if is_non_tensor(value):
-        held = python_values(_copied(value.tolist(), name), batch, f"field {name!r}")
+        held = python_values(_copied(_python_samples(value, batch), name), batch, f"field {name!r}")
         return _Value(Column(name, OBJECT), held, ("python",))
     if not isinstance(value, torch.Tensor):
         raise InputDataError(
@@ -246,6 +246,22 @@ def _column_value(name: str, value: Any, batch: int) -> _Value:
     packed = Packed(array.reshape(rows_ * length, *array.shape[2:]), np.full(rows_, length, dtype=np.int64))
     column = Column(name, dtype or array.dtype, tuple(array.shape[2:]), ragged=True)
     return _Value(column, packed, ("ragged", value.dtype, column.shape))
+
+
+def _python_samples(value: Any, batch: int) -> list[Any]:
+    """Each sample's Python value, as TransferQueue's storage splits a non-tensor field: a NonTensorStack
+    item by item; a NonTensorData holding a list, tuple or array of one item per sample item by item
+    (TransferQueue indexes it per sample), any other one value for every sample (where TransferQueue
+    would index into it: a dict fails there, a string gives each sample a character)."""
+    from tensordict import NonTensorData
+
+    if isinstance(value, NonTensorData):
+        data = value.data
+        if isinstance(data, (list, tuple)) or (isinstance(data, np.ndarray) and data.ndim > 0):
+            if len(data) == batch:
+                return [data[i] for i in range(batch)]
+        return [data] * batch
+    return list(value.tolist())
 
 
 def _copied(values: list[Any], name: str) -> list[Any]:
