@@ -569,7 +569,9 @@ class TransferQueueClient:
                     sub = dict(meta)
                     if meta["is_nested"]:
                         sub["per_sample_shapes"] = [meta["per_sample_shapes"][p] for p in positions]
-                    field = part.fields.setdefault(name, Field(placed[pid][name][0], converted[name].kind))
+                    field = part.fields.get(name)
+                    if field is None or not field.indexes:  # a new (or emptied) field: the column placed for it
+                        field = part.fields[name] = Field(placed[pid][name][0], converted[name].kind)
                     field.update(sub, indexes)
                     part.registered.add(name)
                 for p, index in zip(positions, indexes, strict=True):
