@@ -21,20 +21,27 @@ import tokenport as tp
 from tests._support.mutate import mutations
 from tests.dock._state import dock_state
 from tokenport._schema import to_builtins
-from tokenport.dock import Column, Dock
+from tokenport.dock import BFLOAT16, Column, Dock
 from tokenport.dock.checkpoint import KILL_AT
 from tokenport.dock.checkpoint_schema import Description, description_of
 
+BF16_BITS = np.array([[0x3FC0, 0xFF80], [0x7FC1, 0x8000], [0x0001, 0x7F7F], [0xC2F7, 0x0000]], np.uint16)
+PROMPTS = ["Hello", "wörld ✓", {"turn": [1, 2.5, None, True], "id": 2**70}, ""]
+
 
 def rich_dock() -> Dock:
-    """A dock using every part of a checkpoint: fixed, ragged and segmented columns, consumer limits,
-    versions, a requeued row, a consumed and a leased row, two partitions."""
+    """A dock using every part of a checkpoint: fixed, ragged and segmented columns, bfloat16 ones
+    (fixed and ragged; NaN, infinity, -0 and subnormal bits among them), a column of Python values,
+    consumer limits, versions, a requeued row, a consumed and a leased row, two partitions."""
     dock = Dock(
         [
             Column("tokens", np.int32, ragged=True),
             Column("reward", np.float32),
             Column("embedding", np.float16, shape=(2,)),
             Column("turns", np.int64, segmented=True),
+            Column("logit", "bfloat16", shape=(2,)),
+            Column("logprobs", "bfloat16", ragged=True),
+            Column("prompt", object),
         ],
         ["train", "ref"],
         n_samples_per_prompt=2,
@@ -47,6 +54,8 @@ def rich_dock() -> Dock:
     dock.set_version(1)
     dock.put("p", {"tokens": [np.arange(r + 1, dtype=np.int32) for r in range(4)]}, rows=range(4), version=1)
     dock.put("p", {"reward": np.arange(4), "embedding": np.ones((4, 2))}, rows=range(4), version=1)
+    bits = BF16_BITS.view(BFLOAT16)
+    dock.put("p", {"logit": bits, "logprobs": [bits[r, : r % 3] for r in range(4)], "prompt": PROMPTS}, range(4))
     dock.append("p", 4, {"turns": [1, 2]}, version=1)
     dock.append("p", 4, {"turns": [3]}, version=1, finished=True)
     dock.append("p", 5, {"turns": [9]}, version=0)
@@ -73,6 +82,22 @@ def test_a_checkpoint_round_trips_every_part(saved):
     assert restored.expired()["p"].tolist() == [5] and restored.version == 2
     batch = restored.get("train", ["turns"], 1, "p", rows=[4], timeout=1)
     assert batch["turns"].values.tolist() == [1, 2, 3] and batch.segment_versions.values.tolist() == [1, 1]
+    batch = restored.get("critic", ["logit", "logprobs", "prompt"], 4, "p", rows=range(4), timeout=1)
+    assert batch["logit"].dtype == BFLOAT16 and np.array_equal(batch["logit"].view(np.uint16), BF16_BITS)
+    assert batch["logprobs"].values.view(np.uint16).tolist() == [b for r in range(4) for b in BF16_BITS[r, : r % 3]]
+    assert batch["prompt"].tolist() == PROMPTS
+
+
+@pytest.mark.parametrize("value", [("a", "tuple"), object(), 1.5 + 2j, float("nan"), {1: "int key"}, np.float32(1)])
+def test_a_python_value_that_is_not_json_refuses_the_save_and_changes_nothing(saved, value):
+    """A checkpoint never pickles: a value JSON would not give back equal is refused, naming the column
+    and row, and the checkpoint already there is left as it was."""
+    before = files(saved)
+    dock = rich_dock()
+    dock.put("p", {"prompt": ["ok", value, "ok", "ok"]}, range(4), overwrite=True)
+    with pytest.raises(tp.ConfigError, match="column 'prompt' row 1: .* is not JSON data"):
+        dock.save(saved)
+    assert files(saved) == before and sorted(p.name for p in saved.parent.iterdir()) == ["ckpt"]
 
 
 def _normalized(description: Description) -> dict:
@@ -121,7 +146,8 @@ def test_mutated_descriptions_are_refused_or_read_as_written(saved, tmp_path):
         (lambda d: d["partitions"][0].update(requeue=[6]), r"past the partition's 6 rows"),
         (lambda d: d["partitions"][1].update(name="p"), "partition 'p' appears twice"),
         (lambda d: d["consumer_limits"].update(nobody=1), r"consumer_limits"),
-        (lambda d: d["columns"][0].update(dtype="object"), "is not a bool, integer or float type"),
+        (lambda d: d["columns"][0].update(dtype="object"), "a column of Python values"),
+        (lambda d: d["columns"][0].update(dtype="|V2"), "is not a bool, integer or float type"),
         (lambda d: d.update(extra=1), "extra"),
         (lambda d: d.pop("closed"), "closed"),
     ],
@@ -146,8 +172,17 @@ def _array_mutations(arrays: dict[str, np.ndarray]):
     for key, array in arrays.items():
         rest = {k: v for k, v in arrays.items() if k != key}
         yield f"del {key}", rest
-        other = np.float64 if array.dtype.kind != "f" else np.int64
-        yield f"{key} as {np.dtype(other)}", {**rest, key: array.astype(other)}
+        if array.dtype.kind == "V":  # bfloat16 bits: as plain uint16 (the same bytes, no longer tagged)
+            yield f"{key} as uint16", {**rest, key: array.view(np.uint16)}
+        elif array.dtype.kind == "U":  # JSON texts: as bytes; each row's text mutated
+            yield f"{key} as bytes", {**rest, key: np.array([t.encode() for t in array.tolist()])}
+            for label, text in mutations(array[2]):
+                changed = array.astype(object)
+                changed[2] = text.decode("utf-8", "replace")
+                yield f"{key}[2] {label}", {**rest, key: changed.astype(str)}
+        else:
+            other = np.float64 if array.dtype.kind != "f" else np.int64
+            yield f"{key} as {np.dtype(other)}", {**rest, key: array.astype(other)}
         if array.dtype.kind in "iu" and array.dtype.itemsize == 8:
             yield f"{key} as int32", {**rest, key: array.astype(np.int32)}
         yield f"{key} short", {**rest, key: array[:-1]}
@@ -185,11 +220,19 @@ def test_mutated_partition_arrays_are_refused_or_read_whole(saved):
             assert "partition-00000.npz" in str(error), label
             continue
         state = dock_state(restored)  # a value changed within range, or nothing consumed or ready: a whole dock
+        if label.startswith("json/prompt[2] "):  # a row's text that is still JSON: read back as that JSON says
+            with np.load(file) as archive:
+                text = str(archive["json/prompt"][2])
+            got = restored.get("critic", ["prompt"], 1, "p", rows=[2], timeout=1)["prompt"][0]
+            assert got == json.loads(text), label
         if label.startswith("byte"):  # a byte the archive's checksums do not cover (a header's time) changes nothing
             assert state == original, label
         else:
             accepted.append(label)
     allowed = re.compile(r"del (ready|consumed)/\w+|del dropped|(age|fixed/\w+|ragged/\w+/values)\[0\] = -?\d+")
+    valid_json = [label for label in accepted if label.startswith("json/prompt[2] ")]  # still JSON: read as written
+    accepted = [label for label in accepted if label not in valid_json]
+    assert len(valid_json) > 5
     assert accepted and [label for label in accepted if not allowed.fullmatch(label)] == []
 
 

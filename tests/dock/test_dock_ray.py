@@ -441,6 +441,23 @@ def workload(dock) -> list:
     step("add consumer", lambda: dock.add_consumer("eval"))
     step("consumers", lambda: dock.consumers)
     step("adv", lambda: dock.put("s0", {"adv": np.arange(8) - 3.5}, rows=np.arange(8)))
+    half = (np.arange(-8, 12, dtype=np.int16) * 4099).view(tp.dock.BFLOAT16)  # bfloat16 bits, NaNs among them
+    step("add bfloat16", lambda: dock.add_column(Column("half", "bfloat16", ragged=True)))
+    step("add values", lambda: dock.add_column(Column("note", object)))
+    step("numbers into bfloat16", lambda: dock.put("s0", {"half": [np.ones(2)] * 8}, rows=np.arange(8)))
+    step(
+        "bits and values",
+        lambda: dock.put(
+            "s0",
+            {
+                "half": [half[r : 2 * r + 1] for r in range(8)],
+                "note": [f"row {r}" if r % 3 else {"r": [r]} for r in range(8)],
+            },
+            rows=np.arange(8),
+        ),
+    )
+    step("add reader", lambda: dock.add_consumer("reader"))
+    step("get bits and values", lambda: dock.get("reader", ["half", "note"], 3, "s0", rows=[6, 1, 3], timeout=5))
     step("balanced", lambda: dock.get("train", ["responses", "adv", "e"], 4, "s0", sampler=Balanced(2, "responses")))
     step("rank 1", lambda: dock.get("eval", ["reward"], 2, "s0", sampler=RankSlices(1, 2)))
     step("timeout", lambda: dock.get("eval", ["reward"], 2, "s1", timeout=0.01))
@@ -466,7 +483,7 @@ def saved(dock):
         dock.save(directory)
         loaded = Dock.load(directory)
     stats = loaded.stats()
-    rest = loaded.get("reward", ["responses", "prompts", "reward", "adv", "e"], 8, timeout=1)  # closed: no wait
+    rest = loaded.get("reward", ["responses", "prompts", "reward", "adv", "e", "half", "note"], 8, timeout=1)
     return loaded.partitions, stats["partitions"], rest, loaded.get("reward", ["reward"], 8, timeout=1)
 
 

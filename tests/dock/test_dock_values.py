@@ -109,3 +109,73 @@ def test_row_helpers_refuse_lengths_past_what_numpy_holds(call, match):
     packed = tp.dock.pack([np.arange(3), np.arange(2)])
     with pytest.raises(tp.ConfigError, match=match):
         call(packed)
+
+
+# -- bfloat16 and Python values ----------------------------------------------------------------------------
+
+
+def typed_dock() -> Dock:
+    dock = Dock(
+        [Column("logit", "bfloat16", shape=(2,)), Column("lp", "bfloat16", ragged=True), Column("prompt", object)],
+        ["train"],
+    )
+    dock.add_partition("p", num_prompts=3)
+    return dock
+
+
+BITS = np.array([[0x3FC0, 0xFF80], [0x7FC1, 0x8000], [0x0001, 0x7F7F]], np.uint16)
+
+
+def test_bfloat16_columns_hold_bits_and_refuse_numbers_unchanged():
+    """Numbers are never cast into a bfloat16 column (float32 to bfloat16 would round): only bits go in."""
+    dock = typed_dock()
+    before = snapshot(dock)
+    for values in (np.ones((3, 2), np.float32), BITS, BITS.astype(np.int16)):
+        with pytest.raises(tp.ConfigError, match="column 'logit': dtype .* is not bfloat16: pass bfloat16 values as"):
+            dock.put("p", {"logit": values}, rows=range(3))
+    with pytest.raises(tp.ConfigError, match="column 'lp': dtype float64 is not bfloat16"):
+        dock.put("p", {"lp": [np.ones(2), np.ones(1), np.ones(0)]}, rows=range(3))
+    assert snapshot(dock) == before
+    bits = BITS.view(tp.dock.BFLOAT16)
+    dock.put(
+        "p", {"logit": bits, "lp": [bits[0], bits[1, :1], bits[2, :0]], "prompt": ["a", {"b": 1}, None]}, [0, 1, 2]
+    )
+    batch = dock.get("train", ["logit", "lp", "prompt"], 3, "p")
+    assert np.array_equal(batch["logit"].view(np.uint16), BITS)
+    assert batch.padded("lp").values.view(np.uint16).tolist() == [[0x3FC0, 0xFF80], [0x7FC1, 0], [0, 0]]
+    torch = pytest.importorskip("torch")
+    tensors = batch.to_torch()
+    assert tensors["logit"].dtype == torch.bfloat16 and tensors["logit"].view(torch.int16).tolist() == BITS.astype(
+        np.int16).tolist()  # fmt: skip
+    assert tensors["lp"].dtype == torch.bfloat16 and tensors["lp_lengths"].tolist() == [2, 1, 0]
+    assert tensors["prompt"] == ["a", {"b": 1}, None]
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ("abc", "holds Python values: pass a list of 3 values, one per row, not str"),
+        (["a", "b"], "pass a list of 3 values"),
+        (np.array(["a", "b", "c"]), "not ndarray"),
+    ],
+)
+def test_a_python_value_column_takes_one_value_per_row(value, match):
+    dock = typed_dock()
+    before = snapshot(dock)
+    with pytest.raises(tp.ConfigError, match=match):
+        dock.put("p", {"prompt": value}, rows=range(3))
+    assert snapshot(dock) == before
+
+
+@pytest.mark.parametrize(
+    "column, match",
+    [
+        (lambda: Column("x", object, ragged=True), "holds one value per row"),
+        (lambda: Column("x", object, shape=(2,)), "holds one value per row"),
+        (lambda: Column("x", "V2"), "is not a bool, integer or float type"),
+        (lambda: Column("x", "U5"), "is not a bool, integer or float type"),
+    ],
+)
+def test_columns_of_other_kinds_are_refused(column, match):
+    with pytest.raises(tp.ConfigError, match=match):
+        column()

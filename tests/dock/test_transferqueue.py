@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 tensordict = pytest.importorskip("tensordict")
 pytest.importorskip("transfer_queue")
 
-from tensordict import TensorDict  # noqa: E402
+from tensordict import NonTensorStack, TensorDict  # noqa: E402
 
 import tokenport.dock.transferqueue as dock_tq  # noqa: E402
 from tokenport.dock import Dock  # noqa: E402
@@ -70,11 +70,18 @@ def _meta(meta):
 
 
 def _data(td):
-    """A TensorDict as plain values: per field its layout, dtype, shape kind and every row."""
+    """A TensorDict as plain values: per field its layout, dtype, shape kind and every row (bfloat16
+    rows as their bits); Python values (a NonTensorStack) as the values and their types."""
     out = {"batch_size": list(td.batch_size)}
     for name in sorted(td.keys()):
-        value = td[name]
+        value = td.get(name)
+        if not isinstance(value, torch.Tensor):
+            items = value.tolist()
+            out[name] = {"type": type(value).__name__, "rows": [_item(v) for v in items]}
+            continue
         rows = value.unbind() if value.is_nested else list(value)
+        if value.dtype == torch.bfloat16:  # exact: the bits (NaN is no equal to itself)
+            rows = [r.contiguous().view(torch.int16) for r in rows]
         out[name] = {
             "nested": bool(value.is_nested),
             "layout": str(value.layout),
@@ -87,6 +94,73 @@ def _data(td):
 def _status(pair):
     """A (global indexes, status) pair of tensors as plain values (None stays None)."""
     return [None if t is None else (t.tolist(), str(t.dtype)) for t in pair]
+
+
+def _item(value):
+    """A Python value of a NonTensorStack as plain comparable data (a tensor as its dtype and values)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.tolist())
+    return (type(value).__name__, value)
+
+
+def _typed(n):
+    """Every data type TransferQueue's docs list, for ``n`` samples: bfloat16 (dense 2-D, 1-D, jagged;
+    NaN, infinity, -0 and a subnormal among them), lists of strings, per-sample metadata
+    (NonTensorStack of dicts and lists), jagged and strided nested tensors."""
+    bits = torch.tensor([0x3FC0, -0x80, 0x7FC1, -0x8000, 0x0001, 0x7F7F, -0x3D09, 0x4049], dtype=torch.int16)
+    bf16 = bits.repeat(n)[: 2 * n].view(torch.bfloat16).reshape(n, 2)
+    return TensorDict(
+        {
+            "bf16": bf16,
+            "bf16_scalar": bf16[:, 0].clone(),
+            "bf16_jagged": torch.nested.nested_tensor([bf16[i, : 1 + i % 2] for i in range(n)], layout=torch.jagged),
+            "prompt": [f"prompt {i}: wörld ✓" for i in range(n)],
+            "meta": NonTensorStack(*[{"turn": i, "tools": ["search"] * i} if i % 2 else [i, 2.5] for i in range(n)]),
+            "jagged": _jagged([1 + i % 3 for i in range(n)], start=n),
+            "strided": torch.nested.nested_tensor([torch.arange(i + 1) for i in range(n)]),
+            "strided_2d": torch.nested.nested_tensor([torch.arange(2 * (i + 1)).reshape(i + 1, 2) for i in range(n)]),
+            "ragged_2d": torch.nested.nested_tensor([torch.ones(1 + i % 2, 1 + i % 3) * i for i in range(n)]),
+        },
+        batch_size=n,
+    )
+
+
+def _script_types(tq, client):
+    """The data types of TransferQueue's docs through put/get_data and the kv calls, and a field's dtype
+    belonging to its partition (free in a new or cleared one)."""
+    seen: list[tuple[str, object]] = []
+    typed = _typed(3)
+    seen.append(("put types", _meta(client.put(data=typed, partition_id="types"))))
+    fetched = client.get_meta(sorted(typed.keys()), 3, "types", mode="fetch", task_name="t")
+    seen.append(("fetch types", _meta(fetched)))
+    seen.append(("data types", _data(client.get_data(fetched))))
+    seen.append(("force types", _meta(client.get_meta(sorted(typed.keys()), 0, "types", mode="force_fetch"))))
+    some = fetched.select_samples([2, 0]).select_fields(["prompt", "bf16", "ragged_2d"])
+    seen.append(("data some", _data(client.get_data(some))))
+    other = TensorDict({"bf16": torch.ones(2, 2, dtype=torch.float64), "prompt": torch.arange(2)}, batch_size=2)
+    seen.append(("other dtypes in a new partition", _meta(client.put(data=other, partition_id="types2"))))
+    seen.append(
+        ("data types2", _data(client.get_data(client.get_meta(["bf16", "prompt"], 0, "types2", "force_fetch"))))
+    )
+    mixed = [torch.ones(2, 3), torch.arange(2.0), ["a", "b"], torch.ones(2, 1, 2)]  # one dtype, four layouts
+    for k, value in enumerate(mixed):
+        seen.append((f"layout {k} joins", _meta(client.put(data=TensorDict({"mix": value}, batch_size=2),
+                                                           partition_id="mixed"))))  # fmt: skip
+    seen.append(("force mixed", _meta(client.get_meta(["mix"], 0, "mixed", mode="force_fetch"))))
+    seen.append(("data mixed", _data(client.get_data(client.get_meta(["mix"], 0, "mixed", mode="force_fetch")))))
+    seen.append(("fetch mixed", _meta(client.get_meta(["mix"], 8, "mixed", mode="fetch", task_name="m"))))
+    client.clear_partition("types")
+    seen.append(("other dtypes after clear", _meta(client.put(data=other, partition_id="types"))))
+    seen.append(("data after clear", _data(client.get_data(client.get_meta(["prompt"], 0, "types", "force_fetch")))))
+    seen.append(("kv types", _kv_meta(tq.kv_batch_put(["t1", "t2", "t3"], "kvt", _typed(3)))))
+    seen.append(("kv get types", _data(tq.kv_batch_get(["t3", "t1"], "kvt"))))
+    one = {"prompt": "just one", "bf16": torch.tensor([1.5, -0.0], dtype=torch.bfloat16), "n": 7, "d": {"k": [1]}}
+    seen.append(("kv_put values", _kv_meta(tq.kv_put("t4", "kvt2", one))))
+    seen.append(("kv get values", _data(tq.kv_batch_get("t4", "kvt2"))))
+    tq.kv_clear(["t1", "t2", "t3"], "kvt")
+    seen.append(("kv other dtype once cleared", _kv_meta(tq.kv_batch_put(["t1"], "kvt", other[:1]))))
+    seen.append(("kv get after clear", _data(tq.kv_batch_get("t1", "kvt"))))
+    return seen
 
 
 def _kv_meta(meta):
@@ -230,14 +304,16 @@ def test_same_as_transferqueue(ray_session, adapter):
         return tq.StreamingDataLoader(tq.StreamingDataset(config=conf, **options))
 
     try:
-        expected = _script(tq, tq.get_client(), peer_streaming)
+        expected = _script(tq, tq.get_client(), peer_streaming) + _script_types(tq, tq.get_client())
     finally:
         tq.close()
-    _same(_script(adapter, adapter.get_client(), _streaming), expected)
+    client = adapter.get_client()
+    _same(_script(adapter, client, _streaming) + _script_types(adapter, client), expected)
     # the same over a RayDock (the adapter uses DockAPI only)
     adapter.close()
     adapter.init({"controller": {"polling_mode": True}, "dock": {"partition_rows": 64}}, dock=RayDock([], []))
-    _same(_script(adapter, adapter.get_client(), _streaming), expected)
+    client = adapter.get_client()
+    _same(_script(adapter, client, _streaming) + _script_types(adapter, client), expected)
     # without polling mode, too few ready samples is a RuntimeError after TransferQueue's wait (about 5 s)
     tq.init({"controller": {"polling_mode": False}, "backend": storage})
     try:
@@ -267,11 +343,11 @@ def test_fetch_waits_then_times_out_without_polling():
 
 def test_refusals():
     client = dock_tq.TransferQueueClient(Dock([], []), dock_tq.TransferQueueConfig(partition_rows=4))
-    with pytest.raises(InputDataError, match="field 'x' has dtype torch.bfloat16"):
-        client.put(data=TensorDict({"x": torch.ones(2, 3, dtype=torch.bfloat16)}, batch_size=2), partition_id="p")
+    with pytest.raises(InputDataError, match="field 'x' has dtype torch.float8_e4m3fn"):
+        client.put(data=TensorDict({"x": torch.ones(2, 3).to(torch.float8_e4m3fn)}, batch_size=2), partition_id="p")
     client.put(data=TensorDict({"x": torch.ones(2, 3)}, batch_size=2), partition_id="p")
-    with pytest.raises(InputDataError, match="field 'x' comes as int64"):
-        client.put(data=TensorDict({"x": torch.ones(2, 3, dtype=torch.int64)}, batch_size=2), partition_id="q")
+    with pytest.raises(InputDataError, match="field 'x' comes as int64.*partition 'p' are float32.*dtype mismatch"):
+        client.put(data=TensorDict({"x": torch.ones(2, 3, dtype=torch.int64)}, batch_size=2), partition_id="p")
     with pytest.raises(ConfigError, match="used 2 of its 4 slots and cannot take 3 more"):
         client.put(data=TensorDict({"x": torch.ones(3, 3)}, batch_size=3), partition_id="p")
     assert client.get_meta(["x"], 0, "p", mode="force_fetch").global_indexes == [0, 1]  # the refused put left nothing

@@ -20,6 +20,7 @@ from tokenport.errors import ConfigError, InputDataError, TokenportError  # noqa
 
 torch.set_num_threads(1)
 F8 = torch.ones(2).to(torch.float8_e4m3fn)  # a dtype numpy has not
+NESTED = torch.nested.nested_tensor([torch.ones(2), torch.ones(1)], layout=torch.jagged)
 
 
 def batch(n: int, dtype=torch.float32) -> TensorDict:
@@ -44,6 +45,7 @@ def client_state(client: dock_tq.TransferQueueClient) -> dict:
         "partitions": parts,
         "indexes": (indexes.counter, list(indexes.reusable), {k: sorted(v) for k, v in indexes.by_partition.items()}),
         "dock": (client.dock.partitions, sorted(client.dock.columns), client.dock.consumers),
+        "columns": dict(client._column_of),
         "stats": {p: s["ready"] for p, s in client.dock.stats()["partitions"].items()},
     }
 
@@ -111,7 +113,16 @@ def _duplicate_meta(client):
 REFUSED = [
     ("put too many for a new partition", lambda c: c.put(data=batch(5), partition_id="new"), ConfigError),
     ("put too many for a partition", lambda c: c.put(data=batch(3), partition_id="p"), ConfigError),
-    ("put bfloat16", lambda c: c.put(data=batch(2, torch.bfloat16), partition_id="new"), InputDataError),
+    (
+        "put bfloat16 to a float32 field",
+        lambda c: c.put(data=batch(1, torch.bfloat16), partition_id="p"),
+        InputDataError,
+    ),
+    (
+        "put another layout of another dtype",
+        lambda c: c.put(data=TensorDict({"reward": torch.ones(1, 2, dtype=torch.int8)}, [1]), partition_id="p"),
+        InputDataError,
+    ),
     ("put float8", lambda c: c.put(data=TensorDict({"f": F8}, [2]), partition_id="n"), InputDataError),
     ("put a dict", lambda c: c.put(data={"reward": torch.ones(2)}, partition_id="new"), InputDataError),
     ("put no batch dim", lambda c: c.put(data=TensorDict({"r": torch.ones(2)}, []), partition_id="n"), InputDataError),
@@ -120,7 +131,7 @@ REFUSED = [
     ("put to ''", lambda c: c.put(data=batch(1), partition_id=""), ConfigError),
     ("put with a dict meta", lambda c: c.put(data=batch(1), metadata={"global_indexes": [0]}), ConfigError),
     ("put a sample twice", lambda c: c.put(data=batch(2), metadata=_duplicate_meta(c)), ConfigError),
-    ("put other dtype", lambda c: c.put(data=batch(1, torch.int32), partition_id="new"), InputDataError),
+    ("put other dtype", lambda c: c.put(data=batch(1, torch.int32), partition_id="p"), InputDataError),
     ("insert too many", lambda c: c.get_meta(["reward"], 5, "new", mode="insert"), ConfigError),
     ("insert 2**63", lambda c: c.get_meta(["reward"], 2**63, "p", mode="insert"), ConfigError),
     ("insert 0", lambda c: c.get_meta(["reward"], 0, "new", mode="insert"), ConfigError),
@@ -135,9 +146,10 @@ REFUSED = [
     ("kv tags short", lambda c: dock_tq.kv_batch_put(["b", "c"], "kv", tags=[{}]), ConfigError),
     ("kv tags not dicts", lambda c: dock_tq.kv_batch_put(["b"], "kv", tags=["x"]), ConfigError),
     ("kv bfloat16", lambda c: dock_tq.kv_batch_put(["b"], "kv", fields=batch(1, torch.bfloat16)), InputDataError),
-    ("kv other dtype", lambda c: dock_tq.kv_batch_put(["b"], "new", fields=batch(1, torch.int32)), InputDataError),
+    ("kv other dtype", lambda c: dock_tq.kv_batch_put(["b"], "kv", fields=batch(1, torch.int32)), InputDataError),
     ("kv fields not a TensorDict", lambda c: dock_tq.kv_batch_put(["b"], "kv", fields=[1]), InputDataError),
-    ("kv_put fields not tensors", lambda c: dock_tq.kv_put("b", "kv", fields={"reward": 1.0}), InputDataError),
+    ("kv_put a nested tensor", lambda c: dock_tq.kv_put("b", "kv", fields={"t": NESTED}), ConfigError),
+    ("kv_put fields a list", lambda c: dock_tq.kv_put("b", "kv", fields=[1.0]), ConfigError),
     ("kv to a list", lambda c: dock_tq.kv_batch_put(["b"], ["kv"], tags=[{}]), ConfigError),
     ("kv_get keys a dict", lambda c: dock_tq.kv_batch_get({"a": 1}, "kv"), ConfigError),
     ("kv_clear of a list partition", lambda c: dock_tq.kv_clear(["a"], ["kv"]), ConfigError),

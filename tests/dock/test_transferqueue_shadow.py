@@ -1,6 +1,10 @@
 """Random call sequences against the TransferQueue adapter, checked after every call against a simple
-model of TransferQueue's bookkeeping (global indexes, the pool they come from and go back to, fields,
-keys, consumption); a refused call must leave the adapter and its dock exactly as they were."""
+model of TransferQueue's bookkeeping (global indexes, the pool they come from and go back to, fields
+and their dtypes, keys, consumption); a refused call must leave the adapter and its dock exactly as
+they were. Rewards come in three dtypes and two layouts (scalars, one-item rows): a field's dtype
+belongs to its partition (free in a new or cleared one, and once all its samples are cleared), a put
+of another dtype while the partition holds samples of the field is refused, as TransferQueue's
+controller refuses it, and another layout joins the field; every value reads back."""
 
 from __future__ import annotations
 
@@ -53,8 +57,8 @@ class Model:
         if slots + count > ROWS:
             raise TokenportError("refused")
         if part is None:
-            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "keys": {}, "consumed": {},
-                    "registered": set()}  # fmt: skip
+            part = {"slots": 0, "pre": set(), "active": set(), "fields": {}, "dtypes": {}, "rewards": {}, "keys": {},
+                    "consumed": {}, "registered": set()}  # fmt: skip
             self.parts[pid] = part
             part["pre"].update(self._pool(pid, 1))
         return part
@@ -67,16 +71,26 @@ class Model:
         part["slots"] += len(taken)
         return taken
 
-    def _fill(self, part: dict, indexes: list[int], fields: list[str]) -> None:
+    def _fill(self, part: dict, indexes: list[int], fields: list[str], dtype=None) -> None:
         for name in fields:
             part["fields"].setdefault(name, set()).update(indexes)
             part["registered"].add(name)
+            part["dtypes"][name] = dtype if name == "reward" else torch.int64
+        if "reward" in fields:
+            part["rewards"].update({index: float(k) for k, index in enumerate(indexes)})
 
-    def put(self, pid, count, fields, bad) -> None:
-        if bad:
-            raise TokenportError("refused")
+    def _same_dtype(self, pid, fields, dtype) -> None:
+        """A field holding samples in a live partition keeps their dtype (TransferQueue's controller)."""
+        part = self.parts.get(pid)
+        if part is not None and "reward" in fields and "reward" in part["fields"]:
+            if part["dtypes"]["reward"] != dtype:
+                raise TokenportError("refused")
+
+    def put(self, pid, count, fields, dtype) -> None:
+        if isinstance(pid, str) and pid:
+            self._same_dtype(pid, fields, dtype)
         part = self._room(pid, count)
-        self._fill(part, self._allocate(part, pid, count), fields)
+        self._fill(part, self._allocate(part, pid, count), fields, dtype)
 
     def fetch(self, task, fields, count, pid):
         part = self.parts.get(pid)
@@ -124,6 +138,7 @@ class Model:
             part["fields"][name].difference_update(indexes)
             if not part["fields"][name]:
                 del part["fields"][name]
+                del part["dtypes"][name]
         if indexes and pid in self.owned:
             self.owned[pid].difference_update(indexes)
             if not self.owned[pid]:
@@ -134,15 +149,16 @@ class Model:
         if self.parts.pop(pid, None) is not None:
             self.reusable.extend(self.owned.pop(pid, set()))
 
-    def kv_put(self, keys, pid, fields, tags) -> None:
+    def kv_put(self, keys, pid, fields, tags, dtype) -> None:
         if len(set(keys)) != len(keys) or (tags is not None and len(tags) != len(keys)) or not keys:
             raise TokenportError("refused")
+        self._same_dtype(pid, fields, dtype)
         known = self.parts[pid]["keys"] if pid in self.parts else {}
         missing = [k for k in keys if k not in known]
         part = self._room(pid, len(missing))
         for key, index in zip(missing, self._allocate(part, pid, len(missing))):
             part["keys"][key] = index
-        self._fill(part, [part["keys"][k] for k in keys], fields)
+        self._fill(part, [part["keys"][k] for k in keys], fields, dtype)
 
     def kv_clear(self, keys, pid) -> None:
         if not pid:
@@ -151,6 +167,14 @@ class Model:
         if part is not None:
             self.clear_samples(pid, [part["keys"][k] for k in keys if k in part["keys"]])
 
+    def rewards(self) -> dict:
+        out = {}
+        for pid, part in self.parts.items():
+            if "reward" in part["fields"]:
+                held = part["fields"]["reward"]
+                out[pid] = (part["dtypes"]["reward"], {i: v for i, v in part["rewards"].items() if i in held})
+        return out
+
     def observed(self) -> dict:
         return {
             "parts": {
@@ -158,6 +182,7 @@ class Model:
                     "pre": sorted(p["pre"]),
                     "active": sorted(p["active"]),
                     "fields": {f: sorted(i) for f, i in p["fields"].items()},
+                    "dtypes": dict(p["dtypes"]),
                     "keys": dict(p["keys"]),
                     "consumed": {t: sorted(c) for t, c in p["consumed"].items()},
                 }
@@ -171,16 +196,42 @@ def observed(client) -> dict:
     state = client_state(client)
     return {
         "parts": {
-            pid: {key: part[key] for key in ("pre", "active", "fields", "keys", "consumed")}
+            pid: {
+                **{key: part[key] for key in ("pre", "active", "fields", "keys", "consumed")},
+                "dtypes": {name: field.dtype for name, field in client._partitions[pid].fields.items()},
+            }
             for pid, part in state["partitions"].items()
         },
         "pool": state["indexes"][:2],
     }
 
 
-def data(count: int, fields, bad: bool) -> TensorDict:
-    values = {"reward": torch.arange(count, dtype=torch.bfloat16 if bad else torch.float32),
-              "tokens": torch.ones(count, 2, dtype=torch.int64)}  # fmt: skip
+DTYPES = (torch.float32, torch.float32, torch.bfloat16, torch.float64)
+
+
+def rewards(client) -> dict:
+    """Per partition, the dtype and values get_data returns for every sample holding a reward."""
+    out = {}
+    for pid in client.get_partition_list():
+        meta = client.get_meta(["reward"], 0, pid, mode="force_fetch")
+        held = [k for k, ready in enumerate(meta.production_status) if ready]
+        if held and "reward" in client._partitions[pid].fields:
+            meta = meta.select_samples(held)
+            got = client.get_data(meta).get("reward")
+            if not isinstance(got, torch.Tensor):  # layouts no nested tensor holds both of: a NonTensorStack
+                samples = got.tolist()
+            else:
+                samples = got.unbind() if got.is_nested else list(got)
+            assert len({t.dtype for t in samples}) == 1  # one dtype per partition, whatever the layouts
+            values = [float(t.float().reshape(-1)[0]) for t in samples]
+            out[pid] = (samples[0].dtype, dict(zip(meta.global_indexes, values, strict=True)))
+    return out
+
+
+def data(count: int, fields, dtype, rows: bool = False) -> TensorDict:
+    """``count`` samples; ``rows``: rewards as one-item rows (another layout of the field, same values)."""
+    reward = torch.arange(count, dtype=dtype)
+    values = {"reward": reward[:, None] if rows else reward, "tokens": torch.ones(count, 2, dtype=torch.int64)}
     return TensorDict({f: values[f] for f in fields}, batch_size=count)
 
 
@@ -197,9 +248,9 @@ def one_call(rng: random.Random, client, model: Model, kinds=KINDS, pids=("p", "
     fields = rng.sample(FIELDS, rng.choice([1, 2]))
     kind = rng.choice(kinds)
     if kind == "put":
-        count, bad = rng.choice([1, 2, 3, 7]), rng.random() < 0.15 and "reward" in fields  # bfloat16 rewards
-        return (lambda: _none(client.put(data=data(count, fields, bad), partition_id=pid))), (
-            lambda: model.put(pid, count, fields, bad)
+        count, dtype, rows = rng.choice([1, 2, 3, 7]), rng.choice(DTYPES), rng.random() < 0.3
+        return (lambda: _none(client.put(data=data(count, fields, dtype, rows), partition_id=pid))), (
+            lambda: model.put(pid, count, fields, dtype)
         )
     if kind == "fetch":
         task, count = rng.choice(["train", "ref"]), rng.choice([1, 2, 7])
@@ -225,13 +276,14 @@ def one_call(rng: random.Random, client, model: Model, kinds=KINDS, pids=("p", "
         return (lambda: dock_tq.kv_clear(keys, pid)), (lambda: model.kv_clear(keys, pid))
     with_fields = rng.random() < 0.6
     tags = None if with_fields and rng.random() < 0.5 else [{"n": k} for k in keys[: len(keys) - (rng.random() < 0.1)]]
-    batch = data(len(keys), fields, False) if with_fields else None
+    dtype = rng.choice(DTYPES)
+    batch = data(len(keys), fields, dtype, rng.random() < 0.3) if with_fields else None
     return (lambda: _none(dock_tq.kv_batch_put(keys, pid, fields=batch, tags=tags))), (
-        lambda: model.kv_put(keys, pid, fields if with_fields else [], tags)
+        lambda: model.kv_put(keys, pid, fields if with_fields else [], tags, dtype)
     )
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_calls_match_the_model_and_refusals_change_nothing(seed):
     run(seed, KINDS, ("p", "q", "kv", ""), steps=120)
 
@@ -267,6 +319,7 @@ def run(seed: int, kinds, pids, steps: int) -> Model:
                 refused += 1
                 assert client_state(client) == before, step
             assert observed(client) == model.observed(), step
+            assert rewards(client) == model.rewards(), step
     finally:
         dock_tq.close()
     assert refused > 5

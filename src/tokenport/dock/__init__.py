@@ -19,10 +19,11 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .dock import Dock
     from .ragged import Packed, Padded, pack, pad, truncate
     from .samplers import Balanced, PromptGroups, RandomRows, RankSlices, SampleRequest, Sequential
-    from .schema import Column
+    from .schema import BFLOAT16, Column
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
+    "BFLOAT16": ".schema",
     "Balanced": ".samplers",
     "Batch": ".batch",
     "Column": ".schema",

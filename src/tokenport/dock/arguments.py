@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from .casting import as_array, fitted
 from .ragged import Packed, Padded, as_ragged
 from .samplers import SampleRequest, Selection
-from .schema import Column
+from .schema import OBJECT, Column
 from .storage import Partition
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "checked_version",
     "in_range",
     "int64",
+    "python_values",
     "row_ids",
     "wanted_columns",
 ]
@@ -156,11 +157,27 @@ def in_range(ids: np.ndarray, target: Partition) -> np.ndarray:
     return ids
 
 
+def python_values(value: Any, rows: int, what: str) -> np.ndarray:
+    """One Python value per row (a list, tuple or 1-D object array of ``rows`` items) as an object array."""
+    if isinstance(value, np.ndarray) and value.dtype == OBJECT and value.shape == (rows,):
+        return value.copy()
+    if not isinstance(value, (list, tuple)) or len(value) != rows:
+        raise ConfigError(
+            f"{what} holds Python values: pass a list of {rows} values, one per row, not {type(value).__name__}"
+        )
+    array = np.empty(rows, dtype=OBJECT)
+    for i, item in enumerate(value):
+        array[i] = item
+    return array
+
+
 def _checked_values(column: Column, value: Any, rows: int) -> np.ndarray | Packed | Padded:
     """A column's values for ``rows`` rows, converted to its dtype, or a ConfigError naming it."""
     if column.ragged:
         return as_ragged(value, column.name, rows, column.dtype, column.shape)
     what = f"column {column.name!r}"
+    if column.dtype == OBJECT:
+        return python_values(value, rows, what)
     if isinstance(value, (Packed, Padded)) or (
         isinstance(value, (list, tuple)) and value and {as_array(v, what).shape for v in value} - {column.shape}
     ):

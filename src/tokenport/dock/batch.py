@@ -10,6 +10,7 @@ import numpy as np
 from .._checks import is_int
 from ..errors import ConfigError
 from .ragged import Packed, Padded, take_rows
+from .schema import BFLOAT16, OBJECT
 
 __all__ = ["Batch"]
 
@@ -92,15 +93,23 @@ class Batch:
         )
 
     def to_torch(self, pad_value: Any = 0) -> dict[str, Any]:
-        """Torch tensors: fixed columns as they are; ragged ones padded, with ``<name>_lengths``."""
+        """Torch tensors: fixed columns as they are; ragged ones padded, with ``<name>_lengths``;
+        bfloat16 columns as bfloat16 tensors; a column of Python values as its list of values."""
         import torch
+
+        def tensor(values: np.ndarray) -> Any:
+            if values.dtype == BFLOAT16:
+                return torch.from_numpy(np.ascontiguousarray(values).view(np.int16)).view(torch.bfloat16)
+            return torch.from_numpy(np.ascontiguousarray(values))
 
         tensors: dict[str, Any] = {"rows": torch.from_numpy(self.rows)}
         for name, column in self.columns.items():
             if isinstance(column, Packed):
                 padded = column.padded(pad_value)
-                tensors[name] = torch.from_numpy(padded.values)
+                tensors[name] = tensor(padded.values)
                 tensors[f"{name}_lengths"] = torch.from_numpy(padded.lengths)
+            elif column.dtype == OBJECT:
+                tensors[name] = column.tolist()
             else:
-                tensors[name] = torch.from_numpy(np.ascontiguousarray(column))
+                tensors[name] = tensor(column)
         return tensors

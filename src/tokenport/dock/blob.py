@@ -14,6 +14,7 @@ import numpy as np
 
 from .copying import copy_runs, item_bytes
 from .ragged import Packed, Padded
+from .schema import OBJECT, dtype_name, named_dtype
 
 __all__ = ["pack_columns", "unpack_columns"]
 
@@ -24,22 +25,28 @@ _ALIGN = 64  # every piece starts on a cache line, so the views are aligned for 
 Layout = list[tuple[str, str, tuple[int, ...], int, int, int]]
 
 
-def pack_columns(columns: dict[str, np.ndarray | Packed | Padded]) -> tuple[Layout, np.ndarray]:
-    """The columns in one uint8 buffer (Padded rows written without their padding) and their layout."""
+def pack_columns(columns: dict[str, np.ndarray | Packed | Padded]) -> tuple[Layout, np.ndarray, dict[str, np.ndarray]]:
+    """The columns in one uint8 buffer (Padded rows written without their padding), their layout, and
+    the object columns (Python values have no bytes to lay out: Ray pickles them beside the buffer)."""
     layout: Layout = []
+    objects: dict[str, np.ndarray] = {}
     end = 0
     for name, value in columns.items():
+        if isinstance(value, np.ndarray) and value.dtype == OBJECT:
+            objects[name] = value
+            continue
         if isinstance(value, np.ndarray):
             start, end = _span(end, value.nbytes)
-            layout.append((name, value.dtype.str, value.shape, start, -1, len(value)))
+            layout.append((name, dtype_name(value.dtype), value.shape, start, -1, len(value)))
             continue
         inner = value.values.shape[1:] if isinstance(value, Packed) else value.values.shape[2:]
         shape = (int(value.lengths.sum()), *inner)
         start, end = _span(end, value.values.dtype.itemsize * int(np.prod(shape)))
         at_lengths, end = _span(end, 8 * len(value.lengths))
-        layout.append((name, value.values.dtype.str, shape, start, at_lengths, len(value.lengths)))
+        layout.append((name, dtype_name(value.values.dtype), shape, start, at_lengths, len(value.lengths)))
     buffer = np.empty(end, dtype=np.uint8)
-    for (_, values, lengths), value in zip(_views(layout, buffer), columns.values()):
+    laid = [value for name, value in columns.items() if name not in objects]
+    for (_, values, lengths), value in zip(_views(layout, buffer), laid):
         if lengths is None:
             values[...] = value
             continue
@@ -52,11 +59,13 @@ def pack_columns(columns: dict[str, np.ndarray | Packed | Padded]) -> tuple[Layo
         offsets = np.zeros(rows, dtype=np.int64)
         np.cumsum(lengths[:-1], out=offsets[1:])
         copy_runs(items, np.arange(rows, dtype=np.int64) * width, values, offsets, lengths, item_bytes(items))
-    return layout, buffer
+    return layout, buffer, objects
 
 
-def unpack_columns(layout: Layout, buffer: np.ndarray) -> dict[str, np.ndarray | Packed]:
-    """Read-only views of the columns ``pack_columns`` laid into ``buffer``."""
+def unpack_columns(
+    layout: Layout, buffer: np.ndarray, objects: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray | Packed]:
+    """Read-only views of the columns ``pack_columns`` laid into ``buffer``, and its object columns."""
     columns: dict[str, np.ndarray | Packed] = {}
     for name, values, lengths in _views(layout, buffer):
         values.flags.writeable = False
@@ -65,13 +74,15 @@ def unpack_columns(layout: Layout, buffer: np.ndarray) -> dict[str, np.ndarray |
             continue
         lengths.flags.writeable = False
         columns[name] = Packed(values, lengths)
+    columns.update(objects or {})
     return columns
 
 
 def _views(layout: Layout, buffer: np.ndarray) -> Iterator[tuple[str, np.ndarray, np.ndarray | None]]:
     """Per column: its name, a view of its values and one of its row lengths (None: a fixed-shape column)."""
     for name, dtype, shape, start, at_lengths, rows in layout:
-        values = buffer[start : start + np.dtype(dtype).itemsize * int(np.prod(shape))].view(dtype).reshape(shape)
+        kind = named_dtype(dtype)
+        values = buffer[start : start + kind.itemsize * int(np.prod(shape))].view(kind).reshape(shape)
         yield name, values, None if at_lengths < 0 else buffer[at_lengths : at_lengths + 8 * rows].view(np.int64)
 
 

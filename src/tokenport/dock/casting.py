@@ -4,7 +4,8 @@ numpy's ``same_kind`` casting turns 2**40 into 0 in an int32 column. Here intege
 and sign go into any integer column and are range-checked (min/max on the input, skipped when
 the input dtype's whole range fits); floats are refused by integer columns; a float column takes
 integers and floats, rounding as float casts do, but a value that would overflow to inf is
-refused. Bool columns take bools only; strings and Python objects go nowhere.
+refused. Bool columns take bools only; strings and Python objects go into object columns only;
+bfloat16 columns take bfloat16 bits only (``BFLOAT16`` arrays), never a number to convert.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from .schema import BFLOAT16, OBJECT
 
 __all__ = ["as_array", "fitted"]
 
@@ -34,6 +36,13 @@ def fitted(values: np.ndarray, dtype: np.dtype, what: str, *, lengths: np.ndarra
     source = values.dtype
     if source == dtype or np.can_cast(source, dtype, "safe"):
         return values.astype(dtype, copy=False)
+    if dtype == BFLOAT16:
+        raise ConfigError(
+            f"{what}: dtype {source} is not bfloat16: pass bfloat16 values as their bits, "
+            "tensor.view(torch.int16).numpy().view(tokenport.dock.BFLOAT16) (a number is never cast into them)"
+        )
+    if dtype == OBJECT:
+        return values.astype(OBJECT)
     if dtype.kind == "b" or source.kind not in "iuf" or (dtype.kind in "iu" and source.kind == "f"):
         raise ConfigError(
             f"{what}: dtype {source} does not fit {dtype}"

@@ -1,8 +1,10 @@
 """Save a dock's state to a directory and load it back, so a training restart keeps its rollouts.
 
 A checkpoint is ``dock.json`` (schema, partitions, format) plus one ``.npz`` per partition: the
-data (ragged columns compacted to their rows), readiness, consumption, finished flags, ages, the rows
-dropped as stale, each row's version span and segments; ``dock.json`` also keeps the current version, the staleness
+data (ragged columns compacted to their rows; bfloat16 columns as their raw bits; object columns as
+one JSON text per row, refused at save when a value is not JSON data: nothing is pickled),
+readiness, consumption, finished flags, ages, the rows dropped as stale, each row's version span
+and segments; ``dock.json`` also keeps the current version, the staleness
 policy, the expiry counters and the requeued rows not yet handed back. Checkpoints of format 1
 (before versions) still load: their written rows get version 0.
 Leases are not saved: rows out on lease at save time come back unconsumed, as if the lease had
@@ -39,8 +41,9 @@ from .checkpoint_schema import (
     description_bytes,
     description_of,
 )
+from .checkpoint_values import json_texts, json_values
 from .ragged import Packed
-from .schema import Column
+from .schema import OBJECT, Column, dtype_name
 from .state import DockState
 from .storage import Partition
 
@@ -188,7 +191,7 @@ def _holds_checkpoint(path: str) -> bool:
 def _describe(column: Column) -> ColumnEntry:
     return ColumnEntry(
         name=column.name,
-        dtype=column.dtype.str,
+        dtype=dtype_name(column.dtype),
         shape=list(column.shape),
         ragged=column.ragged,
         segmented=column.segmented,
@@ -215,7 +218,10 @@ def _arrays(state: DockState, partition: Partition) -> dict[str, np.ndarray]:
     for name, consumed in partition.consumed.items():
         arrays[f"consumed/{name}"] = consumed
     for name, data in partition.fixed.items():
-        arrays[f"fixed/{name}"] = data
+        if data.dtype == OBJECT:  # Python values: as JSON text, never pickled
+            arrays[f"json/{name}"] = json_texts(data, name)
+        else:
+            arrays[f"fixed/{name}"] = data
     everything = np.arange(partition.rows)
     for name in partition.ragged:
         packed = partition.read(state.column(name), everything)
@@ -270,7 +276,10 @@ def _restore(
         expected |= {"version_first", "version_last", *(f"segments/{k}" for k in _SEGMENT_ARRAYS)}
     for name, column in columns.items():
         expected.add(f"ready/{name}")
-        expected |= {f"ragged/{name}/values", f"ragged/{name}/lengths"} if column.ragged else {f"fixed/{name}"}
+        if column.ragged:
+            expected |= {f"ragged/{name}/values", f"ragged/{name}/lengths"}
+        else:
+            expected.add(f"json/{name}" if column.dtype == OBJECT else f"fixed/{name}")
     expected |= {f"consumed/{name}" for name in consumers}
     for key in arrays:
         if key not in expected:
@@ -305,6 +314,11 @@ def _restore(
         elif kind == "fixed":
             column = columns[name]
             partition.write(column, np.arange(entry.rows), saved(key, column.dtype, rows + column.shape))
+        elif kind == "json":
+            texts = arrays[key]
+            if texts.dtype.kind != "U" or texts.shape != rows:
+                raise refuse(key, f"has dtype {texts.dtype} and shape {texts.shape}, the dock saves text, shape {rows}")
+            partition.write(columns[name], np.arange(entry.rows), json_values(texts, f"{file}: {key}", _DAMAGED))
     for name, column in columns.items():
         values_key, lengths_key = f"ragged/{name}/values", f"ragged/{name}/lengths"
         if values_key not in arrays and lengths_key not in arrays:

@@ -36,7 +36,8 @@ _REMEDY = "the checkpoint is damaged: load an earlier one, or start the dock afr
 
 
 class ColumnEntry(Document, frozen=True, kw_only=True):
-    """One column: name, numpy dtype string, per-row (or per-item) shape, ragged and segmented flags."""
+    """One column: name, dtype (numpy's string, or "bfloat16", or "object" for Python values), per-row
+    (or per-item) shape, ragged and segmented flags."""
 
     name: Text
     dtype: Text

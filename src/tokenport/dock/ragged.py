@@ -20,6 +20,7 @@ from .._schema import INT64_MAX
 from ..errors import ConfigError
 from .casting import as_array, fitted
 from .copying import copy_runs, item_bytes
+from .schema import BFLOAT16
 
 __all__ = ["Packed", "Padded", "as_ragged", "gather_runs", "pack", "pad", "take_rows", "truncate"]
 
@@ -131,7 +132,10 @@ def pack(rows: Sequence[Any], dtype: Any = None) -> Packed:
     if len(inner) > 1:
         raise ConfigError(f"rows have different item shapes {sorted(inner)}: every row's items must share one shape")
     values = np.concatenate(arrays)
-    return Packed(values if dtype is None else fitted(values, np.dtype(dtype), "pack(rows, dtype)"), lengths)
+    if dtype is None:
+        return Packed(values, lengths)
+    target = BFLOAT16 if isinstance(dtype, str) and dtype == "bfloat16" else np.dtype(dtype)
+    return Packed(fitted(values, target, "pack(rows, dtype)"), lengths)
 
 
 def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 1, length: int | None = None) -> Padded:
@@ -148,7 +152,10 @@ def pad(rows: Packed | Sequence[Any], pad_value: Any = 0, *, multiple_of: int = 
         )
     else:
         width = int(length)
-    fill = fitted(np.asarray(pad_value), packed.values.dtype, "pad_value")
+    if packed.values.dtype == BFLOAT16 and isinstance(pad_value, int) and pad_value == 0:
+        fill = np.zeros((), dtype=BFLOAT16)  # bfloat16 zero is all bits zero
+    else:
+        fill = fitted(np.asarray(pad_value), packed.values.dtype, "pad_value")
     shape = (len(packed), width, *packed.values.shape[1:])
     try:
         values = np.full(shape, fill, dtype=packed.values.dtype)

@@ -12,7 +12,7 @@ import numpy as np
 
 from .copying import copy_runs, item_bytes
 from .ragged import Packed, Padded, gather_runs
-from .schema import Column
+from .schema import OBJECT, Column
 
 __all__ = ["Partition"]
 
@@ -132,7 +132,8 @@ class Partition:
             self.ragged[column.name].write(rows, value)
         else:
             if column.name not in self.fixed:
-                self.fixed[column.name] = np.zeros((self.rows, *column.shape), dtype=column.dtype)
+                make = np.empty if column.dtype == OBJECT else np.zeros  # object: None in every row
+                self.fixed[column.name] = make((self.rows, *column.shape), dtype=column.dtype)
             self.fixed[column.name][rows] = value
 
     def extend(self, column: Column, row: int, values: np.ndarray) -> None:

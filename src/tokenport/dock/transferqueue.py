@@ -16,9 +16,16 @@ How TransferQueue's concepts map onto the dock:
   controller allocates them (one pre-allocated per new partition, cleared ones reused first in
   first-out order), so the same calls return the same indexes; a slot is never reused while its
   partition lives (a cleared sample's slot is retired, its index goes back to the pool);
-- a field is a dock column: a 1-D field ``(batch,)`` a scalar column, any other tensor field a
-  ragged column whose rows are the per-sample tensors' first dimension (TransferQueue returns
-  those as jagged nested tensors, so does the adapter); a field keeps one dtype across partitions;
+- a field is a dock column: a 1-D field ``(batch,)`` a scalar column, any other tensor field (dense,
+  or nested whose samples differ in their first dimension only) a ragged column whose rows are the
+  per-sample tensors' first dimension; bfloat16 is held as its bits; other nested tensors (samples
+  differing in more dimensions) and non-tensor data (lists of strings, ``NonTensorData``,
+  ``NonTensorStack``) an object column of per-sample values. ``get_data`` packs them as
+  TransferQueue's storage does: scalars dense, tensors jagged nested (strided where jagged cannot
+  hold them), Python values a ``NonTensorStack``;
+- a field's dtype and layout belong to its partition, as in TransferQueue's controller: free in a
+  new partition, forgotten when the partition is cleared or all of the field's samples are; each
+  (field, dtype and layout) has its own dock column (``name``, then ``name~1``...);
 - a ``task_name`` is a dock consumer; ``get_meta(mode="fetch")`` is a dock ``get`` that consumes
   the lowest ready global indexes (TransferQueue's ``SequentialSampler``), ``get_data`` a read
   under a lease that is given back (nothing consumed); a fetch waits on the dock's readiness bits.
@@ -27,8 +34,12 @@ Where the adapter differs from TransferQueue, on purpose: bad calls raise tokenp
 what to fix (``ConfigError`` is a ValueError, as TransferQueue's are; a fetch timeout is a
 ``TransferQueueTimeout``, a RuntimeError like TransferQueue's); ``get_data`` of samples whose fields
 were never put raises ``InputDataError`` (TransferQueue: ``StorageKeyNotFoundError``); a put the dock
-refuses changes nothing (TransferQueue has already allocated the indexes by then); a field whose
-dtype or kind changes is refused (TransferQueue's controller catches that mismatch and logs it).
+refuses changes nothing (TransferQueue has already allocated the indexes by then); a put of a field
+of another dtype while its partition holds samples of it is refused (TransferQueue's controller
+refuses that "dtype mismatch" too, but only logs it and serves the mixed data). Samples of one dtype
+(or Python values) in another layout -- a scalar where tensors are, tensors where strings are --
+join the field as TransferQueue's storage holds them: per sample (the field's samples in that
+partition move to an object column once), and come back packed as TransferQueue packs them.
 The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
 Where Ray runs and ``init`` gets no dock, that process is a controller actor named as TransferQueue's
 (``transferqueue_ray``): the first ``init`` starts it over a ``RayDock``, every later one (a Ray
@@ -37,7 +48,6 @@ worker's too) joins it, so all processes share one dock, as they share TransferQ
 TransferQueue's own client tests (its wheel's ``tests/e2e``) run against this adapter in our suite
 (``tests/dock/peer_transferqueue``): of the kv file's 56, the 16 that read the controller's partition
 snapshot are left out; of the lifecycle file's 10, two need CUDA and Mooncake (the peer skips them).
-Tests that need bf16, non-tensor or strided nested fields wait for those types (listed there).
 
 Covered and not (the issue 17 table; ``c.`` is the client):
 
@@ -54,17 +64,18 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 | ``kv_batch_get_by_meta``, ``kv_list``, ``kv_clear`` | yes | and their ``async_`` twins |
 | ``StreamingDataset``, ``StreamingDataLoader`` | yes | ``transferqueue_loader``; ``num_workers=0`` |
 | samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
-| non-tensor or bfloat16 fields | no | dock columns hold numbers: refused |
-| strided or inner-ragged nested tensors | no | refused (``InputDataError``) |
+| bfloat16, non-tensor fields | yes | bits; Python values (a checkpoint keeps JSON ones only) |
+| jagged, strided nested tensors | yes | returned jagged, or strided as TransferQueue does |
+| checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
 | ``c.get_consumption_status``, ``c.check_*`` | yes | and async twins |
 | ``c.get_production_status``, ``c.reset_consumption`` | yes | reset: later fetches use a fresh dock consumer |
-| ``save_checkpoint``/``load_checkpoint``, metrics | no | the dock has ``save``/``load`` and metrics |
 | storage backends, ``data_parser`` | no | the dock is the storage; refused |
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import sys
 import threading
@@ -80,9 +91,9 @@ from .._checks import check_int, is_int
 from .._schema import Count, Document, NonNegativeFinite, Positive, decode, to_builtins
 from ..errors import ConfigError, DockTimeout, InputDataError
 from .api import DockAPI
-from .arguments import int64
+from .arguments import int64, python_values
 from .ragged import Packed
-from .schema import Column
+from .schema import BFLOAT16, OBJECT, Column
 from .transferqueue_state import Field, Indexes, LowestGlobal, TQPartition
 
 __all__ = [
@@ -193,33 +204,105 @@ def _plain(value: Any) -> Any:
 # -- data in and out ---------------------------------------------------------------------------------
 
 
-def _column_value(name: str, value: Any) -> tuple[Column, np.ndarray | Packed]:
-    """A TensorDict field as a dock column and its rows; anything the dock cannot hold is refused."""
-    import torch
+@dataclass(frozen=True)
+class _Value:
+    """A put's field as the dock holds it: a column spec (named after the field; the client picks the
+    dock column per partition), its rows, and its ``kind`` -- layout and torch dtype -- which samples of
+    one field in a live partition share."""
 
+    column: Column
+    rows: np.ndarray | Packed
+    kind: tuple[Any, ...]
+
+
+def _column_value(name: str, value: Any, batch: int) -> _Value:
+    """A TensorDict field as dock rows: a 1-D tensor a scalar column; a tensor of more dimensions or a
+    nested one whose samples differ in their first dimension only a ragged column; other nested
+    tensors per-sample tensors (an object column); non-tensor data (lists of strings, NonTensorData,
+    NonTensorStack) per-sample Python values. bfloat16 is held as its bits."""
+    import torch
+    from tensordict.tensorclass import is_non_tensor
+
+    if is_non_tensor(value):
+        held = python_values(_copied(_python_samples(value, batch), name), batch, f"field {name!r}")
+        return _Value(Column(name, OBJECT), held, ("python",))
     if not isinstance(value, torch.Tensor):
         raise InputDataError(
-            f"field {name!r} is a {type(value).__name__}: the dock holds tensor fields only "
-            "(bool, integer or float); encode it as a tensor"
+            f"field {name!r} is a {type(value).__name__}: pass tensors, or Python values as a list or "
+            "NonTensorStack (one per sample)"
         )
-    if value.dtype == torch.bfloat16 or value.is_complex() or not _numpy_holds(value.dtype):
-        raise InputDataError(f"field {name!r} has dtype {value.dtype}, which numpy cannot hold: cast it first")
+    if value.is_complex() or (value.dtype != torch.bfloat16 and not _numpy_holds(value.dtype)):
+        raise InputDataError(f"field {name!r} has dtype {value.dtype}, which the dock cannot hold: cast it first")
+    dtype = "bfloat16" if value.dtype == torch.bfloat16 else None
     if value.is_nested:
-        if value.layout != torch.jagged or value._ragged_idx != 1:  # type: ignore[attr-defined]
-            raise InputDataError(
-                f"field {name!r}: only jagged nested tensors ragged in their first per-sample dimension are "
-                "supported; convert with torch.nested.nested_tensor(list, layout=torch.jagged)"
-            )
-        values = value.values().detach().cpu().numpy()
-        lengths = np.diff(value.offsets().cpu().numpy()).astype(np.int64)  # type: ignore[attr-defined]
-        column = Column(name, values.dtype, tuple(values.shape[1:]), ragged=True)
-        return column, Packed(values, lengths)
-    array = value.detach().cpu().numpy()
+        if value.layout == torch.jagged and value._ragged_idx == 1:  # type: ignore[attr-defined]
+            values = _numpy(value.values())
+            lengths = np.diff(value.offsets().cpu().numpy()).astype(np.int64)  # type: ignore[attr-defined]
+            column = Column(name, dtype or values.dtype, tuple(values.shape[1:]), ragged=True)
+            return _Value(column, Packed(values, lengths), ("ragged", value.dtype, column.shape))
+        samples = [sample.detach().cpu() for sample in value.unbind()]
+        inner = {tuple(sample.shape[1:]) for sample in samples}
+        if len(inner) == 1 and all(sample.dim() >= 1 for sample in samples):
+            values = _numpy(torch.cat(samples))
+            lengths = np.array([len(sample) for sample in samples], dtype=np.int64)
+            column = Column(name, dtype or values.dtype, tuple(values.shape[1:]), ragged=True)
+            return _Value(column, Packed(values, lengths), ("ragged", value.dtype, column.shape))
+        rows = python_values([sample.clone() for sample in samples], batch, f"field {name!r}")
+        return _Value(Column(name, OBJECT), rows, ("tensors", value.dtype))
+    array = _numpy(value)
     if array.ndim == 1:
-        return Column(name, array.dtype), array
-    batch, length = array.shape[:2]
-    packed = Packed(array.reshape(batch * length, *array.shape[2:]), np.full(batch, length, dtype=np.int64))
-    return Column(name, array.dtype, tuple(array.shape[2:]), ragged=True), packed
+        return _Value(Column(name, dtype or array.dtype), array, ("scalar", value.dtype))
+    rows_, length = array.shape[:2]
+    packed = Packed(array.reshape(rows_ * length, *array.shape[2:]), np.full(rows_, length, dtype=np.int64))
+    column = Column(name, dtype or array.dtype, tuple(array.shape[2:]), ragged=True)
+    return _Value(column, packed, ("ragged", value.dtype, column.shape))
+
+
+def _python_samples(value: Any, batch: int) -> list[Any]:
+    """Each sample's Python value, as TransferQueue's storage splits a non-tensor field: a NonTensorStack
+    item by item; a NonTensorData holding a list, tuple or array of one item per sample item by item
+    (TransferQueue indexes it per sample), any other one value for every sample (where TransferQueue
+    would index into it: a dict fails there, a string gives each sample a character)."""
+    from tensordict import NonTensorData
+
+    if isinstance(value, NonTensorData):
+        data = value.data
+        if isinstance(data, (list, tuple)) or (isinstance(data, np.ndarray) and data.ndim > 0):
+            if len(data) == batch:
+                return [data[i] for i in range(batch)]
+        return [data] * batch
+    return list(value.tolist())
+
+
+def _copied(values: list[Any], name: str) -> list[Any]:
+    """Deep copies of Python values: TransferQueue serializes them, so what a put gave and what a get
+    returns never share state with what is stored (a later change to either changes neither)."""
+    try:
+        return copy.deepcopy(list(values))
+    except Exception as error:  # any object's own __deepcopy__/__reduce__ may raise anything
+        raise InputDataError(
+            f"field {name!r}: a value cannot be copied ({type(error).__name__}: {error}); TransferQueue pickles "
+            "Python values: put values that can be copied"
+        ) from None
+
+
+def _numpy(tensor: Any) -> np.ndarray:
+    """A CPU tensor's values as numpy (bfloat16 as ``BFLOAT16`` bits)."""
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.contiguous().view(torch.int16).numpy().view(BFLOAT16)
+    return tensor.numpy()
+
+
+def _torch(array: np.ndarray) -> Any:
+    """numpy values as a tensor (``BFLOAT16`` bits as bfloat16), in memory of its own."""
+    import torch
+
+    if array.dtype == BFLOAT16:
+        return torch.from_numpy(np.array(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(array))
 
 
 def _numpy_holds(dtype: Any) -> bool:
@@ -238,10 +321,26 @@ def _tensor(value: np.ndarray | Packed) -> Any:
     import torch
 
     if isinstance(value, Packed):
-        values = torch.from_numpy(np.array(value.values))
-        offsets = torch.from_numpy(value.offsets)
-        return torch.nested.nested_tensor_from_jagged(values, offsets)
-    return torch.from_numpy(np.array(value))
+        return torch.nested.nested_tensor_from_jagged(_torch(value.values), torch.from_numpy(value.offsets))
+    return _torch(value)
+
+
+def _packed_like_transferqueue(values: list[Any]) -> Any:
+    """Per-sample values packed as TransferQueue's storage packs them on the way out: scalar tensors
+    stacked, other tensors a jagged nested tensor, else a strided one, else (and for Python values)
+    a NonTensorStack."""
+    import torch
+    from tensordict import NonTensorStack
+
+    if values and all(isinstance(v, torch.Tensor) for v in values):
+        if all(v.dim() == 0 for v in values):
+            return torch.stack(values)
+        for layout in (torch.jagged, torch.strided):
+            try:
+                return torch.nested.as_nested_tensor(values, layout=layout)
+            except (RuntimeError, TypeError):
+                continue
+    return NonTensorStack(*values)
 
 
 def _partition_name(partition_id: Any) -> str:
@@ -295,6 +394,7 @@ class TransferQueueClient:
         self._indexes = Indexes()
         self._partitions: dict[str, TQPartition] = {}
         self._resets = 0  # consumption resets so far (each names a fresh dock consumer)
+        self._column_of: dict[tuple[str, tuple[Any, ...]], str] = {}  # (field, kind) -> its dock column
 
     # -- partitions ---------------------------------------------------------------------------------
 
@@ -417,7 +517,7 @@ class TransferQueueClient:
             if known and target is not None:
                 try:
                     batch = self.dock.get(
-                        consumer, fields, batch_size, partition_id,
+                        consumer, [target.fields[f].column for f in fields], batch_size, partition_id,
                         sampler=LowestGlobal(target.global_of), timeout=max(0.0, min(left, 0.25)),
                     )  # fmt: skip
                 except DockTimeout:
@@ -459,18 +559,21 @@ class TransferQueueClient:
                 raise ConfigError("metadata cannot be empty: put with partition_id= or a non-empty BatchMeta")
             if data.batch_size[0] != metadata.size:
                 raise InputDataError(f"data has {data.batch_size[0]} samples but metadata {metadata.size}")
-            with self._lock:
-                self._slots_by_partition(metadata)
-        if metadata is None:
-            metadata = self.get_meta(list(converted), data.batch_size[0], str(partition_id), mode="insert")
         with self._lock:
-            self._check_columns(converted)
+            if metadata is None:
+                self._placed(str(partition_id), converted)  # refused here, before insert allocates
+                metadata = self.get_meta(list(converted), data.batch_size[0], str(partition_id), mode="insert")
             groups = self._slots_by_partition(metadata)
-            for name, (column, _) in converted.items():
-                if name not in self.dock.columns:
-                    self.dock.add_column(column)
+            placed = {pid: self._placed(pid, converted) for pid in groups}  # every check before any write
             for pid, (positions, slots) in groups.items():
-                columns = {n: _select(v, positions) for n, (_, v) in converted.items()}
+                columns: dict[str, Any] = {}
+                for name, value in converted.items():
+                    column, mixed = placed[pid][name]
+                    if mixed:
+                        columns[column] = self._mixing(pid, name, value, column, positions)
+                    else:
+                        self._own(name, value, column)
+                        columns[column] = _select(value.rows, positions)
                 self.dock.put(pid, columns, slots, overwrite=True)
                 part = self._partitions[pid]
                 indexes = [metadata.global_indexes[p] for p in positions]
@@ -478,40 +581,101 @@ class TransferQueueClient:
                     sub = dict(meta)
                     if meta["is_nested"]:
                         sub["per_sample_shapes"] = [meta["per_sample_shapes"][p] for p in positions]
-                    part.fields.setdefault(name, Field()).update(sub, indexes)
+                    field = part.fields.get(name)
+                    if field is None or not field.indexes:  # a new (or emptied) field: the column placed for it
+                        field = part.fields[name] = Field(placed[pid][name][0], converted[name].kind)
+                    field.update(sub, indexes)
                     part.registered.add(name)
                 for p, index in zip(positions, indexes, strict=True):
                     part.custom_meta[index] = dict(metadata.custom_meta[p])
         return metadata.add_fields(data)
 
-    def checked_data(self, data: Any) -> dict[str, tuple[Column, Any]]:
-        """``data`` (a TensorDict of one batch dimension) as dock columns and values, checked against
-        the dock's columns; InputDataError naming the field otherwise."""
+    def checked_data(self, data: Any, partition_id: str | None = None) -> dict[str, _Value]:
+        """``data`` (a TensorDict of one batch dimension) as dock rows, checked against what the fields
+        hold in ``partition_id`` (if given); InputDataError naming the field otherwise."""
         from tensordict import TensorDict
 
         if not isinstance(data, TensorDict):
             raise InputDataError(f"data is a {type(data).__name__}: pass a TensorDict with a batch dimension")
         if len(data.batch_size) != 1 or data.batch_size[0] == 0:
             raise InputDataError(f"data has batch size {list(data.batch_size)}: pass a TensorDict of samples (n,)")
-        converted = {name: _column_value(name, value) for name, value in data.items()}
+        batch = int(data.batch_size[0])
+        converted = {name: _column_value(name, value, batch) for name, value in data.items()}
         if not converted:
             raise InputDataError("data has no fields: put at least one")
-        with self._lock:
-            self._check_columns(converted)
+        if partition_id is not None:
+            with self._lock:
+                self._placed(partition_id, converted)
         return converted
 
-    def _check_columns(self, converted: dict[str, tuple[Column, Any]]) -> None:
-        """Refuse a field whose kind, dtype or item shape differs from the dock column of that name."""
-        existing = self.dock.columns
-        for name, (column, _) in converted.items():
-            have = existing.get(name)
-            if have is not None and have != column:
+    def _placed(self, partition_id: str, converted: dict[str, _Value]) -> dict[str, tuple[str, bool]]:
+        """Per field, the dock column that holds it in ``partition_id`` and whether its samples there are
+        mixed (per-sample values): the column its samples there use, or (a field with no samples there:
+        a new partition, or one cleared) the column for its kind. A field with samples keeps their dtype,
+        as TransferQueue's controller keeps it (another dtype is a "dtype mismatch" there, refused here
+        naming what to do); samples of the same dtype (or Python values) in another layout join them as
+        TransferQueue's storage holds them, per sample."""
+        part = self._partitions.get(partition_id)
+        out = {}
+        for name, value in converted.items():
+            held = None if part is None else part.fields.get(name)
+            if held is None or not held.indexes:
+                out[name] = (self._column_for(name, value), False)
+                continue
+            incoming = value.kind[1] if value.kind[0] in _TENSORS else None
+            if held.dtype is not None and incoming is not None and held.dtype != incoming:
+                have = str(held.dtype).removeprefix("torch.")
                 raise InputDataError(
-                    f"field {name!r} comes as {column.dtype} {'ragged' if column.ragged else 'scalar'} items of "
-                    f"shape {column.shape}, but the dock holds it as {have.dtype} "
-                    f"{'ragged' if have.ragged else 'scalar'} items of shape {have.shape} (a field keeps one "
-                    "dtype and kind in every partition): use another field name"
+                    f"field {name!r} comes as {_describe(value.kind)}, but its samples in partition "
+                    f"{partition_id!r} are {have} (a dtype mismatch, which TransferQueue's controller "
+                    f"refuses too): put it as {have}, or clear those samples (or the partition) first, "
+                    "or use another partition"
                 )
+            if held.kind == value.kind:
+                out[name] = (held.column, False)
+            else:
+                out[name] = (held.column if held.kind == _MIXED else self._column_for(name, _mixed(name)), True)
+        return out
+
+    def _mixing(self, pid: str, name: str, value: _Value, column: str, positions: np.ndarray) -> np.ndarray:
+        """The put's samples of field ``name`` as per-sample values for its mixed ``column``; the field's
+        samples already in ``pid`` move there first (once), so the field reads from one column."""
+        self._own(name, _mixed(name), column)
+        held = self._partitions[pid].fields[name]
+        if held.kind != _MIXED:
+            part = self._partitions[pid]
+            slots = np.array([part.slot_of[i] for i in sorted(held.indexes)], dtype=np.int64)
+            reader = f"{_READER}{threading.get_ident()}"
+            if reader not in self.dock.consumers:
+                self.dock.add_consumer(reader)
+            batch = self.dock.get(reader, [held.column], len(slots), pid, rows=slots, timeout=0, lease=60.0)
+            assert batch is not None and batch.lease_id is not None
+            self.dock.nack(batch.lease_id)
+            moved = _samples(batch[held.column], held.kind)
+            self.dock.put(pid, {column: python_values(moved, len(slots), f"field {name!r}")}, slots, overwrite=True)
+            held.column, held.kind = column, _MIXED
+        return python_values(_samples(_select(value.rows, positions), value.kind), len(positions), f"field {name!r}")
+
+    def _column_for(self, name: str, value: _Value) -> str:
+        """The dock column that holds field ``name`` of ``value.kind``: the field's name for the first
+        kind (or a dock column of that name and spec made elsewhere), ``name~1``, ``name~2``... for others."""
+        key = (name, value.kind)
+        if key in self._column_of:
+            return self._column_of[key]
+        existing = self.dock.columns
+        owned = set(self._column_of.values())
+        for k in range(len(owned) + 2):
+            candidate = name if k == 0 else f"{name}~{k}"
+            have = existing.get(candidate)
+            if candidate not in owned and (have is None or have == _renamed(value.column, candidate)):
+                return candidate
+        raise AssertionError("unreachable: more candidates than owned names")
+
+    def _own(self, name: str, value: _Value, column: str) -> None:
+        """Record that ``column`` holds field ``name`` of ``value.kind`` (adding it to the dock if new)."""
+        self._column_of.setdefault((name, value.kind), column)
+        if column not in self.dock.columns:
+            self.dock.add_column(_renamed(value.column, column))
 
     def _slots_by_partition(self, metadata: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Positions in ``metadata`` and dock slots, grouped by partition; unknown samples refused."""
@@ -544,41 +708,42 @@ class TransferQueueClient:
     # -- get_data -----------------------------------------------------------------------------------
 
     def get_data(self, metadata: Any) -> Any:
-        """The samples of ``metadata``, its fields, in its order, as a TensorDict (nothing is consumed)."""
-        import torch
+        """The samples of ``metadata``, its fields, in its order, as a TensorDict (nothing is consumed):
+        packed as TransferQueue packs them (see ``_packed_like_transferqueue``)."""
         from tensordict import TensorDict
 
         if metadata is None or _batch_meta(metadata).size == 0 or not metadata.field_names:
             return TensorDict({}, batch_size=0)
         names = list(metadata.field_names)
         reader = f"{_READER}{threading.get_ident()}"
+        missing = InputDataError(
+            f"samples of metadata do not all have fields {names} produced: get_meta in fetch mode (ready "
+            "samples only), or put the missing fields first"
+        )
         with self._lock:
             groups = self._slots_by_partition(metadata)
             if reader not in self.dock.consumers:
                 self.dock.add_consumer(reader)
-        parts: dict[str, list[Any]] = {n: [None] * metadata.size for n in names}
+            held = {pid: [self._partitions[pid].fields.get(n) for n in names] for pid in groups}
+        if any(field is None for fields in held.values() for field in fields):
+            raise missing
+        rows: dict[str, list[Any]] = {n: [None] * metadata.size for n in names}
+        kinds: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
         for pid, (positions, slots) in groups.items():
+            fields = [field for field in held[pid] if field is not None]
             try:
-                batch = self.dock.get(reader, names, len(slots), pid, rows=slots, timeout=0, lease=60.0)
+                batch = self.dock.get(reader, [f.column for f in fields], len(slots), pid, rows=slots, timeout=0,
+                                      lease=60.0)  # fmt: skip
             except DockTimeout:
-                raise InputDataError(
-                    f"samples of partition {pid!r} do not all have fields {names} produced: get_meta in fetch "
-                    "mode (ready samples only), or put the missing fields first"
-                ) from None
+                raise missing from None
             assert batch is not None and batch.lease_id is not None
             self.dock.nack(batch.lease_id)
-            for name in names:
-                value = batch[name]
-                rows = value.to_list() if isinstance(value, Packed) else list(value)
-                for position, row in zip(positions, rows, strict=True):
-                    parts[name][position] = row
-        out = {}
-        for name in names:
-            rows = parts[name]
-            if rows[0].ndim == 0:
-                out[name] = torch.from_numpy(np.stack(rows))
-            else:
-                out[name] = _tensor(Packed(np.concatenate(rows), np.array([len(r) for r in rows], dtype=np.int64)))
+            for name, field in zip(names, fields, strict=True):
+                value = batch[field.column]
+                kinds[name].add(field.kind)
+                for position, row in zip(positions, _rows(value, field.kind), strict=True):
+                    rows[name][position] = (field.kind[0], row)
+        out = {name: _gathered(rows[name], kinds[name], name) for name in names}
         return TensorDict(out, batch_size=metadata.size)
 
     # -- clear --------------------------------------------------------------------------------------
@@ -792,6 +957,68 @@ class TransferQueueClient:
         """Nothing to release (the dock outlives the client); kept for TransferQueue's API."""
 
 
+_ARRAYS = ("scalar", "ragged")  # kinds whose rows the dock holds as numpy arrays
+_TENSORS = ("scalar", "ragged", "tensors")  # kinds of tensor fields (their second item: the torch dtype)
+_MIXED = ("mixed",)  # a field whose samples in a partition came in several layouts: per-sample values
+
+
+def _mixed(name: str) -> _Value:
+    """The column spec and kind of field ``name`` held as per-sample values of several layouts."""
+    return _Value(Column(name, OBJECT), np.empty(0, dtype=OBJECT), _MIXED)
+
+
+def _samples(value: np.ndarray | Packed, kind: tuple[Any, ...]) -> list[Any]:
+    """A column's rows as per-sample values: tensors for tensor kinds, the values themselves otherwise."""
+    if isinstance(value, Packed):
+        return [_torch(row) for row in value.to_list()]
+    if kind[0] == "scalar":
+        return [_torch(value[i : i + 1])[0] for i in range(len(value))]
+    return list(value)
+
+
+def _rows(value: np.ndarray | Packed, kind: tuple[Any, ...]) -> list[Any]:
+    """A column's rows: arrays (views) for tensor kinds, the values themselves for Python ones."""
+    if isinstance(value, Packed):
+        return value.to_list()
+    if kind[0] == "scalar":
+        return list(value)
+    return value.tolist()
+
+
+def _gathered(rows: list[tuple[str, Any]], kinds: set[tuple[Any, ...]], name: str) -> Any:
+    """One field's rows (each with its kind's layout, in the batch's order) as TransferQueue returns them."""
+    from tensordict import NonTensorStack
+
+    kind = next(iter(kinds))[0] if len(kinds) == 1 else None
+    values = [row for _, row in rows]
+    if kind == "scalar":
+        return _torch(np.stack(values))
+    if kind == "ragged":
+        return _tensor(Packed(np.concatenate(values), np.array([len(r) for r in values], dtype=np.int64)))
+    if kind == "python":
+        return NonTensorStack(*_copied(values, name))
+    return _packed_like_transferqueue([_torch(np.asarray(r)) if k in _ARRAYS else copy.deepcopy(r) for k, r in rows])
+
+
+def _renamed(column: Column, name: str) -> Column:
+    """``column`` under another name."""
+    return Column(name, column.dtype, column.shape, column.ragged, column.segmented)
+
+
+def _describe(kind: tuple[Any, ...]) -> str:
+    """A field kind in words: "python values", "float32 scalars", "int64 rows of items of shape (2,)"..."""
+    dtype = str(kind[1]).removeprefix("torch.") if len(kind) > 1 else ""
+    if kind[0] == "python":
+        return "Python values (non-tensor data)"
+    if kind[0] == "scalar":
+        return f"{dtype} scalars"
+    if kind[0] == "tensors":
+        return f"{dtype} tensors of varying shapes"
+    if kind[0] == "mixed":
+        return "samples of several layouts"
+    return f"{dtype} tensors of shape {('length', *kind[2])} per sample".replace("'length'", "length")
+
+
 def _select(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
     """Rows ``positions`` of a column value."""
     from .ragged import take_rows
@@ -882,29 +1109,38 @@ def kv_put(key: str, partition_id: str, fields: Any = None, tag: dict[str, Any] 
     """Put one sample under ``key``: ``fields`` (a TensorDict of one sample or a dict of unbatched
     tensors) and/or a ``tag``; returns its ``KVBatchMeta``."""
     import torch
-    from tensordict import TensorDict
+    from tensordict import NonTensorStack, TensorDict
 
     if fields is None and tag is None:
         raise ConfigError("Please provide at least one parameter of `fields` or `tag`.")
-    if isinstance(fields, dict):
-        if bad := [k for k, v in fields.items() if not isinstance(v, torch.Tensor)]:
-            raise InputDataError(f"fields {bad} are not tensors: kv_put takes a dict of one sample's tensors")
-        fields = TensorDict({k: v.unsqueeze(0) for k, v in fields.items()}, batch_size=1)
+    if isinstance(fields, dict):  # as TransferQueue: tensors get a batch dimension, other values are one sample's
+        if nested := [k for k, v in fields.items() if isinstance(v, torch.Tensor) and v.is_nested]:
+            raise ConfigError(f"fields {nested} are nested tensors: use kv_batch_put for a batch of samples")
+        batch = {k: v.unsqueeze(0) if isinstance(v, torch.Tensor) else NonTensorStack(v) for k, v in fields.items()}
+        fields = TensorDict(batch, batch_size=1)
+    elif fields is not None and not isinstance(fields, TensorDict):
+        raise ConfigError(f"fields is a {type(fields).__name__}: pass a dict of one sample's values or a TensorDict")
     return kv_batch_put([key], partition_id, fields, None if tag is None else [tag])
 
 
 @_forwarded
 def kv_batch_put(keys: list[str], partition_id: str, fields: Any = None, tags: list[dict] | None = None) -> Any:
     """Put samples under ``keys`` (new keys get new samples): ``fields`` (a TensorDict) and/or ``tags``."""
-    from transfer_queue.metadata import KVBatchMeta
 
     if fields is None and tags is None:
         raise ConfigError("Please provide at least one parameter of `fields` or `tags`.")
     client = get_client()
+    with client._lock:  # the checks and the put as one step: no other put changes the fields in between
+        return _kv_batch_put(client, keys, partition_id, fields, tags)
+
+
+def _kv_batch_put(client: TransferQueueClient, keys: Any, partition_id: str, fields: Any, tags: Any) -> Any:
+    from transfer_queue.metadata import KVBatchMeta
+
     keys = _keys(keys)  # every check before kv_retrieve_meta allocates: a refused call leaves no key
     _partition_name(partition_id)
     if fields is not None:
-        client.checked_data(fields)
+        client.checked_data(fields, partition_id)
         if fields.batch_size[0] != len(keys):
             batch = fields.batch_size[0]
             raise ConfigError(f"`keys` with length {len(keys)} does not match the `fields` batch {batch}")

@@ -55,23 +55,33 @@ class Indexes:
 
 @dataclass
 class Field:
-    """One field's schema in one partition (TransferQueue's FieldMeta)."""
+    """One field's schema in one partition (TransferQueue's FieldMeta), and where the dock holds it:
+    ``column`` (a dock column, chosen per partition) and ``kind`` (how its samples are laid out there:
+    the adapter's signature of dtype and layout, which a live partition keeps)."""
 
+    column: str
+    kind: tuple[Any, ...]
     indexes: set[int] = field(default_factory=set)
     dtype: Any = None
     shape: tuple[int, ...] | None = None
     is_nested: bool | None = None
+    is_non_tensor: bool = False
     per_sample: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def update(self, schema: dict[str, Any], indexes: list[int]) -> None:
         """Record a put's schema for ``indexes``; differing shapes make the field nested."""
         if self.dtype is None:
             self.dtype = schema["dtype"]
-        elif self.dtype != schema["dtype"]:
+        elif schema["dtype"] is not None and self.dtype != schema["dtype"]:
             raise ConfigError(f"dtype mismatch: existing={self.dtype}, incoming={schema['dtype']}")
+        if schema["is_non_tensor"]:  # Python values: no shape (TransferQueue keeps none)
+            if not self.indexes:
+                self.is_nested, self.shape, self.is_non_tensor, self.per_sample = False, None, True, {}
+            self.indexes.update(indexes)
+            return
         if not self.indexes:  # new (or emptied) field
             self.is_nested, self.shape = schema["is_nested"], tuple(schema["shape"])  # nested: the first row's
-            self.per_sample = {}
+            self.is_non_tensor, self.per_sample = False, {}
         if schema["is_nested"]:
             if self.is_nested is False:
                 if self.shape is not None:
@@ -105,7 +115,7 @@ class Field:
             "dtype": self.dtype,
             "shape": None if self.shape is None else list(self.shape),
             "is_nested": self.is_nested,
-            "is_non_tensor": False,
+            "is_non_tensor": self.is_non_tensor,
         }
         if self.is_nested and self.per_sample:
             out["per_sample_shapes"] = [None if (s := self.per_sample.get(i)) is None else list(s) for i in indexes]
