@@ -326,3 +326,64 @@ def test_wrong_typed_provider_arguments_are_refused(stores):
     provider = datasets_provider(megatron_args(data_path=[stores[0]]), tokenizer=TOKENIZER)
     with pytest.raises(ConfigError, match="train_val_test_num_samples=10 is invalid"):
         provider(10)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> list[str]:
+    """Twenty small stores for random blends (20..40 documents of 4..40 tokens ending in EOD)."""
+    directory = tmp_path_factory.mktemp("megatron_pool")
+    rng = np.random.default_rng(11)
+    prefixes = []
+    for k in range(20):
+        prefix = str(directory / f"pool{k}")
+        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+            for _ in range(int(rng.integers(20, 40))):
+                tokens = rng.integers(3, 200, int(rng.integers(4, 40)))
+                tokens[-1] = EOD
+                writer.add_document(tokens)
+        prefixes.append(prefix)
+    return prefixes
+
+
+def near_tie_weights(rng: np.random.Generator) -> list[float]:
+    """3..20 weights, most a few ulps apart around a common value (some doubled): after normalization they
+    differ in their last bits, where one normalization more or less flips megatron-core's greedy choices."""
+    count = int(rng.integers(3, 21))
+    weights = np.full(count, rng.choice([0.1, 1 / 3, 0.7, 3.0, 10.0, 1e-3, 7 / 9]))
+    for i in range(count):
+        for _ in range(int(rng.integers(0, 3))):
+            weights[i] = np.nextafter(weights[i], np.inf if rng.random() < 0.5 else -np.inf)
+    if rng.random() < 0.5:
+        weights[rng.integers(0, count, size=int(rng.integers(1, count)))] *= 2
+    return weights.tolist()
+
+
+@pytest.mark.parametrize("case", range(50))
+def test_near_tie_random_blends_equal_megatron_core_sample_for_sample(pool, case):
+    """megatron-core normalizes blend weights twice (its builder, then BlendedDataset) and its C++ greedy
+    compares those floats: the provider's indices and samples are its own, blend order included."""
+    rng = np.random.default_rng(case)
+    weights = near_tie_weights(rng)
+    chosen = rng.choice(len(pool), size=len(weights), replace=False)
+    # weights as megatron's test gives them (numbers) or as its command line does (strings, repr is exact)
+    items = [x for w, d in zip(weights, chosen) for x in ((w if case % 2 else repr(w)), pool[d])]
+    args = megatron_args(data_path=items, split="1,0,0", seq_length=8, seed=case, mid_level_dataset_surplus=0)
+    sizes = (int(rng.integers(200, 400)), 0, 0)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    theirs = megatron_datasets(args, sizes)
+    mine, peer = ours[0].dataset, theirs[0]
+    np.testing.assert_array_equal(mine.dataset_index, peer.dataset_index)
+    np.testing.assert_array_equal(mine.dataset_sample_index, peer.dataset_sample_index)
+    assert_same_samples(ours, theirs)
+
+
+def test_surplus_zero_builds_where_megatron_core_does(stores):
+    """With no surplus megatron-core's greedy takes 7 samples from a store sized for 6 (its target); the store's
+    dataset holds a whole epoch, so megatron-core builds, and so does the provider, sample for sample."""
+    items = ["1", stores[0], "1", stores[1], "5", stores[2]]
+    args = megatron_args(data_path=items, split="1,0,0", mid_level_dataset_surplus=0)
+    sizes = (8, 0, 0)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    assert ours[0].dataset.samples_per_dataset().tolist() == [2, 1, 7]  # the last sized 6 = ceil(8 * 5 / 7)
+    assert_same_samples(ours, megatron_datasets(args, sizes))
+    assert read_megatron_args(megatron_args(data_path=items, mid_level_dataset_surplus=0)).surplus == 0.0
