@@ -14,7 +14,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.builder.datasets import build_datasets
-from tokenport.errors import ConfigError
+from tokenport.errors import ConfigError, SampleIdError
 from tokenport.integrations.megatron import datasets_provider, read_megatron_args, token_ids
 
 torch = pytest.importorskip("torch")
@@ -24,9 +24,12 @@ from tests.integrations.megatron_support import (  # noqa: E402  (after the skip
     EOD,
     SEQ,
     TOKENIZER,
+    LegacyNullTokenizer,
     assert_same_samples,
+    get_blend_from_list,
     megatron_args,
     megatron_datasets,
+    new_null_tokenizer,
 )
 
 
@@ -318,6 +321,93 @@ def test_megatron_cores_null_tokenizer_and_numpy_ids_still_read():
     null = NullTokenizer(100)
     assert token_ids(null)[0] == null.eod
     assert token_ids(types.SimpleNamespace(eod=np.int64(EOD), pad=np.int32(-1))) == (EOD, None)
+
+
+@pytest.mark.parametrize("kind", ["legacy", "new", "library"])
+def test_megatrons_null_tokenizers_build_through_the_provider_as_through_megatron_core(tmp_path, kind):
+    """Megatron's Null tokenizers (legacy megatron.training one, megatron-core's new MegatronTokenizer and its
+    library class): eod = vocab size, no pad, and an eos that raises (NotImplementedError in the legacy one,
+    AttributeError in the new): megatron-core skips it, so does the provider, and the samples are the same."""
+    tokenizer = {"legacy": LegacyNullTokenizer, "new": new_null_tokenizer, "library": _library_null}[kind](300)
+    with pytest.raises((NotImplementedError, AttributeError)):
+        _ = tokenizer.eos
+    prefix = str(tmp_path / "null")
+    rng = np.random.default_rng(4)
+    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+        for _ in range(120):
+            writer.add_document(rng.integers(0, 301, int(rng.integers(5, 60))))  # 300, the EOD, now and then
+    assert token_ids(tokenizer) == (300, None)
+    args = megatron_args(data_path=[prefix], split="90,8,2", eod_mask_loss=True, reset_position_ids=True)
+    sizes = (100, 10, 4)
+    assert_same_samples(datasets_provider(args, tokenizer=tokenizer)(sizes), megatron_datasets(args, sizes, tokenizer))
+
+
+def _library_null(vocab_size: int):
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    return NullTokenizer(vocab_size)
+
+
+def test_numeric_weights_are_read_as_megatron_core_reads_them(stores, tmp_path):
+    """ints, floats and numpy numbers at weight positions (megatron's own test passes random ints), shared or
+    per split or in the per-split JSON file: the same blend as the strings megatron's command line gives."""
+    sizes = (200, 20, 6)
+    as_strings = megatron_args(data_path=["30", stores[0], "70", stores[1]], split="80,15,5")
+    expected = megatron_datasets(as_strings, sizes)
+    for items in ([30, stores[0], 70, stores[1]], [30.0, stores[0], np.int64(70), stores[1]]):
+        args = megatron_args(data_path=items, split="80,15,5")
+        assert read_megatron_args(args).spec == read_megatron_args(as_strings).spec
+        assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), expected)
+    args = megatron_args(train_data_path=[40, stores[0], 60.5, stores[1]], valid_data_path=[3, stores[2]])
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+    path = tmp_path / "per_split.json"
+    path.write_text(json.dumps({"train": [1, stores[1], 2.5, stores[2]], "valid": [stores[0]], "test": [stores[2]]}))
+    args = megatron_args(per_split_data_args_path=str(path))
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        ([30, 5], r"--data-path: items\[1\] = 5: a prefix must be a string"),  # megatron: int has no .strip
+        ([5], r"--data-path: items\[0\] = 5: a prefix must be a string"),
+        ([None, "x"], r"--data-path: items\[0\] = None: a weight must be a number"),  # megatron: float(None)
+        ([[1], "x"], r"--data-path: items\[0\] = \[1\]: a weight must be a number"),
+    ],
+)
+def test_what_megatron_core_cannot_parse_is_a_config_error_naming_the_item(items, message):
+    with pytest.raises((AttributeError, TypeError)):
+        get_blend_from_list(items)
+    with pytest.raises(ConfigError, match=message):
+        datasets_provider(megatron_args(data_path=items), tokenizer=TOKENIZER)
+
+
+def test_bool_weights_are_refused_though_megatron_core_reads_true_as_one():
+    assert get_blend_from_list([True, "x"]) == (["x"], [1.0])
+    with pytest.raises(ConfigError, match=r"items\[0\] = True: a weight must be a number"):
+        datasets_provider(megatron_args(data_path=[True, "x"]), tokenizer=TOKENIZER)
+
+
+def test_negative_sample_ids_count_from_the_end_as_in_megatron_core(stores):
+    args = megatron_args(data_path=["1", stores[0], "2", stores[1]], split="90,8,2")
+    sizes = (60, 6, 2)
+    ours, theirs = datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes)
+    for mine, peer in zip(ours, theirs):
+        n = len(peer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for idx in (-1, -2, -n, n - 1):
+                a, b = mine[idx], peer[idx]
+                assert a["dataset_id"] == b["dataset_id"] and torch.equal(a["tokens"], b["tokens"]), idx
+        assert torch.equal(mine[-n]["labels"], mine[0]["labels"])
+        for idx in (n, -n - 1):
+            with pytest.raises(IndexError):
+                peer[idx]
+            with pytest.raises(SampleIdError, match=rf"sample id {idx} is outside \[-{n}, {n}\)"):
+                mine[idx]
+    for bad in (1.0, "0", True):
+        with pytest.raises(SampleIdError, match="is not an integer"):
+            ours[0][bad]
 
 
 def test_wrong_typed_provider_arguments_are_refused(stores):
