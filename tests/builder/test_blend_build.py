@@ -202,7 +202,10 @@ def test_megatron_surplus_zero_builds_and_a_real_shortfall_is_refused_as_megatro
     [
         (dict(sizes=(10, 0)), "sizes"),
         (dict(sizes=(-1, 0, 0)), "sizes"),
-        (dict(sizes=(10, 0, 0), surplus=-0.1), "surplus"),
+        (dict(sizes=(10, 0, 0), surplus=float("nan")), "surplus"),
+        (dict(sizes=(10, 0, 0), surplus=float("-inf")), "surplus"),
+        (dict(sizes=(10, 0, 0), surplus="0.005"), "surplus"),  # a bare TypeError before
+        (dict(sizes=(10, 0, 0), surplus=None), "surplus"),
         (dict(sizes=(None, 0, 0)), "size"),
     ],
 )

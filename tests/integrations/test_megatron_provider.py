@@ -477,3 +477,19 @@ def test_surplus_zero_builds_where_megatron_core_does(stores):
     assert ours[0].dataset.samples_per_dataset().tolist() == [2, 1, 7]  # the last sized 6 = ceil(8 * 5 / 7)
     assert_same_samples(ours, megatron_datasets(args, sizes))
     assert read_megatron_args(megatron_args(data_path=items, mid_level_dataset_surplus=0)).surplus == 0.0
+
+
+@pytest.mark.parametrize("surplus", [-0.5, -1, -2.5])
+def test_negative_surplus_builds_as_megatron_core_builds(stores, surplus):
+    """megatron-core takes any finite surplus: each store sized ceil(ceil(size * w) * (1 + surplus)), a size
+    <= 0 one epoch; every store here holds more than the blend takes, so it builds, and so does the provider."""
+    args = megatron_args(data_path=["1", stores[0], "1", stores[1], "5", stores[2]], split="1,0,0")
+    args.mid_level_dataset_surplus = surplus
+    sizes = (40, 0, 0)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+@pytest.mark.parametrize("surplus", [float("nan"), float("inf"), "0.005", True])
+def test_a_surplus_megatron_core_cannot_use_is_refused_naming_the_flag(surplus):
+    with pytest.raises(ConfigError, match="--mid-level-dataset-surplus="):
+        datasets_provider(megatron_args(data_path=["x"], mid_level_dataset_surplus=surplus), tokenizer=TOKENIZER)

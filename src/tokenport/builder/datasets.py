@@ -82,8 +82,11 @@ def build_datasets(
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
     spec = _as_spec(spec)
     sizes = _check_sizes(sizes)
-    if not 0.0 <= surplus < 1e6 or not math.isfinite(surplus):
-        raise ConfigError(f"surplus={surplus!r} is invalid: pass a non-negative fraction such as Megatron's 0.005")
+    if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not -1e6 < surplus < 1e6:
+        raise ConfigError(
+            f"surplus={surplus!r} is invalid: pass a finite fraction such as Megatron's 0.005 (megatron-core "
+            "takes any: below 0 a store is sized below its share of the blend but still holds whole epochs)"
+        )
     if isinstance(cache, (str, os.PathLike)):
         cache = IndexCache(cache)
     workers = check_int("workers", workers, 1, what="worker processes")
@@ -376,7 +379,8 @@ class _Builder:
     ) -> BlendedDataset:
         """Children and blend sized exactly as megatron-core sizes them, so every index matches."""
         targets = [int(math.ceil(size * w)) for w in weights]
-        built = [int(math.ceil(t * (1 + self.surplus))) for t in targets]
+        # a size <= 0 (a surplus <= -1) gets one epoch from megatron-core, as 1 does (an epoch holds a sample)
+        built = [max(1, int(math.ceil(t * (1 + self.surplus)))) for t in targets]
         # Megatron's BlendedDataset normalizes the (already normalized) weights once more, as
         # build_blending_indices does: given them, its greedy compares the very floats Megatron's does
         recipe = {"weights": list(weights), "size": sum(targets), "algorithm": "megatron"}

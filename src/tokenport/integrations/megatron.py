@@ -18,7 +18,6 @@ hands those zeros to every later sample; here each sample masks only its own pad
 from __future__ import annotations
 
 import logging
-import math
 import operator
 import os
 import sys
@@ -136,8 +135,11 @@ def read_megatron_args(args: Any) -> MegatronDataArgs:
     if seq_length is None:
         raise ConfigError("--seq-length is not set: give the sequence length of the samples")
     surplus = getattr(args, "mid_level_dataset_surplus", 0.005)
-    if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not math.isfinite(surplus) or surplus < 0:
-        raise ConfigError(f"--mid-level-dataset-surplus={surplus!r} is invalid: give a fraction >= 0 such as 0.005")
+    if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not -1e6 < surplus < 1e6:
+        raise ConfigError(
+            f"--mid-level-dataset-surplus={surplus!r} is invalid: give a finite fraction such as 0.005 "
+            "(megatron-core fails on NaN and infinity too)"
+        )
     cache_dir = getattr(args, "data_cache_path", None)
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise ConfigError(f"--data-cache-path: args.data_cache_path={cache_dir!r} is invalid: expected a directory")
