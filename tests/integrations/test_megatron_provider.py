@@ -382,6 +382,34 @@ def test_what_megatron_core_cannot_parse_is_a_config_error_naming_the_item(items
         datasets_provider(megatron_args(data_path=items), tokenizer=TOKENIZER)
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"data_path": ["0", "STORE0", "1", "STORE1"], "split": "1,0,0"},
+        {"train_data_path": [1, "STORE0", 0, "STORE1", 2, "STORE2"]},
+    ],
+)
+def test_a_zero_weight_in_a_blend_is_refused_as_megatron_core_refuses_it(stores, flags):
+    flags = {
+        k: [stores[int(x[-1])] if str(x).startswith("STORE") else x for x in v] if k != "split" else v
+        for k, v in flags.items()
+    }
+    args = megatron_args(**flags)
+    sizes = (40, 0, 0)
+    with pytest.raises(AssertionError):
+        megatron_datasets(args, sizes)
+    with pytest.raises(ConfigError, match="blend weighs .* 0: megatron-core refuses a zero weight"):
+        datasets_provider(args, tokenizer=TOKENIZER)
+    ours = datasets_provider(args, algorithm="tijdeman", tokenizer=TOKENIZER)(sizes)  # tokenport drops the store
+    assert len(ours[0]) == 40
+
+
+def test_one_weighted_store_is_a_blend_of_one_as_in_megatron_core(stores):
+    args = megatron_args(data_path=["3", stores[1]], split="90,8,2")
+    sizes = (50, 5, 2)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
 def test_bool_weights_are_refused_though_megatron_core_reads_true_as_one():
     assert get_blend_from_list([True, "x"]) == (["x"], [1.0])
     with pytest.raises(ConfigError, match=r"items\[0\] = True: a weight must be a number"):

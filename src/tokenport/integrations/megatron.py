@@ -429,8 +429,8 @@ def datasets_provider(
             f"is_built_on_rank={is_built_on_rank!r} is invalid: pass a function of vp_stage "
             "(pretrain_gpt's is_dataset_built_on_rank) or None"
         )
-    if args is not None:
-        read_megatron_args(args)  # refuse bad flags now, not at the first training step
+    if args is not None:  # refuse bad flags now, not at the first training step
+        _check_algorithm_takes(read_megatron_args(args), algorithm)
 
     def train_valid_test_datasets_provider(
         train_val_test_num_samples: Sequence[int | None], vp_stage: int | None = None
@@ -448,6 +448,7 @@ def datasets_provider(
                 "(train, valid, test) sample counts Megatron-LM passes"
             )
         data = read_megatron_args(args if args is not None else _megatron_get_args())
+        _check_algorithm_takes(data, algorithm)
         chosen = tokenizer if tokenizer is not None else _megatron_tokenizer()
         eod_id, pad_id = token_ids(chosen, data.allow_ambiguous_pad_tokens)
         config = GPTSampleConfig(
@@ -477,6 +478,24 @@ def datasets_provider(
 
     train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]
     return train_valid_test_datasets_provider
+
+
+def _check_algorithm_takes(data: MegatronDataArgs, algorithm: str) -> None:
+    """With ``algorithm="megatron"``, refuse a zero weight in a blend of several stores, as megatron-core's
+    BlendedDataset does (it asserts every weight > 0); tokenport's own algorithm drops such a store."""
+    if algorithm != "megatron":
+        return
+    spec = data.spec
+    for which, blend in zip(("shared", "train", "valid", "test"), (spec.blend, *(spec.per_split or (None,) * 3))):
+        if blend is None or blend.weights is None or len(blend.prefixes) == 1:
+            continue
+        for prefix, weight in zip(blend.prefixes, blend.weights):
+            if weight == 0:
+                raise ConfigError(
+                    f"the {which} blend weighs {prefix} 0: megatron-core refuses a zero weight in a blend (its "
+                    "BlendedDataset asserts every weight > 0); drop the store, or pass algorithm='tijdeman', "
+                    "which drops it"
+                )
 
 
 def _built_on_rank(vp_stage: int | None) -> bool:
