@@ -521,3 +521,17 @@ def test_negative_surplus_builds_as_megatron_core_builds(stores, surplus):
 def test_a_surplus_megatron_core_cannot_use_is_refused_naming_the_flag(surplus):
     with pytest.raises(ConfigError, match="--mid-level-dataset-surplus="):
         datasets_provider(megatron_args(data_path=["x"], mid_level_dataset_surplus=surplus), tokenizer=TOKENIZER)
+
+
+def test_a_size_weighted_blend_with_an_empty_store_is_refused_as_megatron_core_refuses_it(stores, tmp_path):
+    """Blended by size, a store whose split holds no sample weighs 0: megatron-core's BlendedDataset asserts."""
+    tiny = str(tmp_path / "tiny")
+    with tp.IndexedDatasetWriter(tiny, dtype=np.uint16) as writer:
+        for _ in range(4):
+            writer.add_document(np.array([5, 6, EOD]))  # 12 tokens: no sample of 32
+    args = megatron_args(data_path=[stores[0], tiny], split="1,0,0")
+    sizes = (50, 0, 0)
+    with pytest.raises(AssertionError):
+        megatron_datasets(args, sizes)
+    with pytest.raises(ConfigError, match=r"tiny: its train split holds 12 tokens, less than one sample of 32"):
+        datasets_provider(args, tokenizer=TOKENIZER)(sizes)
