@@ -18,7 +18,8 @@ itself. Duplicate prefixes: a `Blend` allows them (as Megatron does); `load_blen
 store reached twice, naming both entries. Deliberate differences from Megatron: weights must be
 finite, >= 0 and not all zero, and a ``--data-path`` list mixing numbers and non-numbers at weight
 positions is an error (Megatron silently reads such a list as prefixes only, or fails an assert,
-depending on the order).
+depending on the order), as is a bool weight (Megatron reads True as 1). Weights may be numbers or
+strings, as in Megatron.
 """
 
 from __future__ import annotations
