@@ -259,3 +259,13 @@ def _assert_same_head(mine: MegatronSamples, peer, count: int = 300) -> None:
             assert list(a) == list(b), i
             for key, value in b.items():
                 assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(value)), (i, key)
+
+
+def test_weights_without_sizes_are_refused_as_megatron_core_refuses_them(ten_stores):
+    """test_builder's first build: a weighted blend asked for no size (None) fails megatron-core's assert."""
+    args = megatron_args(seq_length=10, train_data_path=_weighted(ten_stores["train"]))
+    sizes = (None, None, None)
+    with pytest.raises(AssertionError):
+        megatron_datasets(args, sizes)
+    with pytest.raises(tp.ConfigError, match="the train blend has weights but no size"):
+        datasets_provider(args, tokenizer=TOKENIZER)(sizes)
