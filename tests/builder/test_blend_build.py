@@ -174,16 +174,27 @@ def test_indices_come_from_the_cache_the_second_time(stores, tmp_path):
     assert np.array_equal(first[0].dataset_index, again[0].dataset_index)
 
 
-def test_megatron_shortfall_is_a_clear_error(stores):
-    # Megatron's greedy takes 93 samples from the last dataset here, where ceil(191 * w) = 92:
-    # with no surplus Megatron would read past that dataset's end; the default surplus covers it
+def test_megatron_surplus_zero_builds_and_a_real_shortfall_is_refused_as_megatron_core_refuses(stores, tmp_path):
+    # Megatron's greedy takes 93 samples from the last dataset here, where ceil(191 * w) = 92: with no surplus
+    # that dataset is sized 92, but it holds whole epochs (more than 93), so megatron-core builds, and so do we
     weights = (5.633153061270206e-05, 0.38872080797224656, 0.1343541634995919, 0.47686869699754886)
     blend = Blend(tuple(stores[:4]), weights)
-    with pytest.raises(tp.ConfigError, match=r"store3: the Megatron blend takes 93 samples .* surplus"):
-        build_datasets(blend, sizes=(191, 0, 0), config=CONFIG, seed=1, split="1", algorithm="megatron", surplus=0.0)
-    train, _, _ = build_datasets(blend, sizes=(191, 0, 0), config=CONFIG, seed=1, split="1", algorithm="megatron")
+    kwargs = dict(sizes=(191, 0, 0), config=CONFIG, seed=1, split="1", algorithm="megatron")
+    train, _, _ = build_datasets(blend, **kwargs, surplus=0.0)
     assert len(train) == 1 + 75 + 26 + 92  # Megatron blends sum(ceil(size * w)) samples, not size
     assert train.samples_per_dataset()[3] == 93 and len(train.datasets[3]) >= 93
+    theirs = _megatron(blend=(list(blend.prefixes), list(weights)), split="1,0,0", sizes=(191, 0, 0), seed=1, surplus=0)
+    assert np.array_equal(train.dataset_index, theirs[0].dataset_index)
+    # a store of one sample per epoch holds exactly the 92 it is sized for: megatron-core's IndexError, our ConfigError
+    tiny = str(tmp_path / "tiny")
+    with tp.IndexedDatasetWriter(tiny, dtype=np.uint16) as writer:
+        writer.add_document(np.array([5] * SEQ + [EOD]))
+    short = Blend((*stores[:3], tiny), weights)
+    with pytest.raises(tp.ConfigError, match=r"tiny: the Megatron blend takes 93 samples .* holds 92.* surplus"):
+        build_datasets(short, **kwargs, surplus=0.0)
+    with pytest.raises(IndexError, match="oversamples"):
+        _megatron(blend=(list(short.prefixes), list(weights)), split="1,0,0", sizes=(191, 0, 0), seed=1, surplus=0)
+    assert len(build_datasets(short, **kwargs)[0].datasets[3]) >= 93  # the default surplus covers it
 
 
 @pytest.mark.parametrize(
@@ -191,7 +202,10 @@ def test_megatron_shortfall_is_a_clear_error(stores):
     [
         (dict(sizes=(10, 0)), "sizes"),
         (dict(sizes=(-1, 0, 0)), "sizes"),
-        (dict(sizes=(10, 0, 0), surplus=-0.1), "surplus"),
+        (dict(sizes=(10, 0, 0), surplus=float("nan")), "surplus"),
+        (dict(sizes=(10, 0, 0), surplus=float("-inf")), "surplus"),
+        (dict(sizes=(10, 0, 0), surplus="0.005"), "surplus"),  # a bare TypeError before
+        (dict(sizes=(10, 0, 0), surplus=None), "surplus"),
         (dict(sizes=(None, 0, 0)), "size"),
     ],
 )

@@ -505,3 +505,57 @@ schedule:
     per_split = "train: [{path: data/wiki, weight: 1}]\nschedule: [{at: 0, weights: [1]}]\n"
     with pytest.raises(ConfigError, match="'schedule' goes with a shared 'blend'"):
         load_blend_spec(_spec(tmp_path, per_split))
+
+
+def _megatron_reads(items):
+    """get_blend_from_list's (prefixes, weights), or None where it raises or reads no usable blend."""
+    try:
+        prefixes, weights = get_blend_from_list(items)
+    except Exception:
+        return None
+    if weights is not None and not all(math.isfinite(w) and w >= 0 for w in weights):
+        return None
+    return prefixes, weights
+
+
+def test_mutated_per_split_json_is_refused_or_read_as_megatron_reads_it(tmp_path):
+    """The per-split JSON with numeric weights, mutated: a ConfigError, or each split's blend exactly what
+    megatron-core's get_blend_from_list reads from it (never another exception, never other data)."""
+    from tests._support.mutate import mutations
+
+    document = json.dumps({"train": [30, "a", 70.5, "b"], "valid": "1 c 2 d", "test": ["e"]})
+    path = tmp_path / "splits.json"
+    for label, data in mutations(document):
+        path.write_bytes(data)
+        try:
+            spec = blend_per_split_from_json(path)
+        except tp.TokenportError:
+            continue
+        parsed = json.loads(data)
+        for name, blend in zip(("train", "valid", "test"), spec.per_split):
+            value = parsed.get(name)
+            if value is None:
+                assert blend is None, label
+                continue
+            expected = _megatron_reads(value.split() if isinstance(value, str) else value)
+            assert expected is not None and blend.as_megatron() == (expected[0], expected[1]), label
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_data_path_lists_are_refused_or_read_as_megatron_reads_them(seed):
+    """Random ``--data-path`` lists of numbers, numeric strings, names and odd items: a ConfigError, or
+    exactly megatron-core's reading (bools refused though it reads them as 1)."""
+    rng = random.Random(seed)
+    pool = [7, 0.25, "12", " 3.5 ", "1e2", "x", "path/a", " path/b ", None, True, -2, float("nan"), np.int64(4)]
+    read = 0
+    for _ in range(400):
+        items = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
+        try:
+            blend = blend_from_list(items)
+        except ConfigError:
+            continue
+        expected = _megatron_reads(items)
+        assert expected is not None, items
+        assert blend.as_megatron() == expected, items
+        read += 1
+    assert read >= 20  # enough lists are valid for the comparison to mean something

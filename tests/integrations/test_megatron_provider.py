@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -15,19 +14,23 @@ import pytest
 
 import tokenport as tp
 from tokenport.builder.datasets import build_datasets
-from tokenport.errors import ConfigError
-from tokenport.integrations.megatron import MegatronSamples, datasets_provider, read_megatron_args, token_ids
+from tokenport.errors import ConfigError, SampleIdError
+from tokenport.integrations.megatron import datasets_provider, read_megatron_args, token_ids
 
 torch = pytest.importorskip("torch")
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    gpt_dataset = pytest.importorskip("megatron.core.datasets.gpt_dataset")
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-    from megatron.core.datasets.utils import get_blend_from_list
+pytest.importorskip("megatron.core.datasets.gpt_dataset")
 
-EOD = 2
-SEQ = 32
-TOKENIZER = types.SimpleNamespace(eod=EOD, vocab_size=None, unique_identifiers={"test": "provider"})
+from tests.integrations.megatron_support import (  # noqa: E402  (after the skips: it imports megatron-core)
+    EOD,
+    SEQ,
+    TOKENIZER,
+    LegacyNullTokenizer,
+    assert_same_samples,
+    get_blend_from_list,
+    megatron_args,
+    megatron_datasets,
+    new_null_tokenizer,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,96 +53,6 @@ def stores(tmp_path_factory) -> list[str]:
                 writer.add_document(tokens)
         prefixes.append(prefix)
     return prefixes
-
-
-def megatron_args(**flags) -> argparse.Namespace:
-    """Megatron-LM's data arguments with its defaults, as parse_and_validate_args leaves them."""
-    defaults = dict(
-        data_path=None,
-        data_args_path=None,
-        train_data_path=None,
-        valid_data_path=None,
-        test_data_path=None,
-        per_split_data_args_path=None,
-        split=None,
-        seq_length=SEQ,
-        seed=1234,
-        data_cache_path=None,
-        mmap_bin_files=True,
-        mock_data=False,
-        reset_position_ids=False,
-        reset_attention_mask=False,
-        eod_mask_loss=False,
-        create_attention_mask_in_dataloader=True,
-        num_dataset_builder_threads=1,
-        mid_level_dataset_surplus=0.005,
-        allow_ambiguous_pad_tokens=False,
-    )
-    defaults.update(flags)
-    if defaults["data_path"] is not None and defaults["split"] is None:
-        defaults["split"] = "969, 30, 1"  # validate_args' legacy default
-    return argparse.Namespace(**defaults)
-
-
-def megatron_datasets(args, sizes, tokenizer=TOKENIZER):
-    """megatron-core's datasets as pretrain_gpt.py builds them (core_gpt_dataset_config_from_args, then the builder)."""
-    blend, blend_per_split = None, None
-    if args.data_path is not None or args.data_args_path is not None:
-        if args.data_args_path is not None:
-            with open(args.data_args_path) as f:
-                blend = get_blend_from_list(f.read().split())
-        else:
-            blend = get_blend_from_list(args.data_path)
-    elif args.per_split_data_args_path is not None:
-        with open(args.per_split_data_args_path) as f:
-            per_split = json.load(f)
-        split_strings = {k: v.split() if isinstance(v, str) else v for k, v in per_split.items()}  # as Megatron does
-        blend_per_split = [get_blend_from_list(split_strings[which]) for which in ("train", "valid", "test")]
-    else:
-        blend_per_split = [
-            get_blend_from_list(p) for p in (args.train_data_path, args.valid_data_path, args.test_data_path)
-        ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.getLogger("megatron").setLevel(logging.ERROR)
-        config = gpt_dataset.GPTDatasetConfig(
-            random_seed=args.seed,
-            sequence_length=args.seq_length,
-            blend=blend,
-            blend_per_split=blend_per_split,
-            split=args.split,
-            num_dataset_builder_threads=args.num_dataset_builder_threads,
-            path_to_cache=args.data_cache_path,
-            mmap_bin_files=args.mmap_bin_files,
-            tokenizer=tokenizer,
-            reset_position_ids=args.reset_position_ids,
-            reset_attention_mask=args.reset_attention_mask,
-            eod_mask_loss=args.eod_mask_loss,
-            create_attention_mask=args.create_attention_mask_in_dataloader,
-            mid_level_dataset_surplus=args.mid_level_dataset_surplus,
-            allow_ambiguous_pad_tokens=args.allow_ambiguous_pad_tokens,
-        )
-        return BlendedMegatronDatasetBuilder(gpt_dataset.GPTDataset, list(sizes), lambda: True, config).build()
-
-
-def assert_same_samples(ours, theirs) -> None:
-    """Every split: both None, or the same length and every sample with the same keys, dtypes and values."""
-    for which, mine, peer in zip(("train", "valid", "test"), ours, theirs):
-        if peer is None:
-            assert mine is None, which
-            continue
-        assert isinstance(mine, MegatronSamples) and len(mine) == len(peer), which
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for i in range(len(peer)):
-                a, b = mine[i], peer[i]
-                assert list(a) == list(b), (which, i)
-                for key, value in b.items():
-                    if isinstance(value, torch.Tensor):
-                        assert a[key].dtype == value.dtype and a[key].shape == value.shape, (which, i, key)
-                        assert torch.equal(a[key], value), (which, i, key)
-                    else:
-                        assert np.asarray(a[key]).dtype == np.asarray(value).dtype and a[key] == value, (which, i, key)
 
 
 def test_single_store_every_sample_equals_megatron_cores(stores):
@@ -410,9 +323,215 @@ def test_megatron_cores_null_tokenizer_and_numpy_ids_still_read():
     assert token_ids(types.SimpleNamespace(eod=np.int64(EOD), pad=np.int32(-1))) == (EOD, None)
 
 
+@pytest.mark.parametrize("kind", ["legacy", "new", "library"])
+def test_megatrons_null_tokenizers_build_through_the_provider_as_through_megatron_core(tmp_path, kind):
+    """Megatron's Null tokenizers (legacy megatron.training one, megatron-core's new MegatronTokenizer and its
+    library class): eod = vocab size, no pad, and an eos that raises (NotImplementedError in the legacy one,
+    AttributeError in the new): megatron-core skips it, so does the provider, and the samples are the same."""
+    tokenizer = {"legacy": LegacyNullTokenizer, "new": new_null_tokenizer, "library": _library_null}[kind](300)
+    with pytest.raises((NotImplementedError, AttributeError)):
+        _ = tokenizer.eos
+    prefix = str(tmp_path / "null")
+    rng = np.random.default_rng(4)
+    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+        for _ in range(120):
+            writer.add_document(rng.integers(0, 301, int(rng.integers(5, 60))))  # 300, the EOD, now and then
+    assert token_ids(tokenizer) == (300, None)
+    args = megatron_args(data_path=[prefix], split="90,8,2", eod_mask_loss=True, reset_position_ids=True)
+    sizes = (100, 10, 4)
+    assert_same_samples(datasets_provider(args, tokenizer=tokenizer)(sizes), megatron_datasets(args, sizes, tokenizer))
+
+
+def _library_null(vocab_size: int):
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    return NullTokenizer(vocab_size)
+
+
+def test_numeric_weights_are_read_as_megatron_core_reads_them(stores, tmp_path):
+    """ints, floats and numpy numbers at weight positions (megatron's own test passes random ints), shared or
+    per split or in the per-split JSON file: the same blend as the strings megatron's command line gives."""
+    sizes = (200, 20, 6)
+    as_strings = megatron_args(data_path=["30", stores[0], "70", stores[1]], split="80,15,5")
+    expected = megatron_datasets(as_strings, sizes)
+    for items in ([30, stores[0], 70, stores[1]], [30.0, stores[0], np.int64(70), stores[1]]):
+        args = megatron_args(data_path=items, split="80,15,5")
+        assert read_megatron_args(args).spec == read_megatron_args(as_strings).spec
+        assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), expected)
+    args = megatron_args(train_data_path=[40, stores[0], 60.5, stores[1]], valid_data_path=[3, stores[2]])
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+    path = tmp_path / "per_split.json"
+    path.write_text(json.dumps({"train": [1, stores[1], 2.5, stores[2]], "valid": [stores[0]], "test": [stores[2]]}))
+    args = megatron_args(per_split_data_args_path=str(path))
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        ([30, 5], r"--data-path: items\[1\] = 5: a prefix must be a string"),  # megatron: int has no .strip
+        ([5], r"--data-path: items\[0\] = 5: a prefix must be a string"),
+        ([None, "x"], r"--data-path: items\[0\] = None: a weight must be a number"),  # megatron: float(None)
+        ([[1], "x"], r"--data-path: items\[0\] = \[1\]: a weight must be a number"),
+    ],
+)
+def test_what_megatron_core_cannot_parse_is_a_config_error_naming_the_item(items, message):
+    with pytest.raises((AttributeError, TypeError)):
+        get_blend_from_list(items)
+    with pytest.raises(ConfigError, match=message):
+        datasets_provider(megatron_args(data_path=items), tokenizer=TOKENIZER)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"data_path": ["0", "STORE0", "1", "STORE1"], "split": "1,0,0"},
+        {"train_data_path": [1, "STORE0", 0, "STORE1", 2, "STORE2"]},
+    ],
+)
+def test_a_zero_weight_in_a_blend_is_refused_as_megatron_core_refuses_it(stores, flags):
+    flags = {
+        k: [stores[int(x[-1])] if str(x).startswith("STORE") else x for x in v] if k != "split" else v
+        for k, v in flags.items()
+    }
+    args = megatron_args(**flags)
+    sizes = (40, 0, 0)
+    with pytest.raises(AssertionError):
+        megatron_datasets(args, sizes)
+    with pytest.raises(ConfigError, match="blend weighs .* 0: megatron-core refuses a zero weight"):
+        datasets_provider(args, tokenizer=TOKENIZER)
+    ours = datasets_provider(args, algorithm="tijdeman", tokenizer=TOKENIZER)(sizes)  # tokenport drops the store
+    assert len(ours[0]) == 40
+
+
+def test_one_weighted_store_is_a_blend_of_one_as_in_megatron_core(stores):
+    args = megatron_args(data_path=["3", stores[1]], split="90,8,2")
+    sizes = (50, 5, 2)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+def test_bool_weights_are_refused_though_megatron_core_reads_true_as_one():
+    assert get_blend_from_list([True, "x"]) == (["x"], [1.0])
+    with pytest.raises(ConfigError, match=r"items\[0\] = True: a weight must be a number"):
+        datasets_provider(megatron_args(data_path=[True, "x"]), tokenizer=TOKENIZER)
+
+
+def test_negative_sample_ids_count_from_the_end_as_in_megatron_core(stores):
+    args = megatron_args(data_path=["1", stores[0], "2", stores[1]], split="90,8,2")
+    sizes = (60, 6, 2)
+    ours, theirs = datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes)
+    for mine, peer in zip(ours, theirs):
+        n = len(peer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for idx in (-1, -2, -n, n - 1):
+                a, b = mine[idx], peer[idx]
+                assert a["dataset_id"] == b["dataset_id"] and torch.equal(a["tokens"], b["tokens"]), idx
+        assert torch.equal(mine[-n]["labels"], mine[0]["labels"])
+        for idx in (n, -n - 1):
+            with pytest.raises(IndexError):
+                peer[idx]
+            with pytest.raises(SampleIdError, match=rf"sample id {idx} is outside \[-{n}, {n}\)"):
+                mine[idx]
+    for bad in (1.0, "0", True):
+        with pytest.raises(SampleIdError, match="is not an integer"):
+            ours[0][bad]
+
+
 def test_wrong_typed_provider_arguments_are_refused(stores):
     with pytest.raises(ConfigError, match="is_built_on_rank=3 is invalid"):
         datasets_provider(megatron_args(data_path=[stores[0]]), tokenizer=TOKENIZER, is_built_on_rank=3)
     provider = datasets_provider(megatron_args(data_path=[stores[0]]), tokenizer=TOKENIZER)
     with pytest.raises(ConfigError, match="train_val_test_num_samples=10 is invalid"):
         provider(10)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> list[str]:
+    """Twenty small stores for random blends (20..40 documents of 4..40 tokens ending in EOD)."""
+    directory = tmp_path_factory.mktemp("megatron_pool")
+    rng = np.random.default_rng(11)
+    prefixes = []
+    for k in range(20):
+        prefix = str(directory / f"pool{k}")
+        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+            for _ in range(int(rng.integers(20, 40))):
+                tokens = rng.integers(3, 200, int(rng.integers(4, 40)))
+                tokens[-1] = EOD
+                writer.add_document(tokens)
+        prefixes.append(prefix)
+    return prefixes
+
+
+def near_tie_weights(rng: np.random.Generator) -> list[float]:
+    """3..20 weights, most a few ulps apart around a common value (some doubled): after normalization they
+    differ in their last bits, where one normalization more or less flips megatron-core's greedy choices."""
+    count = int(rng.integers(3, 21))
+    weights = np.full(count, rng.choice([0.1, 1 / 3, 0.7, 3.0, 10.0, 1e-3, 7 / 9]))
+    for i in range(count):
+        for _ in range(int(rng.integers(0, 3))):
+            weights[i] = np.nextafter(weights[i], np.inf if rng.random() < 0.5 else -np.inf)
+    if rng.random() < 0.5:
+        weights[rng.integers(0, count, size=int(rng.integers(1, count)))] *= 2
+    return weights.tolist()
+
+
+@pytest.mark.parametrize("case", range(50))
+def test_near_tie_random_blends_equal_megatron_core_sample_for_sample(pool, case):
+    """megatron-core normalizes blend weights twice (its builder, then BlendedDataset) and its C++ greedy
+    compares those floats: the provider's indices and samples are its own, blend order included."""
+    rng = np.random.default_rng(case)
+    weights = near_tie_weights(rng)
+    chosen = rng.choice(len(pool), size=len(weights), replace=False)
+    # weights as megatron's test gives them (numbers) or as its command line does (strings, repr is exact)
+    items = [x for w, d in zip(weights, chosen) for x in ((w if case % 2 else repr(w)), pool[d])]
+    args = megatron_args(data_path=items, split="1,0,0", seq_length=8, seed=case, mid_level_dataset_surplus=0)
+    sizes = (int(rng.integers(200, 400)), 0, 0)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    theirs = megatron_datasets(args, sizes)
+    mine, peer = ours[0].dataset, theirs[0]
+    np.testing.assert_array_equal(mine.dataset_index, peer.dataset_index)
+    np.testing.assert_array_equal(mine.dataset_sample_index, peer.dataset_sample_index)
+    assert_same_samples(ours, theirs)
+
+
+def test_surplus_zero_builds_where_megatron_core_does(stores):
+    """With no surplus megatron-core's greedy takes 7 samples from a store sized for 6 (its target); the store's
+    dataset holds a whole epoch, so megatron-core builds, and so does the provider, sample for sample."""
+    items = ["1", stores[0], "1", stores[1], "5", stores[2]]
+    args = megatron_args(data_path=items, split="1,0,0", mid_level_dataset_surplus=0)
+    sizes = (8, 0, 0)
+    ours = datasets_provider(args, tokenizer=TOKENIZER)(sizes)
+    assert ours[0].dataset.samples_per_dataset().tolist() == [2, 1, 7]  # the last sized 6 = ceil(8 * 5 / 7)
+    assert_same_samples(ours, megatron_datasets(args, sizes))
+    assert read_megatron_args(megatron_args(data_path=items, mid_level_dataset_surplus=0)).surplus == 0.0
+
+
+@pytest.mark.parametrize("surplus", [-0.5, -1, -2.5])
+def test_negative_surplus_builds_as_megatron_core_builds(stores, surplus):
+    """megatron-core takes any finite surplus: each store sized ceil(ceil(size * w) * (1 + surplus)), a size
+    <= 0 one epoch; every store here holds more than the blend takes, so it builds, and so does the provider."""
+    args = megatron_args(data_path=["1", stores[0], "1", stores[1], "5", stores[2]], split="1,0,0")
+    args.mid_level_dataset_surplus = surplus
+    sizes = (40, 0, 0)
+    assert_same_samples(datasets_provider(args, tokenizer=TOKENIZER)(sizes), megatron_datasets(args, sizes))
+
+
+@pytest.mark.parametrize("surplus", [float("nan"), float("inf"), "0.005", True])
+def test_a_surplus_megatron_core_cannot_use_is_refused_naming_the_flag(surplus):
+    with pytest.raises(ConfigError, match="--mid-level-dataset-surplus="):
+        datasets_provider(megatron_args(data_path=["x"], mid_level_dataset_surplus=surplus), tokenizer=TOKENIZER)
+
+
+def test_a_size_weighted_blend_with_an_empty_store_is_refused_as_megatron_core_refuses_it(stores, tmp_path):
+    """Blended by size, a store whose split holds no sample weighs 0: megatron-core's BlendedDataset asserts."""
+    tiny = str(tmp_path / "tiny")
+    with tp.IndexedDatasetWriter(tiny, dtype=np.uint16) as writer:
+        for _ in range(4):
+            writer.add_document(np.array([5, 6, EOD]))  # 12 tokens: no sample of 32
+    args = megatron_args(data_path=[stores[0], tiny], split="1,0,0")
+    sizes = (50, 0, 0)
+    with pytest.raises(AssertionError):
+        megatron_datasets(args, sizes)
+    with pytest.raises(ConfigError, match=r"tiny: its train split holds 12 tokens, less than one sample of 32"):
+        datasets_provider(args, tokenizer=TOKENIZER)(sizes)

@@ -82,8 +82,11 @@ def build_datasets(
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
     spec = _as_spec(spec)
     sizes = _check_sizes(sizes)
-    if not 0.0 <= surplus < 1e6 or not math.isfinite(surplus):
-        raise ConfigError(f"surplus={surplus!r} is invalid: pass a non-negative fraction such as Megatron's 0.005")
+    if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not -1e6 < surplus < 1e6:
+        raise ConfigError(
+            f"surplus={surplus!r} is invalid: pass a finite fraction such as Megatron's 0.005 (megatron-core "
+            "takes any: below 0 a store is sized below its share of the blend but still holds whole epochs)"
+        )
     if isinstance(cache, (str, os.PathLike)):
         cache = IndexCache(cache)
     workers = check_int("workers", workers, 1, what="worker processes")
@@ -360,9 +363,9 @@ class _Builder:
         children = [self.child(p, split, which, None) for p in blend.prefixes]
         lengths = [len(child) for child in children]
         total = None if size is None else min(size, sum(lengths))
-        target = lengths if total is None else megatron_normalize(lengths)
-        dataset_index, sample_index = self.blending_indices(target, total, self.algorithm)
-        recipe = {"weights": list(target), "size": total, "algorithm": self.algorithm}
+        # the lengths as weights: build_blending_indices normalizes them once, as Megatron's BlendedDataset does
+        dataset_index, sample_index = self.blending_indices(lengths, total, self.algorithm)
+        recipe = {"weights": list(lengths), "size": total, "algorithm": self.algorithm}
         return BlendedDataset.from_indices(
             _aligned(children),
             dataset_index,
@@ -376,37 +379,45 @@ class _Builder:
     ) -> BlendedDataset:
         """Children and blend sized exactly as megatron-core sizes them, so every index matches."""
         targets = [int(math.ceil(size * w)) for w in weights]
-        built = [int(math.ceil(t * (1 + self.surplus))) for t in targets]
-        # Megatron's BlendedDataset normalizes the (already normalized) weights once more.
-        normalized = megatron_normalize(weights)
-        recipe = {"weights": normalized, "size": sum(targets), "algorithm": "megatron"}
+        # a size <= 0 (a surplus <= -1) gets one epoch from megatron-core, as 1 does (an epoch holds a sample)
+        built = [max(1, int(math.ceil(t * (1 + self.surplus)))) for t in targets]
+        # Megatron's BlendedDataset normalizes the (already normalized) weights once more, as
+        # build_blending_indices does: given them, its greedy compares the very floats Megatron's does
+        recipe = {"weights": list(weights), "size": sum(targets), "algorithm": "megatron"}
 
         def sizes_of(dataset_index: np.ndarray) -> list[int]:
-            taken = np.bincount(dataset_index, minlength=len(weights))
-            for d, (need, have) in enumerate(zip(taken.tolist(), built)):
-                if need > have:
-                    raise ConfigError(
-                        f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but Megatron sizes "
-                        f"it {have} (surplus {self.surplus}); raise surplus to at least "
-                        f"{need / max(targets[d], 1) - 1:.4f}, or use the default algorithm, which sizes every "
-                        "dataset exactly"
-                    )
             return built
 
         if self._one_entry():
             blend_build = functools.partial(
-                build_blending_indices, np.asarray(normalized), sum(targets), algorithm="megatron"
+                build_blending_indices, np.asarray(weights), sum(targets), algorithm="megatron"
             )
-            return self._gpt_blend(blend, split, which, recipe, blend_build, sizes_of, surplus=self.surplus)
-        dataset_index, sample_index = self.blending_indices(normalized, sum(targets), "megatron")
-        children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, sizes_of(dataset_index))]
-        return BlendedDataset.from_indices(
-            _aligned(children),
-            dataset_index,
-            sample_index,
-            recipe=recipe,
-            allow_mixed_tokenizers=self.allow_mixed_tokenizers,
-        )
+            blended = self._gpt_blend(blend, split, which, recipe, blend_build, sizes_of, surplus=self.surplus)
+        else:
+            dataset_index, sample_index = self.blending_indices(weights, sum(targets), "megatron")
+            children = [self.child(p, split, which, n) for p, n in zip(blend.prefixes, built)]
+            blended = BlendedDataset.from_indices(
+                _aligned(children),
+                dataset_index,
+                sample_index,
+                recipe=recipe,
+                allow_mixed_tokenizers=self.allow_mixed_tokenizers,
+            )
+        self._check_megatron_reach(blend, blended, targets)
+        return blended
+
+    def _check_megatron_reach(self, blend: Blend, blended: BlendedDataset, targets: list[int]) -> None:
+        """Refuse, as megatron-core's BlendedDataset does (its IndexError), a blend that takes more samples from
+        a child than the child holds; a child holds whole epochs, so it may serve more than it was sized for."""
+        taken = blended.samples_per_dataset().tolist()
+        for d, (need, child) in enumerate(zip(taken, blended.datasets)):
+            if need > len(child):
+                raise ConfigError(
+                    f"{blend.prefixes[d]}: the Megatron blend takes {need} samples from it but, sized as Megatron "
+                    f"sizes it (surplus {self.surplus}), it holds {len(child)}; megatron-core refuses this blend "
+                    f"too: raise surplus to at least {need / max(targets[d], 1) - 1:.4f}, or use the default "
+                    "algorithm, which sizes every dataset exactly"
+                )
 
     def child(self, prefix: str, split: str, which: str, num_samples: int | None) -> GPTDataset | SFTDataset:
         """The ``which`` split (of nonzero weight) of one store with ``num_samples`` samples (None: one epoch)."""

@@ -18,7 +18,8 @@ itself. Duplicate prefixes: a `Blend` allows them (as Megatron does); `load_blen
 store reached twice, naming both entries. Deliberate differences from Megatron: weights must be
 finite, >= 0 and not all zero, and a ``--data-path`` list mixing numbers and non-numbers at weight
 positions is an error (Megatron silently reads such a list as prefixes only, or fails an assert,
-depending on the order).
+depending on the order), as is a bool weight (Megatron reads True as 1). Weights may be numbers or
+strings, as in Megatron.
 """
 
 from __future__ import annotations
@@ -168,8 +169,9 @@ def _split_tuple(value: Any, where: str) -> tuple[Blend | None, Blend | None, Bl
 # -- Megatron's forms ----------------------------------------------------------------------------
 
 
-def blend_from_list(items: Sequence[str]) -> Blend:
-    """Megatron's ``--data-path`` list: prefixes, or "weight prefix" pairs (get_blend_from_list semantics)."""
+def blend_from_list(items: Sequence[Any]) -> Blend:
+    """Megatron's ``--data-path`` list: prefixes, or "weight prefix" pairs, weights as numbers or strings
+    (get_blend_from_list semantics)."""
     return _blend_from_items(items, "items")
 
 
@@ -207,7 +209,7 @@ def spec_from_arguments(items: Sequence[str]) -> BlendSpec:
     return BlendSpec(blend=blend_from_arguments(items))
 
 
-def _blend_from_items(items: Sequence[str], name: str) -> Blend:
+def _blend_from_items(items: Sequence[Any], name: str) -> Blend:
     """`blend_from_list` naming the list `name` (and its items `name[i]`) in its errors."""
     prefixes, weights = _parse_items(items, name)
     try:
@@ -216,18 +218,18 @@ def _blend_from_items(items: Sequence[str], name: str) -> Blend:
         raise ConfigError(f"{name}: {exc}") from None
 
 
-def _parse_items(items: Sequence[str], name: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
-    """Prefixes only (odd count, or no number at any weight position), else (weight, prefix) pairs."""
+def _parse_items(items: Sequence[Any], name: str) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    """Prefixes only (odd count, or no number at any weight position), else (weight, prefix) pairs.
+
+    As get_blend_from_list reads them: a weight is a number (int, float, numpy) or a string ``float``
+    parses; prefixes are strings, stripped. Refused, where Megatron fails on them later or not at all:
+    a prefix that is not a string, a weight that is neither, a bool, and numbers mixed with non-numbers.
+    """
     if not isinstance(items, (list, tuple)) or not items:
         raise ConfigError(f"{name}: expected a non-empty list of prefixes or 'weight prefix' pairs, got {items!r}")
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise ConfigError(f"{name}[{i}] = {item!r}: every item must be a string (a weight or a prefix)")
-    if len(items) % 2 == 1:
-        return tuple(item.strip() for item in items), None
-    weights = [_as_float(items[i]) for i in range(0, len(items), 2)]
-    if all(w is None for w in weights):
-        return tuple(item.strip() for item in items), None
+    weights = None if len(items) % 2 == 1 else [_as_weight(items[i], f"{name}[{i}]") for i in range(0, len(items), 2)]
+    if weights is None or all(w is None for w in weights):
+        return tuple(_as_prefix(item, f"{name}[{i}]") for i, item in enumerate(items)), None
     if any(w is None for w in weights):
         numbers = [f"{name}[{2 * i}]={items[2 * i]!r}" for i, w in enumerate(weights) if w is not None][:3]
         others = [f"{name}[{2 * i}]={items[2 * i]!r}" for i, w in enumerate(weights) if w is None][:3]
@@ -236,8 +238,26 @@ def _parse_items(items: Sequence[str], name: str) -> tuple[tuple[str, ...], tupl
             "write 'weight prefix' pairs throughout, or prefixes only (an odd count of prefixes, or names "
             "that are not numbers)"
         )
-    prefixes = tuple(items[i].strip() for i in range(1, len(items), 2))
-    return prefixes, tuple(float(items[i]) for i in range(0, len(items), 2))
+    prefixes = tuple(_as_prefix(items[i], f"{name}[{i}]") for i in range(1, len(items), 2))
+    return prefixes, tuple(w for w in weights if w is not None)
+
+
+def _as_weight(item: Any, where: str) -> float | None:
+    """A weight position's float (a number, or a string float parses), None for a string that is not one."""
+    if isinstance(item, str):
+        return _as_float(item)
+    if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, float, np.integer, np.floating)):
+        raise ConfigError(
+            f"{where} = {item!r}: a weight must be a number or a string holding one, and a prefix a string"
+        )
+    return float(item)
+
+
+def _as_prefix(item: Any, where: str) -> str:
+    """A prefix position's string, stripped (Megatron's ``.strip()``); ConfigError for anything else."""
+    if not isinstance(item, str):
+        raise ConfigError(f"{where} = {item!r}: a prefix must be a string (a store path or URL)")
+    return item.strip()
 
 
 def _as_float(text: str) -> float | None:

@@ -18,7 +18,6 @@ hands those zeros to every later sample; here each sample masks only its own pad
 from __future__ import annotations
 
 import logging
-import math
 import operator
 import os
 import sys
@@ -28,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_choice, check_int, check_seed, is_int
+from .._checks import check_choice, check_int, check_sample_id, check_seed, is_int
 from ..builder import Blend, BlendSpec, IndexCache, blend_from_args_file, blend_from_list, blend_per_split_from_json
 from ..builder.datasets import build_datasets
-from ..errors import ConfigError
+from ..errors import ConfigError, SampleIdError
 from ..indexed.same_tokenizer import check_same_tokenizer
 from ..samples.gpt import GPTSampleConfig
 
@@ -136,8 +135,11 @@ def read_megatron_args(args: Any) -> MegatronDataArgs:
     if seq_length is None:
         raise ConfigError("--seq-length is not set: give the sequence length of the samples")
     surplus = getattr(args, "mid_level_dataset_surplus", 0.005)
-    if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not math.isfinite(surplus) or surplus < 0:
-        raise ConfigError(f"--mid-level-dataset-surplus={surplus!r} is invalid: give a fraction >= 0 such as 0.005")
+    if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not -1e6 < surplus < 1e6:
+        raise ConfigError(
+            f"--mid-level-dataset-surplus={surplus!r} is invalid: give a finite fraction such as 0.005 "
+            "(megatron-core fails on NaN and infinity too)"
+        )
     cache_dir = getattr(args, "data_cache_path", None)
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise ConfigError(f"--data-cache-path: args.data_cache_path={cache_dir!r} is invalid: expected a directory")
@@ -284,12 +286,7 @@ def token_ids(tokenizer: Any, allow_ambiguous_pad_tokens: bool = False) -> tuple
         pad = None
     if pad is not None and not (is_int(pad) and pad < 0):  # a negative id is megatron's own "no pad"
         pad = _token_id("pad", pad)
-    try:
-        specials = [v for k, v in tokenizer.special_tokens_dict.items() if k != "pad_token"]
-    except (AttributeError, IndexError, ValueError):
-        specials = []
-    if not specials:
-        specials = [getattr(tokenizer, "eos", None), eod]
+    specials = _special_ids(tokenizer)
     if pad is not None and pad < 0:
         pad = None  # megatron's own "no pad" value
     if pad is not None and pad in specials:
@@ -301,6 +298,37 @@ def token_ids(tokenizer: Any, allow_ambiguous_pad_tokens: bool = False) -> tuple
                 "would be masked as padding; tokenport refuses that, drop the flag or fix the tokenizer's pad"
             )
     return int(eod), None if pad is None else int(pad)
+
+
+def _special_ids(tokenizer: Any) -> list[Any]:
+    """The ids a pad must not equal, read as MegatronDataset reads them: ``special_tokens_dict`` less its pad,
+    else ``eos`` and ``eod``, each skipped when it raises AttributeError or NotImplementedError (as
+    Megatron's Null tokenizers' ``eos`` does); ConfigError naming the attribute for any other failure."""
+    try:
+        specials = [v for k, v in tokenizer.special_tokens_dict.items() if k != "pad_token"]
+    except (AttributeError, IndexError, ValueError):
+        specials = []
+    except Exception as exc:
+        raise ConfigError(
+            f"tokenizer.special_tokens_dict: reading it raised {type(exc).__name__}: {exc}; pass Megatron's "
+            "tokenizer, whose special_tokens_dict maps token names to ids"
+        ) from None
+    return specials or _eos_eod(tokenizer)
+
+
+def _eos_eod(tokenizer: Any) -> list[Any]:
+    """``[tokenizer.eos, tokenizer.eod]``, without those that raise AttributeError or NotImplementedError."""
+    ids = []
+    for name in ("eos", "eod"):
+        try:
+            ids.append(getattr(tokenizer, name))
+        except (AttributeError, NotImplementedError):
+            continue
+        except Exception as exc:
+            raise ConfigError(
+                f"tokenizer.{name}: reading it raised {type(exc).__name__}: {exc}; pass Megatron's tokenizer"
+            ) from None
+    return ids
 
 
 def _token_id(name: str, value: Any) -> int:
@@ -319,7 +347,8 @@ class MegatronSamples:
     ``tokens``, ``labels`` and ``position_ids`` are int64, ``loss_mask`` float32 and
     ``attention_mask`` (only with ``create_attention_mask``) a (1, seq_length, seq_length) bool
     tensor, True where masked; a blend adds ``dataset_id`` as megatron-core's BlendedDataset
-    does. ``samples[None]`` is sample 0 with no loss (Megatron's batch-padding sample).
+    does. ``samples[None]`` is sample 0 with no loss (Megatron's batch-padding sample); ``samples[-1]`` is
+    the last, negative ids counting from the end as in megatron-core.
     ``dataset`` is the tokenport dataset, for its other fields (``cu_seqlens``) and samplers.
     """
 
@@ -335,7 +364,7 @@ class MegatronSamples:
     def __getitem__(self, idx: int | None) -> dict[str, Any]:
         import torch
 
-        sample = self.dataset[0 if idx is None else operator.index(idx)]
+        sample = self.dataset[0 if idx is None else _megatron_index(idx, len(self))]
         tokens = torch.from_numpy(np.asarray(sample["tokens"], dtype=np.int64))
         labels = torch.from_numpy(np.asarray(sample["labels"], dtype=np.int64))
         loss_mask = torch.from_numpy(np.asarray(sample["loss_mask"], dtype=np.float32))
@@ -350,6 +379,25 @@ class MegatronSamples:
             item["attention_mask"] = torch.from_numpy(np.asarray(sample["attention_mask"], dtype=bool))
         item["loss_mask"], item["position_ids"] = loss_mask, position_ids
         return item
+
+
+def _megatron_index(idx: Any, count: int) -> int:
+    """``idx`` as a sample id in [0, count), a negative one counted from the end as megatron-core's datasets
+    count it (``ds[-1]`` is the last); SampleIdError (an IndexError) outside [-count, count) or for a non-integer."""
+    index = idx if isinstance(idx, (bool, np.bool_)) else _as_index(idx)
+    if isinstance(index, int) and -count <= index < 0:
+        index += count
+    if isinstance(index, int) and not 0 <= index < count:
+        raise SampleIdError(f"sample id {index} is outside [-{count}, {count}): the dataset has {count} samples")
+    return check_sample_id(index, count)
+
+
+def _as_index(idx: Any) -> Any:
+    """``operator.index(idx)``, or ``idx`` itself when it is not an integer (check_sample_id refuses it)."""
+    try:
+        return operator.index(idx)
+    except TypeError:
+        return idx
 
 
 Provider = Callable[..., tuple[MegatronSamples | None, MegatronSamples | None, MegatronSamples | None]]
@@ -381,8 +429,8 @@ def datasets_provider(
             f"is_built_on_rank={is_built_on_rank!r} is invalid: pass a function of vp_stage "
             "(pretrain_gpt's is_dataset_built_on_rank) or None"
         )
-    if args is not None:
-        read_megatron_args(args)  # refuse bad flags now, not at the first training step
+    if args is not None:  # refuse bad flags now, not at the first training step
+        _check_algorithm_takes(read_megatron_args(args), algorithm)
 
     def train_valid_test_datasets_provider(
         train_val_test_num_samples: Sequence[int | None], vp_stage: int | None = None
@@ -400,6 +448,7 @@ def datasets_provider(
                 "(train, valid, test) sample counts Megatron-LM passes"
             )
         data = read_megatron_args(args if args is not None else _megatron_get_args())
+        _check_algorithm_takes(data, algorithm)
         chosen = tokenizer if tokenizer is not None else _megatron_tokenizer()
         eod_id, pad_id = token_ids(chosen, data.allow_ambiguous_pad_tokens)
         config = GPTSampleConfig(
@@ -429,6 +478,24 @@ def datasets_provider(
 
     train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]
     return train_valid_test_datasets_provider
+
+
+def _check_algorithm_takes(data: MegatronDataArgs, algorithm: str) -> None:
+    """With ``algorithm="megatron"``, refuse a zero weight in a blend of several stores, as megatron-core's
+    BlendedDataset does (it asserts every weight > 0); tokenport's own algorithm drops such a store."""
+    if algorithm != "megatron":
+        return
+    spec = data.spec
+    for which, blend in zip(("shared", "train", "valid", "test"), (spec.blend, *(spec.per_split or (None,) * 3))):
+        if blend is None or blend.weights is None or len(blend.prefixes) == 1:
+            continue
+        for prefix, weight in zip(blend.prefixes, blend.weights):
+            if weight == 0:
+                raise ConfigError(
+                    f"the {which} blend weighs {prefix} 0: megatron-core refuses a zero weight in a blend (its "
+                    "BlendedDataset asserts every weight > 0); drop the store, or pass algorithm='tijdeman', "
+                    "which drops it"
+                )
 
 
 def _built_on_rank(vp_stage: int | None) -> bool:
