@@ -115,6 +115,8 @@ __all__ = [
     "kv_clear",
     "kv_list",
     "kv_put",
+    "load_checkpoint",
+    "save_checkpoint",
 ]
 
 _MODES = ("fetch", "force_fetch", "insert")
@@ -395,6 +397,7 @@ class TransferQueueClient:
         self._partitions: dict[str, TQPartition] = {}
         self._resets = 0  # consumption resets so far (each names a fresh dock consumer)
         self._column_of: dict[tuple[str, tuple[Any, ...]], str] = {}  # (field, kind) -> its dock column
+        self.owns_dock = False  # whether the adapter made the dock (a load may then shut it down)
 
     # -- partitions ---------------------------------------------------------------------------------
 
@@ -1060,11 +1063,14 @@ def _start_on_ray_dock(conf: Any) -> None:
 
     close()
     init(conf, dock=RayDock([], []))
+    _CLIENT.owns_dock = True
 
 
 def _kv_functions() -> dict[str, Callable[..., Any]]:
     """The kv functions the named controller runs whole for a remote client (one round trip a call)."""
-    return {f.__name__: f for f in (kv_put, kv_batch_put, kv_batch_get, kv_batch_get_by_meta, kv_list, kv_clear)}
+    functions = (kv_put, kv_batch_put, kv_batch_get, kv_batch_get_by_meta, kv_list, kv_clear, save_checkpoint,
+                 load_checkpoint)  # fmt: skip
+    return {f.__name__: f for f in functions}
 
 
 def _ray_running() -> bool:
@@ -1232,3 +1238,28 @@ async def async_kv_list(partition_id: str | None = None) -> dict[str, dict[str, 
 async def async_kv_clear(keys: list[str] | str, partition_id: str) -> None:
     """``kv_clear`` from asyncio code."""
     await asyncio.to_thread(kv_clear, keys, partition_id)
+
+
+@_forwarded
+def save_checkpoint(
+    checkpoint_dir: Any, *, include_storage: bool = True, metadata: dict[str, Any] | None = None
+) -> None:
+    """Save the adapter's whole state (the dock's data and the bookkeeping) to ``checkpoint_dir``, published
+    atomically as TransferQueue does; ``metadata``: JSON values kept in its ``metadata.json``. The dock is
+    the storage, so its data is always saved (as TransferQueue forces it for SimpleStorage)."""
+    from .transferqueue_checkpoint import NotInitialized, save
+
+    if _CLIENT is None:
+        raise NotInitialized("TransferQueue is not initialized. Call tq.init() first.")
+    save(_CLIENT, checkpoint_dir, include_storage, metadata)
+
+
+@_forwarded
+def load_checkpoint(checkpoint_dir: Any) -> None:
+    """Restore the state ``save_checkpoint`` wrote to ``checkpoint_dir``, whole; a missing checkpoint is a
+    FileNotFoundError (``CheckpointNotFound``), a damaged one a CorruptStoreError, and either changes nothing."""
+    from .transferqueue_checkpoint import NotInitialized, load
+
+    if _CLIENT is None:
+        raise NotInitialized("TransferQueue is not initialized. Call tq.init() first.")
+    load(_CLIENT, checkpoint_dir)
