@@ -40,14 +40,17 @@ refuses that "dtype mismatch" too, but only logs it and serves the mixed data). 
 (or Python values) in another layout -- a scalar where tensors are, tensors where strings are --
 join the field as TransferQueue's storage holds them: per sample (the field's samples in that
 partition move to an object column once), and come back packed as TransferQueue packs them.
-The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
+The adapter's bookkeeping lives in the process that made it (the dock's ``save`` does not hold it;
+``save_checkpoint`` saves both).
 Where Ray runs and ``init`` gets no dock, that process is a controller actor named as TransferQueue's
 (``transferqueue_ray``): the first ``init`` starts it over a ``RayDock``, every later one (a Ray
 worker's too) joins it, so all processes share one dock, as they share TransferQueue's controller.
 
 TransferQueue's own client tests (its wheel's ``tests/e2e``) run against this adapter in our suite
 (``tests/dock/peer_transferqueue``): of the kv file's 56, the 16 that read the controller's partition
-snapshot are left out; of the lifecycle file's 10, two need CUDA and Mooncake (the peer skips them).
+snapshot are left out; of the lifecycle file's 10, two need CUDA and Mooncake (the peer skips them);
+of the checkpoint file's 14, 6 run and pass, the 8 that read TransferQueue's own checkpoint layout,
+its controller's snapshot or module globals, or mock its storage dump are left out.
 
 Covered and not (the issue 17 table; ``c.`` is the client):
 
@@ -66,7 +69,8 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 | samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
 | bfloat16, non-tensor fields | yes | bits; Python values (a checkpoint keeps JSON ones only) |
 | jagged, strided nested tensors | yes | returned jagged, or strided as TransferQueue does |
-| checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
+| ``save_checkpoint``, ``load_checkpoint`` | yes | dock + bookkeeping; not strided nested, non-JSON values |
+| metrics endpoint | no | the dock has metrics |
 | ``c.get_consumption_status``, ``c.check_*`` | yes | and async twins |
 | ``c.get_production_status``, ``c.reset_consumption`` | yes | reset: later fetches use a fresh dock consumer |
 | storage backends, ``data_parser`` | no | the dock is the storage; refused |
