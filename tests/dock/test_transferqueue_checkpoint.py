@@ -31,6 +31,7 @@ from tokenport.errors import ConfigError, CorruptStoreError, TokenportError  # n
 torch.set_num_threads(1)
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 ROOT = str(Path(__file__).resolve().parents[2])
+CONF = {"controller": {"polling_mode": True}, "dock": {"partition_rows": 32}}  # small partitions: quick loads
 
 
 def _typed(n, start=0):
@@ -141,14 +142,14 @@ def _continuation(client):
 @pytest.fixture
 def client():
     tq.close()
-    tq.init({"controller": {"polling_mode": True}}, dock=Dock([], []))
+    tq.init(CONF, dock=Dock([], []))
     yield tq.get_client()
     tq.close()
 
 
 def _fresh():
     tq.close()
-    tq.init({"controller": {"polling_mode": True}}, dock=Dock([], []))
+    tq.init(CONF, dock=Dock([], []))
     return tq.get_client()
 
 
@@ -301,7 +302,7 @@ _CHILD = textwrap.dedent(
     import tokenport.dock.transferqueue as tq
     from tokenport.dock import Dock
     from tests.dock.test_transferqueue_checkpoint import _populate, _typed
-    tq.init({{"controller": {{"polling_mode": True}}}}, dock=Dock([], []))
+    tq.init({{"controller": {{"polling_mode": True}}, "dock": {{"partition_rows": 32}}}}, dock=Dock([], []))
     _populate(tq.get_client())
     tq.get_client().put(data=_typed(3, 90), partition_id="newer")
     tq.save_checkpoint(sys.argv[1], metadata={{"version": "new"}})
