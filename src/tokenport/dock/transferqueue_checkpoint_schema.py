@@ -81,6 +81,8 @@ class PartitionEntry(Document, frozen=True, kw_only=True):
     rows: Positive
     next_slot: Count
     slots: list[tuple[Count, Count]]
+    active: list[Count] = []  # sets in their iteration order, which decides the order indexes are reused
+    owned: list[Count] = []
     pre_allocated: list[Count] = []
     fields: list[FieldEntry] = []
     registered: list[Text] = []
@@ -98,6 +100,8 @@ class PartitionEntry(Document, frozen=True, kw_only=True):
         _unique([s for _, s in self.slots], f"{where} slots")
         if any(s >= self.next_slot for _, s in self.slots):
             raise ValueError(f"{where} slots: a slot at or past next_slot {self.next_slot}")
+        if sorted(self.active) != sorted(active) or sorted(self.owned) != sorted(active + self.pre_allocated):
+            raise ValueError(f"{where} active/owned: not the indexes of the slots (and pre_allocated)")
         _unique(self.pre_allocated, f"{where} pre_allocated")
         if set(self.pre_allocated) & set(active):
             raise ValueError(f"{where} pre_allocated: an index that is also active")
@@ -182,13 +186,15 @@ def bookkeeping_of(
                 name=part.name,
                 rows=part.rows,
                 next_slot=part.next_slot,
-                slots=sorted(part.slot_of.items()),
-                pre_allocated=sorted(part.pre_allocated),
+                slots=list(part.slot_of.items()),
+                active=list(part.active),
+                owned=list(indexes.by_partition.get(part.name, ())),
+                pre_allocated=list(part.pre_allocated),
                 fields=[_field_entry(name, f) for name, f in part.fields.items()],
                 registered=sorted(part.registered),
                 custom_meta=sorted(part.custom_meta.items()),
                 keys=list(part.keys.items()),
-                consumed={task: sorted(done) for task, done in part.consumed.items()},
+                consumed={task: list(done) for task, done in part.consumed.items()},
                 consumer_of=dict(part.consumer_of),
             )
         )
@@ -222,10 +228,10 @@ def restored(data: bytes, path: str, dock_partitions: dict[str, int], ready: Any
         part.slot_of = dict(entry.slots)
         for index, slot in entry.slots:
             part.global_of[slot] = index
-        part.active = set(part.slot_of)
+        part.active = set(entry.active)
         part.pre_allocated = set(entry.pre_allocated)
-        if owned := part.active | part.pre_allocated:
-            indexes.by_partition[entry.name] = owned
+        if entry.owned:
+            indexes.by_partition[entry.name] = set(entry.owned)
         for item in entry.fields:
             slots = np.array([part.slot_of[i] for i in item.indexes], dtype=np.int64)
             if not ready(entry.name, item.column, slots):
