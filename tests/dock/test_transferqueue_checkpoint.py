@@ -253,6 +253,19 @@ def test_a_bookkeeping_of_another_dock_is_refused(client, tmp_path):
     assert _observed(client) == before
 
 
+def test_a_field_of_another_dtype_than_its_dock_column_is_refused(client, tmp_path):
+    _populate(client)
+    tq.save_checkpoint(tmp_path / "ck")
+    before = _observed(client)
+    path = tmp_path / "ck" / "transferqueue.json"
+    path.write_text(
+        path.read_text().replace('"dtype":"float32","layout":"scalar"', '"dtype":"int32","layout":"scalar"')
+    )
+    with pytest.raises(CorruptStoreError, match="transferqueue.json: field 'reward' is scalar .*int32.* holds float32"):
+        tq.load_checkpoint(tmp_path / "ck")
+    assert _observed(client) == before
+
+
 def test_mutated_documents_are_refused_and_change_nothing(client, tmp_path):
     """Every mutation is read (the bookkeeping against the saved dock state); every 20th, and each of
     metadata.json's, also through load_checkpoint, which must leave the live adapter unchanged."""

@@ -34,6 +34,7 @@ from ..errors import ConfigError, CorruptStoreError, StorageError
 from .checkpoint import load_state
 from .checkpoint_values import json_problem
 from .dock import Dock
+from .schema import BFLOAT16, OBJECT, Column
 from .state import DockState
 from .transferqueue_checkpoint_schema import Metadata, bookkeeping_of, restored
 
@@ -134,6 +135,15 @@ def load(client: Any, directory: Any) -> None:
             raise CorruptStoreError(f"{target}: {error}") from None
         book_path = os.path.join(target, BOOKKEEPING)
         parts = restored(book, book_path, state.partitions, lambda p, c, slots: _ready(state, p, c, slots))
+        held = [*parts.column_of.items(), *(((n, f.kind), f.column) for p in parts.partitions.values()
+                                             for n, f in p.fields.items())]  # fmt: skip
+        columns = state.columns
+        for (name, kind), column in held:
+            if column in columns and not _fits(kind, columns[column]):
+                raise CorruptStoreError(
+                    f"{book_path}: field {name!r} is {kind[0]} {kind[1:]}, but the dock checkpoint's column "
+                    f"{column!r} holds {columns[column].dtype}{' ragged' if columns[column].ragged else ''}; {_REMEDY}"
+                )
         if unknown := sorted(set(parts.column_of.values()) - set(state.columns)):
             raise CorruptStoreError(
                 f"{book_path}: columns: {unknown} are not columns of the dock checkpoint; {_REMEDY}"
@@ -153,6 +163,18 @@ def _ready(state: DockState, partition: str, column: str, slots: np.ndarray) -> 
     """Whether ``column`` holds data at ``slots`` of ``partition`` in the loaded dock state."""
     ready = state.partition(partition).ready.get(column)
     return ready is not None and bool(ready[slots].all())
+
+
+def _fits(kind: tuple[Any, ...], column: Column) -> bool:
+    """Whether a dock ``column`` holds samples of ``kind`` as the adapter lays them out (a tampered
+    dtype would otherwise come back as the column's, silently)."""
+    if kind[0] not in ("scalar", "ragged"):
+        return column.dtype == OBJECT
+    import torch
+
+    dtype = BFLOAT16 if kind[1] == torch.bfloat16 else torch.empty(0, dtype=kind[1]).numpy().dtype
+    shape = kind[2] if kind[0] == "ragged" else ()
+    return column.dtype == dtype and column.ragged == (kind[0] == "ragged") and tuple(column.shape) == tuple(shape)
 
 
 def _ray_dock_class(dock: Any) -> Any:
