@@ -4,6 +4,8 @@ local Ray) and against the dock, every returned batch, field and status compared
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -265,6 +267,21 @@ def _script(tq, client, streaming):
     note("consumed after reset all", [[t.tolist() for t in client.get_consumption_status(task, "stream")]
                                       for task in ("train", "other")])  # fmt: skip
     note("refetch after reset all", _meta(client.get_meta(["reward"], 8, "stream", task_name="train")))
+    # a checkpoint: saved, the state changed, loaded back whole; the run goes on from it
+    with tempfile.TemporaryDirectory() as folder:
+        tq.save_checkpoint(os.path.join(folder, "ck"), metadata={"step": 1})
+        client.clear_partition("stream")
+        tq.kv_clear(["k2", "k3"], "kv")
+        client.put(data=_batch(2, 9), partition_id="p9")
+        tq.load_checkpoint(os.path.join(folder, "ck"))
+    note("partitions after load", client.get_partition_list())
+    note("kv_list after load", tq.kv_list())
+    stream = client.get_meta(["reward", "tokens"], 0, "stream", mode="force_fetch")
+    note("stream after load", (_meta(stream), _data(client.get_data(stream))))
+    note("consumed after load", [t.tolist() for t in client.get_consumption_status("train", "stream")])
+    note("fetch after load", _meta(client.get_meta(["reward"], 8, "stream", task_name="train")))
+    note("put after load", _meta(client.put(data=_batch(2, 8), partition_id="p2")))
+    note("kv after load", _data(tq.kv_batch_get(["k2", "k3"], "kv")))
     for missing in (["nope"], ["k1"]):
         try:
             tq.kv_batch_get(missing, "kv")

@@ -8,7 +8,9 @@ controller refuses it, and another layout joins the field; every value reads bac
 
 from __future__ import annotations
 
+import pickle
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -167,6 +169,16 @@ class Model:
         if part is not None:
             self.clear_samples(pid, [part["keys"][k] for k in keys if k in part["keys"]])
 
+    def save(self) -> None:
+        """Serialized as TransferQueue's checkpoint pickles its state: each set as its items in their
+        iteration order, rebuilt by every load (which decides the order indexes are reused)."""
+        self.saved = pickle.dumps((self.counter, self.reusable, self.owned, self.parts))
+
+    def load(self) -> None:
+        if getattr(self, "saved", None) is None:
+            raise TokenportError("refused")  # nothing saved yet: no checkpoint there
+        self.counter, self.reusable, self.owned, self.parts = pickle.loads(self.saved)
+
     def rewards(self) -> dict:
         out = {}
         for pid, part in self.parts.items():
@@ -243,10 +255,14 @@ KINDS = ("put", "put", "fetch", "fetch", "clear_samples", "clear_partition", "kv
 RESETS = ("put", "fetch", "fetch", "fetch", "reset", "produced", "clear_samples")  # consume, reset, consume again
 
 
-def one_call(rng: random.Random, client, model: Model, kinds=KINDS, pids=("p", "q", "kv", "")):
+def one_call(rng: random.Random, client, model: Model, kinds=KINDS, pids=("p", "q", "kv", ""), folder=None):
     pid = rng.choice(pids)
     fields = rng.sample(FIELDS, rng.choice([1, 2]))
     kind = rng.choice(kinds)
+    if kind == "save":
+        return (lambda: dock_tq.save_checkpoint(folder)), model.save
+    if kind == "load":
+        return (lambda: dock_tq.load_checkpoint(folder)), model.load
     if kind == "put":
         count, dtype, rows = rng.choice([1, 2, 3, 7]), rng.choice(DTYPES), rng.random() < 0.3
         return (lambda: _none(client.put(data=data(count, fields, dtype, rows), partition_id=pid))), (
@@ -294,7 +310,22 @@ def test_resets_serve_consumed_samples_again_as_the_model_says(seed):
     assert model.refetched > 0  # samples consumed before a reset were served again
 
 
-def run(seed: int, kinds, pids, steps: int) -> Model:
+scalars = data  # the one layout of rewards where checkpoints are among the calls
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_checkpoints_in_random_calls_restore_what_the_model_saved(seed, tmp_path, monkeypatch):
+    """save_checkpoint / load_checkpoint among the calls: a load gives back the saved state whole (the
+    model's copy), a load before any save is refused and changes nothing. Rewards come as scalars only
+    (a field of several layouts holds per-sample tensors, which a checkpoint does not keep)."""
+    monkeypatch.setattr(
+        sys.modules[__name__], "data", lambda count, fields, dtype, rows=False: scalars(count, fields, dtype)
+    )  # noqa: E501
+    model = run(seed, (*KINDS, "save", "load", "load"), ("p", "q", "kv"), steps=80, folder=tmp_path / "ck")
+    assert getattr(model, "saved", None) is not None
+
+
+def run(seed: int, kinds, pids, steps: int, folder=None) -> Model:
     """``steps`` random calls of ``kinds`` on partitions ``pids``, each compared with the model."""
     rng = random.Random(seed)
     dock_tq.close()
@@ -304,7 +335,7 @@ def run(seed: int, kinds, pids, steps: int) -> Model:
     refused = 0
     try:
         for step in range(steps):
-            call, expect = one_call(rng, client, model, kinds, pids)
+            call, expect = one_call(rng, client, model, kinds, pids, folder)
             before = client_state(client)
             try:
                 want = expect()

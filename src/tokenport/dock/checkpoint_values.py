@@ -18,7 +18,7 @@ import numpy as np
 from .._schema import decode
 from ..errors import ConfigError, CorruptStoreError
 
-__all__ = ["json_texts", "json_values"]
+__all__ = ["json_problem", "json_texts", "json_values"]
 
 
 def json_texts(values: np.ndarray, column: str) -> np.ndarray:
@@ -42,6 +42,11 @@ def json_values(texts: np.ndarray, where: str, remedy: str) -> np.ndarray:
     for row, text in enumerate(texts.tolist()):
         values[row] = decode(text, Any, where=f"{where}[{row}]", remedy=remedy, error=CorruptStoreError)
     return values
+
+
+def json_problem(value: Any) -> str | None:
+    """Where ``value`` holds something a JSON round trip would not return equal (in words), or None."""
+    return _problem(value)
 
 
 def _problem(value: Any, path: str = "its value") -> str | None:

@@ -95,6 +95,11 @@ class Dock(AsyncMethods):
         dock._state = state
         return dock
 
+    def adopt_state(self, state: DockState) -> None:
+        """Hold ``state`` (a loaded checkpoint) in place of this dock's own, so every handle to this
+        dock sees it (the TransferQueue adapter's ``load_checkpoint``)."""
+        self._state = state
+
     @property
     def state(self) -> DockState:
         """The partition table, leases and lock (for checkpoints and copies; use the methods otherwise)."""

@@ -40,14 +40,17 @@ refuses that "dtype mismatch" too, but only logs it and serves the mixed data). 
 (or Python values) in another layout -- a scalar where tensors are, tensors where strings are --
 join the field as TransferQueue's storage holds them: per sample (the field's samples in that
 partition move to an object column once), and come back packed as TransferQueue packs them.
-The adapter's bookkeeping lives in the process that made it: the dock's ``save`` does not hold it.
+The adapter's bookkeeping lives in the process that made it (the dock's ``save`` does not hold it;
+``save_checkpoint`` saves both).
 Where Ray runs and ``init`` gets no dock, that process is a controller actor named as TransferQueue's
 (``transferqueue_ray``): the first ``init`` starts it over a ``RayDock``, every later one (a Ray
 worker's too) joins it, so all processes share one dock, as they share TransferQueue's controller.
 
 TransferQueue's own client tests (its wheel's ``tests/e2e``) run against this adapter in our suite
 (``tests/dock/peer_transferqueue``): of the kv file's 56, the 16 that read the controller's partition
-snapshot are left out; of the lifecycle file's 10, two need CUDA and Mooncake (the peer skips them).
+snapshot are left out; of the lifecycle file's 10, two need CUDA and Mooncake (the peer skips them);
+of the checkpoint file's 14, 6 run and pass, the 8 that read TransferQueue's own checkpoint layout,
+its controller's snapshot or module globals, or mock its storage dump are left out.
 
 Covered and not (the issue 17 table; ``c.`` is the client):
 
@@ -66,7 +69,8 @@ Covered and not (the issue 17 table; ``c.`` is the client):
 | samplers but Sequential | no | refused; ``sampling_config`` ignored as Sequential does |
 | bfloat16, non-tensor fields | yes | bits; Python values (a checkpoint keeps JSON ones only) |
 | jagged, strided nested tensors | yes | returned jagged, or strided as TransferQueue does |
-| checkpoints, metrics endpoint | no | the dock has ``save``/``load`` and metrics |
+| ``save_checkpoint``, ``load_checkpoint`` | yes | dock + bookkeeping; not strided nested, non-JSON values |
+| metrics endpoint | no | the dock has metrics |
 | ``c.get_consumption_status``, ``c.check_*`` | yes | and async twins |
 | ``c.get_production_status``, ``c.reset_consumption`` | yes | reset: later fetches use a fresh dock consumer |
 | storage backends, ``data_parser`` | no | the dock is the storage; refused |
@@ -115,6 +119,8 @@ __all__ = [
     "kv_clear",
     "kv_list",
     "kv_put",
+    "load_checkpoint",
+    "save_checkpoint",
 ]
 
 _MODES = ("fetch", "force_fetch", "insert")
@@ -395,6 +401,7 @@ class TransferQueueClient:
         self._partitions: dict[str, TQPartition] = {}
         self._resets = 0  # consumption resets so far (each names a fresh dock consumer)
         self._column_of: dict[tuple[str, tuple[Any, ...]], str] = {}  # (field, kind) -> its dock column
+        self.owns_dock = False  # whether the adapter made the dock (a load may then shut it down)
 
     # -- partitions ---------------------------------------------------------------------------------
 
@@ -1060,11 +1067,14 @@ def _start_on_ray_dock(conf: Any) -> None:
 
     close()
     init(conf, dock=RayDock([], []))
+    _CLIENT.owns_dock = True
 
 
 def _kv_functions() -> dict[str, Callable[..., Any]]:
     """The kv functions the named controller runs whole for a remote client (one round trip a call)."""
-    return {f.__name__: f for f in (kv_put, kv_batch_put, kv_batch_get, kv_batch_get_by_meta, kv_list, kv_clear)}
+    functions = (kv_put, kv_batch_put, kv_batch_get, kv_batch_get_by_meta, kv_list, kv_clear, save_checkpoint,
+                 load_checkpoint)  # fmt: skip
+    return {f.__name__: f for f in functions}
 
 
 def _ray_running() -> bool:
@@ -1232,3 +1242,28 @@ async def async_kv_list(partition_id: str | None = None) -> dict[str, dict[str, 
 async def async_kv_clear(keys: list[str] | str, partition_id: str) -> None:
     """``kv_clear`` from asyncio code."""
     await asyncio.to_thread(kv_clear, keys, partition_id)
+
+
+@_forwarded
+def save_checkpoint(
+    checkpoint_dir: Any, *, include_storage: bool = True, metadata: dict[str, Any] | None = None
+) -> None:
+    """Save the adapter's whole state (the dock's data and the bookkeeping) to ``checkpoint_dir``, published
+    atomically as TransferQueue does; ``metadata``: JSON values kept in its ``metadata.json``. The dock is
+    the storage, so its data is always saved (as TransferQueue forces it for SimpleStorage)."""
+    from .transferqueue_checkpoint import NotInitialized, save
+
+    if _CLIENT is None:
+        raise NotInitialized("TransferQueue is not initialized. Call tq.init() first.")
+    save(_CLIENT, checkpoint_dir, include_storage, metadata)
+
+
+@_forwarded
+def load_checkpoint(checkpoint_dir: Any) -> None:
+    """Restore the state ``save_checkpoint`` wrote to ``checkpoint_dir``, whole; a missing checkpoint is a
+    FileNotFoundError (``CheckpointNotFound``), a damaged one a CorruptStoreError, and either changes nothing."""
+    from .transferqueue_checkpoint import NotInitialized, load
+
+    if _CLIENT is None:
+        raise NotInitialized("TransferQueue is not initialized. Call tq.init() first.")
+    load(_CLIENT, checkpoint_dir)

@@ -7,6 +7,10 @@ session's Ray. Every test's outcome is checked against the lists below, by node 
 read TransferQueue's controller internals are deselected, each with its reason; the two the peer
 skips itself (CUDA) must be skipped; every other collected test must pass, and the set of tests
 that ran must be exactly the expected one.
+
+Counts: the kv file 40 of 56 run and pass (16 read the controller's partition snapshot); the lifecycle
+file 8 of 10 pass (2 CUDA skips); the checkpoint file 6 of 14 run and pass (8 read TransferQueue's
+checkpoint layout, its controller's snapshot or module globals, or mock its client's storage dump).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 PEER_TESTS = Path(transfer_queue.__file__).resolve().parent.parent / "tests"
 KV = "e2e/test_kv_interface_e2e.py"
 LIFECYCLE = "e2e/test_e2e_lifecycle_consistency.py"
+CHECKPOINT = "e2e/test_checkpoint_e2e.py"
 MODES = ("sync", "async")
 
 _SNAPSHOT = "reads TransferQueueController.get_partition_snapshot (keys_mapping, field_name_mapping, the "
@@ -41,12 +46,31 @@ CONTROLLER_INTERNALS = {
     f"{KV}::TestKVClearE2E::test_kv_clear_idempotent": _SNAPSHOT + "keys_mapping after a clear)",
     f"{KV}::TestKVE2ECornerCases::test_field_expansion_across_samples": _SNAPSHOT + "production_status matrix)",
 }
+# the checkpoint file's tests that read TransferQueue's internals, each with why
+_LAYOUT = "reads TransferQueue's own checkpoint layout ("
+CHECKPOINT_INTERNALS = {
+    f"{CHECKPOINT}::TestCheckpointRoundtrip::test_tensor_fields": _LAYOUT
+    + "controller_state.pkl, simple_storage/storage_unit_info.json); the adapter writes transferqueue.json and dock/",
+    f"{CHECKPOINT}::TestCheckpointRoundtrip::test_controller_metadata": "reads "
+    + "TransferQueueController.get_partition_snapshot (keys_mapping, custom_meta)",
+    f"{CHECKPOINT}::TestIncludeStorageFalse::test_storage_saved_is_true": _LAYOUT + "a simple_storage/ directory)",
+    f"{CHECKPOINT}::TestIncludeStorageFalse::test_both_restored_after_load": "reads "
+    + "TransferQueueController.get_partition_snapshot (keys_mapping)",
+    f"{CHECKPOINT}::TestCheckpointErrors::test_save_raises_if_not_initialized": "sets transfer_queue.interface."
+    + "_TQ_CONTROLLER to None (the adapter's own not-initialized RuntimeError is tested in our suite)",
+    f"{CHECKPOINT}::TestCheckpointErrors::test_load_raises_if_not_initialized": "sets transfer_queue.interface."
+    + "_TQ_CONTROLLER to None (the adapter's own not-initialized RuntimeError is tested in our suite)",
+    f"{CHECKPOINT}::TestCheckpointErrors::test_load_raises_on_storage_unit_count_mismatch": _LAYOUT
+    + "it tampers with simple_storage/storage_unit_info.json, SimpleStorage's unit count)",
+    f"{CHECKPOINT}::TestCheckpointErrors::test_no_partial_state_on_failed_save": "mocks "
+    + "TransferQueueClient.save_storage_checkpoint, which the adapter never calls (our kill tests cover failed saves)",
+}
 # skipped by the peer itself: they need CUDA and TransferQueue's MooncakeStore_GDR storage backend
 PEER_SKIPS = {
     f"{LIFECYCLE}::test_gdr_gpu_tensor_roundtrip": "CUDA and the MooncakeStore_GDR backend",
     f"{LIFECYCLE}::test_gdr_cpu_tensor_roundtrip": "CUDA and the MooncakeStore_GDR backend",
 }
-FILES = (KV, LIFECYCLE)
+FILES = (KV, LIFECYCLE, CHECKPOINT)
 
 
 def _ids(names: dict[str, str]) -> set[str]:
@@ -61,7 +85,8 @@ def test_transferqueue_own_tests_pass_against_the_adapter(ray_session, tmp_path)
     env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address, TQ_SWAP_REPORT=str(report))
     env.update(TQ_TEST_BACKEND="SimpleStorage", PYTHONDONTWRITEBYTECODE="1")  # the peer's default; no .pyc written
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), *sys.path[1:]])
-    deselect = [arg for name in sorted(_ids(CONTROLLER_INTERNALS)) for arg in ("--deselect", name)]
+    left_out = _ids(CONTROLLER_INTERNALS) | set(CHECKPOINT_INTERNALS)
+    deselect = [arg for name in sorted(left_out) for arg in ("--deselect", name)]
     command = [sys.executable, "-m", "pytest", "-p", "tq_swap", "-p", "no:cacheprovider", "-q", "-c", str(ini),
                f"--rootdir={PEER_TESTS}", *deselect, *FILES]  # fmt: skip
     run = subprocess.run(command, cwd=PEER_TESTS, env=env, capture_output=True, text=True, timeout=900)
@@ -69,7 +94,7 @@ def test_transferqueue_own_tests_pass_against_the_adapter(ray_session, tmp_path)
     written = json.loads(report.read_text())
     outcomes, errors = written["outcomes"], written["errors"]
     ran = set(outcomes)
-    assert not ran & _ids(CONTROLLER_INTERNALS), "a deselected test ran"
+    assert not ran & left_out, "a deselected test ran"
     wrong = {
         name: outcome
         for name, outcome in outcomes.items()
@@ -80,6 +105,7 @@ def test_transferqueue_own_tests_pass_against_the_adapter(ray_session, tmp_path)
     assert len(ran - set(PEER_SKIPS)) == EXPECTED_PASSED
 
 
-# the kv file: 28 tests x sync/async, less the deselected; the lifecycle file: 10 tests
-EXPECTED_RUN = 56 - 2 * len(CONTROLLER_INTERNALS) + 10
+# the kv file: 28 tests x sync/async, less the deselected; the lifecycle file: 10 tests; the checkpoint
+# file: 14 tests, less the deselected
+EXPECTED_RUN = 56 - 2 * len(CONTROLLER_INTERNALS) + 10 + 14 - len(CHECKPOINT_INTERNALS)
 EXPECTED_PASSED = EXPECTED_RUN - len(PEER_SKIPS)

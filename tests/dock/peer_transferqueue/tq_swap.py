@@ -37,6 +37,7 @@ def install() -> None:
         "init", "close", "get_client", "kv_put", "kv_batch_put", "kv_batch_get", "kv_batch_get_by_meta",
         "kv_list", "kv_clear", "async_kv_put", "async_kv_batch_put", "async_kv_batch_get",
         "async_kv_batch_get_by_meta", "async_kv_list", "async_kv_clear", "TransferQueueClient",
+        "save_checkpoint", "load_checkpoint",
     ):  # fmt: skip
         setattr(facade, name, getattr(adapter, name))
     facade.StreamingDataset = transferqueue_loader.StreamingDataset
