@@ -26,6 +26,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from .schema import OBJECT, Column, dtype_name
 from .state import DockState
 from .storage import Partition
 
-__all__ = ["KILL_AT", "load_state", "save_state"]
+__all__ = ["KILL_AT", "checkpoint_path", "load_state", "save_state"]
 
 KILL_AT = "TOKENPORT_DOCK_KILL_AT"
 """Directed-kill tests set this to N: the process ends (``os._exit``) at the N-th step of a save."""
@@ -60,7 +61,7 @@ _DAMAGED = "the checkpoint is damaged: load an earlier one, or start the dock af
 def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
     """Write a dock's ``state`` to ``directory`` (an earlier checkpoint there is replaced whole; anything
     else there is refused, never replaced)."""
-    target = _target(directory)
+    target = checkpoint_path(directory)
     parent = os.path.dirname(target)
     for path in (target, target + ".old"):
         if os.path.lexists(path) and not _holds_checkpoint(path):
@@ -118,7 +119,7 @@ def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
 
 def load_state(directory: str | os.PathLike[str]) -> DockState:
     """The dock state ``save_state`` wrote to ``directory`` (leases returned, stats reset)."""
-    source = _target(directory)
+    source = checkpoint_path(directory)
     _remove_stale_saves(source)
     if not os.path.isdir(source) and os.path.isdir(source + ".old"):
         source += ".old"  # a save was interrupted between its two renames
@@ -162,17 +163,17 @@ def load_state(directory: str | os.PathLike[str]) -> DockState:
     return state
 
 
-def _target(directory: str | os.PathLike[str]) -> str:
-    """The absolute path of a checkpoint directory (its folder's own name, never a root or "")."""
+def checkpoint_path(directory: Any, name: str = "directory") -> str:
+    """The absolute path of a checkpoint directory given as argument ``name`` (never a root or "")."""
     try:
         path = os.fspath(directory)
     except TypeError:
-        raise ConfigError(f"directory={directory!r:.60}: pass the path of a checkpoint directory") from None
+        raise ConfigError(f"{name}={directory!r:.60}: pass the path of a checkpoint directory") from None
     if not isinstance(path, str) or not path.strip():
-        raise ConfigError(f"directory={directory!r:.60}: pass the path of a checkpoint directory as a non-empty str")
+        raise ConfigError(f"{name}={directory!r:.60}: pass the path of a checkpoint directory as a non-empty str")
     target = os.path.abspath(path)
     if os.path.dirname(target) == target:
-        raise ConfigError(f"directory={directory!r}: a filesystem root cannot be a checkpoint; pass a directory in it")
+        raise ConfigError(f"{name}={directory!r}: a filesystem root cannot be a checkpoint; pass a directory in it")
     return target
 
 

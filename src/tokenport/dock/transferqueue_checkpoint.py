@@ -31,7 +31,7 @@ import numpy as np
 from .._files import publish_mode
 from .._schema import decode, encode
 from ..errors import ConfigError, CorruptStoreError, StorageError
-from .checkpoint import load_state
+from .checkpoint import checkpoint_path, load_state
 from .checkpoint_values import json_problem
 from .dock import Dock
 from .schema import BFLOAT16, OBJECT, Column
@@ -62,7 +62,7 @@ class CheckpointNotFound(StorageError, FileNotFoundError):
 
 def save(client: Any, directory: Any, include_storage: bool = True, metadata: Any = None) -> None:
     """Write the adapter's dock and bookkeeping to ``directory`` (see the module docstring)."""
-    target = _target(directory)
+    target = checkpoint_path(directory, "checkpoint_dir")
     user = _user_metadata(metadata)
     if not isinstance(include_storage, bool):
         raise ConfigError(f"include_storage={include_storage!r:.40} must be True or False")
@@ -103,7 +103,7 @@ def save(client: Any, directory: Any, include_storage: bool = True, metadata: An
 
 def load(client: Any, directory: Any) -> None:
     """Give the adapter the state saved in ``directory`` (everything checked first; see the module docstring)."""
-    target = _target(directory)
+    target = checkpoint_path(directory, "checkpoint_dir")
     with client._lock:
         ray_dock = _ray_dock_class(client.dock)
         if not isinstance(client.dock, Dock) and ray_dock is None:
@@ -198,20 +198,6 @@ def _user_metadata(metadata: Any) -> dict[str, Any]:
         if (problem := json_problem(value)) is not None:
             raise ConfigError(f"metadata[{key!r}]: {problem} is not JSON data; metadata.json keeps JSON values only")
     return json.loads(json.dumps(metadata))
-
-
-def _target(directory: Any) -> str:
-    """The absolute path of a checkpoint directory (never a filesystem root)."""
-    try:
-        path = os.fspath(directory)
-    except TypeError:
-        raise ConfigError(f"checkpoint_dir={directory!r:.60}: pass the path of a directory") from None
-    if not isinstance(path, str) or not path.strip():
-        raise ConfigError(f"checkpoint_dir={directory!r:.60}: pass the path of a directory as a non-empty str")
-    target = os.path.abspath(path)
-    if os.path.dirname(target) == target:
-        raise ConfigError(f"checkpoint_dir={directory!r}: a filesystem root cannot be a checkpoint")
-    return target
 
 
 def _ours(path: str) -> bool:
