@@ -25,7 +25,7 @@ ROOMS: tuple[frozenset[str], ...] = tuple(
         {"tokenizers", "_offsets"},  # _offsets: character offsets derived from byte-level ids (tokenizers.py uses it)
         {"storage"},
         {"rng"},
-        {"errors", "_checks", "_files", "_fork", "_schema", "metrics", "_jit", "_lazy", "_version"},
+        {"errors", "_checks", "_files", "_fork", "_schema", "_registry", "metrics", "_jit", "_lazy", "_version"},
     )
 )
 GROUND = ROOMS[-1]
