@@ -7,19 +7,42 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from .._checks import check_int
 from ..errors import CorruptStoreError
-from .blocks import MEMORY, plan_spans
+from .blocks import MEMORY, BlockCache, plan_spans
 from .nodecache import DamagedBlock, NodeCache
-
-if TYPE_CHECKING:
-    from .options import RemoteOptions
-    from .remote import ObjectStoreSource
+from .options import RemoteOptions
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class FetchingSource(Protocol):
+    """What a fetcher uses of the source it fetches for (`remote.ObjectStoreSource`)."""
+
+    options: RemoteOptions
+    _lock: threading.Lock
+    _cache: BlockCache
+    _pending: set[int]  # blocks the plan fetched that are not read yet: kept on disk over others
+    _refetched: set[int]  # blocks dropped from the node cache as damaged and fetched again
+
+    def _acquire(self, blocks: Sequence[int], gap_blocks: int, in_memory: bool) -> dict[int, bytes]: ...
+
+    def _get_span(self, lo: int, hi: int) -> dict[int, bytes]: ...
+
+    def _map(self, fn: Callable[[tuple[int, int]], T], spans: list[tuple[int, int]]) -> list[T]: ...
+
+    def _done(self, index: int, mine: set[int]) -> None: ...
+
+    def _count_lookups(self, hits: int, misses: int) -> None: ...
+
+    def _max_blocks(self) -> int: ...
+
 
 _LOADER_WORKERS = [1]
 
@@ -40,13 +63,13 @@ class Fetcher(abc.ABC):
 
     @abc.abstractmethod
     def fetch(
-        self, source: ObjectStoreSource, mine: Sequence[int], gap_blocks: int, in_memory: bool, hits: int
+        self, source: FetchingSource, mine: Sequence[int], gap_blocks: int, in_memory: bool, hits: int
     ) -> tuple[dict[int, bytes], list[int]]:
         """Fetch the sorted blocks `mine` (this thread holds them in flight) in few ranged GETs, missing
         neighbours `gap_blocks` apart or closer sharing one; count a read's lookups (`in_memory`, with
         `hits` found already). Returns the blocks held in memory and those another process fetches."""
 
-    def await_elsewhere(self, source: ObjectStoreSource, elsewhere: list[int]) -> dict[int, bytes]:
+    def await_elsewhere(self, source: FetchingSource, elsewhere: list[int]) -> dict[int, bytes]:
         """Wait for the blocks another process fetches; those it did not keep, fetched here."""
         return {}
 
@@ -54,7 +77,7 @@ class Fetcher(abc.ABC):
         """True when block `index` is in the node cache."""
         return False
 
-    def read(self, source: ObjectStoreSource, index: int, start: int, length: int) -> bytes | memoryview | None:
+    def read(self, source: FetchingSource, index: int, start: int, length: int) -> bytes | memoryview | None:
         """Bytes of a block from the node cache, checked; None when it is not there."""
         return None
 
@@ -70,7 +93,7 @@ class MemoryFetcher(Fetcher):
     """Blocks fetched into the source's in-memory cache, gap fillers too (evicted first)."""
 
     def fetch(
-        self, source: ObjectStoreSource, mine: Sequence[int], gap_blocks: int, in_memory: bool, hits: int
+        self, source: FetchingSource, mine: Sequence[int], gap_blocks: int, in_memory: bool, hits: int
     ) -> tuple[dict[int, bytes], list[int]]:
         if in_memory:  # a read's lookups (prefetches are not counted)
             source._count_lookups(hits, len(mine))
@@ -102,7 +125,7 @@ class NodeFetcher(Fetcher):
         self.node, self.key = node, key
 
     def fetch(
-        self, source: ObjectStoreSource, mine: Sequence[int], gap_blocks: int, in_memory: bool, hits: int
+        self, source: FetchingSource, mine: Sequence[int], gap_blocks: int, in_memory: bool, hits: int
     ) -> tuple[dict[int, bytes], list[int]]:
         claims: dict[int, int] = {}
         try:
@@ -137,7 +160,7 @@ class NodeFetcher(Fetcher):
 
     def _land(
         self,
-        source: ObjectStoreSource,
+        source: FetchingSource,
         todo: list[int],
         gap_blocks: int,
         claims: dict[int, int],
@@ -169,7 +192,7 @@ class NodeFetcher(Fetcher):
         return found
 
     def _spans(
-        self, source: ObjectStoreSource, todo: Sequence[int], gap_blocks: int, claims: dict[int, int]
+        self, source: FetchingSource, todo: Sequence[int], gap_blocks: int, claims: dict[int, int]
     ) -> list[tuple[int, int]]:
         """Spans over the claimed blocks `todo`, bridging a gap only with blocks this process claims and
         can keep on disk without evicting (added to `claims`): a gap filler that no cache keeps is bytes
@@ -202,7 +225,7 @@ class NodeFetcher(Fetcher):
         claims.update(taken)
         return True
 
-    def await_elsewhere(self, source: ObjectStoreSource, elsewhere: list[int]) -> dict[int, bytes]:
+    def await_elsewhere(self, source: FetchingSource, elsewhere: list[int]) -> dict[int, bytes]:
         found: dict[int, bytes] = {}
         for index in elsewhere:  # another process fetches it: wait for its claim, then look again
             self.node.release(self.node.wait_claim(self.key, index))
@@ -213,7 +236,7 @@ class NodeFetcher(Fetcher):
     def on_disk(self, index: int) -> bool:
         return self.node.has(self.key, index)
 
-    def read(self, source: ObjectStoreSource, index: int, start: int, length: int) -> bytes | memoryview | None:
+    def read(self, source: FetchingSource, index: int, start: int, length: int) -> bytes | memoryview | None:
         """Bytes of a block from the node cache, checked; None when it is not there or was damaged (then
         dropped, to be fetched again). A block damaged again after it was fetched again is refused."""
         try:
