@@ -22,7 +22,6 @@ import pytest
 
 import tokenport as tp
 from tokenport.errors import CorruptStoreError, StorageError
-from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 from tokenport.storage import ByteSource, FileInfo, Scheme, open_source, register_scheme, schemes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,9 +100,9 @@ def test_a_registered_toy_scheme_serves_indexed_and_gpt_datasets(bucket, tmp_pat
         assert all(np.array_equal(store[i], expected[i]) for i in range(len(store)))
         tokens, offsets = store.get_many([5, 2, 9])
         assert np.array_equal(tokens, np.concatenate([expected[5], expected[2], expected[9]]))
-        config = GPTSampleConfig(seq_length=16, eod_id=0)
+        config = tp.GPTSampleConfig(seq_length=16, eod_id=0)
         indices = np.arange(expected.num_documents, dtype=np.int32)
-        gpt_local, gpt_toy = (GPTDataset(ds, indices, 30, config, 1234) for ds in (expected, store))
+        gpt_local, gpt_toy = (tp.GPTDataset(ds, indices, 30, config, 1234) for ds in (expected, store))
         assert len(gpt_toy) == len(gpt_local) > 0
         for i in range(len(gpt_toy)):
             got, want = gpt_toy[i], gpt_local[i]
