@@ -204,7 +204,7 @@ def test_an_indexed_dataset_whose_bin_is_replaced_refuses_then_reopens(s3, tmp_p
 
 
 def test_fetch_cached_never_keeps_bytes_of_another_version(s3, tmp_path, monkeypatch):
-    from tokenport.storage import remote
+    from tokenport.storage import objects as remote
 
     url = s3.put(b"a" * 1000)
     name = url.split("/", 3)[3]

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..indexed import IndexedDataset
-from ..storage import is_remote
+from ..storage import is_remote, set_loader_workers
 
 HORIZON = 128  # batches of one worker's share planned at once; planned again when half are read
 _SEARCH = 64  # batches per worker searched for a batch a worker was handed and did not expect
@@ -65,6 +65,7 @@ class ReadAhead:
 
         info = torch.utils.data.get_worker_info()
         self._workers = info.num_workers if info is not None else 1
+        set_loader_workers(self._workers)  # this worker's share of a node cache's budget to plan ahead
         if self._batches is None:
             self._batches = iter(self.sampler)
         self._mine.clear()

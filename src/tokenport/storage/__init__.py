@@ -10,8 +10,9 @@ from .._lazy import lazy_exports  # not `from .. import _lazy`: rooms under inde
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .access import MODES, find, is_remote, local_path, open_index_source, open_source, read_small, scheme_for
     from .base import ByteSource, Range
+    from .blocks import set_remote_memory_budget
+    from .fetchers import set_loader_workers
     from .local import MmapSource, PreadSource
-    from .remote import set_remote_memory_budget
     from .schemes import GLOB_CHARS, FileInfo, Scheme, register_scheme
 
 # public name -> the module (relative to this package) that defines it
@@ -32,7 +33,8 @@ _EXPORTS = {
     "read_small": ".access",
     "register_scheme": ".schemes",
     "scheme_for": ".access",
-    "set_remote_memory_budget": ".remote",
+    "set_loader_workers": ".fetchers",
+    "set_remote_memory_budget": ".blocks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -28,10 +28,11 @@ def local_path(path: str | os.PathLike) -> str:
 
 
 def scheme_for(url: str) -> Scheme:
-    """The backend of the URL `url`: the scheme registered for it, else fsspec."""
-    name = url.split("://", 1)[0]
-    if name in SCHEMES:
-        return SCHEMES[name]
+    """The backend of the URL `url`: the scheme registered for it (by tokenport, the caller or a
+    plugin), else fsspec."""
+    registered = SCHEMES.find(url.split("://", 1)[0])
+    if registered is not None:
+        return registered
     from .remote import FSSPEC
 
     return FSSPEC

@@ -257,6 +257,19 @@ class NodeCache:
         process to take the ledger rolls back (its temporaries deleted, the disk counted again)."""
         sizes = {i: blockfile.stored_size(len(d)) for i, d in blocks.items()}
         sizes = {i: size for i, size in sizes.items() if size <= self.budget_bytes}
+        chosen, victims = self._reserve(sizes, keep)
+        if not chosen:
+            if victims:
+                with self._ledger() as ledger:
+                    self._settle(ledger, 0, 0)
+            return set()
+        return self._publish(key, {i: blocks[i] for i in chosen}, {i: sizes[i] for i in chosen})
+
+    def _reserve(
+        self, sizes: Mapping[int, int], keep: Collection[tuple[str, int]]
+    ) -> tuple[list[int], list[tuple[str, int]]]:
+        """Under the ledger's lock, make room (choosing victims not in `keep`) and reserve it for the
+        blocks that fit, under this pid: the blocks chosen, and the victims (deleted once written)."""
         pid = os.getpid()
         with self._ledger() as ledger:  # room is made and counted before the bytes touch the disk
             used, need = ledger.used, sum(sizes.values())
@@ -272,19 +285,20 @@ class NodeCache:
             if reserved or victims:  # the victims are deleted once this is written: a kill then is rolled back
                 ledger.writers[pid] = ledger.writers.get(pid, 0) + reserved
                 ledger.after = lambda: self._delete(victims)
-        if not chosen:
-            if victims:
-                with self._ledger() as ledger:
-                    self._settle(ledger, 0, 0)
-            return set()
+        return chosen, victims
+
+    def _publish(self, key: str, blocks: Mapping[int, bytes], sizes: Mapping[int, int]) -> set[int]:
+        """Write the reserved `blocks` to temporaries, rename them into place and settle the
+        reservation (of `sizes`); the indices published. A block not written is not kept."""
+        reserved = sum(sizes.values())
         published: set[int] = set()
         temps: dict[int, str] = {}
         settled = False
         try:
             try:
-                for index in chosen:
+                for index, data in blocks.items():
                     os.close(self._open_lock(key, index))  # a block is ours when its lock file is beside it
-                    temps[index] = self._write_temp(key, index, blocks[index])
+                    temps[index] = self._write_temp(key, index, data)
             except (
                 OSError,
                 StorageError,
@@ -299,7 +313,7 @@ class NodeCache:
                         continue
                     published.add(index)
                     _fault("nodecache.rename")
-                self._settle(ledger, reserved, sum(sizes[i] for i in chosen if i not in published))
+                self._settle(ledger, reserved, sum(sizes[i] for i in sizes if i not in published))
                 settled = True
         finally:
             for index, tmp in temps.items():
@@ -307,7 +321,7 @@ class NodeCache:
                     Path(tmp).unlink(missing_ok=True)
             if not settled:
                 with self._ledger() as ledger:
-                    self._settle(ledger, reserved, sum(sizes[i] for i in chosen if i not in published))
+                    self._settle(ledger, reserved, sum(sizes[i] for i in sizes if i not in published))
         return published
 
     @staticmethod

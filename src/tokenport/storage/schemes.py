@@ -7,6 +7,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
+from .._registry import Registry, load_plugins
 from ..errors import ConfigError
 from .base import ByteSource
 
@@ -49,17 +50,34 @@ class Scheme(abc.ABC):
             return bytes(source.read(0, source.size))
 
 
-SCHEMES: dict[str, Scheme] = {}
+class _Schemes(Registry[Scheme]):
+    """The scheme registry; ``del SCHEMES[name]`` unregisters (a scheme registered for a while, in tests)."""
+
+    def __getitem__(self, name: str) -> Scheme:
+        return self._items[name]
+
+    def __delitem__(self, name: str) -> None:
+        del self._items[name]
+
+    def find(self, name: str) -> Scheme | None:
+        """The backend registered for `name`, loading the plugins first if none is; None when none is."""
+        if name not in self:
+            load_plugins()
+        return self._items.get(name)
+
+
+SCHEMES = _Schemes("storage scheme", lambda item: isinstance(item, Scheme), "a storage.Scheme instance")
 """Registered backends by scheme name (``mem`` for ``mem://...``); fsspec serves all others."""
 
 
 def register_scheme(name: str, scheme: Scheme) -> None:
     """Route URLs ``name://...`` to `scheme`; a name registered already is refused, not replaced.
-    Registration is per process: prepare's worker processes know only schemes their imports register."""
+    Registration is per process: prepare's worker processes know only schemes their imports register
+    (or the ``tokenport.plugins`` entry points, loaded when a URL names a scheme not registered)."""
     if not isinstance(name, str) or not name.isidentifier() or name == "file":
         raise ConfigError(f"register_scheme: {name!r} is not a scheme name (letters, digits, _; not 'file')")
     if not isinstance(scheme, Scheme):
         raise ConfigError(f"register_scheme({name!r}): give a storage.Scheme instance, not {type(scheme).__name__}")
     if name in SCHEMES:
         raise ConfigError(f"register_scheme: {name!r} is registered already (to {SCHEMES[name]!r})")
-    SCHEMES[name] = scheme
+    SCHEMES.register(name, scheme)
