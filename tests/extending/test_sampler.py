@@ -126,6 +126,8 @@ def test_a_saved_state_resumes_exactly_through_a_json_round_trip(train):
     [next(batches) for _ in range(3)]
     state = json.loads(json.dumps(loader.state_dict()))
     assert state["sampler"]["sampler"] == NAME and state["sampler"]["consumed_samples"] == 12
+    receipt = state["receipt"]  # certified: the store's content identity, the toy's class and position
+    assert receipt["uncertified"] == [] and receipt["position"]["sampler"] == "ReversedSampler"
     rest = _tokens(batches)
     resumed = _loader(train)
     resumed.load_state_dict(state)
