@@ -47,6 +47,7 @@ from .ragged import Packed
 from .schema import OBJECT, Column, dtype_name
 from .state import DockState
 from .storage import Partition
+from .swap import swap_in
 
 __all__ = ["KILL_AT", "checkpoint_path", "load_state", "save_state"]
 
@@ -111,7 +112,7 @@ def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
         with open(os.path.join(staging, "dock.json"), "wb") as f:
             f.write(description_bytes(description))
         _kill_point()
-        _swap_in(staging, target)
+        swap_in(staging, target, _kill_point)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -391,19 +392,3 @@ def _remove_stale_saves(target: str) -> None:
         path = os.path.join(parent, name)
         if owner and int(owner[1]) != os.getpid() and not process_alive(int(owner[1])) and _holds_checkpoint(path):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _swap_in(staging: str, target: str) -> None:
-    """Put ``staging`` where ``target`` is, keeping the old one until the new one is in place."""
-    old = target + ".old"
-    if not os.path.exists(target) and os.path.isdir(old):
-        os.rename(old, target)  # an earlier swap was cut between its renames: the old checkpoint is whole
-        _kill_point()
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(target):
-        os.rename(target, old)
-        _kill_point()
-    os.rename(staging, target)
-    _kill_point()
-    shutil.rmtree(old, ignore_errors=True)
-    _kill_point()

@@ -36,6 +36,7 @@ from .checkpoint_values import json_problem
 from .dock import Dock
 from .schema import BFLOAT16, OBJECT, Column
 from .state import DockState
+from .swap import swap_in
 from .transferqueue_checkpoint_schema import Metadata, bookkeeping_of, restored
 
 __all__ = ["KILL_AT", "CheckpointNotFound", "NotInitialized", "load", "save"]
@@ -87,13 +88,7 @@ def save(client: Any, directory: Any, include_storage: bool = True, metadata: An
             text = msgspec.json.format(encode(Metadata(storage_saved=True, user_metadata=user)), indent=2)
             _write(os.path.join(tmp, METADATA), text)
             _kill_point()
-            if os.path.exists(target):
-                os.rename(target, old)
-                _kill_point()
-            os.rename(tmp, target)
-            _kill_point()
-            shutil.rmtree(old, ignore_errors=True)
-            _kill_point()
+            swap_in(tmp, target, _kill_point)  # _recover left no NAME.old: the same steps as before
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             if os.path.isdir(old) and not os.path.exists(target):

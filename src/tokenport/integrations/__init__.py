@@ -10,7 +10,8 @@ accepted by name (``ALLOWED_CHANGES``). ``hf``: ``TokenportTrainer``, a ``transf
 that trains through tokenport's sampler and resumes without its skip loop, and its collator.
 ``megatron``: ``datasets_provider``, Megatron-LM's ``train_valid_test_datasets_provider`` read
 from Megatron's own data flags. ``tracing``: ``trace``, which documents made a training step, from a
-loader state alone (``rebuild``: the dataset a receipt describes, built again and verified).
+loader state alone (``rebuild``: the dataset a receipt describes, built again and verified;
+``samplers``: ``register_sampler``, so a state's sampler, tokenport's or one added, is built again).
 ``grain``: ``GrainSource`` and ``grain_dataset`` (tokenport datasets as Grain sources) and
 ``GrainLoader`` (torchtitan's data loader contract over tokenport's global stream: elastic resume).
 """
@@ -25,6 +26,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .megatron import MegatronSamples, datasets_provider
     from .rebuild import rebuild_dataset
     from .receipt import ALLOWED_CHANGES, DataReceipt, check_receipt, data_receipt
+    from .samplers import register_sampler
     from .torch import StatefulLoader, data_parallel_position
     from .tracing import SampleTrace, trace
 
@@ -45,6 +47,7 @@ _EXPORTS = {
     "grain_dataset": ".grain",
     "data_receipt": ".receipt",
     "rebuild_dataset": ".rebuild",
+    "register_sampler": ".samplers",
     "trace": ".tracing",
 }
 

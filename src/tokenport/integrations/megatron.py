@@ -448,21 +448,36 @@ def datasets_provider(
                 "(train, valid, test) sample counts Megatron-LM passes"
             )
         data = read_megatron_args(args if args is not None else _megatron_get_args())
-        _check_algorithm_takes(data, algorithm)
-        chosen = tokenizer if tokenizer is not None else _megatron_tokenizer()
-        eod_id, pad_id = token_ids(chosen, data.allow_ambiguous_pad_tokens)
-        config = GPTSampleConfig(
-            seq_length=data.seq_length,
-            eod_id=eod_id,
-            pad_id=pad_id,
-            reset_position_ids=data.reset_position_ids,
-            reset_attention_mask=data.reset_attention_mask,
-            eod_mask_loss=data.eod_mask_loss,
-            create_attention_mask=data.create_attention_mask,
+        datasets = _built(data, list(train_val_test_num_samples), algorithm, tokenizer, allow_mixed_tokenizers)
+        keep = (is_built_on_rank or _built_on_rank)(vp_stage)
+        return tuple(  # type: ignore[return-value]
+            MegatronSamples(d, data.create_attention_mask) if keep and d is not None else None for d in datasets
         )
-        datasets = build_datasets(
+
+    train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]
+    return train_valid_test_datasets_provider
+
+
+def _built(
+    data: MegatronDataArgs, sizes: list[int | None], algorithm: str, tokenizer: Any, allow_mixed_tokenizers: bool
+) -> tuple[Any, ...]:
+    """The (train, valid, test) tokenport datasets Megatron-LM's arguments ``data`` ask for (every rank builds)."""
+    _check_algorithm_takes(data, algorithm)
+    chosen = tokenizer if tokenizer is not None else _megatron_tokenizer()
+    eod_id, pad_id = token_ids(chosen, data.allow_ambiguous_pad_tokens)
+    config = GPTSampleConfig(
+        seq_length=data.seq_length,
+        eod_id=eod_id,
+        pad_id=pad_id,
+        reset_position_ids=data.reset_position_ids,
+        reset_attention_mask=data.reset_attention_mask,
+        eod_mask_loss=data.eod_mask_loss,
+        create_attention_mask=data.create_attention_mask,
+    )
+    return tuple(
+        build_datasets(
             data.spec,
-            sizes=list(train_val_test_num_samples),
+            sizes=sizes,
             config=config,
             seed=data.seed,
             split=data.split,
@@ -471,13 +486,7 @@ def datasets_provider(
             surplus=data.surplus,
             allow_mixed_tokenizers=allow_mixed_tokenizers,
         )
-        keep = (is_built_on_rank or _built_on_rank)(vp_stage)
-        return tuple(  # type: ignore[return-value]
-            MegatronSamples(d, data.create_attention_mask) if keep and d is not None else None for d in datasets
-        )
-
-    train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]
-    return train_valid_test_datasets_provider
+    )
 
 
 def _check_algorithm_takes(data: MegatronDataArgs, algorithm: str) -> None:

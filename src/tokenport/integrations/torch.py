@@ -31,6 +31,7 @@ from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.controller import MixtureSignals
 from ..errors import ConfigError
 from ..metrics import live, record_mixture, record_weight_update
+from ..sampling.contract import SAMPLER_MEMBERS, Sampler, missing_members
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.state import STATE_VERSION, read_loader_state
@@ -50,24 +51,14 @@ from .receipt import (
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
 
-# What the loader uses of a batch sampler: PretrainingSampler, RandomSampler and any sampler alike.
-SAMPLER_PROTOCOL = (
-    "advance",
-    "consumed_samples",
-    "state_dict",
-    "load_state_dict",
-    "consumed_stream",
-    "__len__",
-    "__iter__",
-    "auto_advance",
-)
+SAMPLER_PROTOCOL = SAMPLER_MEMBERS  # what the loader uses of a batch sampler (the `Sampler` protocol's members)
 
 
 class StatefulLoader:
     """Batches of ``dataset`` in the order of a tokenport batch sampler, through ``torch.utils.data.DataLoader``.
 
-    ``sampler`` is a tokenport batch sampler (PretrainingSampler, RandomSampler, StreamSampler, or any object
-    with ``SAMPLER_PROTOCOL``; its ``auto_advance`` is switched off: the loader counts). Keyword
+    ``sampler`` is a batch sampler with state (``tokenport.sampling.Sampler``: PretrainingSampler, RandomSampler,
+    StreamSampler or any object with its members; its ``auto_advance`` is switched off: the loader counts). Keyword
     arguments go to the DataLoader (``num_workers``, ``prefetch_factor``, ``pin_memory``,
     ``persistent_workers``...). One ``for`` loop runs to the end of the data (PretrainingSampler)
     or of the current epoch (RandomSampler, StreamSampler: loop again for the next; ``epoch`` says which).
@@ -82,14 +73,14 @@ class StatefulLoader:
     def __init__(
         self,
         dataset: Any,
-        sampler: Any,
+        sampler: Sampler,
         *,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         fields: Sequence[str] | None = None,
         controller: Any = None,
         **loader_options: Any,
     ) -> None:
-        missing = [name for name in SAMPLER_PROTOCOL if not hasattr(sampler, name)]
+        missing = missing_members(sampler)
         if missing:
             raise ConfigError(
                 f"sampler: a {type(sampler).__name__} is not a tokenport batch sampler (it lacks "
@@ -104,7 +95,7 @@ class StatefulLoader:
         sampler.auto_advance = False
         self.controller = controller
         self.dataset = dataset
-        self.sampler = sampler
+        self.sampler: Sampler = sampler
         self.collate_fn = collate_fn
         self.fields = check_fields(fields)
         self.loader_options = loader_options

@@ -22,11 +22,10 @@ from ..blend import AdaptiveBlend
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.lineage import SampleLineage
-from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.state import read_loader_state, read_sampler_state
-from ..sampling.stream import ORDERS, StreamSampler
 from .rebuild import check_same_data, rebuild_dataset
 from .receipt import DataReceipt, check_state_agrees
+from .samplers import sampler_from_state
 
 __all__ = ["SampleTrace", "TraceReport", "load_state", "trace", "trace_file"]
 
@@ -175,8 +174,10 @@ def _trace(
     read_loader_state(state, source)  # every field typed before anything is built from it
     read_sampler_state(state["sampler"], f"{source}: state['sampler']")
     saved = DataReceipt.from_dict(state["receipt"], f"{source}: state['receipt']")
+    # a registered sampler's state names its registry entry, not its class: the receipt's class is taken
+    registered = saved.position.get("sampler") if isinstance(state["sampler"].get("sampler"), str) else None
     try:
-        check_state_agrees(saved, state["sampler"])
+        check_state_agrees(saved, state["sampler"], registered)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     if dataset is None:
@@ -229,63 +230,11 @@ def step_sample_ids(
         raise ConfigError(f"rank={rank}: the run had {size} data-parallel rank(s); pass a rank below {size}")
     out = {}
     for r in range(size) if rank is None else (int(rank),):
-        sampler = _sampler(sampler_state, r, dataset)
+        sampler = sampler_from_state(sampler_state, r, dataset)
         sampler.consumed_samples = step * gbs
         batch = next(iter(sampler), None)
         out[r] = [] if batch is None else [int(i) for i in batch]
     return out
-
-
-def _sampler(state: Mapping[str, Any], rank: int, dataset: Any) -> Any:
-    """The sampler a state was saved from, on ``rank``, its configuration checked by ``load_state_dict``."""
-    kind = state.get("sampler")
-    total = check_int("state['sampler']['total_samples']", state.get("total_samples"), 1)
-    if total != len(dataset):
-        raise ConfigError(
-            f"state['sampler']: total_samples={total} but the dataset holds {len(dataset)} samples: "
-            "the state belongs to another dataset"
-        )
-    mbs, size = int(state["micro_batch_size"]), int(state["data_parallel_size"])
-    sampler: Any
-    if kind == 1:
-        sampler = PretrainingSampler(total, 0, mbs, rank, size, auto_advance=False)
-    elif kind == 2:
-        sampler = RandomSampler(
-            total,
-            0,
-            mbs,
-            rank,
-            size,
-            int(state["seed"]),
-            bool(state["data_sharding"]),
-            bool(state["megatron_compat"]),
-            auto_advance=False,
-        )
-    elif kind == 3:
-        order = ORDERS[int(state["order"])]
-        grouped = order == "length_grouped"
-        if grouped and not hasattr(dataset, "lengths"):
-            raise ConfigError("state['sampler']: a length-grouped order needs the dataset's sample lengths")
-        sampler = StreamSampler(
-            total,
-            0,
-            mbs,
-            rank,
-            size,
-            int(state["seed"]),
-            order,
-            lengths=dataset.lengths if grouped else None,
-            group_size=int(state["group_size"]) if grouped else None,
-            mega_batch_mult=int(state["mega_batch_mult"]) if grouped else None,
-            auto_advance=False,
-        )
-    else:
-        raise ConfigError(
-            f"state['sampler']['sampler']={kind!r}: not a sampler tokenport can replay "
-            "(PretrainingSampler, RandomSampler, StreamSampler)"
-        )
-    sampler.load_state_dict(state)  # refuses a state whose fields do not fit (fingerprint, configuration)
-    return sampler
 
 
 class _Texts:

@@ -15,6 +15,9 @@ is the id order). ``RandomSampler`` resumes on another number of ranks with the 
 batch; another global batch only where that is exact (no data sharding, the same samples per
 epoch), else a ConfigError says so; in Megatron-compatible mode only on the saved layout.
 
+The sampler contract (``contract``): ``Sampler``, the members a batch sampler with state has for
+``StatefulLoader`` (a sampler is chosen by name through ``tokenport.integrations.register_sampler``).
+
 ``progress``: how many epochs of each dataset of a blend the consumed samples cover (the torch
 loader over these samplers, ``StatefulLoader``, is in ``tokenport.integrations``).
 
@@ -34,6 +37,7 @@ from .. import _lazy
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .budget import balanced_micro_batches, token_budget_batches
     from .collate import PaddingCollator, PaddingFreeCollator
+    from .contract import Sampler
     from .length_grouping import (
         DistributedLengthGroupedSampler,
         LengthGroupedSampler,
@@ -53,6 +57,7 @@ _EXPORTS = {
     "PaddingFreeCollator": ".collate",
     "PretrainingSampler": ".pretraining",
     "RandomSampler": ".pretraining",
+    "Sampler": ".contract",
     "StreamSampler": ".stream",
     "balanced_micro_batches": ".budget",
     "dataset_epochs": ".progress",

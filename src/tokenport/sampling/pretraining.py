@@ -65,7 +65,7 @@ from .._checks import check_bool, check_int
 from .._schema import INT64_MAX, to_builtins
 from ..errors import ConfigError
 from ..rng.torch_randperm import randperm
-from .state import read_sampler_state
+from .state import RegisteredState, read_sampler_state
 
 __all__ = ["PretrainingSampler", "RandomSampler"]
 
@@ -151,7 +151,10 @@ class _PretrainingBase:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state_dict()``'s output; raise ConfigError if it belongs to another configuration."""
-        state = to_builtins(read_sampler_state(state))  # typed: every field present, an integer in range
+        typed = read_sampler_state(state)  # typed: every field present, an integer in range
+        if isinstance(typed, RegisteredState):
+            raise ConfigError(f"state is from a {typed.sampler} sampler, not a {_KINDS[self._kind]}")
+        state = to_builtins(typed)
         mine = self._identity()
         if state["sampler"] != self._kind:  # before the fields, which differ per kind
             raise ConfigError(f"state is from a {_KINDS[state['sampler']]}, not a {_KINDS[self._kind]}")

@@ -1,12 +1,13 @@
 """The schema of loader and sampler states: what ``state_dict()`` holds, read through `_schema` before any use.
 
 A sampler state is one document kind per sampler, told apart by ``sampler`` (1 PretrainingSampler,
-2 RandomSampler, 3 StreamSampler). A loader state (``StatefulLoader.state_dict()``) holds its
-``version``, its sampler's state, the data receipt (``ReceiptDocument``: the dataset tree, its
-length, the sampler's seed and position) and, over an AdaptiveBlend, the weight updates
-(``mixture``). They live here, under the rooms that write them (integrations) and read them
-(builder's ``blend --state``). A wrong type, a missing or unknown key, a number out of range or NaN
-is one ConfigError naming where the state came from and the field, before anything is changed.
+2 RandomSampler, 3 StreamSampler; a name: a sampler registered by that name, ``RegisteredState``).
+A loader state (``StatefulLoader.state_dict()``) holds its ``version``, its sampler's state, the
+data receipt (``ReceiptDocument``: the dataset tree, its length, the sampler's seed and position)
+and, over an AdaptiveBlend, the weight updates (``mixture``). They live here, under the rooms that
+write them (integrations) and read them (builder's ``blend --state``). A wrong type, a missing or
+unknown key, a number out of range or NaN is one ConfigError naming where the state came from and
+the field, before anything is changed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from msgspec import UNSET, UnsetType
 from .._schema import Count, Document, Int64, NonNegativeFinite, Positive, Seed, Text, decode
 from ..errors import ConfigError
 
-__all__ = ["LoaderState", "ReceiptDocument", "SamplerState", "read_loader_state", "read_sampler_state"]
+__all__ = [
+    "LoaderState",
+    "ReceiptDocument",
+    "RegisteredState",
+    "SamplerState",
+    "read_loader_state",
+    "read_sampler_state",
+]
 
 RECEIPT_FORMAT = "tokenport.receipt/1"
 
@@ -63,19 +71,31 @@ class StreamState(_State, frozen=True, tag_field="sampler", tag=3):
     epoch: Count
 
 
+class RegisteredState(Document, frozen=True):
+    """The state of a sampler registered by name (``register_sampler``): the name, the fields every reader of
+    a state uses (trace replays steps from them), and the sampler's own JSON fields under ``own``."""
+
+    sampler: Text
+    consumed_samples: Count
+    total_samples: Positive
+    micro_batch_size: Positive
+    data_parallel_size: Positive
+    own: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
 SamplerState = PretrainingState | RandomState | StreamState
 
 
-def read_sampler_state(state: Mapping[str, Any] | Any, where: str = "state") -> SamplerState:
-    """``state`` (a sampler's ``state_dict()``) as its typed document; ConfigError naming ``where`` and the field."""
+def read_sampler_state(
+    state: Mapping[str, Any] | Any, where: str = "state"
+) -> PretrainingState | RandomState | StreamState | RegisteredState:
+    """``state`` (a sampler's ``state_dict()``) as its typed document: one of tokenport's samplers' (an integer
+    ``sampler`` kind), or a registered sampler's (its name); ConfigError naming ``where`` and the field."""
     if not isinstance(state, Mapping):
         raise ConfigError(f"{where}: expected the dict a sampler's state_dict() returned, got a {type(state).__name__}")
+    schema: Any = RegisteredState if isinstance(state.get("sampler"), str) else SamplerState
     return decode(
-        state,
-        SamplerState,  # type: ignore[arg-type]
-        where=where,
-        remedy="pass the dict the sampler's state_dict() returned",
-        error=ConfigError,
+        state, schema, where=where, remedy="pass the dict the sampler's state_dict() returned", error=ConfigError
     )
 
 
