@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import random
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests.dock._state import dock_state
 from tokenport.dock import (
     AppendRequest,
     Column,
@@ -235,6 +237,64 @@ def test_registering_and_opening_refusals():
     register_dock_backend("toy-not-a-dock", lambda *args, **kwargs: object())
     with pytest.raises(tp.ConfigError, match="not a tokenport.dock.DockBase"):
         open_dock(COLUMNS, STAGES, backend="toy-not-a-dock")
+
+
+def random_call(rng: random.Random, leases: list[int]) -> tuple[str, Any]:
+    """One random call (often a bad one), its arguments drawn now: its name and a function of the dock."""
+    partition = rng.choice(["p", "q", "nowhere"])
+    rows = rng.sample(range(-1, 7), rng.randint(0, 3)) + ([1] if rng.random() < 0.1 else [])
+    values = {"reward": np.arange(len(rows), dtype=np.float32)}
+    version, lease, count = rng.choice([None, 0, 1, 2, -1, 5]), rng.choice([None, 60.0]), rng.choice([1, 2, 0])
+    flags = [rng.random() < 0.3, rng.random() < 0.8, rng.random() < 0.2]
+    consumer, lease_id = rng.choice(["train", "reward", "nobody"]), rng.choice([*leases[-3:], 99])
+    new_partition, prompts, row, new_version = (
+        rng.choice(["p", "q", ""]),
+        rng.choice([1, 3, 0]),
+        rng.choice([0, 1, 9]),
+        rng.choice([0, 1, 2, 3, -1]),
+    )
+    calls = {
+        "add_partition": lambda d: d.add_partition(new_partition, prompts),
+        "put": lambda d: d.put(partition, values, rows=rows, overwrite=flags[0], completed=flags[1], version=version),
+        "get": lambda d: d.get(consumer, ["reward"], count, partition, timeout=0, lease=lease, unfinished=flags[2]),
+        "get rows": lambda d: d.get("train", ["reward"], 1, partition, rows=rows, timeout=0),
+        "ack": lambda d: d.ack(lease_id),
+        "nack": lambda d: d.nack(lease_id),
+        "set_version": lambda d: d.set_version(new_version),
+        "append": lambda d: d.append(partition, row, {"turns": [1, 2]}, version=version),
+        "clear": lambda d: d.clear(partition),
+    }
+    name = rng.choice(sorted(calls))
+    return name, calls[name]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_call_sequences_behave_as_dock_and_a_refusal_changes_nothing(seed, tmp_path):
+    """Each call made on the toy and on a Dock: the same result or the same error; after a refusal the
+    toy's whole state (everything a checkpoint keeps, leases, counters) is as it was."""
+    toy = open_dock(COLUMNS, STAGES, 2, backend="toy-queue", max_staleness=2)
+    local = Dock(COLUMNS, STAGES, 2, max_staleness=2)
+    rng, leases = random.Random(seed), []
+    refused = 0
+    for _ in range(120):
+        name, call = random_call(rng, leases)
+        toy.stats()  # makes a new partition's consumption arrays (all False), so a save holds them
+        before = dock_state(toy)
+        outcomes = []
+        for dock in (local, toy):
+            try:
+                outcomes.append(seen(call(dock)))
+            except tp.TokenportError as error:
+                outcomes.append((type(error).__name__, str(error)))
+        assert outcomes[0] == outcomes[1], name
+        if isinstance(outcomes[1], tuple) and outcomes[1][0] == "ConfigError":
+            refused += 1
+            assert dock_state(toy) == before, name
+        elif isinstance(outcomes[1], dict) and outcomes[1].get("lease_id"):
+            leases.append(outcomes[1]["lease_id"])
+    toy.stats(), local.stats()
+    assert dock_state(toy) == dock_state(local)
+    assert refused > 20
 
 
 PLUGIN = """

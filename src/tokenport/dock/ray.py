@@ -65,6 +65,7 @@ __all__ = ["RayDock"]
 
 _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds one
 _LOCAL = ("n_samples_per_prompt", "max_age")  # fixed at creation: answered without an actor call
+_get = ray_get  # the name transferqueue_ray imports
 _remote: Any = ray.remote  # typed loosely: its options (max_concurrency) are not in its overloads
 
 
