@@ -1,7 +1,8 @@
-"""``DockAPI``: what every dock offers, in process (``Dock``) or on Ray (``RayDock``).
+"""``DockAPI``: what every dock offers, in process (``Dock``), on Ray (``RayDock``) or on any backend.
 
-A stage written against ``DockAPI`` runs unchanged on either; both check their arguments with the
-same code (``arguments``) and refuse a bad call with the same error.
+A stage written against ``DockAPI`` runs unchanged on each: every backend is a ``DockBase``, whose
+methods build the same checked requests and so refuse a bad call with the same error. The members'
+docstrings are ``DockBase``'s (written once, there).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .arguments import Sampler
+from .base import DockBase
 from .batch import Batch
 from .schema import Column
 
@@ -21,45 +23,34 @@ __all__ = ["DockAPI"]
 
 @runtime_checkable
 class DockAPI(Protocol):
-    """The dock's methods and properties; see ``Dock`` for what each does."""
+    """The dock's methods and properties (typing's view of a dock; ``DockBase`` implements them)."""
 
     @property
-    def n_samples_per_prompt(self) -> int:
-        """Rows per prompt: row ``r`` belongs to prompt ``r // n_samples_per_prompt``."""
+    def n_samples_per_prompt(self) -> int: ...
 
     @property
-    def max_age(self) -> int | None:
-        """Unfinished puts after which a row counts as finished (None: no limit)."""
+    def max_age(self) -> int | None: ...
 
     @property
-    def columns(self) -> dict[str, Column]:
-        """The dock's columns by name (a copy)."""
+    def columns(self) -> dict[str, Column]: ...
 
     @property
-    def consumers(self) -> list[str]:
-        """The names of the consumers whose consumption the dock tracks."""
+    def consumers(self) -> list[str]: ...
 
     @property
-    def partitions(self) -> dict[str, int]:
-        """Partition names, oldest first, with their row counts."""
+    def partitions(self) -> dict[str, int]: ...
 
-    def add_column(self, column: Column) -> None:
-        """Add a column; existing partitions get it with no row ready."""
+    def add_column(self, column: Column) -> None: ...
 
-    def add_consumer(self, name: str, *, max_staleness: int | None = None) -> None:
-        """Add a consumer (a stage); it has consumed nothing yet. ``max_staleness`` overrides the dock's."""
+    def add_consumer(self, name: str, *, max_staleness: int | None = None) -> None: ...
 
-    def add_partition(self, name: str, num_prompts: int) -> None:
-        """Add a partition of ``num_prompts * n_samples_per_prompt`` rows."""
+    def add_partition(self, name: str, num_prompts: int) -> None: ...
 
-    def clear(self, partition: str) -> None:
-        """Forget a partition's data, readiness, consumption and leases; its rows stay, empty."""
+    def clear(self, partition: str) -> None: ...
 
-    def drop_partition(self, partition: str) -> None:
-        """Remove a partition and everything in it."""
+    def drop_partition(self, partition: str) -> None: ...
 
-    def close(self) -> None:
-        """No partitions will be added: a ``get`` without a partition returns None once all are consumed."""
+    def close(self) -> None: ...
 
     def put(
         self,
@@ -70,8 +61,7 @@ class DockAPI(Protocol):
         overwrite: bool = False,
         completed: bool | Sequence[bool] | np.ndarray = True,
         version: int | Sequence[int] | np.ndarray | None = None,
-    ) -> None:
-        """Write ``columns`` (name -> values) for ``rows`` of ``partition``, then mark those cells ready."""
+    ) -> None: ...
 
     def append(
         self,
@@ -81,29 +71,22 @@ class DockAPI(Protocol):
         *,
         version: int | None = None,
         finished: bool = False,
-    ) -> None:
-        """Append one segment (a turn) to ``row``'s segmented ``columns``, with its policy version."""
+    ) -> None: ...
 
     @property
-    def version(self) -> int:
-        """The current (trainer's) policy version; 0 until ``set_version``."""
+    def version(self) -> int: ...
 
-    def set_version(self, version: int) -> None:
-        """Move the current policy version forward (going back is refused); rows now too stale expire."""
+    def set_version(self, version: int) -> None: ...
 
-    def expired(self, partition: str | None = None) -> dict[str, np.ndarray]:
-        """Rows expired under ``on_stale="requeue"`` since the last call, by partition: put them again."""
+    def expired(self, partition: str | None = None) -> dict[str, np.ndarray]: ...
 
-    def can_admit(self) -> bool:
-        """Whether a rollout may start without more than ``max_inflight_versions`` versions in flight."""
+    def can_admit(self) -> bool: ...
 
-    def admit(self, timeout: float | None = None) -> None:
-        """Block a rollout worker until ``can_admit()``; DockTimeout after ``timeout`` seconds."""
+    def admit(self, timeout: float | None = None) -> None: ...
 
     async def aput(
         self, partition: str, columns: Mapping[str, Any], rows: Sequence[int] | np.ndarray, **options: Any
-    ) -> None:
-        """``put`` from asyncio code (runs in a worker thread)."""
+    ) -> None: ...
 
     def get(
         self,
@@ -118,25 +101,23 @@ class DockAPI(Protocol):
         lease: float | None = None,
         unfinished: bool = False,
         max_staleness: int | None = None,
-    ) -> Batch | None:
-        """``count`` rows whose ``columns`` are ready and that ``consumer`` has not consumed; None when all are."""
+    ) -> Batch | None: ...
 
     async def aget(
         self, consumer: str, columns: Sequence[str], count: int, partition: str | None = None, **options: Any
-    ) -> Batch | None:
-        """``get`` from asyncio code (the wait happens in a worker thread, not on the event loop)."""
+    ) -> Batch | None: ...
 
-    def ack(self, lease_id: int) -> None:
-        """Consume the rows of a lease."""
+    def ack(self, lease_id: int) -> None: ...
 
-    def nack(self, lease_id: int) -> None:
-        """Give the rows of a lease back unconsumed: the next get of that consumer may return them."""
+    def nack(self, lease_id: int) -> None: ...
 
-    def all_consumed(self, consumer: str, partition: str) -> bool:
-        """Whether ``consumer`` has consumed every row of ``partition``."""
+    def all_consumed(self, consumer: str, partition: str) -> bool: ...
 
-    def stats(self) -> dict[str, Any]:
-        """Per consumer: rows and batches served, bytes, wait time; per partition: bytes, ready and consumed rows."""
+    def stats(self) -> dict[str, Any]: ...
 
-    def save(self, directory: str | os.PathLike[str]) -> None:
-        """Checkpoint the dock to ``directory`` atomically (data, readiness, consumption; not leases)."""
+    def save(self, directory: str | os.PathLike[str]) -> None: ...
+
+
+for _name, _member in vars(DockAPI).items():  # one docstring per member: DockBase's
+    if not _name.startswith("_") and isinstance(_member, (property, type(DockBase.put))):
+        _member.__doc__ = getattr(DockBase, _name).__doc__

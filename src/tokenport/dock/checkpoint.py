@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -83,7 +83,7 @@ def save_state(state: DockState, directory: str | os.PathLike[str]) -> None:
             partitions = []
             for number, partition in enumerate(state.each_partition()):
                 file = f"partition-{number:05d}.npz"
-                np.savez(os.path.join(staging, file), **_arrays(state, partition))
+                np.savez(os.path.join(staging, file), **cast(dict[str, Any], _arrays(state, partition)))
                 _kill_point()
                 partitions.append(
                     PartitionEntry(
@@ -226,7 +226,7 @@ def _arrays(state: DockState, partition: Partition) -> dict[str, np.ndarray]:
             arrays[f"fixed/{name}"] = data
     everything = np.arange(partition.rows)
     for name in partition.ragged:
-        packed = partition.read(state.column(name), everything)
+        packed = cast(Packed, partition.read(state.column(name), everything))  # a ragged column reads as Packed
         arrays[f"ragged/{name}/values"] = packed.values
         arrays[f"ragged/{name}/lengths"] = packed.lengths
     return arrays
@@ -246,103 +246,133 @@ def _read_arrays(file: str) -> dict[str, np.ndarray]:
         raise CorruptStoreError(f"{file}: cannot be read ({error}); {_DAMAGED}") from None
 
 
-def _restore(
-    state: DockState, description: Description, entry: PartitionEntry, arrays: dict[str, np.ndarray], file: str
-) -> Partition:
-    """A partition built from its saved arrays, each checked first: its key names a field the dock
-    saves, its dtype and shape are those it was saved with (assigning another dtype would cast, and
-    could wrap, silently), its values are in range and agree with ``dock.json``."""
-    rows = (entry.rows,)
-    columns = state.columns
-    consumers = set(state.consumers)
-    versioned = description.format == FORMAT
+class _Saved:
+    """A partition's saved arrays, each handed out checked: present, of the dtype and shape the dock
+    saves (assigning another dtype would cast, and could wrap, silently), at least its least value."""
 
-    def refuse(key: str, problem: str) -> CorruptStoreError:
-        return CorruptStoreError(f"{file}: {key} {problem}; {_DAMAGED}")
+    def __init__(self, arrays: dict[str, np.ndarray], file: str) -> None:
+        self.arrays, self.file = arrays, file
 
-    def saved(key: str, dtype: np.dtype, shape: tuple[int, ...], minimum: int | None = None) -> np.ndarray:
-        if key not in arrays:
-            raise refuse(key, "is missing")
-        array = arrays[key]
+    def refuse(self, key: str, problem: str) -> CorruptStoreError:
+        return CorruptStoreError(f"{self.file}: {key} {problem}; {_DAMAGED}")
+
+    def __call__(self, key: str, dtype: np.dtype, shape: tuple[int, ...], minimum: int | None = None) -> np.ndarray:
+        if key not in self.arrays:
+            raise self.refuse(key, "is missing")
+        array = self.arrays[key]
         if array.dtype != dtype or array.shape != shape:
-            raise refuse(
+            raise self.refuse(
                 key,
                 f"has dtype {array.dtype} and shape {array.shape}, the dock saves dtype {dtype} and shape {shape}",
             )
         if minimum is not None and array.size and int(array.min()) < minimum:
-            raise refuse(key, f"holds {int(array.min())}, below its least value {minimum}")
+            raise self.refuse(key, f"holds {int(array.min())}, below its least value {minimum}")
         return array
 
+
+def _restore(
+    state: DockState, description: Description, entry: PartitionEntry, arrays: dict[str, np.ndarray], file: str
+) -> Partition:
+    """A partition built from its saved arrays, each checked first: its key names a field the dock
+    saves, its dtype and shape are those it was saved with, its values are in range and agree with
+    ``dock.json``."""
+    saved = _Saved(arrays, file)
+    versioned = description.format == FORMAT
+    expected = _expected_keys(state, versioned)
+    for key in arrays:
+        if key not in expected:
+            raise saved.refuse(key, "is no field of this dock's checkpoint (unknown column, consumer or array)")
+    partition = Partition(entry.name, entry.rows)
+    _restore_rows(state, partition, entry, saved, versioned)
+    _restore_data(state, partition, saved)
+    _check_agreement(partition, saved)
+    if not versioned:  # format 1: no versions were kept, so written rows count as version 0
+        written = np.logical_or.reduce([*partition.ready.values(), np.zeros(entry.rows, bool)])
+        partition.version_first[written] = 0
+        partition.version_last[written] = 0
+    return partition
+
+
+def _expected_keys(state: DockState, versioned: bool) -> set[str]:
+    """The arrays a partition of this dock's checkpoint may hold."""
     expected = {"completed", "age", "dropped"}  # "dropped": optional (checkpoints before it dropped none)
     if versioned:
         expected |= {"version_first", "version_last", *(f"segments/{k}" for k in _SEGMENT_ARRAYS)}
-    for name, column in columns.items():
+    for name, column in state.columns.items():
         expected.add(f"ready/{name}")
         if column.ragged:
             expected |= {f"ragged/{name}/values", f"ragged/{name}/lengths"}
         else:
             expected.add(f"json/{name}" if column.dtype == OBJECT else f"fixed/{name}")
-    expected |= {f"consumed/{name}" for name in consumers}
-    for key in arrays:
-        if key not in expected:
-            raise refuse(key, "is no field of this dock's checkpoint (unknown column, consumer or array)")
+    return expected | {f"consumed/{name}" for name in state.consumers}
+
+
+def _restore_rows(
+    state: DockState, partition: Partition, entry: PartitionEntry, saved: _Saved, versioned: bool
+) -> None:
+    """Per row: finished flags, ages, the rows dropped as stale, version spans and segments."""
+    rows = (entry.rows,)
     completed = saved("completed", np.dtype(bool), rows)
-    age = saved("age", np.dtype(np.int64), rows, 0)
-    partition = Partition(entry.name, entry.rows)
     partition.completed[:] = completed
-    partition.age[:] = age
-    if "dropped" in arrays:
+    partition.age[:] = saved("age", np.dtype(np.int64), rows, 0)
+    if "dropped" in saved.arrays:
         dropped = saved("dropped", np.dtype(bool), rows)
         if np.any(dropped & ~completed):
-            raise refuse("dropped", f"marks row {int(np.argmax(dropped & ~completed))} dropped but not finished")
+            raise saved.refuse("dropped", f"marks row {int(np.argmax(dropped & ~completed))} dropped but not finished")
         partition.dropped[:] = dropped
     if versioned:
         first = saved("version_first", np.dtype(np.int64), rows, -1)
         last = saved("version_last", np.dtype(np.int64), rows, -1)
         if np.any((first < 0) != (last < 0)) or np.any(first > last) or (last.size and int(last.max()) > state.version):
-            raise refuse(
+            raise saved.refuse(
                 "version_first/version_last",
                 f"do not describe version spans (-1 for none, oldest <= newest <= the current {state.version})",
             )
         partition.version_first[:] = first
         partition.version_last[:] = last
-        _restore_segments(partition, entry, saved, refuse, state.version)
-    for key in arrays:
+        _restore_segments(partition, entry, saved, saved.refuse, state.version)
+
+
+def _restore_data(state: DockState, partition: Partition, saved: _Saved) -> None:
+    """Readiness, consumption and every column's data."""
+    rows, columns, everything = (partition.rows,), state.columns, np.arange(partition.rows)
+    for key, texts in saved.arrays.items():
         kind, _, name = key.partition("/")
         if kind == "ready":
             partition.ready_of(name)[:] = saved(key, np.dtype(bool), rows)
         elif kind == "consumed":
             partition.consumed_of(name)[:] = saved(key, np.dtype(bool), rows)
         elif kind == "fixed":
-            column = columns[name]
-            partition.write(column, np.arange(entry.rows), saved(key, column.dtype, rows + column.shape))
+            partition.write(columns[name], everything, saved(key, columns[name].dtype, rows + columns[name].shape))
         elif kind == "json":
-            texts = arrays[key]
             if texts.dtype.kind != "U" or texts.shape != rows:
-                raise refuse(key, f"has dtype {texts.dtype} and shape {texts.shape}, the dock saves text, shape {rows}")
-            partition.write(columns[name], np.arange(entry.rows), json_values(texts, f"{file}: {key}", _DAMAGED))
+                raise saved.refuse(
+                    key, f"has dtype {texts.dtype} and shape {texts.shape}, the dock saves text, shape {rows}"
+                )
+            partition.write(columns[name], everything, json_values(texts, f"{saved.file}: {key}", _DAMAGED))
     for name, column in columns.items():
         values_key, lengths_key = f"ragged/{name}/values", f"ragged/{name}/lengths"
-        if values_key not in arrays and lengths_key not in arrays:
+        if values_key not in saved.arrays and lengths_key not in saved.arrays:
             continue
         lengths = saved(lengths_key, np.dtype(np.int64), rows, 0)
         total = int(lengths.sum(dtype=np.uint64)) if lengths.size else 0
         values = saved(values_key, column.dtype, (total, *column.shape))
-        partition.write(column, np.arange(entry.rows), Packed(values, lengths))
+        partition.write(column, everything, Packed(values, lengths))
+
+
+def _check_agreement(partition: Partition, saved: _Saved) -> None:
+    """Every ready cell has data, and an appended row's items are its segments' items."""
     for name, ready in partition.ready.items():
         if ready.any() and name not in partition.fixed and name not in partition.ragged:
-            raise refuse(f"ready/{name}", f"marks row {int(np.argmax(ready))} ready, but the column's data is missing")
+            raise saved.refuse(
+                f"ready/{name}", f"marks row {int(np.argmax(ready))} ready, but the column's data is missing"
+            )
     for row, names in partition.segment_columns.items():
         items = sum(length for length, _ in partition.segments[row])
         for name in names:
             held = int(partition.ragged[name].lengths[row]) if name in partition.ragged else 0
             if held != items:
-                raise refuse(f"ragged/{name}/lengths", f"gives row {row} {held} items, its segments {items}")
-    if not versioned:  # format 1: no versions were kept, so written rows count as version 0
-        written = np.logical_or.reduce([*partition.ready.values(), np.zeros(rows, bool)])
-        partition.version_first[written] = 0
-        partition.version_last[written] = 0
-    return partition
+                raise saved.refuse(f"ragged/{name}/lengths", f"gives row {row} {held} items, its segments {items}")
 
 
 def _restore_segments(

@@ -9,7 +9,7 @@ partition, two partitions in one file) is one CorruptStoreError naming ``dock.js
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -28,7 +28,7 @@ __all__ = [
     "description_of",
 ]
 
-FORMAT = "tokenport.dock-checkpoint/2"
+FORMAT: Final = "tokenport.dock-checkpoint/2"
 FORMAT_1 = "tokenport.dock-checkpoint/1"  # before versions and segments
 PARTITION_FILE = re.compile(r"partition-\d{5,}\.npz")  # a file of the checkpoint's own folder, never a path
 

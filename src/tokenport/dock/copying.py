@@ -69,4 +69,4 @@ def _copy_runs(
             s, t = source_starts[i], target_starts[i]
             if s < 0 or t < 0 or s + n > source.shape[0] or t + n > target.shape[0]:
                 raise IndexError("copy_runs: a run lies outside its array")
-            _memcpy(target, t, source, s, n)
+            _memcpy(target, t, source, s, n)  # type: ignore[call-arg]  # numba's intrinsic: typingctx is implicit

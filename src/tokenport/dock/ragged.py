@@ -185,6 +185,7 @@ def take_rows(packed: Packed, positions: np.ndarray) -> Packed:
 def as_ragged(value: Any, name: str, rows: int, dtype: np.dtype, inner: tuple[int, ...] = ()) -> Packed | Padded:
     """``value`` (Packed, Padded, or a sequence of arrays) checked against a ragged column and cast
     to its ``dtype``; Padded stays padded (the store un-pads it straight into place)."""
+    cast: type[Packed] | type[Padded]
     if isinstance(value, Padded):
         shape, cast = value.values.shape[2:], Padded
     else:

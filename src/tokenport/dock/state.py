@@ -18,215 +18,25 @@ in ``stats()["expired"]``.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from .._checks import check_choice
-from .._schema import INT64_MAX
 from ..errors import ConfigError, DockTimeout
-from .arguments import Sampler, checked_get, in_range, int64, row_ids
+from .arguments import Sampler, checked_get, in_range, int64
+from .requests import GetRequest
 from .samplers import SampleRequest, Selection, Sequential
-from .schema import Column
 from .storage import Partition
+from .table import STALE_POLICIES, ConsumerStats, DockTable, Lease, counts
 
 __all__ = ["STALE_POLICIES", "DockState"]
 
-STALE_POLICIES = ("requeue", "drop")  # what becomes of a row that falls too stale (see the module docstring)
 
-
-@dataclass
-class _Lease:
-    consumer: str
-    partition: str
-    rows: np.ndarray
-    deadline: float
-
-
-@dataclass
-class _ConsumerStats:
-    rows: int = 0
-    batches: int = 0
-    bytes: int = 0
-    wait_seconds: float = 0.0
-    timeouts: int = 0
-    redelivered: int = 0
-    staleness: dict[int, int] = field(default_factory=dict)  # rows served by how many versions behind
-
-
-class DockState:
-    """Columns, consumers (with their counters), partitions oldest first, leases, and ``lock``."""
-
-    def __init__(
-        self,
-        columns: Sequence[Column],
-        consumers: Sequence[str],
-        n_samples_per_prompt: int = 1,
-        *,
-        max_age: int | None = None,
-        max_staleness: int | None = None,
-        on_stale: str = "requeue",
-        max_inflight_versions: int | None = None,
-    ) -> None:
-        self.lock = threading.Condition()
-        self._columns: dict[str, Column] = {}
-        self._consumers: dict[str, _ConsumerStats] = {}
-        self._partitions: dict[str, Partition] = {}
-        self._leases: dict[int, _Lease] = {}
-        self._next_lease = 1
-        self.leases_expired = 0
-        self.closed = False
-        self.n_samples_per_prompt = int64("n_samples_per_prompt", n_samples_per_prompt)
-        self.max_age = None if max_age is None else int64("max_age", max_age)
-        self.max_staleness = None if max_staleness is None else int64("max_staleness", max_staleness, 0)
-        self.on_stale = str(check_choice("on_stale", on_stale, STALE_POLICIES))
-        self.max_inflight_versions = (
-            None if max_inflight_versions is None else int64("max_inflight_versions", max_inflight_versions)
-        )
-        self.version = 0
-        self.expired_requeued = 0
-        self.expired_dropped = 0
-        self._limits: dict[str, int | None] = {}  # a consumer's own max_staleness
-        self._requeue: dict[str, list[np.ndarray]] = {}  # expired rows not yet handed back, by partition
-        for what, given in (("columns", columns), ("consumers", consumers)):
-            if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
-                raise ConfigError(f"{what}={given!r:.60}: pass a list (of Column objects, of consumer names)")
-        for column in columns:
-            self.add_column(column)
-        for consumer in consumers:
-            self.add_consumer(consumer)
-
-    # -- schema and partitions ----------------------------------------------------------------------
-
-    def add_column(self, column: Column) -> None:
-        """Add a column; existing partitions get it with no row ready."""
-        if not isinstance(column, Column):
-            raise ConfigError(f"columns: expected tokenport.dock.Column objects, got {type(column).__name__}")
-        with self.lock:
-            if column.name in self._columns:
-                raise ConfigError(f"column {column.name!r} exists already")
-            self._columns[column.name] = column
-
-    def add_consumer(self, name: str, max_staleness: int | None = None) -> None:
-        """Add a consumer (a stage); it has consumed nothing yet. ``max_staleness`` (versions) overrides
-        the dock's for it."""
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"consumer name={name!r} is invalid: pass a non-empty string")
-        limit = None if max_staleness is None else int64("max_staleness", max_staleness, 0)
-        with self.lock:
-            if name in self._consumers:
-                raise ConfigError(f"consumer {name!r} exists already")
-            self._consumers[name] = _ConsumerStats()
-            self._limits[name] = limit
-
-    def staleness_limit(self, consumer: str) -> int | None:
-        """The versions ``consumer``'s rows may lag the current one (its own limit, else the dock's)."""
-        own = self._limits.get(consumer)
-        return self.max_staleness if own is None else own
-
-    @property
-    def consumer_limits(self) -> dict[str, int | None]:
-        """Each consumer's own max_staleness (None: the dock's)."""
-        with self.lock:
-            return dict(self._limits)
-
-    @property
-    def tracks_versions(self) -> bool:
-        """Whether staleness or admission depends on versions (then every written row must carry one)."""
-        limits = self.max_staleness is not None or any(v is not None for v in self._limits.values())
-        return limits or self.max_inflight_versions is not None
-
-    @property
-    def columns(self) -> dict[str, Column]:
-        with self.lock:
-            return dict(self._columns)
-
-    @property
-    def consumers(self) -> list[str]:
-        with self.lock:
-            return list(self._consumers)
-
-    @property
-    def partitions(self) -> dict[str, int]:
-        """Partition names, oldest first, with their row counts."""
-        with self.lock:
-            return {name: p.rows for name, p in self._partitions.items()}
-
-    def each_partition(self) -> Iterator[Partition]:
-        """The partitions, oldest first (hold ``lock`` while using them)."""
-        return iter(list(self._partitions.values()))
-
-    def add_partition(self, name: str, num_prompts: int) -> Partition:
-        """Add an empty partition of ``num_prompts * n_samples_per_prompt`` rows."""
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"partition name={name!r} is invalid: pass a non-empty string")
-        prompts = int64("num_prompts", num_prompts)
-        if prompts * self.n_samples_per_prompt > INT64_MAX:
-            raise ConfigError(
-                f"num_prompts={prompts} is invalid: times n_samples_per_prompt={self.n_samples_per_prompt} it is "
-                "more rows than int64 holds; pass fewer prompts"
-            )
-        rows = prompts * self.n_samples_per_prompt
-        return self.adopt(Partition(name, rows))
-
-    def adopt(self, partition: Partition) -> Partition:
-        """Add a partition built elsewhere (a loaded checkpoint, a copy); it becomes the newest."""
-        with self.lock:
-            if partition.name in self._partitions:
-                raise ConfigError(f"partition {partition.name!r} exists already: clear() or drop_partition() it first")
-            self._partitions[partition.name] = partition
-            self.lock.notify_all()
-            return partition
-
-    def clear(self, partition: str) -> None:
-        """Forget a partition's data, readiness, consumption and leases; its rows stay, empty."""
-        with self.lock:
-            self.partition(partition).clear()
-            self._requeue.pop(partition, None)
-            self._drop_leases(partition)
-            self.lock.notify_all()
-
-    def drop_partition(self, partition: str) -> None:
-        """Remove a partition and everything in it."""
-        with self.lock:
-            self.partition(partition)
-            del self._partitions[partition]
-            self._requeue.pop(partition, None)
-            self._drop_leases(partition)
-            self.lock.notify_all()
-
-    def close(self) -> None:
-        """No partitions will be added: a get without a partition ends once all are consumed."""
-        with self.lock:
-            self.closed = True
-            self.lock.notify_all()
-
-    def partition(self, name: str) -> Partition:
-        """The partition ``name``, or a ConfigError listing those there are."""
-        try:
-            return self._partitions[name]
-        except (KeyError, TypeError):
-            raise ConfigError(
-                f"partition {name!r} does not exist; the dock has {list(self._partitions)} (add_partition first)"
-            ) from None
-
-    def column(self, name: str) -> Column:
-        """The column ``name``, or a ConfigError listing those there are."""
-        try:
-            return self._columns[name]
-        except (KeyError, TypeError):
-            raise ConfigError(f"unknown column {name!r}; the dock has {list(self._columns)}") from None
-
-    def _consumer(self, name: str) -> _ConsumerStats:
-        try:
-            return self._consumers[name]
-        except (KeyError, TypeError):
-            raise ConfigError(f"unknown consumer {name!r}; the dock has {list(self._consumers)}") from None
+class DockState(DockTable):
+    """A dock's tables (``DockTable``) and the rules of its puts, appends, gets, leases and versions."""
 
     # -- put ----------------------------------------------------------------------------------------
 
@@ -449,91 +259,80 @@ class DockState:
 
     # -- get ----------------------------------------------------------------------------------------
 
-    def take(
-        self,
-        consumer: str,
-        wanted: list[str],
-        count: int,
-        partition: str | None,
-        rows: Sequence[int] | np.ndarray | None,
-        timeout: float | None,
-        sampler: Sampler | None,
-        lease: float | None,
-        unfinished: bool = False,
-        max_staleness: int | None = None,
-    ) -> tuple[Partition, np.ndarray, int | None] | None:
+    def take(self, request: GetRequest) -> tuple[Partition, np.ndarray, int | None] | None:
         """Wait for the sampler's rows, mark them consumed (or leased) and count them (rows, batches)
-        for ``consumer``; ``(partition, rows, lease id)``, or None at the end. The caller reads the
-        data and reports its size with ``served``. Rows more than ``max_staleness`` (default: the
-        consumer's limit) versions behind are not served."""
-        count = checked_get(count, timeout, sampler, lease)
-        if max_staleness is not None:
-            max_staleness = int64("max_staleness", max_staleness, 0)
+        for the request's consumer; ``(partition, rows, lease id)``, or None at the end. The caller
+        reads the data and reports its size with ``served``. Rows more than ``max_staleness``
+        (default: the consumer's limit) versions behind are not served."""
         with self.lock:
-            stats = self._consumer(consumer)
-            limit = self.staleness_limit(consumer) if max_staleness is None else max_staleness
-            for name in wanted:
+            stats = self._consumer(request.consumer)
+            limit = self.staleness_limit(request.consumer) if request.max_staleness is None else request.max_staleness
+            for name in request.columns:
                 self.column(name)
-            targets = self._targets(partition, count)
-            sampler = sampler or (_Unfinished() if unfinished else Sequential())
-            if rows is not None:
-                if partition is None:
-                    raise ConfigError("rows= needs partition=: row ids are local to a partition")
-                sampler = _exact_rows(in_range(row_ids(rows), targets[0]), partition)
-            began = time.monotonic()
-            deadline = None if timeout is None else began + timeout
-            while True:
-                now = time.monotonic()
-                self._expire_leases(now)
-                oldest = None if limit is None else self.version - limit
-                found = self._select(consumer, wanted, count, partition, sampler, unfinished, oldest)
-                if found is not _WAIT:
-                    break
-                if deadline is not None and now >= deadline:
-                    stats.wait_seconds += now - began
-                    stats.timeouts += 1
-                    where = f"partition {partition!r}" if partition else "any partition"
-                    raise DockTimeout(
-                        f"consumer {consumer!r} waited {timeout} s for {count} rows of {where} with columns "
-                        f"{wanted} ready; increase timeout, or check that the producing stage is running"
-                    )
-                self.lock.wait(self._wait_time(now, deadline))
-            stats.wait_seconds += time.monotonic() - began
+            targets = self._targets(request.partition, request.count)
+            sampler = request.sampler or (_Unfinished() if request.unfinished else Sequential())
+            if request.rows is not None:
+                sampler = _exact_rows(in_range(request.rows, targets[0]), targets[0].name)
+            found, now = self._wait_for(request, sampler, limit, stats)
             if found is None:
                 return None
             target, give, consume = found
-            lease_id = None
-            if lease is None:
-                target.consumed_of(consumer)[consume] = True
-            else:
-                lease_id = self._next_lease
-                self._next_lease += 1
-                self._leases[lease_id] = _Lease(consumer, target.name, consume, now + lease)
-                target.leased_of(consumer)[consume] = lease_id
-            stats.rows += len(give)
-            stats.batches += 1
-            versions = target.version_first[give]
-            for lag, served in _counts(self.version - versions[versions >= 0]).items():
-                stats.staleness[lag] = stats.staleness.get(lag, 0) + served
-            if self.max_inflight_versions is not None:
-                self.lock.notify_all()  # consumption can admit rollouts
-            return target, give, lease_id
+            return target, give, self._claim(request, target, give, consume, now, stats)
 
-    def served(self, consumer: str, nbytes: int) -> None:
-        """Count ``nbytes`` of data handed to ``consumer`` by a get."""
-        with self.lock:
-            self._consumer(consumer).bytes += nbytes
+    def _wait_for(
+        self, request: GetRequest, sampler: Sampler, limit: int | None, stats: ConsumerStats
+    ) -> tuple[Any, float]:
+        """``(the sampler's choice or None at the end, when it was made)``, waiting for it; DockTimeout
+        after the request's timeout."""
+        wanted = list(request.columns)
+        began = time.monotonic()
+        deadline = None if request.timeout is None else began + request.timeout
+        while True:
+            now = time.monotonic()
+            self._expire_leases(now)
+            oldest = None if limit is None else self.version - limit
+            found = self._select(
+                request.consumer, wanted, request.count, request.partition, sampler, request.unfinished, oldest
+            )
+            if found is not _WAIT:
+                stats.wait_seconds += time.monotonic() - began
+                return found, now
+            if deadline is not None and now >= deadline:
+                stats.wait_seconds += now - began
+                stats.timeouts += 1
+                where = f"partition {request.partition!r}" if request.partition else "any partition"
+                raise DockTimeout(
+                    f"consumer {request.consumer!r} waited {request.timeout} s for {request.count} rows of {where} "
+                    f"with columns {wanted} ready; increase timeout, or check that the producing stage is running"
+                )
+            self.lock.wait(self._wait_time(now, deadline))
 
-    def batch_bytes(self, target: Partition, wanted: list[str], give: np.ndarray) -> int:
-        """Bytes of the data of rows ``give`` in columns ``wanted``, from the row lengths alone (what a
-        RayDock's controller, which holds no data, reports as served)."""
-        with self.lock:
-            total = 0
-            for name in wanted:
-                column = self._columns[name]
-                items = int(target.ragged[name].lengths[give].sum()) if column.ragged else len(give)
-                total += items * _row_bytes(column)
-            return total
+    def _claim(
+        self,
+        request: GetRequest,
+        target: Partition,
+        give: np.ndarray,
+        consume: np.ndarray,
+        now: float,
+        stats: ConsumerStats,
+    ) -> int | None:
+        """Consume (or lease) the chosen rows and count them; the lease id, if any."""
+        lease_id = None
+        if request.lease is None:
+            target.consumed_of(request.consumer)[consume] = True
+        else:
+            lease_id = self._next_lease
+            self._next_lease += 1
+            self._leases[lease_id] = Lease(request.consumer, target.name, consume, now + request.lease)
+            target.leased_of(request.consumer)[consume] = lease_id
+        stats.rows += len(give)
+        stats.batches += 1
+        versions = target.version_first[give]
+        for lag, served in counts(self.version - versions[versions >= 0]).items():
+            stats.staleness[lag] = stats.staleness.get(lag, 0) + served
+        if self.max_inflight_versions is not None:
+            self.lock.notify_all()  # consumption can admit rollouts
+        return lease_id
 
     def ack(self, lease_id: int) -> None:
         """Consume the rows of a lease."""
@@ -552,43 +351,6 @@ class DockState:
             if held.partition in self._partitions:
                 self._expire(self._partitions[held.partition], held.rows)
             self.lock.notify_all()
-
-    # -- progress -----------------------------------------------------------------------------------
-
-    def all_consumed(self, consumer: str, partition: str) -> bool:
-        """Whether ``consumer`` has consumed every row of ``partition``."""
-        with self.lock:
-            self._consumer(consumer)
-            return self.partition(partition).remaining(consumer) == 0
-
-    def stats(self) -> dict[str, Any]:
-        """Per consumer: rows, batches and bytes served, wait time, rows served by staleness; per
-        partition: bytes held, ready, consumed and leased rows, written rows by (oldest) version;
-        leases out and expired; the current version and the rows expired as stale by policy."""
-        with self.lock:
-            consumers = {name: {**vars(s), "staleness": dict(s.staleness)} for name, s in self._consumers.items()}
-            partitions = {}
-            for name, p in self._partitions.items():
-                partitions[name] = {
-                    "rows": p.rows,
-                    "bytes": self._held_bytes(p),
-                    "ready": {c: int(np.count_nonzero(p.ready_of(c))) for c in self._columns},
-                    "consumed": {c: int(np.count_nonzero(p.consumed_of(c))) for c in self._consumers},
-                    "leased": {c: int(np.count_nonzero(p.leased_of(c))) for c in self._consumers},
-                    "versions": _counts(p.version_first[p.version_first >= 0]),
-                }
-            return {
-                "consumers": consumers,
-                "partitions": partitions,
-                "leases": len(self._leases),
-                "leases_expired": self.leases_expired,
-                "version": self.version,
-                "expired": {
-                    "requeued": self.expired_requeued,
-                    "dropped": self.expired_dropped,
-                    "pending": sum(len(part) for parts in self._requeue.values() for part in parts),
-                },
-            }
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -618,31 +380,6 @@ class DockState:
             self._requeue.setdefault(target.name, []).append(gone.copy())
             self.expired_requeued += len(gone)
         self.lock.notify_all()
-
-    def _held_bytes(self, target: Partition) -> int:
-        """Bytes of data a partition holds: fixed columns whole once written, ragged items appended."""
-        total = 0
-        for name, column in self._columns.items():
-            if column.ragged:
-                total += target.ragged[name].used * _row_bytes(column) if name in target.ragged else 0
-            elif name in target.ready and target.ready[name].any():
-                total += target.rows * _row_bytes(column)
-        return total
-
-    def _targets(self, partition: str | None, count: int) -> list[Partition]:
-        """The partition asked for (checked against ``count``), or every partition."""
-        if partition is None:
-            return list(self._partitions.values())
-        target = self.partition(partition)
-        if count > target.rows:
-            raise ConfigError(
-                f"count={count} is more than partition {partition!r} holds ({target.rows} rows): ask for fewer"
-            )
-        return [target]
-
-    def _ragged_lengths(self, target: Partition, name: str, ids: np.ndarray) -> np.ndarray:
-        """Items per row ``ids`` of the ragged column ``name`` in ``target`` (SampleRequest.lengths)."""
-        return _lengths(target, self.column(name), ids)
 
     def _select(
         self,
@@ -696,7 +433,7 @@ class DockState:
             return None
         return _WAIT
 
-    def _take_lease(self, lease_id: int) -> _Lease:
+    def _take_lease(self, lease_id: int) -> Lease:
         try:
             return self._leases.pop(lease_id)
         except (KeyError, TypeError):
@@ -705,7 +442,7 @@ class DockState:
                 "handed out again)"
             ) from None
 
-    def _release(self, held: _Lease) -> None:
+    def _release(self, held: Lease) -> None:
         if held.partition in self._partitions:
             self._partitions[held.partition].leased_of(held.consumer)[held.rows] = 0
 
@@ -721,10 +458,6 @@ class DockState:
         if expired:
             self.lock.notify_all()
 
-    def _drop_leases(self, partition: str) -> None:
-        for lease_id in [i for i, held in self._leases.items() if held.partition == partition]:
-            del self._leases[lease_id]
-
     def _wait_time(self, now: float, deadline: float | None) -> float | None:
         """Sleep until the deadline or the next lease expiry, whichever is first (None: until notified)."""
         times = [held.deadline for held in self._leases.values()]
@@ -736,11 +469,6 @@ class DockState:
 _WAIT = object()
 
 
-def _row_bytes(column: Column) -> int:
-    """Bytes of one row of a fixed column, or of one item of a ragged one."""
-    return column.dtype.itemsize * int(np.prod(column.shape, dtype=np.int64))
-
-
 class _Unfinished:
     """Up to ``count`` unfinished rows, lowest ids first; nothing (not a wait) when there are none."""
 
@@ -749,20 +477,6 @@ class _Unfinished:
     def __call__(self, request: SampleRequest) -> Selection:
         chosen = request.eligible[: request.count]
         return chosen, chosen
-
-
-def _lengths(target: Partition, column: Column, ids: np.ndarray) -> np.ndarray:
-    """Items per row of a ragged column, for balancing samplers."""
-    if not column.ragged:
-        raise ConfigError(f"column {column.name!r} is not ragged: balance on a ragged column's lengths")
-    if column.name not in target.ragged:
-        return np.zeros(len(ids), dtype=np.int64)
-    return target.ragged[column.name].lengths[ids]
-
-
-def _counts(values: np.ndarray) -> dict[int, int]:
-    """How many times each value occurs, as plain ints."""
-    return {int(v): int(n) for v, n in zip(*np.unique(values, return_counts=True))}
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

@@ -8,6 +8,8 @@ appends its new items and abandons the old ones until the partition is cleared.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from .copying import copy_runs, item_bytes
@@ -129,7 +131,7 @@ class Partition:
         if column.ragged:
             if column.name not in self.ragged:
                 self.ragged[column.name] = _RaggedColumn(column, self.rows)
-            self.ragged[column.name].write(rows, value)
+            self.ragged[column.name].write(rows, cast(Packed | Padded, value))  # a ragged column's checked values
         else:
             if column.name not in self.fixed:
                 make = np.empty if column.dtype == OBJECT else np.zeros  # object: None in every row

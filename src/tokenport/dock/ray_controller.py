@@ -1,0 +1,383 @@
+"""The actors of a ``RayDock``: the controller (a ``DockState`` of metadata, and where each cell's data
+lives in Ray's object store) and the shards that pin the objects; and the copying of a dock's
+state between a ``DockState`` and them. See ``ray``'s module docstring for the design.
+
+The controller trusts a request only if it is the frozen type ``DockBase`` built (``requests``):
+its arguments were checked once, in the calling process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import ray
+
+from ..errors import CorruptStoreError, StorageError, TokenportError
+from .arguments import Sampler
+from .blob import unpack_columns
+from .ragged import Packed, take_rows
+from .requests import AppendRequest, GetRequest, PutRequest, StateCall, trusted
+from .schema import Column
+from .state import DockState
+from .storage import Partition
+
+__all__ = [
+    "Controller",
+    "Placement",
+    "Shard",
+    "adopt_segmented",
+    "progress_of",
+    "ray_get",
+    "segmented_data",
+    "versioning",
+]
+
+
+class _Cells:
+    """Where one partition's cells live: per column, each row's object slot (-1: none) and its position there."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.slot: dict[str, np.ndarray] = {}
+        self.position: dict[str, np.ndarray] = {}
+
+    def of(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name not in self.slot:
+            self.slot[name] = np.full(self.rows, -1, dtype=np.int64)
+            self.position[name] = np.zeros(self.rows, dtype=np.int64)
+        return self.slot[name], self.position[name]
+
+
+class Controller:
+    """Metadata of every partition: a ``DockState`` whose ragged columns keep lengths only, and where
+    each cell's data lives in the object store (see the module docstring)."""
+
+    def __init__(
+        self,
+        columns: list[Column],
+        consumers: list[str],
+        n_samples_per_prompt: int,
+        max_age: int | None,
+        shards: list[Any],
+        versioning: dict[str, Any],
+    ) -> None:
+        self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning)
+        self.samplers: dict[str, Sampler] = {}
+        self.shards = shards
+        self.cells: dict[str, _Cells] = {}
+        self.objects: dict[int, list[Any]] = {}  # slot -> [ref, shard, cells referring to it, partition]
+        self.next_slot = 0
+
+    def schema(self) -> tuple[dict[str, Column], list[str], int, int | None, dict[str, Any]]:
+        state = self.state
+        return state.columns, state.consumers, state.n_samples_per_prompt, state.max_age, versioning(state)
+
+    def call(self, call: StateCall) -> Any:
+        """Run a call that carries no data on the state (``clear`` and ``drop_partition`` also release
+        the objects of the partition's rows), or read one of its properties."""
+        call = trusted(call, StateCall)
+        if call.method in ("clear", "drop_partition"):
+            return self.forget(call.method, *call.args)
+        return call.on(self.state)
+
+    def restore(self, partition: str, *progress: Any) -> None:
+        """Set a copied partition's consumption, finished flags, ages and versions (``DockState.restore``)."""
+        self.state.restore(partition, *progress)
+
+    def append(self, request: AppendRequest) -> None:
+        """Append a segment: segmented columns are held here (a turn's items are small)."""
+        request = trusted(request, AppendRequest)
+        self.state.append(request.partition, request.row, request.values, request.version, request.finished)
+
+    def held_objects(self) -> dict[str, int]:
+        """Objects held and pinned (the shards are asked from here, so after every pin and release sent)."""
+        pinned = sum(ray.get([shard.count.remote() for shard in self.shards]))
+        with self.state.lock:
+            return {"objects": len(self.objects), "pinned": pinned}
+
+    def forget(self, method: str, partition: str) -> None:
+        """``clear`` or ``drop_partition`` a partition, releasing the objects that held its rows."""
+        with self.state.lock:
+            getattr(self.state, method)(partition)
+            self.cells.pop(partition, None)
+            self._release([slot for slot, entry in self.objects.items() if entry[3] == partition])
+
+    def commit(
+        self, request: PutRequest, lengths: dict[str, np.ndarray], put_id: str, shard: int, boxed: list[Any]
+    ) -> None:
+        """A put (its request less the data) whose rows are in the object ``boxed[0]`` (a ref in a list, so
+        Ray passes the ref, not the data), pinned as ``put_id`` by shard ``shard``: check it as ``Dock.put``
+        does, record where its cells live, make the cells ready."""
+        request = trusted(request, PutRequest)
+        partition, names, ids = request.partition, list(request.names), request.ids
+        state = self.state
+        with state.lock:
+            target = state.check_put(partition, names, ids, request.overwrite, request.versions)
+            cells = self.cells.get(partition)
+            if cells is None or cells.rows != target.rows:
+                cells = self.cells[partition] = _Cells(target.rows)
+            slot, self.next_slot = self.next_slot, self.next_slot + 1
+            self.objects[slot] = [boxed[0], shard, len(ids) * len(names), partition, put_id]
+            replaced = []
+            for name in names:
+                where, position = cells.of(name)
+                replaced.append(where[ids])
+                where[ids] = slot
+                position[ids] = np.arange(len(ids))
+            self._drop_cells(np.concatenate(replaced))
+            for name, row_lengths in lengths.items():
+                target.record_lengths(state.column(name), ids, row_lengths)
+            state.mark_ready(target, names, ids, request.finished, request.versions, request.overwrite)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Per partition: name, rows, the bits (readiness, consumption, finished, age, versions), where
+        each ready cell lives (``Placement``) and the segmented columns' data."""
+        with self.state.lock:
+            return [
+                {
+                    "name": p.name,
+                    "rows": p.rows,
+                    "ready": dict(p.ready),
+                    "consumed": dict(p.consumed),
+                    "completed": p.completed.copy(),
+                    "age": p.age.copy(),
+                    "versions": (p.version_first.copy(), p.version_last.copy()),
+                    "placement": self._placement(p, self._stored_columns(p)),
+                    "segmented": segmented_data(self.state, p),
+                }
+                for p in self.state.each_partition()
+            ]
+
+    def _stored_columns(self, target: Partition) -> list[str]:
+        """The columns with ready rows whose data lives in the object store (not segmented)."""
+        return [n for n, r in target.ready.items() if r.any() and not self.state.column(n).segmented]
+
+    def progress(self) -> dict[str, Any]:
+        """What a copy needs besides the partitions (``progress_of`` the state)."""
+        return progress_of(self.state)
+
+    def restore_progress(self, progress: dict[str, Any]) -> None:
+        """Take a copied dock's expiry counters and the expired rows it had not handed back yet."""
+        with self.state.lock:
+            self.state.expired_requeued, self.state.expired_dropped = progress["expired"]
+            for name, rows in progress["requeue"].items():
+                self.state.requeue(name, rows)
+
+    def restore_segments(self, partition: str, segmented: dict[str, Any]) -> None:
+        """Hold a copied partition's segmented columns (data, readiness, segment table) as they were."""
+        with self.state.lock:
+            adopt_segmented(self.state, self.state.partition(partition), segmented)
+
+    def take(self, request: GetRequest, sampler_key: str | None, sampler: Sampler | None) -> tuple[Any, ...] | None:
+        """Choose and claim rows as ``Dock.get`` does (the request's sampler: the one registered under
+        ``sampler_key``, sent now or earlier): ``(partition, rows, lease id, ages, (oldest, newest
+        versions), segmented columns' data (held here), (segment counts, segment versions) or None,
+        where the other columns' cells live)`` or None."""
+        request = trusted(request, GetRequest)
+        if sampler is not None and sampler_key is not None:
+            self.samplers[sampler_key] = sampler
+        request = replace(request, sampler=self.samplers.get(sampler_key) if sampler_key else None)
+        wanted = list(request.columns)
+        consumer = request.consumer
+        state = self.state
+        with state.lock:
+            taken = state.take(request)
+            if taken is None:
+                return None
+            target, give, lease_id = taken
+            state.served(consumer, state.batch_bytes(target, wanted, give))
+            ages = target.age[give]
+            versions = (target.version_first[give], target.version_last[give])
+            segmented = [name for name in wanted if state.column(name).segmented]
+            held = {name: target.read(state.column(name), give) for name in segmented}  # the controller's own
+            segments = target.segments_of(give) if segmented else None
+            stored = [name for name in wanted if name not in held]
+            placement = self._placement(target, stored, give)
+        return target.name, give, lease_id, ages, versions, held, segments, placement
+
+    def _placement(self, target: Partition, names: list[str], give: np.ndarray | None = None) -> Placement:
+        """Where the ready cells of ``names`` for rows ``give`` (None: every ready row, per column) live."""
+        cells = self.cells.get(target.name)
+        columns = {}
+        for name in names:
+            rows = np.flatnonzero(target.ready_of(name)) if give is None else give
+            where = np.full(len(rows), -1, np.int64) if cells is None else cells.of(name)[0][rows]
+            if len(where) and int(where.min()) < 0:
+                raise CorruptStoreError(
+                    f"RayDock: partition {target.name!r} column {name!r}: rows are ready but no object holds "
+                    "them; report this as a tokenport bug"
+                )
+            columns[name] = (rows, where, cells.of(name)[1][rows] if cells is not None else where)
+        slots = np.unique(np.concatenate([where for _, where, _ in columns.values()])).tolist() if columns else []
+        return Placement(columns, slots, [self.objects[slot][0] for slot in slots])
+
+    def _drop_cells(self, slots: np.ndarray) -> None:
+        """Cells that no longer refer to their objects (overwritten): release objects left with none."""
+        emptied = []
+        for slot, n in zip(*np.unique(slots[slots >= 0], return_counts=True)):
+            entry = self.objects[int(slot)]
+            entry[2] -= int(n)
+            if entry[2] == 0:
+                emptied.append(int(slot))
+        self._release(emptied)
+
+    def _release(self, slots: list[int]) -> None:
+        """Forget these objects and have their shards unpin them."""
+        by_shard: dict[int, list[str]] = {}
+        for slot in slots:
+            _, shard, _, _, put_id = self.objects.pop(slot)
+            by_shard.setdefault(shard, []).append(put_id)
+        for shard, released in by_shard.items():
+            self.shards[shard].release.remote(released)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a get's (or a snapshot's) cells live: per column ``(rows, object slots, positions)``, and
+    the slots' object refs."""
+
+    columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    slots: list[int]
+    refs: list[Any]
+
+    def gather(self, partition: str) -> dict[str, np.ndarray | Packed]:
+        """Read the objects out of the object store (all at once, zero-copy) and gather each column's rows."""
+        try:
+            objects = {slot: unpack_columns(*stored) for slot, stored in zip(self.slots, ray.get(self.refs))}
+        except ray.exceptions.ObjectLostError as error:
+            raise StorageError(
+                f"RayDock: partition {partition!r}: the object holding rows of this batch is lost (its producer "
+                f"exited before the dock pinned it, or its node is gone): {type(error).__name__}. Put those rows "
+                "again (clear or overwrite them)"
+            ) from None
+        return {name: _gathered(objects, name, where, position) for name, (_, where, position) in self.columns.items()}
+
+
+class Shard:
+    """Holds (pins) objects of the object store, so they outlive the producers that put them."""
+
+    def __init__(self) -> None:
+        self.pinned: dict[str, Any] = {}
+        self.released: set[str] = set()  # released before their pin arrived (another caller's call)
+
+    def pin(self, put_id: str, boxed: list[Any]) -> None:
+        """Map the object (zero-copy) and keep it, unless it was released already."""
+        if put_id in self.released:
+            self.released.discard(put_id)
+            return
+        self.pinned[put_id] = ray.get(boxed[0])
+
+    def release(self, put_ids: list[str]) -> None:
+        for put_id in put_ids:
+            if self.pinned.pop(put_id, None) is None:
+                self.released.add(put_id)
+
+    def count(self) -> int:
+        """How many objects this shard pins."""
+        return len(self.pinned)
+
+
+def segmented_data(state: DockState, partition: Partition) -> dict[str, Any]:
+    """A partition's segmented columns: per column the ready rows and their items, and the segment table."""
+    columns = {}
+    for name, ready in partition.ready.items():
+        if state.column(name).segmented and ready.any():
+            ids = np.flatnonzero(ready)
+            columns[name] = (ids, partition.read(state.column(name), ids))
+    return {
+        "columns": columns,
+        "segments": {row: list(pairs) for row, pairs in partition.segments.items()},
+        "segment_columns": dict(partition.segment_columns),
+    }
+
+
+def adopt_segmented(state: DockState, target: Partition, segmented: dict[str, Any]) -> None:
+    """Write ``segmented_data``'s columns and segment table into ``target`` (a copy of their partition)."""
+    for name, (ids, values) in segmented["columns"].items():
+        target.write(state.column(name), ids, values)
+        target.ready_of(name)[ids] = True
+    target.segments.update({row: list(pairs) for row, pairs in segmented["segments"].items()})
+    target.segment_columns.update(segmented["segment_columns"])
+
+
+def progress_of(state: DockState) -> dict[str, Any]:
+    """A dock's version, consumers' own staleness limits, expiry counters, the expired rows not yet handed
+    back (left in place: peeking takes them and queues them again) and whether it is closed."""
+    with state.lock:
+        requeue = state.expired()
+        for name, rows in requeue.items():
+            state.requeue(name, rows)
+        return {
+            "version": state.version,
+            "limits": state.consumer_limits,
+            "expired": (state.expired_requeued, state.expired_dropped),
+            "requeue": requeue,
+            "closed": state.closed,
+        }
+
+
+def versioning(state: DockState) -> dict[str, Any]:
+    """A dock's staleness and admission settings, as DockState's keyword arguments."""
+    return {
+        "max_staleness": state.max_staleness,
+        "on_stale": state.on_stale,
+        "max_inflight_versions": state.max_inflight_versions,
+    }
+
+
+def ray_get(refs: Any) -> Any:
+    """``ray.get``, re-raising a TokenportError raised inside an actor as itself."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, TokenportError):
+            raise cause from None
+        raise
+
+
+def _gathered(
+    objects: dict[int, dict[str, Any]], name: str, where: np.ndarray, position: np.ndarray
+) -> np.ndarray | Packed:
+    """Column ``name``'s rows in order, row ``i`` at ``position[i]`` of object ``where[i]``: a read-only
+    view of the object when the rows lie end to end in one, else a copy."""
+    first = int(where[0])
+    if (where == first).all():
+        value = objects[first][name]
+        start = int(position[0])
+        if (np.diff(position) == 1).all():
+            return _read_only(value, start, start + len(position))
+        return _subset(value, position)
+    slots = np.unique(where)
+    if not isinstance(objects[first][name], Packed):
+        sample = objects[first][name]
+        out = np.empty((len(where), *sample.shape[1:]), dtype=sample.dtype)
+        for slot in slots:
+            mine = where == slot
+            out[mine] = objects[int(slot)][name][position[mine]]
+        return out
+    pieces, order = [], []
+    for slot in slots:
+        mine = np.flatnonzero(where == slot)
+        pieces.append(take_rows(objects[int(slot)][name], position[mine]))
+        order.append(mine)
+    joined = Packed(np.concatenate([p.values for p in pieces]), np.concatenate([p.lengths for p in pieces]))
+    return take_rows(joined, np.argsort(np.concatenate(order), kind="stable"))
+
+
+def _read_only(value: np.ndarray | Packed, start: int, stop: int) -> np.ndarray | Packed:
+    """Rows ``start:stop`` of an object's column, as a read-only view."""
+    if isinstance(value, Packed):
+        offsets = value.offsets
+        view = value.values[offsets[start] : offsets[stop]]
+        view.flags.writeable = False
+        return Packed(view, value.lengths[start:stop])
+    view = value[start:stop]
+    view.flags.writeable = False
+    return view
+
+
+def _subset(value: np.ndarray | Packed, positions: np.ndarray) -> np.ndarray | Packed:
+    return take_rows(value, positions) if isinstance(value, Packed) else value[positions]

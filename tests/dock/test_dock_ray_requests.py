@@ -1,0 +1,39 @@
+"""RayDock's wire: the controller accepts only the frozen requests DockBase built (their checks ran once,
+in the caller), and ``open_dock(backend="ray")`` builds a RayDock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tokenport as tp
+from tokenport.dock import Column, GetRequest, StateCall, open_dock
+
+ray = pytest.importorskip("ray")
+from tokenport.dock.ray import RayDock  # noqa: E402
+from tokenport.dock.ray_controller import ray_get  # noqa: E402
+
+
+def test_the_controller_trusts_only_request_objects_and_open_dock_builds_a_ray_dock(ray_session):
+    dock = open_dock([Column("x", np.int64)], ["train"], 2, backend="ray", shards=2)
+    try:
+        assert isinstance(dock, RayDock) and dock.n_samples_per_prompt == 2
+        dock.add_partition("p", 2)
+        dock.put("p", {"x": [1, 2, 3, 4]}, rows=[0, 1, 2, 3])
+        controller = dock._controller
+        raw = [
+            (controller.take, ({"consumer": "train", "columns": ["x"], "count": 1}, None, None), "GetRequest"),
+            (controller.call, (("add_partition", "q", 1),), "StateCall"),
+            (controller.append, (("p", 0, {"x": [1]}),), "AppendRequest"),
+            (controller.commit, (("p", ["x"], np.arange(2)), {}, "id", 0, [None]), "PutRequest"),
+        ]
+        for method, args, kind in raw:
+            with pytest.raises(tp.ConfigError, match=f"expected a {kind}"):
+                ray_get(method.remote(*args))
+        assert dock.partitions == {"p": 4}  # nothing the refused calls named was done
+        request = GetRequest.checked("train", ["x"], 4, "p")
+        name, rows, *_ = ray_get(controller.take.remote(request, None, None))
+        assert (name, rows.tolist()) == ("p", [0, 1, 2, 3])
+        assert ray_get(controller.call.remote(StateCall("all_consumed", ("train", "p")))) is True
+    finally:
+        dock.shutdown()
