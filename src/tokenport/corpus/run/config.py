@@ -189,7 +189,8 @@ class PrepareConfig:
     def from_options(cls, inputs: Sequence[str] | str | os.PathLike, output: str, **options: Any) -> PrepareConfig:
         """A config from settings by name, as ``tokenport prepare`` builds one from its flags: the
         fields, and the options plugins registered (`register_prepare_option`); see `config_from_options`."""
-        return config_from_options([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs, output, options)
+        listed = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else inputs
+        return config_from_options(listed, output, options)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able copy of every field (kept in the dataset manifest)."""
