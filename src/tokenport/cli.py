@@ -434,30 +434,36 @@ def _verb_in(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: this process's arguments); the exit status."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = _parser(_verb_in(argv))
-    args = parser.parse_args(argv)
+    try:
+        parser = _parser(_verb_in(argv))  # prepare's flags load the plugins that add options
+        args = parser.parse_args(argv)
+    except TokenportError as exc:
+        return _failed(exc)
     if args.verbose and args.quiet:  # one before the verb, the other after it
         parser.error("-v/--verbose and -q/--quiet contradict each other: give one")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return args.run(args)
-    except TokenportError as exc:
-        print(f"tokenport: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a path that cannot be read or written: one line, no traceback
-        if exc.filename is None:
-            print(f"tokenport: error: {exc.strerror or exc}", file=sys.stderr)
-        else:
-            target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
-            print(
-                f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its permissions",
-                file=sys.stderr,
-            )
-        return 2
+    except (TokenportError, OSError) as exc:
+        return _failed(exc)
     except KeyboardInterrupt:
         print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _failed(exc: TokenportError | OSError) -> int:
+    """Exit status 2 with one line, no traceback: a TokenportError's message, or the path an OSError names."""
+    if isinstance(exc, TokenportError) or exc.filename is None:
+        print(f"tokenport: error: {exc if isinstance(exc, TokenportError) else exc.strerror or exc}", file=sys.stderr)
+    else:  # a path that cannot be read or written
+        target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+        print(
+            f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its permissions",
+            file=sys.stderr,
+        )
+    return 2
 
 
 if __name__ == "__main__":

@@ -84,11 +84,13 @@ def test_an_unknown_setting_is_a_config_error_naming_it(corpus, tmp_path):
         PrepareConfig.from_options(corpus, str(tmp_path / "out"), tokenzier="byte")
 
 
-def _plugin(tmp_path: Path) -> str:
-    """A plugin directory on a path: toy_plugin registers the toy through the tokenport.plugins entry point."""
+TOY_PLUGIN = "from tests.extending.test_prepare_option import register_toy\n\nregister_toy()\n"
+
+
+def _plugin(tmp_path: Path, source: str = TOY_PLUGIN) -> str:
+    """A plugin directory on a path: toy_plugin (by default, registering the toy) is a tokenport.plugins entry point."""
     plugin = tmp_path / "plugin"
     plugin.mkdir()
-    source = "from tests.extending.test_prepare_option import register_toy\n\nregister_toy()\n"
     (plugin / "toy_plugin.py").write_text(source)
     info = plugin / "toy_plugin-0.1.dist-info"
     info.mkdir()
@@ -114,6 +116,13 @@ def test_the_plugin_option_is_a_flag_of_tokenport_prepare(corpus, tmp_path):
     refused = _tokenport(path, "prepare", str(corpus), "-o", str(tmp_path / "bad"), "--toy-drop-word", " ")
     assert refused.returncode == 2 and "(--toy-drop-word) is invalid: give a non-empty word" in refused.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_broken_plugin_is_one_line_naming_it(tmp_path):
+    """Loading the plugins to list prepare's flags used to let the plugin's error escape as a traceback."""
+    refused = _tokenport(_plugin(tmp_path, "raise RuntimeError('boom')\n"), "prepare", "--help")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith("tokenport: error: tokenport plugin 'toy' (toy_plugin) failed to load")
 
 
 def _refusals() -> list[tuple[str, Any]]:

@@ -2,8 +2,10 @@
 its value is read. The CLI's flags and the messages that name a flag are generated from the
 declarations; an option from outside tokenport is one more declaration, registered by name.
 
-An option that is a `PrepareConfig` field passes its value to that field. An option of a plugin
-has an ``apply`` hook instead: it hands its value to the fields it configures (typically a
+An option's registered name is its key everywhere a setting is named: a keyword of
+``PrepareConfig.from_options`` and a key of a YAML/JSON config (``from_options(inputs, output,
+**mapping)``). An option that is a `PrepareConfig` field passes its value to that field. An option of
+a plugin has an ``apply`` hook instead: it hands its value to the fields it configures (typically a
 cleaning step appended to ``steps``), so the run's manifest, fingerprint and resumption see an
 ordinary config.
 """
