@@ -145,7 +145,14 @@ def test_refused_registrations_change_nothing():
         with pytest.raises(ConfigError):
             register_prepare_option(name, option)
         assert OPTIONS.items() == before
-    for bad in ({"flag": "-t"}, {"flag": "--Toy"}, {"help": ""}, {"parse": 3}, {"switch": True, "metavar": "X"}):
+    for bad in (
+        {"flag": "-t"},
+        {"flag": "--Toy"},
+        {"help": ""},
+        {"parse": 3},
+        {"switch": True, "metavar": "X"},
+        {"switch": 1},
+    ):
         with pytest.raises(ConfigError):
             PrepareOption(**{"flag": "--toy-x", "help": "x", **bad})
     assert "--output" in RESERVED_FLAGS

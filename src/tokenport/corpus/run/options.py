@@ -60,6 +60,8 @@ class PrepareOption:
             value = getattr(self, name)
             if value is not None and not (callable(value) or (name == "choices" and _strings(value))):
                 raise ConfigError(f"PrepareOption {self.flag}: {name}={value!r:.60} must be a function or None")
+        if self.switch is not None and not isinstance(self.switch, bool):
+            raise ConfigError(f"PrepareOption {self.flag}: switch={self.switch!r} must be True, False or None")
         if self.switch is not None and (self.parse, self.choices, self.metavar) != (None, None, None):
             raise ConfigError(f"PrepareOption {self.flag}: a switch takes no value: drop parse, choices and metavar")
 
