@@ -48,36 +48,13 @@ def _trace(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from .corpus import prepare
-    from .corpus.run.config import config_from_options, load_steps
+    from .corpus.run import config
     from .corpus.run.signals import terminate_as_interrupt
 
-    options = _given(
-        args,
-        "tokenizer",
-        "tokenizer_engine",
-        "text_key",
-        "shard_by",
-        "shard_tokens",
-        "on_error",
-        "workers",
-        "max_chars_per_piece",
-        "executor",
-        "ray_address",
-        "append_eod",
-        "keep_rejected",
-        "allow_empty",
-        "format",
-        "chat_template",
-        "chat_policy",
-        "reasoning",
-        "chat_format",
-        "completion_only_loss",
-    )
-    if args.steps:
-        options["steps"] = load_steps(args.steps)
+    options = config.options_from_flags(vars(args))
     with terminate_as_interrupt():
         result = prepare(
-            config_from_options(args.inputs, args.output, options), progress=not args.quiet, overwrite=args.force
+            config.config_from_options(args.inputs, args.output, options), progress=not args.quiet, overwrite=args.force
         )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
     return 0
@@ -188,9 +165,10 @@ class _Constant(SequenceABC):
         self.module, self.name = module, name
 
     def _values(self) -> Sequence[str]:
-        return getattr(importlib.import_module(self.module), self.name)
+        values: Sequence[str] = getattr(importlib.import_module(self.module), self.name)
+        return values
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index: Any) -> Any:
         return self._values()[index]
 
     def __len__(self) -> int:
@@ -198,22 +176,12 @@ class _Constant(SequenceABC):
 
 
 _ALGORITHMS = _Constant("tokenport.blend.indices", "ALGORITHMS")
-_SHARD_BY = _Constant("tokenport.corpus.run.config", "SHARD_BY")
-_ON_ERROR = _Constant("tokenport.corpus.run.config", "ON_ERROR")
-_EXECUTORS = _Constant("tokenport.corpus.run.config", "EXECUTORS")
-_ENGINES = _Constant("tokenport.tokenizers", "ENGINES")
-_INPUT_FORMATS = _Constant("tokenport.corpus.run.config", "INPUT_FORMATS")
-_CHAT_POLICIES = _Constant("tokenport.chat.masks", "POLICIES")
-_REASONING = _Constant("tokenport.chat.masks", "REASONING")
-_CHAT_FORMATS = _Constant("tokenport.chat.formats", "FORMATS")
-_TOKENIZER_FORMS = _Constant("tokenport.tokenizers", "SPEC_FORMS")
-_FORMS = "{tokenizer forms}"  # in help: filled with the tokenizer spec forms
 _DEFAULT = "{default}"  # in help: filled with the verb's library default of the flag
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Help text completed from the library when a verb's help is shown: the tokenizer spec forms,
-    and in place of {default} the default of the same-named parameter of the verb's library call."""
+    """Help text completed from the library when a verb's help is shown: in place of {default} the
+    default of the same-named parameter of the verb's library call."""
 
     def __init__(self, prog: str, library: tuple[str, str] | None = None) -> None:
         super().__init__(prog)
@@ -221,20 +189,23 @@ class _Formatter(argparse.HelpFormatter):
 
     def _expand_help(self, action: argparse.Action) -> str:
         text = super()._expand_help(action)
-        if _FORMS in text:
-            text = text.replace(_FORMS, "; ".join(_TOKENIZER_FORMS))
         if _DEFAULT in text and self.library is not None:
-            text = text.replace(_DEFAULT, repr(_library_default(*self.library, action.dest)))
+            defaults = _library_defaults(*self.library)
+            if action.dest in defaults:
+                text = text.replace(_DEFAULT, repr(defaults[action.dest]))
         return text
 
 
-def _library_default(module: str, name: str, parameter: str) -> Any:
-    """The default of ``parameter`` of the function or config dataclass ``module.name``."""
+def _library_defaults(module: str, name: str) -> dict[str, Any]:
+    """The defaults of the parameters of the function or config dataclass ``module.name``."""
     target = getattr(importlib.import_module(module), name)
     if dataclasses.is_dataclass(target):
-        field = next(f for f in dataclasses.fields(target) if f.name == parameter)
-        return field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[misc]
-    return inspect.signature(target).parameters[parameter].default
+        return {
+            f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(target)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        }
+    return {name: p.default for name, p in inspect.signature(target).parameters.items() if p.default is not p.empty}
 
 
 _STORES_HELP = (
@@ -252,239 +223,106 @@ def _chatter(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tokenport", description="The data layer for LLM training.", formatter_class=_Formatter
-    )
-    parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
-    _chatter(parser, False)
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+# -- each verb's flags -------------------------------------------------------------------------------
 
-    def verb(
-        name: str,
-        run: Callable[[argparse.Namespace], int],
-        help: str,
-        *,
-        reports: bool = True,
-        library: tuple[str, str] | None = None,
-    ) -> argparse.ArgumentParser:
-        """A verb's subparser; ``library`` (module, name) is the call whose defaults its flags leave to it."""
-        sub = verbs.add_parser(
-            name, help=help, description=help, formatter_class=functools.partial(_Formatter, library=library)
-        )
-        sub.set_defaults(run=run, json=False)
-        _chatter(sub, argparse.SUPPRESS)
-        if reports:
-            sub.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
-        return sub
 
-    demo = verb(
-        "demo", _demo, "prepare, verify and inspect the standard library's source and docstrings", reports=False
-    )
-    demo.add_argument("--workdir", default="tokenport-demo", help="where the corpus and stores go")
-    demo.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    demo.add_argument("--limit", type=int, default=None, help="use only the first N source files")
+def _demo_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--workdir", default="tokenport-demo", help="where the corpus and stores go")
+    sub.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    sub.add_argument("--limit", type=int, default=None, help="use only the first N source files")
 
-    prep = verb(
-        "prepare",
-        _prepare,
-        "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
-        library=("tokenport.corpus.run.config", "PrepareConfig"),
-    )
-    prep.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
-    prep.add_argument("-o", "--output", required=True, help="output directory")
-    prep.add_argument(
+
+def _prepare_flags(sub: argparse.ArgumentParser) -> None:
+    """The verb's own arguments, then one flag per declared prepare option (plugins' too)."""
+    from .corpus.run.config import prepare_options
+
+    sub.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
+    sub.add_argument("-o", "--output", required=True, help="output directory")
+    sub.add_argument(
         "--force",
         action="store_true",
         help="replace an output (finished or not) of other settings or of inputs that changed since",
     )
-    prep.add_argument("--tokenizer", default=None, help="a tokenizer spec: " + _FORMS + " (default: {default})")
-    prep.add_argument(
-        "--tokenizer-engine",
-        choices=_ENGINES,
-        default=None,
-        help="run an hf: tokenizer with gigatoken where it gives HF's ids ('auto'), or force one (default: {default})",
-    )
-    prep.add_argument("--text-key", default=None, help="the JSON/parquet field holding the text (default: {default})")
-    prep.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    prep.add_argument(
-        "--no-eod",
-        dest="append_eod",
-        action="store_false",
-        default=None,
-        help="do not append the end-of-document token",
-    )
-    prep.add_argument(
-        "--shard-by",
-        choices=_SHARD_BY,
-        metavar="KIND",
-        default=None,
-        help="%(choices)s: one store per input file, or by size (default: {default})",
-    )
-    prep.add_argument(
-        "--shard-tokens", type=int, default=None, help="tokens per output store (--shard-by tokens; default: {default})"
-    )
-    prep.add_argument(
-        "--max-chars-per-piece",
-        type=int,
-        default=None,
-        help="split longer documents before tokenizing (default: {default})",
-    )
-    prep.add_argument(
-        "--on-error",
-        choices=_ON_ERROR,
-        metavar="ACTION",
-        default=None,
-        help="%(choices)s: what malformed input does (default: {default})",
-    )
-    prep.add_argument(
-        "--steps",
-        default=None,
-        help='cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}',
-    )
-    prep.add_argument(
-        "--executor",
-        choices=_EXECUTORS,
-        metavar="EXECUTOR",
-        default=None,
-        help="%(choices)s: local worker processes, or one Ray task per unit (the output directory "
-        "must be shared) (default: {default})",
-    )
-    prep.add_argument(
-        "--address",
-        dest="ray_address",
-        metavar="ADDRESS",
-        default=None,
-        help="Ray cluster address for --executor ray (e.g. auto)",
-    )
-    prep.add_argument(
-        "--keep-rejected",
-        action="store_true",
-        default=None,
-        help="write documents the steps dropped, with step and reason, to OUTPUT/rejected/",
-    )
-    prep.add_argument(
-        "--allow-empty",
-        action="store_true",
-        default=None,
-        help="succeed even when no document is left (by default that is an error)",
-    )
+    for name, option in prepare_options():
+        if option.flag is None:
+            continue
+        if option.switch is not None:
+            action = "store_true" if option.switch else "store_false"
+            sub.add_argument(option.flag, dest=name, action=action, default=None, help=option.help)
+        else:
+            sub.add_argument(
+                option.flag,
+                dest=name,
+                type=option.parse or str,
+                choices=option.allowed(),
+                metavar=option.metavar,
+                default=None,
+                help=option.help,
+            )
 
-    prep.add_argument(
-        "--format",
-        choices=_INPUT_FORMATS,
-        metavar="FORMAT",
-        default=None,
-        help="%(choices)s: documents of text, or conversations to chat stores with loss masks (default: {default})",
-    )
-    prep.add_argument(
-        "--chat-template",
-        default=None,
-        help="--format chat: 'chatml', a Jinja file or a tokenizer directory (default: the tokenizer's own)",
-    )
-    prep.add_argument(
-        "--chat-policy",
-        choices=_CHAT_POLICIES,
-        metavar="POLICY",
-        default=None,
-        help="--format chat: %(choices)s: which tokens carry loss (default: {default})",
-    )
-    prep.add_argument(
-        "--reasoning",
-        choices=_REASONING,
-        metavar="R",
-        default=None,
-        help="--format chat: %(choices)s the assistant's reasoning text (default: {default})",
-    )
-    prep.add_argument(
-        "--chat-format",
-        choices=_CHAT_FORMATS,
-        metavar="SHAPE",
-        default=None,
-        help="--format chat: the records' shape, %(choices)s (default: detected per record)",
-    )
-    prep.add_argument(
-        "--no-completion-only-loss",
-        dest="completion_only_loss",
-        action="store_false",
-        default=None,
-        help="--format chat: train a prompt-completion record's prompt too, by --chat-policy "
-        "(default: only its completion, as TRL does)",
-    )
 
-    rep = verb("report", _report, "what a prepare run did: totals, each step's removals by reason, kept lengths")
-    rep.add_argument("output", help="the output directory of a finished prepare run")
-    rep.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
+def _report_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("output", help="the output directory of a finished prepare run")
+    sub.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
 
-    insp = verb(
-        "inspect",
-        _inspect,
-        "show counts, length percentiles and the first documents of stores",
-        library=("tokenport.indexed.inspect", "summarize"),
-    )
-    insp.add_argument("prefixes", nargs="+", help=_STORES_HELP)
-    insp.add_argument("--documents", type=int, default=None, help="how many documents to show (default: {default})")
 
-    ver = verb("verify", _verify, "check stores' structure and checksums; exit 1 if any store fails")
-    ver.add_argument("prefixes", nargs="+", help=_STORES_HELP)
-    ver.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
+def _inspect_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("prefixes", nargs="+", help=_STORES_HELP)
+    sub.add_argument("--documents", type=int, default=None, help="how many documents to show (default: {default})")
 
-    cache = verb("build-cache", _build_cache, "build every GPT index a run needs into the index cache, offline")
-    cache.add_argument(
+
+def _verify_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("prefixes", nargs="+", help=_STORES_HELP)
+    sub.add_argument("--no-checksums", action="store_true", help="structure only (fast)")
+
+
+def _build_cache_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
         "plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed"
     )
-    cache.add_argument(
+    sub.add_argument(
         "--workers", type=int, default=1, help="processes building indices: stores of a plan, children of a blend"
     )
 
-    blend = verb(
-        "blend",
-        _blend,
-        "show what a blend takes from each dataset: shares, samples, epochs, deviation; a scheduled "
-        "or adaptive (--state) blend's target vs realized share over the run",
-        library=("tokenport.builder.report", "blend_report"),
-    )
-    blend.add_argument(
+
+def _blend_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
         "spec",
         nargs="*",
         help="a spec file (.yaml/.yml/.json), or Megatron's list: "
         "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")",
     )
-    blend.add_argument("--size", type=int, default=None, help="samples to blend (with a spec)")
-    blend.add_argument(
+    sub.add_argument("--size", type=int, default=None, help="samples to blend (with a spec)")
+    sub.add_argument(
         "--state",
         default=None,
         help="a saved StatefulLoader.state_dict() (JSON) over an AdaptiveBlend, in place of a spec",
     )
-    blend.add_argument(
+    sub.add_argument(
         "--windows",
         type=int,
         default=None,
         help="windows of the run a changing mixture is reported in (default: 10)",
     )
-    blend.add_argument(
+    sub.add_argument(
         "--seq-length", type=int, default=None, help="tokens per sample, for the epochs column (default: {default})"
     )
-    blend.add_argument(
+    sub.add_argument(
         "--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None, help="%(choices)s (default: {default})"
     )
-    blend.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
-    blend.add_argument(
+    sub.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
+    sub.add_argument(
         "--allow-mixed-tokenizers",
         action="store_true",
         help="blend stores prepared with different tokenizers (only for tokenizers known to share ids)",
     )
 
-    pack = verb(
-        "pack-report",
-        _pack_report,
-        "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
-        library=("tokenport.sampling.report", "batching_report"),
-    )
-    pack.add_argument("prefixes", nargs="+", help=_STORES_HELP + ", whose sequence lengths to batch")
-    pack.add_argument("--batch-size", type=int, default=8, help="micro-batch size (default: %(default)s)")
-    pack.add_argument("--capacity", type=int, default=None, help="tokens per packed bin (default: {default})")
-    pack.add_argument(
+
+def _pack_report_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("prefixes", nargs="+", help=_STORES_HELP + ", whose sequence lengths to batch")
+    sub.add_argument("--batch-size", type=int, default=8, help="micro-batch size (default: %(default)s)")
+    sub.add_argument("--capacity", type=int, default=None, help="tokens per packed bin (default: {default})")
+    sub.add_argument(
         "--ranks",
         dest="data_parallel_size",
         metavar="RANKS",
@@ -492,46 +330,140 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="data-parallel ranks to balance across (default: {default})",
     )
-    pack.add_argument("--seed", type=int, default=None, help="seed of the random order (default: {default})")
+    sub.add_argument("--seed", type=int, default=None, help="seed of the random order (default: {default})")
 
-    tra = verb("trace", _trace, "which documents made a training step: its samples' stores, documents and tokens")
-    tra.add_argument(
+
+def _trace_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
         "state", metavar="CHECKPOINT_OR_STATE", help="a JSON loader state, or a torch checkpoint holding one"
     )
-    tra.add_argument("--step", type=int, required=True, help="the step: 0 is the first batch handed to the trainer")
-    tra.add_argument("--rank", type=int, default=None, help="one data-parallel rank (default: every rank)")
+    sub.add_argument("--step", type=int, required=True, help="the step: 0 is the first batch handed to the trainer")
+    sub.add_argument("--rank", type=int, default=None, help="one data-parallel rank (default: every rank)")
 
-    mer = verb("merge", _merge, "concatenate stores into one, streaming")
-    mer.add_argument("output", help="the output prefix")
-    mer.add_argument("inputs", nargs="+", help=_STORES_HELP + ", in order")
-    mer.add_argument("--force", action="store_true", help="replace the output store if it exists")
+
+def _merge_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("output", help="the output prefix")
+    sub.add_argument("inputs", nargs="+", help=_STORES_HELP + ", in order")
+    sub.add_argument("--force", action="store_true", help="replace the output store if it exists")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Verb:
+    """A verb: its function, its one-line help, its flags; ``library`` (module, name) is the call whose
+    defaults its flags leave to it; ``reports`` adds --json."""
+
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    flags: Callable[[argparse.ArgumentParser], None]
+    reports: bool = True
+    library: tuple[str, str] | None = None
+
+
+_VERBS = {
+    "demo": _Verb(
+        _demo, "prepare, verify and inspect the standard library's source and docstrings", _demo_flags, reports=False
+    ),
+    "prepare": _Verb(
+        _prepare,
+        "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
+        _prepare_flags,
+        library=("tokenport.corpus.run.config", "PrepareConfig"),
+    ),
+    "report": _Verb(
+        _report, "what a prepare run did: totals, each step's removals by reason, kept lengths", _report_flags
+    ),
+    "inspect": _Verb(
+        _inspect,
+        "show counts, length percentiles and the first documents of stores",
+        _inspect_flags,
+        library=("tokenport.indexed.inspect", "summarize"),
+    ),
+    "verify": _Verb(_verify, "check stores' structure and checksums; exit 1 if any store fails", _verify_flags),
+    "build-cache": _Verb(
+        _build_cache, "build every GPT index a run needs into the index cache, offline", _build_cache_flags
+    ),
+    "blend": _Verb(
+        _blend,
+        "show what a blend takes from each dataset: shares, samples, epochs, deviation; a scheduled "
+        "or adaptive (--state) blend's target vs realized share over the run",
+        _blend_flags,
+        library=("tokenport.builder.report", "blend_report"),
+    ),
+    "pack-report": _Verb(
+        _pack_report,
+        "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
+        _pack_report_flags,
+        library=("tokenport.sampling.report", "batching_report"),
+    ),
+    "trace": _Verb(
+        _trace, "which documents made a training step: its samples' stores, documents and tokens", _trace_flags
+    ),
+    "merge": _Verb(_merge, "concatenate stores into one, streaming", _merge_flags),
+}
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with `only`, only the flags of the verb so named (none for "") are built,
+    so a verb (or the bare command's --help) loads no room it does not use."""
+    parser = argparse.ArgumentParser(
+        prog="tokenport", description="The data layer for LLM training.", formatter_class=_Formatter
+    )
+    parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
+    _chatter(parser, False)
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for name, verb in _VERBS.items():
+        sub = verbs.add_parser(
+            name,
+            help=verb.help,
+            description=verb.help,
+            formatter_class=functools.partial(_Formatter, library=verb.library),
+        )
+        sub.set_defaults(run=verb.run, json=False)
+        _chatter(sub, argparse.SUPPRESS)
+        if verb.reports:
+            sub.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
+        if only is None or only == name:
+            verb.flags(sub)
     return parser
 
 
+def _verb_in(argv: Sequence[str]) -> str:
+    """The verb of a command line: its first word that is not an option (the command's own take no
+    value); "" when there is none (``tokenport --help``), so no verb's flags are built."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    """Run the command line `argv` (default: this process's arguments); the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parser = _parser(_verb_in(argv))  # prepare's flags load the plugins that add options
+        args = parser.parse_args(argv)
+    except TokenportError as exc:
+        return _failed(exc)
     if args.verbose and args.quiet:  # one before the verb, the other after it
         parser.error("-v/--verbose and -q/--quiet contradict each other: give one")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return args.run(args)
-    except TokenportError as exc:
-        print(f"tokenport: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a path that cannot be read or written: one line, no traceback
-        if exc.filename is None:
-            print(f"tokenport: error: {exc.strerror or exc}", file=sys.stderr)
-        else:
-            target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
-            print(
-                f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its permissions",
-                file=sys.stderr,
-            )
-        return 2
+    except (TokenportError, OSError) as exc:
+        return _failed(exc)
     except KeyboardInterrupt:
         print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _failed(exc: TokenportError | OSError) -> int:
+    """Exit status 2 with one line, no traceback: a TokenportError's message, or the path an OSError names."""
+    if isinstance(exc, TokenportError) or exc.filename is None:
+        print(f"tokenport: error: {exc if isinstance(exc, TokenportError) else exc.strerror or exc}", file=sys.stderr)
+    else:  # a path that cannot be read or written
+        target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+        print(
+            f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its permissions",
+            file=sys.stderr,
+        )
+    return 2
 
 
 if __name__ == "__main__":

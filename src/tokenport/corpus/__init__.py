@@ -12,7 +12,8 @@ from .. import _lazy
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .inputs.documents import Document, DocumentStep
     from .inputs.readers import read_slice
-    from .run.config import PrepareConfig
+    from .run.config import PrepareConfig, register_prepare_option
+    from .run.options import PrepareOption
     from .run.pipeline import PrepareResult, prepare
     from .run.stats import SKIP_KINDS
     from .run.tokenize import TokenBatch, Tokenize, split_text
@@ -27,6 +28,7 @@ _EXPORTS = {
     "PII_KINDS": ".steps.pii",
     "PIIScrubber": ".steps.pii",
     "PrepareConfig": ".run.config",
+    "PrepareOption": ".run.options",
     "PrepareResult": ".run.pipeline",
     "SKIP_KINDS": ".run.stats",
     "Step": ".steps.base",
@@ -34,6 +36,7 @@ _EXPORTS = {
     "Tokenize": ".run.tokenize",
     "prepare": ".run.pipeline",
     "read_slice": ".inputs.readers",
+    "register_prepare_option": ".run.config",
     "register_step": ".steps.registry",
     "split_text": ".run.tokenize",
 }

@@ -43,7 +43,7 @@ COLUMNS = (
 STAGES = ("reward", "reference", "train")
 TRAINED = ["prompt", "answer", "old_logprob", "ref_logprob", "reward"]  # what the trainer gets of a row
 # Staleness at most 1 version; rows that fall too stale are dropped (counted), at most 2 versions in flight.
-DOCK_OPTIONS = {"max_staleness": 1, "on_stale": "drop", "max_inflight_versions": 2}
+DOCK_OPTIONS: dict[str, Any] = {"max_staleness": 1, "on_stale": "drop", "max_inflight_versions": 2}
 
 
 @dataclass(frozen=True)
@@ -284,8 +284,8 @@ def _ray_run(config: GRPOConfig, mode: str, shards: int) -> GRPORun:
     dock = RayDock(COLUMNS, STAGES, config.group, shards=shards, **DOCK_OPTIONS)
     try:
         trainer = _Trainer(config)
-        rollouts = ray.remote(RolloutStage).remote(dock, config)
-        scores = ray.remote(ScoreStage).remote(dock, config, trainer.initial)
+        rollouts: Any = ray.remote(RolloutStage).remote(dock, config)  # actor handles: .run.remote(...)
+        scores: Any = ray.remote(ScoreStage).remote(dock, config, trainer.initial)
         for step in range(config.steps):
             dock.add_partition(_partition(step), config.prompts)
         rows = config.prompts * config.group

@@ -10,30 +10,41 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .._jit import announce_compilation
+from ..blend import BlendedDataset
 from ..builder import IndexCache, build_datasets, build_gpt_dataset, load_blend_spec, split_document_ranges
 from ..builder.report import blend_report
+from ..builder.specs import Blend
 from ..corpus import PrepareConfig, prepare
 from ..corpus.run.report import load_report
-from ..dock import Balanced, Column, Dock, PromptGroups
+from ..errors import InputDataError
 from ..indexed import IndexedDataset, merge, verify
 from ..indexed.inspect import summarize
-from ..samples.gpt import GPTSampleConfig
+from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
 from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
 from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
 from .corpus import build_demo_corpus, build_documentation, build_sft_conversations
+from .experience import experience_stage
 
 Echo = Callable[[str], None]
+T = TypeVar("T")
+
+
+def _built(value: object, kind: type[T], what: str) -> T:
+    """`value` as the `kind` a stage built; InputDataError when the corpus was too small to build it."""
+    if not isinstance(value, kind):
+        raise InputDataError(f"demo: the corpus gave no {what}; run the demo with a larger --limit, or none")
+    return value
 
 
 def _fresh(directory: str) -> str:
@@ -79,23 +90,60 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
         f"prose  {corpus.prose_documents:>7,} docstrings  {corpus.prose_bytes / 2**20:7.1f} MiB -> {corpus.prose_path}"
     )
 
-    echo("\n== 2. prepare: tokenize with the built-in byte-level tokenizer into .bin/.idx stores")
     stores = _fresh(os.path.join(workdir, "stores"))
+    parts, prepared_tokens = _prepare_stores(corpus.code_path, corpus.prose_path, stores, workers, echo)
+    _verify_and_inspect(parts, workdir, echo)
+
+    echo("== 5. merge and read: one store of both datasets, random and batched reads")
+    merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"], overwrite=True)
+    ds = IndexedDataset(merged)
+    echo(
+        f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
+        f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)"
+    )
+    _time_reads(ds, echo)
+    _gpt_samples(ds, os.path.join(stores, "index-cache"), echo)
+    ds.close()
+    _blend(parts, workdir, os.path.join(stores, "index-cache"), echo)
+    _sampling(merged, echo)
+    experience_stage(merged, os.path.join(workdir, "dock-checkpoint"), echo)
+    _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
+    _train(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
+    _sft(workdir, limit, echo)
+    _mixing(parts, workdir, os.path.join(stores, "index-cache"), echo)
+    _grpo(echo)
+    echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
+
+
+def _workers(workers: int | None) -> dict[str, Any]:
+    """The prepare setting for ``--workers``: none given keeps PrepareConfig's default (all cores)."""
+    return {"workers": workers} if workers else {}
+
+
+def _prepare_stores(
+    code: str, prose: str, stores: str, workers: int | None, echo: Echo
+) -> tuple[dict[str, list[str]], int]:
+    """Prepare the code and prose corpora into stores: each one's parts, and the tokens of all."""
+    echo("\n== 2. prepare: tokenize with the built-in byte-level tokenizer into .bin/.idx stores")
     parts: dict[str, list[str]] = {}
     prepared_tokens = 0
-    for name, path, shard_tokens in (("code", corpus.code_path, 4 << 20), ("prose", corpus.prose_path, 1 << 30)):
+    for name, path, shard_tokens in (("code", code, 4 << 20), ("prose", prose, 1 << 30)):
         config = PrepareConfig(
             inputs=(path,),
             output=os.path.join(stores, name),
             shard_by="tokens",
             shard_tokens=shard_tokens,
-            **({"workers": workers} if workers else {}),
+            **_workers(workers),
         )
         result = prepare(config)
         parts[name] = list(result.parts)
         prepared_tokens += result.tokens
         echo(f"[{name}] " + result.summary().replace("\n", f"\n[{name}] "))
+    return parts, prepared_tokens
 
+
+def _verify_and_inspect(parts: dict[str, list[str]], workdir: str, echo: Echo) -> None:
+    """Verify every store prepared; show what the first of each dataset holds."""
     echo("\n== 3. verify: structure of every .idx, sizes, and the manifests' checksums")
     for prefixes in parts.values():
         for prefix in prefixes:
@@ -110,32 +158,13 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
         echo(summarize(prefixes[0], documents=2).render())
         echo("")
 
-    echo("== 5. merge and read: one store of both datasets, random and batched reads")
-    merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"], overwrite=True)
-    ds = IndexedDataset(merged)
-    echo(
-        f"merged {len(parts['code']) + len(parts['prose'])} stores: {len(ds):,} sequences, {ds.num_tokens:,} tokens"
-        f" ({'equal to' if ds.num_tokens == prepared_tokens else 'DIFFERENT FROM'} the parts' sum)"
-    )
-    _time_reads(ds, echo)
-    _gpt_samples(ds, os.path.join(stores, "index-cache"), echo)
-    ds.close()
-    _blend(parts, workdir, os.path.join(stores, "index-cache"), echo)
-    _sampling(merged, echo)
-    _dock(merged, os.path.join(workdir, "dock-checkpoint"), echo)
-    _clean(corpus.prose_path, os.path.join(stores, "prose-clean"), workers, echo)
-    _train(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
-    _sft(workdir, limit, echo)
-    _mixing(parts, workdir, os.path.join(stores, "index-cache"), echo)
-    _grpo(echo)
-    echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
-
 
 def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
     """Cut the merged store into Megatron-exact GPT samples through the index cache; show one sample."""
     echo("\n== 6. samples: documents -> fixed-length GPT samples (Megatron's split and indices, cached)")
     tokenizer = load_tokenizer("byte")
-    train, valid, _ = split_document_ranges("969,30,1", len(ds))
+    ranges = split_document_ranges("969,30,1", len(ds))
+    train, valid = _built(ranges[0], tuple, "train split"), _built(ranges[1], tuple, "valid split")
     config = GPTSampleConfig(seq_length=1024, eod_id=tokenizer.eod_id, reset_position_ids=True, eod_mask_loss=True)
     cache = IndexCache(cache_dir)
     num_samples = 2 * ds.num_tokens // 1024
@@ -143,9 +172,10 @@ def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
     build_gpt_dataset(ds, num_samples, config, 1234, split="969,30,1", which="train", cache=cache)
     built = time.perf_counter() - begin
     begin = time.perf_counter()
-    samples = build_gpt_dataset(
+    reopened_samples = build_gpt_dataset(
         IndexedDataset(ds.prefix), num_samples, config, 1234, split="969,30,1", which="train", cache=cache
     )
+    samples = _built(reopened_samples, GPTDataset, "GPT samples")
     reopened = time.perf_counter() - begin
     epochs = len(samples.document_index) // (train[1] - train[0])
     echo(f"train split: documents {train[0]:,}..{train[1]:,} of {len(ds):,}; valid {valid[0]:,}..{valid[1]:,}")
@@ -188,14 +218,14 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo
             indent=2,
         )
     spec = load_blend_spec(spec_path)
-    echo(f"spec {os.path.relpath(spec_path, workdir)}: {len(spec.blend.prefixes)} stores in 2 groups")
+    blend = _built(spec.blend, Blend, "blend")
+    echo(f"spec {os.path.relpath(spec_path, workdir)}: {len(blend.prefixes)} stores in 2 groups")
     for report in blend_report(spec, 20_000, seq_length=1024):
         echo(report.render(root=workdir))
     config = GPTSampleConfig(seq_length=1024, eod_id=load_tokenizer("byte").eod_id)
     begin = time.perf_counter()
-    train, valid, test = build_datasets(
-        spec, sizes=(20_000, 200, 20), config=config, seed=1234, split="90,5,5", cache=cache_dir
-    )
+    splits = build_datasets(spec, sizes=(20_000, 200, 20), config=config, seed=1234, split="90,5,5", cache=cache_dir)
+    train, valid, test = (_built(split, BlendedDataset, "blended split") for split in splits)
     built = time.perf_counter() - begin
     echo(
         f"train/valid/test: {len(train):,} / {len(valid):,} / {len(test):,} samples, every store's share "
@@ -212,10 +242,10 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo
         f"after {sampler.consumed_samples:,} training samples, passes over each store's train split "
         "(and where the first ended):"
     )
-    for report in dataset_epochs(train, sampler.consumed_stream()):
-        name = os.path.relpath(train.datasets[report.dataset].dataset.prefix, workdir)
-        first = f", first at sample {report.boundaries[0]:,}" if report.boundaries else ""
-        echo(f"  {name}: {report.epochs:.2f} epochs{first}")
+    for passes in dataset_epochs(train, sampler.consumed_stream()):
+        name = os.path.relpath(train.datasets[passes.dataset].dataset.prefix, workdir)
+        first = f", first at sample {passes.boundaries[0]:,}" if passes.boundaries else ""
+        echo(f"  {name}: {passes.epochs:.2f} epochs{first}")
 
 
 def _sampling(prefix: str, echo: Echo) -> None:
@@ -242,75 +272,6 @@ def _sampling(prefix: str, echo: Echo) -> None:
     ds.close()
 
 
-def _dock(prefix: str, checkpoint: str, echo: Echo) -> None:
-    """A GRPO-shaped step through the experience dock: rollout, reward, advantages, balanced training."""
-    echo("\n== 9. dock: RL experience between stages (rollout -> reward -> advantages -> 2 training ranks)")
-    ds = IndexedDataset(prefix)
-    group, prompts = 8, 16
-    dock = Dock(
-        [
-            Column("prompts", np.uint16, ragged=True),
-            Column("responses", np.uint16, ragged=True),
-            Column("reward", np.float32),
-            Column("advantages", np.float32),
-        ],
-        ["rollout", "reward", "advantage", "train"],
-        n_samples_per_prompt=group,
-    )
-    dock.add_partition("step-0", num_prompts=prompts)
-    dock.put(
-        "step-0",
-        {"prompts": [ds[i % len(ds)][:64] for i in range(0, prompts * group, group) for _ in range(group)]},
-        rows=range(prompts * group),
-    )
-
-    def rollout() -> None:  # a stand-in for generation: each response is a slice of another document
-        while (batch := dock.get("rollout", ["prompts"], 32, "step-0", timeout=30)) is not None:
-            responses = [ds[(7 * row + 3) % len(ds)][: 16 + 61 * (row % 23)] for row in batch.rows.tolist()]
-            dock.put("step-0", {"responses": responses}, rows=batch.rows)
-
-    def reward() -> None:  # a stand-in scorer: share of spaces among the response's bytes
-        while (batch := dock.get("reward", ["responses"], 16, "step-0", timeout=30)) is not None:
-            scores = [float(np.mean(r == 32)) if len(r) else 0.0 for r in batch["responses"].to_list()]
-            dock.put("step-0", {"reward": np.array(scores)}, rows=batch.rows)
-
-    def advantages() -> None:  # GRPO: reward normalized within each prompt's group
-        while (
-            batch := dock.get("advantage", ["reward"], group, "step-0", sampler=PromptGroups(), timeout=30)
-        ) is not None:
-            r = batch["reward"]
-            dock.put("step-0", {"advantages": (r - r.mean()) / (r.std() + 1e-6)}, rows=batch.rows)
-
-    stages = [threading.Thread(target=stage) for stage in (rollout, reward, advantages)]
-    begin = time.perf_counter()
-    for stage in stages:
-        stage.start()
-    loads = []
-    while (
-        batch := dock.get(
-            "train", ["responses", "advantages"], 32, "step-0", sampler=Balanced(2, "responses"), timeout=30
-        )
-    ) is not None:
-        loads.append([int(part["responses"].lengths.sum()) for part in batch.split(2)])
-    for stage in stages:
-        stage.join()
-    elapsed = time.perf_counter() - begin
-    stats = dock.stats()["consumers"]
-    echo(
-        f"{prompts * group} rows ({prompts} prompts x {group}) through 3 stage threads and the trainer in "
-        f"{elapsed * 1000:.0f} ms; rows served per stage: "
-        + ", ".join(f"{name} {s['rows']}" for name, s in stats.items())
-    )
-    echo(f"train batches of 32 split over 2 ranks by Karmarkar-Karp, response tokens per rank: {loads}")
-    dock.save(checkpoint)
-    restored = Dock.load(checkpoint)
-    echo(
-        f"checkpoint {os.path.basename(checkpoint)}/ saved and reloaded: {restored.partitions['step-0']} rows, "
-        f"all consumed by train: {restored.all_consumed('train', 'step-0')}"
-    )
-    ds.close()
-
-
 def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
     """Prepare the docstrings again through cleaning steps; report what each removed and why."""
     echo("\n== 10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare")
@@ -322,9 +283,7 @@ def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
         {"step": "minhash_dedup"},
         {"step": "pii"},
     ]
-    config = PrepareConfig(
-        inputs=(prose,), output=output, steps=steps, keep_rejected=True, **({"workers": workers} if workers else {})
-    )
+    config = PrepareConfig(inputs=(prose,), output=output, steps=steps, keep_rejected=True, **_workers(workers))
     result = prepare(config)
     echo(load_report(output).render())
     rejected = sum(
@@ -458,7 +417,6 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
         _skipped_without_torch(missing, "skipped", echo)
         return
     from ..blend import ADOController
-    from ..integrations import trace
 
     config = TrainConfig(steps=MIX_STEPS, global_batch_size=8)
     sample_config = GPTSampleConfig(config.seq_length, reset_position_ids=True, eod_mask_loss=True)
@@ -490,11 +448,17 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
         "shares of all samples read, target (integral of the weights) vs realized: "
         + ", ".join(f"{n} {t:.3f}/{r:.3f}" for n, t, r in zip(names, run.target, run.realized))
     )
-    step = config.steps - 1
-    traced = trace(run.state, step)
+    _echo_trace(run.state, config.steps - 1, len(run.updates), names, workdir, echo)
+
+
+def _echo_trace(state: dict[str, Any], step: int, updates: int, names: Sequence[str], workdir: str, echo: Echo) -> None:
+    """`tokenport trace` of one step of the mixed run: its first samples' stores, documents and text."""
+    from ..integrations import trace
+
+    traced = trace(state, step)
     echo(
         f"tokenport trace STATE --step {step}: the batch rebuilt from the loader state alone "
-        f"(receipt + {len(run.updates)} stored updates), first 3 of {len(traced)} samples:"
+        f"(receipt + {updates} stored updates), first 3 of {len(traced)} samples:"
     )
     for item in traced[:3]:
         child = item.lineage.path[0][0] if item.lineage.path else 0

@@ -11,12 +11,14 @@ from typing import Any
 
 from ..._checks import check_int
 from ..._files import parse_structured, read_text
+from ..._registry import load_plugins
 from ...chat.formats import FORMATS as CHAT_FORMATS
 from ...chat.masks import POLICIES as CHAT_POLICIES
 from ...chat.masks import REASONING
 from ...errors import ConfigError
-from ...tokenizers import ENGINES
+from ...tokenizers import ENGINES, SPEC_FORMS
 from ..steps.registry import check_steps
+from .options import OPTIONS, PrepareOption, check_new, flag_of, resolve_options
 
 SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
@@ -135,7 +137,7 @@ class PrepareConfig:
         for name in ("workers", "shard_tokens", "max_chars_per_piece", "unit_bytes", "batch_size"):
             value = getattr(self, name)
             limit = MAX_WORKERS if name == "workers" else None  # each worker is a process started up front
-            checked = check_int(f"PrepareConfig.{name}", value, 1, limit, what=FLAGS.get(name, "a positive integer"))
+            checked = check_int(f"PrepareConfig.{name}", value, 1, limit, what=flag_of(name) or "a positive integer")
             object.__setattr__(self, name, checked)
         for name, choices in (
             ("tokenizer_engine", ENGINES),
@@ -183,6 +185,13 @@ class PrepareConfig:
                         f"{self.format!r}; add format='chat' (--format chat) or drop it"
                     )
 
+    @classmethod
+    def from_options(cls, inputs: Sequence[str] | str | os.PathLike, output: str, **options: Any) -> PrepareConfig:
+        """A config from settings by name, as ``tokenport prepare`` builds one from its flags: the
+        fields, and the options plugins registered (`register_prepare_option`); see `config_from_options`."""
+        listed = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else inputs
+        return config_from_options(listed, output, options)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able copy of every field (kept in the dataset manifest)."""
         data = asdict(self)
@@ -208,35 +217,176 @@ class PrepareConfig:
         return settings
 
 
-FLAGS = {
-    "tokenizer": "--tokenizer",
-    "tokenizer_engine": "--tokenizer-engine",
-    "text_key": "--text-key",
-    "workers": "--workers",
-    "append_eod": "--no-eod",
-    "shard_by": "--shard-by",
-    "shard_tokens": "--shard-tokens",
-    "on_error": "--on-error",
-    "max_chars_per_piece": "--max-chars-per-piece",
-    "steps": "--steps",
-    "keep_rejected": "--keep-rejected",
-    "executor": "--executor",
-    "ray_address": "--address",
-    "allow_empty": "--allow-empty",
-    "format": "--format",
-    "chat_template": "--chat-template",
-    "chat_policy": "--chat-policy",
-    "reasoning": "--reasoning",
-    "chat_format": "--chat-format",
-    "completion_only_loss": "--no-completion-only-loss",
-}
-"""The `tokenport prepare` flag of each field, so a message names what the user typed either way."""
+_OWN = (
+    ("tokenizer", PrepareOption("--tokenizer", "a tokenizer spec: " + "; ".join(SPEC_FORMS) + " (default: {default})")),
+    (
+        "tokenizer_engine",
+        PrepareOption(
+            "--tokenizer-engine",
+            "run an hf: tokenizer with gigatoken where it gives HF's ids ('auto'), or force one (default: {default})",
+            choices=lambda: ENGINES,
+        ),
+    ),
+    ("text_key", PrepareOption("--text-key", "the JSON/parquet field holding the text (default: {default})")),
+    ("workers", PrepareOption("--workers", "worker processes (default: all cores)", parse=int)),
+    ("append_eod", PrepareOption("--no-eod", "do not append the end-of-document token", switch=False)),
+    (
+        "shard_by",
+        PrepareOption(
+            "--shard-by",
+            "%(choices)s: one store per input file, or by size (default: {default})",
+            choices=lambda: SHARD_BY,
+            metavar="KIND",
+        ),
+    ),
+    (
+        "shard_tokens",
+        PrepareOption("--shard-tokens", "tokens per output store (--shard-by tokens; default: {default})", parse=int),
+    ),
+    (
+        "max_chars_per_piece",
+        PrepareOption(
+            "--max-chars-per-piece", "split longer documents before tokenizing (default: {default})", parse=int
+        ),
+    ),
+    (
+        "on_error",
+        PrepareOption(
+            "--on-error",
+            "%(choices)s: what malformed input does (default: {default})",
+            choices=lambda: ON_ERROR,
+            metavar="ACTION",
+        ),
+    ),
+    (
+        "steps",
+        PrepareOption(
+            "--steps",
+            'cleaning steps file (JSON, or YAML): a list of {"step": KIND, ...}, or {"steps": [...]}',
+            read=lambda path: load_steps(path),
+        ),
+    ),
+    (
+        "executor",
+        PrepareOption(
+            "--executor",
+            "%(choices)s: local worker processes, or one Ray task per unit (the output directory "
+            "must be shared) (default: {default})",
+            choices=lambda: EXECUTORS,
+            metavar="EXECUTOR",
+        ),
+    ),
+    (
+        "ray_address",
+        PrepareOption("--address", "Ray cluster address for --executor ray (e.g. auto)", metavar="ADDRESS"),
+    ),
+    (
+        "keep_rejected",
+        PrepareOption(
+            "--keep-rejected",
+            "write documents the steps dropped, with step and reason, to OUTPUT/rejected/",
+            switch=True,
+        ),
+    ),
+    (
+        "allow_empty",
+        PrepareOption(
+            "--allow-empty", "succeed even when no document is left (by default that is an error)", switch=True
+        ),
+    ),
+    (
+        "format",
+        PrepareOption(
+            "--format",
+            "%(choices)s: documents of text, or conversations to chat stores with loss masks (default: {default})",
+            choices=lambda: INPUT_FORMATS,
+            metavar="FORMAT",
+        ),
+    ),
+    (
+        "chat_template",
+        PrepareOption(
+            "--chat-template",
+            "--format chat: 'chatml', a Jinja file or a tokenizer directory (default: the tokenizer's own)",
+        ),
+    ),
+    (
+        "chat_policy",
+        PrepareOption(
+            "--chat-policy",
+            "--format chat: %(choices)s: which tokens carry loss (default: {default})",
+            choices=lambda: CHAT_POLICIES,
+            metavar="POLICY",
+        ),
+    ),
+    (
+        "reasoning",
+        PrepareOption(
+            "--reasoning",
+            "--format chat: %(choices)s the assistant's reasoning text (default: {default})",
+            choices=lambda: REASONING,
+            metavar="R",
+        ),
+    ),
+    (
+        "chat_format",
+        PrepareOption(
+            "--chat-format",
+            "--format chat: the records' shape, %(choices)s (default: detected per record)",
+            choices=lambda: CHAT_FORMATS,
+            metavar="SHAPE",
+        ),
+    ),
+    (
+        "completion_only_loss",
+        PrepareOption(
+            "--no-completion-only-loss",
+            "--format chat: train a prompt-completion record's prompt too, by --chat-policy "
+            "(default: only its completion, as TRL does)",
+            switch=False,
+        ),
+    ),
+    ("unit_bytes", PrepareOption(None, "bytes of input per unit of work (config only)")),
+    ("batch_size", PrepareOption(None, "documents per tokenizer call (config only)")),
+)
+"""tokenport's own options, one per PrepareConfig field but inputs and output, in the order of their flags."""
+for _name, _option in _OWN:
+    OPTIONS.register(_name, _option)
+OPTIONS.seal_built_ins()
+_SETTINGS = tuple(name for name in PrepareConfig.__dataclass_fields__ if name not in ("inputs", "output"))
+
+
+def register_prepare_option(name: str, option: PrepareOption) -> None:
+    """Add a `prepare` option of your own: ``name`` is its config key (``PrepareConfig.from_options``,
+    a config file), ``option.flag`` its ``tokenport prepare`` flag, and ``option.apply`` hands its value
+    to the settings it configures. ConfigError, changing nothing, for a name or flag taken, or no apply."""
+    check_new(name, option, ("inputs", "output", *_SETTINGS))
+    OPTIONS.register(name, option)
+
+
+def prepare_options() -> tuple[tuple[str, PrepareOption], ...]:
+    """Every option by config key, plugins' too (loaded now), in the order of their flags."""
+    load_plugins()
+    return OPTIONS.items()
+
+
+def options_from_flags(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a user gave on the command line (`values` by config key; None: not given), each
+    read into its config value (``--steps`` names a file: its steps)."""
+    given = {}
+    for name, option in OPTIONS.items():
+        value = values.get(name)
+        if value is not None:
+            given[name] = value if option.read is None else option.read(value)
+    return given
 
 
 def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str, Any]) -> PrepareConfig:
     """A PrepareConfig from the fields a user set (the rest keep their defaults), refusing a field
     that means nothing without another: shard_tokens needs shard_by "tokens", ray_address executor "ray";
-    and the text settings (text_key, append_eod, max_chars_per_piece) with format "chat"."""
+    and the text settings (text_key, append_eod, max_chars_per_piece) with format "chat". A key that is
+    not a field is an option a plugin registered (see `register_prepare_option`), handed on by its apply."""
+    options = resolve_options(options, _SETTINGS)
     if "shard_tokens" in options and options.get("shard_by") != "tokens":
         raise ConfigError(
             "--shard-tokens sizes parts only with --shard-by tokens; add --shard-by tokens, "
@@ -251,8 +401,8 @@ def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str
         for name in ("text_key", "append_eod", "max_chars_per_piece"):
             if name in options:
                 raise ConfigError(
-                    f"{FLAGS[name]} applies to text documents, not to --format chat (conversations are whole "
-                    f"records, rendered by the chat template); drop {FLAGS[name]}"
+                    f"{flag_of(name)} applies to text documents, not to --format chat (conversations are whole "
+                    f"records, rendered by the chat template); drop {flag_of(name)}"
                 )
     return PrepareConfig(inputs=tuple(inputs), output=output, **options)
 
@@ -280,7 +430,8 @@ def load_steps(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _named(name: str, value: Any) -> str:
-    return f"PrepareConfig.{name}={value!r} ({FLAGS[name]})" if name in FLAGS else f"PrepareConfig.{name}={value!r}"
+    flag = flag_of(name)
+    return f"PrepareConfig.{name}={value!r} ({flag})" if flag else f"PrepareConfig.{name}={value!r}"
 
 
 def fingerprint(settings: dict[str, Any]) -> str:
