@@ -190,6 +190,7 @@ class GrainLoader:
             raise ConfigError("dataset is empty: a GrainLoader needs at least one sample")
         order = "feistel" if shuffle else "sequential"
         sampler = StreamSampler(len(dataset), 0, gbs // size, rank, size, seed=seed, order=order, auto_advance=False)
+        self._sampler = sampler  # the loader's own, typed as the stream it is
         self._loader = StatefulLoader(dataset, sampler)  # the state and its receipt; refuses a shuffled schedule
         self.dataset = dataset
         self.global_batch_size = gbs
@@ -212,7 +213,7 @@ class GrainLoader:
     def __iter__(self) -> Iterator[tuple[dict[str, Any], Any]]:
         """This rank's batches from the current position on, endless; each counted when handed over."""
         grain = _grain()
-        sampler = self._loader.sampler
+        sampler = self._sampler
         last = (_INT64_MAX - 2 * sampler.total_samples) // self.global_batch_size - 1  # stream positions fit int64
         steps = grain.MapDataset.range(self.step, last).map(_RankBatch(self.dataset, sampler, self._batched))
         options = self.read_options or grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
@@ -231,7 +232,7 @@ class GrainLoader:
         """The sample ids of global batch ``step`` (all ranks, in rank order)."""
         step = check_int("step", step, 0)
         start = step * self.global_batch_size
-        return self._loader.sampler.global_stream(start, start + self.global_batch_size).tolist()
+        return self._sampler.global_stream(start, start + self.global_batch_size).tolist()
 
     # -- state: torchtitan's Stateful and Grain's get_state/set_state over one document --
 

@@ -182,6 +182,7 @@ class TokenportTrainer(Trainer):
                 "maps ranks to data-parallel ranks one to one, so run with data parallelism only"
             )
         sampler = self._sampler(len(dataset))
+        self._global_batch_size = sampler.global_batch_size
         args = self.args
         self.loader = StatefulLoader(
             dataset,
@@ -292,7 +293,7 @@ class TokenportTrainer(Trainer):
             )
         before = self.loader.state_dict()
         self.loader.load_state_dict(saved["loader"], allow_changes=self.allow_changes)
-        gbs = self.loader.sampler.global_batch_size
+        gbs = self._global_batch_size
         consumed = self.loader.consumed_samples
         expected = epoch * self._batches_per_epoch + done
         if consumed != expected * gbs:
@@ -327,7 +328,7 @@ class _EpochFromLoader(TrainerCallback):
         """``epoch + batches / batches_per_epoch``, the Trainer's own formula, over the whole epoch."""
         loader, per_epoch = self.trainer.loader, self.trainer._batches_per_epoch
         if loader is not None and per_epoch:
-            epoch, batch = divmod(loader.consumed_samples // loader.sampler.global_batch_size, per_epoch)
+            epoch, batch = divmod(loader.consumed_samples // self.trainer._global_batch_size, per_epoch)
             state.epoch = epoch + batch / per_epoch
 
 
