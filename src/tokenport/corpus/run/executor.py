@@ -31,7 +31,8 @@ import numpy as np
 
 from ... import errors
 from ...errors import TokenportError
-from ...tokenizers import Tokenizer, load_tokenizer
+from ...tokenizers import Tokenizer, load_tokenizer, register_tokenizer
+from ...tokenizers.base import TOKENIZERS
 from ..steps.dedup import band_edges
 from .units import Unit
 from .worker import Cancelled, UnitJob, UnitRecord, run_unit
@@ -112,7 +113,8 @@ def _attempt(
 
 
 def serve() -> None:
-    """A worker's main loop: a tokenizer spec, then (job, unit) pickles in on stdin;
+    """A worker's main loop: a tokenizer spec (with the tokenizer backends registered in the caller),
+    then (job, unit) pickles in on stdin;
     a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out.
 
     Interrupts are the caller's to handle (a worker runs in a session of its own, so a terminal's
@@ -124,7 +126,10 @@ def serve() -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe
     try:
-        tokenizer = load_tokenizer(pickle.load(requests))
+        spec, backends = pickle.load(requests)
+        for name, factory in backends:
+            register_tokenizer(name, factory)
+        tokenizer = load_tokenizer(spec)
         tokenizer.encode_batch(["warm up"])  # lazy imports and caches, before the first unit
         ready: _Failure | None = None
     except TokenportError as exc:
@@ -170,7 +175,7 @@ class _Worker:
         )
         self.started = False
         self._send(sys.path)
-        self._send(tokenizer_spec)
+        self._send((tokenizer_spec, TOKENIZERS.added()))
 
     def _send(self, value: object) -> None:
         stdin: IO[bytes] = self.process.stdin  # type: ignore[assignment]
@@ -240,62 +245,22 @@ class LocalExecutor:
         `on_progress(unit, more)` as more of a running unit's size is done."""
         if not self._pool:
             for unit in units:
-                on_done(
-                    unit,
-                    run_unit(
-                        job,
-                        unit,
-                        self.tokenizer,
-                        progress=None if on_progress is None else functools.partial(on_progress, unit),
-                    ),
-                )
+                report = None if on_progress is None else functools.partial(on_progress, unit)
+                on_done(unit, run_unit(job, unit, self.tokenizer, progress=report))
             return
         todo: queue.SimpleQueue[Unit] = queue.SimpleQueue()
         for unit in sorted(units, key=lambda u: (-u.size, u.index)):
             todo.put(unit)
         results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]] = queue.SimpleQueue()
         stop = threading.Event()
-
-        def drive(worker: _Worker | None) -> None:
-            if worker is not None and not worker.started:
-                worker.started = True
-                failure = worker.ready()  # take no unit before the worker can run it
-                if failure is not None:
-                    results.put((None, failure))
-                    return
-            while not stop.is_set():
-                try:
-                    unit = todo.get_nowait()
-                except queue.Empty:
-                    return
-                progress = functools.partial(lambda unit, done: results.put((unit, _Progress(done))), unit)
-                if worker is None:
-                    try:
-                        outcome = _attempt(job, unit, self.tokenizer, stop.is_set, progress)
-                    except Cancelled:
-                        return
-                else:
-                    outcome = worker.run(job, unit, progress)
-                results.put((unit, outcome))
-                if isinstance(outcome, _Failure):
-                    return
-
         drivers: list[_Worker | None] = [None, *self._pool]
-        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in drivers]
+        threads = [
+            threading.Thread(target=self._drive, args=(w, job, todo, results, stop), daemon=True) for w in drivers
+        ]
         for thread in threads:
             thread.start()
         try:
-            finished = 0
-            while finished < len(units):
-                unit, outcome = results.get()
-                if isinstance(outcome, _Failure):
-                    raise outcome.error()
-                if isinstance(outcome, _Progress):
-                    if on_progress is not None:
-                        on_progress(unit, outcome.done)  # type: ignore[arg-type]
-                    continue
-                on_done(unit, outcome)  # type: ignore[arg-type]
-                finished += 1
+            _collect(results, len(units), on_done, on_progress)
         except BaseException:
             stop.set()
             self.close()
@@ -303,3 +268,57 @@ class LocalExecutor:
         finally:
             for thread in threads:
                 thread.join()
+
+    def _drive(
+        self,
+        worker: _Worker | None,
+        job: UnitJob,
+        todo: queue.SimpleQueue[Unit],
+        results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]],
+        stop: threading.Event,
+    ) -> None:
+        """One thread's loop: take units from `todo` until it is empty, `stop` is set or a unit fails,
+        running each on `worker` (or here, for None) and putting its progress and outcome in `results`."""
+        if worker is not None and not worker.started:
+            worker.started = True
+            failure = worker.ready()  # take no unit before the worker can run it
+            if failure is not None:
+                results.put((None, failure))
+                return
+        while not stop.is_set():
+            try:
+                unit = todo.get_nowait()
+            except queue.Empty:
+                return
+            progress = functools.partial(lambda unit, done: results.put((unit, _Progress(done))), unit)
+            if worker is None:
+                try:
+                    outcome = _attempt(job, unit, self.tokenizer, stop.is_set, progress)
+                except Cancelled:
+                    return
+            else:
+                outcome = worker.run(job, unit, progress)
+            results.put((unit, outcome))
+            if isinstance(outcome, _Failure):
+                return
+
+
+def _collect(
+    results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]],
+    count: int,
+    on_done: OnDone,
+    on_progress: OnProgress | None,
+) -> None:
+    """Hand the drivers' results to the callbacks until `count` units are done; raise the first failure."""
+    finished = 0
+    while finished < count:
+        unit, outcome = results.get()
+        if isinstance(outcome, _Failure):
+            raise outcome.error()
+        assert unit is not None  # only a worker that failed to start reports no unit
+        if isinstance(outcome, _Progress):
+            if on_progress is not None:
+                on_progress(unit, outcome.done)
+            continue
+        on_done(unit, outcome)
+        finished += 1
