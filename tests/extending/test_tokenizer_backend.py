@@ -39,7 +39,7 @@ class OffsetBytes(Tokenizer):
         return None, 257 + self.offset, 256 + self.offset, f"toy offset {self.offset}"
 
     def spec(self):
-        return f"toy:{self.offset}"
+        return self.name  # the spec it was loaded from: "toy:OFFSET"
 
     def encode(self, text):
         return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int64) + self.offset
@@ -156,3 +156,31 @@ def test_the_cli_prepares_and_inspects_with_the_plugin_backend(plugin_dir, corpu
     assert shown.returncode == 0, shown.stderr
     previews = [text for store in json.loads(shown.stdout) for text in store["first_documents"]]
     assert previews[:1] == [TEXTS[0]]
+
+
+def test_a_backend_registered_here_only_reaches_the_worker_processes(toy, corpus, tmp_path):
+    private = tmp_path / "private"  # importable by the workers (they get this sys.path), but no plugin
+    private.mkdir()
+    (private / "toy_tokenizer_private.py").write_text(
+        "from tokenport.tokenizers import register_tokenizer\n"
+        "from toy_tokenizer_plugin import OffsetBytes\n\n\n"
+        "def from_spec(spec):\n"
+        "    return OffsetBytes(int(spec.partition(':')[2]), spec)\n\n\n"
+        "register_tokenizer('toy_private', from_spec)\n"
+    )
+    sys.path.insert(0, str(private))
+    try:
+        importlib.import_module("toy_tokenizer_private")
+        config = PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / "out"), tokenizer="toy_private:7", workers=3)
+        documents, identity = stored(prepare(config).parts)
+    finally:
+        sys.path.remove(str(private))
+    assert documents == expected(7) and identity["kind"] == "toy"
+
+
+def test_a_factory_workers_cannot_import_is_refused_before_any_work(toy, corpus, tmp_path):
+    register_tokenizer("toy_local", lambda spec: toy.OffsetBytes(1, spec))
+    config = PrepareConfig(inputs=[str(corpus)], output=str(tmp_path / "out"), tokenizer="toy_local:1", workers=2)
+    with pytest.raises(ConfigError, match=r"'toy_local:1'.*cannot be sent to worker processes"):
+        prepare(config)
+    assert not (tmp_path / "out").exists()

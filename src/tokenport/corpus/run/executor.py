@@ -30,7 +30,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 import numpy as np
 
 from ... import errors
-from ...errors import TokenportError
+from ...errors import ConfigError, TokenportError
 from ...tokenizers import Tokenizer, load_tokenizer, register_tokenizer
 from ...tokenizers.base import TOKENIZERS
 from ..steps.dedup import band_edges
@@ -169,13 +169,13 @@ def _reply(replies: IO[bytes], message: object) -> None:
 class _Worker:
     """One worker subprocess and the pipes to it."""
 
-    def __init__(self, tokenizer_spec: str) -> None:
+    def __init__(self, tokenizer_spec: str, backends: list[tuple[str, Any]]) -> None:
         self.process = subprocess.Popen(  # its own session: the caller's Ctrl-C is the caller's to handle
             [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
         self.started = False
         self._send(sys.path)
-        self._send((tokenizer_spec, TOKENIZERS.added()))
+        self._send((tokenizer_spec, backends))
 
     def _send(self, value: object) -> None:
         stdin: IO[bytes] = self.process.stdin  # type: ignore[assignment]
@@ -213,6 +213,20 @@ class _Worker:
                 pass  # the pipe broke with the process
 
 
+def _added_backend(spec: str) -> list[tuple[str, Any]]:
+    """The backend `spec` names if it was registered in this process (not built in), for a worker to
+    register too; ConfigError if its factory cannot be sent (a lambda or a function defined inside another)."""
+    added = [(name, factory) for name, factory in TOKENIZERS.added() if spec.startswith(name + ":")]
+    try:
+        pickle.dumps(added)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise ConfigError(
+            f"tokenizer spec {spec!r}: the factory registered for its backend cannot be sent to worker processes "
+            f"({exc}); register a module-level function or class, or prepare with workers=1"
+        ) from None
+    return added
+
+
 class LocalExecutor:
     """Runs units on `workers` local processes: this one and `workers - 1` subprocesses."""
 
@@ -222,7 +236,9 @@ class LocalExecutor:
         self._pool: list[_Worker] = []
 
     def __enter__(self) -> LocalExecutor:
-        self._pool = [_Worker(self.tokenizer.spec()) for _ in range(self.workers - 1)]
+        spec = self.tokenizer.spec()
+        backends = _added_backend(spec) if self.workers > 1 else []  # checked before a worker starts
+        self._pool = [_Worker(spec, backends) for _ in range(self.workers - 1)]
         return self
 
     def __exit__(self, *exc: object) -> None:
