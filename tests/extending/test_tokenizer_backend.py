@@ -184,3 +184,51 @@ def test_a_factory_workers_cannot_import_is_refused_before_any_work(toy, corpus,
     with pytest.raises(ConfigError, match=r"'toy_local:1'.*cannot be sent to worker processes"):
         prepare(config)
     assert not (tmp_path / "out").exists()
+
+
+def test_register_tokenizer_against_a_shadow_model():
+    """Random register calls, compared after each with a dict: a refused call changes nothing."""
+    import random
+
+    from tokenport.tokenizers.base import TOKENIZERS
+
+    rng = random.Random(27)
+    factories = [lambda spec, k=k: ByteTokenizerLike(k, spec) for k in range(3)]
+    names = [f"shadow_{k}" for k in range(4)] + ["", "no spaces", "hf"]
+    model = dict(TOKENIZERS.items())
+    for _ in range(200):
+        name, factory = rng.choice(names), rng.choice([*factories, "not callable", None])
+        valid_name = bool(name) and name.replace("_", "").isalnum()
+        allowed = valid_name and callable(factory) and model.get(name, factory) is factory
+        if allowed:
+            register_tokenizer(name, factory)  # type: ignore[arg-type]
+            model[name] = factory
+        else:
+            with pytest.raises(ConfigError):
+                register_tokenizer(name, factory)  # type: ignore[arg-type]
+        assert dict(TOKENIZERS.items()) == model
+
+
+class ByteTokenizerLike(Tokenizer):
+    """A stand-in tokenizer for the shadow test (never loaded there)."""
+
+    kind = "shadow"
+
+    def __init__(self, k: int, name: str) -> None:
+        self.k = k
+        super().__init__(name)
+
+    def _load(self):
+        return None, 257, 256, "shadow"
+
+    def spec(self):
+        return self.name
+
+    def encode(self, text):
+        raise NotImplementedError
+
+    def encode_batch(self, texts):
+        raise NotImplementedError
+
+    def _decode(self, ids):
+        raise NotImplementedError
