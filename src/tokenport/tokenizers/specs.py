@@ -67,7 +67,8 @@ def _factory(spec: str) -> TokenizerFactory:
             return TOKENIZERS.get(name)
     if os.path.isdir(base):
         return TOKENIZERS.get("hf")
-    unknown = f" (no tokenizer backend is called {scheme!r})" if colon and scheme.isidentifier() else ""
+    known = ", ".join(TOKENIZERS)
+    unknown = f" (no tokenizer backend is called {scheme!r}; known: {known})" if colon and scheme.isidentifier() else ""
     raise ConfigError(f"cannot tell which tokenizer {spec!r} names{unknown}; {_accepted()}")
 
 
