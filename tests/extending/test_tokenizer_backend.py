@@ -232,3 +232,10 @@ class ByteTokenizerLike(Tokenizer):
 
     def _decode(self, ids):
         raise NotImplementedError
+
+
+def test_a_ray_task_registers_the_backend_its_driver_added(toy):
+    from tokenport.corpus.run.ray_executor import _tokenizer
+
+    tokenizer = _tokenizer("toy_ray:2", (("toy_ray", toy.from_spec),))  # what a task gets with its unit
+    assert isinstance(tokenizer, toy.OffsetBytes) and tokenizer.encode("a").tolist() == [ord("a") + 2]
