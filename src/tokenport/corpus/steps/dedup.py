@@ -196,8 +196,19 @@ class ExactDedup(_Dedup):
 
     kind = "exact_dedup"
 
-    def __init__(self, index: str | None = None, save_index: str | None = None) -> None:
-        super().__init__(_identity(self.kind, 14, 8, 5, 1), index, save_index)
+    def __init__(
+        self,
+        bands: int = 14,
+        rows: int = 8,
+        ngram: int = 5,
+        seed: int = 1,
+        index: str | None = None,
+        save_index: str | None = None,
+    ) -> None:
+        """MinHash's settings are accepted at their defaults only, as specs always could give them."""
+        if (bands, rows, ngram, seed) != (14, 8, 5, 1):
+            raise ConfigError("exact_dedup takes no options but index and save_index")
+        super().__init__(_identity(self.kind, bands, rows, ngram, seed), index, save_index)
 
     def sign(self, text: str) -> np.ndarray:
         return np.frombuffer(exact_key(text), dtype=np.uint64)
