@@ -56,7 +56,8 @@ def _factory(spec: str) -> TokenizerFactory:
     if spec == "byte":
         return TOKENIZERS.get("byte")
     scheme, colon, _ = spec.partition(":")
-    if colon and scheme.isidentifier():
+    named = bool(colon) and scheme.replace("-", "_").replace(".", "_").isidentifier()  # as register allows
+    if named:
         if scheme not in TOKENIZERS:
             load_plugins()
         if scheme in TOKENIZERS:
@@ -68,7 +69,7 @@ def _factory(spec: str) -> TokenizerFactory:
     if os.path.isdir(base):
         return TOKENIZERS.get("hf")
     known = ", ".join(TOKENIZERS)
-    unknown = f" (no tokenizer backend is called {scheme!r}; known: {known})" if colon and scheme.isidentifier() else ""
+    unknown = f" (no tokenizer backend is called {scheme!r}; known: {known})" if named else ""
     raise ConfigError(f"cannot tell which tokenizer {spec!r} names{unknown}; {_accepted()}")
 
 
