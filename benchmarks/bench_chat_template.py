@@ -16,12 +16,16 @@ import argparse
 import inspect
 import os
 import random
+import sys
 import tempfile
 import types
 
 from _harness import Row, best_of_each, print_table
 from tokenport.chat import ChatTemplate, encode_chat
-from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
+from tokenport.tokenizers import load_tokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests._support.bpe import train_byte_level_bpe  # noqa: E402 (after the repository is on sys.path)
 
 SPECIALS = ["<|im_start|>", "<|im_end|>"]
 MODULES = ["json", "textwrap", "string", "difflib", "shlex", "fractions", "statistics", "heapq", "bisect"]

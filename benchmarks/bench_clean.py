@@ -70,7 +70,7 @@ import numpy as np
 
 from _harness import Row, best_of_each, lognormal_lengths, print_goals, print_table, scratch_directory
 from tokenport.corpus import Document
-from tokenport.corpus.steps.dedup import make_signer
+from tokenport.corpus.steps.dedup import MinHashDedup
 from tokenport.corpus.steps.minhash import MinHasher
 from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
@@ -453,7 +453,7 @@ def bench_minhash(rows: list[Row], pages: list[str], directory: str, args) -> No
         )
     )
 
-    signer = make_signer("minhash_dedup")
+    signer = MinHashDedup().sign
     fresh: list = []
     runs = iter(range(10**9))
 

@@ -46,7 +46,8 @@ def stdlib_texts() -> list[str]:
 
 def build_corpus(workdir: Path, size_mb: int) -> tuple[Path, Path, int]:
     """(corpus.jsonl, tokenizer.json, documents), cached in `workdir`."""
-    from tokenport.tokenizers import train_byte_level_bpe
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests._support.bpe import train_byte_level_bpe
 
     corpus = workdir / f"stdlib-{size_mb}mb.jsonl"
     tokenizer = workdir / "tokenizer.json"

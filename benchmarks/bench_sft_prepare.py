@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -41,7 +42,10 @@ from bench_chat_template import SPECIALS, conversations, docstrings
 from tokenport.chat import ChatTemplate, encode_chats
 from tokenport.chat.masks import encode_plans, plan_chat
 from tokenport.samples.sft import SFTDataset
-from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
+from tokenport.tokenizers import load_tokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests._support.bpe import train_byte_level_bpe  # noqa: E402 (after the repository is on sys.path)
 
 BATCH = 1000  # conversations per encode_chats call
 

@@ -22,7 +22,7 @@ import pytest
 
 import tokenport as tp
 
-PACKAGES = ["tokenport"] + [f"tokenport.{m.name}" for m in pkgutil.walk_packages(tp.__path__) if m.ispkg]
+PACKAGES = ["tokenport"] + [f"tokenport.{m.name}" for m in pkgutil.iter_modules(tp.__path__) if m.ispkg]
 
 
 def fresh(code: str) -> typing.Any:

@@ -15,6 +15,7 @@ import sysconfig
 import numpy as np
 import pytest
 
+from tests._support.bpe import train_byte_level_bpe
 from tokenport.errors import ConfigError, TokenizerError
 from tokenport.tokenizers import (
     TIKTOKEN_PATTERNS,
@@ -22,7 +23,6 @@ from tokenport.tokenizers import (
     Tokenizer,
     load_tokenizer,
     tokenizer_from_identity,
-    train_byte_level_bpe,
 )
 
 UNICODE = [

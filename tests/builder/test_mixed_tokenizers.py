@@ -197,7 +197,7 @@ def test_the_shared_check_skips_unknown_and_returns_the_first_known():
 def test_real_tokenizers_two_bpes_with_one_eod_are_refused_hf_and_gigatoken_of_one_file_are_not(tmp_path):
     import inspect
 
-    from tokenport.tokenizers import train_byte_level_bpe
+    from tests._support.bpe import train_byte_level_bpe
 
     texts = [inspect.getsource(module) for module in (json, os, argparse)]
     paths = [train_byte_level_bpe(texts[k:] + texts[:k], 300 + 50 * k, str(tmp_path / f"tok{k}")) for k in range(2)]

@@ -18,9 +18,10 @@ import pytest
 import tokenizers as hf
 from transformers import PreTrainedTokenizerFast
 
+from tests._support.bpe import train_byte_level_bpe
 from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, encode_chats, load_chat_template
 from tokenport.errors import ConfigError, InputDataError, TokenizerError
-from tokenport.tokenizers import ByteTokenizer, load_tokenizer, train_byte_level_bpe
+from tokenport.tokenizers import ByteTokenizer, load_tokenizer
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 

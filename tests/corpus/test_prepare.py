@@ -18,11 +18,12 @@ import time
 import numpy as np
 import pytest
 
+from tests._support.bpe import train_byte_level_bpe
 from tokenport.corpus import PrepareConfig, prepare, split_text
 from tokenport.corpus.inputs.sources import expand_inputs
 from tokenport.errors import ConfigError, InputDataError
 from tokenport.indexed import IndexedDataset
-from tokenport.tokenizers import load_tokenizer, train_byte_level_bpe
+from tokenport.tokenizers import load_tokenizer
 
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
 

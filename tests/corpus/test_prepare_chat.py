@@ -337,7 +337,7 @@ def test_a_run_killed_midway_resumes_to_the_same_stores(tmp_path):
 def test_an_hf_tokenizer_directory_brings_its_own_template(tmp_path):
     import tokenizers as hf
 
-    from tokenport.tokenizers import train_byte_level_bpe
+    from tests._support.bpe import train_byte_level_bpe
 
     texts = [json.dumps(r, ensure_ascii=False) for r in RECORDS] * 20
     path = train_byte_level_bpe(texts, 400, str(tmp_path / "tokenizer.json"))

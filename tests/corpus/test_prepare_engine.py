@@ -9,9 +9,9 @@ import sysconfig
 
 import pytest
 
+from tests._support.bpe import train_byte_level_bpe
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.errors import ConfigError, TokenizerError
-from tokenport.tokenizers import train_byte_level_bpe
 
 pytest.importorskip("gigatoken")
 

@@ -20,6 +20,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .steps.base import Step
     from .steps.pii import PII_KINDS, PIIScrubber
     from .steps.registry import register_step
+    from .steps.runwide import RunWideStep
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
@@ -30,6 +31,7 @@ _EXPORTS = {
     "PrepareConfig": ".run.config",
     "PrepareOption": ".run.options",
     "PrepareResult": ".run.pipeline",
+    "RunWideStep": ".steps.runwide",
     "SKIP_KINDS": ".run.stats",
     "Step": ".steps.base",
     "TokenBatch": ".run.tokenize",

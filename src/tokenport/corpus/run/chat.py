@@ -21,7 +21,7 @@ from ...chat.template import ChatTemplate
 from ...errors import InputDataError
 from ..inputs.documents import Document
 from ..steps.base import Step
-from ..steps.dedup import DropDuplicates
+from ..steps.runwide import RunWideStep
 from .stats import Problems
 from .tokenize import TokenBatch
 
@@ -120,8 +120,8 @@ class PerMessage(Step):
 
 
 def per_message(steps: list[tuple[str, Step]]) -> list[tuple[str, Step]]:
-    """The run's steps for conversations: dedup on whole conversations, the others per message."""
-    return [(label, step if isinstance(step, DropDuplicates) else PerMessage(step)) for label, step in steps]
+    """The run's steps for conversations: run-wide ones (dedup) on whole conversations, the others per message."""
+    return [(label, step if isinstance(step, RunWideStep) else PerMessage(step)) for label, step in steps]
 
 
 class EncodeChat:

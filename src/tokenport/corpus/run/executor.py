@@ -30,8 +30,9 @@ from typing import IO, Any, Protocol, runtime_checkable
 import numpy as np
 
 from ... import errors
-from ...errors import TokenportError
-from ...tokenizers import Tokenizer, load_tokenizer
+from ...errors import ConfigError, TokenportError
+from ...tokenizers import Tokenizer, load_tokenizer, register_tokenizer
+from ...tokenizers.base import TOKENIZERS
 from ..steps.dedup import band_edges
 from .units import Unit
 from .worker import Cancelled, UnitJob, UnitRecord, run_unit
@@ -112,7 +113,8 @@ def _attempt(
 
 
 def serve() -> None:
-    """A worker's main loop: a tokenizer spec, then (job, unit) pickles in on stdin;
+    """A worker's main loop: a tokenizer spec (with the tokenizer backends registered in the caller),
+    then (job, unit) pickles in on stdin;
     a None (ready), then per unit some _Progress and a UnitRecord or _Failure, out.
 
     Interrupts are the caller's to handle (a worker runs in a session of its own, so a terminal's
@@ -124,7 +126,10 @@ def serve() -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (a library's, never ours) go to stderr, not into the pipe
     try:
-        tokenizer = load_tokenizer(pickle.load(requests))
+        spec, backends = pickle.load(requests)
+        for name, factory in backends:
+            register_tokenizer(name, factory)
+        tokenizer = load_tokenizer(spec)
         tokenizer.encode_batch(["warm up"])  # lazy imports and caches, before the first unit
         ready: _Failure | None = None
     except TokenportError as exc:
@@ -164,13 +169,13 @@ def _reply(replies: IO[bytes], message: object) -> None:
 class _Worker:
     """One worker subprocess and the pipes to it."""
 
-    def __init__(self, tokenizer_spec: str) -> None:
+    def __init__(self, tokenizer_spec: str, backends: list[tuple[str, Any]]) -> None:
         self.process = subprocess.Popen(  # its own session: the caller's Ctrl-C is the caller's to handle
             [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
         self.started = False
         self._send(sys.path)
-        self._send(tokenizer_spec)
+        self._send((tokenizer_spec, backends))
 
     def _send(self, value: object) -> None:
         stdin: IO[bytes] = self.process.stdin  # type: ignore[assignment]
@@ -208,6 +213,20 @@ class _Worker:
                 pass  # the pipe broke with the process
 
 
+def _added_backend(spec: str) -> list[tuple[str, Any]]:
+    """The backend `spec` names if it was registered in this process (not built in), for a worker to
+    register too; ConfigError if its factory cannot be sent (a lambda or a function defined inside another)."""
+    added = [(name, factory) for name, factory in TOKENIZERS.added() if spec.startswith(name + ":")]
+    try:
+        pickle.dumps(added)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise ConfigError(
+            f"tokenizer spec {spec!r}: the factory registered for its backend cannot be sent to worker processes "
+            f"({exc}); register a module-level function or class, or prepare with workers=1"
+        ) from None
+    return added
+
+
 class LocalExecutor:
     """Runs units on `workers` local processes: this one and `workers - 1` subprocesses."""
 
@@ -217,7 +236,9 @@ class LocalExecutor:
         self._pool: list[_Worker] = []
 
     def __enter__(self) -> LocalExecutor:
-        self._pool = [_Worker(self.tokenizer.spec()) for _ in range(self.workers - 1)]
+        spec = self.tokenizer.spec()
+        backends = _added_backend(spec) if self.workers > 1 else []  # checked before a worker starts
+        self._pool = [_Worker(spec, backends) for _ in range(self.workers - 1)]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -240,62 +261,22 @@ class LocalExecutor:
         `on_progress(unit, more)` as more of a running unit's size is done."""
         if not self._pool:
             for unit in units:
-                on_done(
-                    unit,
-                    run_unit(
-                        job,
-                        unit,
-                        self.tokenizer,
-                        progress=None if on_progress is None else functools.partial(on_progress, unit),
-                    ),
-                )
+                report = None if on_progress is None else functools.partial(on_progress, unit)
+                on_done(unit, run_unit(job, unit, self.tokenizer, progress=report))
             return
         todo: queue.SimpleQueue[Unit] = queue.SimpleQueue()
         for unit in sorted(units, key=lambda u: (-u.size, u.index)):
             todo.put(unit)
         results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]] = queue.SimpleQueue()
         stop = threading.Event()
-
-        def drive(worker: _Worker | None) -> None:
-            if worker is not None and not worker.started:
-                worker.started = True
-                failure = worker.ready()  # take no unit before the worker can run it
-                if failure is not None:
-                    results.put((None, failure))
-                    return
-            while not stop.is_set():
-                try:
-                    unit = todo.get_nowait()
-                except queue.Empty:
-                    return
-                progress = functools.partial(lambda unit, done: results.put((unit, _Progress(done))), unit)
-                if worker is None:
-                    try:
-                        outcome = _attempt(job, unit, self.tokenizer, stop.is_set, progress)
-                    except Cancelled:
-                        return
-                else:
-                    outcome = worker.run(job, unit, progress)
-                results.put((unit, outcome))
-                if isinstance(outcome, _Failure):
-                    return
-
         drivers: list[_Worker | None] = [None, *self._pool]
-        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in drivers]
+        threads = [
+            threading.Thread(target=self._drive, args=(w, job, todo, results, stop), daemon=True) for w in drivers
+        ]
         for thread in threads:
             thread.start()
         try:
-            finished = 0
-            while finished < len(units):
-                unit, outcome = results.get()
-                if isinstance(outcome, _Failure):
-                    raise outcome.error()
-                if isinstance(outcome, _Progress):
-                    if on_progress is not None:
-                        on_progress(unit, outcome.done)  # type: ignore[arg-type]
-                    continue
-                on_done(unit, outcome)  # type: ignore[arg-type]
-                finished += 1
+            _collect(results, len(units), on_done, on_progress)
         except BaseException:
             stop.set()
             self.close()
@@ -303,3 +284,57 @@ class LocalExecutor:
         finally:
             for thread in threads:
                 thread.join()
+
+    def _drive(
+        self,
+        worker: _Worker | None,
+        job: UnitJob,
+        todo: queue.SimpleQueue[Unit],
+        results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]],
+        stop: threading.Event,
+    ) -> None:
+        """One thread's loop: take units from `todo` until it is empty, `stop` is set or a unit fails,
+        running each on `worker` (or here, for None) and putting its progress and outcome in `results`."""
+        if worker is not None and not worker.started:
+            worker.started = True
+            failure = worker.ready()  # take no unit before the worker can run it
+            if failure is not None:
+                results.put((None, failure))
+                return
+        while not stop.is_set():
+            try:
+                unit = todo.get_nowait()
+            except queue.Empty:
+                return
+            progress = functools.partial(lambda unit, done: results.put((unit, _Progress(done))), unit)
+            if worker is None:
+                try:
+                    outcome = _attempt(job, unit, self.tokenizer, stop.is_set, progress)
+                except Cancelled:
+                    return
+            else:
+                outcome = worker.run(job, unit, progress)
+            results.put((unit, outcome))
+            if isinstance(outcome, _Failure):
+                return
+
+
+def _collect(
+    results: queue.SimpleQueue[tuple[Unit | None, UnitRecord | _Failure | _Progress]],
+    count: int,
+    on_done: OnDone,
+    on_progress: OnProgress | None,
+) -> None:
+    """Hand the drivers' results to the callbacks until `count` units are done; raise the first failure."""
+    finished = 0
+    while finished < count:
+        unit, outcome = results.get()
+        if isinstance(outcome, _Failure):
+            raise outcome.error()
+        assert unit is not None  # only a worker that failed to start reports no unit
+        if isinstance(outcome, _Progress):
+            if on_progress is not None:
+                on_progress(unit, outcome.done)
+            continue
+        on_done(unit, outcome)
+        finished += 1

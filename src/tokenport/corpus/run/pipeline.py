@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from ..._jit import announce_compilation
 from ...chat.template import load_chat_template
@@ -34,8 +33,9 @@ from ...tokenizers import HFTokenizer, Tokenizer, choose_engine, load_tokenizer
 from ..inputs.inflate import discard_chunk
 from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
-from ..steps.dedup import decide, drops_path, keys_path, load_index, save_atomically, save_index, spec_identity
-from ..steps.registry import dedup_positions, registered_steps, step_modules
+from ..steps.dedup import drops_path, keys_path, save_atomically
+from ..steps.registry import registered_steps, run_wide_positions, run_wide_step, step_modules
+from ..steps.runwide import Signatures
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
@@ -215,7 +215,7 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
         try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
             pending = digesting.submit(planner_digests, files, units, stop.is_set)
-            for position in dedup_positions(config.steps):
+            for position in run_wide_positions(config.steps):
                 _dedup_pass(config, executor, out.work, units, position, progress, chat)
             records, resumed = _run(config, executor, out.work, units, progress, chat)
             executor.close()
@@ -389,7 +389,7 @@ def _dedup_pass(
     progress: bool,
     chat: ChatJob | None = None,
 ) -> None:
-    """Passes 1 and 2 of the dedup step at ``position`` (see ``dedup``): keys of every unit, then
+    """Passes 1 and 2 of the run-wide step at ``position`` (see ``runwide``): keys of every unit, then
     the decisions; both kept in ``work`` so a rerun skips what is done."""
     if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
         return
@@ -398,15 +398,8 @@ def _dedup_pass(
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
         executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
-    spec = config.steps[position]
-    identity = spec_identity(spec)
-    index = load_index(spec["index"], identity) if spec.get("index") else None
     key_files = [keys_path(work, position, unit.name) for unit in units]
-    index_file = spec["index"] + ".npy" if spec.get("index") else None
-    drops = decide(spec["step"], key_files, index_file, lambda bands: executor.map_bands(key_files, bands, index_file))
-    if spec.get("save_index"):  # this run's kept documents (after the index's) for later runs to dedup against
-        kept = [np.load(path)[~drop] for path, drop in zip(key_files, drops)]
-        save_index(spec["save_index"], identity, np.concatenate([*([] if index is None else [index]), *kept]))
+    drops = run_wide_step(config.steps, position).decide(Signatures(key_files, executor.map_bands))
     for unit, drop in zip(units, drops):
         save_atomically(drops_path(work, position, unit.name), drop)
 

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from ...tokenizers import Tokenizer, load_tokenizer
+from ...tokenizers import Tokenizer, load_tokenizer, register_tokenizer
 from ..steps.dedup import band_edges
-from .executor import OnDone, OnProgress, _attempt, _Failure
+from .executor import OnDone, OnProgress, _added_backend, _attempt, _Failure
 from .state import replace_atomically, temporary_path
 from .units import Unit
 from .worker import UnitJob, UnitRecord
@@ -33,20 +33,28 @@ from .worker import UnitJob, UnitRecord
 __all__ = ["RayExecutor"]
 
 
+Backends = tuple[tuple[str, Any], ...]
+"""The tokenizer backend a spec names, if the driver registered it (not built in): a task registers it too."""
+
+
 @functools.lru_cache(maxsize=4)
-def _tokenizer(spec: str) -> Tokenizer:
+def _tokenizer(spec: str, backends: Backends) -> Tokenizer:
+    for name, factory in backends:
+        register_tokenizer(name, factory)
     return load_tokenizer(spec)
 
 
-def _run_task(job: UnitJob, unit: Unit, spec: str) -> UnitRecord | _Failure:
-    return _attempt(job, unit, _tokenizer(spec), lambda: False)
+def _run_task(job: UnitJob, unit: Unit, spec: str, backends: Backends) -> UnitRecord | _Failure:
+    return _attempt(job, unit, _tokenizer(spec, backends), lambda: False)
 
 
 Files = dict[str, bytes]
 """Files of a work directory by their path relative to it."""
 
 
-def _run_detached(job: UnitJob, unit: Unit, spec: str, given: Files) -> tuple[UnitRecord | _Failure, Files]:
+def _run_detached(
+    job: UnitJob, unit: Unit, spec: str, backends: Backends, given: Files
+) -> tuple[UnitRecord | _Failure, Files]:
     """Run `unit` in a directory of this node holding the `given` work files; the outcome (a record's
     prefix relative to that directory) and the files the unit wrote there."""
     with tempfile.TemporaryDirectory(prefix="tokenport-unit-") as work:
@@ -61,7 +69,7 @@ def _run_detached(job: UnitJob, unit: Unit, spec: str, given: Files) -> tuple[Un
             for piece in unit.slices
         )
         here = dataclasses.replace(job, work_dir=work)
-        outcome = _attempt(here, dataclasses.replace(unit, slices=slices), _tokenizer(spec), lambda: False)
+        outcome = _attempt(here, dataclasses.replace(unit, slices=slices), _tokenizer(spec, backends), lambda: False)
         if isinstance(outcome, _Failure):
             return outcome, {}
         written: Files = {}
@@ -145,6 +153,7 @@ class RayExecutor:
         before it finishes (``on_progress`` is not called), so progress moves unit by unit."""
         ray = self._ray
         spec = self.tokenizer.spec()
+        backends = tuple(_added_backend(spec))
         todo = sorted(units, key=lambda u: (-u.size, u.index))[::-1]  # popped from the end: largest first
         # Without a shared filesystem a task carries its unit's input files: a window of tasks in
         # flight (two per CPU) keeps the driver's memory and Ray's object store to a few units' worth.
@@ -155,7 +164,7 @@ class RayExecutor:
                 while todo and len(pending) < window:
                     unit = todo.pop()
                     given = () if self.shared else (_given(job.work_dir, unit),)
-                    pending[self._task.remote(job, unit, spec, *given)] = unit
+                    pending[self._task.remote(job, unit, spec, backends, *given)] = unit
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
                     unit = pending.pop(ref)

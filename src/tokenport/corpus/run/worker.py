@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +23,14 @@ from ...tokenizers import Tokenizer
 from ..inputs.documents import Document
 from ..inputs.readers import read_slice
 from ..steps.base import Step
-from ..steps.dedup import keys_path, make_signer, save_atomically
-from ..steps.registry import build_steps, register_step, run_steps
+from ..steps.dedup import keys_path, save_atomically
+from ..steps.registry import build_steps, register_step, run_steps, run_wide_step
 from ..steps.rejects import RejectedWriter
 from .chat import ChatJob, EncodeChat, conversations, per_message
 from .identity import file_digest, read_whole
 from .state import replace_atomically, write_json
 from .stats import Problems, UnitStats
-from .tokenize import Tokenize
+from .tokenize import TokenBatch, Tokenize
 from .units import Slice, Unit
 
 
@@ -49,7 +49,7 @@ class UnitJob:
     batch_size: int
     on_error: str
     steps: Sequence[Mapping[str, Any]] = ()  # cleaning step specs, built afresh for every unit
-    sign_position: int | None = None  # set: make the keys of the dedup step there instead of a store
+    sign_position: int | None = None  # set: make the keys of the run-wide step there instead of a store
     keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
     step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register
     chat: ChatJob | None = None  # set: records are conversations, written to chat stores (tokens + masks)
@@ -85,19 +85,10 @@ def run_unit(
         return sign_unit(job, unit, cancelled, progress)
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
-    tokenize = Tokenize(
-        tokenizer,
-        problems,
-        append_eod=job.append_eod,
-        max_chars_per_piece=job.max_chars_per_piece,
-        batch_size=job.batch_size,
-    )
-    encode_chat = EncodeChat(tokenizer, job.chat, problems, job.batch_size) if job.chat is not None else None
+    encode = _encoder(job, tokenizer, problems)
     prefix = unit_prefix(job.work_dir, unit)
     steps = _steps(job, unit)
     rejected = rejected_path(job.work_dir, unit) if job.keep_rejected and steps else None
-    documents_per_slice = []
-    digests = []
     chat = None if job.chat is None else job.chat.describe()
     provenance = {"prepare_unit": unit.describe()}
     with IndexedDatasetWriter(
@@ -109,20 +100,9 @@ def run_unit(
                 sinks = RejectedWriter(sink_file)
                 for label, step in steps:
                     step.sink = sinks.sink_for(label)
-            meter = _Meter(stats, progress)
-            for piece in unit.slices:
-                before = stats.documents
-                meter.start(piece.size)
-                documents = run_steps(_documents(job, piece, problems), steps, stats.steps, stats.step_costs)
-                for batch in tokenize(documents) if encode_chat is None else encode_chat(documents):
-                    if cancelled():
-                        raise Cancelled(unit.name)
-                    writer.add_documents(batch.tokens, batch.lengths, masks=batch.masks)
-                    meter.tick()
-                meter.tick(finished=True)
-                documents_per_slice.append(stats.documents - before)
-                if read_whole(piece):  # read just now, so from the page cache: the run's identity of it
-                    digests.append((piece.path, file_digest(piece.path)))
+            documents_per_slice, digests = _write_slices(
+                job, unit, steps, encode, writer, stats, problems, cancelled, progress
+            )
         finally:
             if sink_file is not None:
                 sink_file.close()
@@ -135,6 +115,51 @@ def run_unit(
             {"stats": stats.to_dict(), "documents_per_slice": documents_per_slice, "digests": dict(digests)},
         )
     return UnitRecord(prefix, stats, tuple(documents_per_slice), tuple(digests))
+
+
+def _encoder(
+    job: UnitJob, tokenizer: Tokenizer, problems: Problems
+) -> Callable[[Iterable[Document]], Iterator[TokenBatch]]:
+    """Documents in, token batches out: text documents tokenized, or conversations encoded with masks."""
+    if job.chat is not None:
+        return EncodeChat(tokenizer, job.chat, problems, job.batch_size)
+    return Tokenize(
+        tokenizer,
+        problems,
+        append_eod=job.append_eod,
+        max_chars_per_piece=job.max_chars_per_piece,
+        batch_size=job.batch_size,
+    )
+
+
+def _write_slices(
+    job: UnitJob,
+    unit: Unit,
+    steps: list[tuple[str, Step]],
+    encode: Callable[[Iterable[Document]], Iterator[TokenBatch]],
+    writer: IndexedDatasetWriter,
+    stats: UnitStats,
+    problems: Problems,
+    cancelled: Callable[[], bool],
+    progress: Callable[[int], None] | None,
+) -> tuple[list[int], list[tuple[str, str]]]:
+    """Every slice of `unit` through the steps and `encode` into `writer`: the documents of each
+    slice, and the digests of the files read whole."""
+    documents_per_slice, digests = [], []
+    meter = _Meter(stats, progress)
+    for piece in unit.slices:
+        before = stats.documents
+        meter.start(piece.size)
+        for batch in encode(run_steps(_documents(job, piece, problems), steps, stats.steps, stats.step_costs)):
+            if cancelled():
+                raise Cancelled(unit.name)
+            writer.add_documents(batch.tokens, batch.lengths, masks=batch.masks)
+            meter.tick()
+        meter.tick(finished=True)
+        documents_per_slice.append(stats.documents - before)
+        if read_whole(piece):  # read just now, so from the page cache: the run's identity of it
+            digests.append((piece.path, file_digest(piece.path)))
+    return documents_per_slice, digests
 
 
 class _Meter:
@@ -185,15 +210,15 @@ def sign_unit(
     cancelled: Callable[[], bool] = lambda: False,
     progress: Callable[[int], None] | None = None,
 ) -> UnitRecord:
-    """Pass 1 of the dedup step at ``job.sign_position``: run the steps before it and save one key
-    row per document reaching it (``dedup.keys_path``); progress as in ``run_unit``."""
+    """Pass 1 of the run-wide step at ``job.sign_position`` (a dedup step): run the steps before it and
+    save one key row per document reaching it (``dedup.keys_path``); progress as in ``run_unit``."""
     position = job.sign_position
+    assert position is not None  # run_unit signs only for a job with a sign_position
     stats = UnitStats()
     problems = Problems(job.on_error, stats)
-    spec = dict(job.steps[position])
-    sign = make_signer(spec.pop("step"), **spec)
+    sign = run_wide_step(job.steps, position).sign
     steps = _steps(job, unit, upto=position)
-    rows = []
+    rows: list[np.ndarray] = []
     meter = _Meter(stats, progress)
     for piece in unit.slices:
         meter.start(piece.size)
@@ -210,7 +235,7 @@ def sign_unit(
 
 
 def signed_unit(work_dir: str, position: int, unit: Unit) -> bool:
-    """Whether pass 1 of the dedup step at ``position`` is done for ``unit``."""
+    """Whether pass 1 of the run-wide step at ``position`` is done for ``unit``."""
     return os.path.exists(keys_path(work_dir, position, unit.name))
 
 

@@ -18,49 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
 from ..._schema import Count, Positive, read_document, to_builtins
 from ..._schema import Document as SchemaDocument
 from ...errors import ConfigError
-from ..inputs.documents import Document
 from ..run.state import replace_atomically, temporary_path
-from .base import Step
 from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
+from .runwide import RunWideStep, Signatures
 
-__all__ = ["DEDUP_KINDS", "DropDuplicates", "decide", "keys_path", "drops_path", "make_signer"]
-
-DEDUP_KINDS = ("exact_dedup", "minhash_dedup")
-
-
-def make_signer(
-    kind: str,
-    bands: int = 14,
-    rows: int = 8,
-    ngram: int = 5,
-    seed: int = 1,
-    index: str | None = None,
-    save_index: str | None = None,
-    **unknown: object,
-):
-    """The key row of one document's text for a dedup step (ConfigError for unknown options).
-
-    ``index`` names a signature index saved by an earlier run (``save_index``): documents that
-    duplicate one of its documents are dropped too (cross-dataset deduplication).
-    """
-    if unknown:
-        raise ConfigError(f"unexpected option {sorted(unknown)[0]!r}")
-    if index is not None:
-        load_index(index, _identity(kind, bands, rows, ngram, seed))
-    if kind == "exact_dedup":
-        if (bands, rows, ngram, seed) != (14, 8, 5, 1):
-            raise ConfigError("exact_dedup takes no options but index and save_index")
-        return lambda text: np.frombuffer(exact_key(text), dtype=np.uint64)
-    hasher = MinHasher(bands=bands, rows=rows, ngram=ngram, seed=seed)
-    return lambda text: hasher.band_keys(hasher.signature(text))
+__all__ = ["ExactDedup", "MinHashDedup", "decide", "drops_path", "keys_path"]
 
 
 def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
@@ -70,12 +40,6 @@ def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[s
         if kind == "exact_dedup"
         else {"kind": kind, "bands": bands, "rows": rows, "ngram": ngram, "seed": seed}
     )
-
-
-def spec_identity(spec: Mapping[str, Any]) -> dict[str, object]:
-    """The key identity of a dedup step spec."""
-    options = {k: v for k, v in spec.items() if k in ("bands", "rows", "ngram", "seed")}
-    return _identity(spec["step"], **{"bands": 14, "rows": 8, "ngram": 5, "seed": 1, **options})
 
 
 class IndexIdentity(SchemaDocument, frozen=True):
@@ -202,24 +166,70 @@ def decide(
     return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(counts))]
 
 
-class DropDuplicates(Step):
-    """Pass 3 of a dedup step: drop the documents marked for this unit, by ordinal (counted across
-    the unit's slices, which call the step one after another)."""
+class _Dedup(RunWideStep):
+    """A dedup step: its keys compared against each other's and an index's (``index``), the kept
+    ones optionally saved as an index for later runs (``save_index``)."""
 
-    def __init__(self, marked: np.ndarray) -> None:
+    kind: ClassVar[str]
+    code_modules = ("tokenport.corpus.steps.minhash",)
+
+    def __init__(self, identity: dict[str, object], index: str | None, save_index: str | None) -> None:
         super().__init__()
-        self.marked = marked
-        self.seen = 0
+        self.identity, self.index, self.save_index = identity, index, save_index
+        if index is not None:
+            load_index(index, identity)  # checked now, where the step is built
 
-    def process(self, document: Document) -> Document | None:
-        ordinal = self.seen
-        self.seen += 1
-        if ordinal >= len(self.marked):
-            raise ConfigError(
-                "a dedup step saw more documents than when its keys were made: the steps before it "
-                "or the input changed; delete OUTPUT/.work/dedup-* and rerun"
-            )
-        if self.marked[ordinal]:
-            self.drop(document, "duplicate")
-            return None
-        return document
+    def decide(self, signatures: Signatures) -> list[np.ndarray]:
+        """The marks of ``decide``; then, if asked, this run's kept keys (after the index's) saved as an index."""
+        index = load_index(self.index, self.identity) if self.index else None
+        index_file = self.index + ".npy" if self.index else None
+        files = signatures.key_files
+        drops = decide(self.kind, files, index_file, lambda bands: signatures.map_bands(files, bands, index_file))
+        if self.save_index:
+            kept = [np.load(path)[~drop] for path, drop in zip(files, drops)]
+            save_index(self.save_index, self.identity, np.concatenate([*([] if index is None else [index]), *kept]))
+        return drops
+
+
+class ExactDedup(_Dedup):
+    """Drops documents whose text, with case, punctuation and whitespace differences removed, came before."""
+
+    kind = "exact_dedup"
+
+    def __init__(
+        self,
+        bands: int = 14,
+        rows: int = 8,
+        ngram: int = 5,
+        seed: int = 1,
+        index: str | None = None,
+        save_index: str | None = None,
+    ) -> None:
+        """MinHash's settings are accepted at their defaults only, as specs always could give them."""
+        if (bands, rows, ngram, seed) != (14, 8, 5, 1):
+            raise ConfigError("exact_dedup takes no options but index and save_index")
+        super().__init__(_identity(self.kind, bands, rows, ngram, seed), index, save_index)
+
+    def sign(self, text: str) -> np.ndarray:
+        return np.frombuffer(exact_key(text), dtype=np.uint64)
+
+
+class MinHashDedup(_Dedup):
+    """Drops documents near-duplicate (MinHash-LSH over word n-grams) of one that came before."""
+
+    kind = "minhash_dedup"
+
+    def __init__(
+        self,
+        bands: int = 14,
+        rows: int = 8,
+        ngram: int = 5,
+        seed: int = 1,
+        index: str | None = None,
+        save_index: str | None = None,
+    ) -> None:
+        self.hasher = MinHasher(bands=bands, rows=rows, ngram=ngram, seed=seed)
+        super().__init__(_identity(self.kind, bands, rows, ngram, seed), index, save_index)
+
+    def sign(self, text: str) -> np.ndarray:
+        return self.hasher.band_keys(self.hasher.signature(text))

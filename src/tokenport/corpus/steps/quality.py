@@ -14,26 +14,30 @@ alphabetic-word share is words with a letter over all words. Implementations tha
 punctuation tokens (datatrove, through spaCy) reject more on that rule and on the top n-gram one;
 see BENCHMARKS.md for how often the two disagree.
 
-``compat="datatrove"`` makes a filter take datatrove 0.10's decisions instead (its word splitting,
-spaCy's English tokenizer, reproduced in ``spacy_words``; and its reading of each rule, in
-``datatrove_compat``); the thresholds keep their names and defaults.
+``compat="datatrove"`` makes a filter take datatrove 0.10's decisions instead: the filter chooses
+its reading once, when built, and datatrove's readings live in ``datatrove_readings`` (its word
+splitting is spaCy's English tokenizer, reproduced in ``spacy_words``; what it reads from a page is
+in ``datatrove_compat``); the thresholds keep their names and defaults.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numba
 import numpy as np
 
 from ...errors import ConfigError
 from ..inputs.documents import Document
-from . import datatrove_compat as dt
+from . import datatrove_readings
 from .base import Step, prefixed
 from .spacy_words import english_words
+from .text_stats import PARAGRAPH_BREAK, repeated
 
 __all__ = [
     "COMPAT_MODES",
@@ -49,8 +53,6 @@ _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _WORD = rf"[{_CJK}]|[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*"
 _TOKEN = re.compile(rf"{_WORD}|[^\w\s]|_")
 _WORDS = re.compile(_WORD)
-_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
-_NEWLINES = re.compile("\n+")
 _STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 _BULLETS = ("•", "●", "○", "◦", "▪", "▫", "‣", "⁃")
 COMPAT_MODES = ("tokenport", "datatrove")
@@ -66,19 +68,28 @@ def words_of(text: str) -> list[str]:
     return _WORDS.findall(text)
 
 
-def _compat(value: str) -> bool:
-    """True for datatrove's decisions; ``value`` must be one of ``COMPAT_MODES``."""
-    if value not in COMPAT_MODES:
-        raise ConfigError(f"compat={value!r} is not a mode: pass one of {', '.join(map(repr, COMPAT_MODES))}")
-    if value == "datatrove":
+def _reading(compat: str, ours: Callable[..., Any], datatroves: Callable[..., Any]) -> Callable[..., Any]:
+    """The reading of a filter's rules that ``compat`` (one of ``COMPAT_MODES``) chooses, once."""
+    if compat not in COMPAT_MODES:
+        raise ConfigError(f"compat={compat!r} is not a mode: pass one of {', '.join(map(repr, COMPAT_MODES))}")
+    if compat == "datatrove":
         english_words()  # loads spaCy's rules now: a missing spaCy is a config error, not a mid-run one
-    return value == "datatrove"
+        return datatroves
+    return ours
 
 
 def _ratio(name: str, value: float | None) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
         raise ConfigError(f"{name}={value!r} is invalid: pass a number >= 0, or None to turn the rule off")
     return value
+
+
+def _number(name: str, value: float) -> float:
+    """A setting that cannot be turned off: a number >= 0 (ConfigError for None too)."""
+    checked = _ratio(name, value)
+    if checked is None:
+        raise ConfigError(f"{name}=None is invalid: pass a number >= 0")
+    return checked
 
 
 class GopherQuality(Step):
@@ -101,7 +112,9 @@ class GopherQuality(Step):
         compat: str = "tokenport",
     ) -> None:
         super().__init__()
-        self.datatrove = _compat(compat)
+        self._rule: Callable[[str], str | None] = _reading(
+            compat, self._tokenport, functools.partial(datatrove_readings.gopher_quality, self)
+        )
         self.min_words, self.max_words = _ratio("min_words", min_words), _ratio("max_words", max_words)
         self.min_mean = _ratio("min_mean_word_length", min_mean_word_length)
         self.max_mean = _ratio("max_mean_word_length", max_mean_word_length)
@@ -112,11 +125,13 @@ class GopherQuality(Step):
         self.min_stop_words = _ratio("min_stop_words", min_stop_words)
         if isinstance(stop_words, str) or not all(isinstance(w, str) for w in stop_words):
             raise ConfigError("stop_words: pass a list of words")
-        self.stop_words = frozenset(word if self.datatrove else word.lower() for word in stop_words)
+        case_sensitive = compat == "datatrove"  # datatrove compares stop words as written
+        self.stop_words = frozenset(word if case_sensitive else word.lower() for word in stop_words)
 
     def reject(self, text: str) -> str | None:
-        if self.datatrove:
-            return self._datatrove(text)
+        return self._rule(text)
+
+    def _tokenport(self, text: str) -> str | None:
         words = words_of(text)
         count = len(words)
         if self.min_words is not None and count < self.min_words:
@@ -151,44 +166,6 @@ class GopherQuality(Step):
                 return "few_stop_words"
         return None
 
-    def _datatrove(self, text: str) -> str | None:
-        """datatrove's reading: all tokens count as words for the symbol and letter ratios, those not
-        made only of punctuation for the word count and mean length; stop words are case-sensitive;
-        a threshold of 0 turns its rule off."""
-        words = english_words()(text)
-        count = len(words)
-        kept, chars, alpha = dt.word_stats(words)
-        if self.min_words and kept < self.min_words:
-            return "too_few_words"
-        if self.max_words and kept > self.max_words:
-            return "too_many_words"
-        if count == 0:  # datatrove divides by zero here (only with min_words off)
-            return "too_few_words"
-        if kept:
-            mean = chars / kept
-            if self.min_mean and mean < self.min_mean:
-                return "short_words"
-            if self.max_mean and mean > self.max_mean:
-                return "long_words"
-        if self.max_symbols and text.count("#") / count > self.max_symbols:
-            return "too_many_hashes"
-        if self.max_symbols and (text.count("...") + text.count("…")) / count > self.max_symbols:
-            return "too_many_ellipses"
-        lines = text.splitlines()
-        if self.max_bullets:
-            bullets = sum(line.lstrip().startswith(("•", "-")) for line in lines)
-            if bullets / len(lines) > self.max_bullets:
-                return "bullet_lines"
-        if self.max_ellipsis_lines:
-            ending = sum(line.rstrip().endswith(("...", "…")) for line in lines)
-            if ending / len(lines) > self.max_ellipsis_lines:
-                return "ellipsis_lines"
-        if self.min_alpha and alpha / count < self.min_alpha:
-            return "few_alphabetic_words"
-        if self.min_stop_words and len(self.stop_words.intersection(words)) < self.min_stop_words:
-            return "few_stop_words"
-        return None
-
 
 class GopherRepetition(Step):
     """Gopher's repetition rules: duplicate lines (blank ones aside) and paragraphs (by count, and by
@@ -214,7 +191,9 @@ class GopherRepetition(Step):
         compat: str = "tokenport",
     ) -> None:
         super().__init__()
-        self.datatrove = _compat(compat)
+        self._rule: Callable[[str], str | None] = _reading(
+            compat, self._tokenport, functools.partial(datatrove_readings.gopher_repetition, self)
+        )
         self.line_fraction = _ratio("max_duplicate_line_fraction", max_duplicate_line_fraction)
         self.paragraph_fraction = _ratio("max_duplicate_paragraph_fraction", max_duplicate_paragraph_fraction)
         self.line_chars = _ratio("max_duplicate_line_char_fraction", max_duplicate_line_char_fraction)
@@ -225,19 +204,20 @@ class GopherRepetition(Step):
         self._duplicated_n = np.array([n for n, _ in self.duplicated], dtype=np.int64)
 
     def reject(self, text: str) -> str | None:
-        if self.datatrove:
-            return self._datatrove(text)
+        return self._rule(text)
+
+    def _tokenport(self, text: str) -> str | None:
         length = len(text)
         if length == 0:
             return None
-        paragraphs = _PARAGRAPH_BREAK.split(text.strip())
-        repeats, chars = _repeats(paragraphs)
+        paragraphs = PARAGRAPH_BREAK.split(text.strip())
+        repeats, chars = repeated(paragraphs)
         if self.paragraph_fraction is not None and repeats / len(paragraphs) > self.paragraph_fraction:
             return "duplicate_paragraphs"
         if self.paragraph_chars is not None and chars / length > self.paragraph_chars:
             return "duplicate_paragraph_chars"
         lines = [line for line in text.splitlines() if line.strip()] or [""]  # blank lines are layout
-        repeats, chars = _repeats(lines)
+        repeats, chars = repeated(lines)
         if self.line_fraction is not None and repeats / len(lines) > self.line_fraction:
             return "duplicate_lines"
         if self.line_chars is not None and chars / length > self.line_chars:
@@ -256,41 +236,6 @@ class GopherRepetition(Step):
         for (n, limit), chars in zip(self.duplicated, duplicated):
             if chars / word_chars > limit:
                 return f"duplicate_{n}_grams"
-        return None
-
-    def _datatrove(self, text: str) -> str | None:
-        """datatrove's reading: an empty page is dropped; lines are split on runs of newlines (blank
-        ones collapse, none is set aside); every fraction is over the text's characters; the top
-        n-gram counts even when it occurs once; duplicate n-grams by a greedy scan; a line or
-        paragraph limit of 0 turns its rule off."""
-        length = len(text)
-        if length == 0:
-            return "empty"
-        paragraphs = _PARAGRAPH_BREAK.split(text.strip())
-        repeats, chars = _repeats(paragraphs)
-        if self.paragraph_fraction and repeats / len(paragraphs) > self.paragraph_fraction:
-            return "duplicate_paragraphs"
-        if self.paragraph_chars and chars / length > self.paragraph_chars:
-            return "duplicate_paragraph_chars"
-        lines = _NEWLINES.split(text)
-        repeats, chars = _repeats(lines)
-        if self.line_fraction and repeats / len(lines) > self.line_fraction:
-            return "duplicate_lines"
-        if self.line_chars and chars / length > self.line_chars:
-            return "duplicate_line_chars"
-        words = english_words()(text)
-        vocabulary: dict[str, int] = {}
-        ids = np.array([vocabulary.setdefault(w, len(vocabulary)) for w in words], dtype=np.int64)
-        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-        for n, limit in self.top:
-            chars = dt.top_gram_chars(ids, lengths, n)
-            if chars >= 0 and chars / length > limit:
-                return f"top_{n}_gram"
-        if self.duplicated:
-            codes = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
-            for n, limit in self.duplicated:
-                if dt.duplicate_gram_chars(codes, lengths, n) / length > limit:
-                    return f"duplicate_{n}_grams"
         return None
 
 
@@ -383,23 +328,15 @@ def _ngram_limits(name: str, limits: Sequence[Sequence[float]]) -> tuple[tuple[i
     return checked
 
 
-def _repeats(items: list[str]) -> tuple[int, int]:
-    """Items equal to an earlier one, and their characters."""
-    seen: set[str] = set()
-    repeats = chars = 0
-    for item in items:
-        if item in seen:
-            repeats += 1
-            chars += len(item)
-        else:
-            seen.add(item)
-    return repeats, chars
-
-
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)\]]*(?=\s|$)")
 _C4_TERMINAL = (".", "?", "!", '"', "'")
 _C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+def _sentences_in(line: str) -> int:
+    """A kept C4 line's sentences: terminal punctuation followed by a space or the line's end (at least one)."""
+    return max(1, len(_SENTENCE_END.findall(line)))
 
 
 class C4Quality(Step):
@@ -424,7 +361,7 @@ class C4Quality(Step):
         compat: str = "tokenport",
     ) -> None:
         super().__init__()
-        self.datatrove = _compat(compat)
+        self._sentences = _reading(compat, _sentences_in, datatrove_readings.c4_sentences)
         self.remove_citations = bool(remove_citations)
         self.terminal = bool(require_terminal_punctuation)
         self.min_words = _ratio("min_words_per_line", min_words_per_line)
@@ -462,10 +399,7 @@ class C4Quality(Step):
             if self.policy and any(phrase in lowered for phrase in _C4_POLICY):
                 self.lines_removed["policy"] += 1
                 continue
-            if self.datatrove:
-                sentences += english_words().sentences(line)
-            else:
-                sentences += max(1, len(_SENTENCE_END.findall(line)))
+            sentences += self._sentences(line)
             kept.append(line)
         if self.min_sentences is not None and sentences < self.min_sentences:
             return None, "few_sentences"
@@ -473,8 +407,8 @@ class C4Quality(Step):
 
     def process(self, document: Document) -> Document | None:
         text, reason = self.clean(document.text)
-        if reason is not None:
-            self.drop(document, reason)
+        if text is None:  # the whole page goes, for `reason`
+            self.drop(document, str(reason))
             return None
         return document if text == document.text else replace(document, text=text)
 
@@ -504,10 +438,12 @@ class FineWebQuality(Step):
         compat: str = "tokenport",
     ) -> None:
         super().__init__()
-        self.datatrove = _compat(compat)
+        self._rule: Callable[[str, list[str]], str | None] = _reading(
+            compat, self._tokenport, functools.partial(datatrove_readings.fineweb, self)
+        )
         self.min_punctuated = _ratio("min_punctuated_lines_ratio", min_punctuated_lines_ratio)
         self.max_short = _ratio("max_short_lines_ratio", max_short_lines_ratio)
-        self.short_length = _ratio("short_line_length", short_line_length)
+        self.short_length = _number("short_line_length", short_line_length)
         self.max_duplicate_chars = _ratio("max_duplicate_line_chars_ratio", max_duplicate_line_chars_ratio)
         self.max_newlines = _ratio("max_newlines_per_word", max_newlines_per_word)
 
@@ -515,8 +451,9 @@ class FineWebQuality(Step):
         lines = [line for line in text.split("\n") if line.strip()]
         if not lines:
             return "empty"
-        if self.datatrove:
-            return self._datatrove(text, lines)
+        return self._rule(text, lines)
+
+    def _tokenport(self, text: str, lines: list[str]) -> str | None:
         if self.min_punctuated is not None:
             if sum(line.endswith(_FINEWEB_STOPS) for line in lines) / len(lines) <= self.min_punctuated:
                 return "few_punctuated_lines"
@@ -525,25 +462,10 @@ class FineWebQuality(Step):
                 return "short_lines"
         if self.max_duplicate_chars is not None:
             characters = len(text) - text.count("\n")
-            if _repeats(lines)[1] / characters >= self.max_duplicate_chars:
+            if repeated(lines)[1] / characters >= self.max_duplicate_chars:
                 return "duplicate_line_chars"
         if self.max_newlines is not None:
             tokens = len(split_words(text))
             if tokens and text.count("\n") / tokens > self.max_newlines:
-                return "list_like"
-        return None
-
-    def _datatrove(self, text: str, lines: list[str]) -> str | None:
-        if self.min_punctuated is not None:
-            if sum(map(dt.ends_a_sentence, lines)) / len(lines) < self.min_punctuated:
-                return "few_punctuated_lines"
-        if self.max_short is not None:
-            if sum(len(line) <= self.short_length for line in lines) / len(lines) > self.max_short:
-                return "short_lines"
-        if self.max_duplicate_chars is not None:
-            if _repeats(lines)[1] / (len(text) - text.count("\n")) > self.max_duplicate_chars:
-                return "duplicate_line_chars"
-        if self.max_newlines is not None:
-            if text.count("\n") / len(english_words()(text)) > self.max_newlines:
                 return "list_like"
         return None

@@ -5,8 +5,9 @@ them in order. Each worker builds its own steps from the specs for every unit, s
 keep state (counters) without sharing it. Every step reports counters — documents in and out,
 removals per reason, changes per kind — which add up per unit and then per run in the manifest.
 
-A new step is a ``base.Step`` subclass in its own module and one entry in ``STEP_KINDS`` (or, for
-a step that lives outside tokenport, one ``register_step`` call before ``prepare``).
+A new step is a ``base.Step`` subclass (or, for a step decided over the whole run such as
+deduplication, a ``runwide.RunWideStep`` subclass) in its own module and one entry in ``STEP_KINDS``
+(or, for a step that lives outside tokenport, one ``register_step`` call before ``prepare``).
 """
 
 from __future__ import annotations
@@ -22,27 +23,29 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..._registry import load_plugins
 from ...errors import ConfigError
 from ..inputs.documents import Document
 from .base import Step
 from .decontaminate import Decontaminate
-from .dedup import DEDUP_KINDS, DropDuplicates, drops_path, make_signer
+from .dedup import ExactDedup, MinHashDedup, drops_path
 from .language import LanguageFilter
 from .licenses import LicenseFilter
 from .lines import LineCorrections
-from .minhash import MinHasher
 from .pii import ScrubPII
 from .quality import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from .runwide import RunWideStep
 from .urls import URLFilter
 
 __all__ = [
     "STEP_KINDS",
     "build_steps",
     "check_steps",
-    "dedup_positions",
     "register_step",
     "registered_steps",
     "run_steps",
+    "run_wide_positions",
+    "run_wide_step",
     "step_modules",
     "step_options",
 ]
@@ -59,6 +62,8 @@ STEP_KINDS: dict[str, type[Step]] = {
     "line_corrections": LineCorrections,
     "language": LanguageFilter,
     "license_filter": LicenseFilter,
+    "exact_dedup": ExactDedup,
+    "minhash_dedup": MinHashDedup,
 }
 """Step kinds by the name a spec gives in ``"step"``."""
 
@@ -76,7 +81,7 @@ def register_step(kind: str, step: type[Step]) -> None:
         )
     if not isinstance(kind, str) or not kind:
         raise ConfigError(f"register_step: the step name must be a non-empty string, got {kind!r}")
-    taken = STEP_KINDS.get(kind) or (make_signer if kind in DEDUP_KINDS else None)
+    taken = STEP_KINDS.get(kind)
     if taken is not None and taken is not step:
         raise ConfigError(
             f"register_step({kind!r}): that name is taken by {taken.__module__}.{taken.__qualname__}; pick another name"
@@ -90,12 +95,14 @@ def registered_steps() -> tuple[tuple[str, type[Step]], ...]:
 
 
 def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> Step:
-    """The step of ``spec``; a dedup step reads its decisions from ``drops`` (or is only checked)."""
+    """The step of ``spec``; a run-wide step reads its decisions from ``drops`` (or is only checked)."""
     if not isinstance(spec, Mapping) or "step" not in spec:
         raise ConfigError(f"steps[{position}]: expected a mapping with a 'step' key, got {spec!r:.80}")
     kind = spec["step"]
-    if not isinstance(kind, str) or (kind not in STEP_KINDS and kind not in DEDUP_KINDS):
-        known = ", ".join((*STEP_KINDS, *DEDUP_KINDS))
+    if isinstance(kind, str) and kind not in STEP_KINDS:
+        load_plugins()  # a step kind a plugin registers
+    if not isinstance(kind, str) or kind not in STEP_KINDS:
+        known = ", ".join(STEP_KINDS)
         raise ConfigError(f"steps[{position}]: unknown step {kind!r}; known steps: {known}")
     options = {key: value for key, value in spec.items() if key != "step"}
     valid = step_options(kind)
@@ -111,10 +118,15 @@ def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> 
     if missing:
         raise ConfigError(f"steps[{position}] ({kind}): option {missing[0]!r} is required")
     _check_types(kind, options, position)
+    step = _construct(kind, options, position)
+    if isinstance(step, RunWideStep):
+        step.use_decisions(np.load(drops) if drops else np.zeros(0, dtype=bool))
+    return step
+
+
+def _construct(kind: str, options: Mapping[str, Any], position: int) -> Step:
+    """``STEP_KINDS[kind](**options)``, its refusals named by the spec's position."""
     try:
-        if kind in DEDUP_KINDS:
-            make_signer(kind, **options)
-            return DropDuplicates(np.load(drops) if drops else np.zeros(0, dtype=bool))
         return STEP_KINDS[kind](**options)
     except TypeError as error:
         raise ConfigError(f"steps[{position}] ({kind}): {error}") from None
@@ -126,7 +138,7 @@ def _check_types(kind: str, options: Mapping[str, Any], position: int) -> None:
     """Refuse an option whose value is not of its parameter's annotated type, strictly: a string
     where a list belongs (``kinds: email`` is not five kinds), a bool for a number, a number as text.
     Options annotated with a type the check cannot express are left to the step."""
-    build: Any = make_signer if kind in DEDUP_KINDS else STEP_KINDS[kind]
+    build: Any = STEP_KINDS[kind]
     try:
         hints = typing.get_type_hints(build.__init__ if isinstance(build, type) else build)  # type: ignore[misc]
     except Exception:  # an annotation that does not resolve (a registered step's): the step checks
@@ -147,8 +159,8 @@ def _check_types(kind: str, options: Mapping[str, Any], position: int) -> None:
 
 
 def step_options(kind: str) -> tuple[str, ...]:
-    """The option names a step kind takes: the keyword parameters of its constructor (of
-    ``make_signer`` for dedup kinds), so an option a step gains is accepted with no edit here."""
+    """The option names a step kind takes: the keyword parameters of its constructor, so an option
+    a step gains is accepted with no edit here."""
     return tuple(p.name for p in _parameters(kind))
 
 
@@ -157,13 +169,8 @@ def _required_options(kind: str) -> tuple[str, ...]:
 
 
 def _parameters(kind: str) -> list[inspect.Parameter]:
-    build = make_signer if kind in DEDUP_KINDS else STEP_KINDS[kind]
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [
-        p
-        for p in inspect.signature(build).parameters.values()
-        if p.kind in named and not (build is make_signer and p.name == "kind")
-    ]
+    return [p for p in inspect.signature(STEP_KINDS[kind]).parameters.values() if p.kind in named]
 
 
 def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -179,23 +186,38 @@ def build_steps(
     specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str, upto: int | None = None
 ) -> list[tuple[str, Step]]:
     """Fresh steps for one unit (those before position ``upto`` if given), each labelled ``"N:kind"``;
-    dedup steps load the unit's decisions from ``work_dir``."""
+    run-wide steps load the unit's decisions from ``work_dir``."""
     steps = []
     for position, spec in enumerate(specs[:upto]):
-        drops = drops_path(work_dir, position, unit_name) if spec["step"] in DEDUP_KINDS else None
+        drops = drops_path(work_dir, position, unit_name) if _run_wide(spec) else None
         steps.append((f"{position}:{spec['step']}", _build(spec, position, drops)))
     return steps
 
 
 def step_modules(specs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Names of the modules whose code the steps of ``specs`` run (to say when their kernels compile)."""
-    classes = [MinHasher if spec["step"] in DEDUP_KINDS else STEP_KINDS[spec["step"]] for spec in specs]
-    return [c.__module__ for c in classes]
+    modules: list[str] = []
+    for spec in specs:
+        step = STEP_KINDS[spec["step"]]
+        modules += [step.__module__, *(step.code_modules if issubclass(step, RunWideStep) else ())]
+    return modules
 
 
-def dedup_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Positions of the steps that need a pass over the whole run first (deduplication)."""
-    return [position for position, spec in enumerate(specs) if spec["step"] in DEDUP_KINDS]
+def run_wide_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Positions of the steps that need passes over the whole run first (``RunWideStep``s: deduplication)."""
+    return [position for position, spec in enumerate(specs) if _run_wide(spec)]
+
+
+def run_wide_step(specs: Sequence[Mapping[str, Any]], position: int) -> RunWideStep:
+    """The run-wide step at ``position`` of checked ``specs``, for its passes 1 and 2."""
+    step = _build(specs[position], position)
+    if not isinstance(step, RunWideStep):
+        raise ConfigError(f"steps[{position}] ({specs[position]['step']}): not a step decided over the whole run")
+    return step
+
+
+def _run_wide(spec: Mapping[str, Any]) -> bool:
+    return issubclass(STEP_KINDS[spec["step"]], RunWideStep)
 
 
 def run_steps(
