@@ -21,6 +21,7 @@ from .._checks import check_int
 from ..blend import AdaptiveBlend
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
+from ..samples.base import SampleDataset
 from ..samples.lineage import SampleLineage
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.state import read_loader_state, read_sampler_state
@@ -199,9 +200,9 @@ def _trace(
     traced = []
     for r, batch in ids.items():
         for slot, sample in enumerate(batch):
-            lineage = dataset.lineage(sample) if hasattr(dataset, "lineage") else None
-            if lineage is None:
+            if not isinstance(dataset, SampleDataset):
                 raise ConfigError(f"dataset: a {type(dataset).__name__} has no lineage(); it cannot be traced")
+            lineage = dataset.lineage(sample)
             text = None if texts is None else texts.of(lineage)
             traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text))
     return source, traced
@@ -316,9 +317,9 @@ class _Texts:
 
 def _collect_stores(dataset: Any, out: dict[str, IndexedDataset]) -> None:
     """prefix -> store of every store ``dataset`` reads (through blends)."""
-    for child in getattr(dataset, "datasets", ()):
+    if not isinstance(dataset, SampleDataset):
+        return
+    for child in dataset.datasets:
         _collect_stores(child, out)
-    for name in ("store", "dataset"):
-        store = getattr(dataset, name, None)
-        if isinstance(store, IndexedDataset):
-            out[str(store.prefix)] = store
+    for store in dataset.stores():
+        out.setdefault(str(store.prefix), store)

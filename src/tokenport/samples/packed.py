@@ -28,32 +28,23 @@ Each sample holds, for one bin, pieces laid end to end then padding:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .._checks import check_bool, check_int, check_sample_id, check_sample_ids
-from .._schema import INT64_MAX
+from .._checks import check_bool, check_int, check_sample_ids
+from .._schema import INT64_MAX, Count, Document
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
-from ..packing import pack_best_fit_arrays
-from .lineage import ReadPlan, SampleLineage, bin_lineage
+from .base import plain, register_dataset_kind
+from .bins import PackedBins, bin_starts_of, check_ids, pack_windows, ranges
+from .lineage import ReadPlan
+
+if TYPE_CHECKING:
+    from .base import Describer, Rebuilder
 
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
-
-
-def _check_ids(ids: Sequence[int] | np.ndarray | None, count: int) -> np.ndarray:
-    """The selected sequence ids as a 1-D int64 array (all of them when None), or a ConfigError."""
-    if ids is None:
-        return np.arange(count, dtype=np.int64)
-    array = np.asarray(ids)
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if array.ndim != 1 or array.dtype.kind not in "iu":
-        raise ConfigError(f"ids: expected a 1-D array of sequence ids, got shape {array.shape} dtype {array.dtype}")
-    if int(array.min()) < 0 or int(array.max()) >= count:
-        raise ConfigError(f"ids: hold sequence ids outside [0, {count}); pass ids of this token store")
-    return array.astype(np.int64, copy=False)
 
 
 def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str) -> None:
@@ -67,35 +58,10 @@ def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str
         )
 
 
-def _pack_windows(
-    lengths: np.ndarray, capacity: int, split_long: bool, window: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(bin, item, offset, length) of all pieces, packing each window of items on its own.
-
-    Windows count every item; items of length 0 are left out of their window (no piece).
-    """
-    step = max(len(lengths), 1) if window is None else window
-    parts = []
-    bins_so_far = 0
-    for start in range(0, len(lengths), step):
-        kept = start + np.flatnonzero(lengths[start : start + step] > 0)
-        bin_of, item, offset, length = pack_best_fit_arrays(lengths[kept], capacity, split_long=split_long)
-        parts.append((bin_of + bins_so_far, kept[item], offset, length))
-        bins_so_far += int(bin_of[-1]) + 1 if bin_of.size else 0
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    bin_of, item, offset, length = (np.concatenate(column) for column in zip(*parts))
-    return bin_of, item, offset, length
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated ranges [start, start + count) as one int64 array."""
-    firsts = np.cumsum(counts) - counts
-    return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-
-
-class PackedDataset:
+class PackedDataset(PackedBins):
     """Documents of a token store packed into fixed ``capacity``-token samples (see the module doc)."""
+
+    batch_path = True
 
     def __init__(
         self,
@@ -121,9 +87,9 @@ class PackedDataset:
         self.pad_id = check_int("pad_id", pad_id, 0, INT64_MAX, "a token id")
         self.label_pad = check_int("label_pad", label_pad, -INT64_MAX - 1, INT64_MAX, "the label of padding")
         self._sequence_lengths = np.asarray(store.sequence_lengths, dtype=np.int64)
-        self.ids = None if ids is None else _check_ids(ids, len(store))  # kept for the receipt (None: all)
+        self.ids = None if ids is None else check_ids(ids, len(store))  # kept for the receipt (None: all)
         self.shuffle = check_bool("shuffle", shuffle)
-        self._build(_check_ids(ids, len(store)), self.shuffle)
+        self._build(check_ids(ids, len(store)), self.shuffle)
         self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
 
     # -- build ------------------------------------------------------------------------------
@@ -137,12 +103,12 @@ class PackedDataset:
         lengths = self._sequence_lengths[ids]
         if not self.split_long:
             _check_fits(ids, lengths, self.capacity, self.store.prefix)
-        bin_of, item, offset, length = _pack_windows(lengths, self.capacity, self.split_long, self.window)
-        num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
+        bin_of, item, offset, length = pack_windows(lengths, self.capacity, self.split_long, self.window)
         self.piece_document = ids[item]
         self.piece_offset = offset
         self.piece_length = length
-        self.bin_starts = np.searchsorted(bin_of, np.arange(num_bins + 1)).astype(np.int64)
+        self.bin_starts = bin_starts_of(bin_of)
+        num_bins = len(self.bin_starts) - 1
         self.order = rng.permutation(num_bins).astype(np.int64) if shuffle else np.arange(num_bins, dtype=np.int64)
 
     def _check_cu_seqlens_length(self, requested: int | None) -> int:
@@ -161,9 +127,6 @@ class PackedDataset:
 
     # -- sizes and metrics ----------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self.order)
-
     @property
     def num_tokens(self) -> int:
         """Real (non-padding) tokens over all samples."""
@@ -176,21 +139,12 @@ class PackedDataset:
 
     # -- samples --------------------------------------------------------------------------------
 
-    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = check_sample_id(idx, len(self))
-        return {name: array[0] for name, array in self.get_batch([index]).items()}
-
-    def lineage(self, idx: int) -> SampleLineage:
-        """Where sample ``idx`` comes from: the documents and token ranges of its pieces, in sample order."""
-        return bin_lineage(self, idx, "PackedDataset")
-
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis."""
         ids = check_sample_ids(ids, len(self))
         bins = self.order[ids]
         counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
-        pieces = _ranges(self.bin_starts[bins], counts)
+        pieces = ranges(self.bin_starts[bins], counts)
         row = np.repeat(np.arange(len(ids), dtype=np.int64), counts)
         length = self.piece_length[pieces]
         firsts = np.cumsum(counts) - counts  # every bin holds at least one piece
@@ -204,8 +158,7 @@ class PackedDataset:
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)]."""
         ids = check_sample_ids(ids, len(self))
-        bins = self.order[ids]
-        pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
+        pieces = self._pieces_of(self.order[ids])
         documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
         reads = np.minimum(self.piece_length[pieces] + 1, self._sequence_lengths[documents] - offsets)
         return [(self.store, documents, offsets, reads)]
@@ -232,7 +185,7 @@ class PackedDataset:
     def _position_ids(self, row: np.ndarray, column: np.ndarray, length: np.ndarray, batch: int) -> np.ndarray:
         """Position ids restarting at 0 at every piece, 0 on padding."""
         positions = np.zeros((batch, self.capacity), dtype=np.int64)
-        flat = _ranges(row * self.capacity + column, length)
+        flat = ranges(row * self.capacity + column, length)
         positions.reshape(-1)[flat] = flat - np.repeat(row * self.capacity + column, length)
         return positions
 
@@ -256,3 +209,51 @@ class PackedDataset:
             f"PackedDataset({self.store.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
             f"split_long={self.split_long}, window={self.window}, efficiency={self.efficiency:.4f})"
         )
+
+    # -- receipts -------------------------------------------------------------------------------
+
+    def describe(self, describer: Describer) -> dict[str, Any]:
+        """Its store, packing parameters, seed, a digest of its bins and order, and its ids and shuffle."""
+        config = {
+            "capacity": self.capacity,
+            "window": self.window,
+            "split_long": self.split_long,
+            "pad_id": self.pad_id,
+            "label_pad": self.label_pad,
+            "cu_seqlens_length": self.cu_seqlens_length,
+        }
+        return {
+            "store": describer.store(self.store),
+            "sample_config": plain(config),
+            "seed": int(self.seed),
+            "order": self.order_digest(),
+            "build": {"ids": self.id_runs(), "shuffle": self.shuffle},
+        }
+
+    @classmethod
+    def from_description(cls, node: Mapping[str, Any], rebuilder: Rebuilder) -> PackedDataset:
+        """The packed dataset a receipt node describes, packed again from its store."""
+        config = node["sample_config"]
+        recipe = rebuilder.recipe(node, _PackedBuild)
+        return cls(
+            rebuilder.open(node),
+            config["capacity"],
+            ids=rebuilder.ids(recipe.ids, "ids"),
+            split_long=config["split_long"],
+            window=config["window"],
+            shuffle=recipe.shuffle,
+            seed=node["seed"],
+            pad_id=config["pad_id"],
+            label_pad=config["label_pad"],
+            cu_seqlens_length=config["cu_seqlens_length"],
+        )
+
+
+class _PackedBuild(Document, frozen=True):
+    """A PackedDataset's recipe: its sequence ids ("all", runs, or None: too many runs) and shuffle."""
+
+    ids: Literal["all"] | list[tuple[Count, Count]] | None
+    shuffle: bool
+
+
+register_dataset_kind("PackedDataset", PackedDataset)
