@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_sample_id, check_sample_ids
+from .._checks import check_sample_id, check_sample_ids, renamed_keywords
 from ..errors import ConfigError, InputDataError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.base import Describer, Rebuilder, SampleDataset, digest, plain, register_dataset_kind
@@ -26,7 +26,8 @@ FULL_SAMPLE_INDEX_LIMIT = 1 << 27
 class BlendedDataset(SampleDataset):
     """Sample ``t`` is ``datasets[d][k]`` with ``d = dataset_index[t]`` and ``k`` the samples of ``d`` before ``t``.
 
-    ``weights`` are relative (normalized here); ``size`` is the number of samples, or None to
+    ``weights`` are relative (normalized here); ``num_samples`` is the number of samples (``size``:
+    its older spelling, kept for one release), or None to
     take every sample of every dataset once (then the weights are ignored and each dataset's
     length is its count). Items are the child's sample dict plus ``dataset_id``, as in
     megatron-core. A child shorter than the samples the blend takes from it is read around
@@ -37,11 +38,12 @@ class BlendedDataset(SampleDataset):
     batch_path = True
     fresh_items = True
 
+    @renamed_keywords(size="num_samples")
     def __init__(
         self,
-        datasets: Sequence[Any],
+        datasets: Sequence[SampleDataset],
         weights: Sequence[float] | np.ndarray | None,
-        size: int | None,
+        num_samples: int | None,
         *,
         algorithm: str = "tijdeman",
         allow_mixed_tokenizers: bool = False,
@@ -52,7 +54,7 @@ class BlendedDataset(SampleDataset):
             raise ConfigError("datasets is empty: a blend needs at least one dataset")
         check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="BlendedDataset")
         counts = np.array([len(d) for d in datasets], dtype=np.int64)
-        if size is None:
+        if num_samples is None:
             target = counts
         else:
             given = None if weights is None else check_weights(weights)
@@ -62,23 +64,23 @@ class BlendedDataset(SampleDataset):
                     f"got {'none' if given is None else len(given)}"
                 )
             target = given
-            size = check_size(size)
-        if size is not None and size > FULL_SAMPLE_INDEX_LIMIT:
-            dataset_index = build_dataset_index(target, size, algorithm=algorithm)
+            num_samples = check_size(num_samples)
+        if num_samples is not None and num_samples > FULL_SAMPLE_INDEX_LIMIT:
+            dataset_index = build_dataset_index(target, num_samples, algorithm=algorithm)
             sample_index: np.ndarray | SampleIndexCheckpoints = SampleIndexCheckpoints(dataset_index, len(datasets))
         else:
-            dataset_index, sample_index = build_blending_indices(target, size, algorithm=algorithm)
+            dataset_index, sample_index = build_blending_indices(target, num_samples, algorithm=algorithm)
         self._adopt(datasets, dataset_index, sample_index)
         self.recipe: dict[str, Any] | None = {
-            "weights": None if size is None else target.tolist(),
-            "size": size,
+            "weights": None if num_samples is None else target.tolist(),
+            "size": num_samples,
             "algorithm": algorithm,
         }
 
     @classmethod
     def from_indices(
         cls,
-        datasets: Sequence[Any],
+        datasets: Sequence[SampleDataset],
         dataset_index: np.ndarray,
         dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
         *,
@@ -109,7 +111,10 @@ class BlendedDataset(SampleDataset):
         return self
 
     def _adopt(
-        self, datasets: Sequence[Any], dataset_index: np.ndarray, sample_index: np.ndarray | SampleIndexCheckpoints
+        self,
+        datasets: Sequence[SampleDataset],
+        dataset_index: np.ndarray,
+        sample_index: np.ndarray | SampleIndexCheckpoints,
     ) -> None:
         self.datasets = list(datasets)
         self.schedule: MixtureSchedule | None = None

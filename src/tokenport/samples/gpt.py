@@ -17,7 +17,15 @@ from typing import Any, NoReturn
 import numba
 import numpy as np
 
-from .._checks import check_bool, check_fits_memory, check_int, check_sample_id, check_sample_ids, check_seed
+from .._checks import (
+    check_bool,
+    check_fits_memory,
+    check_int,
+    check_sample_id,
+    check_sample_ids,
+    check_seed,
+    renamed_keywords,
+)
 from .._schema import Count, Document, Int64
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
@@ -301,9 +309,10 @@ class GPTDataset(SampleDataset):
     batch_path = True
     fresh_items = True
 
+    @renamed_keywords(dataset="store")
     def __init__(
         self,
-        dataset: IndexedDataset,
+        store: IndexedDataset,
         indices: np.ndarray,
         num_samples: int,
         config: GPTSampleConfig,
@@ -311,24 +320,25 @@ class GPTDataset(SampleDataset):
         *,
         drop_last_partial: bool = True,
     ) -> None:
-        _check_inputs(dataset, config)
+        _check_inputs(store, config)
         check_bool("drop_last_partial", drop_last_partial)
-        checked = _check_indices(indices, len(dataset))
+        checked = _check_indices(indices, len(store))
         positions, sample_index, shuffle_index = build_indices(
-            dataset.sequence_lengths[checked],
+            store.sequence_lengths[checked],
             num_samples,
             config.seq_length,
             seed,
             add_extra_token=config.add_extra_token,
             drop_last_partial=drop_last_partial,
         )
-        self._adopt(dataset, checked, checked[positions], sample_index, shuffle_index, config)
+        self._adopt(store, checked, checked[positions], sample_index, shuffle_index, config)
         self._recipe(seed, num_samples, drop_last_partial)
 
     @classmethod
+    @renamed_keywords(dataset="store")
     def from_indices(
         cls,
-        dataset: IndexedDataset,
+        store: IndexedDataset,
         indices: np.ndarray,
         document_index: np.ndarray,
         sample_index: np.ndarray,
@@ -342,9 +352,9 @@ class GPTDataset(SampleDataset):
         """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
         holds store sequence ids, as ``self.document_index`` does. ``seed`` and ``num_samples``: what
         the indices were built with, when known (a receipt records them, so the dataset can be rebuilt)."""
-        _check_inputs(dataset, config)
+        _check_inputs(store, config)
         self = cls.__new__(cls)
-        self._adopt(dataset, _check_indices(indices, len(dataset)), document_index, sample_index, shuffle_index, config)
+        self._adopt(store, _check_indices(indices, len(store)), document_index, sample_index, shuffle_index, config)
         self._recipe(seed, num_samples, drop_last_partial)
         return self
 
@@ -482,6 +492,11 @@ class GPTDataset(SampleDataset):
             self._bad_indices("sample_index")
         return sample, docs, begin, size
 
+    @property
+    def store(self) -> IndexedDataset:
+        """The token store the samples are cut from (``dataset``: its older name, kept)."""
+        return self.dataset
+
     def stores(self) -> tuple[IndexedDataset, ...]:
         return (self.dataset,)
 
@@ -526,10 +541,13 @@ class GPTDataset(SampleDataset):
         )
 
 
-def _check_inputs(dataset: object, config: object) -> None:
-    """Raise ConfigError unless ``dataset`` is a token store and ``config`` a GPTSampleConfig."""
-    if not isinstance(dataset, IndexedDataset):
-        raise ConfigError(f"dataset={dataset!r:.80} is invalid: pass a token store (tokenport.IndexedDataset)")
+def _check_inputs(store: object, config: object) -> None:
+    """Raise ConfigError unless ``store`` is a token store and ``config`` a GPTSampleConfig."""
+    if not isinstance(store, IndexedDataset):
+        raise ConfigError(
+            f"store={store!r:.80} is invalid: pass a token store (tokenport.IndexedDataset) as store= "
+            "(formerly dataset=)"
+        )
     if not isinstance(config, GPTSampleConfig):
         raise ConfigError(f"config={config!r:.80} is invalid: pass a GPTSampleConfig")
 

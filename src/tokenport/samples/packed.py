@@ -1,25 +1,27 @@
-"""PackedDataset: the sequences of a token store packed into fixed-capacity samples, best fit.
+"""PackedDataset: the sequences of a token store packed into fixed-length samples, best fit.
 
 Every sequence of the store (or of a subset ``ids``) is a *document* here (as in GPTDataset).
-Documents are packed into bins of ``capacity`` tokens with best-fit decreasing
-(``packing.pack_best_fit_arrays``); with ``split_long=True`` documents longer than ``capacity`` are
-cut into capacity-sized pieces first, otherwise they are a ConfigError naming the document.
-Empty documents are left out (they hold no tokens).
+Documents are packed into bins of ``seq_length`` tokens with best-fit decreasing
+(``packing.pack_best_fit_arrays``); with ``too_long="split"`` documents longer than ``seq_length``
+are cut into pieces of that length first; with ``too_long="error"`` (the default) they are a
+ConfigError naming the document. Empty documents are left out (they hold no tokens). The older
+spellings ``capacity``, ``split_long=True`` and ``shuffle=False`` still work for one release, with
+a DeprecationWarning.
 
-Order, deterministic for ``seed``: with ``shuffle=True`` the document ids are permuted with
-``np.random.default_rng(seed)`` before packing, and the packed bins are permuted afterwards with
-the same generator; with ``shuffle=False`` ids keep their order and bins stay in the order
+Order, deterministic for ``seed``: with an int ``seed`` (0 by default) the document ids are permuted
+with ``np.random.default_rng(seed)`` before packing, and the packed bins are permuted afterwards with
+the same generator; with ``seed=None`` ids keep their order and bins stay in the order
 best fit opened them. With ``window=k`` the (shuffled) ids are cut into consecutive windows of
 ``k`` and each window is packed on its own (bins never mix windows), else all at once.
 
 Each sample holds, for one bin, pieces laid end to end then padding:
 
-- ``tokens`` (capacity,) int64, padding ``pad_id``;
-- ``labels`` (capacity,) int64, *pre-shifted* like GPTDataset's: ``labels[t]`` is the token
+- ``tokens`` (seq_length,) int64, padding ``pad_id``;
+- ``labels`` (seq_length,) int64, *pre-shifted* like GPTDataset's: ``labels[t]`` is the token
   after ``tokens[t]`` in the same document (read from the store when the piece was cut off, so
   split pieces keep their last target), ``label_pad`` on the last token of each document and on
   padding: no label crosses a document boundary;
-- ``position_ids`` (capacity,) int64, restarting at 0 at every piece, 0 on padding;
+- ``position_ids`` (seq_length,) int64, restarting at 0 at every piece, 0 on padding;
 - ``cu_seqlens`` (cu_seqlens_length,) int32: 0, the end of each piece, then the sample's real
   token count repeated, so samples stack; ``cu_seqlens_length`` is the most pieces any bin holds
   plus one, or the caller's value (a ConfigError when too small);
@@ -33,7 +35,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .._checks import check_bool, check_int, check_sample_ids
+from .._checks import (
+    NOT_GIVEN,
+    check_bool,
+    check_choice,
+    check_int,
+    check_sample_ids,
+    deprecated_keyword,
+    renamed_keywords,
+)
 from .._schema import INT64_MAX, Count, Document
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
@@ -44,53 +54,82 @@ from .lineage import ReadPlan
 if TYPE_CHECKING:
     from .base import Describer, Rebuilder
 
+TOO_LONG = ("error", "split")  # a document longer than seq_length: a ConfigError naming it, or cut into pieces
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
 
 
+def _too_long(too_long: object, split_long: object) -> str:
+    """``too_long`` ("error" or "split"), or the deprecated ``split_long`` flag it replaces; ConfigError for both."""
+    mode = str(check_choice("too_long", too_long, TOO_LONG))
+    if split_long is NOT_GIVEN:
+        return mode
+    flag = check_bool("split_long", split_long)
+    if mode != "error":
+        raise ConfigError(f'split_long={split_long} is the old spelling of too_long="split"; pass too_long= only')
+    deprecated_keyword("PackedDataset", "split_long", 'too_long="split"', depth=3)
+    return "split" if flag else "error"
+
+
+def _shuffle(shuffle: object) -> bool:
+    """The deprecated ``shuffle`` flag (``seed=None`` keeps the order now), checked."""
+    flag = check_bool("shuffle", shuffle)
+    deprecated_keyword("PackedDataset", "shuffle", "seed=None to keep the order (an int seed shuffles)", depth=3)
+    return flag
+
+
 def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str) -> None:
-    """A ConfigError naming the first document longer than ``capacity`` (used without split_long)."""
+    """A ConfigError naming the first document longer than ``capacity`` (unless too_long="split")."""
     too_long = np.flatnonzero(lengths > capacity)
     if too_long.size:
         k = int(too_long[0])
         raise ConfigError(
             f"{prefix}: document (sequence) {int(ids[k])} has {int(lengths[k])} tokens, more than "
-            f"capacity={capacity} ({too_long.size} document(s) do): pass split_long=True or raise capacity"
+            f"seq_length={capacity} ({too_long.size} document(s) do): pass too_long='split' "
+            "(formerly split_long=True) or raise seq_length"
         )
 
 
 class PackedDataset(PackedBins):
-    """Documents of a token store packed into fixed ``capacity``-token samples (see the module doc)."""
+    """Documents of a token store packed into fixed ``seq_length``-token samples (see the module doc)."""
 
     batch_path = True
 
+    @renamed_keywords(capacity="seq_length")
     def __init__(
         self,
         store: IndexedDataset,
-        capacity: int,
+        seq_length: int,
         *,
         ids: Sequence[int] | np.ndarray | None = None,
-        split_long: bool = False,
+        too_long: str = "error",
         window: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
+        seed: int | None = 0,
         pad_id: int = 0,
         label_pad: int = -100,
         cu_seqlens_length: int | None = None,
+        split_long: Any = NOT_GIVEN,
+        shuffle: Any = NOT_GIVEN,
     ) -> None:
         if not isinstance(store, IndexedDataset):
             raise ConfigError(f"store={store!r:.80} is invalid: pass a token store (tokenport.IndexedDataset)")
         self.store = store
-        self.capacity = check_int("capacity", capacity, 1)
+        self.seq_length = check_int("seq_length", seq_length, 1, what="the tokens of a sample (formerly capacity)")
         self.window = None if window is None else check_int("window", window, 1)
-        self.split_long = check_bool("split_long", split_long)
-        self.seed = check_int("seed", seed, 0)
+        self.too_long = _too_long(too_long, split_long)
+        self.split_long = self.too_long == "split"  # what receipts record
+        self.shuffle = seed is not None if shuffle is NOT_GIVEN else _shuffle(shuffle)
+        self.seed = 0 if seed is None else check_int("seed", seed, 0)  # recorded (unused) when not shuffled
         self.pad_id = check_int("pad_id", pad_id, 0, INT64_MAX, "a token id")
         self.label_pad = check_int("label_pad", label_pad, -INT64_MAX - 1, INT64_MAX, "the label of padding")
         self._sequence_lengths = np.asarray(store.sequence_lengths, dtype=np.int64)
         self.ids = None if ids is None else check_ids(ids, len(store))  # kept for the receipt (None: all)
-        self.shuffle = check_bool("shuffle", shuffle)
         self._build(check_ids(ids, len(store)), self.shuffle)
         self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
+
+    @property
+    def capacity(self) -> int:
+        """Tokens per sample: ``seq_length``, by its older name."""
+        return self.seq_length
 
     # -- build ------------------------------------------------------------------------------
 
@@ -102,8 +141,8 @@ class PackedDataset(PackedBins):
             ids = ids[rng.permutation(len(ids))]
         lengths = self._sequence_lengths[ids]
         if not self.split_long:
-            _check_fits(ids, lengths, self.capacity, self.store.prefix)
-        bin_of, item, offset, length = pack_windows(lengths, self.capacity, self.split_long, self.window)
+            _check_fits(ids, lengths, self.seq_length, self.store.prefix)
+        bin_of, item, offset, length = pack_windows(lengths, self.seq_length, self.split_long, self.window)
         self.piece_document = ids[item]
         self.piece_offset = offset
         self.piece_length = length
@@ -118,7 +157,7 @@ class PackedDataset(PackedBins):
         if requested is None:
             return needed
         what = "the length of cu_seqlens (a sample of capacity tokens holds at most capacity documents)"
-        width = check_int("cu_seqlens_length", requested, 1, self.capacity + 1, what)
+        width = check_int("cu_seqlens_length", requested, 1, self.seq_length + 1, what)
         if width < needed:
             raise ConfigError(
                 f"cu_seqlens_length={width}: a sample holds {needed - 1} documents, so at least {needed} is needed"
@@ -135,7 +174,7 @@ class PackedDataset(PackedBins):
     @property
     def efficiency(self) -> float:
         """Real tokens / (samples × capacity): 1.0 is no padding at all (1.0 when empty)."""
-        return self.num_tokens / (len(self) * self.capacity) if len(self) else 1.0
+        return self.num_tokens / (len(self) * self.seq_length) if len(self) else 1.0
 
     # -- samples --------------------------------------------------------------------------------
 
@@ -167,8 +206,8 @@ class PackedDataset(PackedBins):
         self, row: np.ndarray, pieces: np.ndarray, column: np.ndarray, batch: int
     ) -> dict[str, np.ndarray]:
         """Tokens and pre-shifted labels of the pieces, read one piece (plus its next token) a time."""
-        tokens = np.full((batch, self.capacity), self.pad_id, dtype=np.int64)
-        labels = np.full((batch, self.capacity), self.label_pad, dtype=np.int64)
+        tokens = np.full((batch, self.seq_length), self.pad_id, dtype=np.int64)
+        labels = np.full((batch, self.seq_length), self.label_pad, dtype=np.int64)
         documents = self.piece_document[pieces]
         offsets = self.piece_offset[pieces]
         lengths = self.piece_length[pieces]
@@ -184,9 +223,9 @@ class PackedDataset(PackedBins):
 
     def _position_ids(self, row: np.ndarray, column: np.ndarray, length: np.ndarray, batch: int) -> np.ndarray:
         """Position ids restarting at 0 at every piece, 0 on padding."""
-        positions = np.zeros((batch, self.capacity), dtype=np.int64)
-        flat = ranges(row * self.capacity + column, length)
-        positions.reshape(-1)[flat] = flat - np.repeat(row * self.capacity + column, length)
+        positions = np.zeros((batch, self.seq_length), dtype=np.int64)
+        flat = ranges(row * self.seq_length + column, length)
+        positions.reshape(-1)[flat] = flat - np.repeat(row * self.seq_length + column, length)
         return positions
 
     def _boundaries(
@@ -206,8 +245,8 @@ class PackedDataset(PackedBins):
 
     def __repr__(self) -> str:
         return (
-            f"PackedDataset({self.store.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
-            f"split_long={self.split_long}, window={self.window}, efficiency={self.efficiency:.4f})"
+            f"PackedDataset({self.store.prefix!r}, seq_length={self.seq_length}, samples={len(self)}, "
+            f"too_long={self.too_long!r}, window={self.window}, efficiency={self.efficiency:.4f})"
         )
 
     # -- receipts -------------------------------------------------------------------------------
@@ -215,7 +254,7 @@ class PackedDataset(PackedBins):
     def describe(self, describer: Describer) -> dict[str, Any]:
         """Its store, packing parameters, seed, a digest of its bins and order, and its ids and shuffle."""
         config = {
-            "capacity": self.capacity,
+            "capacity": self.seq_length,
             "window": self.window,
             "split_long": self.split_long,
             "pad_id": self.pad_id,
@@ -235,18 +274,19 @@ class PackedDataset(PackedBins):
         """The packed dataset a receipt node describes, packed again from its store."""
         config = node["sample_config"]
         recipe = rebuilder.recipe(node, _PackedBuild)
-        return cls(
+        packed = cls(
             rebuilder.open(node),
             config["capacity"],
             ids=rebuilder.ids(recipe.ids, "ids"),
-            split_long=config["split_long"],
+            too_long="split" if check_bool("sample_config.split_long", config["split_long"]) else "error",
             window=config["window"],
-            shuffle=recipe.shuffle,
-            seed=node["seed"],
+            seed=node["seed"] if recipe.shuffle else None,
             pad_id=config["pad_id"],
             label_pad=config["label_pad"],
             cu_seqlens_length=config["cu_seqlens_length"],
         )
+        packed.seed = check_int("seed", node["seed"], 0)  # recorded even when it shuffled nothing
+        return packed
 
 
 class _PackedBuild(Document, frozen=True):
