@@ -215,3 +215,36 @@ def test_the_contract_declares_each_ability_and_its_default():
             return {**super().__getitem__(idx), "extra": np.int64(1)}
 
     assert tp.GPTDataset.batch_path and not Changed.batch_path and not DocumentHeads.batch_path
+
+
+class _ShadowA(tp.SampleDataset):
+    pass
+
+
+class _ShadowB(tp.SampleDataset):
+    pass
+
+
+def test_register_dataset_kind_against_a_shadow_model():
+    """Random registrations: each accepted one is found by name and names its class in receipts; a refused
+    one (a taken name, a bad name, not a SampleDataset class) changes nothing."""
+    from tokenport.samples.base import DATASET_KINDS, dataset_kind
+
+    rng = np.random.default_rng(11)
+    model = {name: cls for name, cls in DATASET_KINDS.items()}
+    names = ["shadow_a", "shadow_b", "shadow_c", "", "two words", "GPTDataset"]
+    items = [_ShadowA, _ShadowB, dict, 3, None]
+    for _ in range(200):
+        name, item = names[rng.integers(len(names))], items[rng.integers(len(items))]
+        fits = name.replace("_", "").isalnum() and isinstance(item, type) and issubclass(item, tp.SampleDataset)
+        fits = fits and model.get(name, item) is item
+        if fits:
+            tp.register_dataset_kind(name, item)
+            model[name] = item
+        else:
+            with pytest.raises(tp.ConfigError):
+                tp.register_dataset_kind(name, item)
+        assert dict(DATASET_KINDS.items()) == model
+    for name, cls in model.items():
+        if cls in (_ShadowA, _ShadowB):
+            assert DATASET_KINDS.get(name) is cls and dataset_kind(cls.__new__(cls)) in model
