@@ -198,3 +198,20 @@ def deprecated_keyword(where: str, old: str, new: str, depth: int = 1) -> None:
         DeprecationWarning,
         stacklevel=2 + depth,
     )
+
+
+def shuffle_seed(where: str, seed: object, shuffle: object = NOT_GIVEN) -> int | None:
+    """A loader's ``seed`` (None: read in id order), or what the deprecated ``shuffle`` flag of ``where`` says
+    (``shuffle=False`` is ``seed=None``); ConfigError when the two disagree."""
+    if shuffle is not NOT_GIVEN:
+        deprecated_keyword(where, "shuffle", "seed=None to read in id order", depth=2)
+        if not check_bool("shuffle", shuffle):
+            if seed:
+                raise ConfigError(
+                    f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed "
+                    "(or pass seed=None, the new spelling of shuffle=False)"
+                )
+            return None
+        if seed is None:
+            raise ConfigError("seed=None reads the samples in id order but shuffle=True asks for a random order")
+    return None if seed is None else check_int("seed", seed, 0)

@@ -116,3 +116,26 @@ def test_trace_takes_data_parallel_rank(store):
         tp.trace(state, 0, 1, rank=1)
     with pytest.raises(tp.ConfigError, match=r"data_parallel_rank=2: the run had 2 data-parallel rank"):
         tp.trace(state, 0, data_parallel_rank=2)
+
+
+def test_loaders_take_seed_none_for_the_id_order(store):
+    from tokenport.sampling import PretrainingSampler, StreamSampler
+
+    packed = tp.PackedDataset(store, 48, too_long="split", seed=2)
+    new = StatefulLoader.for_dataset(packed, micro_batch_size=2, seed=None)
+    old = _new_spelling(lambda: StatefulLoader.for_dataset(packed, micro_batch_size=2, shuffle=False), "seed=None")
+    assert isinstance(new.sampler, PretrainingSampler) and isinstance(old.sampler, PretrainingSampler)
+    assert new.state_dict() == old.state_dict()
+    shuffled = _new_spelling(
+        lambda: StatefulLoader.for_dataset(packed, micro_batch_size=2, shuffle=True, seed=3), "seed=None"
+    )
+    assert shuffled.state_dict() == StatefulLoader.for_dataset(packed, micro_batch_size=2, seed=3).state_dict()
+    assert isinstance(shuffled.sampler, StreamSampler)
+    for shuffle, seed, message in (
+        (False, 4, "seed=4: shuffle=False"),
+        (True, None, "shuffle=True asks"),
+        ("no", 0, "shuffle="),
+    ):
+        with pytest.raises(tp.ConfigError, match=message), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            StatefulLoader.for_dataset(packed, micro_batch_size=2, shuffle=shuffle, seed=seed)
