@@ -37,6 +37,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .integrations import StatefulLoader
     from .integrations.tracing import trace
     from .packing import karmarkar_karp, pack_best_fit
+    from .samples.base import SampleDataset, register_dataset_kind
     from .samples.gpt import GPTDataset, GPTSampleConfig
     from .samples.lineage import SampleLineage
     from .samples.packed import PackedDataset
@@ -88,6 +89,7 @@ _EXPORTS = {
     "RandomSampler": ".sampling",
     "SFTConfig": ".samples.sft",
     "SFTDataset": ".samples.sft",
+    "SampleDataset": ".samples.base",
     "SampleLineage": ".samples.lineage",
     "ScheduleController": ".blend",
     "StatefulLoader": ".integrations",
@@ -106,6 +108,7 @@ _EXPORTS = {
     "merge": ".indexed",
     "pack_best_fit": ".packing",
     "prepare": ".corpus",
+    "register_dataset_kind": ".samples.base",
     "trace": ".integrations.tracing",
     "verify": ".indexed",
 }

@@ -6,16 +6,24 @@ field, the value and what to pass.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 import operator
 import os
-from collections.abc import Collection, Hashable
-from typing import Any, TypeGuard
+import warnings
+from collections.abc import Callable, Collection, Hashable
+from typing import Any, TypeGuard, TypeVar, cast
 
 import numpy as np
 
 from .errors import ConfigError, SampleIdError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+NOT_GIVEN: Any = type("NotGiven", (), {"__repr__": lambda self: "<not given>"})()
+"""The default of a deprecated keyword: tells "not passed" from any value a caller may pass (None included)."""
 
 SEED_MAX = 2**32 - 1
 INT64_MAX = 2**63 - 1
@@ -155,3 +163,55 @@ def summable(weights: Any) -> np.ndarray:
         return raw
     _, exponent = np.frexp(raw.max(axis=-1, keepdims=True))  # the largest weight becomes < 1: the sum < len(row)
     return np.where(overflows, np.ldexp(raw, -exponent), raw)
+
+
+def renamed_keywords(**old_to_new: str) -> Callable[[F], F]:
+    """Keep each old keyword of a function as a deprecated alias of its new spelling for one release:
+    a DeprecationWarning naming the new one; passing both (by keyword or position) is a ConfigError."""
+
+    def wrap(func: F) -> F:
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    value = kwargs.pop(old)
+                    if new in kwargs or new in signature.bind_partial(*args).arguments:
+                        raise ConfigError(
+                            f"{func.__qualname__}: {old}= is the old spelling of {new}=; pass {new}= only"
+                        )
+                    deprecated_keyword(func.__qualname__, old, f"{new}=")
+                    kwargs[new] = value
+            return func(*args, **kwargs)
+
+        return cast(F, call)
+
+    return wrap
+
+
+def deprecated_keyword(where: str, old: str, new: str, depth: int = 1) -> None:
+    """The DeprecationWarning of an old keyword, naming its new spelling; warned at the line of the caller
+    ``depth`` frames above the function that takes the keyword (1: its own caller; more through decorators)."""
+    warnings.warn(
+        f"{where}: {old}= is deprecated and goes in the next release; pass {new} instead",
+        DeprecationWarning,
+        stacklevel=2 + depth,
+    )
+
+
+def shuffle_seed(where: str, seed: object, shuffle: object = NOT_GIVEN) -> int | None:
+    """A loader's ``seed`` (None: read in id order), or what the deprecated ``shuffle`` flag of ``where`` says
+    (``shuffle=False`` is ``seed=None``); ConfigError when the two disagree."""
+    if shuffle is not NOT_GIVEN:
+        deprecated_keyword(where, "shuffle", "seed=None to read in id order", depth=2)
+        if not check_bool("shuffle", shuffle):
+            if seed:
+                raise ConfigError(
+                    f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed "
+                    "(or pass seed=None, the new spelling of shuffle=False)"
+                )
+            return None
+        if seed is None:
+            raise ConfigError("seed=None reads the samples in id order but shuffle=True asks for a random order")
+    return None if seed is None else check_int("seed", seed, 0)

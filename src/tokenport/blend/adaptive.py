@@ -35,6 +35,7 @@ from .._checks import check_int, check_sample_id, check_sample_ids, holds_number
 from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
+from ..samples.base import Describer, Rebuilder, SampleDataset, digest, register_dataset_kind
 from ..samples.lineage import SampleLineage
 from .dataset import gather
 
@@ -59,7 +60,7 @@ def quantized_shares(weights: np.ndarray) -> np.ndarray:
     return shares.reshape(np.shape(weights))
 
 
-class AdaptiveBlend:
+class AdaptiveBlend(SampleDataset):
     """``num_samples`` samples over ``datasets`` whose weights change at sample boundaries (``set_weights``).
 
     Items are the child's sample dict plus ``dataset_id``, as in ``BlendedDataset``. ``updates`` is a
@@ -272,7 +273,7 @@ class AdaptiveBlend:
         """Where blended sample ``idx`` comes from: the child's lineage, with (child, its sample) on its path."""
         dataset, sample = self.locate(idx)
         child = self.datasets[dataset]
-        if not hasattr(child, "lineage"):
+        if not isinstance(child, SampleDataset):
             raise ConfigError(
                 f"dataset {dataset} of the adaptive blend is a {type(child).__name__}, which cannot say where its "
                 "samples come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
@@ -330,12 +331,17 @@ class AdaptiveBlend:
     def from_description(
         cls,
         described: Mapping[str, Any],
-        datasets: Sequence[Any] | None = None,
+        datasets: Sequence[Any] | Rebuilder | None = None,
         *,
         allow_mixed_tokenizers: bool = False,
     ) -> AdaptiveBlend:
         """The blend ``describe()`` described (its updates included when present), over ``datasets``, or
-        over stand-ins of the recorded lengths that report the stream but hold no samples."""
+        over stand-ins of the recorded lengths that report the stream but hold no samples. Given a
+        ``Rebuilder``, ``described`` is a receipt node: its children are rebuilt, its weight updates left
+        out (they travel in the loader state's "mixture")."""
+        if isinstance(datasets, Rebuilder):
+            rebuilt = [datasets.child(k, child) for k, child in enumerate(described["datasets"])]
+            return cls.from_description({**described["build"], "updates": []}, rebuilt, allow_mixed_tokenizers=True)
         try:
             lengths = [check_int("dataset_lengths[]", n, 0) for n in described["dataset_lengths"]]
             weights, length = described["initial_weights"], described["length"]
@@ -345,13 +351,19 @@ class AdaptiveBlend:
                 "described: expected the dict of AdaptiveBlend.describe() (dataset_lengths, initial_weights, length, "
                 "updates as [from_sample, weights] pairs)"
             ) from None
-        children = [_StandIn(n) for n in lengths] if datasets is None else datasets
+        children: Sequence[Any] = [_StandIn(n) for n in lengths] if datasets is None else datasets
         return cls(
             children, weights, num_samples=length, updates=updates, allow_mixed_tokenizers=allow_mixed_tokenizers
         )
 
-    def describe(self, *, updates: bool = True) -> dict[str, Any]:
-        """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates."""
+    def describe(self, describer: Describer | None = None, *, updates: bool = True) -> dict[str, Any]:
+        """The blend as plain JSON: children's lengths, initial weights and (with ``updates``) the updates.
+        Given a ``Describer``: its receipt node (that, without updates, plus its children and recipe)."""
+        if describer is not None:
+            recipe = self.describe(updates=False)
+            children = [describer.child(k, child) for k, child in enumerate(self.datasets)]
+            node = {key: value for key, value in recipe.items() if key not in ("type", "length")}
+            return {**node, "datasets": children, "order": digest(np.asarray(self.initial_weights)), "build": recipe}
         described: dict[str, Any] = {
             "type": "AdaptiveBlend",
             "length": self.num_samples,
@@ -361,6 +373,9 @@ class AdaptiveBlend:
         if updates:
             described["updates"] = [[start, weights.tolist()] for start, weights in self._updates]
         return described
+
+
+register_dataset_kind("AdaptiveBlend", AdaptiveBlend)
 
 
 class _StandIn:

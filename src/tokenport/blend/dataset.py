@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._checks import check_sample_id, check_sample_ids
+from .._checks import check_sample_id, check_sample_ids, renamed_keywords
 from ..errors import ConfigError, InputDataError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
-from ..samples.gpt import GPTDataset
+from ..samples.base import Describer, Rebuilder, SampleDataset, digest, plain, register_dataset_kind
 from ..samples.lineage import ReadPlan, SampleLineage
-from ..samples.packed import PackedDataset
-from ..samples.sft import SFTDataset
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
-from .schedule import MixtureSchedule
+from .schedule import MixtureSchedule, build_scheduled_indices
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +23,11 @@ logger = logging.getLogger(__name__)
 FULL_SAMPLE_INDEX_LIMIT = 1 << 27
 
 
-class BlendedDataset:
+class BlendedDataset(SampleDataset):
     """Sample ``t`` is ``datasets[d][k]`` with ``d = dataset_index[t]`` and ``k`` the samples of ``d`` before ``t``.
 
-    ``weights`` are relative (normalized here); ``size`` is the number of samples, or None to
+    ``weights`` are relative (normalized here); ``num_samples`` is the number of samples (``size``:
+    its older spelling, kept for one release), or None to
     take every sample of every dataset once (then the weights are ignored and each dataset's
     length is its count). Items are the child's sample dict plus ``dataset_id``, as in
     megatron-core. A child shorter than the samples the blend takes from it is read around
@@ -36,11 +35,15 @@ class BlendedDataset:
     samples to avoid that (``tokenport.build_datasets`` does).
     """
 
+    batch_path = True
+    fresh_items = True
+
+    @renamed_keywords(size="num_samples")
     def __init__(
         self,
-        datasets: Sequence[Any],
+        datasets: Sequence[SampleDataset],
         weights: Sequence[float] | np.ndarray | None,
-        size: int | None,
+        num_samples: int | None,
         *,
         algorithm: str = "tijdeman",
         allow_mixed_tokenizers: bool = False,
@@ -51,7 +54,7 @@ class BlendedDataset:
             raise ConfigError("datasets is empty: a blend needs at least one dataset")
         check_datasets_tokenizer(datasets, allow_mixed_tokenizers=allow_mixed_tokenizers, what="BlendedDataset")
         counts = np.array([len(d) for d in datasets], dtype=np.int64)
-        if size is None:
+        if num_samples is None:
             target = counts
         else:
             given = None if weights is None else check_weights(weights)
@@ -61,23 +64,23 @@ class BlendedDataset:
                     f"got {'none' if given is None else len(given)}"
                 )
             target = given
-            size = check_size(size)
-        if size is not None and size > FULL_SAMPLE_INDEX_LIMIT:
-            dataset_index = build_dataset_index(target, size, algorithm=algorithm)
+            num_samples = check_size(num_samples)
+        if num_samples is not None and num_samples > FULL_SAMPLE_INDEX_LIMIT:
+            dataset_index = build_dataset_index(target, num_samples, algorithm=algorithm)
             sample_index: np.ndarray | SampleIndexCheckpoints = SampleIndexCheckpoints(dataset_index, len(datasets))
         else:
-            dataset_index, sample_index = build_blending_indices(target, size, algorithm=algorithm)
+            dataset_index, sample_index = build_blending_indices(target, num_samples, algorithm=algorithm)
         self._adopt(datasets, dataset_index, sample_index)
         self.recipe: dict[str, Any] | None = {
-            "weights": None if size is None else target.tolist(),
-            "size": size,
+            "weights": None if num_samples is None else target.tolist(),
+            "size": num_samples,
             "algorithm": algorithm,
         }
 
     @classmethod
     def from_indices(
         cls,
-        datasets: Sequence[Any],
+        datasets: Sequence[SampleDataset],
         dataset_index: np.ndarray,
         dataset_sample_index: np.ndarray | SampleIndexCheckpoints,
         *,
@@ -108,7 +111,10 @@ class BlendedDataset:
         return self
 
     def _adopt(
-        self, datasets: Sequence[Any], dataset_index: np.ndarray, sample_index: np.ndarray | SampleIndexCheckpoints
+        self,
+        datasets: Sequence[SampleDataset],
+        dataset_index: np.ndarray,
+        sample_index: np.ndarray | SampleIndexCheckpoints,
     ) -> None:
         self.datasets = list(datasets)
         self.schedule: MixtureSchedule | None = None
@@ -128,7 +134,7 @@ class BlendedDataset:
                     self._lengths[d],
                     int(taken[d]),
                 )
-        self._fresh = [isinstance(d, (GPTDataset, PackedDataset, SFTDataset, BlendedDataset)) for d in self.datasets]
+        self._fresh = [isinstance(d, SampleDataset) and d.fresh_items for d in self.datasets]
 
     def __len__(self) -> int:
         return len(self.dataset_index)
@@ -156,7 +162,7 @@ class BlendedDataset:
         """Where blended sample ``idx`` comes from: the child's lineage, with (child, its sample) on its path."""
         dataset, sample = self.locate(idx)
         child = self.datasets[dataset]
-        if not hasattr(child, "lineage"):
+        if not isinstance(child, SampleDataset):
             raise ConfigError(
                 f"dataset {dataset} of the blend is a {type(child).__name__}, which cannot say where its samples "
                 "come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
@@ -190,16 +196,46 @@ class BlendedDataset:
 
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, per store in read order: [(store, documents, offsets,
-        lengths)] from the children that can say (those with ``read_plan``)."""
+        lengths)] from the children that can say (their ``read_plan`` is not None)."""
         datasets, samples = self._children(ids)
         order = np.argsort(datasets, kind="stable")  # each child's samples together, in read order
         children, first, counts = np.unique(datasets, return_index=True, return_counts=True)
         groups = dict(zip(children.tolist(), np.split(samples[order], np.cumsum(counts)[:-1])))
-        return merge_plans(
-            self.datasets[d].read_plan(groups[d])
+        plans = (
+            self.datasets[d].read_plan(groups[d]) if isinstance(self.datasets[d], SampleDataset) else None
             for d in children[np.argsort(first)].tolist()  # children in order of first use
-            if hasattr(self.datasets[d], "read_plan")
         )
+        return merge_plans(plan for plan in plans if plan is not None)
+
+    def describe(self, describer: Describer) -> dict[str, Any]:
+        """Its children, the samples it takes from each, its schedule, a digest of its order, its recipe."""
+        return {
+            "datasets": [describer.child(k, child) for k, child in enumerate(self.datasets)],
+            "samples_per_dataset": [int(n) for n in self.samples_per_dataset()],
+            "schedule": None if self.schedule is None else plain(self.schedule.to_data()),
+            "order": digest(self.dataset_index),
+            "build": None if self.recipe is None else plain(self.recipe),
+        }
+
+    @classmethod
+    def from_description(cls, node: Mapping[str, Any], rebuilder: Rebuilder) -> BlendedDataset:
+        """The blend a receipt node describes: its children rebuilt, its indices built again from its recipe
+        (with ``allow_mixed_tokenizers``: the digests hold it to the stores it was trained on)."""
+        recipe = node["build"]
+        children = [rebuilder.child(k, child) for k, child in enumerate(node["datasets"])]
+        algorithm = recipe["algorithm"]
+        if recipe.get("schedule") is not None:
+            schedule = MixtureSchedule.from_data(recipe["schedule"])
+            dataset_index, sample_index = build_scheduled_indices(schedule, int(recipe["size"]), algorithm=algorithm)
+            return cls.from_indices(
+                children, dataset_index, sample_index, schedule=schedule, recipe=recipe, allow_mixed_tokenizers=True
+            )
+        blend = cls(children, recipe["weights"], recipe["size"], algorithm=algorithm, allow_mixed_tokenizers=True)
+        blend.recipe = dict(recipe)
+        return blend
+
+
+register_dataset_kind("BlendedDataset", BlendedDataset)
 
 
 def merge_plans(
@@ -223,9 +259,11 @@ def gather(children: Sequence[Any], datasets: np.ndarray, samples: np.ndarray, o
     groups = [(d, np.flatnonzero(datasets == d)) for d in np.unique(datasets).tolist()]
     groups = groups or [(0, np.zeros(0, dtype=np.int64))]  # an empty batch has the fields too, with no rows
     # children that pad their rows (SFT samples) are padded to one width, the widest any of them needs
-    padding = [hasattr(children[d], "batch_width") for d, _ in groups]
-    widths = [children[d].batch_width(samples[rows]) for (d, rows), pads in zip(groups, padding) if pads]
-    width = max(widths, default=None)
+    widths = [
+        children[d].batch_width(samples[rows]) if isinstance(children[d], SampleDataset) else None for d, rows in groups
+    ]
+    padding = [w is not None for w in widths]
+    width = max((w for w in widths if w is not None), default=None)
     parts = [
         (
             d,

@@ -39,7 +39,7 @@ _EXPORTS = {
     "megatron_normalize": ".specs",
     "parse_split": ".splits",
     "split_document_ranges": ".splits",
-    "store_identity": ".cache",
+    "store_identity": ".cache",  # defined in indexed.identity
 }
 
 __all__ = sorted(_EXPORTS)

@@ -253,7 +253,7 @@ def _sampling(prefix: str, echo: Echo) -> None:
     echo("\n== 8. sampling: length grouping, best-fit packing, rank balance, exact resume")
     ds = IndexedDataset(prefix)
     echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, data_parallel_size=8)))
-    packed = PackedDataset(ds, 4096, split_long=True, seed=0)
+    packed = PackedDataset(ds, 4096, too_long="split", seed=0)
     sample = packed[0]
     echo(
         f"packed: {len(packed):,} samples of 4096 tokens at {packed.efficiency:.3%} efficiency; sample 0 holds "

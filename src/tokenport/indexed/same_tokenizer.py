@@ -42,10 +42,11 @@ def stores_of(dataset: Any) -> list[IndexedDataset]:
         children = getattr(item, "datasets", None)
         if isinstance(children, (list, tuple)):
             pending.extend(reversed(children))
-        for name in ("dataset", "store"):  # GPTDataset.dataset (Megatron's name); SFT and packed .store
+        for name in ("store", "dataset"):  # GPTDataset.store (.dataset: Megatron's name, the same); SFT, packed
             store = getattr(item, name, None)
             if isinstance(store, IndexedDataset):
                 found.append(store)
+                break
     return found
 
 

@@ -2,8 +2,9 @@
 
 torch's DataLoader calls ``dataset.__getitems__(ids)`` when the dataset has one; ``BatchFetch`` is
 the object handed to it in place of the dataset, so the user's dataset stays as it is. The batch
-path is taken only for tokenport's own datasets (GPTDataset, PackedDataset, SFTDataset and blends of
-them whose children agree on every field), whose ``get_batch`` rows are their samples: the batch then
+path is taken only for dataset kinds that declare ``batch_path`` (``SampleDataset``: tokenport's
+GPTDataset, PackedDataset, SFTDataset, and BlendedDataset when its children agree on every field),
+whose ``get_batch`` rows are their samples: the batch then
 equals torch's default collate of the samples (keys and their order, dtypes, shapes, values), checked
 on sample 0; an unpacked SFTDataset's rows are its samples right-padded to the batch's longest.
 ``fields`` keeps the named fields only, before the batch leaves a worker process.
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..samples.base import SampleDataset
 
 # (name, dtype, shape of one sample) of each field, in the order a sample lists them
 Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
@@ -66,20 +68,13 @@ def refuse_unknown(fields: tuple[str, ...], names: tuple[str, ...], dataset: Any
 def batch_signature(dataset: Any) -> Signature | None:
     """The fields of ``dataset`` when one ``get_batch`` call per micro-batch equals its samples
     collated by torch's default, else None (keep fetching sample by sample)."""
-    from ..blend.dataset import BlendedDataset
-    from ..samples.gpt import GPTDataset
-    from ..samples.packed import PackedDataset
-    from ..samples.sft import SFTDataset
-
-    if len(dataset) == 0:
+    # a kind declares batch_path itself (not inherited: a subclass may change __getitem__ without get_batch)
+    if not (isinstance(dataset, SampleDataset) and dataset.batch_path) or len(dataset) == 0:
         return None
-    # exact types: a subclass may change __getitem__ without changing get_batch
-    if type(dataset) is BlendedDataset:
+    if dataset.datasets:  # a blend: its children must all take the batch path with one signature
         children = [batch_signature(child) for child in dataset.datasets if len(child)]
         if not children or children[0] is None or any(child != children[0] for child in children):
             return None  # a child fetched otherwise, or children with other fields: a batch would mix them
-    elif type(dataset) not in (GPTDataset, PackedDataset, SFTDataset):
-        return None
     batch = dataset.get_batch([0])
     sample = dataset[0]
     if set(sample) != set(batch):

@@ -88,10 +88,9 @@ def located_plan(blend: AdaptiveBlend, fields: tuple[str, ...] | None, default_c
     """(what the DataLoader reads, its collate or None for the caller's) for an adaptive blend: the batch
     path when the caller wants the default collate and every child with samples has the same batch fields."""
     children = [batch_signature(child) for child in blend.datasets if len(child)]
-    batched = default_collate_wanted and bool(children) and children[0] is not None
-    batched = batched and all(child == children[0] for child in children)
-    if batched:
-        names: tuple[str, ...] = tuple(name for name, _, _ in children[0]) + ("dataset_id",)  # type: ignore[index]
+    first = children[0] if children and default_collate_wanted else None
+    if first is not None and all(child == first for child in children):
+        names: tuple[str, ...] = tuple(name for name, _, _ in first) + ("dataset_id",)
         if fields is not None:
             refuse_unknown(fields, names, blend)
         return LocatedReader(blend, fields or names, True), as_tensors

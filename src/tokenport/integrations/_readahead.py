@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..indexed import IndexedDataset
+from ..samples.base import SampleDataset
 from ..storage import is_remote, set_loader_workers
 
 HORIZON = 128  # batches of one worker's share planned at once; planned again when half are read
@@ -94,7 +94,7 @@ class ReadAhead:
                 else:
                     self._mine.append(list(mine))
         ids = [i for b in (batch, *self._mine) for i in b]
-        for store, documents, offsets, lengths in self.dataset.read_plan(ids):
+        for store, documents, offsets, lengths in self.dataset.read_plan(ids) or ():
             if is_remote(store.prefix):
                 store.prefetch(list(zip(documents.tolist(), offsets.tolist(), lengths.tolist())))
 
@@ -102,13 +102,14 @@ class ReadAhead:
 def read_ahead(sampler: Any, dataset: Any) -> ReadAhead | None:
     """A ReadAhead for a ``for`` over ``dataset`` in ``sampler``'s order, or None when no store under it
     is remote (or it cannot say its reads): local stores need no planning, nor its start-up work."""
-    return ReadAhead(sampler, dataset) if hasattr(dataset, "read_plan") and _reads_remote(dataset) else None
+    plans = isinstance(dataset, SampleDataset) and type(dataset).read_plan is not SampleDataset.read_plan
+    return ReadAhead(sampler, dataset) if plans and _reads_remote(dataset) else None
 
 
 def _reads_remote(dataset: Any) -> bool:
-    """True when a store of ``dataset`` (a tokenport dataset, or a blend of them at any depth) is remote."""
-    children = getattr(dataset, "datasets", None)
-    if children is not None:
-        return any(_reads_remote(child) for child in children)
-    stores = (getattr(dataset, name, None) for name in ("dataset", "store", "masks"))
-    return any(isinstance(store, IndexedDataset) and is_remote(store.prefix) for store in stores)
+    """True when a store of ``dataset`` (a sample dataset, or a blend of them at any depth) is remote."""
+    if not isinstance(dataset, SampleDataset):
+        return False
+    if any(_reads_remote(child) for child in dataset.datasets):
+        return True
+    return any(is_remote(store.prefix) for store in dataset.stores())

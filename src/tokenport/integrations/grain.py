@@ -39,7 +39,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from .._checks import check_int, check_sample_id, is_int
+from .._checks import NOT_GIVEN, check_int, check_sample_id, is_int, shuffle_seed
 from .._schema import Document, Positive, decode, encode, to_builtins
 from ..blend import AdaptiveBlend
 from ..errors import ConfigError
@@ -142,8 +142,8 @@ class _Checkpoint(Document, frozen=True):
 class GrainLoader:
     """This data-parallel rank's batches of one global stream over ``dataset``, through a Grain pipeline.
 
-    The stream is a ``StreamSampler``'s (``shuffle``: a keyed random order of every sample each
-    epoch, from ``seed``; else the id order), endless, epoch after epoch. Global batch ``b`` is
+    The stream is a ``StreamSampler``'s (an int ``seed``: a keyed random order of every sample each
+    epoch; ``seed=None``, formerly ``shuffle=False``: the id order), endless, epoch after epoch. Global batch ``b`` is
     stream positions ``[b * G, (b + 1) * G)`` (``G = global_batch_size``); rank ``r`` of ``dp``
     takes its ``G // dp`` slots ``[r * G // dp, (r + 1) * G // dp)``, so the ranks' batches in rank
     order are the same global batch for any ``dp`` dividing ``G``. Each ``next`` yields
@@ -162,13 +162,13 @@ class GrainLoader:
         dataset: Any,
         *,
         global_batch_size: int,
-        seed: int = 0,
-        shuffle: bool = True,
+        seed: int | None = 0,
         data_parallel_rank: int | None = None,
         data_parallel_size: int | None = None,
         group: Any = None,
         read_options: Any = None,
         worker_count: int = 0,
+        shuffle: Any = NOT_GIVEN,
     ) -> None:
         rank, size = data_parallel_position(data_parallel_rank, data_parallel_size, group)
         gbs = check_int("global_batch_size", global_batch_size, 1)
@@ -177,10 +177,8 @@ class GrainLoader:
                 f"global_batch_size={gbs} does not divide among data_parallel_size={size} ranks: "
                 "pass a global batch size that is a multiple of the data-parallel size"
             )
-        seed = check_int("seed", seed, 0)
+        drawn = shuffle_seed("GrainLoader", seed, shuffle)
         workers = check_int("worker_count", worker_count, 0)
-        if not shuffle and seed:
-            raise ConfigError(f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed")
         if isinstance(dataset, AdaptiveBlend):
             raise ConfigError(
                 "dataset: an AdaptiveBlend changes its weights while training, which GrainLoader does not "
@@ -188,8 +186,10 @@ class GrainLoader:
             )
         if len(dataset) == 0:
             raise ConfigError("dataset is empty: a GrainLoader needs at least one sample")
-        order = "feistel" if shuffle else "sequential"
-        sampler = StreamSampler(len(dataset), 0, gbs // size, rank, size, seed=seed, order=order, auto_advance=False)
+        order = "sequential" if drawn is None else "feistel"
+        sampler = StreamSampler(
+            len(dataset), 0, gbs // size, rank, size, seed=drawn or 0, order=order, auto_advance=False
+        )
         self._sampler = sampler  # the loader's own, typed as the stream it is
         self._loader = StatefulLoader(dataset, sampler)  # the state and its receipt; refuses a shuffled schedule
         self.dataset = dataset

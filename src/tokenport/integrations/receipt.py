@@ -5,12 +5,14 @@ A ``DataReceipt`` is a JSON-able record of a dataset and a position in it. It wa
 a digest of its order (its schedule); a ``GPTDataset`` its store, sample config, split documents
 and a digest of its indices (its seed); a ``PackedDataset`` its store, packing parameters, seed and
 a digest of its bins. A store is recorded by its content identity
-(``builder.cache.store_identity``: the PREFIX.json checksums), its tokenizer (the manifest's
+(``indexed.identity.store_identity``: the PREFIX.json checksums), its tokenizer (the manifest's
 ``tokenizer``) and its preparation recipe (``provenance["prepare"]["recipe"]``: the cleaning steps,
 tokenizer and text settings of ``prepare``, without the input paths, so re-preparing a corpus that
 moved is no change). The prefix is recorded for people to read but never compared: a store moved to
-another directory with the same content is the same store. A dataset of another type is recorded by
-its type and length only and named in ``uncertified`` (with a warning). A store without a manifest
+another directory with the same content is the same store. Each kind describes itself
+(``SampleDataset.describe``) under the name it was registered with (``register_dataset_kind``); a
+dataset of no registered kind is recorded by its type and length only and named in
+``uncertified`` (with a warning). A store without a manifest
 (written by Megatron) is identified by its files' sizes and mtimes, so copying it (not moving it)
 counts as a change.
 
@@ -29,24 +31,15 @@ unless each is of a kind the caller accepts (``ALLOWED_CHANGES``).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .._checks import is_int
 from .._schema import decode
-from ..blend import AdaptiveBlend, BlendedDataset
-from ..builder.cache import store_identity
-from ..errors import ConfigError, TokenportError
-from ..indexed import IndexedDataset
-from ..samples.gpt import GPTDataset
-from ..samples.packed import PackedDataset
-from ..samples.sft import SFTDataset
+from ..errors import ConfigError
+from ..samples.base import dataset_length, describe_dataset
 from ..sampling.state import RECEIPT_FORMAT, ReceiptDocument, check_format
 
 __all__ = ["ALLOWED_CHANGES", "DataReceipt", "check_receipt", "check_state_agrees", "data_receipt"]
@@ -79,10 +72,6 @@ ALLOWED_CHANGES: dict[str, str] = {
     ),
 }
 """The change kinds ``allow_changes`` may name, each with what accepting it means for the stream."""
-
-_MAX_RUNS = 4096  # runs of sequence ids a receipt records for rebuilding (a split is one)
-_DIGEST_CHUNK = 1 << 22  # values hashed per step: bounded memory for arrays of any size
-_TOKENIZER_KEYS = ("kind", "fingerprint", "vocab_size", "eod_id")  # name and spec may be paths: not compared
 
 
 @dataclass(frozen=True)
@@ -173,8 +162,9 @@ def check_state_agrees(receipt: DataReceipt, sampler_state: Mapping[str, Any], s
 def data_receipt(dataset: Any, sampler: Any = None) -> DataReceipt:
     """The receipt of ``dataset`` read through ``sampler`` (a tokenport batch sampler, or None: position 0)."""
     uncertified: list[str] = []
-    tree = _describe(dataset, "dataset", uncertified)
-    return DataReceipt(tree, _length(dataset), sampler_seed(sampler), sampler_position(sampler), tuple(uncertified))
+    tree = describe_dataset(dataset, "dataset", uncertified)
+    length = dataset_length(dataset)
+    return DataReceipt(tree, length, sampler_seed(sampler), sampler_position(sampler), tuple(uncertified))
 
 
 def sampler_seed(sampler: Any) -> int | None:
@@ -251,164 +241,6 @@ def check_allow_changes(allow_changes: Iterable[str]) -> frozenset[str]:
 
 
 # -- describing a dataset ----------------------------------------------------------------------
-
-
-def _describe(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]:
-    """The receipt node of one dataset (recursing into a blend's children)."""
-    if isinstance(dataset, AdaptiveBlend):  # its updates travel in the loader state, not the receipt
-        node = dataset.describe(updates=False)
-        node["datasets"] = [_describe(child, f"{path}[{k}]", uncertified) for k, child in enumerate(dataset.datasets)]
-        return {**node, "order": _digest(np.asarray(dataset.initial_weights)), "build": dataset.describe(updates=False)}
-    if isinstance(dataset, BlendedDataset):
-        return {
-            "type": "BlendedDataset",
-            "length": len(dataset),
-            "datasets": [_describe(child, f"{path}[{k}]", uncertified) for k, child in enumerate(dataset.datasets)],
-            "samples_per_dataset": [int(n) for n in dataset.samples_per_dataset()],
-            "schedule": None if dataset.schedule is None else _plain(dataset.schedule.to_data()),
-            "order": _digest(dataset.dataset_index),
-            "build": None if dataset.recipe is None else _plain(dataset.recipe),
-        }
-    if isinstance(dataset, GPTDataset):
-        return {
-            "type": "GPTDataset",
-            "length": len(dataset),
-            "store": _describe_store(dataset.dataset, path, uncertified),
-            "sample_config": _plain(dataclasses.asdict(dataset.config)),
-            "documents": {"count": len(dataset.indices), "digest": _digest(dataset.indices)},
-            "order": _digest(dataset.document_index, dataset.sample_index, dataset.shuffle_index),
-            "build": None
-            if dataset.seed is None or dataset.num_samples is None
-            else {
-                "seed": dataset.seed,
-                "num_samples": dataset.num_samples,
-                "drop_last_partial": dataset.drop_last_partial,
-                "documents": id_runs(dataset.indices),
-            },
-        }
-    if isinstance(dataset, PackedDataset):
-        return {
-            "type": "PackedDataset",
-            "length": len(dataset),
-            "store": _describe_store(dataset.store, path, uncertified),
-            "sample_config": _plain(
-                {
-                    "capacity": dataset.capacity,
-                    "window": dataset.window,
-                    "split_long": dataset.split_long,
-                    "pad_id": dataset.pad_id,
-                    "label_pad": dataset.label_pad,
-                    "cu_seqlens_length": dataset.cu_seqlens_length,
-                }
-            ),
-            "seed": int(dataset.seed),
-            "order": _digest(
-                dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
-            ),
-            "build": {"ids": "all" if dataset.ids is None else id_runs(dataset.ids), "shuffle": dataset.shuffle},
-        }
-    if isinstance(dataset, SFTDataset):
-        return {
-            "type": "SFTDataset",
-            "length": len(dataset),
-            "store": _describe_store(dataset.store, path, uncertified),
-            "sample_config": _plain(
-                {
-                    "seq_length": dataset.seq_length,
-                    "packing": dataset.packing,
-                    "too_long": dataset.too_long,
-                    "window": dataset.window,
-                    "shape": dataset.shape,
-                    "pad_id": dataset.pad_id,
-                    "label_pad": dataset.label_pad,
-                    "cu_seqlens_length": dataset.cu_seqlens_length,
-                }
-            ),
-            "seed": dataset.seed,
-            "order": _digest(
-                dataset.piece_document, dataset.piece_offset, dataset.piece_length, dataset.bin_starts, dataset.order
-            ),
-            "build": {
-                "ids": "all" if dataset.ids is None else id_runs(dataset.ids),
-                "num_samples": dataset.num_samples,
-            },
-        }
-    length = _length(dataset)
-    if length == 0:  # supplies no samples (e.g. a blend's place for a store it takes nothing from)
-        return {"type": type(dataset).__name__, "length": 0}
-    logger.warning(
-        "%s is a %s: the data receipt records its type and length only, its content is not certified",
-        path,
-        type(dataset).__name__,
-    )
-    uncertified.append(path)
-    return {"type": type(dataset).__name__, "length": length, "certified": False}
-
-
-def _describe_store(store: IndexedDataset, path: str, uncertified: list[str]) -> dict[str, Any]:
-    """A store's prefix (not compared), content identity, tokenizer and preparation fingerprint."""
-    manifest = store.manifest
-    tokenizer = manifest.tokenizer if manifest is not None else None
-    prepare = manifest.provenance.get("prepare") if manifest is not None else None
-    try:
-        content: dict[str, Any] | None = _plain(store_identity(store))
-    except TokenportError as exc:
-        logger.warning("%s: store %s has no content identity (%s): not certified", path, store.prefix, exc)
-        uncertified.append(f"{path}.store")
-        content = None
-    return {
-        "prefix": str(store.prefix),
-        "content": content,
-        "tokenizer": None
-        if not isinstance(tokenizer, dict)
-        else _plain({k: tokenizer.get(k) for k in _TOKENIZER_KEYS}),
-        "prepared": prepare.get("recipe") if isinstance(prepare, dict) else None,
-    }
-
-
-def id_runs(ids: np.ndarray) -> list[list[int]] | None:
-    """Sequence ids as runs ``[start, stop)`` of consecutive ids (a split is one run), so a receipt can
-    rebuild them; None when they make more than ``_MAX_RUNS`` runs (the digest still certifies them)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if not len(ids):
-        return []
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    if len(breaks) >= _MAX_RUNS:
-        return None
-    starts = np.concatenate(([0], breaks))
-    stops = np.concatenate((breaks, [len(ids)]))
-    return [[int(ids[a]), int(ids[b - 1]) + 1] for a, b in zip(starts.tolist(), stops.tolist())]
-
-
-def _digest(*arrays: Any) -> str:
-    """A sha256 (first 32 hex digits) of the arrays' dtypes, lengths and bytes (little-endian)."""
-    digest = hashlib.sha256()
-    for array in arrays:
-        values = np.asarray(array).reshape(-1)
-        dtype = values.dtype.newbyteorder("<")
-        digest.update(f"{dtype.str}:{len(values)};".encode())
-        for start in range(0, len(values), _DIGEST_CHUNK):
-            digest.update(np.ascontiguousarray(values[start : start + _DIGEST_CHUNK], dtype=dtype).data)
-    return digest.hexdigest()[:32]
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy scalars turned into Python ones and tuples into lists (JSON types)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _length(dataset: Any) -> int:
-    """``len(dataset)``, or ConfigError when the dataset has no length (a loader needs one)."""
-    try:
-        return int(len(dataset))
-    except TypeError:
-        raise ConfigError(f"dataset: a {type(dataset).__name__} has no len(); pass a map-style dataset") from None
 
 
 # -- comparing two receipts ----------------------------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
-from .._checks import check_int
+from .._checks import NOT_GIVEN, check_int, shuffle_seed
 from .._fork import keep_forked_heaps_shared
 from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.controller import MixtureSignals
@@ -110,20 +110,21 @@ class StatefulLoader:
         dataset: Any,
         *,
         micro_batch_size: int,
-        seed: int = 0,
-        shuffle: bool = True,
+        seed: int | None = 0,
         data_parallel_rank: int | None = None,
         data_parallel_size: int | None = None,
         group: Any = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         fields: Sequence[str] | None = None,
+        shuffle: Any = NOT_GIVEN,
         **loader_options: Any,
     ) -> StatefulLoader:
-        """A loader over ``dataset`` with its sampler built here: with ``shuffle`` a StreamSampler
+        """A loader over ``dataset`` with its sampler built here: with an int ``seed`` a StreamSampler
         (``order="feistel"``: a fresh keyed random order of every sample each epoch, computed per
         batch, so resuming costs the same at any position and dataset size; its state resumes on
-        any number of ranks and any global batch), else PretrainingSampler (one pass in id order;
-        ``seed`` must stay 0). Build a RandomSampler yourself for Megatron's cyclic order.
+        any number of ranks and any global batch), with ``seed=None`` PretrainingSampler (one pass in
+        id order). ``shuffle=False``: the older spelling of ``seed=None``, kept for one release. Build a
+        RandomSampler yourself for Megatron's cyclic order.
 
         ``data_parallel_rank``/``data_parallel_size`` default to this process's rank and size in
         ``group`` (the data-parallel process group; None: the default group) when
@@ -131,13 +132,11 @@ class StatefulLoader:
         """
         rank, size = data_parallel_position(data_parallel_rank, data_parallel_size, group)
         mbs = check_int("micro_batch_size", micro_batch_size, 1)
-        seed = check_int("seed", seed, 0)
+        seed = shuffle_seed("StatefulLoader.for_dataset", seed, shuffle)
         total = len(dataset)
         sampler: PretrainingSampler | StreamSampler
-        if shuffle:
+        if seed is not None:
             sampler = StreamSampler(total, 0, mbs, rank, size, seed=seed, order="feistel", auto_advance=False)
-        elif seed:
-            raise ConfigError(f"seed={seed}: shuffle=False reads the samples in id order and draws nothing; drop seed")
         else:
             sampler = PretrainingSampler(total, 0, mbs, rank, size, auto_advance=False)
         return cls(dataset, sampler, collate_fn=collate_fn, fields=fields, **loader_options)
@@ -329,7 +328,7 @@ def _check_order_kept(dataset: Any, sampler: Any) -> None:
             "schedule whose weights change with the sample position (or an AdaptiveBlend) (its children are "
             "shuffled already): "
             "read it in order with a PretrainingSampler, StreamSampler(order='sequential') or "
-            "for_dataset(..., shuffle=False)"
+            "for_dataset(..., seed=None)"
         )
 
 

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_int
+from .._checks import check_int, renamed_keywords
 from ..blend import AdaptiveBlend
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
+from ..samples.base import SampleDataset
 from ..samples.lineage import SampleLineage
 from ..sampling.state import read_loader_state, read_sampler_state
 from .rebuild import check_same_data, rebuild_dataset
@@ -131,29 +132,32 @@ def _is_state(value: Any) -> bool:
     return isinstance(value, Mapping) and "sampler" in value and "version" in value
 
 
+@renamed_keywords(rank="data_parallel_rank")
 def trace(
     state: Mapping[str, Any] | str | os.PathLike[str],
     step: int,
-    rank: int | None = None,
+    data_parallel_rank: int | None = None,
     *,
     dataset: Any = None,
     stores: Mapping[str, str] | None = None,
     detokenize: bool = True,
 ) -> list[SampleTrace]:
-    """The samples of training step ``step`` (0-based) on data-parallel ``rank`` (None: every rank, in rank
+    """The samples of training step ``step`` (0-based) on ``data_parallel_rank`` (None: every rank, in rank
     order), each with its lineage: from a loader state (or the path of a JSON state or torch checkpoint).
+    ``rank=``: the older spelling of ``data_parallel_rank=``, kept for one release.
 
     ``dataset``: the loader's dataset, checked against the receipt (else rebuilt from it; ``stores`` maps
     recorded prefixes to where the stores are now). ``detokenize``: add each piece's text when the
     store's tokenizer is available here. ConfigError for a step the run had not reached, a state without
     a receipt, data that changed since, or a file that holds no state.
     """
-    return list(_trace(state, step, rank, dataset, stores, detokenize)[1])
+    return list(_trace(state, step, data_parallel_rank, dataset, stores, detokenize)[1])
 
 
-def trace_file(path: str | os.PathLike[str], step: int, rank: int | None = None) -> TraceReport:
+@renamed_keywords(rank="data_parallel_rank")
+def trace_file(path: str | os.PathLike[str], step: int, data_parallel_rank: int | None = None) -> TraceReport:
     """``trace`` of the state in ``path``, as a report naming where the state was found (``tokenport trace``)."""
-    source, samples = _trace(path, step, rank, None, None, True)
+    source, samples = _trace(path, step, data_parallel_rank, None, None, True)
     return TraceReport(source, int(step), tuple(samples))
 
 
@@ -200,9 +204,9 @@ def _trace(
     traced = []
     for r, batch in ids.items():
         for slot, sample in enumerate(batch):
-            lineage = dataset.lineage(sample) if hasattr(dataset, "lineage") else None
-            if lineage is None:
+            if not isinstance(dataset, SampleDataset):
                 raise ConfigError(f"dataset: a {type(dataset).__name__} has no lineage(); it cannot be traced")
+            lineage = dataset.lineage(sample)
             text = None if texts is None else texts.of(lineage)
             traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text))
     return source, traced
@@ -226,8 +230,10 @@ def step_sample_ids(
             f"{gbs} = micro batch {mbs} x {size} rank(s)), so step {step} was not trained yet; trace a step "
             f"below {taken}, or a state saved later"
         )
-    if rank is not None and not 0 <= check_int("rank", rank, 0) < size:
-        raise ConfigError(f"rank={rank}: the run had {size} data-parallel rank(s); pass a rank below {size}")
+    if rank is not None and not 0 <= check_int("data_parallel_rank", rank, 0) < size:
+        raise ConfigError(
+            f"data_parallel_rank={rank}: the run had {size} data-parallel rank(s); pass a rank below {size}"
+        )
     out = {}
     for r in range(size) if rank is None else (int(rank),):
         sampler = sampler_from_state(sampler_state, r, dataset)
@@ -265,9 +271,9 @@ class _Texts:
 
 def _collect_stores(dataset: Any, out: dict[str, IndexedDataset]) -> None:
     """prefix -> store of every store ``dataset`` reads (through blends)."""
-    for child in getattr(dataset, "datasets", ()):
+    if not isinstance(dataset, SampleDataset):
+        return
+    for child in dataset.datasets:
         _collect_stores(child, out)
-    for name in ("store", "dataset"):
-        store = getattr(dataset, name, None)
-        if isinstance(store, IndexedDataset):
-            out[str(store.prefix)] = store
+    for store in dataset.stores():
+        out.setdefault(str(store.prefix), store)

@@ -1,5 +1,8 @@
 """Samples: documents of a token store cut into what a model trains on.
 
+``base``: the contract every sample-dataset kind follows (``SampleDataset``) and their registry
+(``register_dataset_kind``), with what receipts and rebuild hand a kind; ``bins``: the base of
+datasets of packed bins;
 ``gpt``: Megatron's fixed-length GPT samples and their indices; ``fields``: the kernel that
 assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples;
 ``sft``: packed or padded, loss-masked samples of a chat store; ``lineage``: where a sample's tokens
@@ -11,6 +14,7 @@ import typing
 from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
+    from .base import SampleDataset, register_dataset_kind
     from .gpt import GPTDataset, GPTSampleConfig
     from .lineage import SampleLineage
     from .packed import PackedDataset
@@ -24,7 +28,9 @@ _EXPORTS = {
     "SFTConfig": ".sft",
     "SFTCounts": ".sft",
     "SFTDataset": ".sft",
+    "SampleDataset": ".base",
     "SampleLineage": ".lineage",
+    "register_dataset_kind": ".base",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -9,17 +9,28 @@ Megatron's C++ loop in numba, so exactness costs nothing in speed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numba
 import numpy as np
 
-from .._checks import check_bool, check_fits_memory, check_int, check_sample_id, check_sample_ids, check_seed
+from .._checks import (
+    check_bool,
+    check_fits_memory,
+    check_int,
+    check_sample_id,
+    check_sample_ids,
+    check_seed,
+    renamed_keywords,
+)
+from .._schema import Count, Document, Int64
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
+from .base import Describer, Rebuilder, SampleDataset, digest, id_runs, plain, register_dataset_kind
 from .fields import FieldOptions, fields_from_store, fields_from_windows
 from .lineage import ReadPlan, SampleLineage, gpt_pieces
 
@@ -283,7 +294,7 @@ def resolve_eod(config: GPTSampleConfig, store: IndexedDataset) -> GPTSampleConf
     return config
 
 
-class GPTDataset:
+class GPTDataset(SampleDataset):
     """Fixed-length samples of one split of a token store, sample for sample Megatron's GPTDataset.
 
     Every sequence of the store is a document, as in Megatron. ``indices`` are the split's
@@ -295,9 +306,13 @@ class GPTDataset:
     ``seq_length``: empty trailing documents) and ``max_seqlen``.
     """
 
+    batch_path = True
+    fresh_items = True
+
+    @renamed_keywords(dataset="store")
     def __init__(
         self,
-        dataset: IndexedDataset,
+        store: IndexedDataset,
         indices: np.ndarray,
         num_samples: int,
         config: GPTSampleConfig,
@@ -305,24 +320,25 @@ class GPTDataset:
         *,
         drop_last_partial: bool = True,
     ) -> None:
-        _check_inputs(dataset, config)
+        _check_inputs(store, config)
         check_bool("drop_last_partial", drop_last_partial)
-        checked = _check_indices(indices, len(dataset))
+        checked = _check_indices(indices, len(store))
         positions, sample_index, shuffle_index = build_indices(
-            dataset.sequence_lengths[checked],
+            store.sequence_lengths[checked],
             num_samples,
             config.seq_length,
             seed,
             add_extra_token=config.add_extra_token,
             drop_last_partial=drop_last_partial,
         )
-        self._adopt(dataset, checked, checked[positions], sample_index, shuffle_index, config)
+        self._adopt(store, checked, checked[positions], sample_index, shuffle_index, config)
         self._recipe(seed, num_samples, drop_last_partial)
 
     @classmethod
+    @renamed_keywords(dataset="store")
     def from_indices(
         cls,
-        dataset: IndexedDataset,
+        store: IndexedDataset,
         indices: np.ndarray,
         document_index: np.ndarray,
         sample_index: np.ndarray,
@@ -336,9 +352,9 @@ class GPTDataset:
         """A dataset over indices built earlier (e.g. loaded from the index cache); ``document_index``
         holds store sequence ids, as ``self.document_index`` does. ``seed`` and ``num_samples``: what
         the indices were built with, when known (a receipt records them, so the dataset can be rebuilt)."""
-        _check_inputs(dataset, config)
+        _check_inputs(store, config)
         self = cls.__new__(cls)
-        self._adopt(dataset, _check_indices(indices, len(dataset)), document_index, sample_index, shuffle_index, config)
+        self._adopt(store, _check_indices(indices, len(store)), document_index, sample_index, shuffle_index, config)
         self._recipe(seed, num_samples, drop_last_partial)
         return self
 
@@ -476,6 +492,47 @@ class GPTDataset:
             self._bad_indices("sample_index")
         return sample, docs, begin, size
 
+    @property
+    def store(self) -> IndexedDataset:
+        """The token store the samples are cut from (``dataset``: its older name, kept)."""
+        return self.dataset
+
+    def stores(self) -> tuple[IndexedDataset, ...]:
+        return (self.dataset,)
+
+    def describe(self, describer: Describer) -> dict[str, Any]:
+        """Its store, sample config, split documents, a digest of its indices, and its recipe when known."""
+        return {
+            "store": describer.store(self.dataset),
+            "sample_config": plain(dataclasses.asdict(self.config)),
+            "documents": {"count": len(self.indices), "digest": digest(self.indices)},
+            "order": digest(self.document_index, self.sample_index, self.shuffle_index),
+            "build": None
+            if self.seed is None or self.num_samples is None
+            else {
+                "seed": self.seed,
+                "num_samples": self.num_samples,
+                "drop_last_partial": self.drop_last_partial,
+                "documents": id_runs(self.indices),
+            },
+        }
+
+    @classmethod
+    def from_description(cls, node: Mapping[str, Any], rebuilder: Rebuilder) -> GPTDataset:
+        """The GPT dataset a receipt node describes, its indices built again from its store."""
+        recipe = rebuilder.recipe(node, _GPTBuild)
+        config = GPTSampleConfig(**node["sample_config"])
+        indices = rebuilder.ids(recipe.documents, "documents")
+        store = rebuilder.open(node)
+        return cls(
+            store,
+            np.arange(len(store), dtype=np.int64) if indices is None else indices,
+            recipe.num_samples,
+            config,
+            recipe.seed,
+            drop_last_partial=recipe.drop_last_partial,
+        )
+
     def _bad_indices(self, field: str) -> NoReturn:
         """Refuse sample indices that would read outside the store (the memory-map kernel's check)."""
         raise CorruptStoreError(
@@ -484,10 +541,13 @@ class GPTDataset:
         )
 
 
-def _check_inputs(dataset: object, config: object) -> None:
-    """Raise ConfigError unless ``dataset`` is a token store and ``config`` a GPTSampleConfig."""
-    if not isinstance(dataset, IndexedDataset):
-        raise ConfigError(f"dataset={dataset!r:.80} is invalid: pass a token store (tokenport.IndexedDataset)")
+def _check_inputs(store: object, config: object) -> None:
+    """Raise ConfigError unless ``store`` is a token store and ``config`` a GPTSampleConfig."""
+    if not isinstance(store, IndexedDataset):
+        raise ConfigError(
+            f"store={store!r:.80} is invalid: pass a token store (tokenport.IndexedDataset) as store= "
+            "(formerly dataset=)"
+        )
     if not isinstance(config, GPTSampleConfig):
         raise ConfigError(f"config={config!r:.80} is invalid: pass a GPTSampleConfig")
 
@@ -502,3 +562,15 @@ def _check_indices(indices: np.ndarray, count: int) -> np.ndarray:
     if len(array) and (int(array.min()) < 0 or int(array.max()) >= count):
         raise ConfigError(f"indices hold sequence ids outside [0, {count}): pass ids of this token store")
     return array.astype(np.int64, copy=False)
+
+
+class _GPTBuild(Document, frozen=True):
+    """A GPTDataset's recipe: its seed, sample count, last-partial rule and split documents (None: too many runs)."""
+
+    seed: Int64
+    num_samples: Count
+    drop_last_partial: bool
+    documents: list[tuple[Count, Count]] | None
+
+
+register_dataset_kind("GPTDataset", GPTDataset)

@@ -1,25 +1,27 @@
-"""PackedDataset: the sequences of a token store packed into fixed-capacity samples, best fit.
+"""PackedDataset: the sequences of a token store packed into fixed-length samples, best fit.
 
 Every sequence of the store (or of a subset ``ids``) is a *document* here (as in GPTDataset).
-Documents are packed into bins of ``capacity`` tokens with best-fit decreasing
-(``packing.pack_best_fit_arrays``); with ``split_long=True`` documents longer than ``capacity`` are
-cut into capacity-sized pieces first, otherwise they are a ConfigError naming the document.
-Empty documents are left out (they hold no tokens).
+Documents are packed into bins of ``seq_length`` tokens with best-fit decreasing
+(``packing.pack_best_fit_arrays``); with ``too_long="split"`` documents longer than ``seq_length``
+are cut into pieces of that length first; with ``too_long="error"`` (the default) they are a
+ConfigError naming the document. Empty documents are left out (they hold no tokens). The older
+spellings ``capacity``, ``split_long=True`` and ``shuffle=False`` still work for one release, with
+a DeprecationWarning.
 
-Order, deterministic for ``seed``: with ``shuffle=True`` the document ids are permuted with
-``np.random.default_rng(seed)`` before packing, and the packed bins are permuted afterwards with
-the same generator; with ``shuffle=False`` ids keep their order and bins stay in the order
+Order, deterministic for ``seed``: with an int ``seed`` (0 by default) the document ids are permuted
+with ``np.random.default_rng(seed)`` before packing, and the packed bins are permuted afterwards with
+the same generator; with ``seed=None`` ids keep their order and bins stay in the order
 best fit opened them. With ``window=k`` the (shuffled) ids are cut into consecutive windows of
 ``k`` and each window is packed on its own (bins never mix windows), else all at once.
 
 Each sample holds, for one bin, pieces laid end to end then padding:
 
-- ``tokens`` (capacity,) int64, padding ``pad_id``;
-- ``labels`` (capacity,) int64, *pre-shifted* like GPTDataset's: ``labels[t]`` is the token
+- ``tokens`` (seq_length,) int64, padding ``pad_id``;
+- ``labels`` (seq_length,) int64, *pre-shifted* like GPTDataset's: ``labels[t]`` is the token
   after ``tokens[t]`` in the same document (read from the store when the piece was cut off, so
   split pieces keep their last target), ``label_pad`` on the last token of each document and on
   padding: no label crosses a document boundary;
-- ``position_ids`` (capacity,) int64, restarting at 0 at every piece, 0 on padding;
+- ``position_ids`` (seq_length,) int64, restarting at 0 at every piece, 0 on padding;
 - ``cu_seqlens`` (cu_seqlens_length,) int32: 0, the end of each piece, then the sample's real
   token count repeated, so samples stack; ``cu_seqlens_length`` is the most pieces any bin holds
   plus one, or the caller's value (a ConfigError when too small);
@@ -28,103 +30,106 @@ Each sample holds, for one bin, pieces laid end to end then padding:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .._checks import check_bool, check_int, check_sample_id, check_sample_ids
-from .._schema import INT64_MAX
+from .._checks import (
+    NOT_GIVEN,
+    check_bool,
+    check_choice,
+    check_int,
+    check_sample_ids,
+    deprecated_keyword,
+    renamed_keywords,
+)
+from .._schema import INT64_MAX, Count, Document
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
-from ..packing import pack_best_fit_arrays
-from .lineage import ReadPlan, SampleLineage, bin_lineage
+from .base import plain, register_dataset_kind
+from .bins import PackedBins, bin_starts_of, check_ids, pack_windows, ranges
+from .lineage import ReadPlan
 
+if TYPE_CHECKING:
+    from .base import Describer, Rebuilder
+
+TOO_LONG = ("error", "split")  # a document longer than seq_length: a ConfigError naming it, or cut into pieces
 FIELDS = ("tokens", "labels", "position_ids", "cu_seqlens", "max_seqlen", "num_documents")
 
 
-def _check_ids(ids: Sequence[int] | np.ndarray | None, count: int) -> np.ndarray:
-    """The selected sequence ids as a 1-D int64 array (all of them when None), or a ConfigError."""
-    if ids is None:
-        return np.arange(count, dtype=np.int64)
-    array = np.asarray(ids)
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if array.ndim != 1 or array.dtype.kind not in "iu":
-        raise ConfigError(f"ids: expected a 1-D array of sequence ids, got shape {array.shape} dtype {array.dtype}")
-    if int(array.min()) < 0 or int(array.max()) >= count:
-        raise ConfigError(f"ids: hold sequence ids outside [0, {count}); pass ids of this token store")
-    return array.astype(np.int64, copy=False)
+def _too_long(too_long: object, split_long: object) -> str:
+    """``too_long`` ("error" or "split"), or the deprecated ``split_long`` flag it replaces; ConfigError for both."""
+    mode = str(check_choice("too_long", too_long, TOO_LONG))
+    if split_long is NOT_GIVEN:
+        return mode
+    flag = check_bool("split_long", split_long)
+    if mode != "error":
+        raise ConfigError(f'split_long={split_long} is the old spelling of too_long="split"; pass too_long= only')
+    deprecated_keyword("PackedDataset", "split_long", 'too_long="split"', depth=3)
+    return "split" if flag else "error"
+
+
+def _shuffle(shuffle: object) -> bool:
+    """The deprecated ``shuffle`` flag (``seed=None`` keeps the order now), checked."""
+    flag = check_bool("shuffle", shuffle)
+    deprecated_keyword("PackedDataset", "shuffle", "seed=None to keep the order (an int seed shuffles)", depth=3)
+    return flag
 
 
 def _check_fits(ids: np.ndarray, lengths: np.ndarray, capacity: int, prefix: str) -> None:
-    """A ConfigError naming the first document longer than ``capacity`` (used without split_long)."""
+    """A ConfigError naming the first document longer than ``capacity`` (unless too_long="split")."""
     too_long = np.flatnonzero(lengths > capacity)
     if too_long.size:
         k = int(too_long[0])
         raise ConfigError(
             f"{prefix}: document (sequence) {int(ids[k])} has {int(lengths[k])} tokens, more than "
-            f"capacity={capacity} ({too_long.size} document(s) do): pass split_long=True or raise capacity"
+            f"seq_length={capacity} ({too_long.size} document(s) do): pass too_long='split' "
+            "(formerly split_long=True) or raise seq_length"
         )
 
 
-def _pack_windows(
-    lengths: np.ndarray, capacity: int, split_long: bool, window: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(bin, item, offset, length) of all pieces, packing each window of items on its own.
+class PackedDataset(PackedBins):
+    """Documents of a token store packed into fixed ``seq_length``-token samples (see the module doc)."""
 
-    Windows count every item; items of length 0 are left out of their window (no piece).
-    """
-    step = max(len(lengths), 1) if window is None else window
-    parts = []
-    bins_so_far = 0
-    for start in range(0, len(lengths), step):
-        kept = start + np.flatnonzero(lengths[start : start + step] > 0)
-        bin_of, item, offset, length = pack_best_fit_arrays(lengths[kept], capacity, split_long=split_long)
-        parts.append((bin_of + bins_so_far, kept[item], offset, length))
-        bins_so_far += int(bin_of[-1]) + 1 if bin_of.size else 0
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    bin_of, item, offset, length = (np.concatenate(column) for column in zip(*parts))
-    return bin_of, item, offset, length
+    batch_path = True
 
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated ranges [start, start + count) as one int64 array."""
-    firsts = np.cumsum(counts) - counts
-    return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-
-
-class PackedDataset:
-    """Documents of a token store packed into fixed ``capacity``-token samples (see the module doc)."""
-
+    @renamed_keywords(capacity="seq_length")
     def __init__(
         self,
         store: IndexedDataset,
-        capacity: int,
+        seq_length: int,
         *,
         ids: Sequence[int] | np.ndarray | None = None,
-        split_long: bool = False,
+        too_long: str = "error",
         window: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
+        seed: int | None = 0,
         pad_id: int = 0,
         label_pad: int = -100,
         cu_seqlens_length: int | None = None,
+        split_long: Any = NOT_GIVEN,
+        shuffle: Any = NOT_GIVEN,
     ) -> None:
         if not isinstance(store, IndexedDataset):
             raise ConfigError(f"store={store!r:.80} is invalid: pass a token store (tokenport.IndexedDataset)")
         self.store = store
-        self.capacity = check_int("capacity", capacity, 1)
+        self.seq_length = check_int("seq_length", seq_length, 1, what="the tokens of a sample (formerly capacity)")
         self.window = None if window is None else check_int("window", window, 1)
-        self.split_long = check_bool("split_long", split_long)
-        self.seed = check_int("seed", seed, 0)
+        self.too_long = _too_long(too_long, split_long)
+        self.split_long = self.too_long == "split"  # what receipts record
+        self.shuffle = seed is not None if shuffle is NOT_GIVEN else _shuffle(shuffle)
+        self.seed = 0 if seed is None else check_int("seed", seed, 0)  # recorded (unused) when not shuffled
         self.pad_id = check_int("pad_id", pad_id, 0, INT64_MAX, "a token id")
         self.label_pad = check_int("label_pad", label_pad, -INT64_MAX - 1, INT64_MAX, "the label of padding")
         self._sequence_lengths = np.asarray(store.sequence_lengths, dtype=np.int64)
-        self.ids = None if ids is None else _check_ids(ids, len(store))  # kept for the receipt (None: all)
-        self.shuffle = check_bool("shuffle", shuffle)
-        self._build(_check_ids(ids, len(store)), self.shuffle)
+        self.ids = None if ids is None else check_ids(ids, len(store))  # kept for the receipt (None: all)
+        self._build(check_ids(ids, len(store)), self.shuffle)
         self.cu_seqlens_length = self._check_cu_seqlens_length(cu_seqlens_length)
+
+    @property
+    def capacity(self) -> int:
+        """Tokens per sample: ``seq_length``, by its older name."""
+        return self.seq_length
 
     # -- build ------------------------------------------------------------------------------
 
@@ -136,13 +141,13 @@ class PackedDataset:
             ids = ids[rng.permutation(len(ids))]
         lengths = self._sequence_lengths[ids]
         if not self.split_long:
-            _check_fits(ids, lengths, self.capacity, self.store.prefix)
-        bin_of, item, offset, length = _pack_windows(lengths, self.capacity, self.split_long, self.window)
-        num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
+            _check_fits(ids, lengths, self.seq_length, self.store.prefix)
+        bin_of, item, offset, length = pack_windows(lengths, self.seq_length, self.split_long, self.window)
         self.piece_document = ids[item]
         self.piece_offset = offset
         self.piece_length = length
-        self.bin_starts = np.searchsorted(bin_of, np.arange(num_bins + 1)).astype(np.int64)
+        self.bin_starts = bin_starts_of(bin_of)
+        num_bins = len(self.bin_starts) - 1
         self.order = rng.permutation(num_bins).astype(np.int64) if shuffle else np.arange(num_bins, dtype=np.int64)
 
     def _check_cu_seqlens_length(self, requested: int | None) -> int:
@@ -152,7 +157,7 @@ class PackedDataset:
         if requested is None:
             return needed
         what = "the length of cu_seqlens (a sample of capacity tokens holds at most capacity documents)"
-        width = check_int("cu_seqlens_length", requested, 1, self.capacity + 1, what)
+        width = check_int("cu_seqlens_length", requested, 1, self.seq_length + 1, what)
         if width < needed:
             raise ConfigError(
                 f"cu_seqlens_length={width}: a sample holds {needed - 1} documents, so at least {needed} is needed"
@@ -160,9 +165,6 @@ class PackedDataset:
         return width
 
     # -- sizes and metrics ----------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return len(self.order)
 
     @property
     def num_tokens(self) -> int:
@@ -172,25 +174,16 @@ class PackedDataset:
     @property
     def efficiency(self) -> float:
         """Real tokens / (samples × capacity): 1.0 is no padding at all (1.0 when empty)."""
-        return self.num_tokens / (len(self) * self.capacity) if len(self) else 1.0
+        return self.num_tokens / (len(self) * self.seq_length) if len(self) else 1.0
 
     # -- samples --------------------------------------------------------------------------------
-
-    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = check_sample_id(idx, len(self))
-        return {name: array[0] for name, array in self.get_batch([index]).items()}
-
-    def lineage(self, idx: int) -> SampleLineage:
-        """Where sample ``idx`` comes from: the documents and token ranges of its pieces, in sample order."""
-        return bin_lineage(self, idx, "PackedDataset")
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis."""
         ids = check_sample_ids(ids, len(self))
         bins = self.order[ids]
         counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
-        pieces = _ranges(self.bin_starts[bins], counts)
+        pieces = ranges(self.bin_starts[bins], counts)
         row = np.repeat(np.arange(len(ids), dtype=np.int64), counts)
         length = self.piece_length[pieces]
         firsts = np.cumsum(counts) - counts  # every bin holds at least one piece
@@ -204,8 +197,7 @@ class PackedDataset:
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)]."""
         ids = check_sample_ids(ids, len(self))
-        bins = self.order[ids]
-        pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
+        pieces = self._pieces_of(self.order[ids])
         documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
         reads = np.minimum(self.piece_length[pieces] + 1, self._sequence_lengths[documents] - offsets)
         return [(self.store, documents, offsets, reads)]
@@ -214,8 +206,8 @@ class PackedDataset:
         self, row: np.ndarray, pieces: np.ndarray, column: np.ndarray, batch: int
     ) -> dict[str, np.ndarray]:
         """Tokens and pre-shifted labels of the pieces, read one piece (plus its next token) a time."""
-        tokens = np.full((batch, self.capacity), self.pad_id, dtype=np.int64)
-        labels = np.full((batch, self.capacity), self.label_pad, dtype=np.int64)
+        tokens = np.full((batch, self.seq_length), self.pad_id, dtype=np.int64)
+        labels = np.full((batch, self.seq_length), self.label_pad, dtype=np.int64)
         documents = self.piece_document[pieces]
         offsets = self.piece_offset[pieces]
         lengths = self.piece_length[pieces]
@@ -231,9 +223,9 @@ class PackedDataset:
 
     def _position_ids(self, row: np.ndarray, column: np.ndarray, length: np.ndarray, batch: int) -> np.ndarray:
         """Position ids restarting at 0 at every piece, 0 on padding."""
-        positions = np.zeros((batch, self.capacity), dtype=np.int64)
-        flat = _ranges(row * self.capacity + column, length)
-        positions.reshape(-1)[flat] = flat - np.repeat(row * self.capacity + column, length)
+        positions = np.zeros((batch, self.seq_length), dtype=np.int64)
+        flat = ranges(row * self.seq_length + column, length)
+        positions.reshape(-1)[flat] = flat - np.repeat(row * self.seq_length + column, length)
         return positions
 
     def _boundaries(
@@ -253,6 +245,55 @@ class PackedDataset:
 
     def __repr__(self) -> str:
         return (
-            f"PackedDataset({self.store.prefix!r}, capacity={self.capacity}, samples={len(self)}, "
-            f"split_long={self.split_long}, window={self.window}, efficiency={self.efficiency:.4f})"
+            f"PackedDataset({self.store.prefix!r}, seq_length={self.seq_length}, samples={len(self)}, "
+            f"too_long={self.too_long!r}, window={self.window}, efficiency={self.efficiency:.4f})"
         )
+
+    # -- receipts -------------------------------------------------------------------------------
+
+    def describe(self, describer: Describer) -> dict[str, Any]:
+        """Its store, packing parameters, seed, a digest of its bins and order, and its ids and shuffle."""
+        config = {
+            "capacity": self.seq_length,
+            "window": self.window,
+            "split_long": self.split_long,
+            "pad_id": self.pad_id,
+            "label_pad": self.label_pad,
+            "cu_seqlens_length": self.cu_seqlens_length,
+        }
+        return {
+            "store": describer.store(self.store),
+            "sample_config": plain(config),
+            "seed": int(self.seed),
+            "order": self.order_digest(),
+            "build": {"ids": self.id_runs(), "shuffle": self.shuffle},
+        }
+
+    @classmethod
+    def from_description(cls, node: Mapping[str, Any], rebuilder: Rebuilder) -> PackedDataset:
+        """The packed dataset a receipt node describes, packed again from its store."""
+        config = node["sample_config"]
+        recipe = rebuilder.recipe(node, _PackedBuild)
+        packed = cls(
+            rebuilder.open(node),
+            config["capacity"],
+            ids=rebuilder.ids(recipe.ids, "ids"),
+            too_long="split" if check_bool("sample_config.split_long", config["split_long"]) else "error",
+            window=config["window"],
+            seed=node["seed"] if recipe.shuffle else None,
+            pad_id=config["pad_id"],
+            label_pad=config["label_pad"],
+            cu_seqlens_length=config["cu_seqlens_length"],
+        )
+        packed.seed = check_int("seed", node["seed"], 0)  # recorded even when it shuffled nothing
+        return packed
+
+
+class _PackedBuild(Document, frozen=True):
+    """A PackedDataset's recipe: its sequence ids ("all", runs, or None: too many runs) and shuffle."""
+
+    ids: Literal["all"] | list[tuple[Count, Count]] | None
+    shuffle: bool
+
+
+register_dataset_kind("PackedDataset", PackedDataset)

@@ -46,18 +46,20 @@ the children of an SFT blend this way, so a small set is repeated, not read modu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numba
 import numpy as np
 
-from .._checks import check_choice, check_int, check_sample_id, check_sample_ids, is_int
+from .._checks import check_choice, check_int, check_sample_ids, is_int
+from .._schema import Count, Document
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
-from .lineage import ReadPlan, SampleLineage, bin_lineage
-from .packed import _check_ids, _pack_windows, _ranges
+from .base import Describer, Rebuilder, plain, register_dataset_kind
+from .bins import PackedBins, bin_starts_of, check_ids, pack_windows, ranges
+from .lineage import ReadPlan
 
 PACKINGS = ("bfd", "none")
 TOO_LONG = ("truncate", "drop", "split")
@@ -173,8 +175,10 @@ def _fill(bins, bin_starts, piece_length, tokens_from, token_start, masks_from, 
         num_documents[r] = k
 
 
-class SFTDataset:
+class SFTDataset(PackedBins):
     """Conversations of a chat store as packed or padded, loss-masked samples (see the module doc)."""
+
+    batch_path = True
 
     def __init__(
         self,
@@ -202,9 +206,9 @@ class SFTDataset:
         self.window = None if window is None else check_int("window", window, 1)
         self.pad_id = check_int("pad_id", pad_id, 0)
         self.label_pad = _check_label_pad(label_pad)
-        self.ids = None if ids is None else _check_ids(ids, len(store))  # kept for the receipt (None: all)
+        self.ids = None if ids is None else check_ids(ids, len(store))  # kept for the receipt (None: all)
         self.num_samples = None if num_samples is None else check_int("num_samples", num_samples, 0)
-        self._build(_check_ids(ids, len(store)))
+        self._build(check_ids(ids, len(store)))
         if self.num_samples is not None:
             self.order = self._epochs(self.num_samples)
         counts = np.diff(self.bin_starts)
@@ -261,14 +265,14 @@ class SFTDataset:
         kept = self._kept_lengths(ids, lengths)
         split = self.too_long == "split"
         if self.packing == "bfd":
-            bin_of, item, offset, length = _pack_windows(kept, self.seq_length, split, self.window)
+            bin_of, item, offset, length = pack_windows(kept, self.seq_length, split, self.window)
         else:
             bin_of, item, offset, length = self._one_piece_per_sample(kept)
-        num_bins = int(bin_of[-1]) + 1 if bin_of.size else 0
         self.piece_document = ids[item]
         self.piece_offset = offset
         self.piece_length = length
-        self.bin_starts = np.searchsorted(bin_of, np.arange(num_bins + 1)).astype(np.int64)
+        self.bin_starts = bin_starts_of(bin_of)
+        num_bins = len(self.bin_starts) - 1
         self.order = np.arange(num_bins, dtype=np.int64) if rng is None else rng.permutation(num_bins)
         self.counts = self._count(lengths, kept)
         self._bin_tokens = np.add.reduceat(length, self.bin_starts[:-1]) if num_bins else np.zeros(0, np.int64)
@@ -343,9 +347,6 @@ class SFTDataset:
 
     # -- sizes ----------------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self.order)
-
     @property
     def lengths(self) -> np.ndarray:
         """Real tokens of every sample, in sample order (for length-grouped samplers)."""
@@ -357,15 +358,6 @@ class SFTDataset:
         return SHAPES[self.shape]
 
     # -- samples --------------------------------------------------------------------------------
-
-    def __getitem__(self, idx: int) -> dict[str, np.ndarray]:
-        """Sample ``idx`` as a dict of arrays, each equal to a row of ``get_batch([idx])``."""
-        index = check_sample_id(idx, len(self))
-        return {name: array[0] for name, array in self.get_batch([index]).items()}
-
-    def lineage(self, idx: int) -> SampleLineage:
-        """Where sample ``idx`` comes from: the conversations and token ranges of its pieces, in sample order."""
-        return bin_lineage(self, idx, "SFTDataset")
 
     def batch_width(self, ids: Sequence[int] | np.ndarray) -> int:
         """The row width ``get_batch(ids)`` pads to: ``seq_length`` (bfd) or the longest of the samples (none)."""
@@ -393,7 +385,7 @@ class SFTDataset:
             np.zeros(batch, dtype=np.int64),
             np.zeros(batch, dtype=np.int64),
         )
-        _fill(*self._sources(bins), self.shape == "megatron", out)
+        _fill(*self._sources(bins), self.shape == "megatron", out)  # type: ignore[call-arg]  # numba dispatcher
         if self.shape == "hf":
             return {"input_ids": out[0], "labels": out[1], "position_ids": out[3]}
         return dict(zip(SHAPES["megatron"], out))
@@ -401,10 +393,12 @@ class SFTDataset:
     def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan:
         """The store reads samples ``ids`` make, in order: [(store, documents, offsets, lengths)] for the
         tokens and the loss masks."""
-        bins = self.order[check_sample_ids(ids, len(self))]
-        pieces = _ranges(self.bin_starts[bins], self.bin_starts[bins + 1] - self.bin_starts[bins])
+        pieces = self._pieces_of(self.order[check_sample_ids(ids, len(self))])
         documents, offsets, lengths = self.piece_document[pieces], self.piece_offset[pieces], self.piece_length[pieces]
         return [(self.store, documents, offsets, lengths), (self.masks, documents, offsets, lengths)]
+
+    def stores(self) -> tuple[IndexedDataset, ...]:
+        return (self.store, self.masks)
 
     def _sources(self, bins: np.ndarray) -> tuple[np.ndarray, ...]:
         """(bins, bin_starts, piece_length, tokens, token starts, masks, mask starts) for ``_fill``:
@@ -414,7 +408,7 @@ class SFTDataset:
             token_start, mask_start = self._starts
             return bins, self.bin_starts, self.piece_length, tokens, token_start, masks, mask_start
         counts = self.bin_starts[bins + 1] - self.bin_starts[bins]
-        pieces = _ranges(self.bin_starts[bins], counts)
+        pieces = ranges(self.bin_starts[bins], counts)
         documents, offsets = self.piece_document[pieces], self.piece_offset[pieces]
         length = self.piece_length[pieces]
         starts = np.cumsum(length) - length
@@ -429,3 +423,55 @@ class SFTDataset:
             f"SFTDataset({self.store.prefix!r}, seq_length={self.seq_length}, packing={self.packing!r}, "
             f"too_long={self.too_long!r}, samples={len(self)}, shape={self.shape!r})"
         )
+
+    # -- receipts -------------------------------------------------------------------------------
+
+    def describe(self, describer: Describer) -> dict[str, Any]:
+        """Its store, sample options, seed, a digest of its pieces and order, and its ids and sample count."""
+        config = {
+            "seq_length": self.seq_length,
+            "packing": self.packing,
+            "too_long": self.too_long,
+            "window": self.window,
+            "shape": self.shape,
+            "pad_id": self.pad_id,
+            "label_pad": self.label_pad,
+            "cu_seqlens_length": self.cu_seqlens_length,
+        }
+        return {
+            "store": describer.store(self.store),
+            "sample_config": plain(config),
+            "seed": self.seed,
+            "order": self.order_digest(),
+            "build": {"ids": self.id_runs(), "num_samples": self.num_samples},
+        }
+
+    @classmethod
+    def from_description(cls, node: Mapping[str, Any], rebuilder: Rebuilder) -> SFTDataset:
+        """The SFT dataset a receipt node describes, cut and packed again from its chat store."""
+        config = node["sample_config"]
+        recipe = rebuilder.recipe(node, _SFTBuild)
+        return cls(
+            rebuilder.open(node),
+            config["seq_length"],
+            packing=config["packing"],
+            too_long=config["too_long"],
+            seed=node["seed"],
+            window=config["window"],
+            ids=rebuilder.ids(recipe.ids, "ids"),
+            shape=config["shape"],
+            pad_id=config["pad_id"],
+            label_pad=config["label_pad"],
+            cu_seqlens_length=config["cu_seqlens_length"],
+            num_samples=recipe.num_samples,
+        )
+
+
+class _SFTBuild(Document, frozen=True):
+    """An SFTDataset's recipe: its sequence ids and sample count (None: each once)."""
+
+    ids: Literal["all"] | list[tuple[Count, Count]] | None
+    num_samples: Count | None
+
+
+register_dataset_kind("SFTDataset", SFTDataset)

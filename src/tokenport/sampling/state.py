@@ -125,8 +125,9 @@ _NODE_FIELDS: dict[str, tuple[str, ...]] = {
     "PackedDataset": ("store", "sample_config", "seed", "order"),
     "SFTDataset": ("store", "sample_config", "seed", "order"),
 }
-"""The fields ``_describe`` writes for each certified dataset type (beside ``type`` and ``length``; ``build``
-is optional: receipts written before it compare as before)."""
+"""The fields each of tokenport's own dataset kinds writes (``SampleDataset.describe``, beside ``type`` and
+``length``; ``build`` is optional: receipts written before it compare as before). A plugin's kind may use any
+of ``ReceiptNode``'s fields."""
 
 
 class ReceiptNode(Document, frozen=True):

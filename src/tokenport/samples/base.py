@@ -1,0 +1,343 @@
+"""The sample-dataset contract: what every dataset kind declares, and the registry of kinds.
+
+A kind (GPT, packed, SFT, the blends, or a plugin's) subclasses ``SampleDataset`` and registers
+itself with ``register_dataset_kind(name, cls)``. Receipts record a dataset under the name of its
+nearest registered class (``describe``), ``rebuild`` finds the class by that name (plugins load on a
+miss) and calls ``from_description``; the loader, blends, trace and read-ahead ask the declared
+members, never ``hasattr``. A dataset of no registered class is recorded by type and length and
+named uncertified, never guessed.
+
+``describe_dataset`` walks a dataset for a receipt, handing each kind's ``describe`` a ``Describer``
+(children through ``child``; stores through ``store``: their content identity, tokenizer and
+preparation recipe). ``rebuild_node`` finds a node's kind in the registry and calls its
+``from_description`` with a ``Rebuilder`` that opens stores (through a map of moved prefixes) and
+rebuilds children.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from .._registry import Registry
+from .._schema import decode
+from ..errors import ConfigError, TokenportError
+from ..indexed import IndexedDataset
+from ..indexed.identity import store_identity
+from .lineage import ReadPlan, SampleLineage
+
+__all__ = [
+    "DATASET_KINDS",
+    "Describer",
+    "Rebuilder",
+    "SampleDataset",
+    "dataset_kind",
+    "dataset_length",
+    "describe_dataset",
+    "digest",
+    "id_runs",
+    "ids_from_runs",
+    "plain",
+    "rebuild_node",
+    "register_dataset_kind",
+]
+
+logger = logging.getLogger("tokenport.integrations.receipt")  # the receipt's warnings, under its name as before
+
+T = TypeVar("T")
+
+_MAX_RUNS = 4096  # runs of sequence ids a receipt records for rebuilding (a split is one)
+_DIGEST_CHUNK = 1 << 22  # values hashed per step: bounded memory for arrays of any size
+_TOKENIZER_KEYS = ("kind", "fingerprint", "vocab_size", "eod_id")  # name and spec may be paths: not compared
+
+
+class SampleDataset:
+    """Base of every sample-dataset kind: samples by id, and what receipts, rebuild, blends, the loader,
+    trace and read-ahead ask of a dataset. Optional abilities have a "not supported" default here."""
+
+    batch_path: ClassVar[bool] = False
+    """True when ``get_batch(ids)`` rows equal the samples ``ids`` (the loader then fetches a micro-batch in one
+    call, checked on sample 0). Not inherited: a subclass that changes ``__getitem__`` declares it again."""
+
+    fresh_items: ClassVar[bool] = False
+    """True when ``__getitem__`` returns a new dict every call (a blend may then add ``dataset_id`` in place)."""
+
+    datasets: Sequence[Any] = ()
+    """The datasets a blend reads (none for a dataset of a store)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.batch_path = bool(cls.__dict__.get("batch_path", False))
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``ids`` stacked on a leading axis (here: one ``__getitem__`` per sample)."""
+        samples = [self[int(i)] for i in np.asarray(ids, dtype=np.int64).reshape(-1)]
+        if not samples:
+            raise ConfigError(f"{type(self).__name__}.get_batch: no ids; an empty batch has no fields here")
+        return {name: np.stack([np.asarray(s[name]) for s in samples]) for name in samples[0]}
+
+    def batch_width(self, ids: Sequence[int] | np.ndarray) -> int | None:
+        """The row width ``get_batch(ids, width=)`` pads to, or None: rows are not padded (a fixed shape)."""
+        return None
+
+    def read_plan(self, ids: Sequence[int] | np.ndarray) -> ReadPlan | None:
+        """The store reads samples ``ids`` make (for remote stores to fetch ahead), or None: it cannot say."""
+        return None
+
+    def lineage(self, idx: int) -> SampleLineage:
+        """Where sample ``idx`` comes from; here a ConfigError: this kind cannot say."""
+        raise ConfigError(
+            f"a {type(self).__name__} cannot say where its samples come from (no lineage()); "
+            "trace GPT, packed, SFT datasets, blends of them, or a kind that defines lineage()"
+        )
+
+    def stores(self) -> tuple[IndexedDataset, ...]:
+        """The token stores this dataset reads itself (a blend's children's are theirs)."""
+        return ()
+
+    def describe(self, describer: Describer) -> dict[str, Any] | None:
+        """The receipt node of this dataset, beside its ``type`` and ``length`` (``store``, ``sample_config``,
+        ``seed``, ``order``, ``documents``, ``build``, ``datasets``: see ``ReceiptNode``), or None: this kind
+        cannot describe itself, and receipts name it uncertified."""
+        return None
+
+    @classmethod
+    def from_description(cls, node: Mapping[str, Any], rebuilder: Rebuilder) -> SampleDataset:
+        """The dataset a receipt node describes, built again (its stores opened through ``rebuilder``)."""
+        raise ConfigError(f"{rebuilder.path}: a {node.get('type')} cannot be rebuilt from a receipt")
+
+
+DATASET_KINDS: Registry[type[SampleDataset]] = Registry(
+    "dataset kind",
+    lambda item: isinstance(item, type) and issubclass(item, SampleDataset),
+    "a subclass of tokenport.samples.SampleDataset",
+)
+"""Receipt name -> dataset kind: tokenport's own (each registers itself where it is defined) and plugins'."""
+
+
+def register_dataset_kind(name: str, cls: type[SampleDataset]) -> None:
+    """Make ``cls`` (a SampleDataset subclass) a dataset kind receipts record as ``name`` and rebuild finds."""
+    DATASET_KINDS.register(name, cls)
+
+
+def dataset_kind(dataset: object) -> str | None:
+    """The registered name of ``dataset``'s nearest registered class (its own, else a base's), or None."""
+    names = {id(cls): name for name, cls in DATASET_KINDS.items()}
+    return next((names[id(cls)] for cls in type(dataset).__mro__ if id(cls) in names), None)
+
+
+# -- describing a dataset for a receipt, and building it again from one --------------------------
+
+
+class Describer:
+    """What a kind's ``describe`` is handed: its place in the tree (``path``), and the receipt's list of
+    uncertified paths, which ``store`` and ``child`` add to."""
+
+    def __init__(self, path: str, uncertified: list[str]) -> None:
+        self.path = path
+        self.uncertified = uncertified
+
+    def child(self, k: int, dataset: Any) -> dict[str, Any]:
+        """The node of a blend's child ``k``."""
+        return describe_dataset(dataset, f"{self.path}[{k}]", self.uncertified)
+
+    def store(self, store: IndexedDataset) -> dict[str, Any]:
+        """A store's prefix (not compared), content identity, tokenizer and preparation fingerprint."""
+        manifest = store.manifest
+        tokenizer = manifest.tokenizer if manifest is not None else None
+        prepare = manifest.provenance.get("prepare") if manifest is not None else None
+        try:
+            content: dict[str, Any] | None = plain(store_identity(store))
+        except TokenportError as exc:
+            logger.warning("%s: store %s has no content identity (%s): not certified", self.path, store.prefix, exc)
+            self.uncertified.append(f"{self.path}.store")
+            content = None
+        return {
+            "prefix": str(store.prefix),
+            "content": content,
+            "tokenizer": None
+            if not isinstance(tokenizer, dict)
+            else plain({k: tokenizer.get(k) for k in _TOKENIZER_KEYS}),
+            "prepared": prepare.get("recipe") if isinstance(prepare, dict) else None,
+        }
+
+
+def describe_dataset(dataset: Any, path: str, uncertified: list[str]) -> dict[str, Any]:
+    """The receipt node of ``dataset`` at ``path``: its kind's own description, else its type and length
+    (uncertified, added to ``uncertified``, unless it supplies no samples)."""
+    kind = dataset_kind(dataset)
+    node = None if kind is None else dataset.describe(Describer(path, uncertified))
+    if kind is not None and node is not None:
+        return {"type": kind, "length": len(dataset), **node}
+    length = dataset_length(dataset)
+    if length == 0:  # supplies no samples (e.g. a blend's place for a store it takes nothing from)
+        return {"type": type(dataset).__name__, "length": 0}
+    logger.warning(
+        "%s is a %s: the data receipt records its type and length only, its content is not certified",
+        path,
+        type(dataset).__name__,
+    )
+    uncertified.append(path)
+    return {"type": type(dataset).__name__, "length": length, "certified": False}
+
+
+def dataset_length(dataset: Any) -> int:
+    """``len(dataset)``, or ConfigError when the dataset has no length (a loader needs one)."""
+    try:
+        return int(len(dataset))
+    except TypeError:
+        raise ConfigError(f"dataset: a {type(dataset).__name__} has no len(); pass a map-style dataset") from None
+
+
+class Rebuilder:
+    """What a kind's ``from_description`` is handed: the node's ``path``, and the stores opened once per
+    prefix through the caller's map of moved prefixes (shared by the whole tree)."""
+
+    def __init__(self, moved: Mapping[str, str], path: str = "dataset") -> None:
+        if not isinstance(moved, Mapping) or not all(
+            isinstance(old, str) and isinstance(new, str) for old, new in moved.items()
+        ):
+            raise ConfigError(f"stores={moved!r}: pass a dict of recorded prefix -> where the store is now (strings)")
+        self.moved = dict(moved)
+        self.path = path
+        self.opened: dict[str, IndexedDataset] = {}
+
+    def at(self, path: str) -> Rebuilder:
+        """This rebuilder for the node at ``path`` (the same opened stores)."""
+        other = Rebuilder(self.moved, path)
+        other.opened = self.opened
+        return other
+
+    def open(self, node: Mapping[str, Any]) -> IndexedDataset:
+        """The store a node records, opened at its prefix (or where ``stores`` says it moved)."""
+        store = node.get("store")
+        prefix = store.get("prefix") if isinstance(store, Mapping) else None
+        if not isinstance(prefix, str):
+            raise ConfigError(f"{self.path}: the receipt records no store prefix; it cannot be rebuilt")
+        where = self.moved.get(prefix, prefix)
+        if where not in self.opened:
+            try:
+                self.opened[where] = IndexedDataset(where)
+            except (TokenportError, OSError) as exc:
+                raise ConfigError(
+                    f"{self.path}: the store at {where!r} the receipt names cannot be opened ({exc}); "
+                    "pass stores={old_prefix: new_prefix} when it moved"
+                ) from None
+        return self.opened[where]
+
+    def child(self, k: int, node: Mapping[str, Any]) -> Any:
+        """A blend's child ``k``, rebuilt from its node."""
+        return rebuild_node(node, self.at(f"{self.path}[{k}]"))
+
+    def recipe(self, node: Mapping[str, Any], schema: type[T]) -> T:
+        """The node's ``build`` as ``schema``; ConfigError naming the node and field."""
+        return decode(
+            node["build"],
+            schema,
+            where=f"{self.path}.build",
+            remedy="trace with the dataset itself (dataset=)",
+            error=ConfigError,
+        )
+
+    def ids(self, runs: Any, key: str) -> np.ndarray | None:
+        """Sequence ids from their recorded runs (None: all of the store's)."""
+        if runs == "all":
+            return None
+        if not isinstance(runs, list):
+            raise ConfigError(f"{self.path}: the receipt records too many runs of {key} to rebuild them")
+        return ids_from_runs(runs)
+
+
+def rebuild_node(node: Mapping[str, Any], rebuilder: Rebuilder) -> Any:
+    """One receipt node's dataset, by its kind's ``from_description`` (a blend rebuilds its children)."""
+    path, kind = rebuilder.path, node.get("type")
+    cls = _rebuildable_kind(kind)
+    if cls is None:
+        if node.get("length") == 0:  # a blend's place for a store it takes nothing from
+            return ()
+        rebuildable = ", ".join(sorted(name for name, c in DATASET_KINDS.items() if _rebuilds(c)))
+        raise ConfigError(f"{path}: a {kind} cannot be rebuilt from a receipt (rebuildable: {rebuildable})")
+    if not isinstance(node.get("build"), Mapping):
+        raise ConfigError(
+            f"{path} ({kind}): the receipt records no recipe ('build'): it was saved by an older tokenport or the "
+            "dataset was built from indices of unknown origin; trace with the dataset itself (dataset=)"
+        )
+    try:
+        return cls.from_description(node, rebuilder)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+        # a recipe or sample config the schema leaves open (each kind's own keys) that the dataset refuses
+        raise ConfigError(
+            f"{path} ({kind}): the receipt's recipe or sample config cannot build the dataset "
+            f"({type(exc).__name__}: {exc}); trace with the dataset itself (dataset=), or a receipt saved unedited"
+        ) from None
+
+
+def _rebuildable_kind(kind: object) -> type[SampleDataset] | None:
+    """The registered kind called ``kind`` (plugins load on a miss) when it rebuilds itself, else None."""
+    if not isinstance(kind, str):
+        return None
+    try:
+        cls = DATASET_KINDS.get(kind)
+    except ConfigError:
+        return None
+    return cls if _rebuilds(cls) else None
+
+
+def _rebuilds(cls: type[SampleDataset]) -> bool:
+    """True when ``cls`` defines its own ``from_description`` (the base's refuses)."""
+    return getattr(cls.from_description, "__func__", None) is not getattr(
+        SampleDataset.from_description, "__func__", None
+    )
+
+
+def id_runs(ids: np.ndarray) -> list[list[int]] | None:
+    """Sequence ids as runs ``[start, stop)`` of consecutive ids (a split is one run), so a receipt can
+    rebuild them; None when they make more than ``_MAX_RUNS`` runs (the digest still certifies them)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return []
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    if len(breaks) >= _MAX_RUNS:
+        return None
+    starts = np.concatenate(([0], breaks))
+    stops = np.concatenate((breaks, [len(ids)]))
+    return [[int(ids[a]), int(ids[b - 1]) + 1] for a, b in zip(starts.tolist(), stops.tolist())]
+
+
+def ids_from_runs(runs: list[Any]) -> np.ndarray:
+    """The ids of runs ``[start, stop)``, concatenated (int64)."""
+    parts = [np.arange(int(start), int(stop), dtype=np.int64) for start, stop in runs]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def digest(*arrays: Any) -> str:
+    """A sha256 (first 32 hex digits) of the arrays' dtypes, lengths and bytes (little-endian)."""
+    sha = hashlib.sha256()
+    for array in arrays:
+        values = np.asarray(array).reshape(-1)
+        dtype = values.dtype.newbyteorder("<")
+        sha.update(f"{dtype.str}:{len(values)};".encode())
+        for start in range(0, len(values), _DIGEST_CHUNK):
+            sha.update(np.ascontiguousarray(values[start : start + _DIGEST_CHUNK], dtype=dtype).data)
+    return sha.hexdigest()[:32]
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars turned into Python ones and tuples into lists (JSON types)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
