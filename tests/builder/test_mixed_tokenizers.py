@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.blend import AdaptiveBlend, BlendedDataset, MixtureSchedule
 from tokenport.builder import stat_record
 from tokenport.builder.datasets import build_datasets
@@ -44,9 +45,7 @@ B = _identity("sha256:bbbb")  # another vocabulary with the same EOD id
 def _write(prefix, tokenizer, seed: int = 0) -> str:
     tokens = np.random.default_rng(seed).integers(3, 1000, int(LENGTHS.sum())).astype(np.uint16)
     tokens[np.cumsum(LENGTHS) - 1] = EOD
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer=tokenizer) as writer:
-        writer.add_documents(tokens, LENGTHS)
-    return os.fspath(prefix)
+    return build_store(prefix, tokens, lengths=LENGTHS, dtype=np.uint16, tokenizer=tokenizer)
 
 
 @pytest.fixture
