@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.storage.remote import RemoteOptions
 
 pytest.importorskip("s3fs")
@@ -16,10 +17,13 @@ pytest.importorskip("s3fs")
 @pytest.fixture
 def local_store(tmp_path):
     rng = np.random.default_rng(21)
-    with tp.IndexedDatasetWriter(tmp_path / "s", tokenizer=tp.load_tokenizer("byte")) as writer:
+
+    def documents():
         for _ in range(400):
             lengths = rng.integers(1, 300, int(rng.integers(1, 3)))
-            writer.add_document(rng.integers(0, 257, int(lengths.sum())), lengths=lengths)
+            yield Doc(rng.integers(0, 257, int(lengths.sum())), lengths=lengths)
+
+    build_store(tmp_path / "s", documents(), tokenizer=tp.load_tokenizer("byte"))
     return tmp_path / "s"
 
 
