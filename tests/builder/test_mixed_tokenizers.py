@@ -208,11 +208,8 @@ def test_real_tokenizers_two_bpes_with_one_eod_are_refused_hf_and_gigatoken_of_o
     assert tokenizers["one"].eod_id == tokenizers["other"].eod_id  # the EOD check alone lets them pass
     prefixes = {}
     for name, tokenizer in tokenizers.items():
-        prefixes[name] = str(tmp_path / name)
-        with tp.IndexedDatasetWriter(prefixes[name], tokenizer=tokenizer) as writer:
-            for text in texts:
-                for line in text.splitlines()[:300]:
-                    writer.add_document([*tokenizer.encode(line), tokenizer.eod_id])
+        documents = ([*tokenizer.encode(line), tokenizer.eod_id] for text in texts for line in text.splitlines()[:300])
+        prefixes[name] = build_store(tmp_path / name, documents, tokenizer=tokenizer)
     config = GPTSampleConfig(seq_length=32)
     spec = _spec([prefixes["one"], prefixes["other"]])
     with pytest.raises(tp.ConfigError, match=_refused(prefixes["one"], prefixes["other"])):
