@@ -277,7 +277,7 @@ class _Builder:
         }
         arrays = self._gpt_blend_entry(blend.prefixes, params, stores, build)
         unpack = unpacker(arrays)
-        children = [
+        children: list[Any] = [
             self._gpt_child(blend.prefixes[d], stores[d], request(d, n).indices, unpack(d), n, drop_last)
             if n
             else _Unused()
