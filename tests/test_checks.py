@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport._checks import check_choice, check_int, check_positive, check_seed
 from tokenport.builder.plan import CachePlan
 from tokenport.corpus.run.config import PrepareConfig
@@ -78,10 +79,8 @@ def store(tmp_path_factory) -> tp.IndexedDataset:
     """A small uint16 store of 40 documents ending in EOD 0."""
     rng = np.random.default_rng(3)
     prefix = str(tmp_path_factory.mktemp("checks") / "store")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(40):
-            writer.add_document(np.append(rng.integers(1, 1000, int(rng.integers(2, 30))), 0))
-    return tp.IndexedDataset(prefix)
+    documents = random_documents(rng, 40, tokens=(1, 1000), length=(2, 30), append=0)
+    return tp.IndexedDataset(build_store(prefix, documents, dtype=np.uint16))
 
 
 CONSTRUCTORS: dict[str, Callable[[tp.IndexedDataset, object], object]] = {

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.blend import ALGORITHMS
 from tokenport.builder.plan import CacheEntry, CacheReport
 from tokenport.builder.report import blend_report
@@ -34,9 +35,8 @@ from tokenport.sampling.report import batching_report
 def stores(tmp_path):
     identity = tp.load_tokenizer("byte").identity()
     for name, text in (("a", "hello world"), ("b", "print('tokenport')")):
-        with tp.IndexedDatasetWriter(tmp_path / name, tokenizer=identity) as writer:
-            for k in range(20):
-                writer.add_document(list((text * (k + 1)).encode()) + [256])
+        documents = [list((text * (k + 1)).encode()) + [256] for k in range(20)]
+        build_store(tmp_path / name, documents, tokenizer=identity)
     return tmp_path
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.s3_server import FaultProxy, MotoS3
+from tests._support.stores import build_store, random_documents
 from tokenport import metrics
 from tokenport.dock import Column, Dock
 from tokenport.errors import ConfigError
@@ -60,11 +61,7 @@ def value(samples: dict, name: str, **labels: str) -> float:
 def gpt(tmp_path_factory) -> tp.GPTDataset:
     rng = np.random.default_rng(0)
     path = tmp_path_factory.mktemp("metrics") / "store"
-    with tp.IndexedDatasetWriter(path, dtype=np.uint16) as writer:
-        for _ in range(60):
-            tokens = rng.integers(3, 1000, int(rng.integers(5, 80)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
+    build_store(path, random_documents(rng, 60, tokens=(3, 1000), length=(5, 80), eod=2), dtype=np.uint16)
     return tp.GPTDataset(tp.IndexedDataset(path), np.arange(60), 90, tp.GPTSampleConfig(SEQ_LENGTH, 2), 1)
 
 

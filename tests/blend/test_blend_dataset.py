@@ -6,16 +6,12 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 
 
 def _store(path, dtype, seed):
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(path, dtype=dtype) as writer:
-        for _ in range(40):
-            tokens = rng.integers(3, 200, int(rng.integers(5, 60)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
-    return tp.IndexedDataset(path)
+    documents = random_documents(np.random.default_rng(seed), 40, tokens=(3, 200), length=(5, 60), eod=2)
+    return tp.IndexedDataset(build_store(path, documents, dtype=dtype))
 
 
 def _gpt(store):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.blend import BlendedDataset, max_prefix_deviation
 from tokenport.builder.datasets import build_datasets
 from tokenport.builder.specs import Blend, BlendSpec
@@ -34,13 +35,8 @@ def stores(tmp_path_factory) -> list[str]:
     rng = np.random.default_rng(11)
     prefixes = []
     for k, count in enumerate((120, 400, 60, 250, 35)):
-        prefix = str(directory / f"store{k}")
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(count):
-                tokens = rng.integers(3, 30_000, int(rng.integers(2, 120)))
-                tokens[-1] = EOD
-                writer.add_document(tokens)
-        prefixes.append(prefix)
+        documents = random_documents(rng, count, tokens=(3, 30_000), length=(2, 120), eod=EOD)
+        prefixes.append(build_store(directory / f"store{k}", documents, dtype=np.uint16))
     return prefixes
 
 
@@ -186,9 +182,7 @@ def test_megatron_surplus_zero_builds_and_a_real_shortfall_is_refused_as_megatro
     theirs = _megatron(blend=(list(blend.prefixes), list(weights)), split="1,0,0", sizes=(191, 0, 0), seed=1, surplus=0)
     assert np.array_equal(train.dataset_index, theirs[0].dataset_index)
     # a store of one sample per epoch holds exactly the 92 it is sized for: megatron-core's IndexError, our ConfigError
-    tiny = str(tmp_path / "tiny")
-    with tp.IndexedDatasetWriter(tiny, dtype=np.uint16) as writer:
-        writer.add_document(np.array([5] * SEQ + [EOD]))
+    tiny = build_store(tmp_path / "tiny", [np.array([5] * SEQ + [EOD])], dtype=np.uint16)
     short = Blend((*stores[:3], tiny), weights)
     with pytest.raises(tp.ConfigError, match=r"tiny: the Megatron blend takes 93 samples .* holds 92.* surplus"):
         build_datasets(short, **kwargs, surplus=0.0)

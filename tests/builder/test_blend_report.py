@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.builder.report import blend_report
 from tokenport.cli import main
 
@@ -19,11 +20,8 @@ def stores(tmp_path_factory) -> dict[str, str]:
     rng = np.random.default_rng(0)
     prefixes = {}
     for name, documents in (("web", 300), ("code", 80), ("books", 20)):
-        prefix = str(directory / name)
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(documents):
-                writer.add_document(rng.integers(3, 1000, int(rng.integers(10, 200))))
-        prefixes[name] = prefix
+        drawn = random_documents(rng, documents, tokens=(3, 1000), length=(10, 200))
+        prefixes[name] = build_store(directory / name, drawn, dtype=np.uint16)
     return prefixes
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.builder.specs import (
     Blend,
     BlendSpec,
@@ -31,10 +32,7 @@ with warnings.catch_warnings():
 def _write_store(prefix, lengths) -> str:
     """A real store at `prefix` with one document per length."""
     rng = np.random.default_rng(len(lengths))
-    with tp.IndexedDatasetWriter(str(prefix), dtype=np.uint16) as writer:
-        for n in lengths:
-            writer.add_document(rng.integers(3, 1000, n))
-    return str(prefix)
+    return build_store(prefix, (rng.integers(3, 1000, n) for n in lengths), dtype=np.uint16)
 
 
 def _spec(tmp_path, text: str, name: str = "spec.yaml") -> str:

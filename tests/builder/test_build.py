@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from tests._support.stores import build_store, random_documents
 from tokenport.builder import (
     CACHE_FORMAT,
     IndexCache,
@@ -22,7 +23,7 @@ from tokenport.builder import (
     split_document_ranges,
 )
 from tokenport.errors import ConfigError
-from tokenport.indexed import IndexedDataset, IndexedDatasetWriter
+from tokenport.indexed import IndexedDataset
 from tokenport.samples import gpt
 
 PARAMS = {"split": [0, 90], "num_samples": 40, "seq_length": 16, "seed": 1234, "add_extra_token": True}
@@ -39,11 +40,8 @@ def _mapped(array) -> bool:
 
 def make_store(prefix: str, num_documents: int = 100, seed: int = 0) -> str:
     """A small store of `num_documents` random documents, with its manifest."""
-    rng = np.random.default_rng(seed)
-    writer = IndexedDatasetWriter(prefix, np.uint16)
-    for _ in range(num_documents):
-        writer.add_document(rng.integers(0, 1000, size=int(rng.integers(1, 50))))
-    return writer.finalize()
+    documents = random_documents(np.random.default_rng(seed), num_documents, tokens=(0, 1000), length=(1, 50))
+    return build_store(prefix, documents, dtype=np.uint16)
 
 
 def gpt_build(store: IndexedDataset, params: dict, marker: str | None = None):
@@ -394,13 +392,8 @@ def test_build_gpt_dataset_uses_the_cache_and_matches_a_direct_build(tmp_path):
     from tokenport.builder import build_gpt_dataset
     from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 
-    rng = np.random.default_rng(7)
-    with IndexedDatasetWriter(tmp_path / "s", dtype=np.uint16) as writer:
-        for _ in range(300):
-            tokens = rng.integers(3, 1000, int(rng.integers(5, 120)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
-    store = IndexedDataset(tmp_path / "s")
+    documents = random_documents(np.random.default_rng(7), 300, tokens=(3, 1000), length=(5, 120), eod=2)
+    store = IndexedDataset(build_store(tmp_path / "s", documents, dtype=np.uint16))
     config = GPTSampleConfig(seq_length=64, eod_id=2, pad_id=1, reset_position_ids=True)
     cache = IndexCache(tmp_path / "cache")
     first = build_gpt_dataset(store, 500, config, 5, split="90,10,0", which="valid", cache=cache)

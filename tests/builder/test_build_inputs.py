@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.errors import ConfigError
 
 
 @pytest.fixture
 def stores(tmp_path):
     for name, count in (("a", 40), ("b", 3)):
-        with tp.IndexedDatasetWriter(tmp_path / name, tokenizer=tp.load_tokenizer("byte")) as writer:
-            for k in range(count):
-                writer.add_document(list(f"{name} document {k} ".encode()) * 3 + [256])
+        documents = [list(f"{name} document {k} ".encode()) * 3 + [256] for k in range(count)]
+        build_store(tmp_path / name, documents, tokenizer=tp.load_tokenizer("byte"))
     return tmp_path
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.stores import build_store
 from tokenport.builder import stat_record
 from tokenport.builder.cache import DESCRIPTION, IndexCache
 from tokenport.builder.datasets import build_datasets
@@ -26,9 +27,7 @@ def _write(prefix, seed: int) -> str:
     tokens = np.random.default_rng(seed).integers(3, 1000, int(LENGTHS.sum())).astype(np.uint16)
     tokens[np.cumsum(LENGTHS) - 1] = EOD
     tokenizer = {"eod_id": EOD, "vocab_size": 1000, "fingerprint": "sha256:aa", "kind": "hf"}
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer=tokenizer) as writer:
-        writer.add_documents(tokens, LENGTHS)
-    return os.fspath(prefix)
+    return build_store(prefix, tokens, lengths=LENGTHS, dtype=np.uint16, tokenizer=tokenizer)
 
 
 def test_mutated_cache_descriptions_are_refused_or_load_the_arrays_written(tmp_path):

@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.builder.cache import IndexCache
 from tokenport.builder.datasets import build_datasets
 from tokenport.errors import CorruptStoreError
@@ -29,9 +29,7 @@ def _write(prefix: str, documents: int, seed: int) -> str:
     lengths = rng.integers(2, 12, documents)
     tokens = rng.integers(3, 1000, int(lengths.sum())).astype(np.uint16)
     tokens[np.cumsum(lengths) - 1] = EOD
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer={"eod_id": EOD, "vocab_size": 1000}) as writer:
-        writer.add_documents(tokens, lengths)
-    return prefix
+    return build_store(prefix, tokens, lengths=lengths, dtype=np.uint16, tokenizer={"eod_id": EOD, "vocab_size": 1000})
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.blend import AdaptiveBlend, BlendedDataset, MixtureSchedule
 from tokenport.builder import stat_record
 from tokenport.builder.datasets import build_datasets
@@ -44,9 +45,7 @@ B = _identity("sha256:bbbb")  # another vocabulary with the same EOD id
 def _write(prefix, tokenizer, seed: int = 0) -> str:
     tokens = np.random.default_rng(seed).integers(3, 1000, int(LENGTHS.sum())).astype(np.uint16)
     tokens[np.cumsum(LENGTHS) - 1] = EOD
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer=tokenizer) as writer:
-        writer.add_documents(tokens, LENGTHS)
-    return os.fspath(prefix)
+    return build_store(prefix, tokens, lengths=LENGTHS, dtype=np.uint16, tokenizer=tokenizer)
 
 
 @pytest.fixture
@@ -209,11 +208,8 @@ def test_real_tokenizers_two_bpes_with_one_eod_are_refused_hf_and_gigatoken_of_o
     assert tokenizers["one"].eod_id == tokenizers["other"].eod_id  # the EOD check alone lets them pass
     prefixes = {}
     for name, tokenizer in tokenizers.items():
-        prefixes[name] = str(tmp_path / name)
-        with tp.IndexedDatasetWriter(prefixes[name], tokenizer=tokenizer) as writer:
-            for text in texts:
-                for line in text.splitlines()[:300]:
-                    writer.add_document([*tokenizer.encode(line), tokenizer.eod_id])
+        documents = ([*tokenizer.encode(line), tokenizer.eod_id] for text in texts for line in text.splitlines()[:300])
+        prefixes[name] = build_store(tmp_path / name, documents, tokenizer=tokenizer)
     config = GPTSampleConfig(seq_length=32)
     spec = _spec([prefixes["one"], prefixes["other"]])
     with pytest.raises(tp.ConfigError, match=_refused(prefixes["one"], prefixes["other"])):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.builder.plan import CachePlan, build_cache, load_cache_plan
 from tokenport.cli import main
 
@@ -19,11 +20,8 @@ def stores(tmp_path):
     rng = np.random.default_rng(0)
     prefixes = []
     for name in ("wiki", "code"):
-        prefix = str(tmp_path / name)
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(300):
-                writer.add_document(rng.integers(3, 1000, int(rng.integers(1, 90))))
-        prefixes.append(prefix)
+        documents = random_documents(rng, 300, tokens=(3, 1000), length=(1, 90))
+        prefixes.append(build_store(tmp_path / name, documents, dtype=np.uint16))
     return prefixes
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.blend import BlendedDataset
 from tokenport.builder import split_document_ranges
 from tokenport.errors import ConfigError
@@ -20,22 +21,20 @@ CONFIG = SFTConfig(seq_length=SEQ, packing="bfd", too_long="split")
 def _write_chat(prefix: str, count: int, seed: int, longest: int) -> str:
     """A chat store of ``count`` conversations (prompt tokens mask 0, answer tokens mask 1)."""
     rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-        for _ in range(count):
-            prompt, answer = int(rng.integers(1, 10)), int(rng.integers(1, longest))
-            tokens = rng.integers(3, 30_000, prompt + answer)
-            writer.add_document(tokens, mask=np.r_[np.zeros(prompt, np.uint8), np.ones(answer, np.uint8)])
-    return prefix
+
+    def conversation() -> Doc:
+        prompt, answer = int(rng.integers(1, 10)), int(rng.integers(1, longest))
+        tokens = rng.integers(3, 30_000, prompt + answer)
+        return Doc(tokens, mask=np.r_[np.zeros(prompt, np.uint8), np.ones(answer, np.uint8)])
+
+    return build_store(prefix, (conversation() for _ in range(count)), dtype=np.uint16, masks=True)
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> dict[str, str]:
     """Two chat stores of different sizes and lengths, a tiny one, and a GPT (not chat) store."""
     directory = tmp_path_factory.mktemp("sft_build")
-    gpt = str(directory / "gpt")
-    with tp.IndexedDatasetWriter(gpt, dtype=np.uint16) as writer:
-        for _ in range(20):
-            writer.add_document(np.array([5, 6, 7, 2]))
+    gpt = build_store(directory / "gpt", [np.array([5, 6, 7, 2])] * 20, dtype=np.uint16)
     return {
         "a": _write_chat(str(directory / "a"), 400, 1, 90),
         "b": _write_chat(str(directory / "b"), 300, 2, 20),

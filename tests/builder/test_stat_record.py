@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.builder import stat_record
 from tokenport.builder.datasets import build_datasets
 from tokenport.errors import CorruptStoreError
@@ -24,9 +25,7 @@ def _write(prefix: str, seed: int) -> str:
     """A store of LENGTHS documents whose tokens depend on ``seed`` (so its files' sizes do not)."""
     tokens = np.random.default_rng(seed).integers(3, 1000, int(LENGTHS.sum())).astype(np.uint16)
     tokens[np.cumsum(LENGTHS) - 1] = EOD
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer={"eod_id": EOD, "vocab_size": 1000}) as writer:
-        writer.add_documents(tokens, LENGTHS)
-    return prefix
+    return build_store(prefix, tokens, lengths=LENGTHS, dtype=np.uint16, tokenizer={"eod_id": EOD, "vocab_size": 1000})
 
 
 def _build(prefixes, cache):

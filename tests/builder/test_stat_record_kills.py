@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 
-import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.builder.datasets import build_datasets
 from tokenport.indexed import commit
 from tokenport.samples.gpt import GPTSampleConfig
@@ -32,9 +32,7 @@ def _write(prefix, seed: int) -> str:
     lengths = np.tile([5, 9, 3, 11, 7], 8)
     tokens = np.random.default_rng(seed).integers(3, 1000, int(lengths.sum())).astype(np.uint16)
     tokens[np.cumsum(lengths) - 1] = EOD
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer={"eod_id": EOD, "vocab_size": 1000}) as writer:
-        writer.add_documents(tokens, lengths)
-    return os.fspath(prefix)
+    return build_store(prefix, tokens, lengths=lengths, dtype=np.uint16, tokenizer={"eod_id": EOD, "vocab_size": 1000})
 
 
 def _build(cache, prefixes):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tests.chat.test_template import LLAMA3_MARKED, TOOLS, conversation
 from tests.chat.test_template import bpe as bpe  # the fixture
 from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat, to_conversation
@@ -155,10 +156,8 @@ def test_packed_rows_equal_sft_dataset(bpe, source, tmp_path):
         packing_strategy="bfd",
         max_length=SEQ,
     )
-    prefix = str(tmp_path / "chat")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-        for _, (ids, mask) in encoded:
-            writer.add_document(ids, mask=mask)
+    documents = [Doc(ids, mask=mask) for _, (ids, mask) in encoded]
+    prefix = build_store(tmp_path / "chat", documents, dtype=np.uint16, masks=True)
     ds = SFTDataset(tp.IndexedDataset(prefix), SEQ, shape="hf", window=1000)
     assert len(ds) == len(trl) and len(trl) < len(encoded) // 3  # several conversations a row
     for r, row in enumerate(trl):

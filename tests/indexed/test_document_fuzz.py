@@ -13,6 +13,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.stores import Doc, build_store
 from tokenport.errors import TokenportError
 from tokenport.indexed import commit, resolve_stores
 from tokenport.indexed.manifest import Manifest
@@ -31,21 +32,13 @@ TOKENIZER = {
 def _write(prefix, *, chat: bool) -> list[list[int]]:
     rng = np.random.default_rng(0)
     documents = []
-    with tp.IndexedDatasetWriter(
-        prefix,
-        dtype=np.uint16,
-        tokenizer=TOKENIZER,
-        masks=chat,
-        chat=CHAT if chat else None,
-        checksum_block_size=64,
-        provenance={"note": "fuzz"},
-    ) as writer:
-        for _ in range(12):
-            n = int(rng.integers(1, 20))
-            tokens = rng.integers(0, 999, n)
-            writer.add_document(tokens, mask=(rng.random(n) < 0.5).astype(np.uint8) if chat else None)
-            documents.append(tokens.tolist())
-    return documents
+    for _ in range(12):
+        n = int(rng.integers(1, 20))
+        tokens = rng.integers(0, 999, n)
+        documents.append(Doc(tokens, mask=(rng.random(n) < 0.5).astype(np.uint8) if chat else None))
+    options = dict(masks=chat, chat=CHAT if chat else None, checksum_block_size=64, provenance={"note": "fuzz"})
+    build_store(prefix, documents, dtype=np.uint16, tokenizer=TOKENIZER, **options)
+    return [document.tokens.tolist() for document in documents]
 
 
 def _read_all(prefix) -> list[list[int]]:

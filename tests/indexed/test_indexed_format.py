@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.indexed import dtype_for_vocab
 from tokenport.storage import handles
 
@@ -16,12 +17,10 @@ def _random_store(path, rng, dtype=np.uint16, documents=200, max_sequences=3, ma
     """Write a store of random multi-sequence documents; return the documents as written."""
     written = []
     high = min(np.iinfo(dtype).max, 2**31 - 1)
-    with tp.IndexedDatasetWriter(path, dtype=dtype) as writer:
-        for _ in range(documents):
-            lengths = rng.integers(0, max_length, int(rng.integers(1, max_sequences + 1)))
-            tokens = rng.integers(0, high, int(lengths.sum()), dtype=np.int64)
-            writer.add_document(tokens, lengths=lengths)
-            written.append((tokens, lengths))
+    for _ in range(documents):
+        lengths = rng.integers(0, max_length, int(rng.integers(1, max_sequences + 1)))
+        written.append((rng.integers(0, high, int(lengths.sum()), dtype=np.int64), lengths))
+    build_store(path, [Doc(tokens, lengths=lengths) for tokens, lengths in written], dtype=dtype)
     return written
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.storage.remote import RemoteOptions
 
 pytest.importorskip("s3fs")
@@ -16,10 +17,13 @@ pytest.importorskip("s3fs")
 @pytest.fixture
 def local_store(tmp_path):
     rng = np.random.default_rng(21)
-    with tp.IndexedDatasetWriter(tmp_path / "s", tokenizer=tp.load_tokenizer("byte")) as writer:
+
+    def documents():
         for _ in range(400):
             lengths = rng.integers(1, 300, int(rng.integers(1, 3)))
-            writer.add_document(rng.integers(0, 257, int(lengths.sum())), lengths=lengths)
+            yield Doc(rng.integers(0, 257, int(lengths.sum())), lengths=lengths)
+
+    build_store(tmp_path / "s", documents(), tokenizer=tp.load_tokenizer("byte"))
     return tmp_path / "s"
 
 
@@ -116,9 +120,8 @@ def test_cached_index_follows_the_umask(s3, local_store, tmp_path):
 
 def test_remote_chat_store_reads_its_masks(s3, tmp_path):
     """A chat store on S3: `.masks` opens PREFIX.mask remotely, with the token store's options."""
-    with tp.IndexedDatasetWriter(tmp_path / "c", dtype=np.uint16, masks=True, chat={"policy": "all"}) as writer:
-        for n in (3, 7, 1):
-            writer.add_document(np.arange(n), mask=np.arange(n) % 2)
+    documents = [Doc(np.arange(n), mask=np.arange(n) % 2) for n in (3, 7, 1)]
+    build_store(tmp_path / "c", documents, dtype=np.uint16, masks=True, chat={"policy": "all"})
     url = _upload(s3, tmp_path / "c", "stores/chat")
     for suffix in (".mask.bin", ".mask.idx"):
         s3.put((tmp_path / f"c{suffix}").read_bytes(), key=f"stores/chat{suffix}")

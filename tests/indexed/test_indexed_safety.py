@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.indexed import commit
 
 
 @pytest.fixture
 def store(tmp_path):
     prefix = tmp_path / "s"
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for k in range(50):
-            writer.add_document(np.arange(k + 1), lengths=[k // 2 + 1, k - k // 2] if k else None)
+    documents = [Doc(np.arange(k + 1), lengths=[k // 2 + 1, k - k // 2] if k else None) for k in range(50)]
+    build_store(prefix, documents, dtype=np.uint16)
     return prefix
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.cli import main
 from tokenport.indexed import resolve_stores
 from tokenport.indexed.inspect import summarize
@@ -28,16 +29,12 @@ def _conversations(seed: int, count: int = 40):
 
 def _write_chat(prefix, seed: int, chat=CHAT, count: int = 40):
     documents = list(_conversations(seed, count))
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True, chat=chat) as writer:
-        for tokens, mask in documents:
-            writer.add_document(tokens, mask=mask)
+    build_store(prefix, [Doc(tokens, mask=mask) for tokens, mask in documents], dtype=np.uint16, masks=True, chat=chat)
     return documents
 
 
 def _write_plain(prefix, seed: int):
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for tokens, _ in _conversations(seed):
-            writer.add_document(tokens)
+    build_store(prefix, (tokens for tokens, _ in _conversations(seed)), dtype=np.uint16)
 
 
 def test_chat_store_round_trip_manifest_and_verify(tmp_path):

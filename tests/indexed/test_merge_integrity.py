@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.indexed.commit import store_paths
 
 TOKENIZER = {"eod_id": 999, "vocab_size": 1000}
@@ -16,13 +17,14 @@ TOKENIZER = {"eod_id": 999, "vocab_size": 1000}
 def _write(prefix, seed: int, *, documents: int = 300, masks: bool = False, block: int = 4096) -> None:
     rng = np.random.default_rng(seed)
     chat = {"format": "messages", "policy": "assistant_only", "template": "sha256:0"} if masks else None
-    with tp.IndexedDatasetWriter(
-        prefix, dtype=np.uint16, tokenizer=TOKENIZER, masks=masks, chat=chat, checksum_block_size=block
-    ) as writer:
-        for _ in range(documents):
-            n = int(rng.integers(1, 40))
-            mask = (rng.random(n) < 0.5).astype(np.uint8) if masks else None
-            writer.add_document(rng.integers(0, 999, n), mask=mask)
+    written = []
+    for _ in range(documents):
+        n = int(rng.integers(1, 40))
+        mask = (rng.random(n) < 0.5).astype(np.uint8) if masks else None
+        written.append(Doc(rng.integers(0, 999, n), mask=mask))
+    build_store(
+        prefix, written, dtype=np.uint16, tokenizer=TOKENIZER, masks=masks, chat=chat, checksum_block_size=block
+    )
 
 
 def _patch(path, offset: int, value: bytes) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.errors import TokenportError
 
 TOKENIZERS = {
@@ -40,11 +41,9 @@ def test_random_merges_match_the_model_and_refusals_change_nothing(tmp_path, see
         documents = [
             data.integers(0, 999, int(data.integers(1, 30))).tolist() for _ in range(int(data.integers(1, 40)))
         ]
-        with tp.IndexedDatasetWriter(
-            tmp_path / name, dtype=np.uint16, tokenizer=TOKENIZERS[tokenizer], checksum_block_size=128
-        ) as writer:
-            for document in documents:
-                writer.add_document(document)
+        build_store(
+            tmp_path / name, documents, dtype=np.uint16, tokenizer=TOKENIZERS[tokenizer], checksum_block_size=128
+        )
         model[name] = (documents, tokenizer)
     outputs = ["out0", "out1", "out2"]
     for step in range(30):

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 
 
 @pytest.mark.parametrize("mode", ["mmap", "pread"])
 def test_get_pieces_equals_one_get_per_piece_and_refuses_pieces_outside_a_sequence(tmp_path, mode):
     rng = np.random.default_rng(3)
-    with tp.IndexedDatasetWriter(tmp_path / "s", dtype=np.uint16) as writer:
-        for _ in range(40):
-            writer.add_document(rng.integers(0, 60_000, int(rng.integers(1, 50))))
+    build_store(tmp_path / "s", random_documents(rng, 40, tokens=(0, 60_000), length=(1, 50)), dtype=np.uint16)
     store = tp.IndexedDataset(tmp_path / "s", mode=mode)
     lengths = store.sequence_lengths
     ids = rng.integers(0, 40, 100)

@@ -35,20 +35,21 @@ SEQ_LENGTH = 16
 
 def make_stores(directory: str) -> list[str]:
     """Two small stores (uint16 with multi-sequence documents, int32), with manifests."""
-    import tokenport as tp
+    from tests._support.stores import Doc, build_store
 
     rng = np.random.default_rng(SEED)
-    prefixes = []
-    for name, dtype, high in (("u16", np.uint16, 30000), ("i32", np.int32, 2**31 - 1)):
-        prefix = os.path.join(directory, name)
-        with tp.IndexedDatasetWriter(prefix, dtype=dtype) as writer:
-            for _ in range(24):
-                lengths = rng.integers(0 if rng.random() < 0.1 else 1, 40, int(rng.integers(1, 4)))
-                tokens = rng.integers(1, high, int(lengths.sum()))
-                tokens[rng.random(len(tokens)) < 0.1] = 0  # some EODs
-                writer.add_document(tokens, lengths=lengths)
-        prefixes.append(prefix)
-    return prefixes
+
+    def documents(high: int):
+        for _ in range(24):
+            lengths = rng.integers(0 if rng.random() < 0.1 else 1, 40, int(rng.integers(1, 4)))
+            tokens = rng.integers(1, high, int(lengths.sum()))
+            tokens[rng.random(len(tokens)) < 0.1] = 0  # some EODs
+            yield Doc(tokens, lengths=lengths)
+
+    return [
+        build_store(os.path.join(directory, name), documents(high), dtype=dtype)
+        for name, dtype, high in (("u16", np.uint16, 30000), ("i32", np.int32, 2**31 - 1))
+    ]
 
 
 def mutate(rng: np.random.Generator, prefix: str, other: str) -> dict:

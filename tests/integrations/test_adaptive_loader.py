@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.blend import AdaptiveBlend, DoReMiController, MixtureSignals
 from tokenport.integrations import StatefulLoader
 from tokenport.sampling import PretrainingSampler, StreamSampler
@@ -25,10 +26,8 @@ def children(tmp_path_factory):
     rng = np.random.default_rng(0)
     datasets = []
     for k in range(3):
-        with tp.IndexedDatasetWriter(root / f"s{k}", dtype=np.uint16) as writer:
-            for _ in range(30):
-                writer.add_document(1000 * k + rng.integers(3, 999, int(rng.integers(5, 40))))
-        store = tp.IndexedDataset(root / f"s{k}")
+        documents = (1000 * k + tokens for tokens in random_documents(rng, 30, tokens=(3, 999), length=(5, 40)))
+        store = tp.IndexedDataset(build_store(root / f"s{k}", documents, dtype=np.uint16))
         datasets.append(tp.GPTDataset(store, np.arange(30), 60, tp.GPTSampleConfig(SEQ, 2), 1))
     return datasets
 

@@ -16,6 +16,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.stores import Doc, build_store, random_documents
 from tokenport.integrations.grain import GrainLoader, GrainSource, grain_dataset, torchtitan_batch
 from tokenport.sampling import StreamSampler
 
@@ -28,13 +29,8 @@ GBS = 6  # divides among 1, 2, 3 and 6 ranks
 
 
 def _store(path, seed: int, count: int = 40):
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(path, dtype=np.uint16) as writer:
-        for _ in range(count):
-            tokens = rng.integers(3, 200, int(rng.integers(5, 60)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
-    return tp.IndexedDataset(path)
+    documents = random_documents(np.random.default_rng(seed), count, tokens=(3, 200), length=(5, 60), eod=2)
+    return tp.IndexedDataset(build_store(path, documents, dtype=np.uint16))
 
 
 @pytest.fixture(scope="module")
@@ -415,12 +411,9 @@ def test_without_torch_the_loader_names_the_extra(monkeypatch):
 
 def _chat_store(prefix, seed: int) -> str:
     """A byte-tokenizer store of random conversations, the second half of each trained (loss mask 1)."""
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte"), masks=True) as writer:
-        for _ in range(30):
-            tokens = np.append(rng.integers(32, 127, int(rng.integers(10, 50))), 256)
-            writer.add_document(tokens, mask=(np.arange(len(tokens)) >= len(tokens) // 2).astype(np.uint8))
-    return str(prefix)
+    drawn = random_documents(np.random.default_rng(seed), 30, tokens=(32, 127), length=(10, 50), append=256)
+    documents = (Doc(t, mask=(np.arange(len(t)) >= len(t) // 2).astype(np.uint8)) for t in drawn)
+    return build_store(prefix, documents, tokenizer=tp.load_tokenizer("byte"), masks=True)
 
 
 def test_sft_samples_train_on_their_shifted_targets_and_hf_shaped_ones_are_refused(tmp_path):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tests.chat.test_template import bpe as bpe  # the fixture
 from tests.chat.test_template import conversation
 from tokenport.chat import CHATML_TEMPLATE, ChatTemplate, encode_chat
@@ -68,10 +69,8 @@ def data(bpe, tmp_path_factory):
         if len(ids) <= SEQ:
             kept.append(messages)
             encoded.append((ids, mask))
-    prefix = str(tmp_path_factory.mktemp("sft") / "chat")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-        for ids, mask in encoded:
-            writer.add_document(ids, mask=mask)
+    documents = (Doc(ids, mask=mask) for ids, mask in encoded)
+    prefix = build_store(tmp_path_factory.mktemp("sft") / "chat", documents, dtype=np.uint16, masks=True)
     return kept, tp.IndexedDataset(prefix)
 
 

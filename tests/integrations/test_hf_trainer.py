@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -31,14 +32,8 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> tp.IndexedDataset:
     """A store of 60 random documents of 5..80 tokens, each ending with EOD."""
-    rng = np.random.default_rng(0)
-    prefix = tmp_path_factory.mktemp("hf") / "store"
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(60):
-            tokens = rng.integers(3, VOCAB, int(rng.integers(5, 80)))
-            tokens[-1] = EOD
-            writer.add_document(tokens)
-    return tp.IndexedDataset(prefix)
+    documents = random_documents(np.random.default_rng(0), 60, tokens=(3, VOCAB), length=(5, 80), eod=EOD)
+    return tp.IndexedDataset(build_store(tmp_path_factory.mktemp("hf") / "store", documents, dtype=np.uint16))
 
 
 class Recorder(torch.utils.data.Dataset):

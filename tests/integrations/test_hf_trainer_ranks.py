@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -35,12 +36,8 @@ def _run(command: list[str]) -> None:
 
 
 def test_two_ranks_split_each_global_batch_and_resume_on_one(tmp_path):
-    rng = np.random.default_rng(0)
-    with tp.IndexedDatasetWriter(tmp_path / "store", dtype=np.uint16) as writer:
-        for _ in range(60):
-            tokens = rng.integers(3, 96, int(rng.integers(5, 80)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
+    documents = random_documents(np.random.default_rng(0), 60, tokens=(3, 96), length=(5, 80), eod=2)
+    build_store(tmp_path / "store", documents, dtype=np.uint16)
     store, run = str(tmp_path / "store"), str(tmp_path / "run")
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     _run(

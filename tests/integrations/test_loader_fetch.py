@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.integrations import StatefulLoader
 from tokenport.sampling import RandomSampler
 
@@ -16,13 +17,8 @@ torch.set_num_threads(1)
 
 
 def _store(path, seed: int) -> tp.IndexedDataset:
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(path, dtype=np.uint16) as writer:
-        for _ in range(60):
-            tokens = rng.integers(3, 1000, int(rng.integers(5, 80)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
-    return tp.IndexedDataset(path)
+    documents = random_documents(np.random.default_rng(seed), 60, tokens=(3, 1000), length=(5, 80), eod=2)
+    return tp.IndexedDataset(build_store(path, documents, dtype=np.uint16))
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.stores import build_store, random_documents
 from tokenport.blend import AdaptiveBlend
 from tokenport.builder.report import adaptive_report, blend_spec_or_state
 from tokenport.errors import TokenportError
@@ -37,10 +38,8 @@ def children(tmp_path_factory):
     rng = np.random.default_rng(0)
     datasets = []
     for k in range(3):
-        with tp.IndexedDatasetWriter(root / f"s{k}", tokenizer=tp.load_tokenizer("byte")) as writer:
-            for _ in range(20):
-                writer.add_document(np.append(rng.integers(32, 127, int(rng.integers(5, 40))), 256))
-        store = tp.IndexedDataset(root / f"s{k}")
+        documents = random_documents(rng, 20, tokens=(32, 127), length=(5, 40), append=256)
+        store = tp.IndexedDataset(build_store(root / f"s{k}", documents, tokenizer=tp.load_tokenizer("byte")))
         datasets.append(tp.GPTDataset(store, np.arange(20), 20, tp.GPTSampleConfig(8, 256), 1))
     return datasets
 

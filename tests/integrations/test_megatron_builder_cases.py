@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.integrations.megatron import MegatronSamples, datasets_provider
 
 torch = pytest.importorskip("torch")
@@ -196,14 +197,10 @@ def ten_stores(tmp_path_factory) -> dict[str, list[str]]:
     stores: dict[str, list[str]] = {}
     for which, base in (("train", 12), ("valid", 4), ("test", 2), ("wide", 1000)):
         stores[which] = []
+        count, length = (base, (4, 12)) if which == "wide" else (None, (8, 40))
         for i in range(NUM_DATASETS):
-            prefix = str(directory / f"{which}{i}")
-            with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-                for _ in range(base * (i + 1) if which != "wide" else base):
-                    tokens = rng.integers(3, 500, int(rng.integers(8, 40) if which != "wide" else rng.integers(4, 12)))
-                    tokens[-1] = EOD
-                    writer.add_document(tokens)
-            stores[which].append(prefix)
+            documents = random_documents(rng, count or base * (i + 1), tokens=(3, 500), length=length, eod=EOD)
+            stores[which].append(build_store(directory / f"{which}{i}", documents, dtype=np.uint16))
     return stores
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.builder.datasets import build_datasets
 from tokenport.errors import ConfigError, SampleIdError
 from tokenport.integrations.megatron import datasets_provider, read_megatron_args, token_ids
@@ -45,13 +46,8 @@ def stores(tmp_path_factory) -> list[str]:
     rng = np.random.default_rng(3)
     prefixes = []
     for k, count in enumerate((150, 300, 90)):
-        prefix = str(directory / f"store{k}")
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(count):
-                tokens = rng.integers(3, 12, int(rng.integers(2, 90)))
-                tokens[-1] = EOD
-                writer.add_document(tokens)
-        prefixes.append(prefix)
+        documents = random_documents(rng, count, tokens=(3, 12), length=(2, 90), eod=EOD)
+        prefixes.append(build_store(directory / f"store{k}", documents, dtype=np.uint16))
     return prefixes
 
 
@@ -80,13 +76,8 @@ def test_weighted_blend_of_two_stores_equals_megatron_cores(stores):
 
 
 def test_legacy_default_split_and_a_split_with_a_zero_part(stores, tmp_path):
-    big = str(tmp_path / "big")  # enough documents that 1/1000 of them holds a sample
-    rng = np.random.default_rng(5)
-    with tp.IndexedDatasetWriter(big, dtype=np.uint16) as writer:
-        for _ in range(2000):
-            tokens = rng.integers(3, 12, int(rng.integers(40, 120)))
-            tokens[-1] = EOD
-            writer.add_document(tokens)
+    documents = random_documents(np.random.default_rng(5), 2000, tokens=(3, 12), length=(40, 120), eod=EOD)
+    big = build_store(tmp_path / "big", documents, dtype=np.uint16)  # enough documents that 1/1000 hold a sample
     args = megatron_args(data_path=[big])  # no --split: validate_args' legacy 969,30,1
     assert args.split == "969, 30, 1"
     sizes = (200, 10, 2)
@@ -177,10 +168,8 @@ def test_pad_masks_are_per_sample_where_megatron_core_reuses_the_first_ones(stor
 
 
 def test_eod_from_the_store_manifest_without_a_tokenizer(tmp_path):
-    prefix = str(tmp_path / "bytes")
-    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte")) as writer:
-        for k in range(120):
-            writer.add_document(np.array([65 + k % 20] * (5 + k % 37) + [256]))
+    documents = [np.array([65 + k % 20] * (5 + k % 37) + [256]) for k in range(120)]
+    prefix = build_store(tmp_path / "bytes", documents, tokenizer=tp.load_tokenizer("byte"))
     args = megatron_args(data_path=[prefix], split="90,8,2", eod_mask_loss=True)
     sizes = (120, 10, 3)
     byte_eod = types.SimpleNamespace(eod=256, vocab_size=None, unique_identifiers={"t": "byte"})
@@ -331,11 +320,8 @@ def test_megatrons_null_tokenizers_build_through_the_provider_as_through_megatro
     tokenizer = {"legacy": LegacyNullTokenizer, "new": new_null_tokenizer, "library": _library_null}[kind](300)
     with pytest.raises((NotImplementedError, AttributeError)):
         _ = tokenizer.eos
-    prefix = str(tmp_path / "null")
-    rng = np.random.default_rng(4)
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(120):
-            writer.add_document(rng.integers(0, 301, int(rng.integers(5, 60))))  # 300, the EOD, now and then
+    documents = random_documents(np.random.default_rng(4), 120, tokens=(0, 301), length=(5, 60))  # 300: the EOD
+    prefix = build_store(tmp_path / "null", documents, dtype=np.uint16)
     assert token_ids(tokenizer) == (300, None)
     args = megatron_args(data_path=[prefix], split="90,8,2", eod_mask_loss=True, reset_position_ids=True)
     sizes = (100, 10, 4)
@@ -453,13 +439,8 @@ def pool(tmp_path_factory) -> list[str]:
     rng = np.random.default_rng(11)
     prefixes = []
     for k in range(20):
-        prefix = str(directory / f"pool{k}")
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(int(rng.integers(20, 40))):
-                tokens = rng.integers(3, 200, int(rng.integers(4, 40)))
-                tokens[-1] = EOD
-                writer.add_document(tokens)
-        prefixes.append(prefix)
+        documents = random_documents(rng, int(rng.integers(20, 40)), tokens=(3, 200), length=(4, 40), eod=EOD)
+        prefixes.append(build_store(directory / f"pool{k}", documents, dtype=np.uint16))
     return prefixes
 
 
@@ -525,10 +506,7 @@ def test_a_surplus_megatron_core_cannot_use_is_refused_naming_the_flag(surplus):
 
 def test_a_size_weighted_blend_with_an_empty_store_is_refused_as_megatron_core_refuses_it(stores, tmp_path):
     """Blended by size, a store whose split holds no sample weighs 0: megatron-core's BlendedDataset asserts."""
-    tiny = str(tmp_path / "tiny")
-    with tp.IndexedDatasetWriter(tiny, dtype=np.uint16) as writer:
-        for _ in range(4):
-            writer.add_document(np.array([5, 6, EOD]))  # 12 tokens: no sample of 32
+    tiny = build_store(tmp_path / "tiny", [np.array([5, 6, EOD])] * 4, dtype=np.uint16)  # 12 tokens: no sample of 32
     args = megatron_args(data_path=[stores[0], tiny], split="1,0,0")
     sizes = (50, 0, 0)
     with pytest.raises(AssertionError):

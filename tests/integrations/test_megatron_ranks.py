@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
@@ -41,12 +42,8 @@ torch.distributed.destroy_process_group()
 def test_tensor_parallel_ranks_past_the_first_get_none_by_default(tmp_path):
     """Two real processes, tensor-parallel size 2: both build (meeting at the index cache's barriers), rank 0 keeps."""
     store = str(tmp_path / "store")
-    rng = np.random.default_rng(1)
-    with tp.IndexedDatasetWriter(store, dtype=np.uint16) as writer:
-        for _ in range(200):
-            tokens = rng.integers(3, 500, int(rng.integers(2, 60)))
-            tokens[-1] = EOD
-            writer.add_document(tokens)
+    documents = random_documents(np.random.default_rng(1), 200, tokens=(3, 500), length=(2, 60), eod=EOD)
+    build_store(store, documents, dtype=np.uint16)
     for suffix in (".bin", ".idx"):
         shutil.copy(store + suffix, store + "-twin" + suffix)
     script = tmp_path / "rank.py"

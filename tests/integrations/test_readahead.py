@@ -11,6 +11,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.s3_server import FaultProxy, MotoS3
+from tests._support.stores import Doc, build_store, random_documents
 from tokenport.integrations.torch import StatefulLoader
 from tokenport.storage.remote import RemoteOptions
 
@@ -20,14 +21,10 @@ pytest.importorskip("s3fs")
 
 def _write(prefix: Path, count: int, seed: int, masks: bool = False) -> Path:
     rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=masks) as writer:
-        for _ in range(count):
-            tokens = rng.integers(3, 1000, int(rng.integers(5, 120)))
-            tokens[-1] = 2
-            if masks:
-                writer.add_document(tokens, mask=rng.integers(0, 2, len(tokens)))
-            else:
-                writer.add_document(tokens)
+    documents = random_documents(rng, count, tokens=(3, 1000), length=(5, 120), eod=2)
+    if masks:
+        documents = (Doc(tokens, mask=rng.integers(0, 2, len(tokens))) for tokens in documents)
+    build_store(prefix, documents, dtype=np.uint16, masks=masks)
     return prefix
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store, random_documents
 from tokenport.integrations import ALLOWED_CHANGES, DataReceipt, StatefulLoader, check_receipt, data_receipt
 from tokenport.sampling import PretrainingSampler, RandomSampler
 
@@ -20,11 +21,8 @@ CONFIG = tp.GPTSampleConfig(32)  # eod_id from the stores' manifests (the byte t
 
 def _write(prefix, seed: int, documents: int = 40, provenance: dict | None = None) -> str:
     """A store of byte-tokenizer documents drawn from ``seed``, written with tokenport's writer."""
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte"), provenance=provenance) as writer:
-        for _ in range(documents):
-            writer.add_document(np.append(rng.integers(0, 256, int(rng.integers(10, 90))), 256))
-    return str(prefix)
+    drawn = random_documents(np.random.default_rng(seed), documents, tokens=(0, 256), length=(10, 90), append=256)
+    return build_store(prefix, drawn, tokenizer=tp.load_tokenizer("byte"), provenance=provenance)
 
 
 @pytest.fixture()
@@ -243,11 +241,11 @@ def test_an_sft_dataset_is_certified_with_its_loss_masks(tmp_path):
     conversations = [rng.integers(1, 200, int(rng.integers(5, 40))) for _ in range(30)]
 
     def chat_store(name, flip):
-        prefix = str(tmp_path / name)
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-            for k, conversation in enumerate(conversations):
-                mask = (np.arange(len(conversation)) >= len(conversation) // 2).astype(np.uint8)
-                writer.add_document(conversation, mask=1 - mask if k == flip else mask)
+        documents = []
+        for k, conversation in enumerate(conversations):
+            mask = (np.arange(len(conversation)) >= len(conversation) // 2).astype(np.uint8)
+            documents.append(Doc(conversation, mask=1 - mask if k == flip else mask))
+        prefix = build_store(tmp_path / name, documents, dtype=np.uint16, masks=True)
         return tp.SFTDataset(tp.IndexedDataset(prefix), 64, seed=0)
 
     state = StatefulLoader.for_dataset(chat_store("a", -1), micro_batch_size=2, seed=1).state_dict()

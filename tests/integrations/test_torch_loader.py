@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.integrations import StatefulLoader
 from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
 
@@ -63,12 +64,8 @@ def test_resume_mid_epoch_equals_the_uninterrupted_run(kind, workers):
 
 
 def test_epochs_continue_and_gpt_samples_batch(tmp_path):
-    rng = np.random.default_rng(0)
-    with tp.IndexedDatasetWriter(tmp_path / "s", dtype=np.uint16) as writer:
-        for _ in range(50):
-            tokens = rng.integers(3, 1000, int(rng.integers(5, 80)))
-            tokens[-1] = 2
-            writer.add_document(tokens)
+    documents = random_documents(np.random.default_rng(0), 50, tokens=(3, 1000), length=(5, 80), eod=2)
+    build_store(tmp_path / "s", documents, dtype=np.uint16)
     ds = tp.GPTDataset(tp.IndexedDataset(tmp_path / "s"), np.arange(50), 40, tp.GPTSampleConfig(16, 2), 1)
     loader = StatefulLoader(ds, RandomSampler(len(ds), 0, 2, 0, 1, seed=3), num_workers=1)
     epoch0 = [batch["tokens"].shape for batch in loader]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store, random_documents
 from tokenport.cli import main
 from tokenport.integrations import StatefulLoader, check_receipt, data_receipt, rebuild_dataset
 from tokenport.integrations.receipt import DataReceipt
@@ -24,15 +25,10 @@ STEPS = 24
 
 def _write(prefix, seed: int, documents: int = 40, masks: bool = False) -> str:
     """A byte-tokenizer store of random documents (with loss masks for a chat store)."""
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte"), masks=masks) as writer:
-        for _ in range(documents):
-            tokens = np.append(rng.integers(32, 127, int(rng.integers(10, 90))), 256)
-            if masks:
-                writer.add_document(tokens, mask=(np.arange(len(tokens)) >= len(tokens) // 2).astype(np.uint8))
-            else:
-                writer.add_document(tokens)
-    return str(prefix)
+    drawn = random_documents(np.random.default_rng(seed), documents, tokens=(32, 127), length=(10, 90), append=256)
+    if masks:
+        drawn = (Doc(t, mask=(np.arange(len(t)) >= len(t) // 2).astype(np.uint8)) for t in drawn)
+    return build_store(prefix, drawn, tokenizer=tp.load_tokenizer("byte"), masks=masks)
 
 
 def _run(make_loader) -> tuple[dict, list[list[dict]]]:

@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.builder import build_datasets
 from tokenport.errors import ConfigError
 
 
 def _store(path, identity, eod: int):
     """Twelve documents of 5..16 tokens (none equal to ``eod`` but the last of each)."""
-    with tp.IndexedDatasetWriter(path, tokenizer=identity) as writer:
-        for k in range(12):
-            writer.add_document(list(range(1, 5 + k)) + [eod])
-    return tp.IndexedDataset(path)
+    documents = [list(range(1, 5 + k)) + [eod] for k in range(12)]
+    return tp.IndexedDataset(build_store(path, documents, tokenizer=identity))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.samples.gpt import build_indices
 
 pytest.importorskip("torch")
@@ -180,8 +181,7 @@ def test_partial_sample_count_uses_single_precision_like_megatron() -> None:
 
 def _write_store(prefix, lengths: np.ndarray, rng: np.random.Generator) -> None:
     """Write a token store whose sequences have the given lengths."""
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        writer.add_documents(rng.integers(1, 1000, int(lengths.sum())), lengths=lengths)
+    build_store(prefix, rng.integers(1, 1000, int(lengths.sum())), lengths=lengths, dtype=np.uint16)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.errors import InputDataError
 from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
 
@@ -33,8 +34,8 @@ FLAGS = list(itertools.product((False, True), repeat=3))  # reset_position_ids, 
 def store(tmp_path_factory) -> str:
     """A uint16 store of random documents ending in EOD; some documents span several sequences."""
     rng = np.random.default_rng(7)
-    prefix = str(tmp_path_factory.mktemp("gpt_samples") / "store")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+
+    def documents():
         written = 0
         while written < NUM_SEQUENCES:
             length = int(rng.integers(1, 200))
@@ -44,11 +45,13 @@ def store(tmp_path_factory) -> str:
             tokens[-1] = EOD
             if length > 1 and written < NUM_SEQUENCES - 1 and rng.random() < 0.2:
                 cut = int(rng.integers(1, length))
-                writer.add_document(tokens, lengths=[cut, length - cut])
+                yield Doc(tokens, lengths=[cut, length - cut])
                 written += 2
             else:
-                writer.add_document(tokens)
+                yield tokens
                 written += 1
+
+    prefix = build_store(tmp_path_factory.mktemp("gpt_samples") / "store", documents(), dtype=np.uint16)
     assert len(tp.IndexedDataset(prefix)) == NUM_SEQUENCES
     return prefix
 

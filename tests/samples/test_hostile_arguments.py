@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.blend.adaptive import AdaptiveBlend
 from tokenport.blend.dataset import BlendedDataset
 from tokenport.blend.schedule import MixtureSchedule
@@ -26,13 +27,8 @@ NOT_FLAGS = ["no", "", 0, 1, None, np.array([1, 2]), 1.0]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("hostile") / "store")
-    rng = np.random.default_rng(0)
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(30):
-            tokens = rng.integers(3, 100, int(rng.integers(1, 40)))
-            tokens[-1] = EOD
-            writer.add_document(tokens)
-    return tp.IndexedDataset(prefix)
+    documents = random_documents(np.random.default_rng(0), 30, tokens=(3, 100), length=(1, 40), eod=EOD)
+    return tp.IndexedDataset(build_store(prefix, documents, dtype=np.uint16))
 
 
 @pytest.fixture(scope="module")

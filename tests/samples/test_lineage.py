@@ -6,19 +6,17 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store, random_documents
 from tokenport.blend import BlendedDataset
 from tokenport.samples.lineage import SampleLineage
 
 
 def _store(prefix, seed: int, documents: int = 50, masks: bool = False):
     """A byte-tokenizer store of random documents (with loss masks for a chat store)."""
-    rng = np.random.default_rng(seed)
-    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte"), masks=masks) as writer:
-        for _ in range(documents):
-            tokens = np.append(rng.integers(0, 256, int(rng.integers(1, 120))), 256)
-            mask = (np.arange(len(tokens)) >= len(tokens) // 3).astype(np.uint8)
-            writer.add_document(tokens, mask=mask) if masks else writer.add_document(tokens)
-    return tp.IndexedDataset(str(prefix))
+    drawn = random_documents(np.random.default_rng(seed), documents, tokens=(0, 256), length=(1, 120), append=256)
+    if masks:
+        drawn = (Doc(tokens, mask=(np.arange(len(tokens)) >= len(tokens) // 3).astype(np.uint8)) for tokens in drawn)
+    return tp.IndexedDataset(build_store(prefix, drawn, tokenizer=tp.load_tokenizer("byte"), masks=masks))
 
 
 def _traced(store, lineage: SampleLineage) -> np.ndarray:

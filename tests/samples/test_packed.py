@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store
 from tokenport.errors import ConfigError
 from tokenport.samples.packed import PackedDataset
 
@@ -17,11 +18,8 @@ def store(tmp_path_factory) -> tp.IndexedDataset:
     """A uint16 store of 120 random documents of 0..150 tokens (some longer than CAPACITY)."""
     rng = np.random.default_rng(11)
     prefix = str(tmp_path_factory.mktemp("packed") / "store")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for k in range(120):
-            length = 0 if k == 5 else int(rng.integers(1, 150 if k % 4 == 0 else 40))
-            writer.add_document(rng.integers(1, 60000, length))
-    return tp.IndexedDataset(prefix)
+    lengths = (0 if k == 5 else int(rng.integers(1, 150 if k % 4 == 0 else 40)) for k in range(120))
+    return tp.IndexedDataset(build_store(prefix, (rng.integers(1, 60000, n) for n in lengths), dtype=np.uint16))
 
 
 def _documents(store):

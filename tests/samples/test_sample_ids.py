@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.blend.dataset import BlendedDataset
 from tokenport.errors import ConfigError, SampleIdError, TokenportError
 from tokenport.samples.gpt import GPTDataset, GPTSampleConfig
@@ -41,13 +42,8 @@ BAD_IDS = [1.0, np.float64(1), True, np.True_, "1", None, -1, 2**70, 10**6]
 def datasets(tmp_path_factory):
     """A GPT, a packed and a blended dataset over one small store."""
     prefix = str(tmp_path_factory.mktemp("sample_ids") / "store")
-    rng = np.random.default_rng(0)
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(30):
-            tokens = rng.integers(3, 100, int(rng.integers(1, 40)))
-            tokens[-1] = EOD
-            writer.add_document(tokens)
-    store = tp.IndexedDataset(prefix)
+    documents = random_documents(np.random.default_rng(0), 30, tokens=(3, 100), length=(1, 40), eod=EOD)
+    store = tp.IndexedDataset(build_store(prefix, documents, dtype=np.uint16))
     gpt = GPTDataset(store, np.arange(30), 20, GPTSampleConfig(8, eod_id=EOD), 1)
     packed = PackedDataset(store, 32, split_long=True, seed=1)
     blend = BlendedDataset([gpt, gpt], [1.0, 2.0], 30)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.errors import ConfigError
 from tokenport.samples.sft import SFTDataset
 
@@ -34,10 +35,8 @@ def _conversations(n: int, seed: int, long_prompt_every: int = 0) -> list[tuple[
 
 def _write(prefix: str, conversations) -> tp.IndexedDataset:
     """A chat store: PREFIX (uint16 tokens) and its PREFIX.mask (uint8 masks), one sequence each."""
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-        for t, m in conversations:
-            writer.add_document(t, mask=m)
-    return tp.IndexedDataset(prefix)
+    documents = (Doc(t, mask=m) for t, m in conversations)
+    return tp.IndexedDataset(build_store(prefix, documents, dtype=np.uint16, masks=True))
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import Doc, build_store
 from tokenport.samples.sft import SFTDataset
 
 datasets = pytest.importorskip("datasets")
@@ -116,9 +117,8 @@ def tokenport_packed(tmp_path, examples: dict[str, list[list[int]]], seq_length:
     first = next(iter(examples))
     shift = -min([0, *(min(row) for row in examples[first] if row)])  # a token store holds ids >= 0
     prefix = str(tmp_path / "chat")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, masks=True) as writer:
-        for row in examples[first]:
-            writer.add_document(np.asarray(row, np.int64) + shift, mask=np.ones(len(row), np.uint8))
+    documents = (Doc(np.asarray(row, np.int64) + shift, mask=np.ones(len(row), np.uint8)) for row in examples[first])
+    build_store(prefix, documents, dtype=np.uint16, masks=True)
     ds = SFTDataset(tp.IndexedDataset(prefix), seq_length, too_long=TOO_LONG[strategy], window=1000, shape="hf")
     out: dict[str, list[list[int]]] = {name: [] for name in examples}
     out["seq_lengths"] = []

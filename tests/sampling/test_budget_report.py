@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.errors import ConfigError
 from tokenport.indexed.inspect import lengths_of
 from tokenport.packing import balance_metrics
@@ -202,13 +202,9 @@ def test_lengths_of_concatenates_stores(tmp_path):
     expected = []
     prefixes = []
     for name, count in (("a", 5), ("b", 3)):
-        prefix = str(tmp_path / name)
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(count):
-                length = int(rng.integers(1, 50))
-                writer.add_document(rng.integers(3, 1000, length))
-                expected.append(length)
-        prefixes.append(prefix)
+        documents = list(random_documents(rng, count, tokens=(3, 1000), length=(1, 50)))
+        expected += [len(document) for document in documents]
+        prefixes.append(build_store(tmp_path / name, documents, dtype=np.uint16))
     lengths = lengths_of(prefixes)
     assert lengths.dtype == np.int64 and lengths.tolist() == expected
     with pytest.raises(ConfigError, match="prefixes"):
@@ -218,11 +214,8 @@ def test_lengths_of_concatenates_stores(tmp_path):
 def test_pack_report_verb(tmp_path, capsys):
     from tokenport.cli import main
 
-    rng = np.random.default_rng(3)
-    prefix = str(tmp_path / "store")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(200):
-            writer.add_document(rng.integers(3, 1000, int(rng.integers(1, 300))))
+    documents = random_documents(np.random.default_rng(3), 200, tokens=(3, 1000), length=(1, 300))
+    prefix = build_store(tmp_path / "store", documents, dtype=np.uint16)
     assert main(["pack-report", prefix, "--batch-size", "4", "--capacity", "512", "--ranks", "2"]) == 0
     out = capsys.readouterr().out
     report = batching_report(lengths_of([prefix]), 4, capacity=512, data_parallel_size=2, seed=0)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.integrations import StatefulLoader
 from tokenport.sampling import PretrainingSampler, RandomSampler, dataset_epochs
 
@@ -107,12 +108,8 @@ def test_loader_reports_epochs_of_a_gpt_blend_and_resumes_the_report(tmp_path):
     rng = np.random.default_rng(0)
     children = []
     for name, documents in (("small", 12), ("large", 60)):
-        with tp.IndexedDatasetWriter(tmp_path / name, dtype=np.uint16) as writer:
-            for _ in range(documents):
-                tokens = rng.integers(3, 1000, int(rng.integers(5, 60)))
-                tokens[-1] = 2
-                writer.add_document(tokens)
-        store = tp.IndexedDataset(tmp_path / name)
+        drawn = random_documents(rng, documents, tokens=(3, 1000), length=(5, 60), eod=2)
+        store = tp.IndexedDataset(build_store(tmp_path / name, drawn, dtype=np.uint16))
         children.append(tp.GPTDataset(store, np.arange(documents), 300, tp.GPTSampleConfig(16, 2), 1))
         tokens = int(store.sequence_lengths.sum())
         assert children[-1].samples_per_epoch == (tokens - 1) // 16

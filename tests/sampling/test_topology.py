@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.blend.schedule import MixtureSchedule, Phase, build_scheduled_indices
 from tokenport.errors import ConfigError
 from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
@@ -160,11 +161,7 @@ def stores(tmp_path_factory):
     out = []
     for name, documents in (("prose", 40), ("code", 90)):
         prefix = tmp_path_factory.mktemp("topology") / name
-        with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-            for _ in range(documents):
-                tokens = rng.integers(3, 1000, int(rng.integers(5, 80)))
-                tokens[-1] = 2
-                writer.add_document(tokens)
+        build_store(prefix, random_documents(rng, documents, tokens=(3, 1000), length=(5, 80), eod=2), dtype=np.uint16)
         out.append(tp.IndexedDataset(prefix))
     return out
 

@@ -17,6 +17,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.stores import build_store
 from tokenport._schema import encode
 from tokenport.errors import CorruptStoreError, StorageError, TokenportError
 from tokenport.storage import blockfile
@@ -181,9 +182,7 @@ def test_an_indexed_dataset_whose_bin_is_replaced_refuses_then_reopens(s3, tmp_p
     for seed in (1, 2):
         prefix = tmp_path / f"s{seed}"
         rng = np.random.default_rng(seed)
-        with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte")) as writer:
-            for _ in range(50):
-                writer.add_document(rng.integers(0, 257, 300))
+        build_store(prefix, [rng.integers(0, 257, 300) for _ in range(50)], tokenizer=tp.load_tokenizer("byte"))
         prefixes.append(prefix)
 
     def upload(prefix):

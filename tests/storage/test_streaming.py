@@ -12,6 +12,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.s3_server import MotoS3
+from tests._support.stores import build_store, random_documents
 from tokenport.errors import StorageError
 from tokenport.storage.nodecache import NodeCache
 from tokenport.storage.remote import MEMORY, ObjectStoreSource, RemoteOptions, set_remote_memory_budget
@@ -28,9 +29,9 @@ def store(s3: MotoS3, tmp_path_factory) -> tuple[str, str]:
     """A store of 600 documents written locally and uploaded: (its local prefix, its s3:// URL)."""
     prefix = tmp_path_factory.mktemp("store") / "s"
     rng = np.random.default_rng(5)
-    with tp.IndexedDatasetWriter(prefix, tokenizer=tp.load_tokenizer("byte")) as writer:
-        for _ in range(600):
-            writer.add_document(rng.integers(0, 257, int(rng.integers(50, 400))))
+    build_store(
+        prefix, random_documents(rng, 600, tokens=(0, 257), length=(50, 400)), tokenizer=tp.load_tokenizer("byte")
+    )
     for suffix in (".bin", ".idx", ".json"):
         s3.put(open(f"{prefix}{suffix}", "rb").read(), key=f"streaming/s{suffix}")
     return str(prefix), f"s3://{s3.bucket}/streaming/s"

@@ -172,7 +172,7 @@ class MixtureSchedule:
         t = check_int("sample", sample, 0, what="a sample number")
         phase = next(p for p in reversed(self.phases) if p.at <= t)
         p = _shares(phase.weights)
-        if phase.ramp_to is None:
+        if phase.ramp_to is None or phase.until is None:  # a checked phase has both or neither
             return p
         q = _shares(phase.ramp_to)
         if t >= phase.until:
@@ -256,7 +256,7 @@ def _segments(schedule: MixtureSchedule, size: int) -> list[_Segment]:
             break
         end = min(phases[j + 1].at if j + 1 < len(phases) else size, size)
         weights = np.asarray(phase.weights, np.float64)
-        if phase.ramp_to is None:
+        if phase.ramp_to is None or phase.until is None:  # a checked phase has both or neither
             segments.append(_Segment(phase.at, end, weights))
             continue
         ramp_to = np.asarray(phase.ramp_to, np.float64)
@@ -287,6 +287,7 @@ def _late_mask(length: int, stop: int) -> np.ndarray:
 def _ramp_dataset_index(segment: _Segment, algorithm: str) -> np.ndarray:
     """The ``dataset_index`` of a ramp segment: the early blend over ``weights`` and the late one over
     ``ramp_to``, interleaved."""
+    assert segment.ramp_to is not None  # only a ramp segment comes here
     late = _late_mask(segment.ramp_length, segment.end - segment.start)
     late_count = int(np.count_nonzero(late))
     parts = [

@@ -106,7 +106,7 @@ def schedule_ideal(schedule: MixtureSchedule, t: np.ndarray) -> np.ndarray:
         end = phases[j + 1].at if j + 1 < len(phases) else np.iinfo(np.int64).max
         m = np.clip(t - phase.at, 0, end - phase.at).astype(np.float64)
         p = summable(phase.weights) / summable(phase.weights).sum()
-        if phase.ramp_to is None:
+        if phase.ramp_to is None or phase.until is None:  # a checked phase has both or neither
             total += m * p
             continue
         q = summable(phase.ramp_to) / summable(phase.ramp_to).sum()

@@ -9,7 +9,7 @@ With ``algorithm="megatron"`` the children are sized as Megatron sizes them
 a child's size changes its own indices and exactness needs the same ones; a blend that would
 then read past a child's end is refused, naming the dataset and the surplus that would do.
 Every index goes through the index cache when one is given; a weighted blend of GPT children is
-one entry (its blending indices and every child's, see ``_pack_children``), and its stores are
+one entry (its blending indices and every child's, see ``blend_entry.pack_children``), and its stores are
 opened lazily, on the first read of one of their samples; a reopen whose stores' files have not
 changed since takes the entry's key from a stat record and reads no manifest (see ``stat_record``).
 A blend with a mixture schedule follows it over the training stream; its valid and test blends
@@ -30,7 +30,6 @@ import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from ..indexed import IndexedDataset, StoreFacts
 from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
+from .blend_entry import ChildJob, build_children_in_processes, pack_children, unpacker
 from .cache import IndexCache, _key, canonical_json, store_identity
 from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
@@ -248,36 +248,20 @@ class _Builder:
         Megatron's sizing depends on, is part of the key)."""
         assert self.cache is not None and isinstance(self.config, GPTSampleConfig)
         config = self.config
-        stores: list[IndexedDataset] = []  # made below, from the stat record's facts or the manifests
+        stores: list[IndexedDataset] = []  # made by _gpt_blend_entry, from the stat record's facts or the manifests
         drop_last = which != "valid" or self.drop_last_partial_validation
-
-        def request(d: int, num_samples: int) -> IndexRequest:
-            try:
-                made = gpt_index_request(
-                    stores[d],
-                    num_samples,
-                    config.seq_length,
-                    self.seed,
-                    split=split,
-                    which=which,
-                    add_extra_token=config.add_extra_token,
-                    drop_last_partial=drop_last,
-                )
-            except ConfigError as exc:
-                raise ConfigError(f"{blend.prefixes[d]}, {which} split of {split!r}: {exc}") from None
-            assert made is not None  # a nonzero-weight split
-            return made
+        request = functools.partial(self._gpt_request, blend, stores, split, which, drop_last)
 
         def build() -> dict[str, np.ndarray]:
             dataset_index, sample_index = blend_build()
             arrays = {"dataset_index": dataset_index, "dataset_sample_index": sample_index}
             wanted = [(d, n) for d, n in enumerate(counts_of(dataset_index)) if n]
             if self.workers > 1 and len(wanted) > 1:
-                job = _ChildJob(config.seq_length, self.seed, split, which, config.add_extra_token, drop_last)
-                built = _build_children_in_processes(job, blend.prefixes, wanted, self.workers)
+                job = ChildJob(config.seq_length, self.seed, split, which, config.add_extra_token, drop_last)
+                built = build_children_in_processes(job, blend.prefixes, wanted, self.workers)
             else:
                 built = {d: request(d, n).build() for d, n in wanted}
-            arrays.update(_pack_children(built, len(stores)))
+            arrays.update(pack_children(built, len(stores)))
             return arrays
 
         params = {
@@ -291,41 +275,14 @@ class _Builder:
             "drop_last_partial": drop_last,
             "surplus": surplus,
         }
-        canonical_json(params)  # refuse what cannot be a key before building
-        record = StatRecord(self.cache.directory, blend.prefixes, params)
-        known = record.lookup()
-        arrays = None
-        if known is not None:  # no store changed since its manifest was read: the key is known
-            key, facts = known
-            stores[:] = [self.store(p, f) for p, f in zip(blend.prefixes, facts)]
-            self._check_tokenizers(stores)
-            arrays = self.cache.load(key)  # None when the entry is gone: then the long way below
-        if arrays is None:
-            stats = record.stats()  # before the manifests are read, so a change meanwhile is seen next time
-            stores[:] = [self.store(p) for p in blend.prefixes]
-            self._check_tokenizers(stores)
-            identity = {"stores": [store_identity(store) for store in stores]}
-            key = _key(identity, params)
-            arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
-            record.write(stats, stores, key)
-        children: list[Any] = []
-        unpack = _unpacker(arrays)
-        for d, n in enumerate(counts_of(arrays["dataset_index"])):
-            if not n:
-                children.append(_Unused())
-                continue
-            dataset = GPTDataset.from_indices(
-                stores[d],
-                request(d, n).indices,
-                *unpack(d),
-                config,
-                seed=self.seed,
-                num_samples=n,
-                drop_last_partial=drop_last,
-            )
-            assert dataset.config.eod_id is not None  # resolved from the store or checked against it
-            self._check_eod(blend.prefixes[d], dataset.config.eod_id)
-            children.append(dataset)
+        arrays = self._gpt_blend_entry(blend.prefixes, params, stores, build)
+        unpack = unpacker(arrays)
+        children: list[Any] = [
+            self._gpt_child(blend.prefixes[d], stores[d], request(d, n).indices, unpack(d), n, drop_last)
+            if n
+            else _Unused()
+            for d, n in enumerate(counts_of(arrays["dataset_index"]))
+        ]
         return BlendedDataset.from_indices(
             children,
             arrays["dataset_index"],
@@ -333,6 +290,74 @@ class _Builder:
             recipe=recipe,
             allow_mixed_tokenizers=self.allow_mixed_tokenizers,
         )
+
+    def _gpt_request(
+        self, blend: Blend, stores: list[IndexedDataset], split: str, which: str, drop_last: bool, d: int, n: int
+    ) -> IndexRequest:
+        """The index request of child ``d`` of a GPT blend, for ``n`` samples; ConfigError names its store."""
+        assert isinstance(self.config, GPTSampleConfig)
+        try:
+            made = gpt_index_request(
+                stores[d],
+                n,
+                self.config.seq_length,
+                self.seed,
+                split=split,
+                which=which,
+                add_extra_token=self.config.add_extra_token,
+                drop_last_partial=drop_last,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{blend.prefixes[d]}, {which} split of {split!r}: {exc}") from None
+        assert made is not None  # a nonzero-weight split
+        return made
+
+    def _gpt_blend_entry(
+        self,
+        prefixes: Sequence[str],
+        params: dict[str, Any],
+        stores: list[IndexedDataset],
+        build: Callable[[], dict[str, np.ndarray]],
+    ) -> dict[str, np.ndarray]:
+        """A GPT blend's cache entry, its ``stores`` opened on the way: the key from the stat record when
+        no store changed since, else from the stores' manifests (then the record is written)."""
+        assert self.cache is not None
+        canonical_json(params)  # refuse what cannot be a key before building
+        record = StatRecord(self.cache.directory, prefixes, params)
+        known = record.lookup()
+        arrays = None
+        if known is not None:  # no store changed since its manifest was read: the key is known
+            key, facts = known
+            stores[:] = [self.store(p, f) for p, f in zip(prefixes, facts)]
+            self._check_tokenizers(stores)
+            arrays = self.cache.load(key)  # None when the entry is gone: then the long way below
+        if arrays is None:
+            stats = record.stats()  # before the manifests are read, so a change meanwhile is seen next time
+            stores[:] = [self.store(p) for p in prefixes]
+            self._check_tokenizers(stores)
+            identity = {"stores": [store_identity(store) for store in stores]}
+            key = _key(identity, params)
+            arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
+            record.write(stats, stores, key)
+        return arrays
+
+    def _gpt_child(
+        self,
+        prefix: str,
+        store: IndexedDataset,
+        indices: np.ndarray,
+        unpacked: tuple[np.ndarray, np.ndarray, np.ndarray],
+        n: int,
+        drop_last: bool,
+    ) -> GPTDataset:
+        """Child ``prefix`` of a GPT blend over its indices from the entry; its EOD checked against the store's."""
+        assert isinstance(self.config, GPTSampleConfig)
+        dataset = GPTDataset.from_indices(
+            store, indices, *unpacked, self.config, seed=self.seed, num_samples=n, drop_last_partial=drop_last
+        )
+        assert dataset.config.eod_id is not None  # resolved from the store or checked against it
+        self._check_eod(prefix, dataset.config.eod_id)
+        return dataset
 
     def _blend_scheduled(
         self, blend: Blend, schedule: MixtureSchedule, split: str, which: str, size: int | None
@@ -507,110 +532,6 @@ class _Builder:
             return build()
         canonical_json(params)  # refuse what cannot be a key before building
         return self.cache.get_or_build_for({}, params, build, source=params["kind"])
-
-
-_CHILD_ARRAYS = ("document_index", "sample_index", "shuffle_index")
-
-
-def _pack_children(built: dict[int, dict[str, np.ndarray]], count: int) -> dict[str, np.ndarray]:
-    """The children's index arrays, ``built[d]`` for child ``d`` of ``count``, as a few arrays: per
-    kind, one concatenation per dtype (children keep Megatron's dtypes, which vary with their size)
-    and a ``KIND.where`` table of (dtype group, start, stop) rows, (-1, 0, 0) for a child with none."""
-    packed: dict[str, np.ndarray] = {}
-    order = sorted(built)
-    for kind in _CHILD_ARRAYS:
-        names: dict[np.dtype, str] = {}  # str(dtype) is slow: made once per distinct dtype, not per child
-        groups: dict[str, list[int]] = {}
-        for d in order:
-            dtype = built[d][kind].dtype
-            name = names.get(dtype) or names.setdefault(dtype, str(dtype))
-            groups.setdefault(name, []).append(d)
-        where = np.zeros((count, 3), dtype=np.int64)
-        where[:, 0] = -1
-        for code, (name, members) in enumerate(sorted(groups.items())):
-            lengths = np.array([len(built[d][kind]) for d in members], dtype=np.int64)
-            stops = np.cumsum(lengths)
-            where[members, 0] = code
-            where[members, 1] = stops - lengths
-            where[members, 2] = stops
-            packed[f"{kind}.{name}"] = np.concatenate([built[d][kind] for d in members])
-        packed[f"{kind}.where"] = where
-    return packed
-
-
-def _unpacker(arrays: dict[str, np.ndarray]) -> Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Child ``d``'s (document, sample, shuffle) indices as views of an entry ``_pack_children`` made."""
-    tables = []
-    for kind in _CHILD_ARRAYS:
-        # the dtype groups in the order _pack_children numbered them (their dtype names sorted)
-        groups = sorted(name for name in arrays if name.startswith(kind + ".") and name != kind + ".where")
-        tables.append(([arrays[name] for name in groups], arrays[kind + ".where"].ravel().tolist()))  # flat: ints
-
-    (documents, document_rows), (samples, sample_rows), (shuffles, shuffle_rows) = tables
-
-    def unpack(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (_view(documents, document_rows, d), _view(samples, sample_rows, d), _view(shuffles, shuffle_rows, d))
-
-    return unpack
-
-
-def _view(groups: list[np.ndarray], rows: list[int], d: int) -> np.ndarray:
-    """Child ``d``'s array: rows ``start:stop`` of dtype group ``code``, its ``(code, start, stop)`` in the
-    flattened where table ``rows``."""
-    code, start, stop = rows[3 * d : 3 * d + 3]
-    return groups[code][start:stop]
-
-
-@dataclass(frozen=True)
-class _ChildJob:
-    """What a worker process needs to build one blend's children's GPT indices."""
-
-    seq_length: int
-    seed: int
-    split: str
-    which: str
-    add_extra_token: bool
-    drop_last_partial: bool
-
-    def __call__(self, children: list[tuple[int, str, int]]) -> dict[int, dict[str, np.ndarray]]:
-        """The indices of ``children`` ((position in the blend, store prefix, samples) each), by position."""
-        arrays: dict[int, dict[str, np.ndarray]] = {}
-        for d, prefix, n in children:
-            with IndexedDataset(prefix) as store:
-                try:
-                    request = gpt_index_request(
-                        store,
-                        n,
-                        self.seq_length,
-                        self.seed,
-                        split=self.split,
-                        which=self.which,
-                        add_extra_token=self.add_extra_token,
-                        drop_last_partial=self.drop_last_partial,
-                    )
-                except ConfigError as exc:
-                    raise ConfigError(f"{prefix}, {self.which} split of {self.split!r}: {exc}") from None
-                assert request is not None  # a nonzero-weight split
-                arrays[d] = request.build()
-        return arrays
-
-
-def _build_children_in_processes(
-    job: _ChildJob, prefixes: Sequence[str], wanted: list[tuple[int, int]], workers: int
-) -> dict[int, dict[str, np.ndarray]]:
-    """``job`` over the ``wanted`` (child, samples) pairs in ``workers`` spawned processes, in chunks;
-    spawned, not forked, so a parent holding threads (torch, a loader) cannot deadlock them."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    items = [(d, prefixes[d], n) for d, n in wanted]
-    chunks = [items[k : k + 64] for k in range(0, len(items), 64)]
-    arrays: dict[int, dict[str, np.ndarray]] = {}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context) as pool:
-        for part in pool.map(job, chunks):
-            arrays.update(part)
-    return arrays
 
 
 def _aligned(children: list[Any]) -> list[Any]:

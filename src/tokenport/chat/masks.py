@@ -159,6 +159,15 @@ def plan_chat(
     text, generation = template.render_prepared(chat, tools)
     if completion_start is not None:
         return _plan_completion(template, chat, text, tools, completion_start, reasoning)
+    fields = _located_fields(template, chat, policy, reasoning)
+    located = locate_fields(template, chat, fields, text, tools) if fields else {}
+    return ChatPlan(text, tuple(_mask_ops(template, chat, generation, fields, located, policy, reasoning)))
+
+
+def _located_fields(
+    template: ChatTemplate, chat: list[dict[str, Any]], policy: str, reasoning: str
+) -> list[tuple[int, str]]:
+    """The (message, field) pairs whose printed spans the mask needs located in the rendered text."""
     assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
     if policy == "last_assistant":
         assistants = assistants[-1:]
@@ -177,12 +186,23 @@ def plan_chat(
         fields += [(i, "reasoning_content") for i in assistants if "reasoning_content" in chat[i]]
     if policy == "all":
         fields += [(i, "content") for i, m in enumerate(chat) if m["role"] == "tool"]
-    located = locate_fields(template, chat, fields, text, tools) if fields else {}
+    return fields
 
+
+def _mask_ops(
+    template: ChatTemplate,
+    chat: list[dict[str, Any]],
+    generation: Sequence[tuple[int, int]],
+    fields: list[tuple[int, str]],
+    located: dict[tuple[int, str], list[Span]],
+    policy: str,
+    reasoning: str,
+) -> list[tuple[int, int, int]]:
+    """The mask's operations over character spans: what is trained, then what never carries loss."""
     ops: list[tuple[int, int, int]] = []
     if policy == "all":
         ops.append((_ALL, 0, 0))
-    elif markers:
+    elif template.has_generation_markers:
         if policy == "last_assistant":
             if len(generation) != sum(m["role"] == "assistant" for m in chat):
                 raise ConfigError(
@@ -206,7 +226,7 @@ def plan_chat(
     for i, field in fields:  # text that never carries loss
         if (field == "reasoning_content" and reasoning == "mask") or chat[i]["role"] == "tool":
             ops += [(_MASK, start, end) for start, end in located[i, field]]
-    return ChatPlan(text, tuple(ops))
+    return ops
 
 
 def _plan_completion(

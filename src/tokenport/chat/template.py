@@ -335,6 +335,25 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))  # names a template's `d.name` / `d['nam
 
 def _compile(source: str, origin: str) -> Any:
     """`source` compiled in transformers' sandboxed environment, with a generation tracker of its own."""
+    jinja2 = _jinja()
+    tracker = _generation_tracker(jinja2, origin)
+    environment = _chat_environment(jinja2, tracker)
+    env = environment(trim_blocks=True, lstrip_blocks=True, extensions=[tracker, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _TemplateDict()
+    env.globals["namespace"] = _template_namespace(jinja2)
+    try:
+        template = env.from_string(source)
+    except jinja2.exceptions.TemplateSyntaxError as e:
+        raise ConfigError(f"the chat template from {origin} is not valid Jinja: {e.message} (line {e.lineno})") from e
+    template.globals = dict(template.globals)  # a ChainMap over env.globals, copied by every render: flattened once
+    return template
+
+
+def _jinja() -> Any:
+    """The jinja2 package with the modules a chat template needs, refused when missing or too old."""
     try:
         import jinja2
         import jinja2.ext
@@ -349,6 +368,38 @@ def _compile(source: str, origin: str) -> Any:
             f"jinja2 {jinja2.__version__} has known sandbox escapes and chat templates are untrusted code; "
             "pip install 'jinja2>=3.1.6'"
         )
+    return jinja2
+
+
+def _raise_exception(message: str) -> None:
+    """A template's `raise_exception(message)`: a TemplateError with its message."""
+    import jinja2
+
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False):
+    """transformers' `tojson` filter: json.dumps, non-ASCII kept."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(format: str) -> str:
+    """A template's `strftime_now(format)`: the local time now."""
+    return datetime.now().strftime(format)
+
+
+class _TemplateDict:
+    """`dict(...)` without attribute access to the real type."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+def _generation_tracker(jinja2: Any, origin: str) -> Any:
+    """A jinja extension class for `{% generation %}` blocks of the template from `origin`."""
 
     class GenerationTracker(jinja2.ext.Extension):
         """`{% generation %}...{% endgeneration %}`: records the block's span in the text generated so far."""
@@ -386,23 +437,11 @@ def _compile(source: str, origin: str) -> Any:
             finally:
                 self._blocks = self._spans = None
 
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
+    return GenerationTracker
 
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    def strftime_now(format: str) -> str:
-        return datetime.now().strftime(format)
-
-    class TemplateDict:
-        """`dict(...)` without attribute access to the real type."""
-
-        def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
-            return dict(*args, **kwargs)
-
-        def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
-            return dict.fromkeys(*args, **kwargs)
+def _template_namespace(jinja2: Any) -> Any:
+    """The class of a template's `namespace(...)`, refusing underscore-prefixed attributes."""
 
     class TemplateNamespace(jinja2.utils.Namespace):
         """`namespace(...)` refusing underscore-prefixed attributes."""
@@ -424,6 +463,12 @@ def _compile(source: str, origin: str) -> Any:
                 raise jinja2.exceptions.SecurityError(
                     f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}."
                 )
+
+    return TemplateNamespace
+
+
+def _chat_environment(jinja2: Any, tracker: Any) -> Any:
+    """The sandboxed environment class of a template whose generation blocks `tracker` records."""
 
     class ChatEnvironment(jinja2.sandbox.ImmutableSandboxedEnvironment):
         """transformers' sandbox, answering its most frequent questions faster with the same answers.
@@ -461,19 +506,8 @@ def _compile(source: str, origin: str) -> Any:
             return verdict
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's names)
-            if getattr(__obj, "__func__", None) is GenerationTracker._generation:
+            if getattr(__obj, "__func__", None) is tracker._generation:
                 return __context.call(__obj, *args, **kwargs)
             return super().call(__context, __obj, *args, **kwargs)
 
-    env = ChatEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTracker, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    env.globals["dict"] = TemplateDict()
-    env.globals["namespace"] = TemplateNamespace
-    try:
-        template = env.from_string(source)
-    except jinja2.exceptions.TemplateSyntaxError as e:
-        raise ConfigError(f"the chat template from {origin} is not valid Jinja: {e.message} (line {e.lineno})") from e
-    template.globals = dict(template.globals)  # a ChainMap over env.globals, copied by every render: flattened once
-    return template
+    return ChatEnvironment

@@ -142,6 +142,31 @@ def _check_settings(dtype: Any, vocab_size: Any, provenance: Any, checksum: Any,
             raise ConfigError(f"{exc}: pass blake2b-128, xxh3-64 or None (the fastest installed)") from None
 
 
+def _checked_identity(prefix: str, tokenizer: Any) -> Any:
+    """The tokenizer's identity record for the manifest (None without one); ConfigError when it is invalid."""
+    identity = _tokenizer_identity(tokenizer)
+    if identity is not None:
+        try:
+            if not isinstance(identity, dict):
+                raise ValueError("expected a Tokenizer or a dict (its identity)")
+            check_tokenizer_record(identity)
+        except ValueError as exc:
+            raise ConfigError(f"{prefix}: tokenizer={identity!r} is invalid: {exc}") from None
+    return identity
+
+
+def _check_manifest_values(prefix: str, **values: Any) -> None:
+    """Refuse a value the manifest's reader (strict JSON) would not read back: NaN, infinity, non-JSON types."""
+    for name, value in values.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"{prefix}: {name}={value!r} cannot go into the manifest ({exc}); pass JSON data "
+                "(strings, finite numbers, lists, dicts)"
+            ) from None
+
+
 class IndexedDatasetWriter:
     """Writes a token store at `prefix` (PREFIX.bin, PREFIX.idx, PREFIX.json), atomically.
 
@@ -172,14 +197,7 @@ class IndexedDatasetWriter:
                 f"chat={chat!r} is invalid: pass a dict (template fingerprint, policy, format) with masks=True"
             )
         self.prefix = store_prefix(prefix, suffixes=(".bin", ".idx"))
-        identity = _tokenizer_identity(tokenizer)
-        if identity is not None:
-            try:
-                if not isinstance(identity, dict):
-                    raise ValueError("expected a Tokenizer or a dict (its identity)")
-                check_tokenizer_record(identity)
-            except ValueError as exc:
-                raise ConfigError(f"{self.prefix}: tokenizer={identity!r} is invalid: {exc}") from None
+        identity = _checked_identity(self.prefix, tokenizer)
         if vocab_size is None and identity is not None and "vocab_size" in identity:
             vocab_size = int(identity["vocab_size"])
         if dtype is None:
@@ -189,14 +207,7 @@ class IndexedDatasetWriter:
         self.vocab_size = vocab_size
         self._tokenizer = identity
         self._provenance = dict(provenance or {})
-        for name, value in (("tokenizer", identity), ("provenance", self._provenance), ("chat", chat)):
-            try:  # what the manifest's reader (strict JSON) reads back: no NaN, no infinity, JSON types only
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"{self.prefix}: {name}={value!r} cannot go into the manifest ({exc}); pass JSON data "
-                    "(strings, finite numbers, lists, dicts)"
-                ) from None
+        _check_manifest_values(self.prefix, tokenizer=identity, provenance=self._provenance, chat=chat)
         self._limits = self._id_limits()
         commit.make_parents(self.prefix)
         commit.recover(self.prefix, clean=True)  # finish a dead writer's publication before anything else

@@ -50,10 +50,10 @@ def swap_block(array: np.ndarray, position: int, step: int, targets: np.ndarray,
     """Swap ``array[position]`` with ``array[targets[k]]`` for ``k < count``, moving ``position`` by
     ``step`` after each swap; returns the final position. Targets are prefetched ``_AHEAD`` swaps early."""
     for k in range(min(_AHEAD, count)):
-        prefetch(array, targets[k])
+        prefetch(array, targets[k])  # type: ignore[call-arg]  # numba's intrinsic stub wants typingctx
     for k in range(count):
         if k + _AHEAD < count:
-            prefetch(array, targets[k + _AHEAD])
+            prefetch(array, targets[k + _AHEAD])  # type: ignore[call-arg]  # numba's intrinsic stub wants typingctx
         j = targets[k]
         swap = array[position]
         array[position] = array[j]
