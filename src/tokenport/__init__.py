@@ -22,8 +22,17 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     )
     from .builder import Blend, BlendSpec, IndexCache, build_datasets, build_gpt_dataset, load_blend_spec
     from .chat import ChatTemplate, encode_chat
-    from .corpus import PrepareConfig, PrepareResult, prepare
-    from .dock import Dock, DockAPI
+    from .corpus import (
+        PrepareConfig,
+        PrepareOption,
+        PrepareResult,
+        RunWideStep,
+        Step,
+        prepare,
+        register_prepare_option,
+        register_step,
+    )
+    from .dock import Dock, DockAPI, DockBase, open_dock, register_dock_backend
     from .errors import (
         ConfigError,
         CorruptStoreError,
@@ -34,7 +43,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
         TokenportError,
     )
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
-    from .integrations import StatefulLoader
+    from .integrations import StatefulLoader, register_sampler
     from .integrations.tracing import trace
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.base import SampleDataset, register_dataset_kind
@@ -50,9 +59,11 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
         PaddingFreeCollator,
         PretrainingSampler,
         RandomSampler,
+        Sampler,
         StreamSampler,
     )
-    from .tokenizers import Tokenizer, load_tokenizer
+    from .storage import Scheme, register_scheme
+    from .tokenizers import Tokenizer, load_tokenizer, register_tokenizer
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
@@ -69,6 +80,7 @@ _EXPORTS = {
     "DoReMiController": ".blend",
     "Dock": ".dock",
     "DockAPI": ".dock",
+    "DockBase": ".dock",
     "DockTimeout": ".errors",
     "GPTDataset": ".samples.gpt",
     "GPTSampleConfig": ".samples.gpt",
@@ -84,15 +96,20 @@ _EXPORTS = {
     "PaddingCollator": ".sampling",
     "PaddingFreeCollator": ".sampling",
     "PrepareConfig": ".corpus",
+    "PrepareOption": ".corpus",
     "PrepareResult": ".corpus",
     "PretrainingSampler": ".sampling",
     "RandomSampler": ".sampling",
+    "RunWideStep": ".corpus",
     "SFTConfig": ".samples.sft",
     "SFTDataset": ".samples.sft",
     "SampleDataset": ".samples.base",
     "SampleLineage": ".samples.lineage",
+    "Sampler": ".sampling",
     "ScheduleController": ".blend",
+    "Scheme": ".storage",
     "StatefulLoader": ".integrations",
+    "Step": ".corpus",
     "StorageError": ".errors",
     "StreamSampler": ".sampling",
     "Tokenizer": ".tokenizers",
@@ -106,9 +123,16 @@ _EXPORTS = {
     "load_blend_spec": ".builder",
     "load_tokenizer": ".tokenizers",
     "merge": ".indexed",
+    "open_dock": ".dock",
     "pack_best_fit": ".packing",
     "prepare": ".corpus",
     "register_dataset_kind": ".samples.base",
+    "register_dock_backend": ".dock",
+    "register_prepare_option": ".corpus",
+    "register_sampler": ".integrations",
+    "register_scheme": ".storage",
+    "register_step": ".corpus",
+    "register_tokenizer": ".tokenizers",
     "trace": ".integrations.tracing",
     "verify": ".indexed",
 }

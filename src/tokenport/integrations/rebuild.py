@@ -18,24 +18,27 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ..blend import adaptive as _adaptive
-from ..blend import dataset as _blended
+from .. import blend, samples
 from ..errors import ConfigError
-from ..samples import gpt as _gpt
-from ..samples import packed as _packed
-from ..samples import sft as _sft
 from ..samples.base import Rebuilder, rebuild_node
 from .receipt import DataReceipt, check_receipt, data_receipt
 
 __all__ = ["check_same_data", "rebuild_dataset"]
 
-_OWN_KINDS = (_adaptive, _blended, _gpt, _packed, _sft)  # imported for their register_dataset_kind calls
+
+def _import_own_kinds() -> None:
+    """Resolve every public name of samples/ and blend/: their modules' ``register_dataset_kind`` calls
+    make tokenport's own kinds known, so a new kind needs only its file and its export."""
+    for package in (samples, blend):
+        for name in package.__all__:
+            getattr(package, name)
 
 
 def rebuild_dataset(receipt: DataReceipt | Mapping[str, Any], *, stores: Mapping[str, str] | None = None) -> Any:
     """The dataset ``receipt`` describes, built again from its stores and recipes and verified: its fresh
     receipt must equal the saved one (ConfigError naming what differs, e.g. a store whose content changed)."""
     saved = receipt if isinstance(receipt, DataReceipt) else DataReceipt.from_dict(receipt)
+    _import_own_kinds()
     built = rebuild_node(saved.dataset, Rebuilder(stores or {}))
     check_same_data(saved, built)
     return built
