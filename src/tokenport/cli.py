@@ -42,7 +42,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _trace(args: argparse.Namespace) -> int:
     from .integrations.tracing import trace_file
 
-    _emit(args, [trace_file(args.state, args.step, args.rank)], many=False)
+    _emit(args, [trace_file(args.state, args.step, args.data_parallel_rank)], many=False)
     return 0
 
 
@@ -338,7 +338,23 @@ def _trace_flags(sub: argparse.ArgumentParser) -> None:
         "state", metavar="CHECKPOINT_OR_STATE", help="a JSON loader state, or a torch checkpoint holding one"
     )
     sub.add_argument("--step", type=int, required=True, help="the step: 0 is the first batch handed to the trainer")
-    sub.add_argument("--rank", type=int, default=None, help="one data-parallel rank (default: every rank)")
+    sub.add_argument(
+        "--data-parallel-rank",
+        "--rank",
+        action=_Renamed,
+        type=int,
+        default=None,
+        help="one data-parallel rank (default: every rank; --rank is its old spelling)",
+    )
+
+
+class _Renamed(argparse.Action):
+    """A flag's value under its new spelling (the first); its old spelling works for one release, with a warning."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
+        if option != self.option_strings[0]:
+            print(f"tokenport: warning: {option} is deprecated; use {self.option_strings[0]}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _merge_flags(sub: argparse.ArgumentParser) -> None:

@@ -109,6 +109,19 @@ def test_random_steps_of_an_sft_run_and_a_cyclic_sampler_trace_exactly(tmp_path)
         _check(tp.trace(state, step), steps, step)
 
 
+def test_the_cli_takes_data_parallel_rank_and_warns_on_the_old_rank_flag(blend_run, tmp_path, capsys):
+    _, state, _, _ = blend_run
+    path = tmp_path / "ckpt.pt"
+    torch.save({"loader": state}, path)
+    assert main(["trace", str(path), "--step", "4", "--data-parallel-rank", "1"]) == 0
+    new = capsys.readouterr()
+    assert main(["trace", str(path), "--step", "4", "--rank", "1"]) == 0
+    old = capsys.readouterr()
+    assert "rank 1 slot 0: sample" in new.out and "rank 0" not in new.out
+    assert old.out == new.out and "deprecated" not in new.err
+    assert "tokenport: warning: --rank is deprecated; use --data-parallel-rank" in old.err
+
+
 def test_the_cli_prints_the_step_and_its_json(blend_run, tmp_path, capsys):
     _, state, steps, prefixes = blend_run
     path = tmp_path / "ckpt.pt"
