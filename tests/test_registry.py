@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
+from tests._support.plugins import write_plugin
 from tokenport._registry import Registry
 from tokenport.errors import ConfigError
 
@@ -57,12 +57,7 @@ def test_added_leaves_out_built_ins():
 
 
 def _plugin_dir(tmp_path, body: str) -> str:
-    (tmp_path / "toy_plugin.py").write_text(textwrap.dedent(body))
-    info = tmp_path / "toy_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy = toy_plugin\n")
-    return str(tmp_path)
+    return write_plugin(tmp_path, "toy_plugin", body, name="toy")
 
 
 def _run(path: str, code: str) -> subprocess.CompletedProcess:

@@ -10,11 +10,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 import tokenport as tp
+from tests._support.plugins import write_plugin
 from tokenport.corpus import PrepareConfig, RunWideStep, Step, prepare, register_step
 from tokenport.corpus.run.config import load_steps
 from tokenport.indexed import IndexedDataset
@@ -72,13 +72,7 @@ COUNTS = {
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory) -> str:
     """A directory holding the toys as module `toy_steps_plugin`, declared as a tokenport plugin."""
-    root = tmp_path_factory.mktemp("plugin")
-    (root / "toy_steps_plugin.py").write_text(textwrap.dedent(TOYS))
-    info = root / "toy_steps_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-steps-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy_steps = toy_steps_plugin\n")
-    return str(root)
+    return write_plugin(tmp_path_factory.mktemp("plugin"), "toy_steps_plugin", TOYS, name="toy_steps")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.plugins import write_plugin
 from tokenport._schema import Document, Positive, decode
 from tokenport.integrations import StatefulLoader, data_receipt, rebuild_dataset
 from tokenport.samples.base import Describer, Rebuilder, digest
@@ -155,20 +155,8 @@ def _node(node: Mapping[str, Any]) -> ReceiptNode:
 
 def _plugin(tmp_path: Path) -> str:
     """A plugin distribution whose module imports this file (which registers the toy kind)."""
-    path = tmp_path / "plugin"
-    path.mkdir()
-    (path / "toy_dataset_plugin.py").write_text(
-        textwrap.dedent(
-            """
-            from tests.extending.test_dataset_kind import DocumentHeads  # registers "toy_document_heads"
-            """
-        )
-    )
-    info = path / "toy_dataset_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-dataset-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy_dataset = toy_dataset_plugin\n")
-    return str(path)
+    source = "from tests.extending.test_dataset_kind import DocumentHeads  # registers the toy kind\n"
+    return write_plugin(tmp_path / "plugin", "toy_dataset_plugin", source, name="toy_dataset")
 
 
 def _cli(args: list[str], *paths: str) -> subprocess.CompletedProcess:

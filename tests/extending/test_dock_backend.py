@@ -14,7 +14,6 @@ import queue
 import random
 import subprocess
 import sys
-import textwrap
 import threading
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.plugins import write_plugin
 from tests.dock._state import dock_state
 from tokenport.dock import (
     AppendRequest,
@@ -317,11 +317,7 @@ print(type(dock).__name__, batch["x"].tolist(), dock.all_consumed("train", "p"))
 
 
 def test_a_plugin_backend_is_found_through_its_entry_point(tmp_path):
-    (tmp_path / "toy_plugin.py").write_text(textwrap.dedent(PLUGIN))
-    info = tmp_path / "toy_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy = toy_plugin\n")
+    write_plugin(tmp_path, "toy_plugin", PLUGIN, name="toy")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.pathsep.join([str(tmp_path), root, *sys.path[1:]])
     done = subprocess.run(

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests._support.plugins import write_plugin
 from tokenport.cli import main
 from tokenport.corpus import PrepareConfig, PrepareOption, Step, prepare, register_prepare_option, register_step
 from tokenport.corpus.run.options import OPTIONS, RESERVED_FLAGS
@@ -89,14 +90,8 @@ TOY_PLUGIN = "from tests.extending.test_prepare_option import register_toy\n\nre
 
 def _plugin(tmp_path: Path, source: str = TOY_PLUGIN) -> str:
     """A plugin directory on a path: toy_plugin (by default, registering the toy) is a tokenport.plugins entry point."""
-    plugin = tmp_path / "plugin"
-    plugin.mkdir()
-    (plugin / "toy_plugin.py").write_text(source)
-    info = plugin / "toy_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy = toy_plugin\n")
-    return os.pathsep.join([str(plugin), str(ROOT), *sys.path[1:]])
+    plugin = write_plugin(tmp_path / "plugin", "toy_plugin", source, name="toy")
+    return os.pathsep.join([plugin, str(ROOT), *sys.path[1:]])
 
 
 def _tokenport(path: str, *argv: str) -> subprocess.CompletedProcess:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
+from tests._support.plugins import write_plugin
 from tokenport.errors import ConfigError, TokenportError
 from tokenport.integrations import StatefulLoader, register_sampler
 from tokenport.sampling import PretrainingSampler, Sampler
@@ -193,21 +193,13 @@ def test_an_unregistered_name_is_refused_naming_the_known_samplers(train):
 
 def _plugin_dir(tmp_path: Path) -> str:
     """An installed-looking plugin whose import registers the toy (as a package outside tokenport would)."""
-    (tmp_path / "toy_sampler_plugin.py").write_text(
-        textwrap.dedent(
-            """
-            from tests.extending.test_sampler import NAME, from_state
-            from tokenport.integrations import register_sampler
+    source = """
+        from tests.extending.test_sampler import NAME, from_state
+        from tokenport.integrations import register_sampler
 
-            register_sampler(NAME, from_state)
-            """
-        )
-    )
-    info = tmp_path / "toy_sampler_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-sampler-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy_sampler = toy_sampler_plugin\n")
-    return str(tmp_path)
+        register_sampler(NAME, from_state)
+        """
+    return write_plugin(tmp_path, "toy_sampler_plugin", source, name="toy_sampler")
 
 
 def test_the_cli_traces_a_toy_sampler_loaded_as_a_plugin(train, tmp_path):

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.plugins import write_plugin
 from tokenport.errors import CorruptStoreError, StorageError
 from tokenport.storage import ByteSource, FileInfo, Scheme, open_source, register_scheme, schemes
 
@@ -133,13 +133,8 @@ register_scheme("toy", DirScheme(os.environ["TOY_ROOT"]))
 
 def run_cli(tmp_path: Path, root: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m tokenport ARGS` in a process where the toy scheme is a tokenport.plugins plugin."""
-    plugins = tmp_path / "plugins"
-    info = plugins / "toy_plugin-0.1.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (plugins / "toy_plugin.py").write_text(textwrap.dedent(PLUGIN))
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy = toy_plugin\n")
-    path = os.pathsep.join([str(plugins), str(REPO), *sys.path[1:]])
+    plugins = write_plugin(tmp_path / "plugins", "toy_plugin", PLUGIN, name="toy")
+    path = os.pathsep.join([plugins, str(REPO), *sys.path[1:]])
     env = {"PYTHONPATH": path, "PATH": os.environ.get("PATH", "/usr/bin"), "TOY_ROOT": str(root)}
     return subprocess.run(
         [sys.executable, "-m", "tokenport", *args], capture_output=True, text=True, env=env, timeout=300

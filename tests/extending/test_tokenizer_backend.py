@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
+from tests._support.plugins import write_plugin
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.errors import ConfigError, TokenizerError
 from tokenport.indexed import IndexedDataset
@@ -64,13 +64,7 @@ TEXTS = ["hello world", "naïve café 東京", "third document\nwith two lines"]
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory) -> str:
     """A directory holding the toy as module `toy_tokenizer_plugin`, declared as a tokenport plugin."""
-    root = tmp_path_factory.mktemp("plugin")
-    (root / "toy_tokenizer_plugin.py").write_text(textwrap.dedent(TOY))
-    info = root / "toy_tokenizer_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-tokenizer-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[tokenport.plugins]\ntoy_tokenizer = toy_tokenizer_plugin\n")
-    return str(root)
+    return write_plugin(tmp_path_factory.mktemp("plugin"), "toy_tokenizer_plugin", TOY, name="toy_tokenizer")
 
 
 @pytest.fixture(scope="module")
