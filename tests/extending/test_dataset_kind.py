@@ -17,6 +17,7 @@ import pytest
 import tokenport as tp
 from tests._support.mutate import mutations
 from tests._support.plugins import write_plugin
+from tests._support.stores import build_store, random_documents
 from tokenport._schema import Document, Positive, decode
 from tokenport.integrations import StatefulLoader, data_receipt, rebuild_dataset
 from tokenport.samples.base import Describer, Rebuilder, digest
@@ -77,11 +78,8 @@ tp.register_dataset_kind("toy_document_heads", DocumentHeads)
 
 
 def _store(prefix: Path, documents: int = 60) -> tp.IndexedDataset:
-    rng = np.random.default_rng(4)
-    with tp.IndexedDatasetWriter(str(prefix), tokenizer=tp.load_tokenizer("byte")) as writer:
-        for _ in range(documents):
-            writer.add_document(np.append(rng.integers(32, 127, int(rng.integers(5, 40))), 256))
-    return tp.IndexedDataset(str(prefix))
+    texts = random_documents(np.random.default_rng(4), documents, tokens=(32, 127), length=(5, 40), append=256)
+    return tp.IndexedDataset(build_store(prefix, texts, tokenizer=tp.load_tokenizer("byte")))
 
 
 @pytest.fixture()

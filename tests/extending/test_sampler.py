@@ -18,6 +18,7 @@ import pytest
 import tokenport as tp
 from tests._support.mutate import mutations
 from tests._support.plugins import write_plugin
+from tests._support.stores import build_store, random_documents
 from tokenport.errors import ConfigError, TokenportError
 from tokenport.integrations import StatefulLoader, register_sampler
 from tokenport.sampling import PretrainingSampler, Sampler
@@ -94,10 +95,8 @@ register_sampler(NAME, from_state)
 @pytest.fixture(scope="module")
 def train(tmp_path_factory):
     prefix = tmp_path_factory.mktemp("store") / "docs"
-    rng = np.random.default_rng(0)
-    with tp.IndexedDatasetWriter(str(prefix), tokenizer=tp.load_tokenizer("byte")) as writer:
-        for _ in range(30):
-            writer.add_document(np.append(rng.integers(32, 127, int(rng.integers(10, 60))), 256))
+    texts = random_documents(np.random.default_rng(0), 30, tokens=(32, 127), length=(10, 60), append=256)
+    build_store(prefix, texts, tokenizer=tp.load_tokenizer("byte"))
     dataset, _, _ = tp.build_datasets(
         [str(prefix)], sizes=(64, 0, 0), config=tp.GPTSampleConfig(16), seed=1, split="1,0,0"
     )

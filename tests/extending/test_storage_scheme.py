@@ -21,6 +21,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.plugins import write_plugin
+from tests._support.stores import build_store, random_documents
 from tokenport.errors import CorruptStoreError, StorageError
 from tokenport.storage import ByteSource, FileInfo, Scheme, open_source, register_scheme, schemes
 
@@ -69,12 +70,8 @@ class DirScheme(Scheme):
 
 def write_store(prefix: Path, documents: int = 40) -> str:
     """A small store of `documents` documents with a manifest (checksums), written locally."""
-    rng = np.random.default_rng(7)
-    writer = tp.IndexedDatasetWriter(prefix, np.uint16, vocab_size=1000)
-    for _ in range(documents):
-        writer.add_document(rng.integers(1, 1000, int(rng.integers(1, 60))))
-    writer.finalize()
-    return str(prefix)
+    texts = random_documents(np.random.default_rng(7), documents, tokens=(1, 1000), length=(1, 60))
+    return build_store(prefix, texts, dtype=np.uint16, vocab_size=1000)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
+from tests._support.stores import build_store, random_documents
 from tokenport.integrations import StatefulLoader, data_receipt, rebuild_dataset
 
 EOD = 0
@@ -16,12 +17,8 @@ EOD = 0
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    rng = np.random.default_rng(3)
-    prefix = str(tmp_path_factory.mktemp("names") / "store")
-    with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
-        for _ in range(50):
-            writer.add_document(np.append(rng.integers(1, 1000, int(rng.integers(2, 60))), EOD))
-    return tp.IndexedDataset(prefix)
+    documents = random_documents(np.random.default_rng(3), 50, tokens=(1, 1000), length=(2, 60), append=EOD)
+    return tp.IndexedDataset(build_store(tmp_path_factory.mktemp("names") / "store", documents, dtype=np.uint16))
 
 
 def _same(a, b) -> None:
