@@ -20,7 +20,7 @@ from tests._support.plugins import write_plugin
 from tests._support.stores import build_store, random_documents
 from tokenport._schema import Document, Positive, decode
 from tokenport.integrations import StatefulLoader, data_receipt, rebuild_dataset
-from tokenport.samples.base import Describer, Rebuilder, digest
+from tokenport.samples import Describer, Rebuilder, digest
 from tokenport.sampling.state import ReceiptNode
 
 torch = pytest.importorskip("torch")

@@ -1,7 +1,8 @@
 """Samples: documents of a token store cut into what a model trains on.
 
 ``base``: the contract every sample-dataset kind follows (``SampleDataset``) and their registry
-(``register_dataset_kind``), with what receipts and rebuild hand a kind; ``bins``: the base of
+(``register_dataset_kind``), with what receipts and rebuild hand a kind (``Describer``,
+``Rebuilder``, and ``digest``, an index's fingerprint); ``bins``: the base of
 datasets of packed bins;
 ``gpt``: Megatron's fixed-length GPT samples and their indices; ``fields``: the kernel that
 assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples;
@@ -14,7 +15,7 @@ import typing
 from .. import _lazy
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
-    from .base import SampleDataset, register_dataset_kind
+    from .base import Describer, Rebuilder, SampleDataset, digest, register_dataset_kind
     from .gpt import GPTDataset, GPTSampleConfig
     from .lineage import SampleLineage
     from .packed import PackedDataset
@@ -22,14 +23,17 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
 
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
+    "Describer": ".base",
     "GPTDataset": ".gpt",
     "GPTSampleConfig": ".gpt",
     "PackedDataset": ".packed",
+    "Rebuilder": ".base",
     "SFTConfig": ".sft",
     "SFTCounts": ".sft",
     "SFTDataset": ".sft",
     "SampleDataset": ".base",
     "SampleLineage": ".lineage",
+    "digest": ".base",
     "register_dataset_kind": ".base",
 }
 
