@@ -98,3 +98,24 @@ def test_a_broken_plugin_is_a_config_error_naming_it(tmp_path):
     out = _run(path + ":" + ":".join(sys.path[1:]), code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ConfigError tokenport plugin 'toy' (toy_plugin) failed to load: RuntimeError: boom")
+
+
+def test_a_broken_plugin_stops_no_other_and_is_named_at_every_later_lookup(tmp_path):
+    write_plugin(tmp_path, "broken_plugin", "raise RuntimeError('boom')\n", name="broken")
+    good = """
+        import tokenport._registry as r
+        r.GOOD = r.Registry("toy", lambda x: True, "anything")
+        r.GOOD.register("hello", "world")
+        """
+    write_plugin(tmp_path, "good_plugin", good, name="good")
+    code = (
+        "import tokenport._registry as r\n"
+        "reg = r.Registry('toy', lambda x: True, 'anything')\n"
+        "for _ in range(2):\n"
+        "    try:\n        reg.get('missing')\n"
+        "    except Exception as e:\n        print(type(e).__name__, 'broken_plugin' in str(e))\n"
+        "print(r.GOOD.get('hello'))\n"
+    )
+    out = _run(str(tmp_path) + ":" + ":".join(sys.path[1:]), code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["ConfigError True", "ConfigError True", "world"]

@@ -18,29 +18,33 @@ from .errors import ConfigError
 T = TypeVar("T")
 
 PLUGIN_GROUP = "tokenport.plugins"
-_loaded = False
+_loaded: tuple[str, ...] | None = None  # the entry points imported, once the group has been read
+_failures = ""  # why some could not be: said again at every later call, never forgotten
 _lock = threading.RLock()
 
 
 def load_plugins() -> tuple[str, ...]:
     """Import every module of the ``tokenport.plugins`` entry-point group, once per process; the
-    names of the entry points loaded. A plugin that fails to import is a ConfigError naming it."""
-    global _loaded
+    names of the entry points loaded. Plugins that fail to import do not stop the others; they are
+    a ConfigError naming each, raised now and at every later call."""
+    global _loaded, _failures
     with _lock:
-        if _loaded:
-            return ()
-        _loaded = True
-        names = []
-        for point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-            try:
-                point.load()
-            except Exception as exc:  # a plugin's own failure, reported with its name
-                raise ConfigError(
-                    f"tokenport plugin {point.name!r} ({point.value}) failed to load: {type(exc).__name__}: {exc}; "
-                    f"fix or uninstall the package that declares it in the {PLUGIN_GROUP!r} entry points"
-                ) from exc
-            names.append(point.name)
-        return tuple(names)
+        if _loaded is None:
+            names, failures = [], []
+            for point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+                try:
+                    point.load()
+                except Exception as exc:  # a plugin's own failure, reported with its name
+                    failures.append(f"{point.name!r} ({point.value}) failed to load: {type(exc).__name__}: {exc}")
+                else:
+                    names.append(point.name)
+            _loaded, _failures = tuple(names), "; ".join(failures)
+        if _failures:
+            raise ConfigError(
+                f"tokenport plugin {_failures}; fix or uninstall the package that declares it in the "
+                f"{PLUGIN_GROUP!r} entry points"
+            )
+        return _loaded
 
 
 class Registry(Generic[T]):
