@@ -75,13 +75,18 @@ class Registry(Generic[T]):
         """Mark what is registered now as tokenport's own (`added()` leaves those out)."""
         self._built_in = frozenset(self._items)
 
-    def get(self, name: str, *, where: str = "") -> T:
-        """The extension called `name`, loading plugins first if it is missing; ConfigError naming
-        the known names (and `where` the name came from) when it is not there either."""
-        item = self._items.get(name) if isinstance(name, str) else None
-        if item is None and isinstance(name, str):
+    def find(self, name: str) -> T | None:
+        """The extension called `name`, loading plugins first if it is missing; None if it is not there either."""
+        if not isinstance(name, str):
+            return None
+        if name not in self._items:
             load_plugins()
-            item = self._items.get(name)
+        return self._items.get(name)
+
+    def get(self, name: str, *, where: str = "") -> T:
+        """The extension called `name` (see `find`); ConfigError naming the known names (and `where` the
+        name came from) when it is not there."""
+        item = self.find(name)
         if item is None:
             known = ", ".join(sorted(self._items)) or "none"
             place = f"{where}: " if where else ""

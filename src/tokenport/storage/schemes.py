@@ -7,7 +7,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
-from .._registry import Registry, load_plugins
+from .._registry import Registry
 from ..errors import ConfigError
 from .base import ByteSource
 
@@ -58,12 +58,6 @@ class _Schemes(Registry[Scheme]):
 
     def __delitem__(self, name: str) -> None:
         del self._items[name]
-
-    def find(self, name: str) -> Scheme | None:
-        """The backend registered for `name`, loading the plugins first if none is; None when none is."""
-        if name not in self:
-            load_plugins()
-        return self._items.get(name)
 
 
 SCHEMES = _Schemes("storage scheme", lambda item: isinstance(item, Scheme), "a storage.Scheme instance")

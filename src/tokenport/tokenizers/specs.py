@@ -7,7 +7,6 @@ import logging
 import os
 from typing import Any
 
-from .._registry import load_plugins
 from ..errors import ConfigError, TokenizerError, TokenportError
 from .base import TOKENIZERS, Tokenizer, TokenizerFactory
 
@@ -57,11 +56,9 @@ def _factory(spec: str) -> TokenizerFactory:
         return TOKENIZERS.get("byte")
     scheme, colon, _ = spec.partition(":")
     named = bool(colon) and scheme.replace("-", "_").replace(".", "_").isidentifier()  # as register allows
-    if named:
-        if scheme not in TOKENIZERS:
-            load_plugins()
-        if scheme in TOKENIZERS:
-            return TOKENIZERS.get(scheme)
+    factory = TOKENIZERS.find(scheme) if named else None
+    if factory is not None:
+        return factory
     base = spec.rpartition("#")[0] or spec
     for suffix, name in ((".model", "sentencepiece"), (".tiktoken", "tiktoken"), (".json", "hf")):
         if base.endswith(suffix):
