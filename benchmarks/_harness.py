@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 import sys
@@ -69,16 +70,23 @@ class Row:
     goal: float | None = None  # ratio wanted (rates: ours/theirs; "lower is better" rows: theirs/ours)
     goal_text: str | None = None  # how to print the goal, when not ">=goal x"
     lower_is_better: bool = False
+    absolute: bool = False  # the goal is on `ours` itself (a time, a fraction), not on a ratio
 
     @property
     def ratio(self) -> float:
+        if self.absolute:
+            return self.ours
         if self.lower_is_better:
             return self.theirs / self.ours if self.ours else float("inf")
         return self.ours / self.theirs if self.theirs else float("inf")
 
     @property
     def met(self) -> bool | None:
-        return None if self.goal is None else self.ratio >= self.goal
+        if self.goal is None:
+            return None
+        if self.absolute and self.lower_is_better:
+            return self.ours <= self.goal
+        return self.ratio >= self.goal
 
 
 def human(value: float, metric: str) -> str:
@@ -100,9 +108,40 @@ def human(value: float, metric: str) -> str:
     return f"{value:,.3g}"
 
 
+def record_goals(rows: list[Row]) -> None:
+    """Append each row that has a goal, as one JSON line, to the file $TOKENPORT_BENCH_RECORD names
+    (set by benchmarks/run_all.py, which collects every script's headline figures this way)."""
+    path = os.environ.get("TOKENPORT_BENCH_RECORD")
+    if not path:
+        return
+    script = os.path.basename(sys.argv[0])
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            if r.goal is None:
+                continue
+            line = {
+                "script": script,
+                "section": r.section,
+                "case": r.case,
+                "metric": r.metric,
+                "ours": r.ours,
+                "theirs": r.theirs,
+                "theirs_name": r.theirs_name,
+                "ratio": r.ratio,
+                "goal": r.goal,
+                "goal_text": r.goal_text or f">={r.goal:g}x",
+                "lower_is_better": r.lower_is_better,
+                "absolute": r.absolute,
+                "met": r.met,
+            }
+            f.write(json.dumps(line) + "\n")
+
+
 def print_table(rows: list[Row]) -> None:
     """Print the rows as an aligned table (text columns left, figures right), each goal marked
-    met or NOT met, so that every benchmark reports in the same shape."""
+    met or NOT met, so that every benchmark reports in the same shape; goal rows are also
+    recorded for run_all.py (`record_goals`)."""
+    record_goals(rows)
     header = ("section", "case", "metric", "tokenport", "baseline", "vs", "ratio", "goal")
     lines = [header]
     for r in rows:
@@ -118,7 +157,7 @@ def print_table(rows: list[Row]) -> None:
                 human(r.ours, r.metric),
                 human(r.theirs, r.metric),
                 r.theirs_name,
-                f"{r.ratio:,.2f}x",
+                human(r.ours, r.metric) if r.absolute else f"{r.ratio:,.2f}x",
                 goal,
             )
         )
@@ -139,7 +178,12 @@ def print_goals(rows: list[Row]) -> None:
     goals = [r for r in rows if r.goal is not None]
     print(f"goals met: {sum(bool(r.met) for r in goals)} of {len(goals)}")
     for r in goals:
-        what = f"tokenport takes {1 / r.ratio:,.2f}x megatron's time" if r.goal < 1 else f"{r.ratio:,.2f}x"
+        if r.absolute:
+            what = human(r.ours, r.metric)
+        elif r.goal < 1:
+            what = f"tokenport takes {1 / r.ratio:,.2f}x megatron's time"
+        else:
+            what = f"{r.ratio:,.2f}x"
         print(
             f"  {'met    ' if r.met else 'NOT met'}  {r.section} [{r.case}]: {what}, "
             f"goal {r.goal_text or f'>={r.goal:g}x'}"
