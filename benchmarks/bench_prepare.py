@@ -8,6 +8,7 @@ parent that appends each document to megatron.core's IndexedDatasetBuilder. Both
 are then compared token for token.
 
     python benchmarks/bench_prepare.py --size-mb 64 --workers 1,2
+    python benchmarks/bench_prepare.py --quick     # 8 MB, one worker
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+
+from _harness import Row, print_table
 
 
 def stdlib_texts() -> list[str]:
@@ -173,7 +176,10 @@ def main() -> None:
         action="store_true",
         help="let the tokenizer use its own threads (default: one thread per worker process)",
     )
+    parser.add_argument("--quick", action="store_true", help="8 MB and one worker (overrides --size-mb, --workers)")
     args = parser.parse_args()
+    if args.quick:
+        args.size_mb, args.workers = 8, "1"
     if not args.tokenizer_threads:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # every worker process gets one core, for both tools
         os.environ["RAYON_NUM_THREADS"] = "1"
@@ -188,6 +194,7 @@ def main() -> None:
     )
     header = f"{'tool':<28}{'workers':>8}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'MB/s/wkr':>10}{'vs megatron':>13}"
     print(header)
+    rows = []
     for workers in [int(w) for w in args.workers.split(",")]:
         megatron_prefix = str(workdir / f"megatron-w{workers}")
         seconds = run_megatron(corpus, tokenizer, megatron_prefix, workers)
@@ -212,6 +219,12 @@ def main() -> None:
                 f"   ids {'identical' if ids else 'DIFFER'}, .bin/.idx {'byte-identical' if files else 'differ'}",
                 flush=True,
             )
+            if not ids:
+                raise SystemExit(f"tokenport ({engine}, {workers} workers) and megatron wrote different token ids")
+            case = f"{engine} engine, {workers} worker{'s' if workers > 1 else ''}"
+            rows.append(Row("prepare vs preprocess_data", case, "docs/s", rate, base, "megatron", goal=2.0))
+    print()
+    print_table(rows)
 
 
 if __name__ == "__main__":
