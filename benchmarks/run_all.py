@@ -49,7 +49,7 @@ class Script:
 SCRIPTS = (
     Script("bench_import"),
     Script("bench_startup"),
-    Script("bench_indexed"),
+    Script("bench_indexed", ("--sections", "read,scan,write", "--repeat", "2")),
     Script("bench_gpt"),
     Script("bench_blend"),
     Script("bench_many_stores"),
