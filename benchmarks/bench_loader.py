@@ -8,7 +8,9 @@ starts after the first batch (worker start-up is left out) and stops after the l
 runs, the sides timed in turns (A B A B ...).
 
     python benchmarks/bench_loader.py            # 400 batches per run (about 2 minutes)
-    python benchmarks/bench_loader.py --quick    # 100 batches per run (well under a minute)
+    python benchmarks/bench_loader.py --quick    # the same on stores a quarter the size, 60 batches, best of 2
+
+The headline (goal >= 3x): "local, 2 workers", StatefulLoader over one store against megatron's, 2 workers.
 
 Sides:
   tokenport  StatefulLoader(dataset, RandomSampler(len(dataset), 0, 8, 0, 1, seed)), dataset a
@@ -54,6 +56,8 @@ MEAN_LENGTH = 1000
 VOCAB = 50_000
 DOCUMENTS = (20_000, 12_000)  # ~2*10^7 and ~1.2*10^7 tokens
 SAMPLES = 50_000  # samples of each dataset: several epochs of the store
+QUICK = 4  # --quick: stores and samples this many times smaller
+GOAL = 3.0  # StatefulLoader over one local store, 2 workers: samples/s against megatron's DataLoader
 WEIGHTS = (0.3, 0.7)
 FOUR_FIELDS = ("tokens", "labels", "loss_mask", "position_ids")  # what megatron's batch holds
 
@@ -69,7 +73,7 @@ def write_store(prefix: str, documents: int, seed: int) -> str:
     return prefix
 
 
-def megatron_dataset(prefixes: list[str], weights: list[float] | None, seed: int) -> Any:
+def megatron_dataset(prefixes: list[str], weights: list[float] | None, seed: int, samples: int) -> Any:
     """megatron-core's train dataset for the stores, built by its BlendedMegatronDatasetBuilder."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -91,12 +95,12 @@ def megatron_dataset(prefixes: list[str], weights: list[float] | None, seed: int
             create_attention_mask=False,
         )
         train, _, _ = BlendedMegatronDatasetBuilder(
-            gpt_dataset.GPTDataset, [SAMPLES, 0, 0], lambda: True, config
+            gpt_dataset.GPTDataset, [samples, 0, 0], lambda: True, config
         ).build()
     return train
 
 
-def tokenport_dataset(prefixes: list[str], weights: list[float] | None, seed: int) -> Any:
+def tokenport_dataset(prefixes: list[str], weights: list[float] | None, seed: int, samples: int) -> Any:
     """tokenport's train dataset for the same stores and arguments (Megatron's sample order)."""
     config = tp.GPTSampleConfig(seq_length=SEQ_LENGTH, eod_id=EOD)
     if weights is None:
@@ -104,7 +108,7 @@ def tokenport_dataset(prefixes: list[str], weights: list[float] | None, seed: in
     else:
         spec = [x for w, p in zip(weights, prefixes) for x in (str(w), p)]
     train, _, _ = tp.build_datasets(
-        spec, sizes=[SAMPLES, 0, 0], config=config, seed=seed, split="1,0,0", algorithm="megatron"
+        spec, sizes=[samples, 0, 0], config=config, seed=seed, split="1,0,0", algorithm="megatron"
     )
     return train
 
@@ -174,24 +178,28 @@ def handoff_ceiling(count: int, repeat: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100 batches per run instead of 400")
+    parser.add_argument("--quick", action="store_true", help="smaller stores, 60 batches per run, best of 2")
     parser.add_argument("--batches", type=int, default=None, help="batches per timed run (overrides --quick)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 3; --quick 2)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temporary one)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*set_vital")
-    count = args.batches or (100 if args.quick else 400)
+    count = args.batches or (60 if args.quick else 400)
+    repeat = args.repeat or (2 if args.quick else 3)
+    scale = QUICK if args.quick else 1
+    samples = SAMPLES // scale
 
     with scratch_directory(args.dir, "tp_bench_loader_", args.quick) as directory:
         prefixes = [
-            write_store(os.path.join(directory, f"store{k}"), n, args.seed + k) for k, n in enumerate(DOCUMENTS)
+            write_store(os.path.join(directory, f"store{k}"), n // scale, args.seed + k)
+            for k, n in enumerate(DOCUMENTS)
         ]
         rows: list[Row] = []
         for label, stores, weights in (("one store", prefixes[:1], None), ("blend of 2", prefixes, list(WEIGHTS))):
-            ours = tokenport_dataset(stores, weights, args.seed)
-            theirs = megatron_dataset(stores, weights, args.seed)
+            ours = tokenport_dataset(stores, weights, args.seed, samples)
+            theirs = megatron_dataset(stores, weights, args.seed, samples)
             check_same(ours, theirs)
             print(f"{label}: {len(ours):,} samples, checked equal to megatron's")
             for workers in (0, 2):
@@ -214,18 +222,21 @@ def main() -> None:
                     ),
                 }
                 sides = [Side(make, count) for make in (*ours_sides.values(), megatron_loader)]
-                *t_ours, t_theirs = best_of_each([s.run for s in sides], args.repeat, [s.setup for s in sides])
-                samples = count * MICRO_BATCH
-                case = f"workers {workers}, {samples:,} samples"
+                *t_ours, t_theirs = best_of_each([s.run for s in sides], repeat, [s.setup for s in sides])
+                done = count * MICRO_BATCH
+                case = f"workers {workers}, {done:,} samples"
                 peer = "DataLoader(megatron's)"
                 for section, t in zip(ours_sides, t_ours):
-                    rows.append(Row(f"{section}, {label}", case, "samples/s", samples / t, samples / t_theirs, peer))
+                    rows.append(Row(f"{section}, {label}", case, "samples/s", done / t, done / t_theirs, peer))
+                if label == "one store" and workers == 2:  # the headline
+                    rate, peer_rate = done / t_ours[0], done / t_theirs
+                    rows.append(Row("StatefulLoader", "local, 2 workers", "samples/s", rate, peer_rate, peer, GOAL))
                 rates = ", ".join(
-                    f"{name} {samples / t:,.0f}" for name, t in zip((*ours_sides, "megatron"), (*t_ours, t_theirs))
+                    f"{name} {done / t:,.0f}" for name, t in zip((*ours_sides, "megatron"), (*t_ours, t_theirs))
                 )
                 print(f"  workers {workers}: {rates} samples/s")
         print_table(rows)
-        handoff_ceiling(count, args.repeat)
+        handoff_ceiling(count, repeat)
 
 
 if __name__ == "__main__":
