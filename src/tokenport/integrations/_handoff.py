@@ -23,7 +23,7 @@ _FREE, _BUSY = 0, 1
 
 # (worker pid, slot) -> (the slot's buffer, a numpy view of it), in the loop's process: mapped once per slot
 _MAPPED: dict[tuple[int, int], tuple[Any, np.ndarray]] = {}
-Layout = tuple[tuple[str, Any, tuple[int, ...], int], ...]  # (name, torch dtype, shape, byte offset) per tensor
+Layout = tuple[tuple[str, Any, tuple[int, ...], int, int], ...]  # (name, torch dtype, shape, byte offset, bytes)
 
 
 class SharedBatch:
@@ -42,8 +42,9 @@ class SharedBatch:
         layout = []
         size = ALIGN
         for name, tensor in tensors.items():
-            layout.append((name, tensor.dtype, tuple(tensor.shape), size))
-            size += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
+            nbytes = tensor.numel() * tensor.element_size()
+            layout.append((name, tensor.dtype, tuple(tensor.shape), size, nbytes))
+            size += -(-nbytes // ALIGN) * ALIGN
         taken = pool().take(size)
         if taken is None:  # every slot busy: a fresh buffer
             fresh = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
@@ -56,11 +57,8 @@ class SharedBatch:
 
     def unpack(self) -> dict[str, Any]:
         """The tensors, as views of the buffer."""
-        tensors = {}
-        for name, dtype, shape, offset in self.layout:
-            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            tensors[name] = self.buffer[offset : offset + size].view(dtype).view(shape)
-        return tensors
+        buffer = self.buffer
+        return {name: buffer[at : at + size].view(dtype).view(shape) for name, dtype, shape, at, size in self.layout}
 
     def pin_memory(self) -> SharedBatch:
         """The batch with its buffer in pinned memory (what DataLoader's ``pin_memory=True`` calls)."""
