@@ -3,6 +3,7 @@ caller keeps keeps its values while later batches go through the same slot."""
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 import random
@@ -129,3 +130,21 @@ def test_batches_kept_from_workers_equal_the_in_process_ones_and_their_slots_are
     assert all(_same(batch, reference) for batch, reference in zip(kept, expected))
     assert 2 <= mapped.mapped <= 2 * _handoff.SLOTS  # each worker's slots mapped once, then reused
     assert not mapped  # the workers exited with the loop: their slots are unmapped
+
+
+def test_a_loop_left_early_unmaps_its_slots_and_the_next_loop_resumes_on_the_same_batches(tmp_path, monkeypatch):
+    dataset = _gpt(tmp_path)
+    monkeypatch.setattr(_handoff, "_MAPPED", {})
+    sampler = RandomSampler(len(dataset), 0, 2, 0, 1, seed=7)
+    loader = StatefulLoader(dataset, sampler, num_workers=2)
+    reference = list(StatefulLoader(dataset, RandomSampler(len(dataset), 0, 2, 0, 1, seed=7)))
+    batches = iter(loader)
+    first = [next(batches) for _ in range(5)]
+    state = loader.state_dict()
+    del batches  # left after 5 batches: torch stops the workers, then their slots are unmapped
+    gc.collect()
+    assert not _handoff._MAPPED
+    rest = list(loader)  # the next loop starts after the 5 handed over
+    assert loader.state_dict() != state
+    assert all(_same(batch, expected) for batch, expected in zip(first + rest, reference))
+    assert len(first + rest) == len(reference)
