@@ -14,7 +14,7 @@ data-parallel rank and size from ``torch.distributed`` when it is initialized.
 Over tokenport's datasets (GPTDataset, PackedDataset, blends of them) and with torch's default
 collate, each micro-batch is fetched with one ``get_batch`` call and handed over as tensors
 sharing its arrays (``integrations._fetch``): the same batch as sample by sample, in fewer steps.
-Without a ``collate_fn``, a worker process hands each batch over as one shared buffer.
+Without a ``collate_fn``, a worker process hands each batch over through one reused shared slot (``_handoff``).
 ``fields=`` keeps only the fields a trainer reads, so fewer tensors cross from worker processes.
 """
 
