@@ -27,17 +27,21 @@ Sides:
              and arguments (split "1,0,0", create_attention_mask=False): tokens, labels, loss_mask,
              position_ids (the blend's dataset_id besides). The two datasets are checked to hold the
              same tokens first.
-Each with num_workers 0 and 2. Last, the hand-off ceiling: a DataLoader with 2 workers over a
-dataset that does no work, handing 4 or 6 tensors of (8, 2048) int64 per batch (megatron's
-batch holds 4 tensors, tokenport's 6: cu_seqlens and max_seqlen besides; blends one more each).
+Each with num_workers 0 and 2. With one store and 2 workers, also the CPU time a batch costs the
+loop and its workers together (getrusage; barely moved by other jobs on the machine). Last, the
+hand-off ceiling: a DataLoader with 2 workers over a dataset that does no work, handing 4 or 6
+tensors of (8, 2048) int64 per batch (megatron's batch holds 4 tensors, tokenport's 6: cu_seqlens
+and max_seqlen besides; blends one more each).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import logging
 import os
+import resource
 import types
 import warnings
 from collections.abc import Iterator
@@ -58,6 +62,7 @@ DOCUMENTS = (20_000, 12_000)  # ~2*10^7 and ~1.2*10^7 tokens
 SAMPLES = 50_000  # samples of each dataset: several epochs of the store
 QUICK = 4  # --quick: stores and samples this many times smaller
 GOAL = 3.0  # StatefulLoader over one local store, 2 workers: samples/s against megatron's DataLoader
+CPU_BATCHES = 200  # batches of the loops whose CPU time is measured (worker start-up must not swamp them)
 WEIGHTS = (0.3, 0.7)
 FOUR_FIELDS = ("tokens", "labels", "loss_mask", "position_ids")  # what megatron's batch holds
 
@@ -176,6 +181,28 @@ def handoff_ceiling(count: int, repeat: int) -> None:
     print(f"hand-off ceiling, 2 workers, a dataset doing no work, samples/s: {rates}")
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have exited (the loaders' workers)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cpu_per_batch(make: Any, count: int, repeat: int) -> float:
+    """CPU seconds per batch of the loop and its workers together (best of ``repeat``): a loop of
+    ``count + 10`` batches less one of 10, so worker start-up cancels out. Unlike samples/s, this
+    hardly moves when other jobs load the machine."""
+
+    def loop(batches: int) -> float:
+        began = cpu_seconds()
+        iterator = iter(make())
+        consume(iterator, batches)
+        del iterator
+        gc.collect()  # the workers exit and are joined: their CPU time is counted
+        return cpu_seconds() - began
+
+    return min(loop(count + 10) - loop(10) for _ in range(repeat)) / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller stores, 60 batches per run, best of 2")
@@ -228,9 +255,13 @@ def main() -> None:
                 peer = "DataLoader(megatron's)"
                 for section, t in zip(ours_sides, t_ours):
                     rows.append(Row(f"{section}, {label}", case, "samples/s", done / t, done / t_theirs, peer))
-                if label == "one store" and workers == 2:  # the headline
+                if label == "one store" and workers == 2:  # the headline, and the CPU each batch costs
                     rate, peer_rate = done / t_ours[0], done / t_theirs
                     rows.append(Row("StatefulLoader", "local, 2 workers", "samples/s", rate, peer_rate, peer, GOAL))
+                    cpu = [1e3 * cpu_per_batch(m, CPU_BATCHES, repeat) for m in (tokenport_loader, megatron_loader)]
+                    rows.append(
+                        Row("StatefulLoader", "local, 2 workers", "ms CPU/batch", *cpu, peer, lower_is_better=True)
+                    )
                 rates = ", ".join(
                     f"{name} {done / t:,.0f}" for name, t in zip((*ours_sides, "megatron"), (*t_ours, t_theirs))
                 )
