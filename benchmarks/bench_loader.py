@@ -8,7 +8,9 @@ starts after the first batch (worker start-up is left out) and stops after the l
 runs, the sides timed in turns (A B A B ...).
 
     python benchmarks/bench_loader.py            # 400 batches per run (about 2 minutes)
-    python benchmarks/bench_loader.py --quick    # 100 batches per run (well under a minute)
+    python benchmarks/bench_loader.py --quick    # the same on stores a quarter the size, 60 batches, best of 2
+
+The headline (goal >= 3x): "local, 2 workers", StatefulLoader over one store against megatron's, 2 workers.
 
 Sides:
   tokenport  StatefulLoader(dataset, RandomSampler(len(dataset), 0, 8, 0, 1, seed)), dataset a
@@ -25,17 +27,21 @@ Sides:
              and arguments (split "1,0,0", create_attention_mask=False): tokens, labels, loss_mask,
              position_ids (the blend's dataset_id besides). The two datasets are checked to hold the
              same tokens first.
-Each with num_workers 0 and 2. Last, the hand-off ceiling: a DataLoader with 2 workers over a
-dataset that does no work, handing 4 or 6 tensors of (8, 2048) int64 per batch (megatron's
-batch holds 4 tensors, tokenport's 6: cu_seqlens and max_seqlen besides; blends one more each).
+Each with num_workers 0 and 2. With one store and 2 workers, also the CPU time a batch costs the
+loop and its workers together (getrusage; barely moved by other jobs on the machine). Last, the
+hand-off ceiling: a DataLoader with 2 workers over a dataset that does no work, handing 4 or 6
+tensors of (8, 2048) int64 per batch (megatron's batch holds 4 tensors, tokenport's 6: cu_seqlens
+and max_seqlen besides; blends one more each).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import logging
 import os
+import resource
 import types
 import warnings
 from collections.abc import Iterator
@@ -54,6 +60,9 @@ MEAN_LENGTH = 1000
 VOCAB = 50_000
 DOCUMENTS = (20_000, 12_000)  # ~2*10^7 and ~1.2*10^7 tokens
 SAMPLES = 50_000  # samples of each dataset: several epochs of the store
+QUICK = 4  # --quick: stores and samples this many times smaller
+GOAL = 3.0  # StatefulLoader over one local store, 2 workers: samples/s against megatron's DataLoader
+CPU_BATCHES = 200  # batches of the loops whose CPU time is measured (worker start-up must not swamp them)
 WEIGHTS = (0.3, 0.7)
 FOUR_FIELDS = ("tokens", "labels", "loss_mask", "position_ids")  # what megatron's batch holds
 
@@ -69,7 +78,7 @@ def write_store(prefix: str, documents: int, seed: int) -> str:
     return prefix
 
 
-def megatron_dataset(prefixes: list[str], weights: list[float] | None, seed: int) -> Any:
+def megatron_dataset(prefixes: list[str], weights: list[float] | None, seed: int, samples: int) -> Any:
     """megatron-core's train dataset for the stores, built by its BlendedMegatronDatasetBuilder."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -91,12 +100,12 @@ def megatron_dataset(prefixes: list[str], weights: list[float] | None, seed: int
             create_attention_mask=False,
         )
         train, _, _ = BlendedMegatronDatasetBuilder(
-            gpt_dataset.GPTDataset, [SAMPLES, 0, 0], lambda: True, config
+            gpt_dataset.GPTDataset, [samples, 0, 0], lambda: True, config
         ).build()
     return train
 
 
-def tokenport_dataset(prefixes: list[str], weights: list[float] | None, seed: int) -> Any:
+def tokenport_dataset(prefixes: list[str], weights: list[float] | None, seed: int, samples: int) -> Any:
     """tokenport's train dataset for the same stores and arguments (Megatron's sample order)."""
     config = tp.GPTSampleConfig(seq_length=SEQ_LENGTH, eod_id=EOD)
     if weights is None:
@@ -104,7 +113,7 @@ def tokenport_dataset(prefixes: list[str], weights: list[float] | None, seed: in
     else:
         spec = [x for w, p in zip(weights, prefixes) for x in (str(w), p)]
     train, _, _ = tp.build_datasets(
-        spec, sizes=[SAMPLES, 0, 0], config=config, seed=seed, split="1,0,0", algorithm="megatron"
+        spec, sizes=[samples, 0, 0], config=config, seed=seed, split="1,0,0", algorithm="megatron"
     )
     return train
 
@@ -172,26 +181,52 @@ def handoff_ceiling(count: int, repeat: int) -> None:
     print(f"hand-off ceiling, 2 workers, a dataset doing no work, samples/s: {rates}")
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have exited (the loaders' workers)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cpu_per_batch(make: Any, count: int, repeat: int) -> float:
+    """CPU seconds per batch of the loop and its workers together (best of ``repeat``): a loop of
+    ``count + 10`` batches less one of 10, so worker start-up cancels out. Unlike samples/s, this
+    hardly moves when other jobs load the machine."""
+
+    def loop(batches: int) -> float:
+        began = cpu_seconds()
+        iterator = iter(make())
+        consume(iterator, batches)
+        del iterator
+        gc.collect()  # the workers exit and are joined: their CPU time is counted
+        return cpu_seconds() - began
+
+    return min(loop(count + 10) - loop(10) for _ in range(repeat)) / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100 batches per run instead of 400")
+    parser.add_argument("--quick", action="store_true", help="smaller stores, 60 batches per run, best of 2")
     parser.add_argument("--batches", type=int, default=None, help="batches per timed run (overrides --quick)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 3; --quick 2)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temporary one)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*set_vital")
-    count = args.batches or (100 if args.quick else 400)
+    count = args.batches or (60 if args.quick else 400)
+    repeat = args.repeat or (2 if args.quick else 3)
+    scale = QUICK if args.quick else 1
+    samples = SAMPLES // scale
 
     with scratch_directory(args.dir, "tp_bench_loader_", args.quick) as directory:
         prefixes = [
-            write_store(os.path.join(directory, f"store{k}"), n, args.seed + k) for k, n in enumerate(DOCUMENTS)
+            write_store(os.path.join(directory, f"store{k}"), n // scale, args.seed + k)
+            for k, n in enumerate(DOCUMENTS)
         ]
         rows: list[Row] = []
         for label, stores, weights in (("one store", prefixes[:1], None), ("blend of 2", prefixes, list(WEIGHTS))):
-            ours = tokenport_dataset(stores, weights, args.seed)
-            theirs = megatron_dataset(stores, weights, args.seed)
+            ours = tokenport_dataset(stores, weights, args.seed, samples)
+            theirs = megatron_dataset(stores, weights, args.seed, samples)
             check_same(ours, theirs)
             print(f"{label}: {len(ours):,} samples, checked equal to megatron's")
             for workers in (0, 2):
@@ -214,18 +249,25 @@ def main() -> None:
                     ),
                 }
                 sides = [Side(make, count) for make in (*ours_sides.values(), megatron_loader)]
-                *t_ours, t_theirs = best_of_each([s.run for s in sides], args.repeat, [s.setup for s in sides])
-                samples = count * MICRO_BATCH
-                case = f"workers {workers}, {samples:,} samples"
+                *t_ours, t_theirs = best_of_each([s.run for s in sides], repeat, [s.setup for s in sides])
+                done = count * MICRO_BATCH
+                case = f"workers {workers}, {done:,} samples"
                 peer = "DataLoader(megatron's)"
                 for section, t in zip(ours_sides, t_ours):
-                    rows.append(Row(f"{section}, {label}", case, "samples/s", samples / t, samples / t_theirs, peer))
+                    rows.append(Row(f"{section}, {label}", case, "samples/s", done / t, done / t_theirs, peer))
+                if label == "one store" and workers == 2:  # the headline, and the CPU each batch costs
+                    rate, peer_rate = done / t_ours[0], done / t_theirs
+                    rows.append(Row("StatefulLoader", "local, 2 workers", "samples/s", rate, peer_rate, peer, GOAL))
+                    cpu = [1e3 * cpu_per_batch(m, CPU_BATCHES, repeat) for m in (tokenport_loader, megatron_loader)]
+                    rows.append(
+                        Row("StatefulLoader", "local, 2 workers", "ms CPU/batch", *cpu, peer, lower_is_better=True)
+                    )
                 rates = ", ".join(
-                    f"{name} {samples / t:,.0f}" for name, t in zip((*ours_sides, "megatron"), (*t_ours, t_theirs))
+                    f"{name} {done / t:,.0f}" for name, t in zip((*ours_sides, "megatron"), (*t_ours, t_theirs))
                 )
                 print(f"  workers {workers}: {rates} samples/s")
         print_table(rows)
-        handoff_ceiling(count, args.repeat)
+        handoff_ceiling(count, repeat)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ whose ``get_batch`` rows are their samples: the batch then
 equals torch's default collate of the samples (keys and their order, dtypes, shapes, values), checked
 on sample 0; an unpacked SFTDataset's rows are its samples right-padded to the batch's longest.
 ``fields`` keeps the named fields only, before the batch leaves a worker process.
-Without a caller's collate, a worker hands its batch over as one shared buffer (``SharedBatch``):
+Without a caller's collate, a worker hands its batch over as one shared buffer (``_handoff``):
 torch passes each tensor through its own file descriptor, the dominant cost of a batch.
 """
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..samples.base import SampleDataset
+from ._handoff import SharedBatch
 
 # (name, dtype, shape of one sample) of each field, in the order a sample lists them
 Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
@@ -122,9 +123,6 @@ class BatchFetch(FieldsOnly):
         return {name: batch[name] for name in self.names}
 
 
-_ALIGN = 64  # each field starts at a multiple of this many bytes of the shared buffer
-
-
 def as_tensors(batch: dict[str, np.ndarray]) -> Any:
     """The collate of the batch path: in process, the arrays as tensors sharing their memory; in a
     worker process, a ``SharedBatch`` (one buffer to hand over, not one per field)."""
@@ -152,45 +150,6 @@ def shared_in_worker(batch: Any) -> Any:
     ):
         return batch
     return SharedBatch.pack(batch)
-
-
-class SharedBatch:
-    """A batch's tensors copied into one shared-memory byte buffer: torch hands each tensor from a
-    worker to the loop through its own file descriptor, the dominant cost per batch; this is one.
-    The loop's side calls ``unpack()`` for the tensors (views of the buffer)."""
-
-    def __init__(self, buffer: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]) -> None:
-        self.buffer = buffer
-        self.layout = layout  # (name, torch dtype, shape, byte offset) of each tensor
-
-    @classmethod
-    def pack(cls, tensors: dict[str, Any]) -> SharedBatch:
-        """``tensors`` copied into a new shared buffer."""
-        import torch
-
-        layout = []
-        size = 0
-        for name, tensor in tensors.items():
-            layout.append((name, tensor.dtype, tuple(tensor.shape), size))
-            size += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
-        buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
-        shared = cls(buffer, tuple(layout))
-        for view, tensor in zip(shared.unpack().values(), tensors.values()):
-            view.copy_(tensor)
-        return shared
-
-    def unpack(self) -> dict[str, Any]:
-        """The tensors, as views of the buffer."""
-        tensors = {}
-        for name, dtype, shape, offset in self.layout:
-            count = int(np.prod(shape, dtype=np.int64))
-            size = count * dtype.itemsize
-            tensors[name] = self.buffer[offset : offset + size].view(dtype).view(shape)
-        return tensors
-
-    def pin_memory(self) -> SharedBatch:
-        """The batch with its buffer in pinned memory (what DataLoader's ``pin_memory=True`` calls)."""
-        return SharedBatch(self.buffer.pin_memory(), self.layout)
 
 
 def fetch_plan(dataset: Any, fields: tuple[str, ...] | None, default_collate_wanted: bool) -> tuple[Any, Any]:

@@ -14,13 +14,14 @@ data-parallel rank and size from ``torch.distributed`` when it is initialized.
 Over tokenport's datasets (GPTDataset, PackedDataset, blends of them) and with torch's default
 collate, each micro-batch is fetched with one ``get_batch`` call and handed over as tensors
 sharing its arrays (``integrations._fetch``): the same batch as sample by sample, in fewer steps.
-Without a ``collate_fn``, a worker process hands each batch over as one shared buffer.
+Without a ``collate_fn``, a worker process hands each batch over through one reused shared slot (``_handoff``).
 ``fields=`` keeps only the fields a trainer reads, so fewer tensors cross from worker processes.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import Any
@@ -36,7 +37,8 @@ from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
 from ..sampling.state import STATE_VERSION, read_loader_state
 from ..sampling.stream import StreamSampler
-from ._fetch import BatchFetch, SharedBatch, check_fields, fetch_plan
+from ._fetch import BatchFetch, check_fields, fetch_plan
+from ._handoff import SharedBatch, forget
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from ._readahead import read_ahead
 from .receipt import (
@@ -170,7 +172,13 @@ class StatefulLoader:
         if loader.num_workers:
             keep_forked_heaps_shared()
         batches = iter(loader)
-        unknown = 0 if loader.num_workers == 0 else None  # torch's count of batches in flight, when it has none
+        if loader.num_workers:  # torch joins the workers when their iterator goes; then their batch slots are unmapped
+            weakref.finalize(batches, forget, {worker.pid for worker in getattr(batches, "_workers", ())})
+        yield from self._counted(batches, 0 if loader.num_workers == 0 else None)
+
+    def _counted(self, batches: Iterator[Any], unknown: int | None) -> Iterator[Any]:
+        """The DataLoader's batches, each counted consumed when handed over (``unknown``: torch's count of
+        batches in flight when it has none)."""
         while True:
             recorder = live.recorder  # None while metrics are off: one check per batch
             began = perf_counter() if recorder is not None else 0.0
