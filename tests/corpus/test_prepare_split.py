@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 from tests._support.startup import Rendezvous, gated
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.corpus.inputs.sources import expand_inputs
 from tokenport.corpus.run.units import MIN_UNIT_BYTES, SPLIT_UNITS, plan_units, unit_size
 from tokenport.corpus.steps.registry import register_step
+from tokenport.indexed import IndexedDataset
 from tokenport.tokenizers import register_tokenizer
 
 
@@ -82,3 +85,18 @@ def test_a_run_whose_units_are_done_does_not_wait_for_a_worker_still_starting(tm
     assert result.units == 1 and result.documents > 0
     assert not (gate / "timed-out").exists()  # returned (and stopped the worker) before its start was over
     (gate / "open").touch()
+
+
+def test_a_plain_prepare_runs_no_numba_kernel_in_the_calling_process(tmp_path):
+    """Assembling copies whole sequences by slices: numba's CPU target (set up by a process's first
+    kernel call, which imports numba.np.arraymath) is never started by a run without steps."""
+    path = corpus(tmp_path / "a.jsonl", 0.2)
+    code = (
+        "import sys; from tokenport.corpus import PrepareConfig, prepare; "
+        f"prepare(PrepareConfig([{str(path)!r}], {str(tmp_path / 'out')!r}, workers=1, unit_bytes=50_000)); "
+        "print('numba.np.arraymath' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    with IndexedDataset(str(tmp_path / "out" / "part-00000")) as ds:  # the copy kept every document whole
+        assert len(ds) == sum(1 for _ in path.open()) and ds.num_tokens > 0
