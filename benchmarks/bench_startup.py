@@ -195,7 +195,7 @@ def main() -> None:
             )
             for case, goal in (("tokenport --help", 0.15), ("inspect small store", 0.3), ("verify small store", 0.3))
         ]
-        rows.append(Row("start-up", "python -c pass", "s", seconds["python -c pass"], float("nan"), "-"))
+        rows.append(Row("start-up", "python -c pass", "s", seconds["python -c pass"], float("nan"), "-", absolute=True))
         free = {**NUMBA_FREE, "inspect": commands["inspect small store"], "verify": commands["verify small store"]}
         loaded = sum(numba_imports(argv) for argv in free.values())
         rows.append(
