@@ -2,18 +2,22 @@
 
 Each command runs in a new process, in turns with the same command against `--before` (another
 checkout's ``src``, e.g. the eager root of an older commit) and with a bare ``python -c pass``,
-so load from elsewhere on the machine hits every side alike. Prints the best and median seconds.
+so load from elsewhere on the machine hits every side alike. Prints the median seconds of each
+(the start-up goals are bench_startup.py's rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _harness import Row, print_table
 
 COMMANDS = {
     "python -c pass": ["-c", "pass"],
@@ -33,25 +37,32 @@ def run_once(args: list[str], src: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="3 repeats")
+    parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--before", help="another checkout's src directory to compare against")
     args = parser.parse_args()
+    repeat = args.repeat or (3 if args.quick else 10)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # children read and write bytecode, as an installed package
     trees = {"now": str(Path(__file__).resolve().parents[1] / "src")}
     if args.before:
         trees["before"] = args.before
+    for argv in COMMANDS.values():
+        for src in trees.values():
+            run_once(argv, src)  # bytecode written once
     times: dict[tuple[str, str], list[float]] = {(c, t): [] for c in COMMANDS for t in trees}
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         for command, argv in COMMANDS.items():
             for tree, src in trees.items():
                 times[command, tree].append(run_once(argv, src))
-    print(f"{'command':28s} {'tree':7s} {'best s':>8s} {'median s':>9s} {'vs before':>10s}")
+    rows = []
     for command in COMMANDS:
-        for tree in trees:
-            best, median = min(times[command, tree]), statistics.median(times[command, tree])
-            ratio = ""
-            if "before" in trees and tree == "now":
-                ratio = f"{statistics.median(times[command, 'before']) / median:9.1f}x"
-            print(f"{command:28s} {tree:7s} {best:8.3f} {median:9.3f} {ratio:>10s}")
+        now = statistics.median(times[command, "now"])
+        if "before" in trees:
+            before = statistics.median(times[command, "before"])
+            rows.append(Row("import", command, "s", now, before, "before", lower_is_better=True))
+        else:
+            rows.append(Row("import", command, "s", now, math.nan, "-", absolute=True))
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ numba kernel; ``tokenport.prepare`` imports ``corpus`` the first time it is used
 
 import typing
 
-from . import _lazy
+from . import _jit, _lazy
 from ._version import __version__
+
+_jit.defer_numba_start()  # numba's extension scan and BLAS probe wait until a kernel of another needs them
 
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .blend import (

@@ -166,7 +166,15 @@ def _copy(ds: IndexedDataset, start: int, stop: int, out: IndexedDatasetWriter) 
     while first < stop:
         done = int(ends[first - start - 1]) if first > start else 0
         last = max(first + 1, start + int(np.searchsorted(ends, done + _COPY_TOKENS, side="right")))
-        tokens, offsets = ds.get_many(np.arange(first, last))
-        masks = None if ds.masks is None else ds.masks.get_many(np.arange(first, last))[0]
-        out.add_documents(tokens, np.diff(offsets), masks=masks)
+        tokens, lengths = _whole(ds, first, last)
+        masks = None if ds.masks is None else _whole(ds.masks, first, last)[0]
+        out.add_documents(tokens, lengths, masks=masks)
         first = last
+
+
+def _whole(ds: IndexedDataset, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences [first, last) of `ds`, whole, as (tokens, lengths): slices of its mapping joined,
+    no numba kernel (whose first call in a process costs more than a small run's whole copy)."""
+    ids = np.arange(first, last)
+    lengths = np.asarray(ds.sequence_lengths[first:last], dtype=np.int64)
+    return ds.get_pieces(ids, np.zeros(len(ids), dtype=np.int64), lengths), lengths

@@ -63,7 +63,8 @@ class PrepareConfig:
       characters (cut at whitespace), so tokenizing cost stays linear in length.
     unit_bytes: uncompressed jsonl files larger than this are cut into line-aligned ranges of
       about this size, parquet files between row groups, and small files packed together, so
-      that workers get units of work of about this size. Compressed jsonl is decompressed once
+      that workers get units of work of about this size (inputs of fewer than 8 such units are cut
+      finer, down to 1 MiB, so a few MB keep every worker busy). Compressed jsonl is decompressed once
       into line-aligned chunks of this size under ``OUTPUT/.work/`` (so the output's disk needs
       room for it, each chunk deleted when its unit is done) and shared out the same way.
     batch_size: documents per tokenizer call.

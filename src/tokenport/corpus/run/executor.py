@@ -173,7 +173,9 @@ class _Worker:
         self.process = subprocess.Popen(  # its own session: the caller's Ctrl-C is the caller's to handle
             [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
-        self.started = False
+        self._starting = threading.Lock()
+        self._failure: _Failure | None = None
+        self._checked = False
         self._send(sys.path)
         self._send((tokenizer_spec, backends))
 
@@ -182,12 +184,24 @@ class _Worker:
         pickle.dump(value, stdin)
         stdin.flush()
 
+    @property
+    def is_ready(self) -> bool:
+        """Whether the worker's start is over (loaded, or failed): a driver will not wait on it."""
+        return self._checked
+
     def ready(self) -> _Failure | None:
-        """Wait until the worker has loaded its tokenizer; a _Failure if it could not."""
-        try:
-            return pickle.load(self.process.stdout)  # type: ignore[arg-type]
-        except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # ValueError: stop() closed the pipe
-            return _Failure("TokenportError", "a worker process died while starting; see its error output above")
+        """Wait until the worker has loaded its tokenizer; a _Failure if it could not. Its answer is
+        read once, by one driver at a time; later calls return it."""
+        with self._starting:
+            if not self._checked:
+                try:
+                    self._failure = pickle.load(self.process.stdout)  # type: ignore[arg-type]
+                except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # ValueError: stop() closed it
+                    self._failure = _Failure(
+                        "TokenportError", "a worker process died while starting; see its error output above"
+                    )
+                self._checked = True
+            return self._failure
 
     def run(self, job: UnitJob, unit: Unit, progress: Callable[[int], None]) -> UnitRecord | _Failure:
         try:
@@ -282,8 +296,10 @@ class LocalExecutor:
             self.close()
             raise
         finally:
-            for thread in threads:
-                thread.join()
+            stop.set()  # a driver whose worker is still starting finds no work when it is ready
+            for thread, worker in zip(threads, drivers):
+                if worker is None or worker.is_ready:  # never wait for a start the work no longer needs
+                    thread.join()
 
     def _drive(
         self,
@@ -295,8 +311,7 @@ class LocalExecutor:
     ) -> None:
         """One thread's loop: take units from `todo` until it is empty, `stop` is set or a unit fails,
         running each on `worker` (or here, for None) and putting its progress and outcome in `results`."""
-        if worker is not None and not worker.started:
-            worker.started = True
+        if worker is not None:
             failure = worker.ready()  # take no unit before the worker can run it
             if failure is not None:
                 results.put((None, failure))

@@ -6,6 +6,11 @@ groups; compressed jsonl is decompressed once into line-aligned chunks (``inflat
 is small; text files are read whole. Small slices are packed together until a
 unit holds about `unit_bytes`. A unit's name carries a digest of what it reads, including
 each file's version, so a store left by an earlier run is reused only for the same input.
+
+Inputs of less than ``SPLIT_UNITS`` units are cut finer (``unit_size``), down to
+``MIN_UNIT_BYTES``, so that a few MB keep every worker busy. The plan depends on the inputs and
+`unit_bytes` alone, never on the worker count: a run gives the same units, stores and report
+with one worker or many, and resumes with another count.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from ..inputs.sources import InputFile, open_raw, parquet_module
 logger = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 16 << 20
+SPLIT_UNITS = 8
+"""Inputs smaller than this many units of `unit_bytes` are cut into about this many units."""
+MIN_UNIT_BYTES = 1 << 20
+"""No finer than this: a unit much smaller costs more to hand out and assemble than it saves."""
 _MAX_RATIO = 16
 """jsonl rarely inflates more than this: a compressed file smaller than a unit / this is read whole
 (a corpus of many small files keeps its workers busy file by file); a larger one is decompressed
@@ -68,17 +77,25 @@ def plan_units(
 ) -> list[Unit]:
     """Cut `files` into slices and pack them, in input order, into units of about `unit_bytes`;
     compressed jsonl files are decompressed once into chunks under `inflate_dir`, if given (with a
-    progress bar if asked for)."""
-    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, unit_bytes, inflate_dir, progress)]
+    progress bar if asked for); small inputs are cut finer (`unit_size`)."""
+    size = unit_size(files, unit_bytes)
+    slices = [piece for i, f in enumerate(files) for piece in _slices(i, f, size, unit_bytes, inflate_dir, progress)]
     groups: list[list[Slice]] = []
-    size = 0
+    held = 0
     for piece in slices:
-        if not groups or size + piece.size > unit_bytes:
+        if not groups or held + piece.size > size:
             groups.append([])
-            size = 0
+            held = 0
         groups[-1].append(piece)
-        size += piece.size
+        held += piece.size
     return [Unit(k, _name(k, group, files), tuple(group)) for k, group in enumerate(groups)]
+
+
+def unit_size(files: Sequence[InputFile], unit_bytes: int) -> int:
+    """The bytes per unit to plan for `files`: `unit_bytes`, or less for inputs of fewer than
+    SPLIT_UNITS units (about SPLIT_UNITS units then, but none under MIN_UNIT_BYTES)."""
+    total = sum(f.size for f in files)
+    return min(unit_bytes, max(MIN_UNIT_BYTES, -(-total // SPLIT_UNITS)))
 
 
 def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
@@ -87,7 +104,10 @@ def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
     return f"unit-{index:06d}-{digest}"
 
 
-def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, progress: bool) -> list[Slice]:
+def _slices(
+    index: int, f: InputFile, size: int, unit_bytes: int, inflate_dir: str | None, progress: bool
+) -> list[Slice]:
+    """`f` cut into slices of about `size` bytes (compressed jsonl: decompressed chunks of `unit_bytes`)."""
     whole = Slice(index, f.path, f.format, f.compression, 0, None, 0, f.size)
     if f.format == "jsonl" and f.compression is not None and inflate_dir and f.size * _MAX_RATIO > unit_bytes:
         chunks = inflate(f, unit_bytes, inflate_dir, progress)
@@ -96,15 +116,17 @@ def _slices(index: int, f: InputFile, unit_bytes: int, inflate_dir: str | None, 
                 Slice(index, f.path, f.format, f.compression, 0, None, first, size, path)
                 for path, first, size in chunks
             ]
-    if f.format == "jsonl" and f.compression is None and f.size > unit_bytes:
+    if f.format == "jsonl" and f.compression is None and f.size > size:
+        if size < unit_bytes:  # cut finer: even pieces of at least `size`, not a last one of a few lines
+            size = -(-f.size // (f.size // size))
         return [
             Slice(index, f.path, f.format, None, start, stop, lines, stop - start)
-            for start, stop, lines in line_ranges(f.path, unit_bytes)
+            for start, stop, lines in line_ranges(f.path, size)
         ]
     if f.format == "parquet":
         groups = _row_groups(f.path)
         if groups is not None:
-            return _parquet_slices(index, f, groups, unit_bytes)
+            return _parquet_slices(index, f, groups, size)
     return [whole]
 
 
