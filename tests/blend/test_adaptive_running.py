@@ -150,3 +150,25 @@ def test_weights_are_copied_and_checked_in_order():
         with pytest.raises(ConfigError, match=message):
             blend.set_weights(bad, 0)
         assert blend.updates == ((0, (1.0, 0.0, 2.0)),)
+
+
+def test_packed_kernel_takes_the_samples_of_the_plain_scan():
+    """The packed keys (added to in place, no multiply) choose as the plain scan of the deficits does, ties
+    to the lowest index included, and leave the same deficits and counts, realized in one go or in steps."""
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n, size = int(rng.integers(1, 120)), int(rng.integers(1, 2500))
+        updates, position = [], 0
+        while (position := position + int(rng.integers(1, 300))) < size:
+            weights = rng.integers(0, 4, n) * (rng.random(n) < 0.8) * 1.0  # small integers: many ties
+            weights[int(rng.integers(n))] += 0 if weights.any() else 1
+            updates.append((position, weights))
+        packed = AdaptiveBlend([range(size)] * n, np.ones(n), num_samples=size, updates=updates)
+        scan = AdaptiveBlend([range(size)] * n, np.ones(n), num_samples=size, updates=updates)
+        assert packed._bits is not None
+        scan._bits = None  # the plain scan kernel
+        for stop in sorted({*rng.integers(0, size + 1, 3).tolist(), size}):
+            packed.realize(stop), scan.realize(stop)
+            assert np.array_equal(packed.dataset_index, scan.dataset_index)
+            assert np.array_equal(packed._sample_count[:stop], scan._sample_count[:stop])
+            assert np.array_equal(packed._deficit, scan._deficit) and np.array_equal(packed._counts, scan._counts)

@@ -44,7 +44,7 @@ __all__ = ["AdaptiveBlend"]
 _SCALE_BITS = 40
 _SCALE = 1 << _SCALE_BITS  # Q: the integer shares of a weight vector sum to this
 _MAX_DATASETS = 1 << 21  # deficits stay below n * Q < 2**62
-_FOLD = 256  # the packed kernel folds the shares into the deficits every this many samples
+_FOLD = 256  # slack kept in the packed keys' bound (deficits within (n - 1) Q, a key within n Q)
 _NEAR = 1 << 22  # ideal counts this near the frontier come from its running deficits (Q * _NEAR < 2**62)
 
 
@@ -488,34 +488,36 @@ def _packed_kernel(rows, ends, scale, bits, deficit, counts, out_dataset, out_co
     """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index),
     with the shares ``rows[s]`` until sample ``ends[s]``.
 
-    Branch-free: a dataset's key is its deficit shifted left by ``bits`` with ``low - j`` in the low
-    bits, so the largest key is the largest deficit, ties to the lowest ``j``. The deficits are kept
-    as of the last fold, the shares added ``k`` times on the fly and folded in every ``_FOLD`` samples.
+    Branch-free and without a multiply: a dataset's key is kept packed, its deficit shifted left by
+    ``bits`` with ``low - j`` in the low bits, so the largest key is the largest deficit, ties to the
+    lowest ``j``; each sample adds the shifted shares to every key (the low bits stay as they are),
+    takes the largest and subtracts ``scale`` from the one taken.
     """
     n = rows.shape[1]
     low = (np.int64(1) << bits) - 1
-    tag = np.empty(n, np.int64)
+    keys = np.empty(n, np.int64)
     for j in range(n):
-        tag[j] = low - j
-    begin = start
+        keys[j] = (deficit[j] << bits) | (low - j)
+    taken = np.int64(scale) << bits
+    shifted = np.empty(n, np.int64)
+    t = start
     for s in range(rows.shape[0]):
-        shares = rows[s]
+        for j in range(n):
+            shifted[j] = rows[s, j] << bits
         last = min(ends[s], stop)
-        while begin < last:
-            end = min(last, begin + _FOLD)
-            for t in range(begin, end):
-                k = t - begin + 1
-                best = np.int64(-(2**62)) << 1
-                for j in range(n):
-                    best = max(best, ((deficit[j] + shares[j] * k) << bits) | tag[j])
-                i = low - (best & low)
-                deficit[i] -= scale
-                out_dataset[t] = i
-                out_count[t] = counts[i]
-                counts[i] += 1
+        while t < last:
+            best = np.int64(-(2**62)) << 1
             for j in range(n):
-                deficit[j] += shares[j] * (end - begin)
-            begin = end
+                keys[j] += shifted[j]
+                best = max(best, keys[j])
+            i = low - (best & low)
+            keys[i] -= taken
+            out_dataset[t] = i
+            out_count[t] = counts[i]
+            counts[i] += 1
+            t += 1
+    for j in range(n):
+        deficit[j] = keys[j] >> bits
 
 
 @numba.njit(cache=True)
