@@ -44,6 +44,7 @@ __all__ = ["AdaptiveBlend"]
 _SCALE_BITS = 40
 _SCALE = 1 << _SCALE_BITS  # Q: the integer shares of a weight vector sum to this
 _MAX_DATASETS = 1 << 21  # deficits stay below n * Q < 2**62
+_LONE_STORE = 512  # the packed kernel takes its keys' drop in the next pass below this many datasets
 _FOLD = 256  # slack kept in the packed keys' bound (deficits within (n - 1) Q, a key within n Q)
 _NEAR = 1 << 22  # ideal counts this near the frontier come from its running deficits (Q * _NEAR < 2**62)
 
@@ -491,7 +492,9 @@ def _packed_kernel(rows, ends, scale, bits, deficit, counts, out_dataset, out_co
     Branch-free and without a multiply: a dataset's key is kept packed, its deficit shifted left by
     ``bits`` with ``low - j`` in the low bits, so the largest key is the largest deficit, ties to the
     lowest ``j``; each sample adds the shifted shares to every key (the low bits stay as they are),
-    takes the largest and subtracts ``scale`` from the one taken.
+    takes the largest and subtracts ``scale`` from the one taken. Below ``_LONE_STORE`` datasets that
+    subtraction is made in the next pass over the keys: a lone store into the keys just before the
+    vector loads of that pass stalls them, a cost the pass over a few keys does not hide.
     """
     n = rows.shape[1]
     low = (np.int64(1) << bits) - 1
@@ -501,21 +504,32 @@ def _packed_kernel(rows, ends, scale, bits, deficit, counts, out_dataset, out_co
     taken = np.int64(scale) << bits
     shifted = np.empty(n, np.int64)
     t = start
+    taken_last = -1  # the dataset taken by the last sample: its key drops in the next pass (no lone store)
     for s in range(rows.shape[0]):
         for j in range(n):
             shifted[j] = rows[s, j] << bits
         last = min(ends[s], stop)
         while t < last:
             best = np.int64(-(2**62)) << 1
-            for j in range(n):
-                keys[j] += shifted[j]
-                best = max(best, keys[j])
-            i = low - (best & low)
-            keys[i] -= taken
+            if n < _LONE_STORE:
+                for j in range(n):
+                    key = keys[j] + shifted[j] - (taken if j == taken_last else 0)
+                    keys[j] = key
+                    best = max(best, key)
+                i = low - (best & low)
+                taken_last = i
+            else:
+                for j in range(n):
+                    keys[j] += shifted[j]
+                    best = max(best, keys[j])
+                i = low - (best & low)
+                keys[i] -= taken
             out_dataset[t] = i
             out_count[t] = counts[i]
             counts[i] += 1
             t += 1
+    if taken_last >= 0:
+        keys[taken_last] -= taken
     for j in range(n):
         deficit[j] = keys[j] >> bits
 
