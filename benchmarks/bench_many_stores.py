@@ -22,6 +22,10 @@ several descriptors per store and fails at 200 stores otherwise; a failure is re
     python benchmarks/bench_many_stores.py                 # 200 and 2,000 stores
     python benchmarks/bench_many_stores.py --stores 200    # one size
     python benchmarks/bench_many_stores.py --with-10000    # 10,000 stores besides (about 1 GB of stores)
+    python benchmarks/bench_many_stores.py --quick         # 200 stores only
+
+Goal rows (``_harness.Row``, section "many stores"): "<N> stores, build" and "<N> stores, reopen", tokenport's
+seconds against megatron-core's (goal >= 10x); at 10,000 stores absolute goals (build < 60 s, reopen < 1 s).
 """
 
 from __future__ import annotations
@@ -199,6 +203,24 @@ def measure(root: str, count: int) -> list[tuple[str, str, dict]]:
     return results
 
 
+def goal_rows(count: int, results: list[tuple[str, str, dict]]) -> list:
+    """The goal rows of one size: build and reopen, tokenport's seconds against megatron-core's."""
+    from _harness import Row
+
+    got = {(side, phase): r for side, phase, r in results}
+    rows = []
+    for phase, seconds_goal in (("build", 60.0), ("reopen", 1.0)):
+        ours, theirs = (got[(side, phase)].get("build", float("nan")) for side in ("tokenport", "megatron"))
+        case = f"{count:,} stores, {phase}"
+        if count >= 10_000:
+            goal_text = f"<{seconds_goal:g} s"
+            row = Row("many stores", case, "s", ours, theirs, "megatron-core", seconds_goal, goal_text, True, True)
+            rows.append(row)
+        else:
+            rows.append(Row("many stores", case, "s", ours, theirs, "megatron-core", 10.0, None, True))
+    return rows
+
+
 def report(count: int, results: list[tuple[str, str, dict]]) -> None:
     """The table of one size: tokenport's seconds, megatron's, the ratio and the goal."""
     got = {(side, phase): r for side, phase, r in results}
@@ -241,6 +263,7 @@ def main() -> None:
     parser.add_argument("--count", type=int)
     parser.add_argument("--cache")
     parser.add_argument("--batch", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="200 stores only")
     args = parser.parse_args()
     if args.child:
         child(args.child, args.dir, args.count, args.cache, args.batch)
@@ -248,9 +271,16 @@ def main() -> None:
     import tokenport as tp
 
     print(f"tokenport {tp.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} cpus")
-    counts = list(args.stores) + ([10_000] if args.with_10000 else [])
+    from _harness import print_table
+
+    counts = [200] if args.quick else list(args.stores) + ([10_000] if args.with_10000 else [])
+    rows = []
     for count in counts:
-        report(count, measure(args.root, count))
+        results = measure(args.root, count)
+        report(count, results)
+        rows += goal_rows(count, results)
+    print()
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ after the first batch (worker start-up left out). Best of N runs, the sides time
 The "on" side records what ``metrics.serve`` would export (samples, tokens, wait histogram, queue
 depth per batch) into its registry; no scrape happens while it is timed.
 
+Section "mixture update": one ``StatefulLoader.set_mixture`` with metrics on (target and realized
+shares recorded) over an AdaptiveBlend that already holds many updates (one every 2 samples, all
+realized): 10 datasets after 10^6 updates and 1,000 datasets after 10^4 (quick: 10^5 and 10^3; 10^6
+updates of 1,000 weights would hold 16 GB of weights), beside the same after 10 updates. Goal < 50 us
+per update, whatever the updates so far.
+
     python benchmarks/bench_metrics.py            # 2000 batches per run
     python benchmarks/bench_metrics.py --quick    # 400 batches per run
 """
@@ -24,8 +30,9 @@ import torch
 import tokenport as tp
 from _harness import Row, best_of, best_of_each, lognormal_lengths, print_table, scratch_directory
 from tokenport import metrics
+from tokenport.blend import AdaptiveBlend
 from tokenport.integrations import StatefulLoader
-from tokenport.sampling import RandomSampler
+from tokenport.sampling import PretrainingSampler, RandomSampler
 
 EOD = 2
 SEQ_LENGTH = 2048
@@ -84,6 +91,65 @@ def recording_cost(dataset: Any, calls: int, batch_seconds: float) -> Row:
     return Row("recorder", "loader_batch", "s", seconds, batch_seconds, "a batch, 0 workers", lower_is_better=True)
 
 
+class _Child:
+    """A child of the blend: samples are one token (only the mixture's own cost is timed)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, k: int) -> dict[str, np.ndarray]:
+        return {"tokens": np.array([k], np.int64)}
+
+
+def update_seconds(n: int, updates: int, calls: int, repeat: int) -> float:
+    """Seconds per ``set_mixture`` (metrics on) over a blend of ``n`` datasets holding ``updates`` updates."""
+    rng = np.random.default_rng(n)
+    weights = rng.dirichlet(np.ones(n), size=min(updates, 1000))
+    size = 2 * updates + 10_000
+    blend = AdaptiveBlend(
+        [_Child(size)] * n,
+        np.ones(n),
+        num_samples=size,
+        updates=[(2 * k + 2, weights[k % len(weights)]) for k in range(updates)],
+    )
+    blend.realize(2 * updates + 2)
+    loader = StatefulLoader(blend, PretrainingSampler(size, 2 * updates + 2, 8, 0, 1))
+    metrics.enable()
+    try:
+        seconds = best_of(lambda: [loader.set_mixture(weights[k % len(weights)]) for k in range(calls)], repeat)
+        assert metrics.registry().get_sample_value("tokenport_mixture_weight_updates_total") == calls * repeat
+    finally:
+        metrics.disable()
+    return seconds / calls
+
+
+def update_rows(quick: bool) -> list[Row]:
+    """The cost of one update with metrics on after many updates, beside the same after 10 updates."""
+    rows = []
+    for n, many in ((10, 10**5 if quick else 10**6), (1000, 10**3 if quick else 10**4)):
+        few = update_seconds(n, 10, 100, 15)
+        after = update_seconds(n, many, 100, 15)
+        print(f"mixture update n={n}: {after * 1e6:.1f} us after {many:,} updates, {few * 1e6:.1f} us after 10")
+        rows.append(
+            Row(
+                "mixture update",
+                f"n={n}, after many updates",
+                "s/update",
+                after,
+                few,
+                "after 10 updates",
+                50e-6,
+                "<50 us",
+                lower_is_better=True,
+                absolute=True,
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="400 batches per run instead of 2000")
@@ -109,6 +175,7 @@ def main() -> None:
             rows.append(Row("loader", case, "samples/s", rate_on, rate_off, "metrics off", 0.99, ">=0.99x (cost < 1%)"))
             rows.append(Row("loader", case + " (A/A)", "samples/s", rate_again, rate_off, "metrics off"))
         rows.append(recording_cost(dataset, count * 100, batch_seconds[0]))
+    rows += update_rows(args.quick)
     print_table(rows)
 
 

@@ -8,7 +8,8 @@ Sections:
               datasets (signals with random losses, ADO with its default window of 32 points full), the
               best of N calls; goal < 1 ms per update. The baseline column is that 1 ms budget.
   realize     an AdaptiveBlend of 10^6 samples (quick 10^5), the weights changed every 1,000 samples
-              (random Dirichlet(1) weights), realized in full, against ``build_blending_indices``
+              (random Dirichlet(1) weights), at n = 10, 10^2, 10^3 datasets, realized in full, against
+              ``build_blending_indices``
               (Tijdeman, tokenport's default) and megatron-core's C++ ``build_blending_indices`` of the
               same size over the last weights; goal: no slower than tokenport's static blend. The
               sides are timed in turns; the blend is rebuilt from its updates for every run.
@@ -118,7 +119,7 @@ def main() -> None:
     with scratch_directory(None, "bench_mixing_", args.quick):
         started = time.perf_counter()
         rows = controller_rows(repeat * 5)
-        for n in (10, 100):
+        for n in DATASETS:
             rows += realize_rows(size, n, repeat)
         print_table(rows)
         print_goals(rows)

@@ -243,3 +243,30 @@ def test_import_tokenport_and_reading_do_not_load_prometheus_client(gpt):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, []]
+
+
+def test_mixture_shares_are_kept_as_arrays_and_labelled_when_scraped():
+    """The latest call wins per label, over calls with and without names; a caller's array changed
+    afterwards changes nothing; shares that are not numbers are refused (ConfigError), on or off."""
+    metrics.disable()
+    registry = metrics.enable()
+    try:
+        target = np.array([0.25, 0.75])
+        metrics.record_mixture(target, np.array([0.5, 0.5]))
+        target[0] = 9.0
+        metrics.record_mixture([0.1, 0.9], [0.2, 0.8], names=["1", "b"])
+        get = registry.get_sample_value
+        assert get("tokenport_mixture_target_ratio", {"dataset": "0"}) == 0.25
+        assert get("tokenport_mixture_target_ratio", {"dataset": "1"}) == 0.1  # the later call's
+        assert get("tokenport_mixture_realized_ratio", {"dataset": "b"}) == 0.8
+        metrics.record_mixture([0.3, 0.7], [0.4, 0.6])  # unnamed again: its labels win back
+        assert get("tokenport_mixture_target_ratio", {"dataset": "1"}) == 0.7
+        assert get("tokenport_mixture_target_ratio", {"dataset": "b"}) == 0.9
+        for bad in (["x", 0.5], [[0.5], [0.5]]):
+            with pytest.raises(ConfigError, match="record_mixture"):
+                metrics.record_mixture(bad, [0.5, 0.5])
+        assert get("tokenport_mixture_target_ratio", {"dataset": "0"}) == 0.3
+    finally:
+        metrics.disable()
+    with pytest.raises(ConfigError, match="record_mixture"):
+        metrics.record_mixture(["x", 0.5], [0.5, 0.5])

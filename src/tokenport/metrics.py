@@ -26,6 +26,8 @@ from math import prod
 from threading import get_ident
 from typing import Any
 
+import numpy as np
+
 from ._checks import check_int
 from .errors import ConfigError
 
@@ -66,7 +68,7 @@ class Recorder:
     """The metrics of one ``enable()``, in its own ``CollectorRegistry``; one method per recording site."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -91,13 +93,9 @@ class Recorder:
         self.storage_retries = Counter(
             "tokenport_storage_retries_total", "Object-store requests retried after a transient fault", registry=r
         )
-        # mixture (blends, adaptive controllers)
-        self.mixture_target = Gauge(
-            "tokenport_mixture_target_ratio", "Target share of each dataset in the mixture", ["dataset"], registry=r
-        )
-        self.mixture_realized = Gauge(
-            "tokenport_mixture_realized_ratio", "Realized share of each dataset so far", ["dataset"], registry=r
-        )
+        # mixture (blends, adaptive controllers): the latest shares kept as arrays, labelled when scraped
+        self.mixture = _MixtureCollector()
+        r.register(self.mixture)
         self.mixture_updates = Counter(
             "tokenport_mixture_weight_updates_total", "Updates of the mixture weights", registry=r
         )
@@ -188,6 +186,41 @@ class _LoaderCollector:
             outstanding.add_metric([], self.recorder._loader_outstanding)
             found.append(outstanding)
         return found
+
+
+class _MixtureCollector:
+    """The target and realized share of each dataset label, as last recorded: ``record`` keeps the arrays of
+    one call (O(1) per call whatever the datasets), the gauges are labelled when scraped."""
+
+    def __init__(self) -> None:
+        # per list of names (None: 0, 1, ... of a length): (names, target, realized), the latest call last
+        self.recorded: dict[Any, tuple[Sequence[str] | None, np.ndarray, np.ndarray]] = {}
+
+    def record(self, names: Sequence[str] | None, target: np.ndarray, realized: np.ndarray) -> None:
+        key = len(target) if names is None else tuple(names)
+        self.recorded.pop(key, None)  # re-inserted last: its values win over an earlier call's for a label
+        self.recorded[key] = (names, target, realized)
+
+    def describe(self) -> list[Any]:
+        return self.collect()
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        latest: dict[str, tuple[float, float]] = {}
+        for names, target, realized in list(self.recorded.values()):
+            labels = [str(i) for i in range(len(target))] if names is None else names
+            latest.update(zip(labels, zip(target.tolist(), realized.tolist())))
+        wanted = GaugeMetricFamily(
+            "tokenport_mixture_target_ratio", "Target share of each dataset in the mixture", labels=["dataset"]
+        )
+        got = GaugeMetricFamily(
+            "tokenport_mixture_realized_ratio", "Realized share of each dataset so far", labels=["dataset"]
+        )
+        for label, (want, real) in latest.items():
+            wanted.add_metric([label], want)
+            got.add_metric([label], real)
+        return [wanted, got]
 
 
 def batch_size(batch: Any) -> tuple[int, int]:
@@ -285,21 +318,27 @@ def serve(port: int, addr: str = "127.0.0.1") -> Exporter:
         ) from None
 
 
-def record_mixture(target: Sequence[float], realized: Sequence[float], names: Sequence[str] | None = None) -> None:
+def record_mixture(
+    target: Sequence[float] | np.ndarray, realized: Sequence[float] | np.ndarray, names: Sequence[str] | None = None
+) -> None:
     """Set the target and realized share of each dataset (label ``dataset``: ``names``, default ``0, 1, ...``).
-    Checked even while off (a call per weight update, not per batch)."""
-    labels = [str(i) for i in range(len(target))] if names is None else [str(name) for name in names]
-    if not len(target) == len(realized) == len(labels):
+    Checked even while off (a call per weight update, not per batch); costs no Python step per dataset
+    unless ``names`` are given (labels are made when scraped)."""
+    labels = None if names is None else [str(name) for name in names]
+    if not len(target) == len(realized) == (len(target) if labels is None else len(labels)):
         raise ConfigError(
-            f"record_mixture: target has {len(target)} shares, realized {len(realized)}, names {len(labels)}; "
-            "pass one of each per dataset"
+            f"record_mixture: target has {len(target)} shares, realized {len(realized)}, "
+            f"names {len(target) if labels is None else len(labels)}; pass one of each per dataset"
         )
+    try:
+        wanted, got = np.array(target, dtype=np.float64), np.array(realized, dtype=np.float64)  # copies
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"record_mixture: expected numbers for the shares ({exc})") from None
+    if wanted.ndim != 1 or got.ndim != 1:
+        raise ConfigError("record_mixture: target and realized must be flat sequences, one share per dataset")
     current = live.recorder
-    if current is None:
-        return
-    for label, want, got in zip(labels, target, realized):
-        current.mixture_target.labels(dataset=label).set(float(want))
-        current.mixture_realized.labels(dataset=label).set(float(got))
+    if current is not None:
+        current.mixture.record(labels, wanted, got)
 
 
 def record_weight_update() -> None:

@@ -41,9 +41,12 @@ from .dataset import gather
 
 __all__ = ["AdaptiveBlend"]
 
-_SCALE = 1 << 40  # Q: the integer shares of a weight vector sum to this
+_SCALE_BITS = 40
+_SCALE = 1 << _SCALE_BITS  # Q: the integer shares of a weight vector sum to this
 _MAX_DATASETS = 1 << 21  # deficits stay below n * Q < 2**62
-_FOLD = 256  # the packed kernel folds the shares into the deficits every this many samples
+_LONE_STORE = 512  # the packed kernel takes its keys' drop in the next pass below this many datasets
+_FOLD = 256  # slack kept in the packed keys' bound (deficits within (n - 1) Q, a key within n Q)
+_NEAR = 1 << 22  # ideal counts this near the frontier come from its running deficits (Q * _NEAR < 2**62)
 
 
 def quantized_shares(weights: np.ndarray) -> np.ndarray:
@@ -51,7 +54,12 @@ def quantized_shares(weights: np.ndarray) -> np.ndarray:
     weight gets >= 1. Rows are normalized by their sum taken left to right (``_row_sums``) and the largest
     share absorbs the rounding remainder, so the shares are a pure function of the weights.
     """
-    rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    values = np.asarray(weights, dtype=np.float64)
+    if values.ndim == 1 and len(values):
+        ok, shares = _quantized_row(values, float(_SCALE))
+        if ok:  # the row's sum is far from overflowing: the steps below in one kernel, the same bits
+            return shares
+    rows = np.atleast_2d(values)
     scaled = summable(rows)  # weights near the float maximum: their ratios, not an overflowed sum
     sums = _row_sums(scaled)
     shares = np.floor(scaled / sums[:, None] * _SCALE).astype(np.int64)
@@ -88,7 +96,7 @@ class AdaptiveBlend(SampleDataset):
         self.datasets = list(datasets)
         self._lengths = np.array([len(d) for d in self.datasets], dtype=np.int64)
         self.num_samples = check_int("num_samples", num_samples, 0, INT64_MAX, what="the samples the blend holds")
-        self.initial_weights = self._checked(weights, "weights")
+        self.initial_weights = tuple(self._checked(weights, "weights").tolist())
         bits = max(1, (len(self.datasets) - 1).bit_length())
         # the packed kernel's keys (deficits within (n + _FOLD + 1) Q) must keep ``bits`` spare bits
         self._bits: int | None = bits if (len(self.datasets) + _FOLD + 1) * _SCALE << bits < 1 << 62 else None
@@ -96,32 +104,28 @@ class AdaptiveBlend(SampleDataset):
 
     # -- weights -------------------------------------------------------------------------------
 
-    def _checked(self, weights: object, name: str) -> tuple[float, ...]:
-        """``weights`` as floats, one finite value >= 0 per dataset, not all zero, no positive weight on
-        an empty child; else ConfigError."""
+    def _checked(self, weights: object, name: str) -> np.ndarray:
+        """``weights`` as a new float64 array, one finite value >= 0 per dataset, not all zero, no positive
+        weight on an empty child; else ConfigError."""
         try:
-            if not holds_numbers(np.asarray(weights)):  # strings would be parsed and bools taken as 1 and 0
+            given = np.asarray(weights)
+            if not holds_numbers(given):  # strings would be parsed and bools taken as 1 and 0
                 raise TypeError("not numbers")
-            values = np.asarray(weights, dtype=np.float64)
+            values = np.array(given, dtype=np.float64)  # a copy: the caller's array may change later
         except (TypeError, ValueError, OverflowError) as exc:
             raise ConfigError(f"{name}={weights!r}: expected one number per dataset ({exc})") from None
         if values.shape != (len(self.datasets),):
             raise ConfigError(
                 f"{name}: expected {len(self.datasets)} weights, one per dataset, got shape {values.shape}"
             )
-        bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
-        if len(bad):
-            raise ConfigError(
-                f"{name}[{int(bad[0])}]={values[bad[0]]!r}: weights must be finite and >= 0 (0: take no samples)"
-            )
-        if not values.any():
+        problem, at = _weights_problem(values, self._lengths)
+        if problem == _NOT_FINITE:
+            raise ConfigError(f"{name}[{at}]={values[at]!r}: weights must be finite and >= 0 (0: take no samples)")
+        if problem == _ALL_ZERO:
             raise ConfigError(f"{name} is all zero: give at least one dataset a positive weight")
-        empty = np.flatnonzero((values > 0) & (self._lengths == 0))
-        if len(empty):
-            raise ConfigError(
-                f"{name}[{int(empty[0])}]={values[empty[0]]!r} but dataset {int(empty[0])} holds no samples: give it 0"
-            )
-        return tuple(float(v) for v in values)
+        if problem == _ON_EMPTY:
+            raise ConfigError(f"{name}[{at}]={values[at]!r} but dataset {at} holds no samples: give it 0")
+        return values
 
     @property
     def updates(self) -> tuple[tuple[int, tuple[float, ...]], ...]:
@@ -148,12 +152,12 @@ class AdaptiveBlend(SampleDataset):
             raise ConfigError(
                 f"from_sample={start} is before the last update's ({last}): updates must come in sample order"
             )
-        shares = quantized_shares(np.asarray(checked))
+        shares = quantized_shares(checked)
         if self._updates and start == last:
-            self._updates[-1] = (start, np.asarray(checked))
+            self._updates[-1] = (start, checked)
             self._rows[-1] = shares
         else:
-            self._updates.append((start, np.asarray(checked)))
+            self._updates.append((start, checked))
             self._starts.append(start)
             self._rows.append(shares)
 
@@ -296,14 +300,23 @@ class AdaptiveBlend(SampleDataset):
         return check_int("upto", upto, 1, self.num_samples, what="the prefix of the stream to report on")
 
     def samples_per_dataset(self, upto: int) -> np.ndarray:
-        """How many of the first ``upto`` samples each dataset supplies (int64, one per dataset)."""
+        """How many of the first ``upto`` samples each dataset supplies (int64, one per dataset): the running
+        counts at the frontier less the samples past ``upto`` when those are fewer than ``upto``."""
         stop = check_int("upto", upto, 0, self.num_samples, what="the prefix of the stream to count")
         self.realize(stop)
-        return np.bincount(self._dataset_index[:stop], minlength=len(self.datasets)).astype(np.int64)
+        n = len(self.datasets)
+        if self._frontier - stop < stop:
+            return self._counts - np.bincount(self._dataset_index[stop : self._frontier], minlength=n)
+        return np.bincount(self._dataset_index[:stop], minlength=n).astype(np.int64)
 
     def ideal_counts(self, upto: int) -> np.ndarray:
-        """``I_i(upto)``: the integral of each dataset's share over the first ``upto`` samples (float64)."""
+        """``I_i(upto)``: the integral of each dataset's share over the first ``upto`` samples (float64), the
+        exact integral rounded once; near the frontier from its running deficits, in time independent of the updates."""
         stop = check_int("upto", upto, 0, self.num_samples, what="the prefix of the stream")
+        near = _near_integral(self._starts, self._rows, self._deficit, self._counts, self._frontier, stop)
+        if near is not None:
+            whole, part = near  # Q * I = whole * Q + part: one correctly rounded addition of exact floats
+            return whole.astype(np.float64) + part.astype(np.float64) / _SCALE
         total = np.zeros(len(self.datasets), dtype=object)  # exact integers, then one division
         for start, shares, end in zip(self._starts, self._rows, self._starts[1:] + [stop]):
             length = max(0, min(end, stop) - start)
@@ -378,6 +391,26 @@ class AdaptiveBlend(SampleDataset):
 register_dataset_kind("AdaptiveBlend", AdaptiveBlend)
 
 
+def _near_integral(
+    starts: list[int], rows: list[np.ndarray], deficit: np.ndarray, counts: np.ndarray, frontier: int, stop: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``Q * I(stop)`` as int64 ``(whole, part)``, ``whole * Q + part`` with ``0 <= part < Q``, from the deficits
+    and counts at the frontier (``Q * I = Q * C + deficit`` there) and the segments between it and ``stop``;
+    None when ``stop`` is ``_NEAR`` samples or more away (the shares between might overflow an int64) or the
+    counts are past 2**52 (a float64 would not hold them exactly)."""
+    low, high = min(stop, frontier), max(stop, frontier)
+    if high - low >= _NEAR or (len(counts) and int(counts.max()) >= 1 << 52):
+        return None
+    between = np.zeros(len(counts), np.int64)  # at most Q per sample: below 2**62
+    j = bisect.bisect_right(starts, low) - 1
+    while j < len(starts) and starts[j] < high:
+        end = min(high, starts[j + 1]) if j + 1 < len(starts) else high
+        between += rows[j] * (end - max(low, starts[j]))
+        j += 1
+    scaled = deficit + between if stop >= frontier else deficit - between  # |deficit| < 2**62 - 2**61
+    return counts + (scaled >> _SCALE_BITS), scaled & (_SCALE - 1)
+
+
 class _StandIn:
     """A child of a known length whose samples are not at hand (a blend rebuilt to report on)."""
 
@@ -393,6 +426,50 @@ class _StandIn:
     def get_batch(self, ids: Any) -> dict[str, np.ndarray]:
         """Refused: the samples are not at hand."""
         raise ConfigError("this AdaptiveBlend was rebuilt from a description: pass datasets= to read samples")
+
+
+_NOT_FINITE, _ALL_ZERO, _ON_EMPTY = 1, 2, 3  # what _weights_problem finds wrong
+
+
+@numba.njit(cache=True)
+def _weights_problem(values, lengths):
+    """(0, 0) for good weights, else (problem, index): the first weight not finite or < 0, else all zero
+    (index 0), else the first positive weight on an empty dataset; in that order."""
+    for j in range(len(values)):
+        if not (np.isfinite(values[j]) and values[j] >= 0):
+            return _NOT_FINITE, j
+    positive = False
+    for j in range(len(values)):
+        positive = positive or values[j] > 0
+    if not positive:
+        return _ALL_ZERO, 0
+    for j in range(len(values)):
+        if values[j] > 0 and lengths[j] == 0:
+            return _ON_EMPTY, j
+    return 0, 0
+
+
+@numba.njit(cache=True)
+def _quantized_row(values, scale):
+    """(True, ``quantized_shares(values)``) for one row of good weights whose sum, left to right, is below
+    1e300 (so numpy's sum does not overflow either and ``summable`` leaves the row as it is); else (False, _)."""
+    total = 0.0
+    for j in range(len(values)):
+        total += values[j]
+    shares = np.empty(len(values), np.int64)
+    if not total < 1e300:
+        return False, shares
+    remainder = np.int64(scale)
+    best = 0
+    for j in range(len(values)):
+        shares[j] = np.int64(np.floor(values[j] / total * scale))
+        if values[j] > 0 and shares[j] == 0:
+            shares[j] = 1
+        remainder -= shares[j]
+        if shares[j] > shares[best]:
+            best = j
+    shares[best] += remainder
+    return True, shares
 
 
 @numba.njit(cache=True)
@@ -412,34 +489,49 @@ def _packed_kernel(rows, ends, scale, bits, deficit, counts, out_dataset, out_co
     """Samples ``[start, stop)`` by the largest deficit after this sample's share (ties to the lowest index),
     with the shares ``rows[s]`` until sample ``ends[s]``.
 
-    Branch-free: a dataset's key is its deficit shifted left by ``bits`` with ``low - j`` in the low
-    bits, so the largest key is the largest deficit, ties to the lowest ``j``. The deficits are kept
-    as of the last fold, the shares added ``k`` times on the fly and folded in every ``_FOLD`` samples.
+    Branch-free and without a multiply: a dataset's key is kept packed, its deficit shifted left by
+    ``bits`` with ``low - j`` in the low bits, so the largest key is the largest deficit, ties to the
+    lowest ``j``; each sample adds the shifted shares to every key (the low bits stay as they are),
+    takes the largest and subtracts ``scale`` from the one taken. Below ``_LONE_STORE`` datasets that
+    subtraction is made in the next pass over the keys: a lone store into the keys just before the
+    vector loads of that pass stalls them, a cost the pass over a few keys does not hide.
     """
     n = rows.shape[1]
     low = (np.int64(1) << bits) - 1
-    tag = np.empty(n, np.int64)
+    keys = np.empty(n, np.int64)
     for j in range(n):
-        tag[j] = low - j
-    begin = start
+        keys[j] = (deficit[j] << bits) | (low - j)
+    taken = np.int64(scale) << bits
+    shifted = np.empty(n, np.int64)
+    t = start
+    taken_last = -1  # the dataset taken by the last sample: its key drops in the next pass (no lone store)
     for s in range(rows.shape[0]):
-        shares = rows[s]
+        for j in range(n):
+            shifted[j] = rows[s, j] << bits
         last = min(ends[s], stop)
-        while begin < last:
-            end = min(last, begin + _FOLD)
-            for t in range(begin, end):
-                k = t - begin + 1
-                best = np.int64(-(2**62)) << 1
+        while t < last:
+            best = np.int64(-(2**62)) << 1
+            if n < _LONE_STORE:
                 for j in range(n):
-                    best = max(best, ((deficit[j] + shares[j] * k) << bits) | tag[j])
+                    key = keys[j] + shifted[j] - (taken if j == taken_last else 0)
+                    keys[j] = key
+                    best = max(best, key)
                 i = low - (best & low)
-                deficit[i] -= scale
-                out_dataset[t] = i
-                out_count[t] = counts[i]
-                counts[i] += 1
-            for j in range(n):
-                deficit[j] += shares[j] * (end - begin)
-            begin = end
+                taken_last = i
+            else:
+                for j in range(n):
+                    keys[j] += shifted[j]
+                    best = max(best, keys[j])
+                i = low - (best & low)
+                keys[i] -= taken
+            out_dataset[t] = i
+            out_count[t] = counts[i]
+            counts[i] += 1
+            t += 1
+    if taken_last >= 0:
+        keys[taken_last] -= taken
+    for j in range(n):
+        deficit[j] = keys[j] >> bits
 
 
 @numba.njit(cache=True)

@@ -239,9 +239,7 @@ class StatefulLoader:
         if live.recorder is not None:  # metrics on: the shares of what the trainer has been handed so far
             handed = min(self.consumed_samples, self.dataset.frontier)
             if handed:
-                record_mixture(
-                    self.dataset.target_shares(handed).tolist(), self.dataset.realized_shares(handed).tolist()
-                )
+                record_mixture(self.dataset.target_shares(handed), self.dataset.realized_shares(handed))
             record_weight_update()
         return start
 
