@@ -108,7 +108,15 @@ def _field(record: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def _messages(items: list[Any], where: str) -> list[dict[str, Any]]:
-    return [_message(item, f"{where}[{i}]") for i, item in enumerate(items)]
+    """Each item as a checked message; a plain {"role", "content": str} dict (most of them) is copied
+    straight, as `_message` would copy it, without building its field names for errors."""
+    messages = []
+    for i, item in enumerate(items):
+        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str and item.get("role") in ROLES:
+            messages.append({"role": item["role"], "content": item["content"]})
+        else:
+            messages.append(_message(item, f"{where}[{i}]"))
+    return messages
 
 
 def _message(item: Any, where: str) -> dict[str, Any]:

@@ -57,6 +57,7 @@ reasoning, tool calls and end-of-turn marker inside `{% generation %}`; tools li
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # Names a message's reasoning is passed under; templates read the first (transformers' _REASONING_FIELDS).
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_REASONING_KEYS = frozenset(REASONING_FIELDS)
 _GENERATION_RE = re.compile(r"\{\%-?\s*generation\s*-?\%\}")  # transformers' test for generation markers
 _JINJA_MINIMUM = (3, 1, 6)  # older jinja2 has known sandbox escapes; transformers refuses it too
 
@@ -247,10 +248,13 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     for i, message in enumerate(messages):
         if type(message) is not dict and not isinstance(message, Mapping):
             raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
-        plain = _plain({k: v for k, v in message.items() if v is not None}, f"messages[{i}]")
-        reasoning = next((plain[key] for key in REASONING_FIELDS if plain.get(key) is not None), None)
-        if reasoning is not None:
-            plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
+        plain = {k: v for k, v in message.items() if v is not None}
+        if not all(type(k) is str and type(v) is str for k, v in plain.items()):  # else it is plain already
+            plain = _plain(plain, f"messages[{i}]")
+        if not _REASONING_KEYS.isdisjoint(plain):
+            reasoning = next((plain[key] for key in REASONING_FIELDS if plain.get(key) is not None), None)
+            if reasoning is not None:
+                plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
         chat.append(plain)
     return chat
 

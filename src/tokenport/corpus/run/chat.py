@@ -65,9 +65,14 @@ def canonical(messages: list[dict[str, Any]], tools: list[Any] | None, completio
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def conversations(records: Iterable[Document], format: str | None, problems: Problems) -> Iterator[Document]:
+def conversations(
+    records: Iterable[Document], format: str | None, problems: Problems, keyed: bool = True
+) -> Iterator[Document]:
     """Each record (a document whose metadata is the whole record) as a conversation document;
-    a malformed one is refused or skipped ("bad_conversation") naming its file and line or row."""
+    a malformed one is refused or skipped ("bad_conversation") naming its file and line or row.
+
+    keyed=False: the documents' text is left empty instead of `canonical`, for a run without cleaning
+    steps, where nothing reads it (the conversation is in the metadata)."""
     for record in records:
         try:
             messages, start = to_conversation(record.metadata, format, where=record.id)
@@ -78,7 +83,7 @@ def conversations(records: Iterable[Document], format: str | None, problems: Pro
             problems.report("bad_conversation", record.id, str(error).removeprefix(record.id + ": "))
             continue
         metadata = {"messages": messages, "tools": tools, "completion_start": start}
-        yield Document(canonical(messages, tools, start), record.id, metadata)
+        yield Document(canonical(messages, tools, start) if keyed else "", record.id, metadata)
 
 
 class PerMessage(Step):
