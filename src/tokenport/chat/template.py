@@ -480,7 +480,8 @@ def _chat_environment(jinja2: Any, tracker: Any) -> Any:
         A key of a plain dict that is no dict attribute is looked up directly (the sandbox would first
         try the attribute and fail); the sandbox's verdict on an attribute, which depends only on the
         object's type and the name, is remembered per (type, name); the generation tracker's own method
-        is called without the safety check every call gets."""
+        is called without the safety check every call gets, and without Context.call's inspection (it
+        takes no context, so it is called as Context.call would call it)."""
 
         def __init__(self, **options: Any) -> None:
             super().__init__(**options)
@@ -510,8 +511,13 @@ def _chat_environment(jinja2: Any, tracker: Any) -> Any:
             return verdict
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's names)
-            if getattr(__obj, "__func__", None) is tracker._generation:
-                return __context.call(__obj, *args, **kwargs)
+            if getattr(__obj, "__func__", None) is tracker._generation:  # what Context.call does for it
+                kwargs.pop("_block_vars", None)
+                kwargs.pop("_loop_vars", None)
+                try:
+                    return __obj(*args, **kwargs)
+                except StopIteration:
+                    return __self.undefined("value was undefined because a callable raised a StopIteration exception")
             return super().call(__context, __obj, *args, **kwargs)
 
     return ChatEnvironment
