@@ -183,15 +183,19 @@ class ChatTemplate:
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
         try:
-            with template.environment.track_generation(blocks, spans):
-                for block in template.generate(
+            context = template.new_context(  # a variable named like an argument is refused, as generate() refuses it
+                dict(
                     messages=chat,
                     tools=tool_schemas,
                     documents=docs,
                     add_generation_prompt=add_generation_prompt,
                     **variables,
-                ):
-                    blocks.append(block)
+                )
+            )
+            append = blocks.append
+            with template.environment.track_generation(blocks, spans):
+                for block in template.root_render_func(context):  # Template.generate's loop, one layer less
+                    append(block)
         except TokenportError:
             raise
         except Exception as e:  # the template's own refusals (raise_exception) and its failures on this data
@@ -246,7 +250,11 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
     chat = []
     for i, message in enumerate(messages):
-        if type(message) is not dict and not isinstance(message, Mapping):
+        if type(message) is dict and len(message) == 2 and type(message.get("content")) is str:
+            if type(message.get("role")) is str:  # {"role", "content"} texts, most messages: plain already
+                chat.append(dict(message))
+                continue
+        elif type(message) is not dict and not isinstance(message, Mapping):
             raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
         plain = {k: v for k, v in message.items() if v is not None}
         if not all(type(k) is str and type(v) is str for k, v in plain.items()):  # else it is plain already
