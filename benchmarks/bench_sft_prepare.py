@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--workers", default="1,2", help="prepare --format chat worker counts to time")
     parser.add_argument("--scaling-conversations", type=int, default=40000, help="conversations prepare is timed on")
-    parser.add_argument("--quick", action="store_true", help="smaller: 500 and 20000 conversations, once, scaling with 1 worker only")
+    parser.add_argument("--quick", action="store_true", help="500 and 20000 conversations, once; 1 worker")
     args = parser.parse_args()
     if args.quick:
         args.conversations, args.scaling_conversations, args.repeat, args.workers = 500, 20000, 1, "1"
