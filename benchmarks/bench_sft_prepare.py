@@ -17,12 +17,20 @@ pinned to one CPU while both sides run.
 Every side's packed rows (input_ids, labels, position ids) are checked equal to TRL's before timing.
 A breakdown of tokenport's time (render, tokenizer with offsets, masks, store + packing) follows the table.
 
+Through the CLI, per core (the goal row): ``tokenport prepare --format chat --workers 1`` run as a command
+on one CPU (``sched_setaffinity`` before it starts), end to end: interpreter start, imports, tokenizer and
+template load, reading and parsing the jsonl, rendering, tokenizing, masking, writing and publishing the
+chat store; from the same --scaling-conversations jsonl file, against TRL's conversations per second on
+one CPU. The command runs with byte-code caching on (as an installed package has it); its output is
+checked once, untimed, to hold the same tokens and trained tokens as the in-process path. A run on a
+jsonl of 10 conversations gives the fixed cost (start-up) in that time.
+
 Scaling with workers (both CPUs): ``prepare(PrepareConfig(format="chat", workers=W))`` end to end, from
 --scaling-conversations conversations (more, so that worker start-up is amortized) written once to a jsonl
 file (untimed, cut into eight units of work) to published chat stores, for each ``--workers`` count and both
 tokenizer engines; checked to hold the same tokens and trained-token count as the in-process path.
 
-    python benchmarks/bench_sft_prepare.py
+    python benchmarks/bench_sft_prepare.py [--quick]
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 import numpy as np
 
@@ -64,7 +74,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--workers", default="1,2", help="prepare --format chat worker counts to time")
     parser.add_argument("--scaling-conversations", type=int, default=40000, help="conversations prepare is timed on")
+    parser.add_argument("--quick", action="store_true", help="500 and 20000 conversations, once; 1 worker")
     args = parser.parse_args()
+    if args.quick:
+        args.conversations, args.scaling_conversations, args.repeat, args.workers = 500, 20000, 1, "1"
 
     import datasets
     import tokenizers as hf
@@ -180,15 +193,53 @@ def main() -> None:
             raise SystemExit(f"prepare ({engine}, {workers} workers): {got} tokens/trained, in process {want}")
 
     cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cpus)})  # per core: both sides on one CPU
+    one_cpu = min(cpus)
+    tiny = os.path.join(tmp, "tiny.jsonl")
+    with open(tiny, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"messages": chat}) + "\n" for chat in many[:10])
+
+    def command(source: str) -> Callable[[], None]:
+        def run() -> None:
+            output = os.path.join(tmp, "cli")
+            shutil.rmtree(output, ignore_errors=True)
+            argv = ["prepare", "-q", "--format", "chat", "--chat-template", "chatml", "--workers", "1"]
+            argv += ["--tokenizer", f"gigatoken:{path}", "-o", output, source]
+            env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+            subprocess.run(
+                [sys.executable, "-m", "tokenport", *argv],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}),
+            )
+
+        return run
+
+    command(source)()  # checked once, untimed (and byte-code cached): the in-process path's tokens
+    with open(os.path.join(tmp, "cli", "tokenport.json"), encoding="utf-8") as f:
+        stores = [tp.IndexedDataset(os.path.join(tmp, "cli", part["name"])) for part in json.load(f)["parts"]]
+    got = (sum(store.num_tokens for store in stores), sum(_trained(store.masks) for store in stores))
+    if got != want:
+        raise SystemExit(f"tokenport prepare (CLI): {got} tokens/trained, in process {want}")
+
+    os.sched_setaffinity(0, {one_cpu})  # per core: both sides on one CPU
     hf_tok, giga = engines["hf"], engines["gigatoken"]
-    timed = best_of_each([lambda: ours(hf_tok), lambda: ours(giga), lambda: ours_rows(giga), theirs], args.repeat)
+    timed = best_of_each(
+        [lambda: ours(hf_tok), lambda: ours(giga), lambda: ours_rows(giga), theirs, command(source), command(tiny)],
+        args.repeat,
+    )
     os.sched_setaffinity(0, cpus)
     scaling = best_of_each([prepared(w, engine) for w, engine in runs], args.repeat)
-    case = f"{len(chats)} conv, {tokens / len(chats):.0f} tok each, {len(ds)} rows of {args.seq_length}"
+    case = "stdlib docstring chats, ChatML, packed rows"
     trl = timed[3]
+    print(
+        f"in process: {len(chats)} conv, {tokens / len(chats):.0f} tok each, {len(ds)} rows of {args.seq_length}; "
+        f"CLI and scaling: {len(many)} conv in a {os.path.getsize(source) / 1e6:.1f} MB jsonl"
+    )
     print_table(
         [
+            Row("CLI, per core", "prepare --format chat, gigatoken, jsonl -> chat store", "conv/s",
+                len(many) / timed[4], len(chats) / trl, "TRL _prepare_dataset (1 CPU)", goal=10),
             Row("conv -> ids+masks+packed, hf", case, "conv/s", len(chats) / timed[0], len(chats) / trl,
                 "TRL _prepare_dataset", goal=10),
             Row("conv -> ids+masks+packed, gigatoken", case, "conv/s", len(chats) / timed[1], len(chats) / trl,
@@ -199,12 +250,18 @@ def main() -> None:
                 "TRL _prepare_dataset"),
             *(
                 Row(f"prepare --format chat, {engine}, {w} worker{'s' * (w > 1)}",
-                    f"{len(many)} conv from jsonl to chat stores (2 CPUs)", "conv/s",
+                    "conv from jsonl to chat stores (2 CPUs)", "conv/s",
                     len(many) / scaling[k], len(chats) / trl, "TRL _prepare_dataset (1 process, 1 CPU)")
                 for k, (w, engine) in enumerate(runs)
             ),
         ]
     )  # fmt: skip
+    print(
+        f"\nCLI (gigatoken, 1 CPU): {timed[4]:.2f} s for {len(many)} conversations, "
+        f"{timed[4] / len(many) * 1e6:.1f} us each; a 10-conversation run (the fixed cost: start-up, "
+        f"loading, publishing) takes {timed[5]:.2f} s, so {(timed[4] - timed[5]) / len(many) * 1e6:.1f} us each "
+        "beyond it"
+    )
 
     # where tokenport's time goes, per conversation, on one CPU
     os.sched_setaffinity(0, {min(cpus)})

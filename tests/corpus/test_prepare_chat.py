@@ -361,3 +361,18 @@ def test_the_ray_executor_writes_the_same_chat_stores(tmp_path, ray_session):
     local, _ = run(tmp_path, inputs, "local", unit_bytes=400)
     ray, _ = run(tmp_path, inputs, "ray", unit_bytes=400, executor="ray")
     assert store_bytes(local) == store_bytes(ray)
+
+
+@pytest.mark.parametrize("batch_size", [1, 256])
+def test_a_conversation_the_tokenizer_cannot_encode_is_refused_or_skipped_by_name(tmp_path, batch_size):
+    good = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    bad = {"messages": [{"role": "user", "content": "x\ud800"}, {"role": "assistant", "content": "b"}]}
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")  # "\ud800" escaped
+    with pytest.raises(InputDataError, match=r"surrogate\.jsonl:2: the tokenizer failed on this conversation"):
+        run(tmp_path, [str(path)], batch_size=batch_size)
+    assert not (tmp_path / "out" / "tokenport.json").exists()
+    out, result = run(tmp_path, [str(path)], "skipped", on_error="skip", batch_size=batch_size)
+    assert result.documents == 1 and result.skipped == {"encode_failed": 1}
+    ids, mask = encode_chat(load_tokenizer("byte"), ChatTemplate.chatml(), to_messages(good))
+    assert tokens_and_masks(out) == [(ids.tolist(), mask.tolist())]

@@ -26,6 +26,7 @@ _SIGNATURES = {
     "prompt_completion": ("prompt", "completion"),
     "alpaca": ("instruction", "output"),
 }
+_SIGNATURE_SETS = {name: frozenset(keys) for name, keys in _SIGNATURES.items()}
 # ShareGPT's `from` values (the original dumps, FastChat, LLaMA-Factory, axolotl) -> roles
 _SHAREGPT_ROLES = {
     "system": "system",
@@ -47,9 +48,9 @@ _OPTIONAL_STRINGS = ("reasoning_content", "name", "tool_call_id")
 
 def detect_format(record: Mapping[str, Any], where: str = "record") -> str:
     """The format of `record` (one of FORMATS) from its keys; InputDataError when none or several fit."""
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):
         raise InputDataError(f"{where}: a conversation record must be a JSON object, got {type(record).__name__}")
-    found = [name for name, keys in _SIGNATURES.items() if all(key in record for key in keys)]
+    found = [name for name, keys in _SIGNATURE_SETS.items() if record.keys() >= keys]
     if len(found) == 1:
         return found[0]
     if not found:
@@ -80,7 +81,7 @@ def to_conversation(
         format = detect_format(record, where)
     elif format not in FORMATS:
         raise InputDataError(f"{where}: format={format!r} is not one of {', '.join(FORMATS)}")
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):
         raise InputDataError(f"{where}: a conversation record must be a JSON object, got {type(record).__name__}")
     completion_start = None
     if format == "messages":
@@ -108,7 +109,15 @@ def _field(record: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def _messages(items: list[Any], where: str) -> list[dict[str, Any]]:
-    return [_message(item, f"{where}[{i}]") for i, item in enumerate(items)]
+    """Each item as a checked message; a plain {"role", "content": str} dict (most of them) is copied
+    straight, as `_message` would copy it, without building its field names for errors."""
+    messages = []
+    for i, item in enumerate(items):
+        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str and item.get("role") in ROLES:
+            messages.append({"role": item["role"], "content": item["content"]})
+        else:
+            messages.append(_message(item, f"{where}[{i}]"))
+    return messages
 
 
 def _message(item: Any, where: str) -> dict[str, Any]:

@@ -297,7 +297,10 @@ def check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
     for i, message in enumerate(messages):
-        if type(message) is not dict and not isinstance(message, Mapping):
+        if type(message) is dict and len(message) == 2 and type(message.get("content")) is str:
+            if message.get("role") in ROLES:
+                continue  # {"role", "content": text}, most messages: nothing else to check
+        elif type(message) is not dict and not isinstance(message, Mapping):
             raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
         role = message.get("role")
         if role not in ROLES:

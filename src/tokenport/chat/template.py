@@ -57,6 +57,7 @@ reasoning, tool calls and end-of-turn marker inside `{% generation %}`; tools li
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # Names a message's reasoning is passed under; templates read the first (transformers' _REASONING_FIELDS).
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_REASONING_KEYS = frozenset(REASONING_FIELDS)
 _GENERATION_RE = re.compile(r"\{\%-?\s*generation\s*-?\%\}")  # transformers' test for generation markers
 _JINJA_MINIMUM = (3, 1, 6)  # older jinja2 has known sandbox escapes; transformers refuses it too
 
@@ -182,15 +183,19 @@ class ChatTemplate:
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
         try:
-            with template.environment.track_generation(blocks, spans):
-                for block in template.generate(
+            context = template.new_context(  # a variable named like an argument is refused, as generate() refuses it
+                dict(
                     messages=chat,
                     tools=tool_schemas,
                     documents=docs,
                     add_generation_prompt=add_generation_prompt,
                     **variables,
-                ):
-                    blocks.append(block)
+                )
+            )
+            append = blocks.append
+            with template.environment.track_generation(blocks, spans):
+                for block in template.root_render_func(context):  # Template.generate's loop, one layer less
+                    append(block)
         except TokenportError:
             raise
         except Exception as e:  # the template's own refusals (raise_exception) and its failures on this data
@@ -245,12 +250,19 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         raise InputDataError(f"messages={messages!r:.80}: pass a non-empty list of message dicts")
     chat = []
     for i, message in enumerate(messages):
-        if type(message) is not dict and not isinstance(message, Mapping):
+        if type(message) is dict and len(message) == 2 and type(message.get("content")) is str:
+            if type(message.get("role")) is str:  # {"role", "content"} texts, most messages: plain already
+                chat.append(dict(message))
+                continue
+        elif type(message) is not dict and not isinstance(message, Mapping):
             raise InputDataError(f"messages[{i}] is {type(message).__name__}, not a dict with 'role' and 'content'")
-        plain = _plain({k: v for k, v in message.items() if v is not None}, f"messages[{i}]")
-        reasoning = next((plain[key] for key in REASONING_FIELDS if plain.get(key) is not None), None)
-        if reasoning is not None:
-            plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
+        plain = {k: v for k, v in message.items() if v is not None}
+        if not all(type(k) is str and type(v) is str for k, v in plain.items()):  # else it is plain already
+            plain = _plain(plain, f"messages[{i}]")
+        if not _REASONING_KEYS.isdisjoint(plain):
+            reasoning = next((plain[key] for key in REASONING_FIELDS if plain.get(key) is not None), None)
+            if reasoning is not None:
+                plain = {"thinking": reasoning, **plain, "reasoning_content": reasoning}
         chat.append(plain)
     return chat
 
@@ -476,7 +488,8 @@ def _chat_environment(jinja2: Any, tracker: Any) -> Any:
         A key of a plain dict that is no dict attribute is looked up directly (the sandbox would first
         try the attribute and fail); the sandbox's verdict on an attribute, which depends only on the
         object's type and the name, is remembered per (type, name); the generation tracker's own method
-        is called without the safety check every call gets."""
+        is called without the safety check every call gets, and without Context.call's inspection (it
+        takes no context, so it is called as Context.call would call it)."""
 
         def __init__(self, **options: Any) -> None:
             super().__init__(**options)
@@ -506,8 +519,13 @@ def _chat_environment(jinja2: Any, tracker: Any) -> Any:
             return verdict
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's names)
-            if getattr(__obj, "__func__", None) is tracker._generation:
-                return __context.call(__obj, *args, **kwargs)
+            if getattr(__obj, "__func__", None) is tracker._generation:  # what Context.call does for it
+                kwargs.pop("_block_vars", None)
+                kwargs.pop("_loop_vars", None)
+                try:
+                    return __obj(*args, **kwargs)
+                except StopIteration:
+                    return __self.undefined("value was undefined because a callable raised a StopIteration exception")
             return super().call(__context, __obj, *args, **kwargs)
 
     return ChatEnvironment

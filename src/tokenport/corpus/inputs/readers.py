@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
+
 from ...errors import ConfigError
 from ..run.stats import Problems
 from ..run.units import Slice
@@ -44,7 +46,7 @@ def _jsonl(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[D
                     remaining -= len(raw)
                 if not raw.isspace():
                     try:
-                        record = json.loads(raw)
+                        record = _loads(raw)
                     except UnicodeDecodeError as exc:
                         problems.report("bad_encoding", f"{path}: line {line}", f"byte {exc.start} is not valid UTF-8")
                         record = None
@@ -59,6 +61,19 @@ def _jsonl(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[D
                     return
     except decode_errors() as exc:
         problems.report("corrupt_input", f"{path}: after line {line}", f"cannot be decompressed ({exc})")
+
+
+def _loads(raw: bytes) -> Any:
+    """One jsonl line parsed as ``json.loads`` parses it, by msgspec (twice as fast) where msgspec can: what
+    msgspec refuses (NaN, 1e400, lone surrogates, a BOM, UTF-16, deep nesting, malformed JSON) is parsed or refused by
+    ``json.loads`` itself, so the values, and the errors, are json's."""
+    try:
+        return _DECODE(raw)
+    except (ValueError, RecursionError, msgspec.MsgspecError):
+        return json.loads(raw)
+
+
+_DECODE = msgspec.json.Decoder().decode
 
 
 def _record(record: object, text_key: str | None, path: str, line: int, problems: Problems) -> Document | None:

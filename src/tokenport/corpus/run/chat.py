@@ -18,7 +18,7 @@ from typing import Any
 from ...chat.formats import to_conversation
 from ...chat.masks import ChatPlan, encode_plans, plan_chat
 from ...chat.template import ChatTemplate
-from ...errors import InputDataError
+from ...errors import InputDataError, TokenportError
 from ..inputs.documents import Document
 from ..steps.base import Step
 from ..steps.runwide import RunWideStep
@@ -65,9 +65,14 @@ def canonical(messages: list[dict[str, Any]], tools: list[Any] | None, completio
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def conversations(records: Iterable[Document], format: str | None, problems: Problems) -> Iterator[Document]:
+def conversations(
+    records: Iterable[Document], format: str | None, problems: Problems, keyed: bool = True
+) -> Iterator[Document]:
     """Each record (a document whose metadata is the whole record) as a conversation document;
-    a malformed one is refused or skipped ("bad_conversation") naming its file and line or row."""
+    a malformed one is refused or skipped ("bad_conversation") naming its file and line or row.
+
+    keyed=False: the documents' text is left empty instead of `canonical`, for a run without cleaning
+    steps, where nothing reads it (the conversation is in the metadata)."""
     for record in records:
         try:
             messages, start = to_conversation(record.metadata, format, where=record.id)
@@ -78,7 +83,7 @@ def conversations(records: Iterable[Document], format: str | None, problems: Pro
             problems.report("bad_conversation", record.id, str(error).removeprefix(record.id + ": "))
             continue
         metadata = {"messages": messages, "tools": tools, "completion_start": start}
-        yield Document(canonical(messages, tools, start), record.id, metadata)
+        yield Document(canonical(messages, tools, start) if keyed else "", record.id, metadata)
 
 
 class PerMessage(Step):
@@ -128,13 +133,15 @@ class EncodeChat:
     """Conversation documents in, TokenBatch (with masks) out: `batch_size` conversations per batch.
 
     Each conversation is rendered (and refused, counted, if it cannot be) one at a time; a batch's texts
-    are then tokenized and masked together (`encode_plans`)."""
+    are then tokenized and masked together (`encode_plans`). A text the tokenizer cannot encode (a lone
+    surrogate) is refused or skipped ("encode_failed") naming its conversation, as a text document is."""
 
     def __init__(self, tokenizer: Any, chat: ChatJob, problems: Problems, batch_size: int) -> None:
         self.tokenizer, self.chat, self.problems, self.batch_size = tokenizer, chat, problems, batch_size
 
     def __call__(self, documents: Iterable[Document]) -> Iterator[TokenBatch]:
         plans: list[ChatPlan] = []
+        ids: list[str] = []
         for document in documents:
             try:
                 plan = plan_chat(
@@ -149,15 +156,35 @@ class EncodeChat:
                 self.problems.report("bad_conversation", document.id, str(error))
                 continue
             plans.append(plan)
+            ids.append(document.id)
             if len(plans) >= self.batch_size:
-                yield self._batch(plans)
-                plans = []
+                yield self._batch(plans, ids)
+                plans, ids = [], []
         if plans:
-            yield self._batch(plans)
+            yield self._batch(plans, ids)
 
-    def _batch(self, plans: list[ChatPlan]) -> TokenBatch:
-        chats = encode_plans(self.tokenizer, plans)
+    def _batch(self, plans: list[ChatPlan], ids: list[str]) -> TokenBatch:
+        try:
+            chats = encode_plans(self.tokenizer, plans)
+        except TokenportError:
+            raise
+        except Exception:  # one text the tokenizer cannot encode fails the whole call: find it
+            chats = encode_plans(self.tokenizer, self._encodable(plans, ids))
         stats = self.problems.stats
         stats.documents += len(chats)
         stats.tokens += len(chats.ids)
         return TokenBatch(chats.ids, chats.lengths, chats.masks)
+
+    def _encodable(self, plans: list[ChatPlan], ids: list[str]) -> list[ChatPlan]:
+        """The plans the tokenizer encodes one by one; each other one refused or skipped, named."""
+        kept = []
+        for plan, where in zip(plans, ids):
+            try:
+                encode_plans(self.tokenizer, [plan])
+            except TokenportError:
+                raise
+            except Exception as exc:
+                self.problems.report("encode_failed", where, f"the tokenizer failed on this conversation ({exc})")
+                continue
+            kept.append(plan)
+        return kept

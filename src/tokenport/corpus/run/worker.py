@@ -190,7 +190,7 @@ def _documents(job: UnitJob, piece: Slice, problems: Problems) -> Iterator[Docum
     """The documents of `piece` as the steps see them: texts, or conversations for a chat run."""
     if job.chat is None:
         return read_slice(piece, job.text_key, problems)
-    return conversations(read_slice(piece, None, problems), job.chat.format, problems)
+    return conversations(read_slice(piece, None, problems), job.chat.format, problems, keyed=bool(job.steps))
 
 
 def _steps(job: UnitJob, unit: Unit, upto: int | None = None) -> list[tuple[str, Step]]:
