@@ -26,7 +26,8 @@ class RemoteOptions:
     max_concurrency: int = 8  # threads issuing a prefetch's GETs
     retry_deadline: float = 120.0  # seconds one read may spend retrying before it fails with StorageError
     first_exact_bytes: int = 256 << 10  # `prefetch` fetches exactly the bytes of its leading ranges, up to this
-    # many, in coalesced GETs and returns; the rest comes in whole blocks in the background (0: blocks only)
+    # many, in GETs that bridge gaps of at most as many bytes in all, and returns; the rest comes in whole blocks
+    # in the background (0: blocks only)
     first_window_blocks: int = 32  # blocks in the plan's first window of whole blocks; later windows double (to 64)
     node_cache_dir: str | None = field(default_factory=lambda: default_node_cache_dir())
     # a block cache on disk shared by the machine's processes: by default `default_node_cache_dir()`

@@ -155,8 +155,8 @@ class PlannedSource(ByteSource):
         first_use: dict[int, int] = {}  # span start -> place of its first range in the read order
         wanted = sorted((o, o + n, i) for i, (o, n) in enumerate(ranges[:end]) if n and not self._cached(o, n))
         spans: list[list[int]] = []
-        spare = limit - sum(hi - lo for lo, hi, _ in wanted)  # bytes of gaps the spans may bridge: the
-        for lo, hi, place in wanted:  # window moves at most `first_exact_bytes` however dense the ranges
+        spare = limit  # bytes of gaps the spans may bridge: the window moves at most twice
+        for lo, hi, place in wanted:  # `first_exact_bytes`, however dense the ranges
             gap = max(0, lo - spans[-1][1]) if spans else 0
             if (
                 spans
