@@ -390,7 +390,7 @@ def main() -> None:
         "--block-kib", type=int, default=0, help="tokenport's RemoteOptions.block_size in KiB (0: its default)"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="the same runs on a smaller corpus (8,192 samples, 4,096 read)"
+        "--quick", action="store_true", help="cold and warm runs on a smaller corpus (8,192 samples, 4,096 read)"
     )
     parser.add_argument("--sides", default="tokenport-loader,litdata,mosaic,community")
     parser.add_argument("--peers-venv", default=str(Path.home() / ".cache" / "tokenport-bench" / "peers-venv"))
@@ -422,6 +422,7 @@ def main() -> None:
             min(args.read, 4096),
             min(args.budget_mib, 16),
         )
+        args.runs = "cold,warm" if args.runs == "cold,warm,budget" else args.runs  # the goals' runs only
     width = args.seq_length + 1
     if args.role == "write-peers":
         write_peers(Path(args.out), args.samples, width)
