@@ -202,6 +202,8 @@ class ObjectStoreSource(PlannedSource):
         on_disk = None
         if first == last:  # most reads, once the node cache has the block
             on_disk = self._fetcher.read(self, first, offset - first * bs, length)
+            if on_disk is not None:
+                self._count_lookups(1, 0)
         data = on_disk if on_disk is not None else self._read_blocks(offset, length, first, last)
         if self._pending:
             with self._lock:
