@@ -61,6 +61,12 @@ def test_the_default_node_cache_can_be_turned_off(s3, tmp_path, monkeypatch, val
     assert src._node is None and bytes(src.read(0, 10)) and not (tmp_path / "blocks").exists()
 
 
+def test_without_a_home_or_cache_dir_the_default_is_off(monkeypatch):
+    monkeypatch.delenv("TOKENPORT_CACHE_DIR")
+    monkeypatch.setattr("os.path.expanduser", lambda path: path)  # HOME unset and no passwd entry
+    assert default_node_cache_dir() is None and RemoteOptions().node_cache_dir is None
+
+
 def test_a_changed_object_is_never_served_the_old_blocks(s3, tmp_path):
     url = s3.put(_data(2 * MIB, seed=3))
     assert bytes(_source(s3, url).read(0, 100)) == _data(2 * MIB, seed=3)[:100]

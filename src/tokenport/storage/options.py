@@ -84,7 +84,10 @@ def default_node_cache_dir() -> str | None:
     if os.environ.get(NODE_CACHE_ENV, "").strip().lower() in ("off", "0", "none", "false", "no"):
         return None
     root = os.environ.get("TOKENPORT_CACHE_DIR")
-    base = os.path.expanduser(root) if root else os.path.join(os.path.expanduser("~"), ".cache", "tokenport")
+    home = os.path.expanduser("~")
+    if not root and not os.path.isabs(home):  # no home to keep it in: off, rather than a relative folder
+        return None
+    base = os.path.expanduser(root) if root else os.path.join(home, ".cache", "tokenport")
     return os.path.join(base, "blocks")
 
 
