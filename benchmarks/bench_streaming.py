@@ -1,4 +1,5 @@
-"""Streaming training samples from S3 into a DataLoader: tokenport vs MosaicML streaming (MDS) and litData.
+"""Streaming training samples from S3 into a DataLoader: tokenport vs MosaicML streaming (MDS), litData and
+streaming-community (the maintained fork of MosaicML streaming).
 
 Setup. One corpus of `--samples` samples of `--seq-length`+1 uint16 tokens (sample i's tokens are a
 fixed function of i, so every reader checks every token it gets), written three ways: a tokenport
@@ -11,23 +12,30 @@ or the driver shares their GIL; by default moto serves a ranged GET by slicing a
 object (`--moto-ranges slice`; stock moto copies the whole object for every GET).
 
 Each run is a fresh process reading `--read` samples of a shuffled epoch in batches of `--batch`
-with `--workers` DataLoader workers (torch 2.13): tokenport's workers each plan their share of the
-order (`IndexedDataset.prefetch`) and read batches with `get_many` through a node block cache shared
-by the workers (RemoteOptions.node_cache_dir); the peers use their own shuffled `StreamingDataset`
-and loader with a local cache. Runs: cold (empty cache), warm (the cache the cold run left), and
+with `--workers` DataLoader workers (torch 2.13). tokenport runs with the defaults a user gets (no
+RemoteOptions but the endpoint, so its node cache is the default one, $TOKENPORT_CACHE_DIR/blocks,
+pointed at the run's cache): side `tokenport-loader` (the headline) is `StatefulLoader` over a remote
+`GPTDataset`; side `tokenport` is an IterableDataset whose workers each plan their share of the order
+(`IndexedDataset.prefetch`) and read with `get_many`. The peers use their own shuffled
+`StreamingDataset` and loader with a local cache. Runs: cold (empty cache), warm (the cache the cold run left), and
 budget (a cache budget of `--budget-mib`, smaller than the data). Reported: samples/s from the start
 of the dataset's construction (imports excluded) to the last batch, time to first batch, GETs
 and bytes moved per sample, peak and final local disk of the cache (sampled every 50 ms).
 
 The peers cannot be installed beside tokenport's dev environment (mosaicml-streaming pins older
 transformers/numpy), so they run in their own venv, made on first use at --peers-venv:
-`pip install mosaicml-streaming==0.13.0 litdata==0.2.76 torch==2.13.0 boto3 numpy`. Its torchvision
+`pip install mosaicml-streaming==0.13.0 litdata==0.2.76 boto3 numpy`, and streaming-community 0.14.2
+(the same `streaming` package name) in another at --community-venv; both use this interpreter's
+torch (its site-packages are appended to theirs), so every side runs torch 2.13. Its torchvision
 wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here);
 litData's obstore client is allowed plain http (moto's endpoint; real S3 is https), and MosaicML's
 downloader drops the boto3 client the parent made before the workers fork (otherwise the workers share
 its sockets and the first batch waits for a 60 s read timeout).
 
-    PYTHONPATH=src python benchmarks/bench_streaming.py
+Goal rows: the loader cold (>= 1.5x) and warm (>= 2x) against the faster of MosaicML streaming and
+litData, its first batch cold (< 0.5 s) and how often each block of the .bin was downloaded (<= 1.0).
+
+    PYTHONPATH=src python benchmarks/bench_streaming.py [--quick]
 """
 
 from __future__ import annotations
