@@ -24,9 +24,8 @@ and bytes moved per sample, peak and final local disk of the cache (sampled ever
 
 The peers cannot be installed beside tokenport's dev environment (mosaicml-streaming pins older
 transformers/numpy), so they run in their own venv, made on first use at --peers-venv:
-`pip install mosaicml-streaming==0.13.0 litdata==0.2.76 boto3 numpy`, and streaming-community 0.14.2
-(the same `streaming` package name) in another at --community-venv; both use this interpreter's
-torch (its site-packages are appended to theirs), so every side runs torch 2.13. Its torchvision
+`pip install mosaicml-streaming==0.13.0 litdata==0.2.76 torch==2.13.0 boto3 numpy`, and
+streaming-community 0.14.2 (the same `streaming` package name) in another at --community-venv. Its torchvision
 wheel does not load against the CPU torch, so the peer runner stubs `streaming.vision` (unused here);
 litData's obstore client is allowed plain http (moto's endpoint; real S3 is https), and MosaicML's
 downloader drops the boto3 client the parent made before the workers fork (otherwise the workers share
@@ -332,8 +331,8 @@ PEER_PACKAGES = {
 
 
 def ensure_venv(path: Path, which: str = "peers") -> Path:
-    """The python of a peers' venv, made on first use. torch 2.13 is the one of this interpreter (its
-    site-packages are appended to the venv's path, after the venv's own), so both sides run one torch."""
+    """The python of a peers' venv, made on first use, with torch pinned to 2.13.0 (this interpreter's
+    site-packages are appended to the venv's path, after the venv's own, so its torch may satisfy the pin)."""
     python = path / "bin" / "python"
     if not python.exists():
         print(f"making the {which} venv at {path} (once)", flush=True)
@@ -347,7 +346,8 @@ def ensure_venv(path: Path, which: str = "peers") -> Path:
             text=True,
         ).stdout.strip()
         (Path(site) / "zz_tokenport_torch.pth").write_text(str(Path(torch.__file__).parent.parent) + "\n")
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES[which], "boto3", "numpy"], check=True)
+        packages = [*PEER_PACKAGES[which], "torch==2.13.0", "boto3", "numpy"]  # the pin keeps torchvision from
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)  # pulling a newer torch
     return python
 
 
