@@ -93,6 +93,7 @@ def _loader_gets(s3: MotoS3, proxy: FaultProxy, url: str, local: tp.GPTDataset, 
         first_window_blocks=64,  # background fetch then waits for it, rather than fetching on its own
         max_retries=2,
         backoff_initial=0.01,
+        node_cache_dir=str(tmp_path / ("ahead" if ahead else "plain")),  # each run starts cold
         storage_options=s3.storage_options(proxy.endpoint_url),
     )
     store = tp.IndexedDataset(url, remote_options=options, cache_dir=str(tmp_path / "idx"))

@@ -1,5 +1,5 @@
 """How an object-store source reads (`RemoteOptions`: block and cache sizes, coalescing, retries,
-the node cache) and what it counts (`RemoteStats`)."""
+the node cache, on by default in a per-user directory) and what it counts (`RemoteStats`)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,17 @@ class RemoteOptions:
     max_concurrency: int = 8  # threads issuing a prefetch's GETs
     retry_deadline: float = 120.0  # seconds one read may spend retrying before it fails with StorageError
     first_exact_bytes: int = 256 << 10  # `prefetch` fetches exactly the bytes of its leading ranges, up to this
-    # many, in coalesced GETs and returns; the rest comes in whole blocks in the background (0: blocks only)
+    # many, in GETs that bridge gaps of at most as many bytes in all, and returns; the rest comes in whole blocks
+    # in the background (0: blocks only)
     first_window_blocks: int = 32  # blocks in the plan's first window of whole blocks; later windows double (to 64)
-    node_cache_dir: str | None = None  # a block cache on disk shared by the machine's processes (None: off)
-    node_cache_bytes: int = 32 << 30  # bound of the block data kept in node_cache_dir
+    node_cache_dir: str | None = field(default_factory=lambda: default_node_cache_dir())
+    # a block cache on disk shared by the machine's processes: by default `default_node_cache_dir()`
+    # ($TOKENPORT_CACHE_DIR/blocks, else ~/.cache/tokenport/blocks; TOKENPORT_NODE_CACHE=off: none); None: off
+    node_cache_bytes: int = 32 << 30  # bound of the block data kept in node_cache_dir (least recently written go)
     storage_options: Mapping[str, Any] = field(default_factory=dict)  # fsspec options: endpoint_url, key, ...
+    node_cache_defaulted: bool = field(init=False, repr=False, compare=False, default=False)
+    # True when node_cache_dir is the per-user default, not one the caller chose: a default cache that
+    # cannot be made, or an object with no version tag to key its blocks by, is read through memory instead
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "block_size", check_int("RemoteOptions.block_size", self.block_size, 1))
@@ -56,6 +62,7 @@ class RemoteOptions:
                     "or None for no disk cache"
                 )
             object.__setattr__(self, "node_cache_dir", os.fspath(self.node_cache_dir))
+            object.__setattr__(self, "node_cache_defaulted", self.node_cache_dir == default_node_cache_dir())
         if not isinstance(self.storage_options, Mapping):
             raise ConfigError(
                 f"RemoteOptions.storage_options must be a mapping of fsspec options, "
@@ -65,6 +72,23 @@ class RemoteOptions:
 
 
 _COUNTS = ("max_concurrency", "first_window_blocks")
+
+NODE_CACHE_ENV = "TOKENPORT_NODE_CACHE"
+"""Set to "off" (or "0", "none") to read remote stores without the default node cache on disk."""
+
+
+def default_node_cache_dir() -> str | None:
+    """The node cache a `RemoteOptions` gets when none is given: $TOKENPORT_CACHE_DIR/blocks, else
+    ~/.cache/tokenport/blocks (where MosaicML streaming and litData keep theirs by default too);
+    None when $TOKENPORT_NODE_CACHE says off."""
+    if os.environ.get(NODE_CACHE_ENV, "").strip().lower() in ("off", "0", "none", "false", "no"):
+        return None
+    root = os.environ.get("TOKENPORT_CACHE_DIR")
+    home = os.path.expanduser("~")
+    if not root and not os.path.isabs(home):  # no home to keep it in: off, rather than a relative folder
+        return None
+    base = os.path.expanduser(root) if root else os.path.join(home, ".cache", "tokenport")
+    return os.path.join(base, "blocks")
 
 
 def _check_number(name: str, value: object, minimum: float, minimum_name: str | None = None) -> None:

@@ -155,8 +155,16 @@ class PlannedSource(ByteSource):
         first_use: dict[int, int] = {}  # span start -> place of its first range in the read order
         wanted = sorted((o, o + n, i) for i, (o, n) in enumerate(ranges[:end]) if n and not self._cached(o, n))
         spans: list[list[int]] = []
-        for lo, hi, place in wanted:
-            if spans and lo - spans[-1][1] <= EXACT_GAP and hi - spans[-1][0] <= self.options.max_request_bytes:
+        spare = limit  # bytes of gaps the spans may bridge: the window moves at most twice
+        for lo, hi, place in wanted:  # `first_exact_bytes`, however dense the ranges
+            gap = max(0, lo - spans[-1][1]) if spans else 0
+            if (
+                spans
+                and lo - spans[-1][1] <= EXACT_GAP
+                and gap <= spare
+                and hi - spans[-1][0] <= self.options.max_request_bytes
+            ):
+                spare -= gap
                 spans[-1][1] = max(spans[-1][1], hi)
                 first_use[spans[-1][0]] = min(first_use[spans[-1][0]], place)
             else:

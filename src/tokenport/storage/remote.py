@@ -6,6 +6,7 @@ no registered backend claims (the fsspec layer: `objects.py`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from .blocks import MEMORY, BlockCache, plan_spans, set_remote_memory_budget
 from .fetchers import Fetcher, MemoryFetcher, NodeFetcher
 from .forking import _FORKED_CLIENTS
 from .nodecache import NodeCache
-from .objects import _stat, fetch_cached, find_objects, get_bytes, open_fs, pin_of, read_small_object
+from .objects import _stat, child_session, fetch_cached, find_objects, get_bytes, open_fs, pin_of, read_small_object
 from .options import RemoteOptions, RemoteStats
 from .planner import ExactSpans, PlannedSource
 from .retries import classify, with_retries
@@ -43,6 +44,8 @@ __all__ = [  # besides the source and the scheme, the names other rooms and test
 ]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _MEMORY_ONLY = MemoryFetcher()
 
@@ -87,6 +90,7 @@ class ObjectStoreSource(PlannedSource):
 
     def _setup(self) -> None:
         self._fs: Any = None
+        self._session: Any = None  # in a forked child: the session its new S3 client starts from
         self._path = self._given_fs._strip_protocol(self.url) if self._given_fs is not None else ""
         self.stats = RemoteStats()
         self._cache = BlockCache(self.options.cache_bytes)
@@ -113,6 +117,8 @@ class ObjectStoreSource(PlannedSource):
     def _after_fork(self) -> None:
         if self._fs is not None:  # fsspec clients are not fork-safe: made anew on first use; the
             forking.keep_client(self._fs)  # parent's is kept: collecting it waits 1 s for a loop
+            if self._given_fs is None:  # the new client reuses the service models the parent parsed
+                self._session = child_session(self._fs)
         self._fs = None  # thread that did not survive the fork (s3fs's close_session finalizer)
         self._cache = BlockCache(self.options.cache_bytes)
         self._reset_threads()
@@ -122,17 +128,29 @@ class ObjectStoreSource(PlannedSource):
         self._node: NodeCache | None = None
         self._key = ""
         self._fetcher: Fetcher = _MEMORY_ONLY
-        if self.options.node_cache_dir is not None:
-            self._node = NodeCache(self.options.node_cache_dir, self.options.node_cache_bytes)
-            self._key = NodeCache.key(self.url, self._size, self.etag, self.options.block_size)
-            self._fetcher = NodeFetcher(self._node, self._key)
+        options = self.options
+        if options.node_cache_dir is None:
+            return
+        if self.etag is None and options.node_cache_defaulted:  # nothing to key its blocks by: a rewrite of
+            logger.info("%s: the store gives no version tag; read without the node cache", self.url)
+            return  # the same size would be served stale blocks
+        try:
+            self._node = NodeCache(options.node_cache_dir, options.node_cache_bytes)
+        except StorageError as exc:
+            if not options.node_cache_defaulted:
+                raise
+            logger.warning("%s; reading %s through memory only", exc, self.url)
+            return
+        self._key = NodeCache.key(self.url, self._size, self.etag, options.block_size)
+        self._fetcher = NodeFetcher(self._node, self._key)
 
     def _filesystem(self) -> Any:
         fs = self._fs
         if fs is None:
             given = self._given_fs
             if given is None:
-                fs, self._path = open_fs(self.url, self._storage_options)
+                session = {"session": self._session} if self._session is not None else {}
+                fs, self._path = open_fs(self.url, {**self._storage_options, **session})
             elif getattr(given, "_pid", os.getpid()) != os.getpid():  # made before a fork: make our own
                 fs = type(given)(*given.storage_args, **given.storage_options)
             else:
@@ -184,6 +202,8 @@ class ObjectStoreSource(PlannedSource):
         on_disk = None
         if first == last:  # most reads, once the node cache has the block
             on_disk = self._fetcher.read(self, first, offset - first * bs, length)
+            if on_disk is not None:
+                self._count_lookups(1, 0)
         data = on_disk if on_disk is not None else self._read_blocks(offset, length, first, last)
         if self._pending:
             with self._lock:
