@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tokenport as tp
-from tokenport.dock import Column, GetRequest, StateCall, open_dock
+from tokenport.dock import Column, GetRequest, PutRequest, StateCall, open_dock
 
 ray = pytest.importorskip("ray")
 from tokenport.dock.ray import RayDock  # noqa: E402
@@ -34,7 +34,12 @@ def test_the_controller_trusts_only_request_objects_and_open_dock_builds_a_ray_d
         for method, args, kind in raw:
             with pytest.raises(tp.ConfigError, match=f"expected a {kind}"):
                 ray_get(method.remote(*args))
+        put = PutRequest.checked(dock.column_of, "p", {"x": [9, 9]}, [0, 1], overwrite=True)
+        for shard in (2, -2, "0"):  # a shard this dock does not have: refused before anything is recorded
+            with pytest.raises(tp.ConfigError, match="is not one of this dock's 2 shards"):
+                ray_get(controller.commit.remote(wire(put.without_values(), put.lengths, "id", shard), [None]))
         assert dock.partitions == {"p": 4}  # nothing the refused calls named was done
+        assert dock.held_objects()["objects"] == 1
         request = GetRequest.checked("train", ["x"], 4, "p")
         name, rows, *_ = opened(ray_get(controller.take.remote(wire(request, None, None)))[0])
         assert (name, rows.tolist()) == ("p", [0, 1, 2, 3])

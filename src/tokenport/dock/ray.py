@@ -147,7 +147,7 @@ class RayDock(DockBase):
     def handle_call(self, call: StateCall) -> Any:
         if call.method in _LOCAL:
             return getattr(self, "_" + call.method)
-        (result,) = opened(ray_get(self._controller.call.remote(wire(call))))
+        (result,) = opened(ray_get(self._controller.call.remote(wire(call, by_value=True))))
         if call.method == "add_column":
             column = call.args[0]
             self._columns[column.name] = column
@@ -181,7 +181,8 @@ class RayDock(DockBase):
         """One controller call chooses the rows and says which objects hold them; the objects are read
         here, together, zero-copy out of the object store."""
         key, send = self._sampler_key(request.sampler)
-        taken = ray_get(self._controller.take.remote(wire(replace(request, sampler=None), key, send)))
+        message = wire(replace(request, sampler=None), key, send, by_value=send is not None)
+        taken = ray_get(self._controller.take.remote(message))
         if taken is None:
             return None
         name, give, lease_id, ages, (first, last), held, segments, columns, slots = opened(taken[0])
