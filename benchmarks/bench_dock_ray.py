@@ -29,7 +29,7 @@ contents in all 6 columns equal to the source. Every throughput figure is the be
 individually timed calls.
 
     python benchmarks/bench_dock_ray.py            # 128 prompts (1024 rows), best of 5, 208 gets per K
-    python benchmarks/bench_dock_ray.py --quick    # 32 prompts (256 rows), best of 3, 24 gets per K
+    python benchmarks/bench_dock_ray.py --quick    # 32 prompts (256 rows), best of 5, 16 gets per K
 
 Rows (ratio = tokenport / ceiling for rates, ceiling / tokenport for times: the fraction of the
 ceiling tokenport reaches):
@@ -493,19 +493,19 @@ def bench_driver_only(chunks_packed, payload: int, repeat: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="32 prompts (256 rows) instead of 128, fewer repeats")
+    parser.add_argument("--quick", action="store_true", help="32 prompts (256 rows) instead of 128, more repeats")
     parser.add_argument("--prompts", type=int, default=None, help="number of prompts (overrides --quick)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 5, quick 3)")
-    parser.add_argument("--gets", type=int, default=None, help="timed single gets per K (default 200, quick 24)")
-    parser.add_argument("--calls", type=int, default=None, help="timed calls per overhead row (default 200, quick 30)")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 5, quick 5)")
+    parser.add_argument("--gets", type=int, default=None, help="timed single gets per K (default 200, quick 16)")
+    parser.add_argument("--calls", type=int, default=None, help="timed calls per overhead row (default 200, quick 20)")
     parser.add_argument("--shards", type=int, nargs="+", default=list(SHARDS), help="values of K (default 1 2 4)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--dir", default=None, help="scratch directory (unused: all in memory)")
     args = parser.parse_args(argv)
     prompts = args.prompts or (32 if args.quick else 128)
-    args.repeat = args.repeat or (3 if args.quick else 5)
-    args.gets = args.gets or (24 if args.quick else 200)
-    args.calls = args.calls or (30 if args.quick else 200)
+    args.repeat = args.repeat or 5
+    args.gets = args.gets or (16 if args.quick else 200)
+    args.calls = args.calls or (20 if args.quick else 200)
     n = prompts * SAMPLES_PER_PROMPT
     if n % BATCH or n % CHUNKS:
         raise SystemExit(f"{n} rows must divide into batches of {BATCH} and {CHUNKS} chunks")
