@@ -493,9 +493,9 @@ def bench_driver_only(chunks_packed, payload: int, repeat: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="32 prompts (256 rows) instead of 128, more repeats")
+    parser.add_argument("--quick", action="store_true", help="32 prompts (256 rows) instead of 128, fewer timed calls")
     parser.add_argument("--prompts", type=int, default=None, help="number of prompts (overrides --quick)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 5, quick 5)")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per side (default 5)")
     parser.add_argument("--gets", type=int, default=None, help="timed single gets per K (default 200, quick 16)")
     parser.add_argument("--calls", type=int, default=None, help="timed calls per overhead row (default 200, quick 20)")
     parser.add_argument("--shards", type=int, nargs="+", default=list(SHARDS), help="values of K (default 1 2 4)")
