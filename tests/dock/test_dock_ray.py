@@ -652,8 +652,18 @@ def _pinned(dock: RayDock) -> int:
     return held["pinned"]
 
 
-def test_rows_outlive_the_process_that_put_them_and_are_released_with_their_cells(ray_session):
+def _shard_pins(dock: RayDock) -> int:
+    return sum(ray.get([shard.count.remote() for shard in dock._shards]))
+
+
+@pytest.mark.parametrize("producers_elsewhere", [False, True], ids=["on-the-controller-node", "elsewhere"])
+def test_rows_outlive_the_process_that_put_them_and_are_released_with_their_cells(ray_session, producers_elsewhere):
+    """A producer on the controller's node has its objects pinned by the controller itself, in the commit (one
+    actor call per put: no shard holds anything); one on another node (simulated: the dock is told its
+    controller runs elsewhere) has them pinned by a shard, sent with the commit."""
     dock = RayDock(COLUMNS, ["train"], shards=2)
+    if producers_elsewhere:
+        dock._controller_node = "another node"  # every process that receives this dock takes the shard path
     try:
         dock.add_partition("a", 8)
         producers = [_Producer.remote() for _ in range(2)]
@@ -666,6 +676,11 @@ def test_rows_outlive_the_process_that_put_them_and_are_released_with_their_cell
         batch = dock.get("train", ["responses", "reward"], 8, "a", rows=range(8))
         assert [r.tolist() for r in batch["responses"].to_list()] == [e.tolist() for e in expected]
         assert batch["reward"].tolist() == [0.0] * 4 + [1.0] * 4
+        assert _pinned(dock) == 2
+        assert _shard_pins(dock) == (2 if producers_elsewhere else 0)
+        with pytest.raises(tp.ConfigError, match="already written"):  # refused by the controller: its object goes
+            dock.put("a", {"reward": np.zeros(2, np.float32)}, rows=[0, 1])
+        assert _shard_pins(dock) == (2 if producers_elsewhere else 0)  # asked after the release, by the same caller
         assert _pinned(dock) == 2
 
         # overwriting every cell of the first put releases its object; a partial overwrite keeps the second
@@ -686,7 +701,7 @@ def test_rows_outlive_the_process_that_put_them_and_are_released_with_their_cell
         assert _pinned(dock) == 0
         dock.put("a", {"reward": np.ones(8, np.float32)}, rows=range(8))
         dock.drop_partition("a")
-        assert _pinned(dock) == 0
+        assert _pinned(dock) == 0 and _shard_pins(dock) == 0
     finally:
         dock.shutdown()
 

@@ -16,18 +16,23 @@ One round trip per put and per get from the client's view:
   A column whose rows lie end to end in one object comes back as a read-only view of it, as
   ``Dock`` returns rows that lie end to end in its buffers.
 
-Ray frees an object when its owner, the process that put it, exits. So the controller hands each
-put's object to one of K shard actors (``shards``), which maps it and holds it ("pins" it), sent
-with the commit and waited on with it: once ``put`` returns, the rows outlive their producer on
-this node (a finished task, a killed rollout worker). The controller releases an object once no
-cell refers to it (overwritten everywhere, or its partition cleared or dropped); a release that
-overtakes its pin is remembered, so the pin that follows is dropped. Across nodes, rows whose
-object's owner is gone raise a StorageError when read (Ray fetches objects through their owner).
+Ray frees an object when its owner, the process that put it, exits. So each put's object is
+pinned (mapped and held) by another process, sent with the commit and waited on with it: once
+``put`` returns, the rows outlive their producer (a finished task, a killed rollout worker). A
+producer on the controller's node has the controller pin it, inside the commit: the same shared
+memory, no bytes move, and a put is one actor call. A producer on another node has one of K shard
+actors (``shards``) pin it, sent at once with the commit: the shard's map moves the bytes to the
+shard's node, so the controller's node never receives data, and K shards spread that load. The
+controller releases an object once no cell refers to it (overwritten everywhere, or its partition
+cleared or dropped); a release that overtakes a shard's pin is remembered, so the pin that follows is
+dropped. Across nodes, rows whose object's owner is gone raise a StorageError when read (Ray fetches
+objects through their owner).
 
 ``RayDock`` is a ``DockBase`` backend (``Dock``'s methods, ``aput``/``aget`` and byte counts in
 ``stats`` included) and is picklable: pass it to any task or actor, which then talks to the same
 controller. The base builds each call's request in the calling process, checked once with
-``Dock``'s own code before any actor call; the actors receive the request itself (``ray_controller``),
+``Dock``'s own code before any actor call; the actors receive the request itself, pickled into one
+bytes object (``ray_controller.wire``),
 the controller is the same ``DockState``, and errors raised in the actors reach the caller as the
 same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent puts of the same
 cells without ``overwrite`` are a caller bug: one of them fails, and the cells hold one of the two
@@ -55,7 +60,18 @@ from .batch import Batch
 from .blob import pack_columns
 from .checkpoint import load_state, save_state
 from .dock import Dock
-from .ray_controller import Controller, Shard, adopt_segmented, progress_of, ray_get, segmented_data, versioning
+from .ray_controller import (
+    Controller,
+    Placement,
+    Shard,
+    adopt_segmented,
+    opened,
+    progress_of,
+    ray_get,
+    segmented_data,
+    versioning,
+    wire,
+)
 from .requests import AppendRequest, GetRequest, PutRequest, StateCall
 from .schema import Column
 from .state import DockState
@@ -100,6 +116,8 @@ class RayDock(DockBase):
         self._controller = _remote(max_concurrency=_CONTROLLER_THREADS)(Controller).remote(
             columns, consumers, n_samples_per_prompt, max_age, self._shards, settings
         )
+        self._controller_node: str = ray_get(self._controller.node.remote())
+        self._local: bool | None = None  # whether this process runs on the controller's node (asked once)
         self._columns = {column.name: column for column in columns}
         self._n_samples_per_prompt = int(n_samples_per_prompt)
         self._max_age = None if max_age is None else int(max_age)
@@ -108,6 +126,7 @@ class RayDock(DockBase):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_sampler_keys"]  # samplers registered here stay with this process
+        state["_local"] = None  # the receiving process may run on another node
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -128,7 +147,7 @@ class RayDock(DockBase):
     def handle_call(self, call: StateCall) -> Any:
         if call.method in _LOCAL:
             return getattr(self, "_" + call.method)
-        result = ray_get(self._controller.call.remote(call))
+        (result,) = opened(ray_get(self._controller.call.remote(wire(call, by_value=True))))
         if call.method == "add_column":
             column = call.args[0]
             self._columns[column.name] = column
@@ -137,19 +156,21 @@ class RayDock(DockBase):
         return result
 
     def handle_put(self, request: PutRequest) -> None:
-        """The rows written into the object store here, then the commit to the controller and the pin to
-        a shard at once; one wait."""
+        """The rows written into the object store here, then the commit to the controller, which pins the
+        object itself when this process runs on its node (no bytes move), else the pin to a shard sent at
+        once with the commit; one wait."""
         stored = [ray.put(pack_columns(dict(request.values)))]  # one buffer (see blob.py); a list passes the ref itself
-        put_id, k = uuid.uuid4().hex, int(request.ids[0] // self._n_samples_per_prompt) % len(self._shards)
-        pinned = self._shards[k].pin.remote(put_id, stored)
-        commit = self._controller.commit.remote(request.without_values(), request.lengths, put_id, k, stored)
+        put_id = uuid.uuid4().hex
+        shard = int(request.ids[0] // self._n_samples_per_prompt) % len(self._shards)
+        shard = -1 if self._on_controller_node() else shard
+        pinned = None if shard < 0 else self._shards[shard].pin.remote(put_id, stored)
+        commit = self._controller.commit.remote(wire(request.without_values(), request.lengths, put_id, shard), stored)
         try:
-            ray_get(commit)
+            ray_get([commit] if pinned is None else [commit, pinned])
         except BaseException:
-            self._shards[k].release.remote([put_id])  # refused: nothing refers to the object
+            if pinned is not None and _refused(commit):
+                self._shards[shard].release.remote([put_id])  # nothing refers to the object
             raise
-        finally:
-            ray.get(pinned)
 
     def handle_append(self, request: AppendRequest) -> None:
         """The segment goes to the controller, which holds segmented columns itself (a turn's items are
@@ -160,11 +181,12 @@ class RayDock(DockBase):
         """One controller call chooses the rows and says which objects hold them; the objects are read
         here, together, zero-copy out of the object store."""
         key, send = self._sampler_key(request.sampler)
-        taken = ray_get(self._controller.take.remote(replace(request, sampler=None), key, send))
+        message = wire(replace(request, sampler=None), key, send, by_value=send is not None)
+        taken = ray_get(self._controller.take.remote(message))
         if taken is None:
             return None
-        name, give, lease_id, ages, (first, last), held, segments, placement = taken
-        data = placement.gather(name)
+        name, give, lease_id, ages, (first, last), held, segments, columns, slots = opened(taken[0])
+        data = Placement(columns, slots, taken[1]).gather(name)
         data = {column: held[column] if column in held else data[column] for column in request.columns}
         counts, versions = (None, None) if segments is None else segments
         return Batch(name, give, data, lease_id, self._n_samples_per_prompt, ages, first, last, counts, versions)
@@ -270,6 +292,12 @@ class RayDock(DockBase):
                 copy.close()
         return copy
 
+    def _on_controller_node(self) -> bool:
+        """Whether this process runs on the controller's node (then the controller pins its puts)."""
+        if self._local is None:
+            self._local = str(ray.get_runtime_context().get_node_id()) == self._controller_node
+        return self._local
+
     def _sampler_key(self, sampler: Sampler | None) -> tuple[str | None, Sampler | None]:
         """A key naming the sampler at the controller, and the sampler itself when it must be sent:
         the first time, or every time for a sampler that cannot be weakly referenced (so a key is
@@ -284,3 +312,15 @@ class RayDock(DockBase):
             key = self._sampler_keys[sampler] = uuid.uuid4().hex
             return key, sampler
         return key, None
+
+
+def _refused(commit: Any) -> bool:
+    """Whether a finished commit call failed (a commit still running, after an interrupt, counts as not:
+    its object is left pinned rather than released while the controller may refer to it)."""
+    if not ray.wait([commit], timeout=0)[0]:
+        return False
+    try:
+        ray.get(commit)
+    except Exception:  # noqa: BLE001  (any failure: the controller recorded nothing)
+        return True
+    return False
