@@ -195,6 +195,8 @@ def _import_side(side: str) -> None:
         import s3fs  # noqa: F401
 
         import tokenport.indexed  # noqa: F401
+        import tokenport.integrations.torch  # noqa: F401  (StatefulLoader: the peers' loaders import with them)
+        import tokenport.samples.gpt  # noqa: F401
         import tokenport.storage.remote  # noqa: F401
     elif side == "litdata":
         import litdata  # noqa: F401
