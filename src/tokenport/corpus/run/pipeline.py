@@ -136,7 +136,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     resumed = -1
     manifest = out.finished(run_fingerprint, files, overwrite=overwrite)
     if manifest is None:
-        run = _Run(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint, overwrite)
+        stages = _Stages(started)
+        run = _Run(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint, overwrite, stages)
         manifest, resumed = _prepare_into(run, files)
     else:
         logger.info("%s is already prepared with these settings", out.path)
@@ -179,6 +180,28 @@ class _Run:
     settings: dict[str, Any]
     fingerprint: str
     overwrite: bool
+    stages: _Stages
+
+
+class _Stages:
+    """The wall time of a run, by stage: each ``mark(name)`` bills the time since the last mark to
+    ``name``, so the stages add up to the run's time (recorded in the manifest as ``stages``, ms)."""
+
+    def __init__(self, started: float) -> None:
+        self.started = self.last = started
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def milliseconds(self) -> dict[str, int]:
+        """Each stage's time, and the ``wall`` time since the run started (to the last mark)."""
+        return {
+            **{name: round(s * 1000) for name, s in self.seconds.items()},
+            "wall": round((self.last - self.started) * 1000),
+        }
 
 
 def _prepare_into(run: _Run, files: list[InputFile]) -> tuple[dict[str, Any], int]:
@@ -207,19 +230,23 @@ def _prepare_into(run: _Run, files: list[InputFile]) -> tuple[dict[str, Any], in
 
 def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[str, Any], int]:
     """Plan, run and assemble the units of a claimed output directory; publish its manifest."""
-    config, out, chat = run.config, run.out, run.chat
+    config, out, chat, stages = run.config, run.out, run.chat, run.stages
     progress = run.progress
+    stages.mark("start")  # the tokenizer loaded, the workers starting, the output claimed
     units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
     out.remove_stale_units(unit.name for unit in units)
+    stages.mark("plan")
     stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
         try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
             pending = digesting.submit(planner_digests, files, units, stop.is_set)
             for position in run_wide_positions(config.steps):
-                _dedup_pass(config, executor, out.work, units, position, progress, chat)
+                _dedup_pass(config, executor, out.work, units, position, progress, stages, chat)
             records, resumed = _run(config, executor, out.work, units, progress, chat)
+            stages.mark("units")
             executor.close()
             digests = pending.result()
+            stages.mark("input digests")
         finally:
             stop.set()  # on an error or an interrupt, the digests stop within a block
     for record in records:
@@ -232,6 +259,7 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run.fingerprint)
     recipe = fingerprint({key: value for key, value in run.settings.items() if key != "inputs"})
     described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat)
+    stages.mark("assemble")
     changed = changed_while_read(files)
     if changed is not None:
         raise InputDataError(
@@ -262,6 +290,9 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
         manifest["chat"] = {**chat.describe(), "template_origin": chat.template.origin}
     if config.keep_rejected:
         manifest["rejected"] = _move_rejected(out, units)
+    stages.mark("finish")
+    manifest["unit_stages"] = dict(sorted(totals.stages.items()))
+    manifest["stages"] = stages.milliseconds()
     out.finish(manifest, len(parts))
     return manifest, resumed
 
@@ -387,21 +418,26 @@ def _dedup_pass(
     units: list[Unit],
     position: int,
     progress: bool,
+    stages: _Stages,
     chat: ChatJob | None = None,
 ) -> None:
-    """Passes 1 and 2 of the run-wide step at ``position`` (see ``runwide``): keys of every unit, then
-    the decisions; both kept in ``work`` so a rerun skips what is done."""
-    if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
+    """Passes 1 and 2 of the run-wide step at ``position`` (see ``runwide``): keys of every unit (and
+    the documents reaching it, for the next pass to start from), then the decisions; all kept in
+    ``work`` so a rerun skips what is done."""
+    if all(os.path.exists(drops_path(work, position, u.name)) and signed_unit(work, position, u) for u in units):
         return
-    job = _unit_job(config, work, sign_position=position, chat=chat)
+    job = _unit_job(config, work, sign_position=position, keep_rejected=config.keep_rejected, chat=chat)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
         executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
+    label = f"{position}:{config.steps[position]['step']}"
+    stages.mark(f"{label} keys")
     key_files = [keys_path(work, position, unit.name) for unit in units]
     drops = run_wide_step(config.steps, position).decide(Signatures(key_files, executor.map_bands))
     for unit, drop in zip(units, drops):
         save_atomically(drops_path(work, position, unit.name), drop)
+    stages.mark(f"{label} decide")
 
 
 def _assemble(
