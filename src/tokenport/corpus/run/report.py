@@ -169,9 +169,22 @@ def load_report(output: str) -> RunReport:
         steps={label: dict(counts) for label, counts in manifest.get("steps", {}).items()},
         lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
         costs={label: dict(counts) for label, counts in manifest.get("step_costs", {}).items()},
-        stages=dict(manifest.get("stages", {})),
+        stages=dict(sorted(manifest.get("stages", {}).items(), key=_run_order)),
         unit_stages=dict(manifest.get("unit_stages", {})),
     )
+
+
+_STAGES = ("start", "plan", "dedup", "units", "input digests", "assemble", "finish")
+
+
+def _run_order(item: tuple[str, int]) -> tuple[int, int, str]:
+    """A stage's place in a run (the manifest keeps them sorted by name): a dedup step's keys and
+    decision (``N:kind keys``, ``N:kind decide``) by its position, between planning and the units."""
+    name = item[0]
+    head = name.split(":", 1)[0]
+    if head.isdigit():
+        return _STAGES.index("dedup"), int(head), name.rsplit(" ", 1)[-1].replace("keys", "a")
+    return (_STAGES.index(name) if name in _STAGES else len(_STAGES) + (name == "wall")), 0, name
 
 
 def _bar_chart(bars: list[tuple[str, int]]) -> str:

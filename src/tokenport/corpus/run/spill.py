@@ -28,6 +28,7 @@ from .state import replace_atomically, temporary_path
 __all__ = ["SpillReader", "SpillWriter", "spill_path"]
 
 _FRAME_DOCUMENTS = 256
+_FRAME_INPUT = 1 << 20  # a frame closes once this much more input is read, so progress read back moves as often
 _LENGTH = struct.Struct("<I")
 
 
@@ -57,16 +58,16 @@ class SpillWriter:
         self.path, self.temporary = path, temporary_path(path)
         self.file: IO[bytes] = open(self.temporary, "wb")
         self.batch: list[tuple[str, str, Any, int]] = []
-        self.slice = self.read = self.count = 0
+        self.slice = self.read = self.count = self.opened = 0  # opened: `read` when the frame began
 
     def add(self, slice_index: int, read: int, document: Document, ordinal: int) -> None:
         """Keep ``document`` (the ``ordinal``-th of the unit's input, in slice ``slice_index``)."""
         if slice_index != self.slice:
             self.flush()
-            self.slice = slice_index
+            self.slice, self.opened = slice_index, 0
         self.batch.append((document.text, document.id, document.metadata, ordinal))
         self.read, self.count = read, self.count + 1
-        if len(self.batch) >= _FRAME_DOCUMENTS:
+        if len(self.batch) >= _FRAME_DOCUMENTS or read - self.opened >= _FRAME_INPUT:
             self.flush()
 
     def flush(self) -> None:
@@ -78,7 +79,7 @@ class SpillWriter:
             pickled = [(text, id_, pickle.dumps(meta), ordinal) for text, id_, meta, ordinal in self.batch]
             data = _ENCODER.encode(_Frame(self.slice, self.read, pickled, pickled=True))
         self.file.write(_LENGTH.pack(len(data)) + data)
-        self.batch = []
+        self.batch, self.opened = [], self.read
 
     def publish(self) -> None:
         """Write what is left, then rename the file into place."""
