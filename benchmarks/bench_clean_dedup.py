@@ -5,7 +5,8 @@ run's report accounts for.
 Corpus: pages of the Python standard library's docstrings (1-6 per page), repeated to --size-mb with
 5% exact copies and 5% near copies (a word changed) of earlier pages, so both dedup steps drop some.
 Tokenizer: ``byte`` (so the figure is the cleaning's, not a tokenizer's). Each run is ``prepare`` in
-this process with ``workers`` local workers (this process and one subprocess by default), timed in
+this process with ``workers`` local workers (this process and one subprocess by default) on units of a
+quarter of the input (so every worker has work), timed in
 turns (A B A B ...), best of N.
 
     python benchmarks/bench_clean_dedup.py            # 8 MB, best of 3
@@ -72,32 +73,36 @@ def build_corpus(path: str, size: int) -> int:
 
 
 class ProgressLog:
-    """Wraps the prepare progress bar's methods to time each move of each unit."""
+    """Wraps the prepare progress bars' methods to time the gaps between moves of a bar (from its
+    start to its first move, between moves, to its end) and the largest single move."""
 
     def __init__(self) -> None:
         self.gap = 0.0
         self.biggest = 0
-        self.last: dict[str, float] = {}
-        original_progress, original_finish = pipeline._Bar.on_progress, pipeline._Bar.finish
+        self.last = time.perf_counter()
+        bar = pipeline._Bar
+        original_init, original_progress, original_finish = bar.__init__, bar.on_progress, bar.finish
         log = self
 
-        def on_progress(bar, unit, more):  # type: ignore[no-untyped-def]
-            log.move(unit.name, more)
-            original_progress(bar, unit, more)
+        def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            original_init(self, *args, **kwargs)
+            log.last = time.perf_counter()
 
-        def finish(bar, unit, **postfix):  # type: ignore[no-untyped-def]
-            log.move(unit.name, unit.size - bar.shown.get(unit.name, 0))
-            log.last.pop(unit.name, None)
-            original_finish(bar, unit, **postfix)
+        def on_progress(self, unit, more):  # type: ignore[no-untyped-def]
+            log.move(more)
+            original_progress(self, unit, more)
 
-        pipeline._Bar.on_progress, pipeline._Bar.finish = on_progress, finish  # type: ignore[method-assign]
-        self.started = time.perf_counter()
+        def finish(self, unit, **postfix):  # type: ignore[no-untyped-def]
+            log.move(unit.size - self.shown.get(unit.name, 0))
+            original_finish(self, unit, **postfix)
 
-    def move(self, name: str, more: int) -> None:
+        bar.__init__, bar.on_progress, bar.finish = init, on_progress, finish  # type: ignore[method-assign]
+
+    def move(self, more: int) -> None:
         now = time.perf_counter()
-        self.gap = max(self.gap, now - self.last.get(name, self.started))
+        self.gap = max(self.gap, now - self.last)
         self.biggest = max(self.biggest, more)
-        self.last[name] = now
+        self.last = now
 
 
 def main() -> None:
@@ -117,7 +122,12 @@ def main() -> None:
 
         def run(steps: list, name: str) -> None:
             config = PrepareConfig(
-                [corpus], f"{directory}/{name}", tokenizer="byte", workers=args.workers, steps=steps, unit_bytes=4 << 20
+                [corpus],
+                f"{directory}/{name}",
+                tokenizer="byte",
+                workers=args.workers,
+                steps=steps,
+                unit_bytes=size // 4,
             )
             prepare(config)
 
