@@ -176,14 +176,14 @@ def test_the_report_accounts_for_the_run_by_stage(tmp_path):
     prepare(config)
     report = load_report(config.output)
     stages = report.stages
-    assert {"start", "plan", "2:exact_dedup keys", "2:exact_dedup decide", "3:minhash_dedup keys", "units"} <= set(
+    assert {"start", "plan", "2:exact_dedup keys", "2:exact_dedup decide", "3:minhash_dedup decide", "units"} <= set(
         stages
     )
     assert list(stages)[:2] == ["start", "plan"] and all(ms >= 0 for ms in stages.values())
     assert 0.95 <= report.accounted() <= 1.0 + 1e-9  # the stages partition the recorded wall time
     assert {"read", "keys", "tokenize", "write"} <= set(report.unit_stages)
     text = report.render()
-    assert "accounted for" in text and "3:minhash_dedup keys" in text
+    assert "accounted for" in text and "3:minhash_dedup decide" in text
     assert report.to_json()["stages"] == stages
 
 
@@ -227,7 +227,7 @@ def test_every_mutation_of_a_pass_count_file_is_refused_or_reads_as_written(tmp_
 def test_a_damaged_spill_is_refused_naming_it_and_made_again_once_deleted(tmp_path, monkeypatch):
     clean = prepare(PrepareConfig(corpus(tmp_path), str(tmp_path / "clean"), workers=1, steps=FIVE, unit_bytes=6_000))
     config = _after_the_keys_passes(tmp_path, monkeypatch, FIVE)
-    spill = next((pathlib.Path(config.output) / ".work" / "dedup-3").glob("*.docs"))
+    spill = next((pathlib.Path(config.output) / ".work" / "dedup-2").glob("*.docs"))  # both dedups sign there
     data = spill.read_bytes()
     for damaged in (data[: len(data) // 2], data[:-1], data + data[:40]):
         spill.write_bytes(damaged)
@@ -238,3 +238,9 @@ def test_a_damaged_spill_is_refused_naming_it_and_made_again_once_deleted(tmp_pa
         os.unlink(leftover)
     result = prepare(config)
     assert digests(pathlib.Path(result.output), tmp_path) == digests(pathlib.Path(clean.output), tmp_path)
+
+
+def test_neighbouring_run_wide_steps_are_signed_in_one_pass():
+    from tokenport.corpus.steps.runwide import adjacent
+
+    assert adjacent([2, 3, 5, 6, 7, 9]) == [[2, 3], [5, 6, 7], [9]] and adjacent([]) == []

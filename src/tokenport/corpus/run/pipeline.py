@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ..._jit import announce_compilation
 from ...chat.template import load_chat_template
@@ -33,9 +34,9 @@ from ...tokenizers import HFTokenizer, Tokenizer, choose_engine, load_tokenizer
 from ..inputs.inflate import discard_chunk
 from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
-from ..steps.dedup import drops_path, keys_path, save_atomically
+from ..steps.dedup import drops_path, keys_path, prekeys_path, save_atomically
 from ..steps.registry import registered_steps, run_wide_positions, run_wide_step, step_modules
-from ..steps.runwide import Signatures
+from ..steps.runwide import Signatures, adjacent
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
@@ -240,11 +241,12 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
         try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
             pending = digesting.submit(planner_digests, files, units, stop.is_set)
-            for position in run_wide_positions(config.steps):
-                _dedup_pass(config, executor, out.work, units, position, progress, stages, chat)
+            for group in adjacent(run_wide_positions(config.steps)):
+                _dedup_pass(config, executor, out.work, units, group, progress, stages, chat)
             records, resumed = _run(config, executor, out.work, units, progress, chat)
             stages.mark("units")
             executor.close()
+            stages.mark("stop workers")
             digests = pending.result()
             stages.mark("input digests")
         finally:
@@ -416,28 +418,37 @@ def _dedup_pass(
     executor: Executor,
     work: str,
     units: list[Unit],
-    position: int,
+    group: list[int],
     progress: bool,
     stages: _Stages,
     chat: ChatJob | None = None,
 ) -> None:
-    """Passes 1 and 2 of the run-wide step at ``position`` (see ``runwide``): keys of every unit (and
-    the documents reaching it, for the next pass to start from), then the decisions; all kept in
-    ``work`` so a rerun skips what is done."""
-    if all(os.path.exists(drops_path(work, position, u.name)) and signed_unit(work, position, u) for u in units):
+    """Passes 1 and 2 of the neighbouring run-wide steps at ``group`` (see ``runwide``): keys of every
+    unit (and the documents reaching the first step, for the next pass to start from), then each
+    step's decisions in turn; all kept in ``work`` so a rerun skips what is done."""
+    position = group[0]
+    if all(
+        signed_unit(work, position, u) and all(os.path.exists(drops_path(work, q, u.name)) for q in group)
+        for u in units
+    ):
         return
     job = _unit_job(config, work, sign_position=position, keep_rejected=config.keep_rejected, chat=chat)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
         executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
-    label = f"{position}:{config.steps[position]['step']}"
-    stages.mark(f"{label} keys")
-    key_files = [keys_path(work, position, unit.name) for unit in units]
-    drops = run_wide_step(config.steps, position).decide(Signatures(key_files, executor.map_bands))
-    for unit, drop in zip(units, drops):
-        save_atomically(drops_path(work, position, unit.name), drop)
-    stages.mark(f"{label} decide")
+    stages.mark(f"{position}:{config.steps[position]['step']} keys")
+    kept = [np.ones(len(np.load(keys_path(work, position, u.name), mmap_mode="r")), dtype=bool) for u in units]
+    for q in group:
+        if q != position:  # signed with the first: the keys of the documents the steps before it kept
+            for unit, mask in zip(units, kept):
+                save_atomically(keys_path(work, q, unit.name), np.load(prekeys_path(work, q, unit.name))[mask])
+        key_files = [keys_path(work, q, unit.name) for unit in units]
+        drops = run_wide_step(config.steps, q).decide(Signatures(key_files, executor.map_bands))
+        for unit, drop, mask in zip(units, drops, kept):
+            save_atomically(drops_path(work, q, unit.name), drop)
+            mask[mask] = ~drop
+        stages.mark(f"{q}:{config.steps[q]['step']} decide")
 
 
 def _assemble(

@@ -174,7 +174,7 @@ def load_report(output: str) -> RunReport:
     )
 
 
-_STAGES = ("start", "plan", "dedup", "units", "input digests", "assemble", "finish")
+_STAGES = ("start", "plan", "dedup", "units", "stop workers", "input digests", "assemble", "finish")
 
 
 def _run_order(item: tuple[str, int]) -> tuple[int, int, str]:

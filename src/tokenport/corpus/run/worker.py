@@ -25,9 +25,10 @@ from ...tokenizers import Tokenizer
 from ..inputs.documents import Document
 from ..inputs.readers import read_slice
 from ..steps.base import Step
-from ..steps.dedup import keys_path, save_atomically
+from ..steps.dedup import keys_path, prekeys_path, save_atomically
 from ..steps.registry import build_steps, register_step, run_steps, run_wide_positions, run_wide_step
 from ..steps.rejects import RejectedWriter
+from ..steps.runwide import adjacent
 from .chat import ChatJob, EncodeChat, conversations, per_message
 from .identity import file_digest, read_whole
 from .spill import SpillReader, SpillWriter, spill_path
@@ -314,12 +315,13 @@ def _steps(job: UnitJob, unit: Unit, start: int = 0, upto: int | None = None) ->
 
 
 def _positions(job: UnitJob) -> list[int]:
-    return run_wide_positions(job.steps)
+    """Where the keys passes are: the first of each run of neighbouring run-wide steps."""
+    return [group[0] for group in adjacent(run_wide_positions(job.steps))]
 
 
 def _previous(job: UnitJob, position: int | None) -> int | None:
-    """The position of the run-wide step whose keys pass comes before `position`'s pass (None: the
-    write pass), or None when that pass reads the input."""
+    """The position of the keys pass before `position`'s pass (None: the write pass), or None when
+    that pass reads the input."""
     before = [p for p in _positions(job) if position is None or p < position]
     return before[-1] if before else None
 
@@ -348,35 +350,39 @@ def sign_unit(
     cancelled: Callable[[], bool] = lambda: False,
     progress: Callable[[int], None] | None = None,
 ) -> UnitRecord:
-    """The keys pass of the run-wide step at ``job.sign_position`` (a dedup step): run the steps
-    since the run-wide step before it (on that step's spill, or on the input), save one key row per
-    document reaching it (``dedup.keys_path``) and the documents themselves (``spill``), then the
-    counts so far (``pass_stats_path``, which marks the pass done); progress as in ``run_unit``."""
+    """The keys pass of the run-wide step at ``job.sign_position`` (a dedup step) and its run-wide
+    neighbours after it: run the steps since the keys pass before (on its spill, or on the input),
+    save one key row per document reaching it for each (``dedup.keys_path``; ``prekeys_path`` for
+    the neighbours) and the documents themselves (``spill``), then the counts so far
+    (``pass_stats_path``, which marks the pass done); progress as in ``run_unit``."""
     position = job.sign_position
     assert position is not None  # run_unit signs only for a job with a sign_position
-    sign = run_wide_step(job.steps, position).sign
+    group = next(g for g in adjacent(run_wide_positions(job.steps)) if g[0] == position)
+    signs = [run_wide_step(job.steps, q).sign for q in group]
     work = _Pass(job, unit, _previous(job, position), cancelled, progress, upto=position)
     spill = SpillWriter(spill_path(job.work_dir, position, unit.name))
-    rows: list[np.ndarray] = []
+    rows: list[list[np.ndarray]] = [[] for _ in group]
     begun = time.perf_counter()
     try:
         with work:
             for index, documents in enumerate(work.slices()):
                 for document in documents:
                     spill.add(index, work.read, document, work.ordinal)
-                    rows.append(sign(document.text))
+                    for keys, sign in zip(rows, signs):
+                        keys.append(sign(document.text))
     except BaseException:
         spill.discard()
         raise
     spill.publish()
-    path = keys_path(job.work_dir, position, unit.name)
-    save_atomically(path, np.stack(rows) if rows else np.zeros((0, 1), dtype=np.uint64))
+    for q, keys in zip(group, rows):
+        where = keys_path if q == position else prekeys_path
+        save_atomically(where(job.work_dir, q, unit.name), np.stack(keys) if keys else np.zeros((0, 1), np.uint64))
     work.bill("keys", time.perf_counter() - begun)
     write_json(
         pass_stats_path(job.work_dir, position, unit.name),
-        {"stats": work.stats.to_dict(), "spilled": len(rows), "digests": dict(work.digests)},
+        {"stats": work.stats.to_dict(), "spilled": len(rows[0]), "digests": dict(work.digests)},
     )
-    return UnitRecord(path, work.stats, ())
+    return UnitRecord(keys_path(job.work_dir, position, unit.name), work.stats, ())
 
 
 def signed_unit(work_dir: str, position: int, unit: Unit) -> bool:

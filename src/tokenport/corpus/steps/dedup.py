@@ -30,7 +30,7 @@ from ..run.state import replace_atomically, temporary_path
 from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 from .runwide import RunWideStep, Signatures
 
-__all__ = ["ExactDedup", "MinHashDedup", "decide", "drops_path", "keys_path"]
+__all__ = ["ExactDedup", "MinHashDedup", "decide", "drops_path", "keys_path", "prekeys_path"]
 
 
 def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
@@ -91,6 +91,11 @@ def save_index(path: str, identity: dict[str, object], keys: np.ndarray) -> None
 
 def keys_path(work_dir: str, position: int, unit_name: str) -> str:
     return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.keys.npy")
+
+
+def prekeys_path(work_dir: str, position: int, unit_name: str) -> str:
+    """The keys of a run-wide step signed with the one before it: a row per document reaching that one."""
+    return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.prekeys.npy")
 
 
 def drops_path(work_dir: str, position: int, unit_name: str) -> str:

@@ -46,7 +46,22 @@ def candidate_probability(similarity: float | np.ndarray, bands: int, rows: int)
 
 def exact_key(text: str) -> bytes:
     """A 16-byte digest of the text with case, punctuation and whitespace differences removed."""
-    return hashlib.blake2b(_lower_joined(words_of(text), " ").encode("utf-8"), digest_size=16).digest()
+    return hashlib.blake2b(_lower_joined(_words(text), " ").encode("utf-8"), digest_size=16).digest()
+
+
+_last: tuple[str | None, list[str]] = (None, [])
+
+
+def _words(text: str) -> list[str]:
+    """``words_of(text)``, kept for the last text: neighbouring dedup steps sign the same document
+    (the same string object) one after the other, and split its words once."""
+    global _last
+    last = _last  # one read: another thread may replace it
+    if last[0] is text:
+        return last[1]
+    words = words_of(text)
+    _last = (text, words)
+    return words
 
 
 def _lower_joined(words: list[str], separator: str) -> str:
@@ -70,7 +85,7 @@ class MinHasher:
 
     def shingles(self, text: str) -> np.ndarray:
         """64-bit hashes of the text's distinct lower-cased word n-grams (one shingle if shorter)."""
-        words = words_of(text)
+        words = _words(text)
         if not words:
             return np.zeros(0, dtype=np.uint64)
         encoded = np.frombuffer(_lower_joined(words, "\x00").encode("utf-8"), dtype=np.uint8)
