@@ -232,27 +232,11 @@ def _prepare_into(run: _Run, files: list[InputFile]) -> tuple[dict[str, Any], in
 def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[str, Any], int]:
     """Plan, run and assemble the units of a claimed output directory; publish its manifest."""
     config, out, chat, stages = run.config, run.out, run.chat, run.stages
-    progress = run.progress
     stages.mark("start")  # the tokenizer loaded, the workers starting, the output claimed
-    units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
+    units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), run.progress)
     out.remove_stale_units(unit.name for unit in units)
     stages.mark("plan")
-    stop = threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
-        try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
-            pending = digesting.submit(planner_digests, files, units, stop.is_set)
-            for group in adjacent(run_wide_positions(config.steps)):
-                _dedup_pass(config, executor, out.work, units, group, progress, stages, chat)
-            records, resumed = _run(config, executor, out.work, units, progress, chat)
-            stages.mark("units")
-            executor.close()
-            stages.mark("stop workers")
-            digests = pending.result()
-            stages.mark("input digests")
-        finally:
-            stop.set()  # on an error or an interrupt, the digests stop within a block
-    for record in records:
-        digests.update(record.digests)
+    records, resumed, digests = _passes(run, files, units, executor)
     totals = UnitStats.total(r.stats for r in records)
     _warn_of_steps_that_removed_everything(totals)
     if totals.documents == 0 and not config.allow_empty:
@@ -297,6 +281,31 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     manifest["stages"] = stages.milliseconds()
     out.finish(manifest, len(parts))
     return manifest, resumed
+
+
+def _passes(
+    run: _Run, files: list[InputFile], units: list[Unit], executor: Executor
+) -> tuple[list[UnitRecord], int, dict[str, str]]:
+    """Every pass over the units (the dedup steps' keys passes, then the one writing their stores) and
+    the digests of the inputs: the units' records, how many were finished earlier, the digests."""
+    config, stages = run.config, run.stages
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
+        try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
+            pending = digesting.submit(planner_digests, files, units, stop.is_set)
+            for group in adjacent(run_wide_positions(config.steps)):
+                _dedup_pass(config, executor, run.out.work, units, group, run.progress, stages, run.chat)
+            records, resumed = _run(config, executor, run.out.work, units, run.progress, run.chat)
+            stages.mark("units")
+            executor.close()
+            stages.mark("stop workers")
+            digests = pending.result()
+            stages.mark("input digests")
+        finally:
+            stop.set()  # on an error or an interrupt, the digests stop within a block
+    for record in records:
+        digests.update(record.digests)
+    return records, resumed, digests
 
 
 def _engine(config: PrepareConfig, tokenizer: Tokenizer, files: list[InputFile], chat: bool) -> Tokenizer:
