@@ -180,7 +180,9 @@ def test_the_report_accounts_for_the_run_by_stage(tmp_path):
         stages
     )
     assert list(stages)[:2] == ["start", "plan"] and all(ms >= 0 for ms in stages.values())
-    assert 0.95 <= report.accounted() <= 1.0 + 1e-9  # the stages partition the recorded wall time
+    accounted = sum(ms for name, ms in stages.items() if name != "wall")
+    assert abs(accounted - stages["wall"]) <= len(stages)  # they partition the wall time (each rounded to a ms)
+    assert report.accounted() >= 0.95
     assert {"read", "keys", "tokenize", "write"} <= set(report.unit_stages)
     text = report.render()
     assert "accounted for" in text and "3:minhash_dedup decide" in text
