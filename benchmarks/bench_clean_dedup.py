@@ -151,7 +151,7 @@ def main() -> None:
         prepare(config)
         wall = time.perf_counter() - started
         report = load_report(f"{directory}/five")
-        stages = report.stages
+        stages = getattr(report, "stages", {})  # none in runs of tokenport before stages were recorded
         print(report.render())
         coverage = sum(ms for name, ms in stages.items() if name != "wall") / 1000 / wall if stages else 0.0
     rows = [
