@@ -118,7 +118,9 @@ class SpillReader:
             raise CorruptStoreError(f"{self.path}: a damaged frame ({exc}); {self.remedy}") from None
 
     def documents(self, slice_index: int) -> Iterator[Document]:
-        """The kept documents of slice ``slice_index`` (slices are asked for in order)."""
+        """The kept documents of slice ``slice_index`` (slices are asked for in order); ``read`` goes
+        from 0 to the slice's input read by its last frame, in steps of a document."""
+        self.read = 0
         while True:
             if self.frame is None:
                 self.frame = self._next()
@@ -131,9 +133,11 @@ class SpillReader:
                     raise CorruptStoreError(f"{self.path}: frames out of slice order; {self.remedy}")
                 return
             self.frame = None
-            for text, id_, metadata, ordinal in frame.documents:
+            start, count = self.read, len(frame.documents)
+            for k, (text, id_, metadata, ordinal) in enumerate(frame.documents):
                 self.count += 1
                 self.ordinal = ordinal
+                self.read = start + (frame.read - start) * k // count  # the input before this document, about
                 yield Document(text, id_, pickle.loads(metadata) if frame.pickled else metadata)
             self.read = frame.read
 
