@@ -28,7 +28,7 @@ from .state import replace_atomically, temporary_path
 __all__ = ["SpillReader", "SpillWriter", "spill_path"]
 
 _FRAME_DOCUMENTS = 256
-_FRAME_INPUT = 1 << 20  # a frame closes once this much more input is read, so progress read back moves as often
+_FRAME_INPUT = 1 << 19  # a frame closes once this much more input is read, so progress read back moves as often
 _LENGTH = struct.Struct("<I")
 
 

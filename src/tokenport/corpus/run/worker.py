@@ -82,7 +82,7 @@ def run_unit(
 ) -> UnitRecord:
     """Read, tokenize and store every slice of `unit`; returns its record. Raises Cancelled (leaving
     no store) once `cancelled()` is true, and passes `progress` how much more of the unit's `size`
-    is done (every 1 MiB of input or a quarter second, whichever comes first). With run-wide steps,
+    is done (every half MiB of input or a quarter second, whichever comes first). With run-wide steps,
     the documents come from the spill of the last one's keys pass, past the steps before it."""
     for kind, step_class in job.step_kinds:
         register_step(kind, step_class)
@@ -277,7 +277,7 @@ class _Meter:
     least every `_BYTES` of input or `_EVERY` seconds, whichever comes first."""
 
     _EVERY = 0.25  # seconds between reports
-    _BYTES = 1 << 20
+    _BYTES = 1 << 19  # input between reports: half a MiB, so that a report (a document at a time) covers under 1 MiB
 
     def __init__(self, progress: Callable[[int], None] | None) -> None:
         self.progress = progress
