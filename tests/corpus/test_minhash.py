@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tokenport as tp
 from tokenport.corpus.steps.minhash import (
@@ -90,6 +92,22 @@ def test_clusters_are_transitive_and_keep_the_lowest_index():
 def test_exact_key_ignores_case_punctuation_and_spacing():
     assert exact_key("Hello,   World!") == exact_key("hello world")
     assert exact_key("hello world") != exact_key("hello worlds")
+
+
+_TRICKY = "ΣΑΣ σας ΌΣΟΣ İstanbul ǅemal ß ﬁ Ω ᾼ ͅ a\u0345Σ Σ\u0301 O'NEIL ΑΣ'Β x\u00adΣ ǈ ŉ Ǆ ϴ ẞ K Å"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_TRICKY.split(" ") + [" ", "-", ".", "'", "\u0301", "Σ", "_", "9"]), max_size=12))
+def test_words_lowered_in_one_call_equal_words_lowered_one_by_one(pieces):
+    """exact_key and shingles lower-case the words joined (one call, not one per word): the same string."""
+    from tokenport.corpus.steps.minhash import _lower_joined
+    from tokenport.corpus.steps.quality import words_of
+
+    text = "".join(pieces)
+    words = words_of(text)
+    for separator in (" ", "\x00"):
+        assert _lower_joined(words, separator) == separator.join(word.lower() for word in words), (text, separator)
 
 
 def _real_paragraphs(count: int) -> list[str]:

@@ -103,13 +103,14 @@ def direct(s3: MotoS3, monkeypatch, tmp_path) -> MotoS3:
 
 
 def _bucket(s3: MotoS3, prefix: str) -> dict[str, object]:
-    """Every object under `prefix` by name: its bytes, or for JSON its data without the creation time."""
+    """Every object under `prefix` by name: its bytes, or for JSON its data without the wall-clock fields
+    (the creation time, the run's time by stage)."""
     objects: dict[str, object] = {}
     for name in _keys(s3, prefix):
         data = _object(s3, f"{prefix}/{name}")
         objects[name] = data
         if name.endswith(".json") and not name.startswith("."):
-            objects[name] = {k: v for k, v in json.loads(data).items() if k != "created"}
+            objects[name] = {k: v for k, v in json.loads(data).items() if k not in ("created", "stages", "unit_stages")}
     return objects
 
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ..._jit import announce_compilation
 from ...chat.template import load_chat_template
@@ -33,9 +34,9 @@ from ...tokenizers import HFTokenizer, Tokenizer, choose_engine, load_tokenizer
 from ..inputs.inflate import discard_chunk
 from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
-from ..steps.dedup import drops_path, keys_path, save_atomically
+from ..steps.dedup import drops_path, keys_path, prekeys_path, save_atomically
 from ..steps.registry import registered_steps, run_wide_positions, run_wide_step, step_modules
-from ..steps.runwide import Signatures
+from ..steps.runwide import Signatures, adjacent
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
@@ -136,7 +137,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     resumed = -1
     manifest = out.finished(run_fingerprint, files, overwrite=overwrite)
     if manifest is None:
-        run = _Run(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint, overwrite)
+        stages = _Stages(started)
+        run = _Run(config, progress, out, tokenizer, identity, chat, settings, run_fingerprint, overwrite, stages)
         manifest, resumed = _prepare_into(run, files)
     else:
         logger.info("%s is already prepared with these settings", out.path)
@@ -179,6 +181,28 @@ class _Run:
     settings: dict[str, Any]
     fingerprint: str
     overwrite: bool
+    stages: _Stages
+
+
+class _Stages:
+    """The wall time of a run, by stage: each ``mark(name)`` bills the time since the last mark to
+    ``name``, so the stages add up to the run's time (recorded in the manifest as ``stages``, ms)."""
+
+    def __init__(self, started: float) -> None:
+        self.started = self.last = started
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def milliseconds(self) -> dict[str, int]:
+        """Each stage's time, and the ``wall`` time since the run started (to the last mark)."""
+        return {
+            **{name: round(s * 1000) for name, s in self.seconds.items()},
+            "wall": round((self.last - self.started) * 1000),
+        }
 
 
 def _prepare_into(run: _Run, files: list[InputFile]) -> tuple[dict[str, Any], int]:
@@ -207,23 +231,12 @@ def _prepare_into(run: _Run, files: list[InputFile]) -> tuple[dict[str, Any], in
 
 def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[str, Any], int]:
     """Plan, run and assemble the units of a claimed output directory; publish its manifest."""
-    config, out, chat = run.config, run.out, run.chat
-    progress = run.progress
-    units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), progress)
+    config, out, chat, stages = run.config, run.out, run.chat, run.stages
+    stages.mark("start")  # the tokenizer loaded, the workers starting, the output claimed
+    units = plan_units(files, config.unit_bytes, os.path.join(out.work, "inflated"), run.progress)
     out.remove_stale_units(unit.name for unit in units)
-    stop = threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
-        try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
-            pending = digesting.submit(planner_digests, files, units, stop.is_set)
-            for position in run_wide_positions(config.steps):
-                _dedup_pass(config, executor, out.work, units, position, progress, chat)
-            records, resumed = _run(config, executor, out.work, units, progress, chat)
-            executor.close()
-            digests = pending.result()
-        finally:
-            stop.set()  # on an error or an interrupt, the digests stop within a block
-    for record in records:
-        digests.update(record.digests)
+    stages.mark("plan")
+    records, resumed, digests = _passes(run, files, units, executor)
     totals = UnitStats.total(r.stats for r in records)
     _warn_of_steps_that_removed_everything(totals)
     if totals.documents == 0 and not config.allow_empty:
@@ -232,6 +245,7 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run.fingerprint)
     recipe = fingerprint({key: value for key, value in run.settings.items() if key != "inputs"})
     described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat)
+    stages.mark("assemble")
     changed = changed_while_read(files)
     if changed is not None:
         raise InputDataError(
@@ -262,8 +276,36 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
         manifest["chat"] = {**chat.describe(), "template_origin": chat.template.origin}
     if config.keep_rejected:
         manifest["rejected"] = _move_rejected(out, units)
+    stages.mark("finish")
+    manifest["unit_stages"] = dict(sorted(totals.stages.items()))
+    manifest["stages"] = stages.milliseconds()
     out.finish(manifest, len(parts))
     return manifest, resumed
+
+
+def _passes(
+    run: _Run, files: list[InputFile], units: list[Unit], executor: Executor
+) -> tuple[list[UnitRecord], int, dict[str, str]]:
+    """Every pass over the units (the dedup steps' keys passes, then the one writing their stores) and
+    the digests of the inputs: the units' records, how many were finished earlier, the digests."""
+    config, stages = run.config, run.stages
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="digest") as digesting:
+        try:  # the planner's digests are read on a thread while the units run (hashing frees the GIL)
+            pending = digesting.submit(planner_digests, files, units, stop.is_set)
+            for group in adjacent(run_wide_positions(config.steps)):
+                _dedup_pass(config, executor, run.out.work, units, group, run.progress, stages, run.chat)
+            records, resumed = _run(config, executor, run.out.work, units, run.progress, run.chat)
+            stages.mark("units")
+            executor.close()
+            stages.mark("stop workers")
+            digests = pending.result()
+            stages.mark("input digests")
+        finally:
+            stop.set()  # on an error or an interrupt, the digests stop within a block
+    for record in records:
+        digests.update(record.digests)
+    return records, resumed, digests
 
 
 def _engine(config: PrepareConfig, tokenizer: Tokenizer, files: list[InputFile], chat: bool) -> Tokenizer:
@@ -385,23 +427,37 @@ def _dedup_pass(
     executor: Executor,
     work: str,
     units: list[Unit],
-    position: int,
+    group: list[int],
     progress: bool,
+    stages: _Stages,
     chat: ChatJob | None = None,
 ) -> None:
-    """Passes 1 and 2 of the run-wide step at ``position`` (see ``runwide``): keys of every unit, then
-    the decisions; both kept in ``work`` so a rerun skips what is done."""
-    if all(os.path.exists(drops_path(work, position, unit.name)) for unit in units):
+    """Passes 1 and 2 of the neighbouring run-wide steps at ``group`` (see ``runwide``): keys of every
+    unit (and the documents reaching the first step, for the next pass to start from), then each
+    step's decisions in turn; all kept in ``work`` so a rerun skips what is done."""
+    position = group[0]
+    if all(
+        signed_unit(work, position, u) and all(os.path.exists(drops_path(work, q, u.name)) for q in group)
+        for u in units
+    ):
         return
-    job = _unit_job(config, work, sign_position=position, chat=chat)
+    job = _unit_job(config, work, sign_position=position, keep_rejected=config.keep_rejected, chat=chat)
     todo = [unit for unit in units if not signed_unit(work, position, unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
         executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
-    key_files = [keys_path(work, position, unit.name) for unit in units]
-    drops = run_wide_step(config.steps, position).decide(Signatures(key_files, executor.map_bands))
-    for unit, drop in zip(units, drops):
-        save_atomically(drops_path(work, position, unit.name), drop)
+    stages.mark(f"{position}:{config.steps[position]['step']} keys")
+    kept = [np.ones(len(np.load(keys_path(work, position, u.name), mmap_mode="r")), dtype=bool) for u in units]
+    for q in group:
+        if q != position:  # signed with the first: the keys of the documents the steps before it kept
+            for unit, mask in zip(units, kept):
+                save_atomically(keys_path(work, q, unit.name), np.load(prekeys_path(work, q, unit.name))[mask])
+        key_files = [keys_path(work, q, unit.name) for unit in units]
+        drops = run_wide_step(config.steps, q).decide(Signatures(key_files, executor.map_bands))
+        for unit, drop, mask in zip(units, drops, kept):
+            save_atomically(drops_path(work, q, unit.name), drop)
+            mask[mask] = ~drop
+        stages.mark(f"{q}:{config.steps[q]['step']} decide")
 
 
 def _assemble(

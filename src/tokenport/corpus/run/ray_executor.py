@@ -5,9 +5,10 @@ unit exactly as a local worker would. With a shared filesystem (a local output d
 node sees) it writes under ``OUTPUT/.work/`` itself, and the dedup passes group MinHash
 signatures by band on the cluster too (one task per band). Without one (``shared=False``, as for
 an object-store output) a task gets the files its unit reads from the work directory (a
-decompressed chunk, dedup decisions) with it, runs in a directory of its own node, and sends back
-the files it wrote, which are written into the work directory here; band pairs are then computed
-here. ``ray.init`` is called with ``address`` unless the caller has connected already.
+decompressed chunk, dedup decisions, the documents an earlier keys pass kept) with it, runs in a
+directory of its own node, and sends back the files it wrote, which are written into the work
+directory here; band pairs are then computed here. ``ray.init`` is called with ``address`` unless
+the caller has connected already.
 """
 
 from __future__ import annotations
@@ -87,10 +88,15 @@ def _chunk_name(path: str) -> str:
     return os.path.join("inflated", *path.split(os.sep)[-2:])
 
 
+_PASS_FILES = ("drop.npy", "docs", "pass.json", "rejected.tsv")
+
+
 def _given(work: str, unit: Unit) -> Files:
-    """The work files `unit` reads: its decompressed chunks and its dedup steps' decisions."""
+    """The work files `unit` reads: its decompressed chunks, its dedup steps' decisions, and what the
+    keys passes before kept of it (``spill``)."""
     paths = {os.path.join(work, _chunk_name(piece.inflated)): piece.inflated for piece in unit.slices if piece.inflated}
-    paths.update((p, p) for p in glob.glob(os.path.join(glob.escape(work), "dedup-*", f"{unit.name}.drop.npy")))
+    for kind in _PASS_FILES:  # the decisions; the documents, counts and rejects of the keys pass before
+        paths.update((p, p) for p in glob.glob(os.path.join(glob.escape(work), "dedup-*", f"{unit.name}.{kind}")))
     given = {}
     for name, path in paths.items():
         with open(path, "rb") as f:
@@ -100,8 +106,8 @@ def _given(work: str, unit: Unit) -> Files:
 
 def _receive(work: str, outcome: UnitRecord, written: Files) -> UnitRecord:
     """Write a detached unit's files into `work`, each atomically and its stats last (a unit is
-    finished once they are there); its record, with its prefix under `work`."""
-    for name in sorted(written, key=lambda n: n.endswith(".stats.json")):
+    finished once they are there, a keys pass once its counts are); its record, with its prefix under `work`."""
+    for name in sorted(written, key=lambda n: n.endswith((".stats.json", ".pass.json"))):
         path = os.path.join(work, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = temporary_path(path)

@@ -30,6 +30,13 @@ class RunReport:
     steps: dict[str, dict[str, int]]
     lengths: np.ndarray  # tokens per kept document
     costs: dict[str, dict[str, int]] = field(default_factory=dict)  # per step: chars_in, chars_out, time_ms
+    stages: dict[str, int] = field(default_factory=dict)  # the run's wall time by stage, and "wall" (ms)
+    unit_stages: dict[str, int] = field(default_factory=dict)  # the workers' time by stage (ms), besides the steps'
+
+    def accounted(self) -> float:
+        """The share of the run's recorded wall time its stages account for (0 when none were recorded)."""
+        wall = self.stages.get("wall", 0)
+        return sum(ms for name, ms in self.stages.items() if name != "wall") / wall if wall else 0.0
 
     def render(self) -> str:
         """Plain-text tables."""
@@ -54,6 +61,7 @@ class RunReport:
                 seconds = f"{cost.get('time_ms', 0) / 1000:.2f}"
                 details = ", ".join(f"{k} {n:,}" for k, n in counts.items() if not k.startswith("documents_"))
                 lines.append(f"  {label:<24}{seen:>12,}{out:>12,}{share:>8}{chars:>12}{seconds:>9}  {details}")
+        lines += self._render_stages()
         if len(self.lengths):
             p = np.percentile(self.lengths, [5, 50, 95, 99])
             lines.append("")
@@ -62,6 +70,25 @@ class RunReport:
                 f"p95 {p[2]:,.0f}, p99 {p[3]:,.0f}, max {int(self.lengths.max()):,}"
             )
         return "\n".join(lines)
+
+    def _render_stages(self) -> list[str]:
+        """Where the run's wall time went, by stage; and the workers' time by stage, steps included."""
+        wall = self.stages.get("wall", 0)
+        if not wall:
+            return []
+        lines = ["", f"  {'stage':<32}{'seconds':>9}{'of wall':>9}"]
+        for name, ms in self.stages.items():
+            if name != "wall":
+                lines.append(f"  {name:<32}{ms / 1000:>9.2f}{ms / wall:>9.1%}")
+        lines.append(f"  {'accounted for':<32}{wall * self.accounted() / 1000:>9.2f}{self.accounted():>9.1%}")
+        work = dict(self.unit_stages)
+        steps = sum(cost.get("time_ms", 0) for cost in self.costs.values())
+        if work or steps:
+            parts = [("read", work.pop("read", 0)), ("steps", steps), *work.items()]
+            lines.append(
+                "  in the units (seconds, all workers): " + ", ".join(f"{k} {ms / 1000:.2f}" for k, ms in parts)
+            )
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         """The numbers as JSON-able data; kept lengths as their count, mean, percentiles and maximum."""
@@ -82,6 +109,8 @@ class RunReport:
             "skipped": dict(self.skipped),
             "steps": {label: dict(counts) for label, counts in self.steps.items()},
             "costs": {label: dict(cost) for label, cost in self.costs.items()},
+            "stages": dict(self.stages),
+            "unit_stages": dict(self.unit_stages),
             "lengths": lengths,
         }
 
@@ -140,7 +169,22 @@ def load_report(output: str) -> RunReport:
         steps={label: dict(counts) for label, counts in manifest.get("steps", {}).items()},
         lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
         costs={label: dict(counts) for label, counts in manifest.get("step_costs", {}).items()},
+        stages=dict(sorted(manifest.get("stages", {}).items(), key=_run_order)),
+        unit_stages=dict(manifest.get("unit_stages", {})),
     )
+
+
+_STAGES = ("start", "plan", "dedup", "units", "stop workers", "input digests", "assemble", "finish")
+
+
+def _run_order(item: tuple[str, int]) -> tuple[int, int, str]:
+    """A stage's place in a run (the manifest keeps them sorted by name): a dedup step's keys and
+    decision (``N:kind keys``, ``N:kind decide``) by its position, between planning and the units."""
+    name = item[0]
+    head = name.split(":", 1)[0]
+    if head.isdigit():
+        return _STAGES.index("dedup"), int(head), name.rsplit(" ", 1)[-1].replace("keys", "a")
+    return (_STAGES.index(name) if name in _STAGES else len(_STAGES) + (name == "wall")), 0, name
 
 
 def _bar_chart(bars: list[tuple[str, int]]) -> str:

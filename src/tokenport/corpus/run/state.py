@@ -65,7 +65,8 @@ class Totals(Document, frozen=True):
 
 class DatasetManifest(Document, frozen=True):
     """``tokenport.json``: what a finished run holds. Optional keys are those only some runs write
-    (``chat``, ``rejected``) or older versions did not (``steps``, ``step_costs``, ``inputs``)."""
+    (``chat``, ``rejected``) or older versions did not (``steps``, ``step_costs``, ``inputs``, ``stages``: the
+    run's wall time by stage in ms, ``unit_stages``: the workers' time by stage in ms)."""
 
     format: Literal["tokenport.dataset/1"]
     tokenport_version: Text
@@ -78,6 +79,8 @@ class DatasetManifest(Document, frozen=True):
     skipped: dict[str, Count]
     steps: dict[str, dict[str, Count]] = {}
     step_costs: dict[str, dict[str, Int64]] = {}
+    stages: dict[str, Int64] = {}
+    unit_stages: dict[str, Int64] = {}
     chat: dict[str, Any] | None = None
     rejected: list[Annotated[str, msgspec.Meta(pattern=r"^rejected/[^/]+\.jsonl$")]] | None = None
     inputs: list[InputIdentity] | None = None

@@ -38,6 +38,7 @@ class UnitStats:
     skipped: Counter = field(default_factory=Counter)
     steps: dict[str, Counter] = field(default_factory=dict)  # per cleaning step ("N:kind"): its counters
     step_costs: dict[str, Counter] = field(default_factory=dict)  # per step: chars in/out, time_ms
+    stages: Counter = field(default_factory=Counter)  # milliseconds of work by stage: read, keys, tokenize, write
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,13 +48,15 @@ class UnitStats:
             "skipped": dict(sorted(self.skipped.items())),
             "steps": {label: dict(sorted(counts.items())) for label, counts in self.steps.items()},
             "step_costs": {label: dict(sorted(counts.items())) for label, counts in self.step_costs.items()},
+            "stages": dict(sorted(self.stages.items())),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UnitStats:
         steps = {label: Counter(counts) for label, counts in data.get("steps", {}).items()}
         costs = {label: Counter(counts) for label, counts in data.get("step_costs", {}).items()}
-        return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]), steps, costs)
+        stages = Counter(data.get("stages", {}))
+        return cls(data["documents"], data["tokens"], data["bytes_in"], Counter(data["skipped"]), steps, costs, stages)
 
     @classmethod
     def total(cls, parts: Iterable[UnitStats]) -> UnitStats:
@@ -67,6 +70,7 @@ class UnitStats:
                 out.steps.setdefault(label, Counter()).update(counts)
             for label, counts in part.step_costs.items():
                 out.step_costs.setdefault(label, Counter()).update(counts)
+            out.stages.update(part.stages)
         return out
 
 

@@ -1,14 +1,16 @@
 """Deduplication steps: exact (normalized text) and fuzzy (MinHash-LSH), decided over the whole run.
 
 A dedup step cannot decide document by document: whether a document is a duplicate depends on
-every other. So ``prepare`` runs it in three passes. (1) Every unit runs the steps before it and
-writes one key row per document that reaches it (``keys``) to ``.work/dedup-N/UNIT.keys.npy``.
+every other. So ``prepare`` runs it in three passes. (1) Every unit runs the steps before it (from
+the previous keys pass's spill, ``run/spill.py``: each step runs once per document) and writes one
+key row per document that reaches it (``keys``) to ``.work/dedup-N/UNIT.keys.npy``, and the
+documents themselves, for the next pass to start from.
 (2) The keys of all units, in unit order, are compared once: exact keys by equality; MinHash keys
 band by band, each band giving the pairs of documents that share a key (one Ray task per band
 under the Ray executor: a shuffle by band), joined into clusters by a union-find forest. Each
-cluster keeps its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The normal run
-drops the marked documents at that step, by their ordinal among the documents reaching it (the
-steps before it are deterministic, so ordinals agree). Each file is written atomically, so an
+cluster keeps its first document and the rest are marked, per unit, in ``UNIT.drop.npy``. (3) The next pass
+drops the marked documents at that step, by their ordinal among the documents reaching it (it reads
+the documents the keys pass spilled, so ordinals agree). Each file is written atomically, so an
 interrupted run resumes. Keys are 16 bytes (exact) or
 ``bands * 8`` bytes (MinHash) per document on disk; pass 2 holds one band's column (or, with
 Ray, only the pairs) and the forest, about 40 bytes per document.
@@ -30,7 +32,7 @@ from ..run.state import replace_atomically, temporary_path
 from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 from .runwide import RunWideStep, Signatures
 
-__all__ = ["ExactDedup", "MinHashDedup", "decide", "drops_path", "keys_path"]
+__all__ = ["ExactDedup", "MinHashDedup", "decide", "drops_path", "keys_path", "prekeys_path"]
 
 
 def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
@@ -91,6 +93,11 @@ def save_index(path: str, identity: dict[str, object], keys: np.ndarray) -> None
 
 def keys_path(work_dir: str, position: int, unit_name: str) -> str:
     return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.keys.npy")
+
+
+def prekeys_path(work_dir: str, position: int, unit_name: str) -> str:
+    """The keys of a run-wide step signed with the one before it: a row per document reaching that one."""
+    return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.prekeys.npy")
 
 
 def drops_path(work_dir: str, position: int, unit_name: str) -> str:

@@ -46,8 +46,29 @@ def candidate_probability(similarity: float | np.ndarray, bands: int, rows: int)
 
 def exact_key(text: str) -> bytes:
     """A 16-byte digest of the text with case, punctuation and whitespace differences removed."""
-    words = [word.lower() for word in words_of(text)]
-    return hashlib.blake2b(" ".join(words).encode("utf-8"), digest_size=16).digest()
+    return hashlib.blake2b(_lower_joined(_words(text), " ").encode("utf-8"), digest_size=16).digest()
+
+
+_last: tuple[str | None, list[str]] = (None, [])
+
+
+def _words(text: str) -> list[str]:
+    """``words_of(text)``, kept for the last text: neighbouring dedup steps sign the same document
+    (the same string object) one after the other, and split its words once."""
+    global _last
+    last = _last  # one read: another thread may replace it
+    if last[0] is text:
+        return last[1]
+    words = words_of(text)
+    _last = (text, words)
+    return words
+
+
+def _lower_joined(words: list[str], separator: str) -> str:
+    """``separator.join(word.lower() for word in words)``, lower-cased in one call: the same string, as
+    ``str.lower`` maps each character alone but for a final sigma, whose context (cased letters before
+    it, none after it) stops at a separator that is neither cased nor case-ignorable (space, NUL)."""
+    return separator.join(words).lower()
 
 
 class MinHasher:
@@ -64,10 +85,10 @@ class MinHasher:
 
     def shingles(self, text: str) -> np.ndarray:
         """64-bit hashes of the text's distinct lower-cased word n-grams (one shingle if shorter)."""
-        words = [word.lower() for word in words_of(text)]
+        words = _words(text)
         if not words:
             return np.zeros(0, dtype=np.uint64)
-        encoded = np.frombuffer("\x00".join(words).encode("utf-8"), dtype=np.uint8)
+        encoded = np.frombuffer(_lower_joined(words, "\x00").encode("utf-8"), dtype=np.uint8)
         return np.unique(_shingle_hashes(encoded, len(words), self.ngram))
 
     def signature(self, text: str) -> np.ndarray:

@@ -183,12 +183,14 @@ def check_steps(specs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...
 
 
 def build_steps(
-    specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str, upto: int | None = None
+    specs: Sequence[Mapping[str, Any]], work_dir: str, unit_name: str, upto: int | None = None, start: int = 0
 ) -> list[tuple[str, Step]]:
-    """Fresh steps for one unit (those before position ``upto`` if given), each labelled ``"N:kind"``;
-    run-wide steps load the unit's decisions from ``work_dir``."""
+    """Fresh steps for one unit (from position ``start``, before position ``upto`` if given), each
+    labelled ``"N:kind"``; run-wide steps load the unit's decisions from ``work_dir``."""
     steps = []
     for position, spec in enumerate(specs[:upto]):
+        if position < start:
+            continue
         drops = drops_path(work_dir, position, unit_name) if _run_wide(spec) else None
         steps.append((f"{position}:{spec['step']}", _build(spec, position, drops)))
     return steps

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import IO
+from typing import Protocol
 
 from ..inputs.documents import Document
 
 __all__ = ["RejectedWriter"]
 
 
-class RejectedWriter:
-    """Writes rejected documents of one unit as jsonl lines to an open text file."""
+class Writable(Protocol):
+    """What the writer needs of a text file: ``write``, called once per line."""
 
-    def __init__(self, file: IO[str]) -> None:
+    def write(self, text: str, /) -> object: ...
+
+
+class RejectedWriter:
+    """Writes rejected documents of one unit as jsonl lines (one ``write`` each) to an open text file."""
+
+    def __init__(self, file: Writable) -> None:
         self.file = file
 
     def sink_for(self, label: str) -> Callable[[Document, str], None]:

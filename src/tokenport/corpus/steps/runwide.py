@@ -2,7 +2,9 @@
 document of the run (deduplication is one), run by ``prepare`` in three passes.
 
 (1) ``sign(text)``: every unit runs the steps before it and keeps one key row per document reaching
-it (a 1-D uint64 array, the same width for every document), saved per unit. (2) ``decide(signatures)``:
+it (a 1-D uint64 array, the same width for every document), saved per unit. Neighbouring run-wide
+steps are signed in the same pass, each on every document reaching the first of them; a later one's
+keys are those of the documents the ones before it kept. (2) ``decide(signatures)``:
 once, over every unit's keys in unit order, a bool mask per unit of the documents to drop. (3) The
 normal run: the step, given its unit's mask (``use_decisions``), drops the marked documents by their
 ordinal among the documents reaching it (the steps before it are deterministic, so ordinals agree),
@@ -22,7 +24,7 @@ from ...errors import ConfigError
 from ..inputs.documents import Document
 from .base import Step
 
-__all__ = ["BandPairs", "RunWideStep", "Signatures"]
+__all__ = ["BandPairs", "RunWideStep", "Signatures", "adjacent"]
 
 BandPairs = Callable[[list[str], list[int], "str | None"], list[tuple[np.ndarray, np.ndarray]]]
 """The executor's ``map_bands(key_files, bands, index_file)``: per band, the pairs of documents sharing a key."""
@@ -35,6 +37,18 @@ class Signatures:
 
     key_files: list[str]
     map_bands: BandPairs
+
+
+def adjacent(positions: list[int]) -> list[list[int]]:
+    """Run-wide step positions in runs of neighbours (``[2, 3, 5]`` -> ``[[2, 3], [5]]``): a run's
+    steps are signed in one pass, as nothing between them changes or drops a document."""
+    groups: list[list[int]] = []
+    for position in positions:
+        if groups and groups[-1][-1] == position - 1:
+            groups[-1].append(position)
+        else:
+            groups.append([position])
+    return groups
 
 
 class RunWideStep(Step):
