@@ -52,9 +52,19 @@ class EnglishWords:
 
         self._sentence_ends = frozenset(Sentencizer.default_punct_chars)
         self._cache: dict[str, tuple[str, ...]] = {}
+        self._last: tuple[str, list[str]] = ("", [])
 
     def __call__(self, text: str) -> list[str]:
-        """The words of ``text``, as spaCy's English tokenizer splits it (whitespace tokens dropped)."""
+        """The words of ``text``, as spaCy's English tokenizer splits it (whitespace tokens dropped).
+        The last text's list is kept and handed out again for the same text (the filters of one
+        document share it, as datatrove's cache of recent texts does): callers must not change it."""
+        if text is self._last[0]:
+            return self._last[1]
+        words = self._words(text)
+        self._last = (text, words)
+        return words
+
+    def _words(self, text: str) -> list[str]:
         cache = self._cache
         chunks = text.split()
         try:
@@ -70,6 +80,7 @@ class EnglishWords:
     def clear_cache(self) -> None:
         """Forget the chunks split so far (for timing a cold start)."""
         self._cache.clear()
+        self._last = ("", [])
 
     def sentences(self, line: str) -> int:
         """How many sentences spaCy's sentencizer finds in ``line`` (a stripped, non-empty line)."""
