@@ -46,7 +46,10 @@ TERMINAL_PUNCTUATION = frozenset(
 PUNCTUATION_SET = frozenset(_PUNCTUATION) | TERMINAL_PUNCTUATION
 _TERMINAL = tuple(TERMINAL_PUNCTUATION)
 
-_token_stats: dict[str, tuple[int, int, int]] = {}
+# A token's counts packed in one int (kept | has a letter << 32 | characters if kept << 64), so a
+# page's totals are one C-level sum; each field holds up to 2^32 - 1 tokens or characters.
+_token_stats: dict[str, int] = {}
+_FIELD = (1 << 32) - 1
 
 
 def clear_cache() -> None:
@@ -59,25 +62,24 @@ def ends_a_sentence(line: str) -> bool:
     return line.endswith(_TERMINAL)
 
 
+def _packed(word: str) -> int:
+    alpha = int(any(char.isalpha() for char in word)) << 32
+    return alpha if all(char in PUNCTUATION_SET for char in word) else 1 | alpha | len(word) << 64
+
+
 def word_stats(words: list[str]) -> tuple[int, int, int]:
     """``(words not made only of punctuation, their characters, words with a letter)``."""
     stats = _token_stats
-    if len(stats) > 1 << 18:
-        stats.clear()
-    kept = chars = alpha = 0
-    for word in words:
-        entry = stats.get(word)
-        if entry is None:
-            symbolic = all(char in PUNCTUATION_SET for char in word)
-            entry = stats[word] = (
-                0 if symbolic else 1,
-                0 if symbolic else len(word),
-                int(any(char.isalpha() for char in word)),
-            )
-        kept += entry[0]
-        chars += entry[1]
-        alpha += entry[2]
-    return kept, chars, alpha
+    try:
+        total = sum(map(stats.__getitem__, words))
+    except KeyError:
+        if len(stats) > 1 << 18:
+            stats.clear()
+        for word in words:
+            if word not in stats:
+                stats[word] = _packed(word)
+        total = sum(map(stats.__getitem__, words))
+    return total & _FIELD, total >> 64, (total >> 32) & _FIELD
 
 
 @numba.njit(cache=True)

@@ -225,8 +225,10 @@ class _SuffixSearch:
         return end - start
 
 
+@lru_cache(maxsize=1 << 16)
 def _is_punct(token: str) -> bool:
-    """spaCy's ``is_punct``: every character is in a Unicode punctuation category."""
+    """spaCy's ``is_punct``: every character is in a Unicode punctuation category (remembered per
+    token: a sentence's first token is tested, and first tokens repeat)."""
     return all(unicodedata.category(char).startswith("P") for char in token)
 
 
