@@ -3,8 +3,10 @@
 The corpus: web-like pages built from distinct lines of real English prose (the standard
 library's docstrings and comments), in paragraphs; slices of code and one-line stubs (low
 quality); German, French and Spanish pages (faker's word lists); e-mail and IPv4 addresses set in
-sentences (public and private ones); exact copies and near copies (one word in 200 edited) of
-earlier pages. Written as two jsonl files with ids.
+sentences (public and private ones); exact copies and near copies (a word put first, a space
+doubled) of earlier pages, each page copied at most once (a cluster of three or more keeps one
+member by datatrove's union by size, which need not be the first; pairs keep their first on both
+sides). Written as two jsonl files with ids.
 
 The pipeline (FineWeb's order): language (English), Gopher repetition, Gopher quality, C4,
 FineWeb quality, MinHash dedup (14 bands x 8 rows, word 5-grams), PII (e-mails, public IPv4
@@ -62,18 +64,13 @@ def _prose(line: str) -> bool:
 
 
 def _near_copy(text: str, rng: np.random.Generator, vocabulary: list[str]) -> str:
-    """``text`` with one word in 200 (at least one) deleted, replaced or inserted."""
+    """``text`` with a word put before its first and a space doubled: one 5-gram more, and not
+    byte-equal, whatever lines the filters then drop (so that MinHash on either side joins the two
+    for certain, not by chance)."""
     words = text.split(" ")
-    for _ in range(max(1, len(words) // 200)):
-        at = int(rng.integers(0, len(words)))
-        action = int(rng.integers(0, 3))
-        if action == 0 and len(words) > 1:
-            del words[at]
-        elif action == 1:
-            words[at] = vocabulary[int(rng.integers(0, len(vocabulary)))]
-        else:
-            words.insert(at, vocabulary[int(rng.integers(0, len(vocabulary)))])
-    return " ".join(words)
+    at = int(rng.integers(1, len(words))) if len(words) > 1 else 0
+    words[at] = " " + words[at]
+    return vocabulary[int(rng.integers(0, len(vocabulary)))].capitalize() + " " + " ".join(words)
 
 
 def _pii_sentence(fakers: dict, rng: np.random.Generator) -> str:
@@ -112,14 +109,17 @@ def fineweb_corpus(
         faker.seed_instance(seed + k)
     vocabulary = sorted({w for line in lines[:5000] for w in line.split() if w.isalpha()})
     texts: list[str] = []
+    originals: list[int] = []  # pages not copied yet
     kinds: dict[str, int] = {}
     written = 0
     while written < size:
         draw = rng.random()
-        if draw < 0.05 and texts:
-            kind, text = "exact copy", texts[int(rng.integers(0, len(texts)))]
-        elif draw < 0.10 and texts:
-            kind, text = "near copy", _near_copy(texts[int(rng.integers(0, len(texts)))], rng, vocabulary)
+        if draw < 0.10 and originals:
+            source = texts[originals.pop(int(rng.integers(0, len(originals))))]
+            if draw < 0.05:
+                kind, text = "exact copy", source
+            else:
+                kind, text = "near copy", _near_copy(source, rng, vocabulary)
         elif draw < 0.15:
             locale = str(rng.choice(["de_DE", "fr_FR", "es_ES"]))
             kind = "non-English"
@@ -140,6 +140,8 @@ def fineweb_corpus(
         if not text.strip():
             continue
         kinds[kind] = kinds.get(kind, 0) + 1
+        if not kind.endswith("copy"):
+            originals.append(len(texts))
         texts.append(text)
         written += len(text.encode("utf-8"))
     half = len(texts) // 2
