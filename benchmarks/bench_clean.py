@@ -72,6 +72,7 @@ import gc
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -616,17 +617,29 @@ def _datatrove_side(argv: list[str]) -> None:
     _fineweb().run_datatrove(inputs, work, int(workers), dedup == "1", tokenizer)
 
 
-def _ours(paths: list[str], output: str, tokenizer: str, workers: int, steps: str) -> list[str]:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_child(command: list[str], cpu: list[float]) -> str:
+    """Run ``command``; its stdout. Adds the CPU seconds it and its children used to ``cpu``."""
+    before = _children_cpu()
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    cpu.append(_children_cpu() - before)
+    return done.stdout
+
+
+def _ours(paths: list[str], output: str, tokenizer: str, workers: int, steps: str, cpu: list[float]) -> list[str]:
     """``tokenport prepare`` in a fresh process; the store prefixes it wrote."""
     command = [sys.executable, "-m", "tokenport", "prepare", *paths, "-o", output, "--tokenizer", f"hf:{tokenizer}"]
     command += ["--workers", str(workers), "--steps", steps, "-q", "--json"]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
-    return json.loads(done.stdout)["parts"]
+    return json.loads(_run_child(command, cpu))["parts"]
 
 
-def _theirs(inputs: str, work: str, tokenizer: str, workers: int, dedup: bool) -> str:
+def _theirs(inputs: str, work: str, tokenizer: str, workers: int, dedup: bool, cpu: list[float]) -> str:
     command = [sys.executable, os.path.abspath(__file__), "--datatrove-run", inputs, work, str(workers)]
-    subprocess.run([*command, "1" if dedup else "0", tokenizer], check=True, capture_output=True)
+    _run_child([*command, "1" if dedup else "0", tokenizer], cpu)
     return os.path.join(work, "output")
 
 
@@ -668,20 +681,26 @@ def bench_fineweb(rows: list[Row], modules: list[str], prose: list[list[str]], d
         with open(steps, "w", encoding="utf-8") as f:
             json.dump(fineweb.tokenport_steps(dedup), f)
         outputs: dict[str, object] = {}
+        cpu: dict[str, list[float]] = {"ours": [], "theirs": []}
 
         def ours() -> None:
-            outputs["ours"] = _ours(paths, os.path.join(directory, f"fw-ours-{next(runs)}"), tokenizer, workers, steps)
+            output = os.path.join(directory, f"fw-ours-{next(runs)}")
+            outputs["ours"] = _ours(paths, output, tokenizer, workers, steps, cpu["ours"])
 
         def theirs() -> None:
             work = os.path.join(directory, f"fw-theirs-{next(runs)}")
-            outputs["theirs"] = _theirs(inputs, work, tokenizer, workers, dedup)
+            outputs["theirs"] = _theirs(inputs, work, tokenizer, workers, dedup, cpu["theirs"])
 
         t_ours, t_theirs = best_of_each([ours, theirs], args.fineweb_repeat)
         case = f"{size / 1e6:.{0 if size >= 10e6 else 1}f} MB, {workers} worker{'s' if workers > 1 else ''}" + (
             "" if dedup else ", no dedup"
         )
         _check_equal(_store_tokens(outputs["ours"]), fineweb.datatrove_tokens(outputs["theirs"]), case)
-        print(f"    {case}: tokenport {t_ours:.2f} s, datatrove {t_theirs:.2f} s", flush=True)
+        print(
+            f"    {case}: wall tokenport {t_ours:.2f} s, datatrove {t_theirs:.2f} s; CPU (user + system, all "
+            f"processes, least) tokenport {min(cpu['ours']):.2f} s, datatrove {min(cpu['theirs']):.2f} s",
+            flush=True,
+        )
         rows.append(
             Row(
                 "fineweb e2e",

@@ -240,9 +240,11 @@ def _is_public_ip(match: str) -> bool:
         return False
 
 
-_DATATROVE_RULES: dict[str, tuple[re.Pattern[str], Callable[[str], bool] | None, str]] = {
-    "email": (_DATATROVE_EMAIL, None, "@"),
-    "ipv4": (_DATATROVE_IPV4, _is_public_ip, "."),
+# Each kind: its pattern, the check a match must pass, and a pattern every text with a match
+# matches (searched first: it is much cheaper than the pattern on a text without any).
+_DATATROVE_RULES: dict[str, tuple[re.Pattern[str], Callable[[str], bool] | None, re.Pattern[str]]] = {
+    "email": (_DATATROVE_EMAIL, None, re.compile("@")),
+    "ipv4": (_DATATROVE_IPV4, _is_public_ip, re.compile(r"[0-9]\.[0-9]")),
 }
 DATATROVE_PII_KINDS = tuple(_DATATROVE_RULES)
 """The kinds ``compat="datatrove"`` scrubs, in datatrove's order."""
@@ -253,7 +255,7 @@ def _datatrove_scrub(text: str, kind: str, tag: str) -> tuple[str, int]:
     """``text`` with datatrove's matches of ``kind`` replaced by ``tag`` (a match its check
     rejects stays), and how many were replaced."""
     pattern, valid, needs = _DATATROVE_RULES[kind]
-    if needs not in text:
+    if needs.search(text) is None:
         return text, 0
     replaced = 0
 
