@@ -111,6 +111,6 @@ def fineweb(step: Any, text: str, lines: list[str]) -> str | None:
         if repeated(lines)[1] / (len(text) - text.count("\n")) > step.max_duplicate_chars:
             return "duplicate_line_chars"
     if step.max_newlines is not None:
-        if text.count("\n") / len(english_words()(text)) > step.max_newlines:
+        if text.count("\n") / english_words().count(text) > step.max_newlines:
             return "list_like"
     return None

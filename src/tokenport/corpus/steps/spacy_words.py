@@ -64,6 +64,15 @@ class EnglishWords:
         self._last = (text, words)
         return words
 
+    def count(self, text: str) -> int:
+        """How many words ``self(text)`` returns, without making the list when its chunks are known."""
+        if text is self._last[0]:
+            return len(self._last[1])
+        try:
+            return sum(map(len, map(self._cache.__getitem__, text.split())))
+        except KeyError:
+            return len(self(text))
+
     def _words(self, text: str) -> list[str]:
         cache = self._cache
         chunks = text.split()
