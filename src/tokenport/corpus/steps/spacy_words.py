@@ -40,7 +40,7 @@ class EnglishWords:
         self._suffixes = _SuffixSearch(rules.suffixes)
         self._infixes: Callable[[str], Any] = re.compile(rules.infix, rules.flags).finditer
         self._token_match = None  # English has no token_match
-        self._url_match = re.compile(rules.url, rules.flags).match
+        self._url_match: Callable[[str], Any] = re.compile(rules.url, rules.flags).match
         self._specials: dict[str, tuple[str, ...]] = {chunk: tuple(pieces) for chunk, pieces in rules.specials.items()}
         # spaCy re-joins token runs that spell a special case its affix rules would split (the
         # special-case matcher); only cases without whitespace can match inside one chunk.
@@ -163,7 +163,7 @@ class EnglishWords:
         if string:
             if string in table:
                 tokens.extend(table[string])
-            elif (self._token_match and self._token_match(string)) or (self._url_match and self._url_match(string)):
+            elif (self._token_match and self._token_match(string)) or self._url_match(string):
                 tokens.append(string)
             else:
                 start = 0
