@@ -269,9 +269,8 @@ def spacy_rules() -> SpacyRules:
     """spaCy's English tables: the snapshot when it was taken from the installed spaCy, else spaCy's own."""
     try:
         installed = importlib.metadata.version("spacy")
-    except importlib.metadata.PackageNotFoundError:
-        _blank_english()  # the ConfigError saying to install spaCy
-        raise
+    except importlib.metadata.PackageNotFoundError:  # not installed (ConfigError), or without its metadata
+        return spacy_rules_of_spacy()
     if os.path.exists(_SNAPSHOT):
         remedy = "reinstall tokenport (its copy of spaCy's tables is damaged)"
         snapshot = read_document(_SNAPSHOT, SpacyRules, remedy=remedy, error=ConfigError)
