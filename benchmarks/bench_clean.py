@@ -10,6 +10,7 @@ texts go to both sides; each side runs in this one process on one core (docs/s =
     python benchmarks/bench_clean.py            # 1,000 pages; dedup of 10^6 docs (~4 minutes)
     python benchmarks/bench_clean.py --quick    # 200 pages; dedup of 10^4 docs (under a minute)
     python benchmarks/bench_clean.py --skip filters,minhash --dedup-docs 100000   # one section only
+    python benchmarks/bench_clean.py --skip filters,minhash,dedup --fineweb-mb 24   # the FineWeb pipeline only
 
 Needs ``pip install datatrove nltk "xxhash<4" spacy``: datatrove 0.10.1 splits English words
 with spaCy's blank English tokenizer (``spacy.blank("en")`` plus its rule-based sentencizer; no
@@ -51,6 +52,17 @@ Rows:
                earlier one. The output (byte tokenizer) is decoded and matched back to the input, so
                the rows say which kinds were removed. Full run: 10^6 docs (~70 s here); --quick:
                10^4. No peer and no goal: the figure for this machine.
+  fineweb e2e  A FineWeb-style pipeline end to end, jsonl in to tokens written, each side in a fresh
+               process with the same worker count (1 and 2), same data, same tokenizer (a byte-level
+               BPE trained here): language (CLD2 on both sides: datatrove's fastText model cannot
+               be downloaded here), Gopher repetition and quality, C4, FineWeb quality, MinHash
+               dedup (14x8, 5-grams), PII (e-mails, public IPv4), tokenize. tokenport: ``tokenport
+               prepare --steps`` (``compat: datatrove``); datatrove: its executor running its reader,
+               filters and writer, MinHash signatures, buckets (14 tasks), cluster and filter stages,
+               PII formatter and DocumentTokenizer (no shuffling). The corpus and datatrove's stages
+               are tests/_support/fineweb.py's. The outputs must be equal (same documents, same
+               token ids) or the script fails. Rows with and without the dedup steps. Goal: >= 5x
+               (with dedup). Full run: 24 MB; --quick: 1 MB (one worker, then two).
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ import gc
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -76,6 +89,7 @@ from tokenport.corpus.steps.quality import C4Quality, FineWebQuality, GopherQual
 from tokenport.demo.corpus import docstrings, read_source, stdlib_sources
 
 _COMMENT_LINE = re.compile(r"^\s*#\s?(.*)$")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -583,6 +597,127 @@ def bench_dedup(rows: list[Row], prose: list[list[str]], directory: str, args) -
 
 
 # ---------------------------------------------------------------------------------------------
+# FineWeb-style pipeline end to end
+
+
+def _fineweb():
+    if _ROOT not in sys.path:
+        sys.path.insert(0, _ROOT)
+    from tests._support import fineweb
+
+    return fineweb
+
+
+def _datatrove_side(argv: list[str]) -> None:
+    """``--datatrove-run INPUTS WORK WORKERS DEDUP TOKENIZER``: datatrove's side, in this fresh process."""
+    from loguru import logger
+
+    logger.disable("datatrove")
+    inputs, work, workers, dedup, tokenizer = argv
+    _fineweb().run_datatrove(inputs, work, int(workers), dedup == "1", tokenizer)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_child(command: list[str], cpu: list[float]) -> str:
+    """Run ``command``; its stdout. Adds the CPU seconds it and its children used to ``cpu``."""
+    before = _children_cpu()
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    cpu.append(_children_cpu() - before)
+    return done.stdout
+
+
+def _ours(paths: list[str], output: str, tokenizer: str, workers: int, steps: str, cpu: list[float]) -> list[str]:
+    """``tokenport prepare`` in a fresh process; the store prefixes it wrote."""
+    command = [sys.executable, "-m", "tokenport", "prepare", *paths, "-o", output, "--tokenizer", f"hf:{tokenizer}"]
+    command += ["--workers", str(workers), "--steps", steps, "-q", "--json"]
+    return json.loads(_run_child(command, cpu))["parts"]
+
+
+def _theirs(inputs: str, work: str, tokenizer: str, workers: int, dedup: bool, cpu: list[float]) -> str:
+    command = [sys.executable, os.path.abspath(__file__), "--datatrove-run", inputs, work, str(workers)]
+    _run_child([*command, "1" if dedup else "0", tokenizer], cpu)
+    return os.path.join(work, "output")
+
+
+def _store_tokens(parts: list[str]) -> list[np.ndarray]:
+    from tokenport.indexed import IndexedDataset
+
+    documents = []
+    for prefix in parts:
+        with IndexedDataset(prefix) as dataset:
+            documents += [np.asarray(dataset[d], dtype=np.int64) for d in range(len(dataset))]
+    return documents
+
+
+def _check_equal(ours: list[np.ndarray], theirs: list[np.ndarray], case: str) -> None:
+    """Fail unless both sides wrote the same documents with the same token ids, in the same order."""
+    differ = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if not np.array_equal(a, b)), None)
+    if len(ours) != len(theirs) or differ is not None:
+        raise SystemExit(
+            f"fineweb e2e, {case}: outputs differ: {len(ours):,} documents (tokenport) vs {len(theirs):,} "
+            f"(datatrove); first differing document: {differ}"
+        )
+    print(f"    {case}: outputs equal: {len(ours):,} documents, {sum(map(len, ours)):,} tokens", flush=True)
+
+
+def bench_fineweb(rows: list[Row], modules: list[str], prose: list[list[str]], directory: str, args) -> None:
+    fineweb = _fineweb()
+    from tests._support.bpe import train_byte_level_bpe
+
+    inputs = os.path.join(directory, "fineweb-in")
+    os.makedirs(inputs, exist_ok=True)
+    lines = fineweb.distinct_lines([p for paragraphs in prose for p in paragraphs])
+    paths, kinds = fineweb.fineweb_corpus(inputs, lines, modules, int(args.fineweb_mb * 1e6), args.seed)
+    size = sum(os.path.getsize(path) for path in paths)
+    print(
+        f"  fineweb corpus (the rows' data): {size / 1e6:.1f} MB in 2 files, {sum(kinds.values()):,} pages: {kinds}",
+        flush=True,
+    )
+    tokenizer = train_byte_level_bpe(lines[:20000], 8000, os.path.join(directory, "fineweb-tokenizer.json"))
+    runs = iter(range(10**6))
+    for dedup, workers in args.fineweb_cases:
+        steps = os.path.join(directory, f"fineweb-steps-{int(dedup)}.json")
+        with open(steps, "w", encoding="utf-8") as f:
+            json.dump(fineweb.tokenport_steps(dedup), f)
+        outputs: dict[str, object] = {}
+        cpu: dict[str, list[float]] = {"ours": [], "theirs": []}
+
+        def ours() -> None:
+            output = os.path.join(directory, f"fw-ours-{next(runs)}")
+            outputs["ours"] = _ours(paths, output, tokenizer, workers, steps, cpu["ours"])
+
+        def theirs() -> None:
+            work = os.path.join(directory, f"fw-theirs-{next(runs)}")
+            outputs["theirs"] = _theirs(inputs, work, tokenizer, workers, dedup, cpu["theirs"])
+
+        t_ours, t_theirs = best_of_each([ours, theirs], args.fineweb_repeat)
+        case = f"FineWeb pipeline, {workers} worker{'s' if workers > 1 else ''}" + ("" if dedup else ", no dedup")
+        _check_equal(_store_tokens(outputs["ours"]), fineweb.datatrove_tokens(outputs["theirs"]), case)
+        line = f"    {case}: wall tokenport {t_ours:.2f} s, datatrove {t_theirs:.2f} s"
+        if workers == 1:  # datatrove's process pools are never waited for: their CPU is not counted
+            line += (
+                f"; CPU (user + system, least) tokenport {min(cpu['ours']):.2f} s, datatrove {min(cpu['theirs']):.2f} s"
+            )
+        print(line, flush=True)
+        rows.append(
+            Row(
+                "fineweb e2e",
+                case,
+                "s",
+                t_ours,
+                t_theirs,
+                "datatrove, same pipeline",
+                5.0 if dedup else None,
+                lower_is_better=True,
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -590,10 +725,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="200 pages, dedup of 10^4 docs, fewer repeats")
     parser.add_argument("--pages", type=int, default=None, help="pages for the filter and minhash rows")
     parser.add_argument("--dedup-docs", type=int, default=None, help="documents for the end-to-end dedup")
-    parser.add_argument("--skip", default="", help="comma-separated sections to skip: filters,minhash,dedup")
+    parser.add_argument("--fineweb-mb", type=float, default=None, help="MB of pages for the FineWeb pipeline")
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: filters,minhash,dedup,fineweb")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=1234)
+    if argv is None and sys.argv[1:2] == ["--datatrove-run"]:
+        return _datatrove_side(sys.argv[2:])
     args = parser.parse_args(argv)
+    args.fineweb_mb = args.fineweb_mb or (1 if args.quick else 24)
+    args.fineweb_repeat = 1
+    args.fineweb_cases = [(True, 1), (True, 2)] if args.quick else [(True, 1), (True, 2), (False, 1), (False, 2)]
     args.pages = args.pages or (200 if args.quick else 1000)
     args.dedup_docs = args.dedup_docs or (10**4 if args.quick else 10**6)
     args.repeat = 2 if args.quick else 3
@@ -615,6 +756,8 @@ def main(argv: list[str] | None = None) -> None:
             f"words per page mean {words.mean():.0f}, median {np.median(words):.0f}",
             flush=True,
         )
+        if "fineweb" not in skip:
+            bench_fineweb(rows, modules, prose, directory, args)
         if "dedup" not in skip:
             bench_dedup(rows, prose, directory, args)
         if "filters" not in skip:

@@ -46,7 +46,10 @@ TERMINAL_PUNCTUATION = frozenset(
 PUNCTUATION_SET = frozenset(_PUNCTUATION) | TERMINAL_PUNCTUATION
 _TERMINAL = tuple(TERMINAL_PUNCTUATION)
 
-_token_stats: dict[str, tuple[int, int, int]] = {}
+# A token's counts packed in one int (kept | has a letter << 32 | characters if kept << 64), so a
+# page's totals are one C-level sum; each field holds up to 2^32 - 1 tokens or characters.
+_token_stats: dict[str, int] = {}
+_FIELD = (1 << 32) - 1
 
 
 def clear_cache() -> None:
@@ -59,51 +62,61 @@ def ends_a_sentence(line: str) -> bool:
     return line.endswith(_TERMINAL)
 
 
+def _packed(word: str) -> int:
+    alpha = int(any(char.isalpha() for char in word)) << 32
+    return alpha if all(char in PUNCTUATION_SET for char in word) else 1 | alpha | len(word) << 64
+
+
 def word_stats(words: list[str]) -> tuple[int, int, int]:
     """``(words not made only of punctuation, their characters, words with a letter)``."""
     stats = _token_stats
-    if len(stats) > 1 << 18:
-        stats.clear()
-    kept = chars = alpha = 0
-    for word in words:
-        entry = stats.get(word)
-        if entry is None:
-            symbolic = all(char in PUNCTUATION_SET for char in word)
-            entry = stats[word] = (
-                0 if symbolic else 1,
-                0 if symbolic else len(word),
-                int(any(char.isalpha() for char in word)),
-            )
-        kept += entry[0]
-        chars += entry[1]
-        alpha += entry[2]
-    return kept, chars, alpha
+    try:
+        total = sum(map(stats.__getitem__, words))
+    except KeyError:
+        if len(stats) > 1 << 18:
+            stats.clear()
+        for word in words:
+            if word not in stats:
+                stats[word] = _packed(word)
+        total = sum(map(stats.__getitem__, words))
+    return total & _FIELD, total >> 64, (total >> 32) & _FIELD
 
 
 @numba.njit(cache=True)
-def top_gram_chars(ids: np.ndarray, lengths: np.ndarray, n: int) -> int:
-    """Characters of the most frequent word n-gram joined by spaces, times its count (ties go to
-    the first occurring, as ``Counter.most_common`` does); -1 when there are fewer than n words."""
+def _slot(table: np.ndarray, filled: np.ndarray, key: np.uint64) -> int:
+    """The slot of ``key`` in an open-addressing table (a power of two long), or the empty slot
+    where it would go: ``filled`` tells which."""
+    mask = table.shape[0] - 1
+    slot = int((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+    while filled[slot] and table[slot] != key:
+        slot = (slot + 1) & mask
+    return slot
+
+
+def _table_size(count: int) -> int:
+    return 1 << max(4, (2 * count).bit_length())
+
+
+@numba.njit(cache=True)
+def _top_gram_chars(ids: np.ndarray, lengths: np.ndarray, n: int, size: int) -> int:
     count = ids.shape[0] - n + 1
     if count <= 0:
         return -1
-    hashes = np.zeros(count, dtype=np.uint64)
+    table = np.zeros(size, dtype=np.uint64)
+    filled = np.zeros(size, dtype=np.bool_)
+    times = np.zeros(size, dtype=np.int64)
+    first = np.zeros(size, dtype=np.int64)
+    best_times, best_first = 0, 0
     for start in range(count):
         h = np.uint64(0)
         for k in range(start, start + n):
             h = h * np.uint64(0x9E3779B97F4A7C15) + np.uint64(ids[k] + 1)
-        hashes[start] = h
-    order = np.argsort(hashes, kind="mergesort")  # stable: a run lists its positions ascending
-    best_times, best_first = 0, 0
-    run = 0
-    while run < count:
-        end = run + 1
-        while end < count and hashes[order[end]] == hashes[order[run]]:
-            end += 1
-        times, first = end - run, order[run]
-        if times > best_times or (times == best_times and first < best_first):
-            best_times, best_first = times, first
-        run = end
+        slot = _slot(table, filled, h)
+        if not filled[slot]:
+            filled[slot], table[slot], first[slot] = True, h, start
+        times[slot] += 1
+        if times[slot] > best_times or (times[slot] == best_times and first[slot] < best_first):
+            best_times, best_first = times[slot], first[slot]
     chars = n - 1
     for k in range(best_first, best_first + n):
         chars += lengths[k]
@@ -111,10 +124,22 @@ def top_gram_chars(ids: np.ndarray, lengths: np.ndarray, n: int) -> int:
 
 
 @numba.njit(cache=True)
-def duplicate_gram_chars(codes: np.ndarray, lengths: np.ndarray, n: int) -> int:
-    """datatrove's ``find_all_duplicate``: scan the words left to right; an n-gram (its words run
-    together, compared as text through a 64-bit rolling hash of ``codes``, the characters' code
-    points) seen before adds its characters and skips its n words, else it is remembered."""
+def _top_grams(ids: np.ndarray, lengths: np.ndarray, ns: np.ndarray, size: int) -> np.ndarray:
+    out = np.empty(ns.shape[0], dtype=np.int64)
+    for t in range(ns.shape[0]):
+        out[t] = _top_gram_chars(ids, lengths, ns[t], size)
+    return out
+
+
+def top_gram_chars(ids: np.ndarray, lengths: np.ndarray, ns: np.ndarray) -> np.ndarray:
+    """For each n of ``ns``: characters of the most frequent word n-gram joined by spaces, times its
+    count (ties go to the first occurring, as ``Counter.most_common`` does); -1 when there are
+    fewer than n words. n-grams are told apart by a 64-bit hash of their words' ``ids``."""
+    return _top_grams(ids, lengths, ns, _table_size(ids.shape[0]))
+
+
+@numba.njit(cache=True)
+def _duplicate_grams(codes: np.ndarray, lengths: np.ndarray, ns: np.ndarray, size: int) -> np.ndarray:
     m = lengths.shape[0]
     offsets = np.zeros(m + 1, dtype=np.int64)
     for i in range(m):
@@ -125,16 +150,30 @@ def duplicate_gram_chars(codes: np.ndarray, lengths: np.ndarray, n: int) -> int:
     for i in range(codes.shape[0]):
         prefix[i + 1] = prefix[i] * base + np.uint64(codes[i] + 1)
         powers[i + 1] = powers[i] * base
-    seen = {np.uint64(0)}
-    seen.clear()
-    total, idx = 0, 0
-    while idx < m - n + 1:
-        a, b = offsets[idx], offsets[idx + n]
-        h = (prefix[b] - prefix[a] * powers[b - a]) ^ (np.uint64(b - a) * np.uint64(0x9E3779B97F4A7C15))
-        if h in seen:
-            total += b - a
-            idx += n
-        else:
-            seen.add(h)
-            idx += 1
-    return total
+    out = np.zeros(ns.shape[0], dtype=np.int64)
+    table = np.zeros(size, dtype=np.uint64)
+    filled = np.zeros(size, dtype=np.bool_)
+    for t in range(ns.shape[0]):
+        n = ns[t]
+        filled[:] = False
+        total, idx = 0, 0
+        while idx < m - n + 1:
+            a, b = offsets[idx], offsets[idx + n]
+            h = (prefix[b] - prefix[a] * powers[b - a]) ^ (np.uint64(b - a) * np.uint64(0x9E3779B97F4A7C15))
+            slot = _slot(table, filled, h)
+            if filled[slot]:
+                total += b - a
+                idx += n
+            else:
+                filled[slot], table[slot] = True, h
+                idx += 1
+        out[t] = total
+    return out
+
+
+def duplicate_gram_chars(codes: np.ndarray, lengths: np.ndarray, ns: np.ndarray) -> np.ndarray:
+    """For each n of ``ns``, datatrove's ``find_all_duplicate``: scan the words left to right; an
+    n-gram (its words run together, compared as text through a 64-bit rolling hash of ``codes``,
+    the characters' code points) seen before adds its characters and skips its n words, else it
+    is remembered. The rolling hash's prefixes are computed once for every n."""
+    return _duplicate_grams(codes, lengths, ns, _table_size(lengths.shape[0]))

@@ -78,17 +78,17 @@ def gopher_repetition(step: Any, text: str) -> str | None:
     if step.line_chars and chars / length > step.line_chars:
         return "duplicate_line_chars"
     words = english_words()(text)
-    vocabulary: dict[str, int] = {}
-    ids = np.array([vocabulary.setdefault(w, len(vocabulary)) for w in words], dtype=np.int64)
+    # a word's id is its str hash: equal words share it, and n-grams are compared by 64-bit hashes anyway
+    ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
     lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    for n, limit in step.top:
-        chars = dt.top_gram_chars(ids, lengths, n)
-        if chars >= 0 and chars / length > limit:
-            return f"top_{n}_gram"
+    if step.top:
+        for (n, limit), chars in zip(step.top, dt.top_gram_chars(ids, lengths, step._top_n)):
+            if chars >= 0 and chars / length > limit:
+                return f"top_{n}_gram"
     if step.duplicated:
         codes = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
-        for n, limit in step.duplicated:
-            if dt.duplicate_gram_chars(codes, lengths, n) / length > limit:
+        for (n, limit), chars in zip(step.duplicated, dt.duplicate_gram_chars(codes, lengths, step._duplicated_n)):
+            if chars / length > limit:
                 return f"duplicate_{n}_grams"
     return None
 
@@ -111,6 +111,6 @@ def fineweb(step: Any, text: str, lines: list[str]) -> str | None:
         if repeated(lines)[1] / (len(text) - text.count("\n")) > step.max_duplicate_chars:
             return "duplicate_line_chars"
     if step.max_newlines is not None:
-        if text.count("\n") / len(english_words()(text)) > step.max_newlines:
+        if text.count("\n") / english_words().count(text) > step.max_newlines:
             return "list_like"
     return None

@@ -9,6 +9,11 @@ at the shorter ends its pattern allows (an IBAN's last group, a card number foll
 expiry), then from the next position. Kinds are scanned in a fixed order (the most specific
 first) and each replacement is a bracketed tag without digits, so one kind's replacement never
 feeds another.
+
+``compat="datatrove"`` finds what datatrove 0.10's ``PIIFormatter`` finds instead: its e-mail
+pattern, then its IPv4 pattern for public (globally routable) addresses only; other kinds are
+refused. The replacements stay tokenport's tags (give datatrove the same single strings, or give
+these the ones you want, for equal texts).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ...errors import ConfigError
 from ..inputs.documents import Document
 from .base import Step
 
-__all__ = ["PII_KINDS", "PIIScrubber", "ScrubPII", "luhn_valid"]
+__all__ = ["DATATROVE_PII_KINDS", "PII_KINDS", "PIIScrubber", "ScrubPII", "luhn_valid"]
 
 PII_KINDS = ("email", "iban", "cn_id", "credit_card", "ipv6", "ipv4", "phone")
 """Every kind, in scanning order."""
@@ -216,30 +221,93 @@ _RULES = {
 }
 
 
+# datatrove 0.10's PIIFormatter patterns (Apache-2.0), for compat="datatrove".
+_DATATROVE_EMAIL = re.compile(
+    r"\b[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:(?:[A-Za-z0-9](?:["
+    r"A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?|\[(?:(?:25[0-5]|2[0-4][0-9]|["
+    r"01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)])"
+)
+_DATATROVE_IPV4 = re.compile(
+    r"(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)"
+)
+
+
+def _is_public_ip(match: str) -> bool:
+    """datatrove's IP check: an address that parses and is globally routable."""
+    try:
+        return ipaddress.ip_address(match).is_global
+    except ValueError:
+        return False
+
+
+# Each kind: its pattern, the check a match must pass, and a pattern every text with a match
+# matches (searched first: it is much cheaper than the pattern on a text without any).
+_DATATROVE_RULES: dict[str, tuple[re.Pattern[str], Callable[[str], bool] | None, re.Pattern[str]]] = {
+    "email": (_DATATROVE_EMAIL, None, re.compile("@")),
+    "ipv4": (_DATATROVE_IPV4, _is_public_ip, re.compile(r"[0-9]\.[0-9]")),
+}
+DATATROVE_PII_KINDS = tuple(_DATATROVE_RULES)
+"""The kinds ``compat="datatrove"`` scrubs, in datatrove's order."""
+_COMPAT_MODES = ("tokenport", "datatrove")
+
+
+def _datatrove_scrub(text: str, kind: str, tag: str) -> tuple[str, int]:
+    """``text`` with datatrove's matches of ``kind`` replaced by ``tag`` (a match its check
+    rejects stays), and how many were replaced."""
+    pattern, valid, needs = _DATATROVE_RULES[kind]
+    if needs.search(text) is None:
+        return text, 0
+    replaced = 0
+
+    def substitute(match: re.Match[str]) -> str:
+        nonlocal replaced
+        if valid is not None and not valid(match.group(0)):
+            return match.group(0)
+        replaced += 1
+        return tag
+
+    return pattern.sub(substitute, text), replaced
+
+
 @dataclass
 class PIIScrubber:
     """A pipeline step replacing personal data in each document's text (see the module docstring).
 
     ``kinds`` picks what to scrub (default: all of ``PII_KINDS``); ``replacements`` overrides the
     tag per kind. Each document's counts go to ``metadata["pii"]`` (kinds found only) and add up in
-    ``self.counts``. Documents are never dropped.
+    ``self.counts``. Documents are never dropped. ``compat="datatrove"``: see the module docstring
+    (its kinds default to ``DATATROVE_PII_KINDS``).
     """
 
-    kinds: tuple[str, ...] = PII_KINDS
+    kinds: tuple[str, ...] | None = None
     replacements: Mapping[str, str] = field(default_factory=dict)
+    compat: str = "tokenport"
     counts: dict[str, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        unknown = [kind for kind in (*self.kinds, *self.replacements) if kind not in PII_KINDS]
+        if self.compat not in _COMPAT_MODES:
+            modes = ", ".join(map(repr, _COMPAT_MODES))
+            raise ConfigError(f"compat={self.compat!r} is not a mode: pass one of {modes}")
+        known = DATATROVE_PII_KINDS if self.compat == "datatrove" else PII_KINDS
+        kinds = known if self.kinds is None else self.kinds
+        unknown = [kind for kind in (*kinds, *self.replacements) if kind not in known]
         if unknown:
-            raise ConfigError(f"PII kind {unknown[0]!r} is unknown: choose from {', '.join(PII_KINDS)}")
-        self.kinds = tuple(kind for kind in PII_KINDS if kind in self.kinds)  # scanning order, whatever was given
+            mode = " with compat='datatrove'" if self.compat == "datatrove" else ""
+            raise ConfigError(f"PII kind {unknown[0]!r} is unknown{mode}: choose from {', '.join(known)}")
+        self.kinds = tuple(kind for kind in known if kind in kinds)  # scanning order, whatever was given
         self._tags = {kind: self.replacements.get(kind, _DEFAULT_REPLACEMENTS[kind]) for kind in self.kinds}
         self.counts = {kind: 0 for kind in self.kinds}
 
     def scrub(self, text: str) -> tuple[str, dict[str, int]]:
         """``text`` with every PII match replaced, and the number replaced per kind (kinds found only)."""
         found: dict[str, int] = {}
+        assert self.kinds is not None  # set by __post_init__
+        if self.compat == "datatrove":
+            for kind in self.kinds:
+                text, hits = _datatrove_scrub(text, kind, self._tags[kind])
+                if hits:
+                    found[kind] = hits
+            return text, found
         for kind in self.kinds:
             pieces: list[str] = []
             last = 0
@@ -266,10 +334,15 @@ class ScrubPII(Step):
     """``{"step": "pii", "kinds": [...], "replacements": {...}}``: replace personal data (a
     ``PIIScrubber``), counting ``replaced:<kind>`` and noting each document's finds in ``metadata["pii"]``."""
 
-    def __init__(self, kinds: Sequence[str] | None = None, replacements: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        kinds: Sequence[str] | None = None,
+        replacements: Mapping[str, str] | None = None,
+        compat: str = "tokenport",
+    ) -> None:
         super().__init__()
         self.scrubber = PIIScrubber(
-            **({} if kinds is None else {"kinds": tuple(kinds)}), replacements=dict(replacements or {})
+            None if kinds is None else tuple(kinds), replacements=dict(replacements or {}), compat=compat
         )
 
     def process(self, document: Document) -> Document | None:

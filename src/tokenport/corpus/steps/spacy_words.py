@@ -6,19 +6,27 @@ and counts C4's sentences with spaCy's rule-based sentencizer. Calling spaCy per
 pattern, special cases) and applies spaCy's own algorithm (``Tokenizer._split_affixes``,
 ``_attach_tokens`` and the special-case matcher) to each whitespace-separated chunk, with a
 cache of chunks already split: words repeat, so most chunks cost one dict lookup.
+
+Importing spaCy costs ~3 s of CPU in every process (it imports thinc, and thinc torch), so the
+tables are read from ``spacy_en_rules.json``, a snapshot taken from the spaCy version it names,
+when that is the installed version; otherwise from spaCy itself.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import re
 import unicodedata
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from ..._schema import Count, Text, read_document
+from ..._schema import Document as SchemaDocument
 from ...errors import ConfigError
 
-__all__ = ["EnglishWords", "english_words"]
+__all__ = ["EnglishWords", "SpacyRules", "english_words", "spacy_rules", "spacy_rules_of_spacy"]
 
 _CACHE_LIMIT = 1 << 18  # distinct chunks kept; the cache starts over beyond this
 
@@ -26,19 +34,14 @@ _CACHE_LIMIT = 1 << 18  # distinct chunks kept; the cache starts over beyond thi
 class EnglishWords:
     """Splits text into the words datatrove's English ``split_into_words`` returns."""
 
-    def __init__(self) -> None:
-        nlp = _blank_english()
-        tokenizer = nlp.tokenizer
-        self._prefix: Callable[[str], Any] = tokenizer.prefix_search
-        self._suffixes = _SuffixSearch(nlp.Defaults.suffixes)
-        self._infixes: Callable[[str], Any] = tokenizer.infix_finditer
-        self._token_match = tokenizer.token_match
-        self._url_match = tokenizer.url_match
-        from spacy.attrs import ORTH
-
-        self._specials: dict[str, tuple[str, ...]] = {
-            chunk: tuple(piece[ORTH] for piece in pieces) for chunk, pieces in tokenizer.rules.items()
-        }
+    def __init__(self, rules: SpacyRules | None = None) -> None:
+        rules = spacy_rules() if rules is None else rules
+        self._prefix: Callable[[str], Any] = re.compile(rules.prefix, rules.flags).search
+        self._suffixes = _SuffixSearch(rules.suffixes)
+        self._infixes: Callable[[str], Any] = re.compile(rules.infix, rules.flags).finditer
+        self._token_match = None  # English has no token_match
+        self._url_match: Callable[[str], Any] = re.compile(rules.url, rules.flags).match
+        self._specials: dict[str, tuple[str, ...]] = {chunk: tuple(pieces) for chunk, pieces in rules.specials.items()}
         # spaCy re-joins token runs that spell a special case its affix rules would split (the
         # special-case matcher); only cases without whitespace can match inside one chunk.
         self._matched: dict[str, list[tuple[tuple[str, ...], str]]] = {}
@@ -48,13 +51,30 @@ class EnglishWords:
             if self._prefix(chunk) or self._suffixes.length(chunk) or list(self._infixes(chunk)):
                 pattern = self._split(chunk, False)
                 self._matched.setdefault(pattern[0], []).append((pattern, chunk))
-        from spacy.pipeline.sentencizer import Sentencizer
-
-        self._sentence_ends = frozenset(Sentencizer.default_punct_chars)
+        self._sentence_ends = frozenset(rules.sentence_ends)
         self._cache: dict[str, tuple[str, ...]] = {}
+        self._last: tuple[str, list[str]] = ("", [])
 
     def __call__(self, text: str) -> list[str]:
-        """The words of ``text``, as spaCy's English tokenizer splits it (whitespace tokens dropped)."""
+        """The words of ``text``, as spaCy's English tokenizer splits it (whitespace tokens dropped).
+        The last text's list is kept and handed out again for the same text (the filters of one
+        document share it, as datatrove's cache of recent texts does): callers must not change it."""
+        if text is self._last[0]:
+            return self._last[1]
+        words = self._words(text)
+        self._last = (text, words)
+        return words
+
+    def count(self, text: str) -> int:
+        """How many words ``self(text)`` returns, without making the list when its chunks are known."""
+        if text is self._last[0]:
+            return len(self._last[1])
+        try:
+            return sum(map(len, map(self._cache.__getitem__, text.split())))
+        except KeyError:
+            return len(self(text))
+
+    def _words(self, text: str) -> list[str]:
         cache = self._cache
         chunks = text.split()
         try:
@@ -70,6 +90,7 @@ class EnglishWords:
     def clear_cache(self) -> None:
         """Forget the chunks split so far (for timing a cold start)."""
         self._cache.clear()
+        self._last = ("", [])
 
     def sentences(self, line: str) -> int:
         """How many sentences spaCy's sentencizer finds in ``line`` (a stripped, non-empty line)."""
@@ -142,7 +163,7 @@ class EnglishWords:
         if string:
             if string in table:
                 tokens.extend(table[string])
-            elif (self._token_match and self._token_match(string)) or (self._url_match and self._url_match(string)):
+            elif (self._token_match and self._token_match(string)) or self._url_match(string):
                 tokens.append(string)
             else:
                 start = 0
@@ -214,9 +235,71 @@ class _SuffixSearch:
         return end - start
 
 
+@lru_cache(maxsize=1 << 16)
 def _is_punct(token: str) -> bool:
-    """spaCy's ``is_punct``: every character is in a Unicode punctuation category."""
+    """spaCy's ``is_punct``: every character is in a Unicode punctuation category (remembered per
+    token: a sentence's first token is tested, and first tokens repeat)."""
     return all(unicodedata.category(char).startswith("P") for char in token)
+
+
+class SpacyRules(SchemaDocument, frozen=True):
+    """spaCy's English tokenizer tables (``spacy_en_rules.json``): what ``EnglishWords`` needs."""
+
+    spacy: Text  # the version they were taken from
+    prefix: str
+    infix: str
+    url: str
+    flags: Count
+    suffixes: list[str]
+    specials: dict[str, list[str]]
+    sentence_ends: list[str]
+
+    def __post_init__(self) -> None:
+        for pattern in (self.prefix, self.infix, self.url, *self.suffixes):
+            try:
+                re.compile(pattern, self.flags)
+            except (re.error, ValueError, OverflowError) as error:
+                raise ValueError(f"pattern {pattern[:40]!r}... does not compile: {error}") from None
+
+
+_SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spacy_en_rules.json")
+
+
+def spacy_rules() -> SpacyRules:
+    """spaCy's English tables: the snapshot when it was taken from the installed spaCy, else spaCy's own."""
+    try:
+        installed = importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:  # not installed (ConfigError), or without its metadata
+        return spacy_rules_of_spacy()
+    if os.path.exists(_SNAPSHOT):
+        remedy = "reinstall tokenport (its copy of spaCy's tables is damaged)"
+        snapshot = read_document(_SNAPSHOT, SpacyRules, remedy=remedy, error=ConfigError)
+        if snapshot.spacy == installed:
+            return snapshot
+    return spacy_rules_of_spacy()
+
+
+def spacy_rules_of_spacy() -> SpacyRules:
+    """The tables read from the installed spaCy (``spacy.blank("en")`` and its sentencizer)."""
+    nlp = _blank_english()
+    tokenizer = nlp.tokenizer
+    from spacy.attrs import ORTH
+    from spacy.pipeline.sentencizer import Sentencizer
+
+    names = ("prefix_search", "infix_finditer", "url_match")
+    prefix, infix, url = (getattr(tokenizer, name).__self__ for name in names)
+    if tokenizer.token_match is not None or len({prefix.flags, infix.flags, url.flags}) != 1:
+        raise ConfigError("this spaCy's English tokenizer has rules tokenport does not reproduce: use spaCy 3.8")
+    return SpacyRules(
+        spacy=importlib.metadata.version("spacy"),
+        prefix=prefix.pattern,
+        infix=infix.pattern,
+        url=url.pattern,
+        flags=prefix.flags,
+        suffixes=list(nlp.Defaults.suffixes),
+        specials={chunk: [piece[ORTH] for piece in pieces] for chunk, pieces in tokenizer.rules.items()},
+        sentence_ends=list(Sentencizer.default_punct_chars),
+    )
 
 
 def _blank_english() -> Any:
@@ -231,5 +314,5 @@ def _blank_english() -> Any:
 
 @lru_cache(maxsize=1)
 def english_words() -> EnglishWords:
-    """The process's one ``EnglishWords`` (loading spaCy's rules takes a second or two)."""
+    """The process's one ``EnglishWords``."""
     return EnglishWords()
