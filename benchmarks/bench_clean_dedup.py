@@ -155,8 +155,8 @@ def main() -> None:
         print(report.render())
         coverage = sum(ms for name, ms in stages.items() if name != "wall") / 1000 / wall if stages else 0.0
     rows = [
-        Row("clean dedup", "five steps vs no dedup", "s", five, plain, "no dedup steps", goal=1 / 1.15,
-            goal_text="<=1.15x", lower_is_better=True),
+        Row("clean dedup", "five steps vs no dedup", "x time", five / plain, float("nan"), "no dedup steps",
+            goal=1.15, goal_text="<=1.15x", absolute=True, lower_is_better=True),
         Row("clean dedup", "progress max gap", "s", log.gap, float("nan"), "-", goal=1.0, goal_text="<=1 s",
             absolute=True, lower_is_better=True),
         Row("clean dedup", "progress max MiB", "MiB", log.biggest / 2**20, float("nan"), "-", goal=1.0,
