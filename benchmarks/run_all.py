@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _harness import human
+
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / "headlines.json"
 BENCHMARKS_MD = HERE.parent / "BENCHMARKS.md"
@@ -94,11 +96,20 @@ def headline_key(row: dict) -> str:
 
 
 def figure(row: dict) -> str:
-    """A row's figure as printed in the table: the value itself for absolute goals, else the ratio."""
-    value = row["ours"] if row["absolute"] else row["ratio"]
+    """A row's figure as printed in the table: the value itself for absolute goals, else the ratio
+    followed by tokenport's own figure in its unit."""
     if row["absolute"]:
-        return f"{value:.3g} {row['metric']}"
-    return f"{value:,.2f}x"
+        return f"{row['ours']:.3g} {row['metric']}"
+    return f"{row['ratio']:,.2f}x ({with_unit(row['ours'], row['metric'])})"
+
+
+def with_unit(value: float, metric: str) -> str:
+    """`value` in the unit `metric` names, as `_harness.human` prints it (times and MB carry their unit)."""
+    if metric.startswith("s"):
+        return human(value, "s") + metric[1:]
+    if metric == "MB":
+        return human(value, metric)
+    return f"{human(value, metric)} {metric}"
 
 
 def run_script(script: Script, record: Path) -> tuple[str, float]:
@@ -166,7 +177,8 @@ def markdown_table(recorded: dict[str, dict]) -> str:
         "| benchmark | section | case | figure | goal | met | peer | command | date |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for key, entry in recorded.items():
+    order = {s.name: n for n, s in enumerate(SCRIPTS)}
+    for key, entry in sorted(recorded.items(), key=lambda item: (order.get(item[0].split(" | ")[0], 1 << 30), item[0])):
         script, section, case, peer = key.split(" | ")
         out.append(
             f"| {script} | {section} | {case} | {entry['figure']} | {entry['goal']} | "
@@ -192,7 +204,7 @@ def write_record(rows: list[dict], commands: dict[str, str], recorded: dict[str,
         raise SystemExit(f"{BENCHMARKS_MD}: the markers {START} and {END} are missing; add them where the table goes")
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
-    BENCHMARKS_MD.write_text(f"{head}{START}\n{markdown_table(dict(sorted(recorded.items())))}\n{END}{tail}")
+    BENCHMARKS_MD.write_text(f"{head}{START}\n{markdown_table(recorded)}\n{END}{tail}")
 
 
 def main() -> int:

@@ -70,7 +70,7 @@ def test_goal_rows_are_recorded_as_json_lines(tmp_path: Path, monkeypatch: pytes
     assert lines[0]["ratio"] == 3.0 and lines[1]["ratio"] == 5.0 and lines[2]["ratio"] == 0.7
     assert {r["script"] for r in lines} == {"bench_toy.py"}
     assert run_all.headline_key(lines[0]) == "bench_toy | reads | random | megatron"
-    assert run_all.figure(lines[0]) == "3.00x" and run_all.figure(lines[2]) == "0.7 s"
+    assert run_all.figure(lines[0]) == "3.00x (300 docs/s)" and run_all.figure(lines[2]) == "0.7 s"
 
 
 def test_without_the_variable_nothing_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,10 +105,11 @@ def test_record_replaces_figures_and_rewrites_the_opening_table(
     }
     run_all.write_record([row], {"bench_x": "python benchmarks/bench_x.py --quick"}, run_all.load_recorded())
     entry = json.loads(recorded.read_text())["bench_x | a | b | peer"]
-    assert entry["figure"] == "1.50x" and entry["met"] is False
+    assert entry["figure"] == "1.50x (2 docs/s)" and entry["met"] is False
     text = md.read_text()
     assert "old table" not in text and text.endswith("## History\nkept\n")
-    assert "| bench_x | a | b | 1.50x | >=2x | **not met** | peer | `python benchmarks/bench_x.py --quick` |" in text
+    row = "| bench_x | a | b | 1.50x (2 docs/s) | >=2x | **not met** | peer | `python benchmarks/bench_x.py --quick` |"
+    assert row in text
 
 
 def test_the_recorded_headlines_match_the_table_in_benchmarks_md() -> None:
@@ -116,4 +117,4 @@ def test_the_recorded_headlines_match_the_table_in_benchmarks_md() -> None:
     text = run_all.BENCHMARKS_MD.read_text(encoding="utf-8")
     assert run_all.START in text and run_all.END in text
     table = text.split(run_all.START)[1].split(run_all.END)[0].strip()
-    assert table == run_all.markdown_table(dict(sorted(recorded.items())))
+    assert table == run_all.markdown_table(recorded)
