@@ -50,6 +50,20 @@ def best_of_each(
     return best
 
 
+def write_repeated(path: str | os.PathLike[str], lines: list[str], target_bytes: int) -> None:
+    """Write `lines` to `path` over and over until `target_bytes` of UTF-8 are written (published by
+    rename, so an interrupted run leaves no half corpus that a later run would take as made)."""
+    written = 0
+    with open(f"{os.fspath(path)}.tmp", "w", encoding="utf-8") as f:
+        while written < target_bytes:
+            for line in lines:
+                f.write(line)
+                written += len(line.encode("utf-8"))
+                if written >= target_bytes:
+                    break
+    os.replace(f"{os.fspath(path)}.tmp", path)
+
+
 def lognormal_lengths(rng: np.random.Generator, count: int, mean: float, sigma: float) -> np.ndarray:
     """`count` lengths >= 1 drawn from a lognormal with the given mean and log-space sigma, for
     synthetic documents whose lengths look like real ones."""

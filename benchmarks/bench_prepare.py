@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import Row, print_table
+from _harness import Row, print_table, write_repeated
 
 
 def stdlib_texts() -> list[str]:
@@ -59,17 +59,7 @@ def build_corpus(workdir: Path, size_mb: int) -> tuple[Path, Path, int]:
         print(f"training a byte-level BPE (vocab 16000) on {len(texts):,} stdlib texts ...", flush=True)
         train_byte_level_bpe(texts, 16000, str(tokenizer))
     if not corpus.exists():
-        lines = [json.dumps({"text": t}) + "\n" for t in texts]
-        target = size_mb * 1_000_000
-        written = 0
-        with open(str(corpus) + ".tmp", "w", encoding="utf-8") as f:
-            while written < target:
-                for line in lines:
-                    f.write(line)
-                    written += len(line.encode("utf-8"))
-                    if written >= target:
-                        break
-        os.replace(str(corpus) + ".tmp", corpus)
+        write_repeated(corpus, [json.dumps({"text": t}) + "\n" for t in texts], size_mb * 1_000_000)
     with open(corpus, "rb") as f:
         documents = sum(1 for _ in f)
     return corpus, tokenizer, documents

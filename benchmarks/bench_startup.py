@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import tokenport as tp
-from _harness import Row, best_of_each, print_table, scratch_directory
+from _harness import Row, best_of_each, print_table, scratch_directory, write_repeated
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBA_FREE = {  # commands that run no numba kernel
@@ -61,15 +61,7 @@ def stdlib_corpus(path: Path, megabytes: float, skip: int = 0) -> Path:
             lines.append(json.dumps({"text": source.read_text(encoding="utf-8")}) + "\n")
         except (UnicodeDecodeError, OSError):
             continue
-    target, written = int(megabytes * 1_000_000), 0
-    with open(str(path) + ".tmp", "w", encoding="utf-8") as f:
-        while written < target:
-            for line in lines:
-                f.write(line)
-                written += len(line.encode("utf-8"))
-                if written >= target:
-                    break
-    os.replace(str(path) + ".tmp", path)
+    write_repeated(path, lines, int(megabytes * 1_000_000))
     return path
 
 
