@@ -13,7 +13,7 @@ import tokenport as tp
 from tests._support.mutate import mutations
 from tokenport.corpus import PrepareConfig, prepare
 from tokenport.corpus.run.report import load_report
-from tokenport.corpus.run.report_charts import nice_ticks
+from tokenport.corpus.run.report_charts import _tick_labels, nice_ticks
 from tokenport.corpus.run.report_rejects import RejectedRecord, sample_rejected
 
 ODD_NAME = 'web & <news> "q".jsonl'
@@ -139,5 +139,6 @@ def test_rejected_record_mutations_are_refused_or_read_as_written(tmp_path):
 def test_nice_ticks_reach_the_top_in_round_steps():
     assert nice_ticks(187) == [0, 50, 100, 150, 200]
     assert nice_ticks(1.95) == [0, 0.5, 1.0, 1.5, 2.0]
-    assert nice_ticks(0) == [0.0, 1.0]
+    assert nice_ticks(0) == [0.0, 1.0] and nice_ticks(2, whole=True) == [0, 1, 2]
+    assert _tick_labels(nice_ticks(0.014)) == ["0.000", "0.005", "0.010", "0.015"]
     assert nice_ticks(7) == [0, 2, 4, 6, 8]

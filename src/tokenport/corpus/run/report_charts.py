@@ -18,20 +18,28 @@ _LABEL_CHARS = 44  # longer bar labels are cut (the whole label stays in the bar
 _ROW = 24
 
 
-def nice_ticks(top: float, count: int = 5) -> list[float]:
-    """Ticks 0, s, 2s, ... up to the first at or above ``top``, with s a 1, 2 or 5 times a power of ten."""
+def nice_ticks(top: float, count: int = 5, *, whole: bool = False) -> list[float]:
+    """Ticks 0, s, 2s, ... up to the first at or above ``top``, with s a 1, 2 or 5 times a power of ten
+    (at least 1 when ``whole``: counts have no halves)."""
     if not top > 0:
         return [0.0, 1.0]
-    raw = top / count
+    raw = max(top / count, 1.0) if whole else top / count
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     return [i * step for i in range(int(math.ceil(top / step - 1e-9)) + 1)]
 
 
 def _number(value: float) -> str:
-    """A tick label: thousands separated, at most two decimals, no trailing zeros."""
+    """A value's label: thousands separated, at most two decimals, no trailing zeros."""
     text = f"{value:,.2f}".rstrip("0").rstrip(".")
     return text or "0"
+
+
+def _tick_labels(ticks: Sequence[float]) -> list[str]:
+    """Labels of evenly spaced ticks, with as many decimals as their step needs (0.005 apart: 0.005, 0.01)."""
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step < 1 else 0
+    return [f"{tick:,.{decimals}f}" for tick in ticks]
 
 
 def _cut(label: str) -> str:
@@ -54,10 +62,12 @@ def bar_chart(
     title: str,
     value_text: Callable[[float], str] = _number,
     color: str = "#4f81bd",
+    whole: bool = False,
 ) -> str:
-    """One horizontal bar per (label, value) on a value axis with ticks, titled ``axis``."""
+    """One horizontal bar per (label, value) on a value axis with ticks, titled ``axis`` (whole-number
+    ticks when ``whole``)."""
     label_width = min(_LABEL_CHARS, max(len(_cut(label)) for label, _ in bars)) * _CHAR + 12
-    ticks = nice_ticks(max(value for _, value in bars))
+    ticks = nice_ticks(max(value for _, value in bars), whole=whole)
     left, right = label_width, _WIDTH - 70  # room on the right for the last bar's value
     scale = (right - left) / ticks[-1]
     parts = []
@@ -73,11 +83,11 @@ def bar_chart(
     base = 8 + len(bars) * _ROW + 4
     parts.append(f"<line x1='{left}' x2='{left}' y1='8' y2='{base}' class='axis'/>")
     parts.append(f"<line x1='{left}' x2='{right}' y1='{base}' y2='{base}' class='axis'/>")
-    for tick in ticks:
+    for tick, text in zip(ticks, _tick_labels(ticks)):
         x = left + tick * scale
         parts.append(
             f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{base}' y2='{base + 5}' class='axis'/>"
-            f"<text x='{x:.1f}' y='{base + 18}' text-anchor='middle' class='tick'>{_number(tick)}</text>"
+            f"<text x='{x:.1f}' y='{base + 18}' text-anchor='middle' class='tick'>{text}</text>"
         )
     parts.append(
         f"<text x='{(left + right) / 2:.1f}' y='{base + 38}' text-anchor='middle' class='axis-title'>"
@@ -92,7 +102,7 @@ def histogram(lengths: np.ndarray, *, bins: int, x_axis: str, y_axis: str, title
     edges = np.unique(np.geomspace(low, high, bins + 1).round().astype(np.int64))
     counts, edges = np.histogram(np.clip(lengths, low, None), bins=edges)
     left, right, top, bottom = 64, _WIDTH - 16, 12, 220
-    ticks = nice_ticks(int(counts.max()))
+    ticks = nice_ticks(int(counts.max()), whole=True)
     scale = (bottom - top) / ticks[-1]
     log_low, log_span = math.log(edges[0]), math.log(edges[-1]) - math.log(edges[0])
 
@@ -100,6 +110,13 @@ def histogram(lengths: np.ndarray, *, bins: int, x_axis: str, y_axis: str, title
         return left + (right - left) * (math.log(value) - log_low) / log_span
 
     parts = []
+    for tick, text in zip(ticks, _tick_labels(ticks)):  # the grid first: the bars are drawn over it
+        y = bottom - tick * scale
+        parts.append(
+            f"<line x1='{left - 5}' x2='{left}' y1='{y:.1f}' y2='{y:.1f}' class='axis'/>"
+            f"<line x1='{left}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' class='grid'/>"
+            f"<text x='{left - 8}' y='{y + 4:.1f}' text-anchor='end' class='tick'>{text}</text>"
+        )
     for i, n in enumerate(counts):
         x0, x1 = x_of(edges[i]), x_of(edges[i + 1])
         h = n * scale
@@ -109,13 +126,6 @@ def histogram(lengths: np.ndarray, *, bins: int, x_axis: str, y_axis: str, title
         )
     parts.append(f"<line x1='{left}' x2='{right}' y1='{bottom}' y2='{bottom}' class='axis'/>")
     parts.append(f"<line x1='{left}' x2='{left}' y1='{top}' y2='{bottom}' class='axis'/>")
-    for tick in ticks:
-        y = bottom - tick * scale
-        parts.append(
-            f"<line x1='{left - 5}' x2='{left}' y1='{y:.1f}' y2='{y:.1f}' class='axis'/>"
-            f"<line x1='{left}' x2='{right}' y1='{y:.1f}' y2='{y:.1f}' class='grid'/>"
-            f"<text x='{left - 8}' y='{y + 4:.1f}' text-anchor='end' class='tick'>{_number(tick)}</text>"
-        )
     for value in _log_ticks(int(edges[0]), int(edges[-1])):
         x = x_of(value)
         parts.append(

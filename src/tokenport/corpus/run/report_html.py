@@ -77,8 +77,8 @@ def _header(report: RunReport) -> str:
     figures = [
         ("documents kept", f"{t['documents']:,}"),
         ("tokens", f"{t['tokens']:,}"),
-        ("MB read", f"{t['bytes_in'] / 1e6:,.1f}"),
-        ("MB written", f"{report.bytes_out / 1e6:,.1f}"),
+        ("MB read", _megabytes(t["bytes_in"])),
+        ("MB written", _megabytes(report.bytes_out)),
         ("input files", f"{t['input_files']:,}"),
         ("parts", f"{report.parts:,}"),
     ]
@@ -95,6 +95,11 @@ def _header(report: RunReport) -> str:
         f" · tokenizer <code>{escape(report.tokenizer or 'unknown')}</code></p>"
         f"<dl class='figures'>{grid}</dl>" + (f"<h3>Inputs</h3><ul class='inputs'>{shown}</ul>" if shown else "")
     )
+
+
+def _megabytes(count: int) -> str:
+    """Bytes as MB: one decimal, three below 1 MB (a small run does not read as 0.0)."""
+    return f"{count / 1e6:,.1f}" if count >= 1e6 else f"{count / 1e6:.3f}"
 
 
 def _counters(counts: dict[str, int], prefix: str) -> dict[str, int]:
@@ -188,7 +193,12 @@ def _removals_section(report: RunReport) -> str:
     if not bars:
         return "<h2>Removals</h2><p>No step removed documents.</p>"
     chart = bar_chart(
-        bars, axis="documents removed", title="documents removed per step and reason", color="#c0504d", value_text=_int
+        bars,
+        axis="documents removed",
+        title="documents removed per step and reason",
+        color="#c0504d",
+        value_text=_int,
+        whole=True,
     )
     return f"<h2>Removals</h2><div class='box'>{chart}</div>"
 
