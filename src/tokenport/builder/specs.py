@@ -419,8 +419,8 @@ class _Loader:
             return Blend(tuple(leaf.prefix for leaf in self.unique(leaves)))
         leaves = [leaf for leaf in self.entries(value, where, 1.0) if leaf.weight > 0.0]
         leaves = self.unique(leaves)
-        names = tuple(leaf.name for leaf in leaves) if any(leaf.name for leaf in leaves) else None
-        return Blend(tuple(leaf.prefix for leaf in leaves), tuple(leaf.weight for leaf in leaves), names=names)
+        named = tuple(leaf.name for leaf in leaves) if any(leaf.name for leaf in leaves) else None
+        return Blend(tuple(leaf.prefix for leaf in leaves), tuple(leaf.weight for leaf in leaves), names=named)
 
     def flat(self, value: list, where: str) -> Blend:
         """Megatron's flat list (numbers allowed as YAML numbers) as a Blend of unresolved prefixes."""
