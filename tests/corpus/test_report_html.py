@@ -7,14 +7,17 @@ import json
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
 import tokenport as tp
 from tests._support.mutate import mutations
 from tokenport.corpus import PrepareConfig, prepare
-from tokenport.corpus.run.report import load_report
+from tokenport.corpus.inputs.documents import Document
+from tokenport.corpus.run.report import RunReport, load_report
 from tokenport.corpus.run.report_charts import _tick_labels, nice_ticks
 from tokenport.corpus.run.report_rejects import RejectedRecord, sample_rejected
+from tokenport.corpus.steps.rejects import RejectedWriter
 
 ODD_NAME = 'web & <news> "q".jsonl'
 SCRIPT = "<script>alert('x')</script> 12 34 56"
@@ -93,10 +96,6 @@ def test_long_rejected_documents_are_cut(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     (found,) = sample_rejected(str(tmp_path), ["r.jsonl"])
     assert found.text == "x" * 5000
-    import numpy as np
-
-    from tokenport.corpus.run.report import RunReport
-
     report = RunReport(
         "o",
         {"documents": 0, "tokens": 0, "bytes_in": 0, "input_files": 0},
@@ -134,6 +133,14 @@ def test_rejected_record_mutations_are_refused_or_read_as_written(tmp_path):
             continue
         for record in records:  # a mutation that is still a record reads back as that record
             assert isinstance(record, RejectedRecord) and record.step and record.reason, label
+
+
+def test_rejected_documents_with_a_nan_in_their_metadata_are_read(tmp_path):
+    """The writer (json.dumps) writes a parquet row's missing float as NaN: the report reads that line."""
+    with open(tmp_path / "r.jsonl", "w", encoding="utf-8") as handle:
+        RejectedWriter(handle).sink_for("0:s")(Document("t", "f.parquet:0", {"score": float("nan")}), "why")
+    (record,) = sample_rejected(str(tmp_path), ["r.jsonl"])
+    assert (record.step, record.reason, record.metadata) == ("0:s", "why", {"score": None})
 
 
 def test_nice_ticks_reach_the_top_in_round_steps():

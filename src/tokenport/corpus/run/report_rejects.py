@@ -3,6 +3,7 @@ by ``prepare --keep-rejected``) for the report page; each line is read through i
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -39,13 +40,25 @@ def sample_rejected(output: str, names: Sequence[str], per_reason: int = 3) -> t
                     if scanned >= SCAN_LINES:
                         break
                     scanned += 1
-                    record = decode(line, RejectedRecord, where=f"{path} line {number}", remedy=_REMEDY)
+                    record = _record(line, f"{path} line {number}")
                     group = kept.setdefault((record.step, record.reason), [])
                     if len(group) < per_reason:
                         group.append(record)
         except OSError as exc:
             raise CorruptStoreError(f"{path}: cannot read the rejected documents ({exc.strerror}); {_REMEDY}") from None
     return tuple(record for group in kept.values() for record in group)
+
+
+def _record(line: bytes, where: str) -> RejectedRecord:
+    """One line as a record. The writer's ``json.dumps`` writes a metadata NaN (a parquet float column's
+    missing value) as ``NaN``: such constants read as null (the page shows no metadata)."""
+    try:
+        data = json.loads(line.decode("utf-8"), parse_constant=lambda constant: None)
+    except UnicodeDecodeError as exc:
+        raise CorruptStoreError(f"{where}: not UTF-8 text (byte {exc.start}); {_REMEDY}") from None
+    except ValueError as exc:
+        raise CorruptStoreError(f"{where}: not a JSON line ({exc}); {_REMEDY}") from None
+    return decode(data, RejectedRecord, where=where, remedy=_REMEDY)
 
 
 _REMEDY = "the run's rejected documents are damaged: run the same prepare again with --keep-rejected --force"
