@@ -68,7 +68,7 @@ def bar_chart(
     ticks when ``whole``)."""
     label_width = min(_LABEL_CHARS, max(len(_cut(label)) for label, _ in bars)) * _CHAR + 12
     ticks = nice_ticks(max(value for _, value in bars), whole=whole)
-    left, right = label_width, _WIDTH - 70  # room on the right for the last bar's value
+    left, right = label_width, _WIDTH - 84  # room on the right for the longest bar's value
     scale = (right - left) / ticks[-1]
     parts = []
     for i, (label, value) in enumerate(bars):

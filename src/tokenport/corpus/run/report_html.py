@@ -6,16 +6,51 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from html import escape
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from .report_charts import bar_chart, histogram
 
-if TYPE_CHECKING:
-    from .report import RunReport
-
 __all__ = ["render_page"]
+
+
+class RunReport(Protocol):
+    """What the page reads of a ``report.RunReport`` (declared here: that module imports this one)."""
+
+    @property
+    def output(self) -> str: ...
+    @property
+    def totals(self) -> dict[str, int]: ...
+    @property
+    def skipped(self) -> dict[str, int]: ...
+    @property
+    def steps(self) -> dict[str, dict[str, int]]: ...
+    @property
+    def lengths(self) -> np.ndarray: ...
+    @property
+    def costs(self) -> dict[str, dict[str, int]]: ...
+    @property
+    def stages(self) -> dict[str, int]: ...
+    @property
+    def created(self) -> str: ...
+    @property
+    def tokenizer(self) -> str: ...
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+    @property
+    def parts(self) -> int: ...
+    @property
+    def bytes_out(self) -> int: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def rejected_files(self) -> tuple[str, ...]: ...
+    @property
+    def rejected(self) -> tuple[Any, ...]: ...  # report_rejects.RejectedRecord
+
+    def accounted(self) -> float: ...
+
 
 _BINS = 24  # log-spaced length histogram bins
 _EXCERPT = 300  # characters of a rejected document shown
@@ -44,6 +79,8 @@ svg .label,svg .value,svg .tick{font-size:12px;fill:#1d2430}svg .axis-title{font
 svg .axis{stroke:#5a6473;stroke-width:1}svg .grid{stroke:#e6e9ee;stroke-width:1}
 .reject{background:#fff;border:1px solid #dde1e8;border-left:4px solid #c0504d;border-radius:4px;
 padding:.4rem .7rem;margin:.4rem 0}
+@media (max-width:900px){main{padding:1rem .75rem 2rem}table{font-size:.82rem}th,td{padding:.3rem .4rem}
+td.label{min-width:8rem}.box{padding:.4rem}}
 .reject .id{font-size:.8rem;color:#5a6473;overflow-wrap:anywhere}
 .reject p{margin:.2rem 0 0;white-space:pre-wrap;overflow-wrap:anywhere}
 """
