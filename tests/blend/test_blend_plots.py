@@ -12,6 +12,7 @@ from tokenport.blend import MixtureSchedule
 from tokenport.blend.trajectory import dataset_labels, scheduled_trajectory, short_labels, trajectories_figure
 from tokenport.builder.report import blend_figure, mixture_report
 from tokenport.builder.specs import Blend, BlendSpec, load_blend_spec
+from tokenport.errors import ConfigError
 
 pytest.importorskip("matplotlib")
 
@@ -43,6 +44,9 @@ def test_spec_names_reach_the_blend_under_their_groups(tmp_path):
     assert blend is not None and blend.names == ("code", "", "web/en", "web")
     assert Blend(blend.prefixes, blend.weights) == blend  # names are for display only
     assert dataset_labels(blend.prefixes, blend.names) == ("code", "prose/part-00000", "web/en", "web")
+    for bad in ("ab", 3, ("a",), ("a", "b", 3, "d")):
+        with pytest.raises(ConfigError, match="give one name"):
+            Blend(blend.prefixes, blend.weights, names=bad)
 
 
 def _legend_outside(figure, axis) -> bool:

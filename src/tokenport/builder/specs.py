@@ -80,9 +80,10 @@ class Blend:
         if self.weights is not None:
             object.__setattr__(self, "weights", _checked_weights(self.prefixes, self.weights))
         if self.names is not None:
-            object.__setattr__(self, "names", tuple(self.names))
-            if len(self.names) != len(self.prefixes) or not all(isinstance(n, str) for n in self.names):
+            names = tuple(self.names) if isinstance(self.names, (tuple, list)) else ()
+            if len(names) != len(self.prefixes) or not all(isinstance(n, str) for n in names):
                 raise ConfigError(f"names={self.names!r}: give one name (a string, '' for none) per prefix")
+            object.__setattr__(self, "names", names)
         if self.schedule is not None:
             if not isinstance(self.schedule, MixtureSchedule):
                 raise ConfigError(f"schedule: expected a MixtureSchedule, got {type(self.schedule).__name__}")
