@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int, summable
+from .._optional import require
 from ..errors import ConfigError
 from .adaptive import AdaptiveBlend
 from .schedule import MixtureSchedule, build_scheduled_indices
@@ -35,6 +36,7 @@ class MixtureTrajectory:
     realized: tuple[tuple[float, ...], ...]
     max_deviation: float
     updates: int = 0
+    names: tuple[str, ...] = ()  # the spec's name per dataset ("" where none), for plots
 
     def render(self) -> str:
         """An aligned text table: one line per window, target -> realized per dataset."""
@@ -152,24 +154,59 @@ def _trajectory(
     return MixtureTrajectory(name, labels, tuple(int(e) for e in ends[1:]), tuple(target), tuple(realized), worst)
 
 
-def plot_trajectories(trajectories: Sequence[MixtureTrajectory], path: str | os.PathLike) -> None:
-    """Draw each trajectory's target (dotted) and realized (solid) share per window into ``path`` (PNG)."""
-    try:
-        import matplotlib
+def short_labels(paths: Sequence[str]) -> tuple[str, ...]:
+    """Each path's shortest suffix of whole path components that no other path ends with
+    (``code/part-00000`` and ``prose/part-00000``)."""
+    split = [[part for part in path.replace("://", "/").split("/") if part] or [path] for path in paths]
+    labels = []
+    for i, parts in enumerate(split):
+        others = [other for j, other in enumerate(split) if j != i and other != parts]
+        k = 1
+        while k < len(parts) and any(other[-k:] == parts[-k:] for other in others):
+            k += 1
+        labels.append("/".join(parts[-k:]))
+    return tuple(labels)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'tokenport[plot]'") from None
-    figure, axes = plt.subplots(len(trajectories), 1, figsize=(9, 3.5 * len(trajectories)), squeeze=False)
-    for trajectory, axis in zip(trajectories, axes[:, 0]):
+
+def dataset_labels(paths: Sequence[str], names: Sequence[str] | None = None) -> tuple[str, ...]:
+    """A legend label per dataset, never two alike: its spec name where it has one, else the shortest
+    distinguishing suffix of its path; a name shared by several stores gets that suffix in brackets,
+    and a store listed twice `` #2``, `` #3``."""
+    short = short_labels(paths)
+    given = [name if name else label for name, label in zip(names or [""] * len(paths), short)]
+    labels = [
+        f"{label} ({suffix})" if given.count(label) > 1 and label != suffix else label
+        for label, suffix in zip(given, short)
+    ]
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            labels[i] = f"{label} #{seen[label]}"
+    return tuple(labels)
+
+
+def trajectories_figure(trajectories: Sequence[MixtureTrajectory]) -> Any:
+    """A matplotlib Figure: per trajectory, realized (solid) and target (dotted) share per window over
+    the whole run (samples 0 to its end), one legend entry per dataset, outside the axes on the right."""
+    require("matplotlib", extra="plot", feature="blend --plot")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 3.6 * len(trajectories)), layout="constrained")
+    for trajectory, axis in zip(trajectories, figure.subplots(len(trajectories), 1, squeeze=False)[:, 0]):
         target, realized = np.array(trajectory.target), np.array(trajectory.realized)
-        for d, label in enumerate(trajectory.labels):
-            (line,) = axis.step(trajectory.ends, realized[:, d], where="pre", label=os.path.basename(label))
-            axis.step(trajectory.ends, target[:, d], where="pre", color=line.get_color(), linestyle=":")
+        x = [0, *trajectory.ends]  # each window's share held from its start to its end
+        for d, label in enumerate(dataset_labels(trajectory.labels, trajectory.names or None)):
+            (line,) = axis.step(x, [*realized[:, d], realized[-1, d]], where="post", label=label)
+            axis.step(x, [*target[:, d], target[-1, d]], where="post", color=line.get_color(), linestyle=":")
+        axis.set_xlim(0, trajectory.ends[-1])
         axis.set_title(f"{trajectory.name}: realized share (solid) vs target (dotted) per window")
         axis.set_xlabel("samples")
-        axis.legend(fontsize="small", loc="upper right")
-    figure.tight_layout()
-    figure.savefig(os.fspath(path), dpi=100)
-    plt.close(figure)
+        axis.set_ylabel("share")
+        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return figure
+
+
+def plot_trajectories(trajectories: Sequence[MixtureTrajectory], path: str | os.PathLike) -> None:
+    """Draw ``trajectories_figure(trajectories)`` into ``path`` (PNG)."""
+    trajectories_figure(trajectories).savefig(os.fspath(path), dpi=100)

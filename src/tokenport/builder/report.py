@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 from msgspec import UnsetType
 
 from .._checks import check_int, summable
+from .._optional import require
 from ..blend import AdaptiveBlend, MixtureSchedule, build_blending_indices, prefix_deviations
-from ..blend.trajectory import MixtureTrajectory, adaptive_trajectory, scheduled_trajectory
+from ..blend.trajectory import MixtureTrajectory, adaptive_trajectory, dataset_labels, scheduled_trajectory
 from ..errors import ConfigError
 from ..sampling.state import read_loader_state
 from .specs import Blend, BlendSpec, spec_from_arguments, store_tokens
@@ -139,6 +140,40 @@ def _report(
     return BlendReport(name, size, seq_length, algorithm, rows, 1 - 1 / (2 * n - 2) if n > 1 else 0.0)
 
 
+def blend_figure(
+    spec: BlendSpec,
+    size: int,
+    *,
+    algorithm: str = "tijdeman",
+    size_of: Callable[[str], int] = store_tokens,
+    points: int = 400,
+) -> Any:
+    """A matplotlib Figure: per blend of ``spec``, each dataset's achieved share ``C_i(t) / t`` (solid)
+    against its target (dotted) from the first sample to ``size``, labelled by its spec name or else the
+    shortest distinguishing suffix of its path (``dataset_labels``), the legend outside the axes on the right."""
+    require("matplotlib", extra="plot", feature="blend --plot")
+    from matplotlib.figure import Figure
+
+    named = _named_blends(spec)
+    figure = Figure(figsize=(10, 3.6 * len(named)), layout="constrained")
+    for (name, blend), axis in zip(named, figure.subplots(len(named), 1, squeeze=False)[:, 0]):
+        blend = blend.without_zero_weights()
+        weights = _weights(blend, size_of)
+        dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
+        at = np.unique(np.geomspace(1, size, min(points, size)).astype(np.int64))
+        for d, (label, share) in enumerate(zip(dataset_labels(blend.prefixes, blend.names), weights / weights.sum())):
+            taken = np.cumsum(dataset_index == d)[at - 1]
+            (line,) = axis.plot(at, taken / at, label=label)
+            axis.axhline(share, color=line.get_color(), linestyle=":", linewidth=0.8)
+        axis.set_xscale("log")
+        axis.set_xlim(1, max(size, 2))
+        axis.set_title(f"{name}: achieved share (solid) vs target (dotted), {algorithm}")
+        axis.set_xlabel("samples (log scale)")
+        axis.set_ylabel("share")
+        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return figure
+
+
 def plot_blend(
     spec: BlendSpec,
     size: int,
@@ -148,32 +183,8 @@ def plot_blend(
     size_of: Callable[[str], int] = store_tokens,
     points: int = 400,
 ) -> None:
-    """Draw each dataset's achieved share ``C_i(t) / t`` against its target over the run into ``path`` (PNG)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'tokenport[plot]'") from None
-    named = _named_blends(spec)
-    figure, axes = plt.subplots(len(named), 1, figsize=(9, 3.5 * len(named)), squeeze=False)
-    for (name, blend), axis in zip(named, axes[:, 0]):
-        blend = blend.without_zero_weights()
-        weights = _weights(blend, size_of)
-        dataset_index, _ = build_blending_indices(weights, size, algorithm=algorithm)
-        at = np.unique(np.geomspace(1, size, min(points, size)).astype(np.int64))
-        for d, (prefix, share) in enumerate(zip(blend.prefixes, weights / weights.sum())):
-            taken = np.cumsum(dataset_index == d)[at - 1]
-            (line,) = axis.plot(at, taken / at, label=os.path.basename(prefix))
-            axis.axhline(share, color=line.get_color(), linestyle=":", linewidth=0.8)
-        axis.set_xscale("log")
-        axis.set_title(f"{name}: achieved share (solid) vs target (dotted), {algorithm}")
-        axis.set_xlabel("samples")
-        axis.legend(fontsize="small", loc="upper right")
-    figure.tight_layout()
-    figure.savefig(os.fspath(path), dpi=100)
-    plt.close(figure)
+    """Draw ``blend_figure(spec, size, ...)`` into ``path`` (PNG)."""
+    blend_figure(spec, size, algorithm=algorithm, size_of=size_of, points=points).savefig(os.fspath(path), dpi=100)
 
 
 def has_schedule(spec: BlendSpec) -> bool:
@@ -192,9 +203,10 @@ def mixture_report(
         if schedule is None:
             weights = _weights(blend, store_tokens)
             schedule = MixtureSchedule.from_data([{"at": 0, "weights": weights.tolist()}])
-        reports.append(
-            scheduled_trajectory(schedule, size, labels=blend.prefixes, windows=windows, algorithm=algorithm, name=name)
+        trajectory = scheduled_trajectory(
+            schedule, size, labels=blend.prefixes, windows=windows, algorithm=algorithm, name=name
         )
+        reports.append(replace(trajectory, names=blend.names or ()))
     return reports
 
 

@@ -28,7 +28,7 @@ import glob
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,12 +60,14 @@ class Blend:
     """Store prefixes or URLs with one weight each, or weights None: each dataset by its size.
 
     Lists are accepted and kept as tuples; weights are kept as floats. Zero weights are kept
-    (call `without_zero_weights`); duplicate prefixes are allowed, as in Megatron.
+    (call `without_zero_weights`); duplicate prefixes are allowed, as in Megatron. `names` are the
+    spec entries' ``name`` per store ("" where none), for reports and plots only (not compared).
     """
 
     prefixes: tuple[str, ...]
     weights: tuple[float, ...] | None = None
     schedule: MixtureSchedule | None = None
+    names: tuple[str, ...] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         """Check the prefixes and weights; ConfigError naming the entry at fault."""
@@ -77,6 +79,11 @@ class Blend:
                 raise ConfigError(f"{_entry(i, prefix)}: a prefix must be a non-empty string (a store path or URL)")
         if self.weights is not None:
             object.__setattr__(self, "weights", _checked_weights(self.prefixes, self.weights))
+        if self.names is not None:
+            names = tuple(self.names) if isinstance(self.names, (tuple, list)) else ()
+            if len(names) != len(self.prefixes) or not all(isinstance(n, str) for n in names):
+                raise ConfigError(f"names={self.names!r}: give one name (a string, '' for none) per prefix")
+            object.__setattr__(self, "names", names)
         if self.schedule is not None:
             if not isinstance(self.schedule, MixtureSchedule):
                 raise ConfigError(f"schedule: expected a MixtureSchedule, got {type(self.schedule).__name__}")
@@ -90,8 +97,9 @@ class Blend:
         """This blend without its zero-weight datasets (itself when there are none, or when scheduled)."""
         if self.weights is None or all(self.weights) or self.schedule is not None:
             return self
-        kept = [(p, w) for p, w in zip(self.prefixes, self.weights) if w]
-        return Blend(tuple(p for p, _ in kept), tuple(w for _, w in kept))
+        kept = [i for i, w in enumerate(self.weights) if w]
+        names = None if self.names is None else tuple(self.names[i] for i in kept)
+        return Blend(tuple(self.prefixes[i] for i in kept), tuple(self.weights[i] for i in kept), names=names)
 
     def normalized(self) -> list[float] | None:
         """The weights divided by their sum exactly as Megatron's `normalize` does (None when by size)."""
@@ -373,7 +381,7 @@ def _scheduled(blend: Blend, phases: Any, where: str) -> Blend:
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
-        return Blend(blend.prefixes, blend.weights, schedule)
+        return Blend(blend.prefixes, blend.weights, schedule, names=blend.names)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -388,6 +396,7 @@ class _Leaf:
     prefix: str
     weight: float
     where: str
+    name: str = ""  # the spec's name for it: its entry's, under its groups' ("code/python")
 
 
 @dataclass(frozen=True)
@@ -411,7 +420,8 @@ class _Loader:
             return Blend(tuple(leaf.prefix for leaf in self.unique(leaves)))
         leaves = [leaf for leaf in self.entries(value, where, 1.0) if leaf.weight > 0.0]
         leaves = self.unique(leaves)
-        return Blend(tuple(leaf.prefix for leaf in leaves), tuple(leaf.weight for leaf in leaves))
+        named = tuple(leaf.name for leaf in leaves) if any(leaf.name for leaf in leaves) else None
+        return Blend(tuple(leaf.prefix for leaf in leaves), tuple(leaf.weight for leaf in leaves), names=named)
 
     def flat(self, value: list, where: str) -> Blend:
         """Megatron's flat list (numbers allowed as YAML numbers) as a Blend of unresolved prefixes."""
@@ -485,12 +495,15 @@ class _Loader:
         return kinds[0]
 
     def entry(self, item: dict, kind: str, where: str, scale: float) -> list[_Leaf]:
-        """The leaves of one entry: a store, its parts, or a nested group."""
+        """The leaves of one entry: a store, its parts, or a nested group; named under the entry's name."""
         if kind == "blend":
-            return self.entries(item["blend"], f"{where}.blend", scale)
-        if kind == "parts":
-            return self.parts(item["parts"], f"{where}.parts", scale)
-        return [_Leaf(self.resolve(item["path"], f"{where}.path"), scale, f"{where}.path")]
+            leaves = self.entries(item["blend"], f"{where}.blend", scale)
+        elif kind == "parts":
+            leaves = self.parts(item["parts"], f"{where}.parts", scale)
+        else:
+            leaves = [_Leaf(self.resolve(item["path"], f"{where}.path"), scale, f"{where}.path")]
+        name = item.get("name", "")
+        return [replace(leaf, name="/".join(n for n in (name, leaf.name) if n)) for leaf in leaves] if name else leaves
 
     def parts(self, value: Any, where: str, scale: float) -> list[_Leaf]:
         """The stores matched by a parts list, sharing `scale` by their token counts."""

@@ -4,7 +4,6 @@ terminal, or as one self-contained HTML page with SVG charts (no plotting librar
 
 from __future__ import annotations
 
-import html
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,11 +12,11 @@ import numpy as np
 
 from ...errors import ConfigError, StorageError
 from ...indexed import IndexedDataset
+from .report_html import render_page
+from .report_rejects import RejectedRecord, sample_rejected
 from .state import MANIFEST_NAME, read_manifest, replace_atomically, temporary_path
 
 __all__ = ["RunReport", "load_report"]
-
-_BINS = 24  # log-spaced length histogram bins
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,14 @@ class RunReport:
     costs: dict[str, dict[str, int]] = field(default_factory=dict)  # per step: chars_in, chars_out, time_ms
     stages: dict[str, int] = field(default_factory=dict)  # the run's wall time by stage, and "wall" (ms)
     unit_stages: dict[str, int] = field(default_factory=dict)  # the workers' time by stage (ms), besides the steps'
+    created: str = ""  # when the run finished (the manifest's ISO time)
+    tokenizer: str = ""  # the tokenizer's spec
+    inputs: tuple[str, ...] = ()  # the input files read
+    parts: int = 0
+    bytes_out: int = 0  # the parts' .bin and .idx bytes
+    version: str = ""  # the tokenport that made the run
+    rejected_files: tuple[str, ...] = ()  # rejected/*.jsonl (--keep-rejected), relative to output
+    rejected: tuple[RejectedRecord, ...] = ()  # a few of them per step and reason
 
     def accounted(self) -> float:
         """The share of the run's recorded wall time its stages account for (0 when none were recorded)."""
@@ -134,23 +141,9 @@ class RunReport:
                 os.unlink(temporary)
 
     def html(self) -> str:
-        """One HTML page: the tables, removals per step and reason, and the length histogram."""
-        removed = {
-            label: {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("removed:")}
-            for label, counts in self.steps.items()
-        }
-        bars = [(f"{label} · {reason}", n) for label, reasons in removed.items() for reason, n in reasons.items()]
-        parts = [
-            "<!doctype html><meta charset='utf-8'><title>tokenport prepare report</title>",
-            "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}"
-            "pre{background:#f6f6f6;padding:1em}h2{margin-top:1.5em}</style>",
-            f"<h1>prepare report</h1><pre>{html.escape(self.render())}</pre>",
-            "<h2>Documents removed, per step and reason</h2>",
-            _bar_chart(bars) if bars else "<p>No step removed documents.</p>",
-            "<h2>Tokens per kept document</h2>",
-            _histogram(self.lengths) if len(self.lengths) else "<p>No documents.</p>",
-        ]
-        return "\n".join(parts)
+        """One self-contained HTML page: key figures, the steps' table, time and removal charts, the
+        kept-length histogram, and a few rejected documents per reason (``report_html``)."""
+        return render_page(self)
 
 
 def load_report(output: str) -> RunReport:
@@ -158,10 +151,13 @@ def load_report(output: str) -> RunReport:
     manifest = read_manifest(os.path.join(output, MANIFEST_NAME))
     if manifest is None:
         raise ConfigError(f"{output}: no tokenport.json here; pass the output directory of a finished prepare run")
-    lengths = []
+    lengths, bytes_out = [], 0
     for part in manifest.get("parts", []):
-        with IndexedDataset(os.path.join(output, part["name"])) as ds:
+        prefix = os.path.join(output, part["name"])
+        with IndexedDataset(prefix) as ds:
             lengths.append(np.asarray(ds.sequence_lengths, dtype=np.int64))
+        bytes_out += sum(os.path.getsize(prefix + suffix) for suffix in (".bin", ".idx"))
+    rejected_files = tuple(manifest.get("rejected") or ())
     return RunReport(
         output=output,
         totals=manifest["totals"],
@@ -171,6 +167,14 @@ def load_report(output: str) -> RunReport:
         costs={label: dict(counts) for label, counts in manifest.get("step_costs", {}).items()},
         stages=dict(sorted(manifest.get("stages", {}).items(), key=_run_order)),
         unit_stages=dict(manifest.get("unit_stages", {})),
+        created=manifest["created"],
+        tokenizer=str(manifest["tokenizer"].get("spec") or manifest["tokenizer"].get("name") or ""),
+        inputs=tuple(str(entry["path"]) for entry in manifest.get("inputs") or ()),
+        parts=len(manifest["parts"]),
+        bytes_out=bytes_out,
+        version=manifest["tokenport_version"],
+        rejected_files=rejected_files,
+        rejected=sample_rejected(output, rejected_files),
     )
 
 
@@ -185,40 +189,3 @@ def _run_order(item: tuple[str, int]) -> tuple[int, int, str]:
     if head.isdigit():
         return _STAGES.index("dedup"), int(head), name.rsplit(" ", 1)[-1].replace("keys", "a")
     return (_STAGES.index(name) if name in _STAGES else len(_STAGES) + (name == "wall")), 0, name
-
-
-def _bar_chart(bars: list[tuple[str, int]]) -> str:
-    """Horizontal bars, one per (label, count)."""
-    width, row, label_width = 720, 22, 300
-    top = max(n for _, n in bars) or 1
-    items = []
-    for i, (label, n) in enumerate(bars):
-        y = i * row
-        length = (width - label_width - 80) * n / top
-        items.append(
-            f"<text x='{label_width - 6}' y='{y + 15}' text-anchor='end' font-size='12'>{html.escape(label)}</text>"
-            f"<rect x='{label_width}' y='{y + 3}' width='{length:.1f}' height='{row - 6}' fill='#c0504d'/>"
-            f"<text x='{label_width + length + 4:.1f}' y='{y + 15}' font-size='12'>{n:,}</text>"
-        )
-    return f"<svg width='{width}' height='{row * len(bars)}' xmlns='http://www.w3.org/2000/svg'>{''.join(items)}</svg>"
-
-
-def _histogram(lengths: np.ndarray) -> str:
-    """Document counts in log-spaced bins of length."""
-    low, high = max(1, int(lengths.min())), max(2, int(lengths.max()) + 1)
-    edges = np.unique(np.geomspace(low, high, _BINS + 1).astype(np.int64))
-    counts, edges = np.histogram(np.clip(lengths, low, None), bins=edges)
-    width, height, bottom = 720, 260, 40
-    top = counts.max() or 1
-    step = width / len(counts)
-    items = []
-    for i, n in enumerate(counts):
-        h = (height - bottom - 10) * n / top
-        x = i * step
-        items.append(
-            f"<rect x='{x + 1:.1f}' y='{height - bottom - h:.1f}' width='{step - 2:.1f}' height='{h:.1f}' "
-            f"fill='#4f81bd'><title>{edges[i]:,}-{edges[i + 1] - 1:,} tokens: {n:,}</title></rect>"
-        )
-        if i % 4 == 0:
-            items.append(f"<text x='{x:.1f}' y='{height - bottom + 16}' font-size='11'>{edges[i]:,}</text>")
-    return f"<svg width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg'>{''.join(items)}</svg>"
