@@ -282,3 +282,14 @@ def test_the_reference_names_every_verb_and_flag_and_is_deterministic(monkeypatc
                 assert f"- `{action.metavar or action.dest}`" in section, (name, action.dest)
     assert "(default: 'tijdeman')" in text and "(default: 3)" in text  # library defaults filled in
     assert all(title in text for title in _demo_stages())
+
+
+def test_merge_old_form_does_not_take_an_existing_store_for_its_output(stores, capsys):
+    """`merge a b` meant "merge a and b" to a newcomer; the old form read it as "write a from b" and
+    offered --force, which would replace store a."""
+    a, b = str(stores / "a"), str(stores / "b")
+    before = (stores / "a.bin").read_bytes()
+    assert main(["merge", a, b]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"tokenport merge -o stores/all {a} {b}" in err and "--force" in err
+    assert (stores / "a.bin").read_bytes() == before and len(tp.IndexedDataset(a)) == 20

@@ -28,8 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str]) -> int:
     """Parse, then run the verb; a TokenportError or OSError becomes one line on stderr."""
     try:
-        parser, args = parse(argv)
-    except TokenportError as exc:
+        parser, args = parse(argv)  # building prepare's flags loads plugins, which may fail
+    except BrokenPipeError:
+        raise
+    except (TokenportError, OSError) as exc:
         return _failed(exc)
     if args.verbose and args.quiet:  # one before the verb, the other after it
         parser.error("-v/--verbose and -q/--quiet contradict each other: give one")

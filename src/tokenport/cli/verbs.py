@@ -127,24 +127,38 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _on_disk(path: str) -> bool:
+    """Whether a local path names something here: a store's files, or a file or directory."""
+    return "://" not in path and any(os.path.exists(path + suffix) for suffix in ("", ".idx", ".bin", ".json"))
+
+
 def _merge_target(args: argparse.Namespace) -> tuple[str, list[str]]:
     """(output, inputs): ``-o OUT IN...``, or the old ``OUT IN...`` with a deprecation warning."""
-    inputs = list(args.inputs)
-    if args.output is None:
-        if len(inputs) < 2:
-            raise ConfigError("merge: give the output store with -o: tokenport merge -o stores/all IN...")
-        print(
-            "tokenport: warning: `merge OUT IN...` is deprecated; use `tokenport merge -o OUT IN...`", file=sys.stderr
-        )
-        return inputs[0], inputs[1:]
-    first = inputs[0]
-    local = "://" not in first
-    if len(inputs) > 1 and local and not any(os.path.exists(first + s) for s in ("", ".idx", ".bin", ".json")):
+    inputs, output = list(args.inputs), args.output
+    if output is None:
+        return _old_merge_target(args, inputs)
+    if len(inputs) > 1 and "://" not in inputs[0] and not _on_disk(inputs[0]):
         raise ConfigError(
-            f"merge: {first} is not a store (no {first}.idx), yet -o {args.output} names the output: give the "
-            f"output once, as -o (tokenport merge -o {args.output} IN...), and check the input paths"
+            f"merge: {inputs[0]} is not a store (no {inputs[0]}.idx), yet -o {output} names the output: give the "
+            f"output once, as -o (tokenport merge -o {output} IN...), and check the input paths"
         )
-    return args.output, inputs
+    return output, inputs
+
+
+def _old_merge_target(args: argparse.Namespace, inputs: list[str]) -> tuple[str, list[str]]:
+    """The deprecated ``merge OUT IN...``; refused where it would replace a store the user may
+    have meant as an input (an existing OUT without --force)."""
+    if len(inputs) < 2:
+        raise ConfigError("merge: give the output store with -o: tokenport merge -o stores/all IN...")
+    output = inputs[0]
+    if _on_disk(output) and not args.force:
+        raise ConfigError(
+            f"merge: without -o the first argument, {output}, is the output (the old form), and it already "
+            f"exists: to merge every argument name a new output with -o (tokenport merge -o stores/all "
+            f"{' '.join(inputs)}); to replace {output}, pass --force"
+        )
+    print("tokenport: warning: `merge OUT IN...` is deprecated; use `tokenport merge -o OUT IN...`", file=sys.stderr)
+    return output, inputs[1:]
 
 
 def _merge(args: argparse.Namespace) -> int:
