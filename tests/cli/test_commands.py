@@ -293,3 +293,14 @@ def test_merge_old_form_does_not_take_an_existing_store_for_its_output(stores, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"tokenport merge -o stores/all {a} {b}" in err and "--force" in err
     assert (stores / "a.bin").read_bytes() == before and len(tp.IndexedDataset(a)) == 20
+
+
+def test_an_optional_import_deep_in_a_verb_names_its_extra(tmp_path, capsys, monkeypatch):
+    """trace of a torch checkpoint imports torch inside the library: without torch, one line naming
+    the extra, not a ModuleNotFoundError traceback."""
+    (tmp_path / "step.pt").write_bytes(b"PK\x03\x04 not json")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["trace", str(tmp_path / "step.pt"), "--step", "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "'torch' package" in captured.err and "pip install 'tokenport[torch]'" in captured.err

@@ -44,6 +44,8 @@ def _run(argv: Sequence[str]) -> int:
         raise
     except (TokenportError, OSError) as exc:
         return _failed(exc)
+    except ModuleNotFoundError as exc:  # an optional import deep in a verb, not guarded by require()
+        return _missing(exc)
     except KeyboardInterrupt:
         print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -57,6 +59,37 @@ def _reader_gone() -> int:
     except (OSError, ValueError):  # a stdout with no descriptor (captured): nothing left to flush
         pass
     return 141
+
+
+# the pip extra of each optional package a verb may import (pyproject.toml's optional-dependencies)
+_EXTRAS = {
+    "torch": "torch",
+    "matplotlib": "plot",
+    "yaml": "yaml",
+    "ray": "ray",
+    "prometheus_client": "metrics",
+    "jinja2": "chat",
+    "tokenizers": "hf",
+    "tiktoken": "tiktoken",
+    "sentencepiece": "sentencepiece",
+    "pyarrow": "parquet",
+    "pycld2": "lang",
+    "s3fs": "s3",
+    "fsspec": "s3",
+    "gigatoken": "gigatoken",
+    "grain": "grain",
+    "zstandard": "fast",
+}
+
+
+def _missing(exc: ModuleNotFoundError) -> int:
+    """Exit status 2 with one line naming the package missing and the pip command installing it."""
+    top = (exc.name or "").split(".")[0]
+    if top.startswith("tokenport") or not top:  # our own module missing: a broken install, not an extra
+        raise exc
+    fix = f"pip install 'tokenport[{_EXTRAS[top]}]'" if top in _EXTRAS else f"pip install {top}"
+    print(f"tokenport: error: this needs the {top!r} package, which is not installed: {fix}", file=sys.stderr)
+    return 2
 
 
 def _failed(exc: TokenportError | OSError) -> int:
