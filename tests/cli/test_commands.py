@@ -304,3 +304,12 @@ def test_an_optional_import_deep_in_a_verb_names_its_extra(tmp_path, capsys, mon
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert "'torch' package" in captured.err and "pip install 'tokenport[torch]'" in captured.err
+
+
+def test_blend_refuses_a_size_its_state_would_ignore_and_a_bad_seq_length(stores, capsys):
+    (stores / "state.json").write_text("{}")
+    assert main(["blend", "--state", str(stores / "state.json"), "--size", "10"]) == 2
+    assert "--size sets a spec's samples" in capsys.readouterr().err
+    assert main(["blend", str(stores / "a"), "--seq-length", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "seq_length=0 is invalid" in err and "--seq-length" in err

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .._checks import check_int
 from .._optional import require
 from ..errors import ConfigError
 
@@ -199,13 +200,19 @@ def _blend(args: argparse.Namespace) -> int:
     if args.plot:
         require("matplotlib", extra="plot", feature="blend --plot")
     _needs_yaml(args.spec)
+    if args.state is not None and not args.spec and args.size is not None:
+        raise ConfigError(
+            f"blend: --size sets a spec's samples; the run in {args.state} reports the samples it drew: drop --size"
+        )
     spec, state = blends.blend_spec_or_state(args.spec, args.state, 1 if args.size is None else args.size)
     if spec is None:
         trajectories = [blends.adaptive_report(state, where=args.state, **_given(args, "windows"))]
         _emit(args, trajectories, key="trajectories")
         return _plot_trajectories(args, trajectories)
     check_spec_tokenizers(spec, allow_mixed_tokenizers=args.allow_mixed_tokenizers)
-    size = args.size if args.size is not None else one_epoch(spec, args.seq_length or _library_seq_length())
+    seq_length = _library_seq_length() if args.seq_length is None else args.seq_length
+    check_int("seq_length", seq_length, 1, what="tokens per sample (--seq-length)")
+    size = args.size if args.size is not None else one_epoch(spec, seq_length)
     if blends.has_schedule(spec):
         trajectories = blends.mixture_report(spec, size, **_given(args, "windows", "algorithm"))
     else:
