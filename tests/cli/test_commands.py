@@ -313,3 +313,8 @@ def test_blend_refuses_a_size_its_state_would_ignore_and_a_bad_seq_length(stores
     assert main(["blend", str(stores / "a"), "--seq-length", "0"]) == 2
     err = capsys.readouterr().err
     assert "seq_length=0 is invalid" in err and "--seq-length" in err
+
+
+def test_the_package_runs_as_a_module_as_cli_py_did():
+    done = subprocess.run([sys.executable, "-m", "tokenport.cli", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("tokenport ")
