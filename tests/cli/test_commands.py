@@ -318,3 +318,12 @@ def test_blend_refuses_a_size_its_state_would_ignore_and_a_bad_seq_length(stores
 def test_the_package_runs_as_a_module_as_cli_py_did():
     done = subprocess.run([sys.executable, "-m", "tokenport.cli", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("tokenport ")
+
+
+def test_the_bare_help_loads_no_numpy():
+    """The parser's modules import only the standard library and numpy-free ground modules: an
+    import of _checks at the top of cli/verbs.py once doubled `tokenport --help`'s start-up."""
+    from tests.test_public_api import loaded_after
+
+    modules = loaded_after("from tokenport.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass")
+    assert "numpy" not in modules

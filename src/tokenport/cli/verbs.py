@@ -1,4 +1,5 @@
-"""One thin function per verb of the `tokenport` command: read the flags, call the library, print."""
+"""One thin function per verb of the `tokenport` command: read the flags, call the library, print.
+Imports here are stdlib or numpy-free ground modules: `tokenport --help` builds the parser from them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .._checks import check_int
 from .._optional import require
 from ..errors import ConfigError
 
@@ -194,6 +194,7 @@ def one_epoch(spec: Any, seq_length: int) -> int:
 
 
 def _blend(args: argparse.Namespace) -> int:
+    from .._checks import check_int
     from ..builder import report as blends
     from ..builder.specs import check_spec_tokenizers
 
