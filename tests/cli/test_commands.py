@@ -327,3 +327,10 @@ def test_the_bare_help_loads_no_numpy():
 
     modules = loaded_after("from tokenport.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass")
     assert "numpy" not in modules
+
+
+def test_the_json_help_names_the_shape_it_prints(capsys):
+    for verb, key in (("inspect", '"stores"'), ("verify", '"total"'), ("blend", '"trajectories"')):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        assert key in capsys.readouterr().out, verb

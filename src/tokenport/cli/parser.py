@@ -303,6 +303,7 @@ class _Verb:
     reports: bool = True
     library: tuple[str, str] | None = None
     epilog: str | None = None
+    shape: str = "the report"  # what --json prints, named in its help
 
 
 _VERBS = {
@@ -328,8 +329,14 @@ _VERBS = {
         "show counts, length percentiles and the first documents of stores",
         _inspect_flags,
         library=("tokenport.indexed.inspect", "summarize"),
+        shape='{"stores": [each store\'s summary], "total": {stores, documents, sequences, tokens}}',
     ),
-    "verify": _Verb(verbs._verify, "check stores' structure and checksums; exit 1 if any store fails", _verify_flags),
+    "verify": _Verb(
+        verbs._verify,
+        "check stores' structure and checksums; exit 1 if any store fails",
+        _verify_flags,
+        shape='{"stores": [each store\'s verdict], "total": {stores, failed}}',
+    ),
     "build-cache": _Verb(
         verbs._build_cache, "build every GPT index a run needs into the index cache, offline", _build_cache_flags
     ),
@@ -339,6 +346,7 @@ _VERBS = {
         "or adaptive (--state) blend's target vs realized share over the run",
         _blend_flags,
         library=("tokenport.builder.report", "blend_report"),
+        shape='{"blends": [each blend\'s rows]}, or {"trajectories": [...]} for a scheduled or adaptive blend',
     ),
     "pack-report": _Verb(
         verbs._pack_report,
@@ -373,7 +381,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         sub.set_defaults(run=verb.run, json=False)
         _chatter(sub, argparse.SUPPRESS)
         if verb.reports:
-            sub.add_argument("--json", action="store_true", help="print the report as one JSON object instead of text")
+            shape = f"print {verb.shape} as one JSON object instead of text"
+            sub.add_argument("--json", action="store_true", help=shape)
         if only is None or only == name:
             verb.flags(sub)
     return parser
