@@ -334,3 +334,13 @@ def test_the_json_help_names_the_shape_it_prints(capsys):
         with pytest.raises(SystemExit):
             main([verb, "--help"])
         assert key in capsys.readouterr().out, verb
+
+
+def test_a_misspelt_verb_is_named_with_the_closest_verb(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["inspct", "x"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "'inspct' is not a verb: did you mean `tokenport inspect`?" in err
+    with pytest.raises(SystemExit):
+        main(["zzz"])
+    assert "the verbs are demo, prepare" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import importlib
 import inspect
@@ -406,7 +407,12 @@ def verb_parser(parser: argparse.ArgumentParser, verb: str | None) -> argparse.A
 def parse(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     """The parser and the parsed command line; an unknown flag is reported with its verb's usage
     (a plain parse_args reports it with the command's), exit status 2."""
-    parser = _parser(_verb_in(argv))  # prepare's flags load the plugins that add options
+    verb = _verb_in(argv)
+    parser = _parser(verb)  # prepare's flags load the plugins that add options
+    if verb and verb not in _VERBS:
+        close = difflib.get_close_matches(verb, _VERBS, n=1)
+        hint = f"did you mean `tokenport {close[0]}`? " if close else ""
+        parser.error(f"{verb!r} is not a verb: {hint}the verbs are {', '.join(_VERBS)}")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         sub = verb_parser(parser, args.verb)
