@@ -70,7 +70,7 @@ def test_verify_ok_and_fault(stores, capsys):
 
 
 def test_merge(stores, capsys):
-    assert main(["merge", str(stores / "ab"), str(stores / "a"), str(stores / "b")]) == 0
+    assert main(["merge", "-o", str(stores / "ab"), str(stores / "a"), str(stores / "b")]) == 0
     assert "40 sequences" in capsys.readouterr().out
     merged = tp.IndexedDataset(stores / "ab")
     assert np.array_equal(merged[20], tp.IndexedDataset(stores / "b")[0])
@@ -111,7 +111,7 @@ def _files(prefix) -> list[str]:
 
 def test_merge_of_a_glob_takes_each_store_once(stores, capsys):
     # `tokenport merge out stores/*`: the .bin, .idx and .json of one store are one input, not three
-    assert main(["merge", str(stores / "ab"), *_files(stores / "a"), *_files(stores / "b")]) == 0
+    assert main(["merge", "-o", str(stores / "ab"), *_files(stores / "a"), *_files(stores / "b")]) == 0
     assert "merged 2 stores" in capsys.readouterr().out
     merged = tp.IndexedDataset(stores / "ab")
     assert len(merged) == 40
@@ -129,7 +129,7 @@ def test_inspect_and_verify_of_a_glob_show_each_store_once(stores, capsys):
 @pytest.mark.parametrize("verb", ["merge", "verify", "inspect", "pack-report"])
 @pytest.mark.parametrize("repeat", [["a", "a"], ["a", "a.bin"], ["a.bin", "b", "a.bin"]])
 def test_a_store_named_twice_is_refused(stores, capsys, verb, repeat):
-    head = [verb, str(stores / "out")] if verb == "merge" else [verb]
+    head = [verb, "-o", str(stores / "out")] if verb == "merge" else [verb]
     assert main(head + [str(stores / name) for name in repeat]) == 2
     err = capsys.readouterr().err
     assert "given twice" in err and str(stores / "a") in err
@@ -145,7 +145,7 @@ def test_a_prepare_output_directory_means_its_parts_in_order(tmp_path, capsys):
         == 0
     )
     assert resolve_stores([out]) == [str(out / "part-00000"), str(out / "part-00001")]
-    assert main(["merge", str(tmp_path / "all"), str(out)]) == 0
+    assert main(["merge", "-o", str(tmp_path / "all"), str(out)]) == 0
     capsys.readouterr()
     merged = tp.IndexedDataset(tmp_path / "all")
     assert [bytes(merged[i][:-1].astype("uint8")) for i in range(len(merged))] == [b"first", b"second"]
@@ -156,14 +156,14 @@ def test_a_prepare_output_directory_means_its_parts_in_order(tmp_path, capsys):
 
 
 def test_merge_refuses_to_overwrite_without_force(stores, capsys):
-    assert main(["merge", str(stores / "ab"), str(stores / "a")]) == 0
-    assert main(["merge", str(stores / "ab"), str(stores / "a"), str(stores / "b")]) == 2
+    assert main(["merge", "-o", str(stores / "ab"), str(stores / "a")]) == 0
+    assert main(["merge", "-o", str(stores / "ab"), str(stores / "a"), str(stores / "b")]) == 2
     err = capsys.readouterr().err
     assert "ab already exists" in err and "--force" in err
     assert len(tp.IndexedDataset(stores / "ab")) == 20
-    assert main(["merge", str(stores / "ab"), str(stores / "a"), str(stores / "b"), "--force"]) == 0
+    assert main(["merge", "-o", str(stores / "ab"), str(stores / "a"), str(stores / "b"), "--force"]) == 0
     assert len(tp.IndexedDataset(stores / "ab")) == 40
-    assert main(["merge", str(stores / "a"), str(stores / "a.bin"), str(stores / "b"), "--force"]) == 2
+    assert main(["merge", "-o", str(stores / "a"), str(stores / "a.bin"), str(stores / "b"), "--force"]) == 2
     assert "also an input" in capsys.readouterr().err
 
 
@@ -187,8 +187,8 @@ _MISSING_OR_BLOCKED = [
     (["inspect", "{d}/file/a"], "file/a"),
     (["verify", "{d}/missing"], "missing.idx"),
     (["verify", "{d}/file/a"], "file/a"),
-    (["merge", "{d}/out", "{d}/missing"], "missing.idx"),
-    (["merge", "{d}/file/out", "{d}/a"], "{d}/file"),  # the file in the way
+    (["merge", "-o", "{d}/out", "{d}/missing"], "missing.idx"),
+    (["merge", "-o", "{d}/file/out", "{d}/a"], "{d}/file"),  # the file in the way
     (["pack-report", "{d}/missing"], "missing.idx"),
     (["pack-report", "{d}/file/a.bin"], "file/a"),
     (["report", "{d}/missing"], "missing"),
@@ -198,7 +198,8 @@ _MISSING_OR_BLOCKED = [
     (["build-cache", "{d}/plan.json"], "file/cache"),
     (["blend", "{d}/missing.yaml", "--size", "4"], "missing.yaml"),
     (["blend", "1", "{d}/missing", "--size", "4"], "missing.idx"),
-    (["demo", "--workdir", "{d}/file/demo", "--limit", "1"], "file/demo"),
+    (["demo", "-o", "{d}/file/demo", "--limit", "1"], "file/demo"),
+    (["build-cache", "{d}/plan.json", "-o", "{d}/file/other"], "file/other"),
     (["prepare", "{d}/missing.jsonl", "-o", "{d}/out"], "missing.jsonl"),
 ]
 
@@ -239,7 +240,7 @@ def test_build_cache_plan_datasets_take_each_store_once(stores, capsys):
     assert "plan.json: 'datasets' store" in capsys.readouterr().err
 
 
-# -- --json: every verb that reports prints its report's to_json() ----------------------------------
+# -- --json: every verb that reports prints ONE object: its report's to_json(), or them under a key ----
 
 
 def _json_of(capsys, argv) -> object:
@@ -250,14 +251,18 @@ def _json_of(capsys, argv) -> object:
 
 def test_inspect_verify_merge_json_equal_the_reports(stores, capsys):
     a, b = str(stores / "a"), str(stores / "b")
-    assert _json_of(capsys, ["inspect", a, b]) == [summarize(a).to_json(), summarize(b).to_json()]
-    assert _json_of(capsys, ["verify", a]) == [verify(a).to_json()]
+    shown = _json_of(capsys, ["inspect", a, b])
+    assert shown["stores"] == [summarize(a).to_json(), summarize(b).to_json()]
+    tokens = summarize(a).tokens + summarize(b).tokens
+    assert shown["total"] == {"stores": 2, "documents": 40, "sequences": 40, "tokens": tokens}
+    assert _json_of(capsys, ["verify", a]) == {"stores": [verify(a).to_json()], "total": {"stores": 1, "failed": 0}}
     with open(stores / "b.bin", "r+b") as f:
         f.write(b"\x00\x01")
     verdicts = _json_of(capsys, ["verify", a, b])
-    assert verdicts == [check_store(a).to_json(), check_store(b).to_json()]
-    assert [v["ok"] for v in verdicts] == [True, False] and "b.bin: block 0" in verdicts[1]["error"]
-    merged = _json_of(capsys, ["merge", str(stores / "ab"), a])
+    assert verdicts["stores"] == [check_store(a).to_json(), check_store(b).to_json()]
+    assert verdicts["total"] == {"stores": 2, "failed": 1}
+    assert [v["ok"] for v in verdicts["stores"]] == [True, False] and "b.bin: block 0" in verdicts["stores"][1]["error"]
+    merged = _json_of(capsys, ["merge", "-o", str(stores / "ab"), a])
     assert merged == merge_report(stores / "ab", 1).to_json() and merged["sequences"] == 20
 
 
@@ -265,8 +270,9 @@ def test_blend_and_pack_report_json_equal_the_reports(stores, capsys):
     a, b = str(stores / "a"), str(stores / "b")
     out = _json_of(capsys, ["blend", "1", a, "3", b, "--size", "50", "--algorithm", "greedy"])
     spec = spec_from_arguments(["1", a, "3", b])
-    assert out == [r.to_json() for r in blend_report(spec, 50, algorithm="greedy")]
-    assert out[0]["algorithm"] == "greedy" and out[0]["rows"][1]["samples"] > out[0]["rows"][0]["samples"]
+    assert out == {"blends": [r.to_json() for r in blend_report(spec, 50, algorithm="greedy")]}
+    (shown,) = out["blends"]
+    assert shown["algorithm"] == "greedy" and shown["rows"][1]["samples"] > shown["rows"][0]["samples"]
     out = _json_of(capsys, ["pack-report", a, "--ranks", "2", "--batch-size", "4"])
     assert out == batching_report(lengths_of([a]), 4, data_parallel_size=2).to_json()
     assert out["data_parallel_size"] == 2 and out["capacity"] == 4096
@@ -409,7 +415,8 @@ def test_blend_reports_a_scheduled_blend_over_the_run(stores, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "target -> realized" in out and "1.000 -> 1.000" in out and plot.stat().st_size > 1000
     data = _json_of(capsys, ["blend", str(tmp_path / "spec.yaml"), "--size", "120", "--windows", "3"])
-    assert np.allclose(data[0]["target"][0], [1, 0]) and np.allclose(data[0]["target"][2], [0.125, 0.875])
+    (trajectory,) = data["trajectories"]
+    assert np.allclose(trajectory["target"][0], [1, 0]) and np.allclose(trajectory["target"][2], [0.125, 0.875])
 
 
 def test_blend_reports_an_adaptive_run_from_its_loader_state(stores, capsys, tmp_path):
@@ -425,9 +432,10 @@ def test_blend_reports_an_adaptive_run_from_its_loader_state(stores, capsys, tmp
         loader.set_mixture([1, step % 3])
     (tmp_path / "state.json").write_text(json.dumps(loader.state_dict()))
     data = _json_of(capsys, ["blend", "--state", str(tmp_path / "state.json"), "--windows", "4"])
-    assert data[0]["updates"] == len(blend.updates) and data[0]["ends"][-1] == 80
-    assert data[0]["labels"] == [str(stores / "a"), str(stores / "b")]
+    (trajectory,) = data["trajectories"]
+    assert trajectory["updates"] == len(blend.updates) and trajectory["ends"][-1] == 80
+    assert trajectory["labels"] == [str(stores / "a"), str(stores / "b")]
     windows = [np.bincount(blend.dataset_index[k : k + 20], minlength=2) / 20 for k in range(0, 80, 20)]
-    assert np.allclose(data[0]["realized"], windows)  # the stream rebuilt from the state is the one trained on
+    assert np.allclose(trajectory["realized"], windows)  # the stream rebuilt from the state is the one trained on
     assert main(["blend", "--state", str(tmp_path / "state.json"), str(stores / "a")]) == 2
     assert "not both" in capsys.readouterr().err

@@ -141,7 +141,7 @@ def run_cli(tmp_path: Path, root: Path, *args: str) -> subprocess.CompletedProce
 def test_the_cli_reads_a_store_through_a_plugin_scheme(bucket, tmp_path):
     out = run_cli(tmp_path, bucket, "inspect", "--json", "--documents", "2", "toy://stores/wiki")
     assert out.returncode == 0, out.stderr
-    (report,) = json.loads(out.stdout)
+    (report,) = json.loads(out.stdout)["stores"]
     assert report["sequences"] == 40 and "toy://stores/wiki" in json.dumps(report)
     out = run_cli(tmp_path, bucket, "verify", "toy://stores/wiki")
     assert out.returncode == 0 and "toy://stores/wiki" in out.stdout, out.stderr

@@ -148,7 +148,7 @@ def test_the_cli_prepares_and_inspects_with_the_plugin_backend(plugin_dir, corpu
     assert documents == expected(5) and identity["spec"] == "toy:5"
     shown = _cli(plugin_dir, "inspect", *parts, "--json")
     assert shown.returncode == 0, shown.stderr
-    previews = [text for store in json.loads(shown.stdout) for text in store["first_documents"]]
+    previews = [text for store in json.loads(shown.stdout)["stores"] for text in store["first_documents"]]
     assert previews[:1] == [TEXTS[0]]
 
 

@@ -179,7 +179,7 @@ def test_a_glob_of_chat_stores_names_each_store_once(tmp_path):
     files = sorted(str(tmp_path / name) for name in os.listdir(tmp_path))
     assert len(files) == 10
     assert resolve_stores(files) == [str(tmp_path / "a"), str(tmp_path / "b")]
-    assert main(["merge", str(tmp_path / "out" / "ab"), *files]) == 0
+    assert main(["merge", "-o", str(tmp_path / "out" / "ab"), *files]) == 0
     assert tp.verify(tmp_path / "out" / "ab").masks.startswith("verified")
     # a store named like masks, with no store beside it, is a store of its own
     assert resolve_stores([str(tmp_path / "a.mask.bin")]) == [str(tmp_path / "a.mask")]

@@ -1,160 +1,20 @@
-"""The `tokenport` command: one thin function per verb; the work happens in the library."""
+"""The `tokenport` command's parser: each verb's flags, help completed from the library, built lazily."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import importlib
 import inspect
-import json
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from collections.abc import Sequence as SequenceABC
 from typing import Any
 
-from ._version import __version__
-from .errors import TokenportError
-
-
-def _emit(args: argparse.Namespace, reports: Sequence[Any], *, many: bool) -> None:
-    """Print reports as text (render()), or with --json their to_json() (a list when the verb takes many)."""
-    if args.json:
-        print(json.dumps([r.to_json() for r in reports] if many else reports[0].to_json(), indent=2))
-    else:
-        for report in reports:
-            print(report.render())
-
-
-def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options the user gave (argparse default None): the rest keep the library's defaults."""
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    run_demo(args.workdir, workers=args.workers, limit=args.limit, echo=print)
-    return 0
-
-
-def _trace(args: argparse.Namespace) -> int:
-    from .integrations.tracing import trace_file
-
-    _emit(args, [trace_file(args.state, args.step, args.data_parallel_rank)], many=False)
-    return 0
-
-
-def _prepare(args: argparse.Namespace) -> int:
-    from .corpus import prepare
-    from .corpus.run import config
-    from .corpus.run.signals import terminate_as_interrupt
-
-    options = config.options_from_flags(vars(args))
-    with terminate_as_interrupt():
-        result = prepare(
-            config.config_from_options(args.inputs, args.output, options), progress=not args.quiet, overwrite=args.force
-        )
-    print(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
-    return 0
-
-
-def _report(args: argparse.Namespace) -> int:
-    from .corpus.run.report import load_report
-
-    report = load_report(args.output)
-    _emit(args, [report], many=False)
-    if args.html is not None:
-        report.save_html(args.html)
-        print(f"HTML report written to {args.html}", file=sys.stderr if args.json else sys.stdout)
-    return 0
-
-
-def _inspect(args: argparse.Namespace) -> int:
-    from .indexed import resolve_stores
-    from .indexed.inspect import summarize
-
-    _emit(args, [summarize(prefix, **_given(args, "documents")) for prefix in resolve_stores(args.prefixes)], many=True)
-    return 0
-
-
-def _verify(args: argparse.Namespace) -> int:
-    from .indexed import resolve_stores
-    from .indexed.verify import VerifyFailure, check_store
-
-    reports = []
-    for prefix in resolve_stores(args.prefixes):
-        report = check_store(prefix, checksums=not args.no_checksums)
-        reports.append(report)
-        if not args.json:  # each store's line as soon as it is checked
-            print(report.render(), file=sys.stderr if isinstance(report, VerifyFailure) else sys.stdout)
-    if args.json:
-        _emit(args, reports, many=True)
-    return 1 if any(isinstance(report, VerifyFailure) for report in reports) else 0
-
-
-def _merge(args: argparse.Namespace) -> int:
-    from .indexed import merge, resolve_stores
-    from .indexed.merge import merge_report
-
-    inputs = resolve_stores(args.inputs, what="merge input")
-    _emit(args, [merge_report(merge(args.output, inputs, overwrite=args.force), len(inputs))], many=False)
-    return 0
-
-
-def _build_cache(args: argparse.Namespace) -> int:
-    from .builder.plan import CacheReport, build_cache, load_cache_plan
-
-    plan = load_cache_plan(args.plan)
-    entries = build_cache(plan, report=None if args.json else lambda entry: print(entry.render()), workers=args.workers)
-    _emit(args, [CacheReport(plan.cache_dir, tuple(entries))], many=False)
-    return 0
-
-
-def _blend(args: argparse.Namespace) -> int:
-    from .blend.trajectory import plot_trajectories
-    from .builder.report import (
-        adaptive_report,
-        blend_report,
-        blend_spec_or_state,
-        has_schedule,
-        mixture_report,
-        plot_blend,
-    )
-    from .builder.specs import check_spec_tokenizers
-
-    spec, state = blend_spec_or_state(args.spec, args.state, args.size)
-    if spec is not None:
-        check_spec_tokenizers(spec, allow_mixed_tokenizers=args.allow_mixed_tokenizers)
-    if spec is None:
-        trajectories = [adaptive_report(state, where=args.state, **_given(args, "windows"))]
-    elif has_schedule(spec):
-        trajectories = mixture_report(spec, args.size, **_given(args, "windows", "algorithm"))
-    else:
-        _emit(args, blend_report(spec, args.size, **_given(args, "seq_length", "algorithm")), many=True)
-        if args.plot:
-            plot_blend(spec, args.size, args.plot, **_given(args, "algorithm"))
-            print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
-        return 0
-    _emit(args, trajectories, many=True)
-    if args.plot:
-        plot_trajectories(trajectories, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
-    return 0
-
-
-def _pack_report(args: argparse.Namespace) -> int:
-    from ._jit import announce_compilation
-    from .indexed import resolve_stores
-    from .indexed.inspect import lengths_of
-    from .sampling.report import batching_report
-
-    announce_compilation(["tokenport.packing.balance", "tokenport.packing.bins", "tokenport.sampling.length_grouping"])
-    lengths = lengths_of(resolve_stores(args.prefixes))
-    report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "data_parallel_size", "seed"))
-    _emit(args, [report], many=False)
-    return 0
+from .._version import __version__
+from . import verbs
 
 
 class _Constant(SequenceABC):
@@ -183,9 +43,15 @@ class _Formatter(argparse.HelpFormatter):
     """Help text completed from the library when a verb's help is shown: in place of {default} the
     default of the same-named parameter of the verb's library call."""
 
-    def __init__(self, prog: str, library: tuple[str, str] | None = None) -> None:
-        super().__init__(prog)
+    def __init__(self, prog: str, library: tuple[str, str] | None = None, width: int | None = None) -> None:
+        super().__init__(prog, width=width)
         self.library = library
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """An epilog of several lines (a list) as written; a one-line description wrapped."""
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
     def _expand_help(self, action: argparse.Action) -> str:
         text = super()._expand_help(action)
@@ -226,15 +92,42 @@ def _chatter(parser: argparse.ArgumentParser, default: Any) -> None:
 # -- each verb's flags -------------------------------------------------------------------------------
 
 
+_DEMO_STAGES = """\
+stages (each prints a "== N. name" header):
+   1. corpus: the Python standard library's source files and docstrings
+   2. prepare: tokenize with the built-in byte-level tokenizer into .bin/.idx stores
+   3. verify: structure of every .idx, sizes, and the manifests' checksums
+   4. inspect: what a store holds
+   5. merge and read: one store of both datasets, random and batched reads
+   6. samples: documents -> fixed-length GPT samples (Megatron's split and indices, cached)
+   7. blend: code and prose by weight, exact at every prefix (Tijdeman's schedule)
+   8. sampling: length grouping, best-fit packing, rank balance, exact resume
+   9. dock: RL experience between stages (rollout -> reward -> advantages -> 2 training ranks)
+  10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare
+  11. train: a tiny decoder-only model on the code/prose blend, checkpointed mid-way and resumed
+  12. sft: conversations about stdlib functions -> chat store with loss masks -> packed samples
+  13. mix: code, docstrings and documentation prose, weighted by what the model is learning (ADO)
+  14. grpo: a tiny policy learns small sums from a verifiable reward, its stages meeting in the dock
+"""
+
+
 def _demo_flags(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--workdir", default="tokenport-demo", help="where the corpus and stores go")
+    sub.add_argument(
+        "-o",
+        "--output",
+        "--workdir",
+        action=_Renamed,
+        default="tokenport-demo",
+        metavar="DIR",
+        help="where the corpus, stores and checkpoints go (default: %(default)s; --workdir is its old spelling)",
+    )
     sub.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     sub.add_argument("--limit", type=int, default=None, help="use only the first N source files")
 
 
 def _prepare_flags(sub: argparse.ArgumentParser) -> None:
     """The verb's own arguments, then one flag per declared prepare option (plugins' too)."""
-    from .corpus.run.config import prepare_options
+    from ..corpus.run.config import prepare_options
 
     sub.add_argument("inputs", nargs="+", help="files, directories, globs or fsspec URLs")
     sub.add_argument("-o", "--output", required=True, help="output directory")
@@ -263,7 +156,12 @@ def _prepare_flags(sub: argparse.ArgumentParser) -> None:
 
 def _report_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("output", help="the output directory of a finished prepare run")
-    sub.add_argument("--html", default=None, help="also write a self-contained HTML page with charts here")
+    sub.add_argument(
+        "--html",
+        default=None,
+        metavar="PAGE.html",
+        help="also write a self-contained HTML page with charts here (a side product: the report still prints)",
+    )
 
 
 def _inspect_flags(sub: argparse.ArgumentParser) -> None:
@@ -281,6 +179,13 @@ def _build_cache_flags(sub: argparse.ArgumentParser) -> None:
         "plan", help="plan file (JSON, or YAML): cache_dir, datasets or spec, split, samples, seq_length, seed"
     )
     sub.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="DIR",
+        help="the index cache to build into (default: the plan's cache_dir)",
+    )
+    sub.add_argument(
         "--workers", type=int, default=1, help="processes building indices: stores of a plan, children of a blend"
     )
 
@@ -292,7 +197,12 @@ def _blend_flags(sub: argparse.ArgumentParser) -> None:
         help="a spec file (.yaml/.yml/.json), or Megatron's list: "
         "W1 STORE1 W2 STORE2 ..., or stores weighted by size (" + _STORES_HELP + ")",
     )
-    sub.add_argument("--size", type=int, default=None, help="samples to blend (with a spec)")
+    sub.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="samples to blend, with a spec (default: one epoch: the stores' tokens / --seq-length)",
+    )
     sub.add_argument(
         "--state",
         default=None,
@@ -304,13 +214,27 @@ def _blend_flags(sub: argparse.ArgumentParser) -> None:
         default=None,
         help="windows of the run a changing mixture is reported in (default: 10)",
     )
+    _blend_output_flags(sub)
+
+
+def _blend_output_flags(sub: argparse.ArgumentParser) -> None:
+    """blend's flags on how the blend is drawn and shown."""
     sub.add_argument(
-        "--seq-length", type=int, default=None, help="tokens per sample, for the epochs column (default: {default})"
+        "--seq-length",
+        type=int,
+        default=None,
+        help="tokens per sample, for the epochs column and the default --size (default: {default})",
     )
     sub.add_argument(
         "--algorithm", choices=_ALGORITHMS, metavar="ALGORITHM", default=None, help="%(choices)s (default: {default})"
     )
-    sub.add_argument("--plot", default=None, help="also draw achieved vs target share into this PNG (matplotlib)")
+    sub.add_argument(
+        "--plot",
+        default=None,
+        metavar="PLOT.png",
+        help="also draw achieved vs target share into this PNG (a side product: the table still prints; "
+        "needs pip install 'tokenport[plot]')",
+    )
     sub.add_argument(
         "--allow-mixed-tokenizers",
         action="store_true",
@@ -349,17 +273,23 @@ def _trace_flags(sub: argparse.ArgumentParser) -> None:
 
 
 class _Renamed(argparse.Action):
-    """A flag's value under its new spelling (the first); its old spelling works for one release, with a warning."""
+    """A flag's value under its new spellings; its old spelling (the last) works for one release, with a warning."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
-        if option != self.option_strings[0]:
-            print(f"tokenport: warning: {option} is deprecated; use {self.option_strings[0]}", file=sys.stderr)
+        if option == self.option_strings[-1]:
+            print(f"tokenport: warning: {option} is deprecated; use {self.option_strings[-2]}", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def _merge_flags(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("output", help="the output prefix")
-    sub.add_argument("inputs", nargs="+", help=_STORES_HELP + ", in order")
+    sub.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="OUT",
+        help="the output store's prefix (the old form `merge OUT IN...` works for one release, with a warning)",
+    )
+    sub.add_argument("inputs", nargs="+", metavar="IN", help=_STORES_HELP + ", in order")
     sub.add_argument("--force", action="store_true", help="replace the output store if it exists")
 
 
@@ -373,48 +303,62 @@ class _Verb:
     flags: Callable[[argparse.ArgumentParser], None]
     reports: bool = True
     library: tuple[str, str] | None = None
+    epilog: str | None = None
+    shape: str = "the report"  # what --json prints, named in its help
 
 
 _VERBS = {
     "demo": _Verb(
-        _demo, "prepare, verify and inspect the standard library's source and docstrings", _demo_flags, reports=False
+        verbs._demo,
+        "a tour on the standard library's source and docstrings: prepare, verify, inspect, blend, "
+        "sample, clean, train and resume, RL experience",
+        _demo_flags,
+        reports=False,
+        epilog=_DEMO_STAGES,
     ),
     "prepare": _Verb(
-        _prepare,
+        verbs._prepare,
         "tokenize raw corpora (jsonl[.gz|.zst], parquet, text) into token stores",
         _prepare_flags,
         library=("tokenport.corpus.run.config", "PrepareConfig"),
     ),
     "report": _Verb(
-        _report, "what a prepare run did: totals, each step's removals by reason, kept lengths", _report_flags
+        verbs._report, "what a prepare run did: totals, each step's removals by reason, kept lengths", _report_flags
     ),
     "inspect": _Verb(
-        _inspect,
+        verbs._inspect,
         "show counts, length percentiles and the first documents of stores",
         _inspect_flags,
         library=("tokenport.indexed.inspect", "summarize"),
+        shape='{"stores": [each store\'s summary], "total": {stores, documents, sequences, tokens}}',
     ),
-    "verify": _Verb(_verify, "check stores' structure and checksums; exit 1 if any store fails", _verify_flags),
+    "verify": _Verb(
+        verbs._verify,
+        "check stores' structure and checksums; exit 1 if any store fails",
+        _verify_flags,
+        shape='{"stores": [each store\'s verdict], "total": {stores, failed}}',
+    ),
     "build-cache": _Verb(
-        _build_cache, "build every GPT index a run needs into the index cache, offline", _build_cache_flags
+        verbs._build_cache, "build every GPT index a run needs into the index cache, offline", _build_cache_flags
     ),
     "blend": _Verb(
-        _blend,
+        verbs._blend,
         "show what a blend takes from each dataset: shares, samples, epochs, deviation; a scheduled "
         "or adaptive (--state) blend's target vs realized share over the run",
         _blend_flags,
         library=("tokenport.builder.report", "blend_report"),
+        shape='{"blends": [each blend\'s rows]}, or {"trajectories": [...]} for a scheduled or adaptive blend',
     ),
     "pack-report": _Verb(
-        _pack_report,
+        verbs._pack_report,
         "padding of random vs length-grouped batches, packing efficiency and rank balance of stores",
         _pack_report_flags,
         library=("tokenport.sampling.report", "batching_report"),
     ),
     "trace": _Verb(
-        _trace, "which documents made a training step: its samples' stores, documents and tokens", _trace_flags
+        verbs._trace, "which documents made a training step: its samples' stores, documents and tokens", _trace_flags
     ),
-    "merge": _Verb(_merge, "concatenate stores into one, streaming", _merge_flags),
+    "merge": _Verb(verbs._merge, "concatenate stores into one, streaming", _merge_flags),
 }
 
 
@@ -426,18 +370,20 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tokenport {__version__}")
     _chatter(parser, False)
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, verb in _VERBS.items():
-        sub = verbs.add_parser(
+        sub = subparsers.add_parser(
             name,
             help=verb.help,
             description=verb.help,
+            epilog=verb.epilog,
             formatter_class=functools.partial(_Formatter, library=verb.library),
         )
         sub.set_defaults(run=verb.run, json=False)
         _chatter(sub, argparse.SUPPRESS)
         if verb.reports:
-            sub.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
+            shape = f"print {verb.shape} as one JSON object instead of text"
+            sub.add_argument("--json", action="store_true", help=shape)
         if only is None or only == name:
             verb.flags(sub)
     return parser
@@ -449,38 +395,26 @@ def _verb_in(argv: Sequence[str]) -> str:
     return next((word for word in argv if not word.startswith("-")), "")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line `argv` (default: this process's arguments); the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        parser = _parser(_verb_in(argv))  # prepare's flags load the plugins that add options
-        args = parser.parse_args(argv)
-    except TokenportError as exc:
-        return _failed(exc)
-    if args.verbose and args.quiet:  # one before the verb, the other after it
-        parser.error("-v/--verbose and -q/--quiet contradict each other: give one")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    try:
-        return args.run(args)
-    except (TokenportError, OSError) as exc:
-        return _failed(exc)
-    except KeyboardInterrupt:
-        print("tokenport: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+def verb_parser(parser: argparse.ArgumentParser, verb: str | None) -> argparse.ArgumentParser:
+    """The parser of the verb so named (the command's own when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and verb in action.choices:
+            chosen: argparse.ArgumentParser = action.choices[verb]
+            return chosen
+    return parser
 
 
-def _failed(exc: TokenportError | OSError) -> int:
-    """Exit status 2 with one line, no traceback: a TokenportError's message, or the path an OSError names."""
-    if isinstance(exc, TokenportError) or exc.filename is None:
-        print(f"tokenport: error: {exc if isinstance(exc, TokenportError) else exc.strerror or exc}", file=sys.stderr)
-    else:  # a path that cannot be read or written
-        target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
-        print(
-            f"tokenport: error: {exc.filename}{target}: {exc.strerror or exc}; check the path and its permissions",
-            file=sys.stderr,
-        )
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def parse(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the parsed command line; an unknown flag is reported with its verb's usage
+    (a plain parse_args reports it with the command's), exit status 2."""
+    verb = _verb_in(argv)
+    parser = _parser(verb)  # prepare's flags load the plugins that add options
+    if verb and verb not in _VERBS:
+        close = difflib.get_close_matches(verb, _VERBS, n=1)
+        hint = f"did you mean `tokenport {close[0]}`? " if close else ""
+        parser.error(f"{verb!r} is not a verb: {hint}the verbs are {', '.join(_VERBS)}")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = verb_parser(parser, args.verb)
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}; see `{sub.prog} --help`")
+    return parser, args
