@@ -107,8 +107,26 @@ def run_blocks(page: str, blocks: list[Block], cwd: Path) -> int:
 
 
 # --- optional packages: the tour extra, or an extra the page says to install --------------------
+# Read from the snippets' text, not from sys.modules after running them: numba's extension scan and
+# torch import optional packages of the environment on their own, at moments that vary from run to run.
 
 PYPROJECT = ROOT / "pyproject.toml"
+# extras tokenport uses when installed and does without (a faster checksum, a faster tokenizer engine)
+ACCELERATORS = ("fast", "gigatoken")
+# what a snippet's text asks of an optional package: (text in a python or shell block, the distribution)
+TEXT_NEEDS = (
+    (".yaml", "pyyaml"),
+    (".yml", "pyyaml"),
+    ("--plot", "matplotlib"),
+    ("--executor ray", "ray"),
+    ("s3://", "s3fs"),
+    ("hf:", "tokenizers"),
+    ("tiktoken:", "tiktoken"),
+    ("sentencepiece:", "sentencepiece"),
+    (".parquet", "pyarrow"),
+    ("step: language", "pycld2"),
+)
+COMMENT = re.compile(r"(^|\s)#\s.*$", re.M)
 
 
 def _extras() -> dict[str, list[Requirement]]:
@@ -118,7 +136,7 @@ def _extras() -> dict[str, list[Requirement]]:
 
 
 def extra_closure(extras: dict[str, list[Requirement]], *names: str) -> set[str]:
-    """The distributions the extras ``names`` install, tokenport's own extras expanded."""
+    """The distributions the extras ``names`` name, tokenport's own extras expanded."""
     seen, todo, out = set(), list(names), set()
     while todo:
         name = todo.pop()
@@ -133,48 +151,32 @@ def extra_closure(extras: dict[str, list[Requirement]], *names: str) -> set[str]
     return out
 
 
-# extras tokenport uses when installed and does without (a faster checksum, a faster tokenizer engine)
-ACCELERATORS = ("fast", "gigatoken")
-
-
-def optional_modules_outside(page: str, modules: set[str]) -> set[str]:
-    """Of the top-level ``modules``, those from a user-facing extra that neither `tour` nor an extra the
-    page names (``tokenport[EXTRA]``) installs."""
-    extras = _extras()
-    user_facing = {name for name in extras if name not in ("dev", "all", *ACCELERATORS)}
-    optional = extra_closure(extras, *user_facing)
-    named = set(re.findall(r"tokenport\[([\w,]+)\]", (ROOT / page).read_text(encoding="utf-8")))
-    allowed = extra_closure(extras, "tour", *(e for group in named for e in group.split(",") if e in extras))
-    dists = packages_distributions()
-    outside = set()
-    for module in modules:
-        for dist in map(canonicalize_name, dists.get(module, [])):
-            if dist in optional and dist not in allowed:
-                outside.add(f"{module} ({dist})")
-    return outside
-
-
-# what a shell block asks of an extra: (text in the command, the distribution it needs)
-SHELL_NEEDS = (("--plot", "matplotlib"), (".yaml", "pyyaml"), ("--executor ray", "ray"), ("s3://", "s3fs"))
-
-
-def imported_by_name(blocks: list[Block]) -> set[str]:
-    """The top-level modules the python blocks import, and the distributions the shell blocks' flags need."""
-    names = set()
+def distributions_used(blocks: list[Block]) -> set[str]:
+    """The distributions of the modules the python blocks import, and those their text asks for."""
+    modules, used = set(), set()
     for block in blocks:
-        if block.language == "python" and not _skip_rule(block):
+        if block.language not in RUN or _skip_rule(block):
+            continue
+        if block.language == "python":
             for node in ast.walk(ast.parse(block.code)):
                 if isinstance(node, ast.Import):
-                    names.update(alias.name.partition(".")[0] for alias in node.names)
+                    modules.update(alias.name.partition(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    names.add(node.module.partition(".")[0])
-        elif block.language in ("bash", "sh") and not _skip_rule(block):
-            names.update(module for flag, dist in SHELL_NEEDS if flag in block.code for module in _modules_of(dist))
-    return names
+                    modules.add(node.module.partition(".")[0])
+        code = COMMENT.sub("", block.code)
+        used.update(dist for text, dist in TEXT_NEEDS if text in code)
+    dists = packages_distributions()
+    return used | {canonicalize_name(d) for module in modules for d in dists.get(module, [])}
 
 
-def _modules_of(dist: str) -> list[str]:
-    return [m for m, ds in packages_distributions().items() if dist in map(canonicalize_name, ds)]
+def optional_outside_tour(page: str) -> set[str]:
+    """The optional distributions ``page``'s snippets use that neither the `tour` extra nor an extra the
+    page names (``tokenport[EXTRA]``) installs."""
+    extras = _extras()
+    optional = extra_closure(extras, *(name for name in extras if name not in ("dev", "all", *ACCELERATORS)))
+    named = re.findall(r"tokenport\[([\w,]+)\]", (ROOT / page).read_text(encoding="utf-8"))
+    allowed = extra_closure(extras, "tour", *(e for group in named for e in group.split(",") if e in extras))
+    return {dist for dist in distributions_used(page_blocks(page)) if dist in optional and dist not in allowed}
 
 
 # --- the tests ------------------------------------------------------------------------------------
@@ -197,10 +199,13 @@ def test_every_block_is_run_written_shown_or_skipped_by_a_named_rule():
 def test_page_runs_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / ".cache"))
-    before = set(sys.modules)
     run_blocks(page, page_blocks(page), tmp_path)
-    imported = {name.partition(".")[0] for name in set(sys.modules) - before}
-    outside = optional_modules_outside(page, imported | imported_by_name(page_blocks(page)))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_needs_the_tour_extra_or_names_its_own(page):
+    """A newcomer installs the tour extra: a snippet that needs more says which extra to install."""
+    outside = optional_outside_tour(page)
     assert not outside, (
         f"{page}: its snippets use {sorted(outside)}, which the tour extra does not install: "
         "add the extra to `tour` in pyproject.toml, or say on the page which `pip install 'tokenport[EXTRA]'` it needs"
