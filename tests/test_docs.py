@@ -76,11 +76,11 @@ def _skip_rule(block: Block) -> str | None:
 
 
 def _file_name(page: str, block: Block) -> str:
-    """The file a YAML/JSON/TOML block is: the last such name in backticks in the paragraph before it."""
+    """The file a YAML/JSON/TOML block is: the first such name in backticks in the paragraph before it."""
     paragraph = block.prose.strip().split("\n\n")[-1]
-    found = FILE_NAME.findall(paragraph)
+    found = FILE_NAME.search(paragraph)
     assert found, f"{page} line {block.line}: name the {block.language} block's file in the paragraph before it"
-    return found[-1]
+    return found.group(1)
 
 
 def _run_shell(page: str, block: Block, cwd: Path) -> None:
