@@ -68,7 +68,8 @@ def build_datasets(
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
     ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path``
-    list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples
+    list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size); a prepare output directory
+    stands for its parts, in order, a weight shared by their token counts. ``sizes`` are the samples
     wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
     stores whole. ``config``: a GPTSampleConfig for GPT samples, an SFTConfig for SFT samples of
@@ -80,7 +81,7 @@ def build_datasets(
     """
     if not isinstance(config, (GPTSampleConfig, SFTConfig)):
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
-    spec = _as_spec(spec)
+    spec = _as_spec(spec).with_parts()  # a prepare output directory stands for its parts
     sizes = _check_sizes(sizes)
     if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not -1e6 < surplus < 1e6:
         raise ConfigError(
