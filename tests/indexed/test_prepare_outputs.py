@@ -127,3 +127,25 @@ def test_a_remote_prefix_is_not_looked_up_as_a_local_path(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     os.makedirs("s3:/bucket/out")  # a local folder spelled like the URL must not be taken for it
     assert resolve_stores(["s3://bucket/out"]) == ["s3://bucket/out"]
+
+
+def test_a_remote_prepare_output_names_its_parts(s3, tmp_path):
+    """Store lists expand local directories only; a prepare output on S3 is refused naming its parts."""
+    pytest.importorskip("s3fs")
+    from tokenport.storage.remote import RemoteOptions
+
+    prepare_output(tmp_path / "web", [[[1, 2]], [[3]]])
+    for name in sorted(os.listdir(tmp_path / "web")):
+        s3.put((tmp_path / "web" / name).read_bytes(), key=f"runs/web/{name}")
+    url = f"s3://{s3.bucket}/runs/web"
+    options = RemoteOptions(storage_options=s3.storage_options())
+    with pytest.raises(ConfigError) as caught:
+        tp.IndexedDataset(url, remote_options=options, cache_dir=tmp_path / "cache")
+    assert str(caught.value) == (
+        f"{url} is a prepare output on object storage: a remote directory is not expanded to its parts (only a "
+        f"local one is); name the parts its tokenport.json lists: {url}/part-00000 {url}/part-00001"
+    )
+    with tp.IndexedDataset(f"{url}/part-00001", remote_options=options, cache_dir=tmp_path / "cache") as part:
+        assert part[0].tolist() == [3]
+    with pytest.raises(tp.StorageError):  # no listing there: the missing object's own error
+        tp.IndexedDataset(f"s3://{s3.bucket}/runs/nothing", remote_options=options, cache_dir=tmp_path / "cache")

@@ -17,7 +17,7 @@ import msgspec
 
 from .._schema import Text, decode
 from ..errors import ConfigError, CorruptStoreError
-from ..storage import is_remote, local_path
+from ..storage import is_remote, local_path, read_small
 
 RUN_MANIFEST = "tokenport.json"  # a prepare output directory's listing of its parts
 
@@ -182,3 +182,26 @@ def single_store(text: str) -> str:
         )
     check_not_raw(text)
     return text
+
+
+def remote_output_error(url: str, remote_options: object = None) -> ConfigError | None:
+    """For a remote prefix whose ``.idx`` is missing: the error naming its parts when ``url`` is a prepare
+    output on object storage (``URL/tokenport.json``), which store lists do not expand; else None."""
+    listing_url = url.rstrip("/") + "/" + RUN_MANIFEST
+    try:
+        data = read_small(listing_url, **({} if remote_options is None else {"options": remote_options}))
+    except Exception:  # the probe is a courtesy: whatever fails, the caller's own error stands
+        return None
+    if data is None:
+        return None
+    try:
+        listing = json.loads(data)
+        parts = decode({"parts": listing.get("parts")}, _RunParts, where=listing_url, remedy="", error=ConfigError)
+    except (ValueError, AttributeError, ConfigError):
+        return None
+    names = [f"{url.rstrip('/')}/{part.name}" for part in parts.parts]
+    shown = " ".join(names[:3]) + (f" ... ({len(names)} in all)" if len(names) > 3 else "")
+    return ConfigError(
+        f"{url} is a prepare output on object storage: a remote directory is not expanded to its parts "
+        f"(only a local one is); name the parts its {RUN_MANIFEST} lists: {shown}"
+    )

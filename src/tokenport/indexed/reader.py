@@ -21,7 +21,7 @@ from ..storage import MODES, ByteSource, MmapSource, is_remote, local_path, open
 from ..storage.handles import LazyHandle
 from .bounds import check_index
 from .commit import recover
-from .directories import single_store
+from .directories import remote_output_error, single_store
 from .format import HEADER_SIZE, IndexHeader, parse_header
 from .manifest import Manifest, StoreFacts, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE
@@ -188,7 +188,13 @@ class IndexedDataset:
             self._idx, self._bin = sources
         elif is_remote(self.prefix):
             options = {} if remote_options is None else {"options": remote_options}
-            self._idx = open_index_source(self.prefix + ".idx", mode, cache_dir, **options)
+            try:
+                self._idx = open_index_source(self.prefix + ".idx", mode, cache_dir, **options)
+            except StorageError:
+                hint = remote_output_error(self.prefix, remote_options)  # a prepare output there: name its parts
+                if hint is None:
+                    raise
+                raise hint from None
             self._bin = open_source(self.prefix + ".bin", "remote", **options)
         else:
             recover(local_path(self.prefix))
