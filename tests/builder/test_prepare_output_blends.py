@@ -106,3 +106,16 @@ def test_a_scheduled_blend_naming_a_directory_asks_for_its_parts(run):
     schedule = MixtureSchedule.from_data([{"at": 0, "weights": [1, 1]}])
     with pytest.raises(ConfigError, match=r"scheduled blend names a prepare output directory.*resolve_stores"):
         Blend((str(root / "web"), code), (1.0, 1.0), schedule).with_parts()
+
+
+def test_a_spec_entry_naming_a_folder_of_raw_files_names_the_entry_and_the_prepare_command(run):
+    root, _, code = run
+    (root / "raw").mkdir()
+    (root / "raw" / "a.jsonl").write_text("{}\n")
+    (root / "spec.yaml").write_text("blend:\n  - {path: code, weight: 1}\n  - {path: raw, weight: 1}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"spec.yaml: blend\[1\].path: .*raw is a directory without tokenport.json.*"
+        r"tokenport prepare .*raw -o stores/raw$",
+    ):
+        load_blend_spec(root / "spec.yaml")

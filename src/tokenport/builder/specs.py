@@ -501,7 +501,7 @@ class _Loader:
         as a ``parts`` entry does (so naming the directory or its parts is one blend), or each by size."""
         out = []
         for leaf in leaves:
-            parts = None if leaf.weight == 0.0 and not by_size else directory_parts(leaf.prefix)
+            parts = None if leaf.weight == 0.0 and not by_size else self.directory(leaf.prefix, leaf.where)
             if parts is None:
                 out.append(leaf)
             elif by_size:
@@ -532,7 +532,7 @@ class _Loader:
     def expand(self, pattern: str, where: str) -> list[str]:
         """The store prefixes of one part: itself, or the .bin/.idx files its glob matches, suffix stripped."""
         if not GLOB_CHARS & set(pattern):
-            parts = directory_parts(pattern)  # a prepare output directory: its parts
+            parts = self.directory(pattern, where)  # a prepare output directory: its parts
             return [strip_suffix(pattern)] if parts is None else parts
         if is_remote(pattern):
             raise self.fail(where, f"{pattern!r}: globs expand for local paths only; list remote parts one by one")
@@ -541,6 +541,13 @@ class _Loader:
         if not found:
             raise self.fail(where, f"{pattern!r} matches no .bin/.idx files; check the path and pattern")
         return sorted(found)
+
+    def directory(self, prefix: str, where: str) -> list[str] | None:
+        """The parts of a prepare output directory (`directory_parts`), errors naming the spec file and entry."""
+        try:
+            return directory_parts(prefix)
+        except TokenportError as exc:
+            raise type(exc)(f"{self.source}: {where}: {exc}") from None
 
     def tokens(self, prefix: str, where: str) -> int:
         """size_of(prefix), errors naming the spec file and entry."""
