@@ -6,6 +6,7 @@ expand it; a spec naming the directory and one naming its parts build the same b
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -16,7 +17,15 @@ from tests._support.stores import build_store
 from tests.indexed.test_prepare_outputs import prepare_output
 from tokenport.blend import MixtureSchedule
 from tokenport.builder.parts import megatron_normalize
-from tokenport.builder.specs import Blend, blend_from_arguments, load_blend_spec
+from tokenport.builder.specs import (
+    Blend,
+    BlendSpec,
+    blend_from_args_file,
+    blend_from_arguments,
+    blend_per_split_from_json,
+    check_spec_tokenizers,
+    load_blend_spec,
+)
 from tokenport.errors import ConfigError
 
 CONFIG = tp.GPTSampleConfig(seq_length=8, eod_id=0)
@@ -119,3 +128,20 @@ def test_a_spec_entry_naming_a_folder_of_raw_files_names_the_entry_and_the_prepa
         r"tokenport prepare .*raw -o stores/raw$",
     ):
         load_blend_spec(root / "spec.yaml")
+
+
+def test_megatron_args_files_take_a_directory(run):
+    root, parts, code = run
+    (root / "args.txt").write_text(f"0.3 {root / 'web'} 0.7 {code}\n")
+    (root / "per_split.json").write_text(json.dumps({"train": [str(root / "web")], "valid": None}))
+    shares = megatron_normalize([_tokens(p) for p in parts])
+    kwargs = dict(sizes=(50, 0, 0), config=CONFIG, seed=4, split="1,0,0")
+    by_file = tp.build_datasets(blend_from_args_file(root / "args.txt"), **kwargs)[0]
+    explicit = tp.build_datasets(Blend((*parts, code), tuple(0.3 * s for s in shares) + (0.7,)), **kwargs)[0]
+    assert _samples(by_file) == _samples(explicit)
+    per_split = blend_per_split_from_json(root / "per_split.json")
+    kwargs = dict(sizes=(None, 0, 0), config=CONFIG, seed=4)
+    assert _samples(tp.build_datasets(per_split, **kwargs)[0]) == _samples(
+        tp.build_datasets(BlendSpec(per_split=(Blend(tuple(parts)), None, None)), **kwargs)[0]
+    )
+    check_spec_tokenizers(BlendSpec(blend=Blend((str(root / "web"), code), (1.0, 1.0))))  # reads the parts

@@ -321,6 +321,8 @@ def check_spec_tokenizers(spec: BlendSpec, *, allow_mixed_tokenizers: bool = Fal
     """Every store ``spec`` names (all its blends) made with one tokenizer: the shared check of
     `indexed.same_tokenizer`, for what reports on a spec without building it (``tokenport blend``)."""
 
+    spec = spec.with_parts()  # a prepare output directory: its parts
+
     def pairs() -> Any:
         blends = [spec.blend] if spec.blend is not None else list(spec.per_split or ())
         seen: set[str] = set()
