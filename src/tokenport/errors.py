@@ -36,3 +36,7 @@ class TokenizerError(TokenportError):
 
 class DockTimeout(TokenportError, TimeoutError):
     """A dock ``get`` waited its whole ``timeout`` without enough ready rows."""
+
+
+class OversamplingWarning(UserWarning):
+    """A build reads a store more epochs than ``blend.oversampling.OVERSAMPLING_EPOCHS``: its documents repeat."""

@@ -15,6 +15,7 @@ from ..samples.base import Describer, Rebuilder, SampleDataset, digest, plain, r
 from ..samples.lineage import ReadPlan, SampleLineage
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
+from .oversampling import oversampled, warn_oversampled
 from .schedule import MixtureSchedule, build_scheduled_indices
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ class BlendedDataset(SampleDataset):
     ``weights`` are relative (normalized here); ``num_samples`` is the number of samples (``size``:
     its older spelling, kept for one release), or None to
     take every sample of every dataset once (then the weights are ignored and each dataset's
-    length is its count). Items are the child's sample dict plus ``dataset_id``, as in
+    length is its count). A GPT child read more than ``OVERSAMPLING_EPOCHS`` times warns
+    (`OversamplingWarning`). Items are the child's sample dict plus ``dataset_id``, as in
     megatron-core. A child shorter than the samples the blend takes from it is read around
     (``k`` modulo its length) with a warning; build children with ``samples_per_dataset()``
     samples to avoid that (``tokenport.build_datasets`` does).
@@ -71,6 +73,7 @@ class BlendedDataset(SampleDataset):
         else:
             dataset_index, sample_index = build_blending_indices(target, num_samples, algorithm=algorithm)
         self._adopt(datasets, dataset_index, sample_index)
+        warn_oversampled(oversampled(self.datasets, self.samples_per_dataset().tolist(), "the blend"), stacklevel=4)
         self.recipe: dict[str, Any] | None = {
             "weights": None if num_samples is None else target.tolist(),
             "size": num_samples,

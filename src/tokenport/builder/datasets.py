@@ -21,6 +21,10 @@ packs into serves epochs, each in a new order (see `SFTDataset`), rather than be
 length; ``sizes=None`` without weights takes one epoch of every store. SFT rows are packed when
 the dataset is made (the blending indices still go through the cache); children of one blend get
 ``cu_seqlens`` of one width, so their batches stack.
+
+A prepare output directory in any store list stands for its parts, in order, a weight shared by
+their token counts (`Blend.with_parts`). A store the train split reads more than
+``OVERSAMPLING_EPOCHS`` (16) times warns once (`OversamplingWarning`, naming it and what to do).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 
 from .._checks import check_int, is_int
 from ..blend import BlendedDataset, MixtureSchedule, build_blending_indices, build_scheduled_indices
+from ..blend.oversampling import Oversampled, oversampled, warn_oversampled
 from ..errors import ConfigError
 from ..indexed import IndexedDataset, StoreFacts
 from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
@@ -68,8 +73,8 @@ def build_datasets(
     """The (train, valid, test) datasets of ``spec``; None where a split has no data or no samples.
 
     ``spec`` is a spec file (see `load_blend_spec`), a BlendSpec, a Blend, or Megatron's ``--data-path``
-    list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size). ``sizes`` are the samples
-    wanted per split: 0 for none; None, without weights, for one epoch of every store, each sample once.
+    list (``["0.3", "a", "0.7", "b"]`` or bare prefixes, weighted by size; a directory: see the module doc).
+    ``sizes``: samples per split: 0 for none; None, without weights, for one epoch of every store, each once.
     ``split`` divides every store of a shared blend, Megatron's way; per-split blends use their
     stores whole. ``config``: a GPTSampleConfig for GPT samples, an SFTConfig for SFT samples of
     chat stores (see the module doc). ``workers`` > 1: processes that build the children's indices
@@ -80,7 +85,7 @@ def build_datasets(
     """
     if not isinstance(config, (GPTSampleConfig, SFTConfig)):
         raise ConfigError(f"config: expected a GPTSampleConfig or an SFTConfig, got {type(config).__name__}")
-    spec = _as_spec(spec)
+    spec = _as_spec(spec).with_parts()  # a prepare output directory stands for its parts
     sizes = _check_sizes(sizes)
     if isinstance(surplus, bool) or not isinstance(surplus, (int, float)) or not -1e6 < surplus < 1e6:
         raise ConfigError(
@@ -109,7 +114,18 @@ def build_datasets(
             out.append(None)
         else:
             out.append(builder.split(blend, split_string, which, sizes[i]))
+    warn_oversampled(_oversampled_in_training(out[0]))
     return out[0], out[1], out[2]
+
+
+def _oversampled_in_training(train: Dataset | None) -> list[Oversampled]:
+    """The stores the train dataset reads more than OVERSAMPLING_EPOCHS times (evaluation repeats are not flagged)."""
+    if isinstance(train, BlendedDataset):
+        return oversampled(train.datasets, train.samples_per_dataset().tolist(), "the train split's blend")
+    if train is None:
+        return []
+    asked = train.num_samples if isinstance(train, GPTDataset) and train.num_samples is not None else len(train)
+    return oversampled([train], [asked], "the train split")  # its samples asked, not its whole epochs
 
 
 def _as_spec(spec: Any) -> BlendSpec:

@@ -33,21 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import is_int, summable
+from .._checks import is_int
 from .._files import parse_structured, read_text
 from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset, resolve_stores, strip_suffix
+from ..indexed.directories import directory_parts
 from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
 from ..storage import GLOB_CHARS, is_remote, local_path
+from .parts import expand_parts, megatron_normalize, store_tokens
 from .splits import SPLIT_NAMES
-
-
-def megatron_normalize(weights: Sequence[float]) -> list[float]:
-    """Weights divided by their float64 sum, as megatron.core.datasets.utils.normalize does (weights
-    whose sum overflows, near the float maximum, by their ratio: megatron-core divides them to zeros)."""
-    w = summable(weights)
-    return (w / np.sum(w)).tolist()
 
 
 def _entry(index: int, prefix: Any) -> str:
@@ -105,6 +100,19 @@ class Blend:
         """The weights divided by their sum exactly as Megatron's `normalize` does (None when by size)."""
         return None if self.weights is None else megatron_normalize(self.weights)
 
+    def with_parts(self, size_of: Callable[[str], int] = store_tokens) -> Blend:
+        """This blend with each local prepare output directory replaced by its parts, in order (a weight
+        shared by their token counts, see `builder.parts`); itself when it names none."""
+        expanded = expand_parts(self.prefixes, self.weights, size_of)
+        if expanded is None:
+            return self
+        if self.schedule is not None:
+            raise ConfigError(
+                "a scheduled blend names a prepare output directory: its schedule gives one weight per store, "
+                "so list the directory's parts (tokenport.indexed.resolve_stores([DIR])) with a weight each"
+            )
+        return Blend(*expanded)
+
     def as_megatron(self) -> tuple[list[str], list[float] | None]:
         """The (prefixes, weights) pair of Megatron's BlendedMegatronDatasetConfig.blend."""
         return list(self.prefixes), None if self.weights is None else list(self.weights)
@@ -154,6 +162,13 @@ class BlendSpec:
         if self.per_split is not None:
             object.__setattr__(self, "per_split", _split_tuple(self.per_split, where))
 
+    def with_parts(self) -> BlendSpec:
+        """This spec with every blend's prepare output directories replaced by their parts (`Blend.with_parts`)."""
+        if self.blend is not None:
+            return BlendSpec(blend=self.blend.with_parts(), source=self.source)
+        blends = tuple(None if blend is None else blend.with_parts() for blend in self.per_split or ())
+        return BlendSpec(per_split=blends, source=self.source)  # type: ignore[arg-type]
+
 
 def _split_tuple(value: Any, where: str) -> tuple[Blend | None, Blend | None, Blend | None]:
     """A (train, valid, test) tuple of Blend or None from a tuple or a mapping of split names."""
@@ -187,23 +202,16 @@ def blend_from_arguments(items: Sequence[str]) -> Blend:
     """Megatron's list as typed on a command line: each store named once, by prefix, file or directory.
 
     Bare stores go through `resolve_stores` (a glob's .bin/.idx/.json files are one store, a
-    prepare output directory its parts); a weighted entry must name one store; a store named
-    twice is refused (`blend_from_list` keeps repeats, as Megatron does).
+    prepare output directory its parts); a weighted prepare output directory's parts share its
+    weight by token counts (`Blend.with_parts`); a store named twice is refused
+    (`blend_from_list` keeps repeats, as Megatron does).
     """
     prefixes, weights = _parse_items(items, "stores")
     if weights is None:
         return Blend(tuple(resolve_stores(prefixes)))
-    stores = []
-    for prefix in prefixes:
-        resolved = resolve_stores([prefix])
-        if len(resolved) != 1:
-            raise ConfigError(
-                f"stores: {prefix} holds {len(resolved)} parts but has one weight; weigh each part, or use a "
-                "spec file entry {weight: W, parts: [...]} to share the weight by token counts"
-            )
-        stores.append(resolved[0])
-    resolve_stores(stores)  # refuses a store named twice
-    return Blend(tuple(stores), weights)
+    stores = [prefix if directory_parts(prefix) is not None else resolve_stores([prefix])[0] for prefix in prefixes]
+    resolve_stores(stores)  # refuses a store named twice (a part of a directory too)
+    return Blend(tuple(stores), weights).with_parts()
 
 
 SPEC_FILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -321,6 +329,8 @@ def check_spec_tokenizers(spec: BlendSpec, *, allow_mixed_tokenizers: bool = Fal
     """Every store ``spec`` names (all its blends) made with one tokenizer: the shared check of
     `indexed.same_tokenizer`, for what reports on a spec without building it (``tokenport blend``)."""
 
+    spec = spec.with_parts()  # a prepare output directory: its parts
+
     def pairs() -> Any:
         blends = [spec.blend] if spec.blend is not None else list(spec.per_split or ())
         seen: set[str] = set()
@@ -334,17 +344,12 @@ def check_spec_tokenizers(spec: BlendSpec, *, allow_mixed_tokenizers: bool = Fal
     check_same_tokenizer(pairs(), allow_mixed_tokenizers=allow_mixed_tokenizers, what="blend")
 
 
-def store_tokens(prefix: str) -> int:
-    """The token count of a store, read from its .idx."""
-    with IndexedDataset(prefix) as store:
-        return store.num_tokens
-
-
 def load_blend_spec(path: str | os.PathLike, *, size_of: Callable[[str], int] = store_tokens) -> BlendSpec:
     """Read a blend spec (YAML for .yaml/.yml, else JSON) and flatten its groups into leaf Blends.
 
     Top level: ``blend: [...]`` (shared) or any of ``train``/``valid``/``test``. A list holds
-    entries ``{path, weight}``, ``{weight, parts: [prefix or glob, ...]}`` (the weight shared by
+    entries ``{path, weight}`` (a prepare output directory: as ``parts: [DIR]``),
+    ``{weight, parts: [prefix, glob or prepare output directory, ...]}`` (the weight shared by
     the parts' token counts, from `size_of`) or ``{weight, blend: [...]}`` (a nested group),
     each with an optional ``name``; or Megatron's flat form (``["0.3", "a", "0.7", "b"]``, or
     bare prefixes, weighted by size, for a whole split only). Each leaf's weight is the product
@@ -417,7 +422,7 @@ class _Loader:
         if flat is not None and flat.weights is None:
             names = [f"{where}[{i}]" for i in range(len(flat.prefixes))]
             leaves = [_Leaf(self.resolve(p, name), 1.0, name) for p, name in zip(flat.prefixes, names)]
-            return Blend(tuple(leaf.prefix for leaf in self.unique(leaves)))
+            return Blend(tuple(leaf.prefix for leaf in self.unique(self.with_parts(leaves, by_size=True))))
         leaves = [leaf for leaf in self.entries(value, where, 1.0) if leaf.weight > 0.0]
         leaves = self.unique(leaves)
         named = tuple(leaf.name for leaf in leaves) if any(leaf.name for leaf in leaves) else None
@@ -442,7 +447,8 @@ class _Loader:
                 )
             names = [f"{where}[{2 * i + 1}]" for i in range(len(flat.prefixes))]
             shares = self.shares(list(flat.weights), where, scale)
-            return [_Leaf(self.resolve(p, name), share, name) for p, name, share in zip(flat.prefixes, names, shares)]
+            leaves = [_Leaf(self.resolve(p, name), share, name) for p, name, share in zip(flat.prefixes, names, shares)]
+            return self.with_parts(leaves)
         if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
             raise self.fail(
                 where,
@@ -501,9 +507,23 @@ class _Loader:
         elif kind == "parts":
             leaves = self.parts(item["parts"], f"{where}.parts", scale)
         else:
-            leaves = [_Leaf(self.resolve(item["path"], f"{where}.path"), scale, f"{where}.path")]
+            leaves = self.with_parts([_Leaf(self.resolve(item["path"], f"{where}.path"), scale, f"{where}.path")])
         name = item.get("name", "")
         return [replace(leaf, name="/".join(n for n in (name, leaf.name) if n)) for leaf in leaves] if name else leaves
+
+    def with_parts(self, leaves: list[_Leaf], *, by_size: bool = False) -> list[_Leaf]:
+        """The leaves, a prepare output directory's replaced by its parts: sharing its weight by token counts
+        as a ``parts`` entry does (so naming the directory or its parts is one blend), or each by size."""
+        out = []
+        for leaf in leaves:
+            parts = None if leaf.weight == 0.0 and not by_size else self.directory(leaf.prefix, leaf.where)
+            if parts is None:
+                out.append(leaf)
+            elif by_size:
+                out.extend(_Leaf(part, leaf.weight, leaf.where) for part in parts)
+            else:
+                out.extend(self.parts([leaf.prefix], leaf.where, leaf.weight))
+        return out
 
     def parts(self, value: Any, where: str, scale: float) -> list[_Leaf]:
         """The stores matched by a parts list, sharing `scale` by their token counts."""
@@ -527,7 +547,8 @@ class _Loader:
     def expand(self, pattern: str, where: str) -> list[str]:
         """The store prefixes of one part: itself, or the .bin/.idx files its glob matches, suffix stripped."""
         if not GLOB_CHARS & set(pattern):
-            return [strip_suffix(pattern)]
+            parts = self.directory(pattern, where)  # a prepare output directory: its parts
+            return [strip_suffix(pattern)] if parts is None else parts
         if is_remote(pattern):
             raise self.fail(where, f"{pattern!r}: globs expand for local paths only; list remote parts one by one")
         matches = glob.glob(local_path(pattern)) + glob.glob(local_path(pattern) + ".idx")
@@ -535,6 +556,13 @@ class _Loader:
         if not found:
             raise self.fail(where, f"{pattern!r} matches no .bin/.idx files; check the path and pattern")
         return sorted(found)
+
+    def directory(self, prefix: str, where: str) -> list[str] | None:
+        """The parts of a prepare output directory (`directory_parts`), errors naming the spec file and entry."""
+        try:
+            return directory_parts(prefix)
+        except TokenportError as exc:
+            raise type(exc)(f"{self.source}: {where}: {exc}") from None
 
     def tokens(self, prefix: str, where: str) -> int:
         """size_of(prefix), errors naming the spec file and entry."""

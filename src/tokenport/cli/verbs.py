@@ -87,28 +87,10 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def store_total(summaries: Sequence[Any]) -> dict[str, int]:
-    """The sum over stores' summaries: stores, documents, sequences, tokens (inspect's "total")."""
-    return {
-        "stores": len(summaries),
-        "documents": sum(s.documents for s in summaries),
-        "sequences": sum(s.sequences for s in summaries),
-        "tokens": sum(s.tokens for s in summaries),
-    }
-
-
 def _inspect(args: argparse.Namespace) -> int:
-    from ..indexed import resolve_stores
-    from ..indexed.inspect import summarize
+    from ..indexed.inspect import summarize_stores
 
-    summaries = [summarize(prefix, **_given(args, "documents")) for prefix in resolve_stores(args.prefixes)]
-    total = store_total(summaries)
-    _emit(args, summaries, key="stores", total=total)
-    if len(summaries) > 1 and not args.json:
-        print(
-            f"total      {total['stores']:,} stores  {total['documents']:,} documents  "
-            f"{total['sequences']:,} sequences  {total['tokens']:,} tokens"
-        )
+    _emit(args, [summarize_stores(args.prefixes, **_given(args, "documents"))])
     return 0
 
 

@@ -1,4 +1,5 @@
-"""What a store holds, for people: counts, length percentiles, a histogram, the first documents."""
+"""What a store holds, for people: counts, length percentiles, a histogram, the first documents;
+for several stores (a prepare output's parts), each store's block and then their total."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from .._checks import check_int
 from ..errors import ConfigError
 from . import IndexedDataset
+from .prefixes import resolve_stores
 
 PERCENTILES = (0, 10, 50, 90, 99, 100)
 _MASK_CHUNK = 16 << 20
@@ -108,6 +110,62 @@ def summarize(prefix: str | os.PathLike, *, documents: int = 3, preview_chars: i
     )
     ds.close()
     return summary
+
+
+@dataclass(frozen=True)
+class StoresTotal:
+    """What sums over the stores of a `StoresSummary`."""
+
+    stores: int
+    documents: int
+    sequences: int
+    tokens: int
+    bin_bytes: int
+
+    def render(self) -> str:
+        """The total line of a report."""
+        return (
+            f"total      {self.stores:,} stores  {self.documents:,} documents  {self.sequences:,} sequences  "
+            f"{self.tokens:,} tokens  ({self.bin_bytes / 2**20:,.1f} MiB in .bin)"
+        )
+
+
+@dataclass(frozen=True)
+class StoresSummary:
+    """`tokenport inspect` of several stores: each store's summary, then their total."""
+
+    stores: tuple[StoreSummary, ...]
+    total: StoresTotal
+
+    def render(self, width: int = 40) -> str:
+        """Each store's block, a blank line between them, then the total line (for two stores or more)."""
+        blocks = [summary.render(width) for summary in self.stores]
+        if len(self.stores) > 1:
+            blocks.append(self.total.render())
+        return "\n\n".join(blocks)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"stores": [each store's summary], "total": {stores, documents, sequences, tokens, bin_bytes}}``."""
+        return {"stores": [summary.to_json() for summary in self.stores], "total": asdict(self.total)}
+
+
+def summarize_stores(
+    prefixes: Sequence[str | os.PathLike], *, documents: int = 3, preview_chars: int = 240
+) -> StoresSummary:
+    """Summarize the stores ``prefixes`` name (a prepare output directory: its parts, see `resolve_stores`)
+    and total them."""
+    check_int("documents", documents, 0, what="how many documents to show (--documents)")
+    summaries = tuple(
+        summarize(prefix, documents=documents, preview_chars=preview_chars) for prefix in resolve_stores(prefixes)
+    )
+    total = StoresTotal(
+        stores=len(summaries),
+        documents=sum(s.documents for s in summaries),
+        sequences=sum(s.sequences for s in summaries),
+        tokens=sum(s.tokens for s in summaries),
+        bin_bytes=sum(s.bin_bytes for s in summaries),
+    )
+    return StoresSummary(summaries, total)
 
 
 def _mask_coverage(ds: IndexedDataset) -> float | None:

@@ -3,25 +3,24 @@
 A shell glob such as ``stores/web/part-*`` names each store by its files (``.bin``, ``.idx``,
 ``.json``, and a chat store's ``.mask.bin``/``.mask.idx``); those collapse to one prefix. A
 prepare output directory expands to its parts, in the order its ``tokenport.json`` lists them.
-A store named twice (the same spelling again, or its bare prefix beside one of its files) is
-refused: merging or blending it twice would silently double its documents.
+A path that is no store (a raw corpus file, a directory that is not a prepare output) is refused
+with what it holds and the command that prepares it (see `directories`). A store named twice
+(the same spelling again, or its bare prefix beside one of its files) is refused: merging or
+blending it twice would silently double its documents.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
-import msgspec
-
-from .._schema import Text, decode
-from ..errors import ConfigError, CorruptStoreError
+from ..errors import ConfigError
 from ..storage import is_remote, local_path
+from .directories import RUN_MANIFEST as RUN_MANIFEST  # where it has always been importable from
+from .directories import check_not_raw, directory_parts
+from .directories import run_parts as run_parts
 from .manifest import MASK_SUFFIX
 from .reader import strip_suffix
-
-RUN_MANIFEST = "tokenport.json"  # a prepare output directory's listing of its parts
 
 
 def resolve_stores(args: Sequence[str | os.PathLike], *, what: str = "store") -> list[str]:
@@ -64,46 +63,8 @@ def _is_mask_file(text: str, named: set[str]) -> bool:
 
 def _expand(text: str) -> list[tuple[str, str]]:
     """(prefix, spelling) pairs of one argument: its parts for a prepare output directory."""
-    path = local_path(text)
-    if not is_remote(text) and os.path.isdir(path):
-        return [(part, part) for part in run_parts(path)]
+    parts = directory_parts(text)
+    if parts is not None:
+        return [(part, part) for part in parts]
+    check_not_raw(text)  # a raw corpus file: prepare it first
     return [(strip_suffix(text), text)]
-
-
-class _Part(msgspec.Struct, frozen=True):
-    """One part a run manifest lists: only its name is read here (prepare's own reader reads the rest)."""
-
-    name: Text
-
-    def __post_init__(self) -> None:
-        if self.name in (".", "..") or "/" in self.name or os.sep in self.name or "\0" in self.name:
-            raise ValueError(f"{self.name!r} is not a part's file name - at `name`")
-
-
-class _RunParts(msgspec.Struct, frozen=True):
-    """The listing of a run manifest (``tokenport.json``): other keys are prepare's, and read by it."""
-
-    parts: list[_Part]
-
-
-def run_parts(directory: str) -> list[str]:
-    """The part prefixes of the prepare output ``directory``, in the order its manifest lists them."""
-    path = os.path.join(directory, RUN_MANIFEST)
-    remedy = "rerun prepare to rebuild it"
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())  # Python's json: prepare's other keys may hold what it writes (NaN)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{directory} is a directory without {RUN_MANIFEST}: pass store prefixes, or the output "
-            "directory of a finished prepare run"
-        ) from None
-    except OSError as exc:
-        raise CorruptStoreError(f"{path}: cannot read it ({exc.strerror}); {remedy}") from None
-    except ValueError as exc:  # not UTF-8, not JSON
-        raise CorruptStoreError(f"{path}: not valid JSON ({exc}); {remedy}") from None
-    listing = {"parts": data.get("parts")} if isinstance(data, dict) and "parts" in data else data
-    manifest = decode(listing, _RunParts, where=path, remedy=remedy, error=CorruptStoreError)
-    if not manifest.parts:
-        raise ConfigError(f"{directory}: the prepare run wrote no parts (no documents kept)")
-    return [os.path.join(directory, part.name) for part in manifest.parts]

@@ -21,6 +21,7 @@ from ..storage import MODES, ByteSource, MmapSource, is_remote, local_path, open
 from ..storage.handles import LazyHandle
 from .bounds import check_index
 from .commit import recover
+from .directories import remote_output_error, single_store
 from .format import HEADER_SIZE, IndexHeader, parse_header
 from .manifest import Manifest, StoreFacts, manifest_path, mask_prefix, read_manifest
 from .masks import MASK_DTYPE
@@ -86,7 +87,9 @@ class IndexedDataset:
     """The sequences of a Megatron-compatible token store.
 
     `prefix_or_url` is a local prefix (``data/wiki`` for ``data/wiki.bin`` + ``.idx``) or a URL
-    (``s3://bucket/wiki``, or any scheme registered with storage.register_scheme). `mode` is "auto"
+    (``s3://bucket/wiki``, or any scheme registered with storage.register_scheme); a local prepare
+    output directory of one part opens that part (of several: ConfigError naming the call that reads
+    them all; a raw corpus file: ConfigError with the prepare command). `mode` is "auto"
     (mmap locally, ranged reads remotely), "mmap", "pread" or "remote". `remote_options` (for fsspec
     URLs a storage.remote.RemoteOptions) tunes object-store reads; `cache_dir` is where a remote .idx
     is cached. `sources`, an (idx, bin) pair of byte sources, is read instead of opening the prefix.
@@ -111,6 +114,9 @@ class IndexedDataset:
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        text = os.fspath(prefix_or_url) if isinstance(prefix_or_url, (str, os.PathLike)) else None
+        if sources is None and isinstance(text, str):
+            prefix_or_url = single_store(text)  # a one-part prepare output: that part; a raw file: refused
         self.prefix = store_prefix(prefix_or_url)
         self.mode = mode
         self._remote_options = remote_options
@@ -182,7 +188,13 @@ class IndexedDataset:
             self._idx, self._bin = sources
         elif is_remote(self.prefix):
             options = {} if remote_options is None else {"options": remote_options}
-            self._idx = open_index_source(self.prefix + ".idx", mode, cache_dir, **options)
+            try:
+                self._idx = open_index_source(self.prefix + ".idx", mode, cache_dir, **options)
+            except StorageError:
+                hint = remote_output_error(self.prefix, remote_options)  # a prepare output there: name its parts
+                if hint is None:
+                    raise
+                raise hint from None
             self._bin = open_source(self.prefix + ".bin", "remote", **options)
         else:
             recover(local_path(self.prefix))

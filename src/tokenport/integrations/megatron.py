@@ -116,7 +116,9 @@ def read_megatron_args(args: Any) -> MegatronDataArgs:
     """Megatron-LM's data flags from its ``args`` namespace; ConfigError naming a flag that cannot be honoured.
 
     A missing attribute takes Megatron-LM's default, so a namespace with only the flags a run
-    sets (``data_path``, ``split``, ``seq_length``, ...) is enough.
+    sets (``data_path``, ``split``, ``seq_length``, ...) is enough. A prepare output directory in a
+    data path (or a data args file) stands for its parts, its weight shared by their token counts,
+    when the datasets are built (see `tokenport.build_datasets`).
     """
     if getattr(args, "mock_data", False):
         raise ConfigError(
