@@ -254,6 +254,7 @@ def test_inspect_verify_merge_json_equal_the_reports(stores, capsys):
     shown = _json_of(capsys, ["inspect", a, b])
     assert shown["stores"] == [summarize(a).to_json(), summarize(b).to_json()]
     tokens = summarize(a).tokens + summarize(b).tokens
+    assert shown["total"].pop("bin_bytes") > 0
     assert shown["total"] == {"stores": 2, "documents": 40, "sequences": 40, "tokens": tokens}
     assert _json_of(capsys, ["verify", a]) == {"stores": [verify(a).to_json()], "total": {"stores": 1, "failed": 0}}
     with open(stores / "b.bin", "r+b") as f:

@@ -17,13 +17,13 @@ from tests._support.stores import build_store
 from tests.indexed.test_prepare_outputs import prepare_output
 from tokenport.blend import MixtureSchedule
 from tokenport.builder.parts import megatron_normalize
+from tokenport.builder.report import check_spec_tokenizers
 from tokenport.builder.specs import (
     Blend,
     BlendSpec,
     blend_from_args_file,
     blend_from_arguments,
     blend_per_split_from_json,
-    check_spec_tokenizers,
     load_blend_spec,
 )
 from tokenport.errors import ConfigError

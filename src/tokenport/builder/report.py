@@ -21,6 +21,8 @@ from .._optional import require
 from ..blend import AdaptiveBlend, MixtureSchedule, build_blending_indices, prefix_deviations
 from ..blend.trajectory import MixtureTrajectory, adaptive_trajectory, dataset_labels, scheduled_trajectory
 from ..errors import ConfigError
+from ..indexed import IndexedDataset
+from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
 from ..sampling.state import read_loader_state
 from .specs import Blend, BlendSpec, spec_from_arguments, store_tokens
 from .splits import SPLIT_NAMES
@@ -263,3 +265,22 @@ def blend_spec_or_state(spec: Sequence[str], state: str | None, size: int | None
     if size is None:
         raise ConfigError("blend: --size is missing: give the number of samples to blend")
     return spec_from_arguments(spec), None
+
+
+def check_spec_tokenizers(spec: BlendSpec, *, allow_mixed_tokenizers: bool = False) -> None:
+    """Every store ``spec`` names (all its blends) made with one tokenizer: the shared check of
+    `indexed.same_tokenizer`, for what reports on a spec without building it (``tokenport blend``)."""
+
+    spec = spec.with_parts()  # a prepare output directory: its parts
+
+    def pairs() -> Any:
+        blends = [spec.blend] if spec.blend is not None else list(spec.per_split or ())
+        seen: set[str] = set()
+        for blend in blends:
+            for prefix in () if blend is None else blend.without_zero_weights().prefixes:
+                if prefix not in seen:
+                    seen.add(prefix)
+                    with IndexedDataset(prefix, lazy=True) as store:  # reads the manifest, not the index
+                        yield prefix, store_tokenizer(store)
+
+    check_same_tokenizer(pairs(), allow_mixed_tokenizers=allow_mixed_tokenizers, what="blend")

@@ -37,9 +37,8 @@ from .._checks import is_int
 from .._files import parse_structured, read_text
 from ..blend.schedule import MixtureSchedule
 from ..errors import ConfigError, TokenportError
-from ..indexed import IndexedDataset, resolve_stores, strip_suffix
+from ..indexed import resolve_stores, strip_suffix
 from ..indexed.directories import directory_parts
-from ..indexed.same_tokenizer import check_same_tokenizer, store_tokenizer
 from ..storage import GLOB_CHARS, is_remote, local_path
 from .parts import expand_parts, megatron_normalize, store_tokens
 from .splits import SPLIT_NAMES
@@ -323,25 +322,6 @@ def _reject_unknown(data: Mapping[Any, Any], known: Sequence[str], where: str) -
 
 
 # -- YAML/JSON specs with groups -----------------------------------------------------------------
-
-
-def check_spec_tokenizers(spec: BlendSpec, *, allow_mixed_tokenizers: bool = False) -> None:
-    """Every store ``spec`` names (all its blends) made with one tokenizer: the shared check of
-    `indexed.same_tokenizer`, for what reports on a spec without building it (``tokenport blend``)."""
-
-    spec = spec.with_parts()  # a prepare output directory: its parts
-
-    def pairs() -> Any:
-        blends = [spec.blend] if spec.blend is not None else list(spec.per_split or ())
-        seen: set[str] = set()
-        for blend in blends:
-            for prefix in () if blend is None else blend.without_zero_weights().prefixes:
-                if prefix not in seen:
-                    seen.add(prefix)
-                    with IndexedDataset(prefix, lazy=True) as store:  # reads the manifest, not the index
-                        yield prefix, store_tokenizer(store)
-
-    check_same_tokenizer(pairs(), allow_mixed_tokenizers=allow_mixed_tokenizers, what="blend")
 
 
 def load_blend_spec(path: str | os.PathLike, *, size_of: Callable[[str], int] = store_tokens) -> BlendSpec:

@@ -178,7 +178,7 @@ def one_epoch(spec: Any, seq_length: int) -> int:
 def _blend(args: argparse.Namespace) -> int:
     from .._checks import check_int
     from ..builder import report as blends
-    from ..builder.specs import check_spec_tokenizers
+    from ..builder.report import check_spec_tokenizers
 
     if args.plot:
         require("matplotlib", extra="plot", feature="blend --plot")
