@@ -154,8 +154,10 @@ def test_hf_missing_eod(tmp_path):
     hf.train_from_iterator(["no special tokens here"] * 10, trainers.BpeTrainer(vocab_size=300, show_progress=False))
     path = str(tmp_path / "tokenizer.json")
     hf.save(path)
-    with pytest.raises(TokenizerError, match="#eod=") as err:
-        load_tokenizer(path)
+    tok = load_tokenizer(path)  # loads (prepare --no-eod needs none); asking for its EOD id says what to do
+    assert tok.eod_id_or_none is None
+    with pytest.raises(TokenizerError, match="#eod=.*--no-eod") as err:
+        _ = tok.eod_id
     assert path in str(err.value)
     assert load_tokenizer(f"{path}#eod=s").eod_id == hf.token_to_id("s")
 

@@ -39,7 +39,7 @@ class HFTokenizer(Tokenizer):
     def spec(self) -> str:
         return f"{self.kind}:{self.path}" + (f"#eod={self.eod_token}" if self.eod_token else "")
 
-    def _load(self) -> tuple[Any, int, int, str]:
+    def _load(self) -> tuple[Any, int, int | None, str]:
         hf = require("tokenizers", "hf")
         data = read_file(self.path, self.kind)
         try:
@@ -82,7 +82,7 @@ class GigatokenTokenizer(HFTokenizer):
 
     kind = "gigatoken"
 
-    def _load(self) -> tuple[Any, int, int, str]:
+    def _load(self) -> tuple[Any, int, int | None, str]:
         gt = require("gigatoken", "gigatoken")
         data = read_file(self.path, self.kind)
         try:

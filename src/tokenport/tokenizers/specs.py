@@ -82,7 +82,7 @@ def tokenizer_from_identity(identity: dict[str, Any]) -> Tokenizer | None:
         logger.info("tokenizer %s of the manifest is not available here: %s", spec, e)
         return None
     keys = ("fingerprint", "vocab_size", "eod_id")
-    if any(found[k] != identity.get(k) for k in keys):
+    if any(found.get(k) != identity.get(k) for k in keys):
         logger.warning("tokenizer %s differs from the manifest's in %s; not using it", spec, "/".join(keys))
         return None
     return tok

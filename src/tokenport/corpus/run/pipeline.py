@@ -119,6 +119,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
     tokenizer = load_tokenizer(config.tokenizer)
+    if config.append_eod and config.format == "text":
+        tokenizer.eod_id  # noqa: B018 - now: a tokenizer without one is refused naming --no-eod, before any work
     identity = tokenizer.identity()
     chat = _chat_job(config, tokenizer)
     settings = config.output_settings(identity, None if chat is None else chat.describe())
@@ -127,7 +129,7 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     out = OutputDir(config.output if url is None else staging_dir(url))
     if url is None and os.path.exists(out.path) and not os.path.isdir(out.path):
         raise not_a_directory(out.path)  # before the inputs: an input given as the output is not "no files"
-    files = expand_inputs(config.inputs, exclude=out.path)
+    files = expand_inputs(config.inputs, exclude=out.path, as_text=config.as_text)
     if url is not None:  # an object store: prepared in a local staging directory, then uploaded
         manifest = check_remote_output(url, run_fingerprint)
         if manifest is not None:
