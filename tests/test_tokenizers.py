@@ -440,7 +440,8 @@ def test_sentencepiece_without_eos(docstrings, tmp_path):
 @pytest.mark.parametrize(
     "spec, error, named",
     [
-        ("gpt2", ConfigError, "accepted forms"),
+        ("gpt2", TokenizerError, "tokenport downloads nothing"),
+        ("nothing:here", ConfigError, "accepted forms"),
         ("wordpiece:vocab.txt", ConfigError, "accepted forms"),
         ("hf:{tmp}/missing/tokenizer.json", TokenizerError, "{tmp}/missing/tokenizer.json"),
         ("{tmp}/missing.json", TokenizerError, "{tmp}/missing.json"),
@@ -455,7 +456,8 @@ def test_sentencepiece_without_eos(docstrings, tmp_path):
         ("sentencepiece:{tmp}/x.model#eod=</s>", ConfigError, "takes no '#' options"),
     ],
 )
-def test_bad_specs(spec, error, named, tmp_path):
+def test_bad_specs(spec, error, named, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hub-cache"))  # a model name is looked up there
     (tmp_path / "notjson.json").write_text("{ not json")
     with pytest.raises(error) as err:
         load_tokenizer(spec.format(tmp=tmp_path))
