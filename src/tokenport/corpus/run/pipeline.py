@@ -41,6 +41,7 @@ from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
+from .failures import output_failure
 from .identity import InputIdentity, changed_input, changed_while_read, identify, planner_digests
 from .ray_executor import RayExecutor
 from .state import DATASET_FORMAT, OutputDir, not_a_directory, replace_atomically, to_builtins
@@ -114,8 +115,21 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     existing result when the output is already finished with them (see ``identity`` for what
     "unchanged" means); raises ConfigError for other settings or changed inputs, naming what
     differs, unless `overwrite` (``--force``): then the earlier run's work and output are deleted
-    and the run starts over. A run that fails before producing anything leaves no ``.work/``.
+    and the run starts over. A run that fails before producing anything leaves no ``.work/``. An OS
+    error while writing (disk full, permissions) is a StorageError naming `config.output`.
     """
+    url = config.output.rstrip("/") if is_remote(config.output) else None
+    try:
+        return _prepare(config, progress, overwrite)
+    except OSError as exc:
+        failure = output_failure(config.output, config.output if url is None else staging_dir(url), exc)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+def _prepare(config: PrepareConfig, progress: bool, overwrite: bool) -> PrepareResult:
+    """`prepare`, its OS errors not yet named by the output."""
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
     tokenizer = load_tokenizer(config.tokenizer)
