@@ -153,3 +153,31 @@ def test_a_folder_with_a_broken_config_is_named(saved, tmp_path):
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|nope|>"}))
     with pytest.raises(TokenizerError, match=r"no token '<\|nope\|>'"):
         load_tokenizer(str(folder))
+
+
+def test_every_mutation_of_tokenizer_config_is_refused_by_name_or_reads_as_valid(saved, tmp_path):
+    from tests._support.mutate import mutations
+    from tokenport.errors import TokenportError
+
+    folder = tmp_path / "mutated"
+    shutil.copytree(saved, folder)
+    config = folder / "tokenizer_config.json"
+    original = config.read_text()
+    fingerprint = load_tokenizer(str(saved)).identity()["fingerprint"]
+    fallback = load_tokenizer(f"{saved}/tokenizer.json").eod_id  # the first EOD candidate: no eos_token set
+    refused = 0
+    for label, data in mutations(original):
+        config.write_bytes(data)
+        try:
+            tok = load_tokenizer(str(folder))
+            template = load_chat_template(None, tok)
+        except TokenportError as error:
+            assert "tokenizer_config.json" in str(error) or "chat template" in str(error), (label, error)
+            refused += 1
+            continue
+        named = json.loads(data).get("eos_token")  # it loaded: the config is a JSON object
+        named = named.get("content") if isinstance(named, dict) else named
+        want = fallback if named is None else load_tokenizer(f"{saved}/tokenizer.json#eod={named}").eod_id
+        assert tok.identity()["fingerprint"] == fingerprint and tok.eod_id_or_none == want, label
+        assert isinstance(template, ChatTemplate), label
+    assert refused > 10
