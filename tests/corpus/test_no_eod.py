@@ -51,6 +51,7 @@ def test_no_eod_prepares_with_such_a_tokenizer_and_the_store_records_no_eod(tmp_
         assert [store[i].tolist() for i in range(len(store))] == [[1, 2, 3], [6, 7, 4, 1, 5]]
     part = json.loads((tmp_path / "out" / "part-00000.json").read_text())
     assert "eod_id" not in part["tokenizer"] and part["tokenizer"]["vocab_size"] == len(WORDS)
+    assert part["provenance"]["prepare"]["append_eod"] is False
     manifest = json.loads((tmp_path / "out" / "tokenport.json").read_text())
     assert manifest["config"]["append_eod"] is False and "eod_id" not in manifest["tokenizer"]
     again = prepare(config)  # finished: the same tokenizer identity is recognised
@@ -68,3 +69,12 @@ def test_a_tokenizer_with_an_eod_keeps_its_identity(tmp_path):
     byte = tp.load_tokenizer("byte")
     assert byte.identity()["eod_id"] == byte.eod_id == byte.eod_id_or_none == 256
     assert np.array_equal(byte.encode("ab"), [97, 98])
+
+
+def test_only_a_no_eod_run_says_so_in_its_stores(tmp_path):
+    with_eod = prepare(PrepareConfig(corpus(tmp_path), str(tmp_path / "with"), workers=1))
+    without = prepare(PrepareConfig(corpus(tmp_path), str(tmp_path / "without"), workers=1, append_eod=False))
+    assert "append_eod" not in json.loads((tmp_path / "with" / "part-00000.json").read_text())["provenance"]["prepare"]
+    part = json.loads((tmp_path / "without" / "part-00000.json").read_text())
+    assert part["provenance"]["prepare"]["append_eod"] is False and part["tokenizer"]["eod_id"] == 256
+    assert with_eod.tokens == without.tokens + 2

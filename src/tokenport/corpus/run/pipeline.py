@@ -260,7 +260,8 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
         raise InputDataError(_nothing_left(config, totals, len(files)))
     parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run.fingerprint)
     recipe = fingerprint({key: value for key, value in run.settings.items() if key != "inputs"})
-    described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat)
+    no_eod = chat is None and not config.append_eod
+    described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat, append_eod=not no_eod)
     stages.mark("assemble")
     changed = changed_while_read(files)
     if changed is not None:
@@ -477,7 +478,12 @@ def _dedup_pass(
 
 
 def _assemble(
-    parts: list[Part], tokenizer: Tokenizer, inputs: list[str], recipe: str, chat: ChatJob | None = None
+    parts: list[Part],
+    tokenizer: Tokenizer,
+    inputs: list[str],
+    recipe: str,
+    chat: ChatJob | None = None,
+    append_eod: bool = True,
 ) -> list[dict[str, Any]]:
     """Write every part not finished earlier (chat stores for a chat run); describe each for the dataset manifest."""
     described = []
@@ -486,7 +492,8 @@ def _assemble(
             with IndexedDataset(part.prefix) as ds:
                 documents, tokens = ds.num_documents, ds.num_tokens
         else:
-            documents, tokens = write_part(part, tokenizer, inputs, recipe, None if chat is None else chat.describe())
+            described_chat = None if chat is None else chat.describe()
+            documents, tokens = write_part(part, tokenizer, inputs, recipe, described_chat, append_eod=append_eod)
         sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
         described.append(
             {"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources}
