@@ -24,7 +24,7 @@ TEMPLATE = (
     "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}"
     "{% else %}{{ m['content'] }}<|im_end|>{% endif %}\n{% endfor %}"
 )
-TEXTS = ["def add(a, b):\n    return a + b\n", "Grüße, world 👋", "  spaces\tand\ttabs  "]
+TEXTS = ["def add(a, b):\n    return a + b\n", "Grüße, world 👋", "  spaces\tand\ttabs  ", "end<|im_end|>next"]
 CHATS = [
     [{"role": "user", "content": "What does len do?"}, {"role": "assistant", "content": "Counts items."}],
     [
