@@ -84,3 +84,18 @@ def test_the_cli_flag_reads_a_csv_as_text(tmp_path, capsys):
     assert main(["prepare", str(data), "-o", out, "-q", "--workers", "1"]) != 0
     assert "prepare does not read .csv files" in capsys.readouterr().err
     assert main(["prepare", str(data), "-o", out, "-q", "--workers", "1", "--as-text"]) == 0
+
+
+def test_an_object_store_prefix_with_a_csv_is_refused_naming_its_url(s3, tmp_path, monkeypatch):
+    s3fs = pytest.importorskip("s3fs")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        s3.put(b'{"text": "kept"}\n', key="suffixes/a.jsonl")
+        url = s3.put(CSV.encode(), key="suffixes/b.csv")
+        refused = rf"{url}: prepare does not read \.csv files.*suffixes/\*\*/\*\.jsonl"
+        with pytest.raises(InputDataError, match=refused):
+            expand_inputs([f"s3://{s3.bucket}/suffixes/"], exclude=str(tmp_path / "out"))
+        assert [f.format for f in expand_inputs([f"s3://{s3.bucket}/suffixes/a.jsonl"], str(tmp_path))] == ["jsonl"]
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()  # no later test meets this endpoint's cached instance
