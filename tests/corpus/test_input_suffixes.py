@@ -37,6 +37,8 @@ def test_other_suffixes_and_compressed_ones_are_refused_too(tmp_path):
             detect_format(str(tmp_path / name))
     with pytest.raises(InputDataError, match=r"chr\(9\)"):  # a tsv's conversion splits at tabs
         detect_format("rows.tsv")
+    with pytest.raises(InputDataError, match=r"decompress it to Rows\.CSV, then .* < Rows\.CSV > Rows\.jsonl"):
+        detect_format("Rows.CSV.gz")
 
 
 def test_text_suffixes_and_no_suffix_stay_text(tmp_path):

@@ -86,11 +86,17 @@ def unknown_format(path: str, suffix: str, more: int = 0, within: str | None = N
     others = f" (and {more} more such file{'s' if more > 1 else ''})" if more else ""
     if suffix in TABLE_SUFFIXES:
         name = os.path.basename(path)
+        if os.path.splitext(name)[1].lower() in COMPRESSIONS:  # the one-liner reads the decompressed table
+            name = os.path.splitext(name)[0]
+            suffix_hint = f"decompress it to {name}, then "
+        else:
+            suffix_hint = ""
         tabs = ", delimiter=chr(9)" if suffix == ".tsv" else ""
         how = (
-            'convert it to jsonl, one JSON object per row, e.g. python -c "import csv, json, sys; [print(json.dumps('
-            f'row)) for row in csv.DictReader(sys.stdin{tabs})]" < {name} > {name[: name.rindex(suffix)]}.jsonl, '
-            "then prepare the .jsonl with --text-key COLUMN (the column holding the text)"
+            f'{suffix_hint}convert it to jsonl, one JSON object per row, e.g. python -c "import csv, json, sys; '
+            f'[print(json.dumps(row)) for row in csv.DictReader(sys.stdin{tabs})]" < {name} > '
+            f"{os.path.splitext(name)[0]}.jsonl, then prepare the .jsonl with --text-key COLUMN (the column "
+            "holding the text)"
         )
     else:
         how = "extract its text to .txt or .jsonl files first"
