@@ -154,8 +154,10 @@ def test_hf_missing_eod(tmp_path):
     hf.train_from_iterator(["no special tokens here"] * 10, trainers.BpeTrainer(vocab_size=300, show_progress=False))
     path = str(tmp_path / "tokenizer.json")
     hf.save(path)
-    with pytest.raises(TokenizerError, match="#eod=") as err:
-        load_tokenizer(path)
+    tok = load_tokenizer(path)  # loads (prepare --no-eod needs none); asking for its EOD id says what to do
+    assert tok.eod_id_or_none is None
+    with pytest.raises(TokenizerError, match="#eod=.*--no-eod") as err:
+        _ = tok.eod_id
     assert path in str(err.value)
     assert load_tokenizer(f"{path}#eod=s").eod_id == hf.token_to_id("s")
 
@@ -438,7 +440,8 @@ def test_sentencepiece_without_eos(docstrings, tmp_path):
 @pytest.mark.parametrize(
     "spec, error, named",
     [
-        ("gpt2", ConfigError, "accepted forms"),
+        ("gpt2", TokenizerError, "tokenport downloads nothing"),
+        ("nothing:here", ConfigError, "accepted forms"),
         ("wordpiece:vocab.txt", ConfigError, "accepted forms"),
         ("hf:{tmp}/missing/tokenizer.json", TokenizerError, "{tmp}/missing/tokenizer.json"),
         ("{tmp}/missing.json", TokenizerError, "{tmp}/missing.json"),
@@ -453,7 +456,8 @@ def test_sentencepiece_without_eos(docstrings, tmp_path):
         ("sentencepiece:{tmp}/x.model#eod=</s>", ConfigError, "takes no '#' options"),
     ],
 )
-def test_bad_specs(spec, error, named, tmp_path):
+def test_bad_specs(spec, error, named, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hub-cache"))  # a model name is looked up there
     (tmp_path / "notjson.json").write_text("{ not json")
     with pytest.raises(error) as err:
         load_tokenizer(spec.format(tmp=tmp_path))

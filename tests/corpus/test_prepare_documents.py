@@ -124,7 +124,10 @@ STEPS = [{"step": "pii", "kinds": ["email", "phone"]}, {"step": "c4", "min_words
 @pytest.mark.parametrize(
     "steps, field",
     [
-        ([{"step": "pii", "kinds": "email"}], r"steps\[0\] \(pii\): option 'kinds'='email'.*give a list"),
+        (
+            [{"step": "pii", "kinds": "email"}],
+            r"steps\[0\] \(pii\): option 'kinds'='email' is a string.*write it as a list: kinds: \[email\]",
+        ),
         ([{"step": "c4", "remove_citations": 1}], r"steps\[0\] \(c4\): option 'remove_citations'=1"),
         ([{"step": "c4", "min_words_per_line": "3"}], r"option 'min_words_per_line'='3'"),
         ([{"step": "gopher_quality", "min_words": True}], r"option 'min_words'=True"),

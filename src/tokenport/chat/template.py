@@ -96,7 +96,8 @@ class ChatTemplate:
         """The template a tokenizer directory holds, found where transformers looks for it.
 
         `chat_template.jinja` and `additional_chat_templates/NAME.jinja` first, else `tokenizer_config.json`'s
-        `chat_template` (a string or a list of {name, template}); `name` picks one, else "default" (pass
+        `chat_template` (a string or a list of {name, template}), else `chat_template.json`'s (a processor's
+        file); `name` picks one, else "default" (pass
         name="tool_use" for transformers' tool template). The config's named special tokens (bos_token,
         eos_token, ...) become template variables."""
         config_path = os.path.join(path, "tokenizer_config.json")
@@ -119,10 +120,17 @@ class ChatTemplate:
                     templates[file.removesuffix(".jinja")] = _read_text(os.path.join(extra_dir, file))
         if not templates:
             templates = _config_templates(config.get("chat_template"), config_path)
+        legacy = os.path.join(path, "chat_template.json")  # a processor's template, as older transformers saved it
+        if not templates and os.path.isfile(legacy):
+            try:
+                templates = _config_templates(json.loads(_read_text(legacy)).get("chat_template"), legacy)
+            except (ValueError, AttributeError) as e:
+                raise ConfigError(f"{legacy} is not a JSON object with a 'chat_template': {e}; fix or remove it") from e
         if not templates:
             raise ConfigError(
                 f"tokenizer directory {path} has no chat template (no chat_template.jinja, no 'chat_template' in "
-                "tokenizer_config.json); pass a template file or use the built-in ChatML"
+                "tokenizer_config.json, no chat_template.json); pass a template file (--chat-template FILE) or use "
+                "the built-in ChatML (--chat-template chatml)"
             )
         chosen = "default" if name is None else name
         if chosen not in templates:

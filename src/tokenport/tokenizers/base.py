@@ -52,8 +52,8 @@ class Tokenizer(abc.ABC):
         self._ensure_loaded()  # now, so a bad spec fails where it was given, not in a worker
 
     @abc.abstractmethod
-    def _load(self) -> tuple[Any, int, int, str]:
-        """Read the defining files; return (backend, vocab_size, eod_id, fingerprint)."""
+    def _load(self) -> tuple[Any, int, int | None, str]:
+        """Read the defining files; return (backend, vocab_size, eod_id or None when it has none, fingerprint)."""
 
     @abc.abstractmethod
     def spec(self) -> str:
@@ -112,13 +112,25 @@ class Tokenizer(abc.ABC):
 
     @property
     def eod_id(self) -> int:
-        """The id appended after each document."""
+        """The id appended after each document; a TokenizerError when the tokenizer has none."""
+        if self._eod_id is None:
+            raise TokenizerError(
+                f"{self.name} has none of the end-of-document tokens {list(EOD_CANDIDATES)}; name one of its "
+                "tokens with '#eod=TOKEN' after the path in the tokenizer spec, or prepare with --no-eod "
+                "(append_eod=False) to end documents with no token"
+            )
+        return self._eod_id
+
+    @property
+    def eod_id_or_none(self) -> int | None:
+        """The end-of-document id, or None for a tokenizer whose vocabulary names none."""
         return self._eod_id
 
     def decode(self, ids: np.ndarray | Sequence[int]) -> str:
         """Text of `ids`, skipping end-of-document ids."""
         array = np.asarray(ids, dtype=np.int64).reshape(-1)
-        array = array[array != self.eod_id]
+        if self._eod_id is not None:
+            array = array[array != self._eod_id]
         if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
             raise TokenizerError(
                 f"cannot decode ids outside [0, {self.vocab_size}) with {self.kind} tokenizer {self.name!r} "
@@ -127,15 +139,19 @@ class Tokenizer(abc.ABC):
         return self._decode(array)
 
     def identity(self) -> dict[str, Any]:
-        """JSON-able description for a manifest; equal fingerprints mean the same defining content."""
-        return {
+        """JSON-able description for a manifest; equal fingerprints mean the same defining content.
+        A tokenizer without an end-of-document token has no ``eod_id`` (as a store written without one)."""
+        identity = {
             "kind": self.kind,
             "name": self.name,
             "spec": self.spec(),
             "vocab_size": int(self.vocab_size),
-            "eod_id": int(self.eod_id),
+            "eod_id": None if self._eod_id is None else int(self._eod_id),
             "fingerprint": self._fingerprint,
         }
+        if identity["eod_id"] is None:
+            del identity["eod_id"]
+        return identity
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()!r})"
@@ -193,8 +209,9 @@ def require(module: str, extra: str) -> Any:
         ) from e
 
 
-def pick_eod(token_id: Callable[[str], int | None], override: str | None, path: str) -> int:
-    """Id of the end-of-document token: the override if given, else the first of EOD_CANDIDATES present."""
+def pick_eod(token_id: Callable[[str], int | None], override: str | None, path: str) -> int | None:
+    """Id of the end-of-document token: the override if given (a TokenizerError when absent), else the
+    first of EOD_CANDIDATES present, else None (`Tokenizer.eod_id` refuses it where an EOD is needed)."""
     for token in [override] if override else EOD_CANDIDATES:
         eod = token_id(token)
         if eod is not None:
@@ -203,10 +220,7 @@ def pick_eod(token_id: Callable[[str], int | None], override: str | None, path: 
         raise TokenizerError(
             f"{path} has no token {override!r} (from '#eod={override}'); name a token of its vocabulary"
         )
-    raise TokenizerError(
-        f"{path} has none of the end-of-document tokens {list(EOD_CANDIDATES)}; "
-        "name one of its tokens with '#eod=TOKEN' after the path in the tokenizer spec"
-    )
+    return None
 
 
 def split_option(spec: str, body: str, key: str | None) -> tuple[str, str | None]:

@@ -60,10 +60,10 @@ def choose_engine(tokenizer: Tokenizer, engine: str, sample: Sequence[str]) -> T
 
 def _engine_difference(reference: Tokenizer, other: Tokenizer, texts: list[str]) -> str | None:
     """Why `other` does not give `reference`'s ids, vocabulary and eod on `texts`, or None if it does."""
-    if (other.vocab_size, other.eod_id) != (reference.vocab_size, reference.eod_id):
+    if (other.vocab_size, other.eod_id_or_none) != (reference.vocab_size, reference.eod_id_or_none):
         return (
-            f"its vocab_size/eod_id {other.vocab_size}/{other.eod_id} differ from HF's "
-            f"{reference.vocab_size}/{reference.eod_id}"
+            f"its vocab_size/eod_id {other.vocab_size}/{other.eod_id_or_none} differ from HF's "
+            f"{reference.vocab_size}/{reference.eod_id_or_none}"
         )
     pairs: list[tuple[np.ndarray | None, np.ndarray | None]]
     try:

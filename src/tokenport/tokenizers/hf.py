@@ -22,6 +22,7 @@ from .base import (
     split_ids,
     split_option,
 )
+from .hub import looks_like_hub_name, resolve_hub_name
 
 __all__ = ["GigatokenTokenizer", "HFTokenizer"]
 
@@ -32,14 +33,17 @@ class HFTokenizer(Tokenizer):
     kind = "hf"
 
     def __init__(self, path: str, eod: str | None = None, name: str | None = None) -> None:
+        given = path
+        if not os.path.exists(path) and looks_like_hub_name(path):
+            path = resolve_hub_name(path)  # a model name: its copy in the HF cache, or how to get one
         self.path = _tokenizer_json_path(path, self.kind)
-        self.eod_token = eod
-        super().__init__(name or path)
+        self.eod_token = eod if eod or not os.path.isdir(path) else config_eos(path)
+        super().__init__(name or given)
 
     def spec(self) -> str:
         return f"{self.kind}:{self.path}" + (f"#eod={self.eod_token}" if self.eod_token else "")
 
-    def _load(self) -> tuple[Any, int, int, str]:
+    def _load(self) -> tuple[Any, int, int | None, str]:
         hf = require("tokenizers", "hf")
         data = read_file(self.path, self.kind)
         try:
@@ -82,7 +86,7 @@ class GigatokenTokenizer(HFTokenizer):
 
     kind = "gigatoken"
 
-    def _load(self) -> tuple[Any, int, int, str]:
+    def _load(self) -> tuple[Any, int, int | None, str]:
         gt = require("gigatoken", "gigatoken")
         data = read_file(self.path, self.kind)
         try:
@@ -146,14 +150,34 @@ class GigatokenTokenizer(HFTokenizer):
         return ids, lengths, derive(texts, ids, lengths)
 
 
+def config_eos(directory: str) -> str | None:
+    """The eos_token of a folder's tokenizer_config.json (as transformers saves it: a string or an
+    AddedToken dict), which transformers' tokenizer ends text with; None when the folder sets none."""
+    path = os.path.join(directory, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"cannot read {path}: {e}; fix it, or name the tokenizer.json file itself") from None
+    eos = config.get("eos_token") if isinstance(config, dict) else None
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    if eos is not None and (not isinstance(eos, str) or not eos):
+        raise TokenizerError(f"{path}: 'eos_token' is {eos!r}, not a token; fix it, or pass the EOD with '#eod=TOKEN'")
+    return eos
+
+
 def _tokenizer_json_path(path: str, kind: str) -> str:
     """Absolute path of the tokenizer.json that `path` (the file or its directory) names."""
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(path):
             raise TokenizerError(
-                f"directory {os.path.dirname(path)} holds no tokenizer.json for the {kind} tokenizer; "
-                "name the tokenizer file itself"
+                f"directory {os.path.dirname(path)} holds no tokenizer.json for the {kind} tokenizer; name the "
+                "tokenizer file itself, or save the tokenizer there with transformers' save_pretrained (a fast "
+                "tokenizer writes tokenizer.json and tokenizer_config.json)"
             )
     return os.path.abspath(path)
 

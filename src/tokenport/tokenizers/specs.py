@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError, TokenizerError, TokenportError
 from .base import TOKENIZERS, Tokenizer, TokenizerFactory
+from .hub import looks_like_hub_name
 
 __all__ = ["SPEC_FORMS", "load_tokenizer", "tokenizer_from_identity"]
 
@@ -17,7 +18,8 @@ logger = logging.getLogger("tokenport.tokenizers")
 SPEC_FORMS = (
     "None or 'byte' (the built-in byte-level tokenizer)",
     "'hf:PATH[#eod=TOKEN]' (PATH a tokenizer.json or a directory holding one)",
-    "a tokenizer.json file or a directory holding one",
+    "a tokenizer.json file, or a folder saved by transformers (tokenizer.json, tokenizer_config.json)",
+    "a Hugging Face model name already in the local HF cache (e.g. 'gpt2'; nothing is downloaded)",
     "'tiktoken:PATH[#pat=cl100k|o200k|gpt2]' (a .tiktoken BPE ranks file)",
     "'tiktoken:NAME' (a built-in tiktoken encoding already in tiktoken's local cache)",
     "'sentencepiece:PATH' or a path ending in .model",
@@ -63,7 +65,7 @@ def _factory(spec: str) -> TokenizerFactory:
     for suffix, name in ((".model", "sentencepiece"), (".tiktoken", "tiktoken"), (".json", "hf")):
         if base.endswith(suffix):
             return TOKENIZERS.get(name)
-    if os.path.isdir(base):
+    if os.path.isdir(base) or (not colon and looks_like_hub_name(base)):  # a folder, or a model name (gpt2)
         return TOKENIZERS.get("hf")
     known = ", ".join(TOKENIZERS)
     unknown = f" (no tokenizer backend is called {scheme!r}; known: {known})" if named else ""
@@ -82,7 +84,7 @@ def tokenizer_from_identity(identity: dict[str, Any]) -> Tokenizer | None:
         logger.info("tokenizer %s of the manifest is not available here: %s", spec, e)
         return None
     keys = ("fingerprint", "vocab_size", "eod_id")
-    if any(found[k] != identity.get(k) for k in keys):
+    if any(found.get(k) != identity.get(k) for k in keys):
         logger.warning("tokenizer %s differs from the manifest's in %s; not using it", spec, "/".join(keys))
         return None
     return tok

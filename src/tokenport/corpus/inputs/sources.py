@@ -27,6 +27,14 @@ from ...storage import GLOB_CHARS, find, is_remote, local_path, open_source
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 ARROW_SUFFIXES = (".arrow",)  # Arrow IPC streams, as HF datasets' save_to_disk writes them
+TEXT_SUFFIXES = frozenset(
+    ".txt .text .md .markdown .rst .tex .org .adoc .log .py .pyi .c .h .cc .cpp .cxx .hpp .hh .java .js .ts .jsx "
+    ".tsx .go .rs .rb .php .pl .sh .bash .lua .swift .kt .scala .cs .m .r .jl .hs .ml .sql .css .yaml .yml .toml "
+    ".ini .cfg".split()
+)
+"""Suffixes of text files (prose, markup, source code, configuration), each read as one document."""
+TABLE_SUFFIXES = (".csv", ".tsv")
+_SHOWN = (".txt", ".md", ".rst", ".py", ".c", ".js")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 _READ_BUFFER = 1 << 20
 _ZSTD_FEED = 1 << 14
@@ -43,8 +51,11 @@ class InputFile:
     version: str
 
 
-def detect_format(path: str) -> tuple[str, str | None]:
-    """(format, compression) from the name: jsonl, parquet or text; gzip, zstd, bz2, xz or None."""
+def detect_format(path: str, as_text: bool = False) -> tuple[str, str | None]:
+    """(format, compression) from the name: jsonl, parquet, arrow or text; gzip, zstd, bz2, xz or None.
+
+    A text file has a suffix of TEXT_SUFFIXES (prose, markup, source code, config) or none; any other
+    suffix (.csv, .pdf, .html...) is an InputDataError saying what to do, unless `as_text` reads it as text."""
     name = path.rstrip("/").rsplit("/", 1)[-1].lower()
     stem, suffix = os.path.splitext(name)
     compression = COMPRESSIONS.get(suffix)
@@ -64,19 +75,54 @@ def detect_format(path: str) -> tuple[str, str | None]:
                 f"inputs: {path}: parquet files compress internally; decompress the outer {compression} first"
             )
         return "parquet", None
+    if not as_text and suffix and suffix not in TEXT_SUFFIXES:
+        raise InputDataError(unknown_format(path, suffix))
     return "text", compression
 
 
-def expand_inputs(inputs: Sequence[str], exclude: str) -> list[InputFile]:
+def unknown_format(path: str, suffix: str, more: int = 0, within: str | None = None) -> str:
+    """What to do with an input whose suffix prepare does not read (`more`: other such files found
+    in `within`, the directory or glob that named it)."""
+    others = f" (and {more} more such file{'s' if more > 1 else ''})" if more else ""
+    if suffix in TABLE_SUFFIXES:
+        name = os.path.basename(path)
+        if os.path.splitext(name)[1].lower() in COMPRESSIONS:  # the one-liner reads the decompressed table
+            name = os.path.splitext(name)[0]
+            suffix_hint = f"decompress it to {name}, then "
+        else:
+            suffix_hint = ""
+        tabs = ", delimiter=chr(9)" if suffix == ".tsv" else ""
+        how = (
+            f'{suffix_hint}convert it to jsonl, one JSON object per row, e.g. python -c "import csv, json, sys; '
+            f'[print(json.dumps(row)) for row in csv.DictReader(sys.stdin{tabs})]" < {name} > '
+            f"{os.path.splitext(name)[0]}.jsonl, then prepare the .jsonl with --text-key COLUMN (the column "
+            "holding the text)"
+        )
+    else:
+        how = "extract its text to .txt or .jsonl files first"
+    if within is not None and GLOB_CHARS & set(within):
+        how += f"; or leave it out with a pattern narrower than {within!r} that names only the files to read"
+    elif within is not None:
+        how += f"; or leave it out by naming only the files to read, e.g. '{within.rstrip('/')}/**/*.jsonl'"
+    return (
+        f"inputs: {path}{others}: prepare does not read {suffix} files (it reads jsonl/json/ndjson, parquet, "
+        f"Arrow, and text files: no suffix, or {', '.join(_SHOWN)}...); {how}, or pass --as-text "
+        "(as_text=True) to read every such file as one text document"
+    )
+
+
+def expand_inputs(inputs: Sequence[str], exclude: str, as_text: bool = False) -> list[InputFile]:
     """The files that `inputs` name, in order (each directory or glob sorted), without repeats.
 
     Directories are walked recursively; names starting with "." are skipped, and so is
-    `exclude` (the output directory), so a rerun never reads its own output.
+    `exclude` (the output directory), so a rerun never reads its own output. A file of a suffix
+    prepare does not read (see `detect_format`), named or found in a directory or glob, is refused
+    before any work, naming it and how many more there are, unless `as_text`.
     """
     files: list[InputFile] = []
     seen: set[str] = set()
     for spec in inputs:
-        found = _expand_remote(spec) if is_remote(spec) else _expand_local(spec, os.path.abspath(exclude))
+        found = _expand_remote(spec, as_text) if is_remote(spec) else _expand_local(spec, exclude, as_text)
         if not found:
             raise ConfigError(f"inputs: {spec!r} names no files; check the path or pattern")
         for item in found:
@@ -86,8 +132,27 @@ def expand_inputs(inputs: Sequence[str], exclude: str) -> list[InputFile]:
     return files
 
 
-def _expand_local(spec: str, exclude: str) -> list[InputFile]:
+def _unread(paths: Sequence[str], as_text: bool, spec: str) -> None:
+    """Refuse the first of `paths` (what input `spec` names) whose suffix prepare does not read, counting the others."""
+    if as_text:
+        return
+    unread = []
+    for path in paths:
+        try:
+            detect_format(path)
+        except InputDataError:
+            unread.append(path)
+    if unread:
+        name = unread[0].rstrip("/").rsplit("/", 1)[-1].lower()
+        stem, suffix = os.path.splitext(name)
+        suffix = os.path.splitext(stem)[1] if suffix in COMPRESSIONS else suffix
+        within = None if unread[0] in (spec, local_path(spec), os.path.abspath(local_path(spec))) else spec
+        raise InputDataError(unknown_format(unread[0], suffix, len(unread) - 1, within))
+
+
+def _expand_local(spec: str, exclude: str, as_text: bool) -> list[InputFile]:
     path = local_path(spec)
+    exclude = os.path.abspath(exclude)
     if GLOB_CHARS & set(path):
         matches = sorted(os.path.abspath(m) for m in glob.glob(path, recursive=True))
     elif os.path.exists(path):
@@ -102,7 +167,8 @@ def _expand_local(spec: str, exclude: str) -> list[InputFile]:
             names.extend(sorted(_walk(match, exclude)))
         elif os.path.isfile(match):
             names.append(match)
-    return [_local_file(name) for name in names]
+    _unread(names, as_text, spec)
+    return [_local_file(name, as_text) for name in names]
 
 
 def _walk(top: str, exclude: str) -> Iterator[str]:
@@ -136,16 +202,18 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def _local_file(path: str) -> InputFile:
+def _local_file(path: str, as_text: bool) -> InputFile:
     try:
         st = os.stat(path)
     except OSError as exc:
         raise InputDataError(f"{path}: cannot read ({exc.strerror})") from None
-    return InputFile(path, *detect_format(path), st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
+    return InputFile(path, *detect_format(path, as_text), st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
 
 
-def _expand_remote(spec: str) -> list[InputFile]:
-    return [InputFile(f.url, *detect_format(f.url), f.size, f.version) for f in find(spec)]
+def _expand_remote(spec: str, as_text: bool) -> list[InputFile]:
+    found = find(spec)
+    _unread([f.url for f in found], as_text, spec)
+    return [InputFile(f.url, *detect_format(f.url, as_text), f.size, f.version) for f in found]
 
 
 def open_raw(path: str) -> BinaryIO:

@@ -132,15 +132,22 @@ def finished_part(part: Part) -> bool:
 
 
 def write_part(
-    part: Part, tokenizer: Any, inputs: Sequence[str], recipe: str, chat: dict[str, Any] | None = None
+    part: Part,
+    tokenizer: Any,
+    inputs: Sequence[str],
+    recipe: str,
+    chat: dict[str, Any] | None = None,
+    *,
+    append_eod: bool = True,
 ) -> tuple[int, int]:
     """Stream `part`'s segments into its store, atomically; returns (documents, tokens).
 
     `recipe` digests how text became tokens (steps, tokenizer, text settings) without the input
     paths, so a store prepared the same way from a corpus that moved keeps its recipe. With `chat`
-    (the stores' chat description) the part is a chat store: the loss masks are copied too.
+    (the stores' chat description) the part is a chat store: the loss masks are copied too. Without
+    `append_eod` (--no-eod) the provenance says that no document ends with an EOD id.
     """
-    provenance = {
+    provenance: dict[str, dict[str, Any]] = {
         "prepare": {
             "fingerprint": part.fingerprint,
             "recipe": recipe,
@@ -149,6 +156,8 @@ def write_part(
             ],
         }
     }
+    if not append_eod:  # stores of other runs keep the manifests they always had
+        provenance["prepare"]["append_eod"] = False
     with IndexedDatasetWriter(
         part.prefix, tokenizer=tokenizer, provenance=provenance, masks=chat is not None, chat=chat
     ) as out:

@@ -42,8 +42,10 @@ class PrepareConfig:
     """Settings of one `prepare` run: raw corpus files in, token stores out.
 
     inputs: files, directories (recursive, sorted) and globs; local paths or fsspec URLs.
-      jsonl is ``.jsonl``/``.json``/``.ndjson``, parquet ``.parquet``, anything else a text
-      file (one document); ``.gz``/``.zst``/``.bz2``/``.xz`` are decompressed.
+      jsonl is ``.jsonl``/``.json``/``.ndjson``, parquet ``.parquet``, Arrow ``.arrow``; a text file
+      (one document) has no suffix or one of ``tokenport.corpus.inputs.sources.TEXT_SUFFIXES`` (.txt,
+      .md, .py...); ``.gz``/``.zst``/``.bz2``/``.xz`` are decompressed. Any other suffix (.csv, .pdf...),
+      named or found in a directory, is refused before any work, unless `as_text`.
     output: a local directory, or an object-store URL (s3://...); parts ``part-00000.{bin,idx,json}``...
       and ``tokenport.json``. A URL output is prepared in a local staging directory (``upload.staging_dir``),
       then uploaded: every file, each checked, then ``tokenport.json`` naming them, so a reader never
@@ -94,6 +96,9 @@ class PrepareConfig:
     completion_only_loss: a prompt-completion record trains only its completion, as TRL's
       SFTTrainer does (chat_policy masks the other records); False: prompt and completion are one
       conversation masked by chat_policy, so the prompt's assistant turns are trained too.
+    as_text: read inputs of a suffix prepare does not know (.csv, .html...) as text files, one
+      document each, instead of refusing them. It changes what is accepted, never what an accepted
+      run writes, so it is no output setting (and the manifest records it only when set).
     """
 
     inputs: Sequence[str]
@@ -120,6 +125,7 @@ class PrepareConfig:
     reasoning: str = "train"
     chat_format: str | None = None
     completion_only_loss: bool = True
+    as_text: bool = False
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -149,7 +155,7 @@ class PrepareConfig:
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
         self._check_chat()
-        for name in ("keep_rejected", "append_eod", "allow_empty", "completion_only_loss"):
+        for name in ("keep_rejected", "append_eod", "allow_empty", "completion_only_loss", "as_text"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be True or False")
         try:
@@ -198,6 +204,8 @@ class PrepareConfig:
         data = asdict(self)
         data["inputs"] = list(self.inputs)
         data["steps"] = [dict(spec) for spec in self.steps]
+        if not self.as_text:  # manifests of runs without it keep the bytes they always had
+            del data["as_text"]
         return data
 
     def output_settings(self, tokenizer_identity: dict[str, Any], chat: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -209,7 +217,8 @@ class PrepareConfig:
             settings["steps"] = [dict(spec) for spec in self.steps]
         if self.keep_rejected:
             settings["keep_rejected"] = True
-        settings["tokenizer"] = {k: tokenizer_identity[k] for k in ("kind", "fingerprint", "vocab_size", "eod_id")}
+        keys = ("kind", "fingerprint", "vocab_size", "eod_id")  # no eod_id: a tokenizer without one
+        settings["tokenizer"] = {k: tokenizer_identity[k] for k in keys if k in tokenizer_identity}
         settings["format"] = OUTPUT_FORMAT
         if self.format == "chat":  # text runs keep the fingerprints they always had
             if chat is None:
@@ -345,6 +354,15 @@ _OWN = (
             "--format chat: train a prompt-completion record's prompt too, by --chat-policy "
             "(default: only its completion, as TRL does)",
             switch=False,
+        ),
+    ),
+    (
+        "as_text",
+        PrepareOption(
+            "--as-text",
+            "read inputs of other suffixes (.csv, .html...) as text files, one document each (by default "
+            "they are refused)",
+            switch=True,
         ),
     ),
     ("unit_bytes", PrepareOption(None, "bytes of input per unit of work (config only)")),

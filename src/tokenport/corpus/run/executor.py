@@ -85,9 +85,14 @@ class _Failure:
 
     kind: str
     message: str
+    errno: int | None = None  # an OSError's (a unit's files could not be written), raised here as one
+    filename: str | None = None
 
-    def error(self) -> TokenportError:
-        """The error to raise here: the worker's TokenportError class with its message."""
+    def error(self) -> Exception:
+        """The error to raise here: the worker's TokenportError class with its message, or its OSError
+        (which `prepare` reports naming the output the user gave)."""
+        if self.kind == "OSError":
+            return OSError(self.errno, self.message, self.filename)
         cls = getattr(errors, self.kind, None)
         if isinstance(cls, type) and issubclass(cls, TokenportError):
             return cls(self.message)
@@ -108,6 +113,8 @@ def _attempt(
         return _Failure(type(exc).__name__, str(exc))
     except Cancelled:
         raise
+    except OSError as exc:  # disk full, permissions, a file in the way: prepare names its output
+        return _Failure("OSError", exc.strerror or str(exc), exc.errno, exc.filename)
     except Exception:
         return _Failure("TokenportError", f"preparing {unit.name} failed:\n{traceback.format_exc()}")
 

@@ -41,6 +41,7 @@ from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
 from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
+from .failures import output_failure
 from .identity import InputIdentity, changed_input, changed_while_read, identify, planner_digests
 from .ray_executor import RayExecutor
 from .state import DATASET_FORMAT, OutputDir, not_a_directory, replace_atomically, to_builtins
@@ -114,11 +115,26 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     existing result when the output is already finished with them (see ``identity`` for what
     "unchanged" means); raises ConfigError for other settings or changed inputs, naming what
     differs, unless `overwrite` (``--force``): then the earlier run's work and output are deleted
-    and the run starts over. A run that fails before producing anything leaves no ``.work/``.
+    and the run starts over. A run that fails before producing anything leaves no ``.work/``. An OS
+    error while writing (disk full, permissions) is a StorageError naming `config.output`.
     """
+    url = config.output.rstrip("/") if is_remote(config.output) else None
+    try:
+        return _prepare(config, progress, overwrite)
+    except OSError as exc:
+        failure = output_failure(config.output, config.output if url is None else staging_dir(url), exc)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+def _prepare(config: PrepareConfig, progress: bool, overwrite: bool) -> PrepareResult:
+    """`prepare`, its OS errors not yet named by the output."""
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
     tokenizer = load_tokenizer(config.tokenizer)
+    if config.append_eod and config.format == "text":
+        tokenizer.eod_id  # noqa: B018 - now: a tokenizer without one is refused naming --no-eod, before any work
     identity = tokenizer.identity()
     chat = _chat_job(config, tokenizer)
     settings = config.output_settings(identity, None if chat is None else chat.describe())
@@ -127,7 +143,7 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     out = OutputDir(config.output if url is None else staging_dir(url))
     if url is None and os.path.exists(out.path) and not os.path.isdir(out.path):
         raise not_a_directory(out.path)  # before the inputs: an input given as the output is not "no files"
-    files = expand_inputs(config.inputs, exclude=out.path)
+    files = expand_inputs(config.inputs, exclude=out.path, as_text=config.as_text)
     if url is not None:  # an object store: prepared in a local staging directory, then uploaded
         manifest = check_remote_output(url, run_fingerprint)
         if manifest is not None:
@@ -244,7 +260,8 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
         raise InputDataError(_nothing_left(config, totals, len(files)))
     parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run.fingerprint)
     recipe = fingerprint({key: value for key, value in run.settings.items() if key != "inputs"})
-    described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat)
+    no_eod = chat is None and not config.append_eod
+    described = _assemble(parts, run.tokenizer, [f.path for f in files], recipe, chat, append_eod=not no_eod)
     stages.mark("assemble")
     changed = changed_while_read(files)
     if changed is not None:
@@ -461,7 +478,12 @@ def _dedup_pass(
 
 
 def _assemble(
-    parts: list[Part], tokenizer: Tokenizer, inputs: list[str], recipe: str, chat: ChatJob | None = None
+    parts: list[Part],
+    tokenizer: Tokenizer,
+    inputs: list[str],
+    recipe: str,
+    chat: ChatJob | None = None,
+    append_eod: bool = True,
 ) -> list[dict[str, Any]]:
     """Write every part not finished earlier (chat stores for a chat run); describe each for the dataset manifest."""
     described = []
@@ -470,7 +492,8 @@ def _assemble(
             with IndexedDataset(part.prefix) as ds:
                 documents, tokens = ds.num_documents, ds.num_tokens
         else:
-            documents, tokens = write_part(part, tokenizer, inputs, recipe, None if chat is None else chat.describe())
+            described_chat = None if chat is None else chat.describe()
+            documents, tokens = write_part(part, tokenizer, inputs, recipe, described_chat, append_eod=append_eod)
         sources = list(dict.fromkeys(inputs[s.file] for s in part.segments))
         described.append(
             {"name": os.path.basename(part.prefix), "documents": documents, "tokens": tokens, "inputs": sources}

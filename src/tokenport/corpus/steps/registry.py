@@ -15,8 +15,9 @@ from __future__ import annotations
 import difflib
 import inspect
 import time
+import types
 import typing
-from collections import Counter
+from collections import Counter, abc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -147,15 +148,31 @@ def _check_types(kind: str, options: Mapping[str, Any], position: int) -> None:
         hint = hints.get(name)
         if hint is None:
             continue
+        if isinstance(value, str) and wants_collection(hint):
+            raise ConfigError(
+                f"steps[{position}] ({kind}): option {name!r}={value!r:.60} is a string, but {name!r} takes a "
+                f"list (a string would be read one character at a time); write it as a list: {name}: [{value:.60}]"
+            )
         try:
             msgspec.convert(value, type=hint, strict=True)
         except msgspec.ValidationError as error:
-            raise ConfigError(
-                f"steps[{position}] ({kind}): option {name!r}={value!r:.60}: {error}"
-                + ("; give a list" if isinstance(value, str) and "array" in str(error) else "")
-            ) from None
+            raise ConfigError(f"steps[{position}] ({kind}): option {name!r}={value!r:.60}: {error}") from None
         except TypeError:  # a type msgspec does not know: the step checks it
             continue
+
+
+_COLLECTIONS = (list, tuple, set, frozenset, abc.Sequence, abc.Iterable, abc.Collection, abc.Set, abc.MutableSequence)
+
+
+def wants_collection(hint: Any) -> bool:
+    """Whether an annotation takes a collection (a list, a sequence, an iterable...) and no string."""
+    if hint is str:
+        return False
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or isinstance(hint, types.UnionType):
+        members = typing.get_args(hint)
+        return str not in members and any(wants_collection(member) for member in members)
+    return (origin or hint) in _COLLECTIONS
 
 
 def step_options(kind: str) -> tuple[str, ...]:
