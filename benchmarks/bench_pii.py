@@ -163,13 +163,13 @@ def stdlib_documents() -> list[str]:
     return out
 
 
-_ROFF_FONT = re.compile(r"\\f[BIRP1-4]|\\f\(..|\\f\[[^]]*\]|\\&|\\e")
+_ROFF_FONT = re.compile(r"\\f[BIRP1-4]|\\f\(..|\\f\[[^]]*\]|\\s[-+]?\d|\\&|\\e")
 _ROFF_MACRO = re.compile(r"^\.(?!\\\")[A-Za-z]{1,3}[ \t]?", re.MULTILINE)
 
 
 def man_pages(limit: int | None) -> list[str]:
     """Each page under /usr/share/man/man*/ (none where there is none), rendered crudely: roff's
-    font escapes and macro names stripped, ``\\-`` read as ``-`` (every k-th page when ``limit``)."""
+    font and size escapes and macro names stripped, ``\\-`` read as ``-`` (every k-th page when ``limit``)."""
     paths = sorted(glob.glob("/usr/share/man/man*/*.gz"))
     if limit and len(paths) > limit:
         paths = paths[:: len(paths) // limit][:limit]

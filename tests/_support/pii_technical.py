@@ -106,6 +106,8 @@ _SNIPPETS: dict[str, tuple[str, ...]] = {
         "* Packaging: depends on python3 (>= {ver4}), libc6 (>= {ver3}).",
         "Changes in {ver4}-rc1 and {ver4}~beta2 and {ver4}+dfsg:",
         "Moved the default server from {ipv4} to a name; thanks to {email}.",
+        "dpkg ({ver4}) unstable; urgency=low\n  * Git {ver4}; requires inputproto {ver4}.",
+        "Fixes https://oss-fuzz.com/testcase-detail/5754863779053568 (bug #5499162606043136).",
         "zlib-{ver4}.tar.gz and nginx/{ver4} are pinned; ISBN-like ids {isbn} stay.",
     ),
     "manpage": (
@@ -117,6 +119,7 @@ _SNIPPETS: dict[str, tuple[str, ...]] = {
         ".TP\n\\fB\\-\\-listen\\fR \\fIADDR\\fR\nListen on {ipv4} (default) or [{ipv6}].",
         ".nf\n{hexdump}\n.fi",
         ".nf\n{numbers}\n.fi",
+        "$ sg_raw -r 1024 /dev/sg0 53 00 00 00 00 01 00 00 01 00\nResolvers: {ipv4=8.8.4.4}, {ipv4=1.0.0.1}.",
         "Report bugs to {email}; for support call {phone}.",
         "The range of ports is {ports}; the MAC is {mac}; see {uuid}.",
         "Since version {ver4} the default netmask is {ipv4=255.255.255.0}.",

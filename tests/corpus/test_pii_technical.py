@@ -30,6 +30,12 @@ TRAPS = [
     "refcnt 2 bands 8 quanta 2650 1514 1514 1514 1514 1514 1514 1514",
     "1 4 8416 0 1499414498 76311 0",
     "1: 00000000:0801 00000000:0000 0A 00000000:00000000",
+    "dpkg (1.14.16.2) unstable; urgency=low\nGit 1.7.12.1; XFree86 4.3.99.16; libXext 1.0.99.1; 0.10.2.3",
+    "binutils (2.10.0.27-0.cvs20001011) unstable",
+    "Fixes https://oss-fuzz.com/testcase-detail/5754863779053568 and bug #5499162606043136",
+    "$bsg 53 00 00 00 00 01 00 00 01 00; Partially addressable: 01 02 03 04 05 06 07",
+    "2.2.6: Oct 25 2000::\n   - Added a hash",
+    "llvm-toolchain-snapshot (1:10~+20191229111838+6991d5728f1-1~exp1); UNIX seconds: @15583032000",
 ]
 
 
@@ -47,6 +53,9 @@ ADDRESSES = [
     ("Python 3.11.7 on 93.184.216.34", "Python 3.11.7 on <IP_ADDRESS>", {"ipv4": 1}),
     ("10.0.0.1 gateway", "<IP_ADDRESS> gateway", {"ipv4": 1}),
     ("range 1.2.3.0/24", "range <IP_ADDRESS>/24", {"ipv4": 1}),
+    ("DNS 8.8.4.4, 1.0.0.1, 1.2.3.4", "DNS <IP_ADDRESS>, <IP_ADDRESS>, <IP_ADDRESS>", {"ipv4": 3}),
+    ("bind to 0.0.0.0:8080", "bind to <IP_ADDRESS>:8080", {"ipv4": 1}),
+    ("AllowedIPs=fd00::/8", "AllowedIPs=<IP_ADDRESS>/8", {"ipv6": 1}),
     ("Boston, MA 02110-1301 or (617) 555-0199", "Boston, MA 02110-1301 or <PHONE_NUMBER>", {"phone": 1}),
     ("Fax 02110-1301 please", "Fax <PHONE_NUMBER> please", {"phone": 1}),  # no state, no USA: a number
     ("card 4111 1111 1111 1111 12/27", "card <CARD_NUMBER> 12/27", {"credit_card": 1}),
