@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests._support.pii_technical import KINDS_LABELLED, false_positive, found_values, technical_documents
-from tokenport.corpus.steps.pii import PIIScrubber
+from tokenport.corpus import Document
+from tokenport.corpus.steps.pii import PIIScrubber, ScrubPII
 
 SCRUB = PIIScrubber()
 
@@ -91,3 +92,13 @@ def test_technical_corpus_recall(kind):
     ]
     assert len(hits) >= 10
     assert sum(hits) / len(hits) >= 0.98
+
+
+def test_the_step_counts_replacements_per_kind_and_leaves_technical_text():
+    """``pii`` step stats (shown per kind in the report): ``replaced:<kind>`` for each kind found."""
+    step = ScrubPII()
+    kept = Document("zlib >= 1.2.2.3; Boston, MA 02110-1301 USA", "d:1")
+    assert step.process(kept) is kept
+    scrubbed = step.process(Document("mail a@example.com from 10.0.0.1 or 10.0.0.2", "d:2"))
+    assert scrubbed is not None and scrubbed.metadata == {"pii": {"email": 1, "ipv4": 2}}
+    assert step.counts() == {"replaced:email": 1, "replaced:ipv4": 2}
