@@ -10,6 +10,13 @@ expiry), then from the next position. Kinds are scanned in a fixed order (the mo
 first) and each replacement is a bracketed tag without digits, so one kind's replacement never
 feeds another.
 
+Technical text (man pages, RFCs, changelogs, build logs, code comments) is full of look-alikes, so
+a candidate is also judged by its surroundings: a version or section number is not an IPv4
+address (``zlib >= 1.2.2.3``, ``section 8.2.4.44``, ``dpkg (1.14.16.2)``), a US ZIP+4 code is not
+a phone (``Boston, MA 02110-1301``), a stretch of a hex or byte dump, or an id in a URL's path, is
+not a card number or a phone, and a MAC address is not an IPv6 address. An address in technical
+text (a documentation address, a CIDR block, a netmask) is still an address.
+
 ``compat="datatrove"`` finds what datatrove 0.10's ``PIIFormatter`` finds instead: its e-mail
 pattern, then its IPv4 pattern for public (globally routable) addresses only; other kinds are
 refused. The replacements stay tokenport's tags (give datatrove the same single strings, or give
