@@ -56,6 +56,7 @@ ADDRESSES = [
     ("range 1.2.3.0/24", "range <IP_ADDRESS>/24", {"ipv4": 1}),
     ("DNS 8.8.4.4, 1.0.0.1, 1.2.3.4", "DNS <IP_ADDRESS>, <IP_ADDRESS>, <IP_ADDRESS>", {"ipv4": 3}),
     ("bind to 0.0.0.0:8080", "bind to <IP_ADDRESS>:8080", {"ipv4": 1}),
+    ("hostmask 0.0.0.255 or 0.255.255.255", "hostmask <IP_ADDRESS> or <IP_ADDRESS>", {"ipv4": 2}),
     ("AllowedIPs=fd00::/8", "AllowedIPs=<IP_ADDRESS>/8", {"ipv6": 1}),
     ("Boston, MA 02110-1301 or (617) 555-0199", "Boston, MA 02110-1301 or <PHONE_NUMBER>", {"phone": 1}),
     ("Fax 02110-1301 please", "Fax <PHONE_NUMBER> please", {"phone": 1}),  # no state, no USA: a number

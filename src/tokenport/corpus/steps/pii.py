@@ -91,7 +91,7 @@ _PHONE_EXTENSION = re.compile(r" ?(?:x|ext\.? ?)\d+$")
 # (``8.2.4.44 Bogus comment state`` at a line's start or after a quote). Nor, unless a prefix length
 # or a port follows, is one whose first part is a single digit and whose next parts are small
 # (below 32, then below 100: ``1.7.12.1``, ``7.0.99.2``; not all alike, as ``8.8.8.8`` is, and not
-# a well-known public address), one starting with 0 (but ``0.0.0.0``), or one whose first part is
+# a well-known public address), one starting with 0 (``0.10.2.3``; not a host mask), or one whose first part is
 # a single digit on a line holding a version of 3 or 5+ parts (``gradle 4.18.2.11; Kotlin
 # 3.11.7``). A real address in technical text (a documentation address, a CIDR block in a man
 # page, a netmask) is still an address.
@@ -241,7 +241,7 @@ def _ipv4_in_context(text: str, start: int, end: int) -> bool:
         return False
     parts = [int(part) for part in text[start:end].split(".")]
     if parts[0] == 0:
-        return parts != [0, 0, 0, 0]
+        return parts[1] not in (0, 255)  # a version, not a host mask (0.0.0.255, 0.255.255.255)
     if parts[1] < 32 and parts[2] < 100 and len(set(parts)) > 1 and text[start:end] not in _WELL_KNOWN_IPV4:
         return True
     line_end = text.find("\n", end)
