@@ -44,7 +44,7 @@ def dev_requirements() -> list[Requirement]:
         for text in extras[extra]:
             requirement = Requirement(text)
             if requirement.name == "tokenport":
-                todo.extend(requirement.extras)
+                todo.extend(sorted(requirement.extras))  # one order in every process (xdist collects in each)
             else:
                 out.append(requirement)
     return out + [Requirement(text) for text in PYPROJECT["project"]["dependencies"]]
