@@ -271,3 +271,11 @@ def sorted_first_source() -> str:
     from tokenport.demo.corpus import stdlib_sources
 
     return stdlib_sources(limit=1)[0]
+
+
+def test_launch_refuses_a_step_callback_its_rank_processes_could_not_call(tmp_path):
+    from tokenport.demo.train import TrainConfig, launch
+
+    with pytest.raises(tp.ConfigError, match="on_step with ranks=2: the ranks train in other processes"):
+        launch(str(tmp_path / "blend.json"), str(tmp_path / "run"), TrainConfig(), ranks=2, on_step=print)
+    assert list(tmp_path.iterdir()) == []
