@@ -160,7 +160,8 @@ class StatefulLoader:
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's batches from the current position, each counted as consumed when handed over."""
-        DataLoader = require("torch.utils.data", extra="torch", feature="iterating a StatefulLoader").DataLoader
+        require("torch", extra="torch", feature="iterating a StatefulLoader")
+        from torch.utils.data import DataLoader
 
         options = dict(self.loader_options)
         source, collate = self._fetch()
