@@ -145,6 +145,7 @@ def test_a_missing_optional_package_names_its_extra_before_any_work(
     with pytest.raises(TokenportError) as raised:
         start()
     assert f"pip install 'tokenport[{extra}]'" in str(raised.value), (case, str(raised.value))
+    assert set(re.findall(r"tokenport\[(\w+)\]", str(raised.value))) <= extras()
     assert not isinstance(raised.value.__cause__, TokenportError)  # one error, not a chain of ours
     assert sorted(p.name for p in tmp_path.iterdir()) == before, case  # nothing written
     assert not metrics.enabled()
