@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +22,47 @@ from tokenport.cli import main
 from tokenport.demo.run import render_loss_mask
 
 
-def test_demo_runs_every_stage(tmp_path, capsys):
-    assert main(["demo", "--workdir", str(tmp_path), "--limit", "40", "--workers", "2"]) == 0
-    out = capsys.readouterr().out
+class StampedLines(io.TextIOBase):
+    """A stdout that keeps each printed line with the time it was completed."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        *done, self._partial = (self._partial + text).split("\n")
+        self.lines.extend((time.monotonic(), line) for line in done)
+        return len(text)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One `tokenport demo --limit 40` run from `cwd`, its workdir, and its lines with their times."""
+
+    cwd: Path
+    workdir: Path
+    lines: list[tuple[float, str]]
+
+    @property
+    def out(self) -> str:
+        return "".join(line + "\n" for _, line in self.lines)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> DemoRun:
+    """The demo as a user runs it (the CLI, a relative --workdir), its heartbeat at 0 s: every training
+    step reports, and a progress line comes whenever nothing else was printed for a moment."""
+    cwd = tmp_path_factory.mktemp("demo-cwd")
+    stdout = StampedLines()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout):
+        patch.chdir(cwd)
+        patch.setattr("tokenport.demo.progress.HEARTBEAT_SECONDS", 0.0)
+        assert main(["demo", "--workdir", "tokenport-demo", "--limit", "40", "--workers", "2"]) == 0
+    return DemoRun(cwd, cwd / "tokenport-demo", stdout.lines)
+
+
+def test_demo_runs_every_stage(demo_run):
+    tmp_path, out = demo_run.workdir, demo_run.out
     stages = (
         "1. corpus",
         "2. prepare",
@@ -62,11 +105,84 @@ def test_demo_runs_every_stage(tmp_path, capsys):
     assert len(merged) > 40
 
 
+def stage(out: str, number: int) -> str:
+    """The lines stage `number` printed (up to the next stage, or the end)."""
+    rest = out.split(f"== {number}. ")[1]
+    return rest.split(f"== {number + 1}. ")[0] if number < 14 else rest.split("demo finished")[0]
+
+
+def test_demo_training_stages_report_every_step(demo_run):
+    """With the heartbeat at 0 s every unit reports: each training run's steps, in order, on the echo."""
+    out = demo_run.out
+    runs = {
+        (11, "straight run"): range(1, 25),
+        (11, "first half"): range(1, 13),
+        (11, "resumed from step 12"): range(13, 25),
+        (12, "training"): range(1, 21),
+        (13, "training"): range(1, 41),
+    }
+    for (number, what), steps in runs.items():
+        total = steps[-1]
+        reported = re.findall(
+            rf"^  \.\.\. {number}\. \w+: {what}, step (\d+)/{total}, \d+ s$", stage(out, number), re.M
+        )
+        assert list(dict.fromkeys(map(int, reported))) == list(steps), (number, what)
+
+
+def test_demo_heartbeat_names_the_stage_and_stops_with_the_demo(demo_run):
+    """Progress lines name the stage they are in and what runs; none comes after the demo's last line."""
+    lines = [line for _, line in demo_run.lines]
+    beats = [line for line in lines if line.startswith("  ... ")]
+    assert beats and all(re.fullmatch(r"  \.\.\. \d+\. [\w ]+: .*\d+ s", line) for line in beats)
+    for number in range(1, 15):
+        for line in stage(demo_run.out, number).splitlines():
+            assert not line.startswith("  ... ") or line.startswith(f"  ... {number}. "), (number, line)
+    assert "reading the standard library's sources and docstrings" in stage(demo_run.out, 1)
+    assert lines[-1].startswith("docs: docs/getting-started.md")
+    times = [stamp for stamp, _ in demo_run.lines]
+    assert times == sorted(times)
+
+
+def try_next(out: str) -> list[str]:
+    """The commands the demo's ending suggests, as printed."""
+    block = out.split("what to try next (each runs as shown, from this directory):\n")[1]
+    return [line.strip() for line in block.splitlines() if line.startswith("  tokenport ")]
+
+
+def test_demo_ends_with_commands_that_run_as_printed(demo_run, monkeypatch, capsys):
+    """Each suggested command runs from the directory the demo ran in and exits 0; its outputs appear."""
+    commands = try_next(demo_run.out)
+    assert 4 <= len(commands) <= 6
+    for verb in ("inspect", "report", "blend", "trace"):
+        assert any(command.split()[1] == verb for command in commands), verb
+    assert all("tokenport-demo/" in command for command in commands)  # paths as they read from there
+    monkeypatch.chdir(demo_run.cwd)
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[0] == "tokenport" and main(argv[1:]) == 0, command
+    capsys.readouterr()
+    for made in ("report.html", "blend.png", "mix.png"):
+        assert (demo_run.cwd / made).stat().st_size > 0
+    assert "mkdocs serve" in demo_run.out.split("what to try next")[1]
+
+
+def test_demo_next_commands_use_absolute_paths_outside_the_current_directory(tmp_path, monkeypatch):
+    from tokenport.demo.next_steps import next_commands
+
+    (tmp_path / "run" / "stores" / "prose").mkdir(parents=True)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert next_commands(str(tmp_path / "run")) == [f"tokenport inspect {tmp_path / 'run' / 'stores' / 'prose'}"]
+    assert next_commands(str(tmp_path / "run"), cwd=str(tmp_path)) == ["tokenport inspect run/stores/prose"]
+    assert next_commands(str(tmp_path / "nothing")) == []
+
+
 def test_demo_training_stage_without_torch_says_it_was_skipped(tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None  # as if torch were not installed\n"
+        "from tokenport.demo.progress import Progress\n"
         "from tokenport.demo.run import _train\n"
-        f"_train('unused', {str(tmp_path)!r}, print)"
+        f"_train('unused', {str(tmp_path)!r}, Progress(print))"
     )
     src = str(Path(tp.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
@@ -127,8 +243,9 @@ def test_render_loss_mask_marks_targets_one_position_after_their_mask():
 def test_demo_sft_stage_without_torch_skips_only_the_training(tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None  # as if torch were not installed\n"
+        "from tokenport.demo.progress import Progress\n"
         "from tokenport.demo.run import _sft\n"
-        f"_sft({str(tmp_path)!r}, 40, print)"
+        f"_sft({str(tmp_path)!r}, 40, Progress(print))"
     )
     src = str(Path(tp.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
@@ -154,3 +271,11 @@ def sorted_first_source() -> str:
     from tokenport.demo.corpus import stdlib_sources
 
     return stdlib_sources(limit=1)[0]
+
+
+def test_launch_refuses_a_step_callback_its_rank_processes_could_not_call(tmp_path):
+    from tokenport.demo.train import TrainConfig, launch
+
+    with pytest.raises(tp.ConfigError, match="on_step with ranks=2: the ranks train in other processes"):
+        launch(str(tmp_path / "blend.json"), str(tmp_path / "run"), TrainConfig(), ranks=2, on_step=print)
+    assert list(tmp_path.iterdir()) == []

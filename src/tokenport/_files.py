@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from ._optional import require
 from .errors import ConfigError
 
 
@@ -24,12 +25,7 @@ def read_text(path: str, what: str) -> str:
 def parse_structured(text: str, path: str, *, yaml_ok: bool = True) -> Any:
     """JSON, or YAML (PyYAML's safe_load) for .yaml/.yml files; ConfigError with the line at fault."""
     if yaml_ok and path.endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(
-                f"{path}: reading YAML needs PyYAML: pip install 'tokenport[yaml]', or write JSON"
-            ) from None
+        yaml = require("yaml", extra="yaml", feature=f"{path}: reading YAML (or write the file as JSON)")
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as exc:

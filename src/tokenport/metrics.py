@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_int
+from ._optional import require
 from .errors import ConfigError
 
 __all__ = [
@@ -238,7 +239,9 @@ def batch_size(batch: Any) -> tuple[int, int]:
 
 
 def enable() -> Any:
-    """Turn recording on (idempotent); the ``prometheus_client.CollectorRegistry`` the values are in."""
+    """Turn recording on (idempotent); the ``prometheus_client.CollectorRegistry`` the values are in.
+    Without prometheus_client, MissingExtraError (naming the ``metrics`` extra) and nothing changes."""
+    require("prometheus_client", extra="metrics", feature="tokenport.metrics (enable, serve)")
     with _switch:
         if live.recorder is None:
             live.recorder = Recorder()
@@ -306,6 +309,7 @@ class _Current:
 
 def serve(port: int, addr: str = "127.0.0.1") -> Exporter:
     """Enable metrics and serve them over HTTP on ``addr:port`` (0: a free port, see ``Exporter.port``)."""
+    require("prometheus_client", extra="metrics", feature="tokenport.metrics (enable, serve)")
     port = check_int("port", port, 0)
     if port > 65535:
         raise ConfigError(f"port={port}: a TCP port is at most 65535; pass 0 for a free one")

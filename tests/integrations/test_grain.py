@@ -400,12 +400,12 @@ def test_without_grain_tokenport_imports_and_names_the_extra():
         "try:\n    grain_dataset([1, 2])\nexcept tp.ConfigError as e:\n    print(e)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install tokenport[grain]" in done.stdout
+    assert "pip install 'tokenport[grain]'" in done.stdout
 
 
 def test_without_torch_the_loader_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(tp.ConfigError, match=r"pip install tokenport\[torch\]"):
+    with pytest.raises(tp.ConfigError, match=r"pip install 'tokenport\[torch\]'"):
         torchtitan_batch({"tokens": np.zeros((1, 4)), "labels": np.zeros((1, 4))})
 
 

@@ -7,7 +7,7 @@ state, so the run can be resumed, and any step traced back to its documents, wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +36,16 @@ class MixingRun:
     state: dict[str, Any]
 
 
-def train_mixture(children: Sequence[Any], config: TrainConfig, controller: MixtureController) -> MixingRun:
+def train_mixture(
+    children: Sequence[Any],
+    config: TrainConfig,
+    controller: MixtureController,
+    *,
+    on_step: Callable[[int, int], None] | None = None,
+) -> MixingRun:
     """Train a fresh TinyDecoder for ``config.steps`` steps of ``config.global_batch_size`` GPT samples drawn
-    from ``children`` (equal weights at first) by an AdaptiveBlend that ``controller`` steers after each step."""
+    from ``children`` (equal weights at first) by an AdaptiveBlend that ``controller`` steers after each step;
+    ``on_step(steps done, steps)`` follows it."""
     n = len(children)
     total = config.steps * config.global_batch_size
     with _deterministic():
@@ -65,6 +72,8 @@ def train_mixture(children: Sequence[Any], config: TrainConfig, controller: Mixt
             )
             losses[step] = signals.mean_loss()
             loader.update_mixture(signals)
+            if on_step is not None:
+                on_step(step + 1, config.steps)
         read = loader.consumed_samples
         return MixingRun(
             losses,

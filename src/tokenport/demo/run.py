@@ -35,6 +35,8 @@ from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
 from .corpus import build_demo_corpus, build_documentation, build_sft_conversations
 from .experience import experience_stage
+from .next_steps import echo_next_steps
+from .progress import Progress
 
 Echo = Callable[[str], None]
 T = TypeVar("T")
@@ -76,14 +78,28 @@ DEMO_KERNELS = tuple(
 """Modules whose kernels the demo runs (those a cold numba cache holds after a demo)."""
 
 
-def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = None, echo: Echo = print) -> None:
-    """Run every stage on the stdlib corpus under `workdir`, echoing a report."""
+def run_demo(
+    workdir: str,
+    *,
+    workers: int | None = None,
+    limit: int | None = None,
+    echo: Echo = print,
+    heartbeat: float | None = None,
+) -> None:
+    """Run every stage on the stdlib corpus under `workdir`, echoing a report, and a progress line whenever
+    a stage is silent for `heartbeat` seconds (default: HEARTBEAT_SECONDS); end with commands to try next."""
+    with Progress(echo, interval=heartbeat) as progress:
+        _stages(os.path.abspath(workdir), workers, limit, progress)
+
+
+def _stages(workdir: str, workers: int | None, limit: int | None, echo: Progress) -> None:
+    """The demo's 14 stages in order, then what to try next."""
     started = time.perf_counter()
-    workdir = os.path.abspath(workdir)
     echo(f"tokenport demo in {workdir}")
     announce_compilation(DEMO_KERNELS)
 
     echo("\n== 1. corpus: the Python standard library's source files and docstrings")
+    echo.doing("reading the standard library's sources and docstrings")
     corpus = build_demo_corpus(os.path.join(workdir, "corpus"), limit=limit)
     echo(f"code   {corpus.code_documents:>7,} modules     {corpus.code_bytes / 2**20:7.1f} MiB -> {corpus.code_path}")
     echo(
@@ -95,6 +111,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _verify_and_inspect(parts, workdir, echo)
 
     echo("== 5. merge and read: one store of both datasets, random and batched reads")
+    echo.doing("merging the stores")
     merged = merge(os.path.join(stores, "all"), parts["code"] + parts["prose"], overwrite=True)
     ds = IndexedDataset(merged)
     echo(
@@ -113,6 +130,7 @@ def run_demo(workdir: str, *, workers: int | None = None, limit: int | None = No
     _mixing(parts, workdir, os.path.join(stores, "index-cache"), echo)
     _grpo(echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
+    echo_next_steps(workdir, echo)
 
 
 def _workers(workers: int | None) -> dict[str, Any]:
@@ -121,7 +139,7 @@ def _workers(workers: int | None) -> dict[str, Any]:
 
 
 def _prepare_stores(
-    code: str, prose: str, stores: str, workers: int | None, echo: Echo
+    code: str, prose: str, stores: str, workers: int | None, echo: Progress
 ) -> tuple[dict[str, list[str]], int]:
     """Prepare the code and prose corpora into stores: each one's parts, and the tokens of all."""
     echo("\n== 2. prepare: tokenize with the built-in byte-level tokenizer into .bin/.idx stores")
@@ -135,6 +153,7 @@ def _prepare_stores(
             shard_tokens=shard_tokens,
             **_workers(workers),
         )
+        echo.doing(f"tokenizing the {name} corpus")
         result = prepare(config)
         parts[name] = list(result.parts)
         prepared_tokens += result.tokens
@@ -159,7 +178,7 @@ def _verify_and_inspect(parts: dict[str, list[str]], workdir: str, echo: Echo) -
         echo("")
 
 
-def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
+def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Progress) -> None:
     """Cut the merged store into Megatron-exact GPT samples through the index cache; show one sample."""
     echo("\n== 6. samples: documents -> fixed-length GPT samples (Megatron's split and indices, cached)")
     tokenizer = load_tokenizer("byte")
@@ -168,6 +187,7 @@ def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
     config = GPTSampleConfig(seq_length=1024, eod_id=tokenizer.eod_id, reset_position_ids=True, eod_mask_loss=True)
     cache = IndexCache(cache_dir)
     num_samples = 2 * ds.num_tokens // 1024
+    echo.doing("building the GPT sample indices")
     begin = time.perf_counter()
     build_gpt_dataset(ds, num_samples, config, 1234, split="969,30,1", which="train", cache=cache)
     built = time.perf_counter() - begin
@@ -202,7 +222,7 @@ def _gpt_samples(ds: IndexedDataset, cache_dir: str, echo: Echo) -> None:
     echo(f"sample {pick} position_ids restart at each document: {sample['position_ids'][boundaries[1:-1]].tolist()}")
 
 
-def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo) -> None:
+def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Progress) -> None:
     """Blend the code and prose stores 30/70 from a spec file; report the mixture, build the splits."""
     echo("\n== 7. blend: code and prose by weight, exact at every prefix (Tijdeman's schedule)")
     spec_path = os.path.join(workdir, "stores", "blend.json")
@@ -223,6 +243,7 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo
     for report in blend_report(spec, 20_000, seq_length=1024):
         echo(report.render(root=workdir))
     config = GPTSampleConfig(seq_length=1024, eod_id=load_tokenizer("byte").eod_id)
+    echo.doing("building the blend's train/valid/test splits")
     begin = time.perf_counter()
     splits = build_datasets(spec, sizes=(20_000, 200, 20), config=config, seed=1234, split="90,5,5", cache=cache_dir)
     train, valid, test = (_built(split, BlendedDataset, "blended split") for split in splits)
@@ -248,11 +269,13 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Echo
         echo(f"  {name}: {passes.epochs:.2f} epochs{first}")
 
 
-def _sampling(prefix: str, echo: Echo) -> None:
+def _sampling(prefix: str, echo: Progress) -> None:
     """Batch the merged store's documents: padding by order, packing, rank balance, a resumable sampler."""
     echo("\n== 8. sampling: length grouping, best-fit packing, rank balance, exact resume")
     ds = IndexedDataset(prefix)
+    echo.doing("measuring padding, packing and rank balance of the merged store")
     echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, data_parallel_size=8)))
+    echo.doing("packing the merged store into samples of 4096 tokens")
     packed = PackedDataset(ds, 4096, too_long="split", seed=0)
     sample = packed[0]
     echo(
@@ -272,7 +295,7 @@ def _sampling(prefix: str, echo: Echo) -> None:
     ds.close()
 
 
-def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
+def _clean(prose: str, output: str, workers: int | None, echo: Progress) -> None:
     """Prepare the docstrings again through cleaning steps; report what each removed and why."""
     echo("\n== 10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare")
     steps = [
@@ -284,6 +307,7 @@ def _clean(prose: str, output: str, workers: int | None, echo: Echo) -> None:
         {"step": "pii"},
     ]
     config = PrepareConfig(inputs=(prose,), output=output, steps=steps, keep_rejected=True, **_workers(workers))
+    echo.doing(f"preparing the docstrings through {len(steps)} cleaning steps")
     result = prepare(config)
     echo(load_report(output).render())
     rejected = sum(
@@ -304,7 +328,7 @@ def _skipped_without_torch(missing: ModuleNotFoundError, what: str, echo: Echo) 
     echo(f'{what}: torch is not installed (python3 -m pip install -e ".[torch]" torch==2.13.0 to run it)')
 
 
-def _train(spec: str, directory: str, echo: Echo) -> None:
+def _train(spec: str, directory: str, echo: Progress) -> None:
     """Train a tiny decoder on the blend (1 rank, in process): once straight, once in two halves with a resume."""
     echo("\n== 11. train: a tiny decoder-only model on the code/prose blend, checkpointed mid-way and resumed")
     try:
@@ -315,10 +339,17 @@ def _train(spec: str, directory: str, echo: Echo) -> None:
 
     config = TrainConfig(steps=24, checkpoint_every=12)
     begin = time.perf_counter()
-    straight = launch(spec, _fresh(os.path.join(directory, "straight")), config, ranks=1)
+
+    def steps(what: str) -> Callable[[int, int], None]:
+        return lambda done, total: echo.step(done, total, what)
+
+    echo.doing("the straight run")
+    straight = launch(spec, _fresh(os.path.join(directory, "straight")), config, ranks=1, on_step=steps("straight run"))
     halves = _fresh(os.path.join(directory, "halves"))
-    launch(spec, halves, replace(config, steps=12), ranks=1)
-    resumed = launch(spec, halves, config, ranks=1, resume=True)
+    echo.doing("the first half")
+    launch(spec, halves, replace(config, steps=12), ranks=1, on_step=steps("first half"))
+    echo.doing("the resumed run")
+    resumed = launch(spec, halves, config, ranks=1, resume=True, on_step=steps("resumed from step 12"))
     elapsed = time.perf_counter() - begin
     losses = straight.losses
     echo(
@@ -340,17 +371,19 @@ def _train(spec: str, directory: str, echo: Echo) -> None:
 SFT_SEQ_LENGTH = 384
 
 
-def _sft(workdir: str, limit: int | None, echo: Echo) -> None:
+def _sft(workdir: str, limit: int | None, echo: Progress) -> None:
     """Supervised fine-tuning: stdlib Q&A conversations -> a chat store with loss masks -> packed
     samples (one shown with its trained tokens marked) -> a few steps of the tiny decoder."""
     echo("\n== 12. sft: conversations about stdlib functions -> chat store with loss masks -> packed samples")
     conversations = os.path.join(workdir, "corpus", "conversations.jsonl")
+    echo.doing("writing conversations about stdlib functions")
     count = build_sft_conversations(conversations, limit=limit)
     echo(
         f"{count:,} conversations (messages, ShareGPT and prompt-completion records; some with a system prompt, "
         f"some asking for the signature next) -> {os.path.relpath(conversations, workdir)}"
     )
     output = _fresh(os.path.join(workdir, "stores", "chat"))
+    echo.doing("preparing the conversations with the ChatML template")
     result = prepare(PrepareConfig(inputs=(conversations,), output=output, format="chat", workers=1))
     coverage = summarize(result.parts[0]).mask_coverage or 0.0
     echo(
@@ -386,7 +419,8 @@ def _sft(workdir: str, limit: int | None, echo: Echo) -> None:
         return
     config = TrainConfig(steps=20, global_batch_size=4, seq_length=SFT_SEQ_LENGTH)
     begin = time.perf_counter()
-    losses = fit(dataset, config)
+    echo.doing("training")
+    losses = fit(dataset, config, on_step=lambda done, total: echo.step(done, total, "training"))
     echo(
         f"{config.steps} steps of {config.global_batch_size} packed samples in {time.perf_counter() - begin:.1f} s, "
         f"loss on assistant tokens {losses[0]:.4f} -> {losses[-1]:.4f} "
@@ -399,12 +433,13 @@ def _sft(workdir: str, limit: int | None, echo: Echo) -> None:
 MIX_STEPS = 40
 
 
-def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -> None:
+def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Progress) -> None:
     """Code, docstrings and documentation prose mixed by ADO as a tiny decoder learns; one step traced."""
     echo("\n== 13. mix: code, docstrings and documentation prose, weighted by what the model is learning (ADO)")
     documentation = os.path.join(workdir, "corpus", "documentation.jsonl")
     sections = build_documentation(documentation)
     output = _fresh(os.path.join(workdir, "stores", "docs"))
+    echo.doing("preparing the documentation prose")
     docs = prepare(PrepareConfig(inputs=(documentation,), output=output, workers=1))
     echo(
         f"documentation: {sections} sections of the language reference (pydoc_data.topics) -> "
@@ -421,6 +456,7 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
     config = TrainConfig(steps=MIX_STEPS, global_batch_size=8)
     sample_config = GPTSampleConfig(config.seq_length, reset_position_ids=True, eod_mask_loss=True)
     names = ("code", "docstrings", "documentation")
+    echo.doing("building the three datasets' samples")
     sources = (parts["code"], parts["prose"], list(docs.parts))
     children = [
         build_datasets(prefixes, sizes=(config.steps * config.global_batch_size, 0, 0), config=sample_config,
@@ -428,7 +464,9 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
         for prefixes in sources
     ]  # fmt: skip
     begin = time.perf_counter()
-    run = train_mixture(children, config, ADOController(len(children), window=16, min_points=4))
+    echo.doing("training")
+    on_step = lambda done, total: echo.step(done, total, "training")  # noqa: E731
+    run = train_mixture(children, config, ADOController(len(children), window=16, min_points=4), on_step=on_step)
     echo(
         f"{config.steps} steps of {config.global_batch_size} samples in {time.perf_counter() - begin:.1f} s; "
         f"{len(run.updates)} weight updates, each applied from the first sample not yet read"
@@ -452,13 +490,17 @@ def _mixing(parts: dict[str, list[str]], workdir: str, cache: str, echo: Echo) -
 
 
 def _echo_trace(state: dict[str, Any], step: int, updates: int, names: Sequence[str], workdir: str, echo: Echo) -> None:
-    """`tokenport trace` of one step of the mixed run: its first samples' stores, documents and text."""
+    """`tokenport trace` of one step of the mixed run (its loader state saved as mix/state.json): its first
+    samples' stores, documents and text."""
     from ..integrations import trace
 
+    path = os.path.join(_fresh(os.path.join(workdir, "mix")), "state.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(state, f)
     traced = trace(state, step)
     echo(
-        f"tokenport trace STATE --step {step}: the batch rebuilt from the loader state alone "
-        f"(receipt + {updates} stored updates), first 3 of {len(traced)} samples:"
+        f"tokenport trace {os.path.relpath(path, workdir)} --step {step}: the batch rebuilt from the loader state "
+        f"alone (receipt + {updates} stored updates), first 3 of {len(traced)} samples:"
     )
     for item in traced[:3]:
         child = item.lineage.path[0][0] if item.lineage.path else 0
@@ -468,7 +510,7 @@ def _echo_trace(state: dict[str, Any], step: int, updates: int, names: Sequence[
         echo(f"  sample {item.sample} <- {names[child]}: {store} {pieces} {text!r}")
 
 
-def _grpo(echo: Echo) -> None:
+def _grpo(echo: Progress) -> None:
     """A toy GRPO run through the dock: synchronous, then asynchronous with rollouts one version behind."""
     echo("\n== 14. grpo: a tiny policy learns small sums from a verifiable reward, its stages meeting in the dock")
     try:
@@ -478,6 +520,7 @@ def _grpo(echo: Echo) -> None:
         return
     config = GRPOConfig()
     for mode, how in (("sync", "stages in turn"), ("async", "stages in threads, rollout one version behind")):
+        echo.doing(f"the {mode} run")
         begin = time.perf_counter()
         run = run_grpo(config, mode)
         first, last = np.mean(run.rewards[:5]), np.mean(run.rewards[-5:])

@@ -18,7 +18,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -198,6 +198,7 @@ def train(
     resume: bool = False,
     data_parallel_rank: int = 0,
     data_parallel_size: int = 1,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> TrainLog:
     """Train this rank to ``config.steps`` (all ranks call it; a process group is needed above one rank).
 
@@ -240,6 +241,8 @@ def train(
                 )
                 if len(steps) % config.checkpoint_every == 0:
                     _save(run_dir, config, model, optimizer, loader, steps)
+            if on_step is not None:
+                on_step(len(steps), config.steps)
         return TrainLog(asdict(config), tuple(steps))
 
 
@@ -324,7 +327,7 @@ def masked_loss(model: TinyDecoder, batch: dict[str, torch.Tensor]) -> tuple[tor
     return (losses * mask).sum(), mask.sum()
 
 
-def fit(dataset: Any, config: TrainConfig) -> list[float]:
+def fit(dataset: Any, config: TrainConfig, *, on_step: Callable[[int, int], None] | None = None) -> list[float]:
     """Train a fresh `TinyDecoder` for ``config.steps`` steps on one rank over ``dataset`` (any tokenport
     dataset of Megatron-shaped samples of ``config.seq_length`` tokens, e.g. an `SFTDataset`); returns
     the per-step losses. No checkpoints: the quick run the demo's SFT stage makes."""
@@ -347,6 +350,8 @@ def fit(dataset: Any, config: TrainConfig) -> list[float]:
             (total / count).backward()
             optimizer.step()
             losses.append(float(total.detach() / count))
+            if on_step is not None:
+                on_step(len(losses), config.steps)
         return losses
 
 
@@ -452,11 +457,25 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def launch(spec: str, run_dir: str, config: TrainConfig, *, ranks: int = 2, resume: bool = False) -> TrainLog:
-    """Run `train` on ``ranks`` processes over gloo on this machine (in this process for one rank)."""
+def launch(
+    spec: str,
+    run_dir: str,
+    config: TrainConfig,
+    *,
+    ranks: int = 2,
+    resume: bool = False,
+    on_step: Callable[[int, int], None] | None = None,
+) -> TrainLog:
+    """Run `train` on ``ranks`` processes over gloo on this machine (in this process for one rank, which
+    calls ``on_step(steps done, steps)`` after each step)."""
     _check_ranks(config, ranks)
     if ranks == 1:
-        return train(spec, run_dir, config, resume=resume)
+        return train(spec, run_dir, config, resume=resume, on_step=on_step)
+    if on_step is not None:
+        raise ConfigError(
+            f"on_step with ranks={ranks}: the ranks train in other processes, so it would never be called; "
+            "use ranks=1, or follow the run in RUN_DIR/log.json"
+        )
     import torch.multiprocessing as mp
 
     with socket.socket() as s:  # a free port for the rendezvous

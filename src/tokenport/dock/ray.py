@@ -50,8 +50,14 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import ray
 
+from .._optional import require
+
+try:
+    import ray
+except ImportError as missing:  # name the extra; an import that fails for another reason stays as it is
+    require(missing.name or "ray", extra="ray", feature="tokenport.dock.ray (RayDock)")
+    raise
 from .._checks import check_int
 from ..errors import ConfigError
 from .arguments import Sampler

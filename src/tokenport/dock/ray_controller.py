@@ -16,8 +16,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import ray
 
+from .._optional import require
+
+try:
+    import ray
+except ImportError as missing:  # name the extra; an import that fails for another reason stays as it is
+    require(missing.name or "ray", extra="ray", feature="tokenport.dock.ray (RayDock)")
+    raise
 from ..errors import ConfigError, CorruptStoreError, StorageError, TokenportError
 from .arguments import Sampler
 from .blob import unpack_columns

@@ -20,8 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import ray
+from .._optional import require
 
+try:
+    import ray
+except ImportError as missing:  # name the extra; an import that fails for another reason stays as it is
+    require(missing.name or "ray", extra="ray", feature="tokenport.dock.transferqueue_ray")
+    raise
 from ..errors import ConfigError
 from .ray import _get
 

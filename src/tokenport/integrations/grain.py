@@ -40,6 +40,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from .._checks import NOT_GIVEN, check_int, check_sample_id, is_int, shuffle_seed
+from .._optional import MissingExtraError, require
 from .._schema import Document, Positive, decode, encode, to_builtins
 from ..blend import AdaptiveBlend
 from ..errors import ConfigError
@@ -58,14 +59,11 @@ _INT64_MAX = 2**63 - 1
 
 
 def _grain() -> Any:
-    """The ``grain`` package, or a ConfigError saying how to install it."""
+    """The ``grain`` package, or a ConfigError naming the extra that installs it."""
     try:
-        import grain
-    except ImportError:
-        raise ConfigError(
-            "tokenport.integrations.grain needs the grain package: pip install tokenport[grain]"
-        ) from None
-    return grain
+        return require("grain", extra="grain", feature="tokenport.integrations.grain")
+    except MissingExtraError as e:
+        raise ConfigError(str(e)) from e.__cause__
 
 
 class GrainSource:
@@ -340,9 +338,9 @@ def torchtitan_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     Megatron-shaped SFT samples). HF-shaped samples (``input_ids`` with unshifted labels, which the model
     shifts) are refused: torchtitan does not shift, so each token would be trained to predict itself."""
     try:
-        import torch
-    except ImportError:
-        raise ConfigError("GrainLoader yields torch tensors and needs torch: pip install tokenport[torch]") from None
+        torch = require("torch", extra="torch", feature="GrainLoader (it yields torch tensors)")
+    except MissingExtraError as e:
+        raise ConfigError(str(e)) from e.__cause__
 
     if "input_ids" in batch and "tokens" not in batch:
         raise ConfigError(

@@ -20,10 +20,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
-import torch
-from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .._optional import require
+
+try:
+    import torch
+    from transformers import Trainer, TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+except ImportError as missing:  # name the extra; an import that fails for another reason stays as it is
+    require(missing.name or "transformers", extra="trainer", feature="tokenport.integrations.hf (HF Trainer)")
+    raise
 from .._schema import Count, Document, decode
 from ..errors import ConfigError, InputDataError
 from ..sampling.pretraining import PretrainingSampler, RandomSampler

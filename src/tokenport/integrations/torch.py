@@ -28,6 +28,7 @@ from typing import Any
 
 from .._checks import NOT_GIVEN, check_int, shuffle_seed
 from .._fork import keep_forked_heaps_shared
+from .._optional import require
 from ..blend import AdaptiveBlend, BlendedDataset
 from ..blend.controller import MixtureSignals
 from ..errors import ConfigError
@@ -159,6 +160,7 @@ class StatefulLoader:
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's batches from the current position, each counted as consumed when handed over."""
+        require("torch", extra="torch", feature="iterating a StatefulLoader")
         from torch.utils.data import DataLoader
 
         options = dict(self.loader_options)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import abc
 import hashlib
-import importlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import _optional
 from .._registry import Registry
 from ..errors import ConfigError, TokenizerError
 
@@ -202,11 +202,9 @@ def read_file(path: str, kind: str) -> bytes:
 def require(module: str, extra: str) -> Any:
     """Import an optional package, or raise a TokenizerError naming the extra to install."""
     try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise TokenizerError(
-            f"the {extra} tokenizer needs the {module!r} package: pip install 'tokenport[{extra}]'"
-        ) from e
+        return _optional.require(module, extra=extra, feature=f"the {extra} tokenizer")
+    except _optional.MissingExtraError as e:
+        raise TokenizerError(str(e)) from e.__cause__
 
 
 def pick_eod(token_id: Callable[[str], int | None], override: str | None, path: str) -> int | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigError
+from ..._optional import require
 from ...tokenizers import Tokenizer, load_tokenizer, register_tokenizer
 from ..steps.dedup import band_edges
 from .executor import OnDone, OnProgress, _added_backend, _attempt, _Failure
@@ -121,11 +121,7 @@ class RayExecutor:
     """Runs units on a Ray cluster: an ``Executor``, as ``LocalExecutor`` is."""
 
     def __init__(self, tokenizer: Tokenizer, address: str | None = None, shared: bool = True) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("executor='ray' needs Ray: pip install 'tokenport[ray]'") from None
-        self._ray = ray
+        self._ray = require("ray", extra="ray", feature="executor='ray'")
         self.tokenizer = tokenizer
         self.address = address
         self.shared = shared
