@@ -35,7 +35,13 @@ from ..inputs.inflate import discard_chunk
 from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
 from ..steps.dedup import drops_path, keys_path, prekeys_path, save_atomically
-from ..steps.registry import registered_steps, run_wide_positions, run_wide_step, step_modules
+from ..steps.registry import (
+    check_steps_reach_workers,
+    registered_steps,
+    run_wide_positions,
+    run_wide_step,
+    step_modules,
+)
 from ..steps.runwide import Signatures, adjacent
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
@@ -118,6 +124,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     """
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
+    if config.workers > 1 and config.executor == "local":  # fresh worker processes import each step's class
+        check_steps_reach_workers(config.steps)
     tokenizer = load_tokenizer(config.tokenizer)
     identity = tokenizer.identity()
     chat = _chat_job(config, tokenizer)
@@ -546,6 +554,6 @@ def _unit_job(config: PrepareConfig, work: str, **options: Any) -> UnitJob:
         batch_size=config.batch_size,
         on_error=config.on_error,
         steps=config.steps,
-        step_kinds=registered_steps(),
+        step_kinds=registered_steps(config.steps),
         **options,
     )
