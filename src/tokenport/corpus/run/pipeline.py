@@ -112,6 +112,9 @@ class PrepareResult:
         return data
 
 
+_CALL = "call prepare(PrepareConfig(inputs=['data/prose.jsonl'], output='stores/prose'))"
+
+
 def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = False) -> PrepareResult:
     """Tokenize `config.inputs` into token stores under `config.output`, a directory or an
     object-store URL (see PrepareConfig).
@@ -122,6 +125,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     differs, unless `overwrite` (``--force``): then the earlier run's work and output are deleted
     and the run starts over. A run that fails before producing anything leaves no ``.work/``.
     """
+    if not isinstance(config, PrepareConfig):
+        raise ConfigError(f"prepare: expected a PrepareConfig, got a {type(config).__name__}; {_CALL}")
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
     if config.workers > 1 and config.executor == "local":  # fresh worker processes import each step's class
