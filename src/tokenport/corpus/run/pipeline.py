@@ -142,7 +142,7 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
         raise not_a_directory(out.path)  # before the inputs: an input given as the output is not "no files"
     files = expand_inputs(config.inputs, exclude=out.path)
     if url is not None:  # an object store: prepared in a local staging directory, then uploaded
-        manifest = check_remote_output(url, run_fingerprint)
+        manifest = check_remote_output(url, run_fingerprint, overwrite=overwrite)
         if manifest is not None:
             _check_remote_inputs(url, manifest, files)
             logger.info("%s is already prepared with these settings", url)
@@ -157,7 +157,7 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
         logger.info("%s is already prepared with these settings", out.path)
     if url is not None:
         logger.info("uploading %s to %s", out.path, url)
-        upload_output(out.path, url, run_fingerprint)
+        upload_output(out.path, url, run_fingerprint, replace=overwrite)
         shutil.rmtree(out.path, ignore_errors=True)
     result = _result(url or out.path, manifest, config.workers, time.perf_counter() - started, resumed)
     if resumed >= 0:
@@ -176,8 +176,8 @@ def _check_remote_inputs(url: str, manifest: dict[str, Any], files: list[InputFi
         raise ConfigError(f"{url}/tokenport.json: inputs: {exc}; delete the dataset at {url} and run again") from None
     if changed is not None:
         raise ConfigError(
-            f"{url}: holds a finished prepare run, but {changed}; delete the dataset at {url} (or choose another "
-            "URL) and run again"
+            f"{url}: holds a finished prepare run, but {changed}; pass overwrite=True (--force) to prepare it again "
+            "from scratch, or choose another URL"
         )
 
 
