@@ -440,3 +440,15 @@ def test_blend_reports_an_adaptive_run_from_its_loader_state(stores, capsys, tmp
     assert np.allclose(trajectory["realized"], windows)  # the stream rebuilt from the state is the one trained on
     assert main(["blend", "--state", str(tmp_path / "state.json"), str(stores / "a")]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_inspect_names_the_tokenizer_as_given_once(tmp_path, capsys):
+    byte = tp.load_tokenizer("byte").identity()
+    for name, identity, shown in (
+        ("byte", byte, "tokenizer  byte  vocab 257"),
+        ("hf", {**byte, "kind": "hf", "name": "hf:tokenizer.json"}, "tokenizer  hf:tokenizer.json  vocab 257"),
+        ("folder", {**byte, "kind": "hf", "name": "my-tokenizer"}, "tokenizer  hf:my-tokenizer  vocab 257"),
+    ):
+        build_store(tmp_path / name, [[104, 105, 256]], tokenizer=identity)
+        assert main(["inspect", str(tmp_path / name)]) == 0
+        assert shown in capsys.readouterr().out

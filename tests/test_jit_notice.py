@@ -53,3 +53,9 @@ def test_pack_report_names_the_kernels_it_compiles_and_only_those(tmp_path):
     assert "first run: compiling numba kernels of packing.balance, packing.bins" in first.stderr
     again = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
     assert "compiling" not in again.stderr and again.stdout == first.stdout  # a warm cache: no false notice
+
+
+def test_a_module_that_cannot_be_imported_by_name_is_skipped():
+    from tokenport._jit import announce_compilation
+
+    assert announce_compilation(["__notebook_cell__", "tokenport.corpus.run.config"]) == []

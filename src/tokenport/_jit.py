@@ -23,7 +23,7 @@ def announce_compilation(names: Iterable[str]) -> list[str]:
     to run) hold kernels numba has not cached yet, so will compile first; returns their names."""
     fresh = [name for name in dict.fromkeys(names) if name not in _announced]
     _announced.update(fresh)
-    modules = [importlib.import_module(name) for name in fresh]
+    modules = [module for module in map(_module, fresh) if module is not None]
     cold = [m.__name__ for m in modules if _has_kernels(m) and not _cached(m)]
     if cold:
         import logging  # here: `import tokenport` installs this module's hook and stays cheap
@@ -34,6 +34,17 @@ def announce_compilation(names: Iterable[str]) -> list[str]:
             ", ".join(name.removeprefix("tokenport.") for name in cold),
         )
     return cold
+
+
+def _module(name: str) -> ModuleType | None:
+    """The module called ``name``, or None when it cannot be imported by that name (a class defined in
+    code run by exec(): whether it may run is its caller's check, this only announces compilation)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _has_kernels(module: ModuleType) -> bool:

@@ -69,3 +69,22 @@ def test_cli_with_megatron_list_spec_file_and_plot(stores, tmp_path, capsys):
 def test_bad_size(stores, size, capsys):
     assert main(["blend", "1", stores["web"], "--size", str(size)]) == 2
     assert "size" in capsys.readouterr().err
+
+
+def test_the_table_names_datasets_by_spec_name_or_short_suffix_and_the_json_keeps_paths(stores, tmp_path, capsys):
+    spec = tmp_path / "spec.json"
+    deep = {"name": "code and its long neighbour", "path": stores["code"], "weight": 1}
+    spec.write_text(json.dumps({"blend": [{"name": "web", "path": stores["web"], "weight": 3}, deep]}))
+    assert main(["blend", str(spec), "--size", "100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in lines[2:4]] == ["web", "code and its long neighbour"]
+    assert all(len(line) <= 100 for line in lines) and not any(stores["web"] in line for line in lines)
+    assert main(["blend", "1", stores["web"], "1", stores["books"], "--size", "100"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:4]
+    assert [row.split()[0] for row in rows] == ["web", "books"]  # no name: the shortest distinguishing suffix
+    assert main(["blend", str(spec), "--size", "100", "--json"]) == 0
+    (blend,) = json.loads(capsys.readouterr().out)["blends"]
+    assert [(row["prefix"], row["label"]) for row in blend["rows"]] == [
+        (stores["web"], "web"),
+        (stores["code"], "code and its long neighbour"),
+    ]

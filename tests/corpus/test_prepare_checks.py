@@ -170,3 +170,10 @@ def test_a_directory_of_small_text_files_is_not_one_part_per_file(tmp_path):
     assert [len(part["inputs"]) for part in manifest["parts"]] == [30, 1]
     small = prepare(PrepareConfig([str(tree)], str(tmp_path / "small"), workers=1, shard_tokens=1000))
     assert len(small.parts) > 3 and small.documents == 31  # text files share parts of up to shard_tokens
+
+
+def test_prepare_given_inputs_instead_of_a_config_shows_the_right_call(tmp_path):
+    with pytest.raises(ConfigError, match=r"expected a PrepareConfig, got a list; call prepare\(PrepareConfig\("):
+        prepare(["data/prose.jsonl"], "memory://b/x")
+    with pytest.raises(ConfigError, match="got a str"):
+        prepare(str(tmp_path / "in.jsonl"))

@@ -388,3 +388,90 @@ def test_a_kill_at_every_publication_step_of_a_run_into_s3_then_a_rerun_leaves_t
         assert _bucket(s3, "allkills") == reference, f"after a kill at step {point}, the rerun left another bucket"
         assert not staging.exists(), f"after a kill at step {point}, the staging directory was left"
     assert point > 6 + 5  # the upload's 5 steps after the staging directory's renames
+
+
+def test_overwrite_replaces_a_finished_remote_output_of_other_inputs_or_settings(tmp_path, monkeypatch):
+    import fsspec
+
+    monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / "cache"))
+    inputs, url = _inputs(tmp_path), "memory://overwritten/x"
+    fs = fsspec.filesystem("memory")
+
+    def names() -> list[str]:
+        return sorted(path.rsplit("/", 1)[1] for path in fs.find("/overwritten/x"))
+
+    try:
+        assert len(prepare(PrepareConfig(inputs, url, workers=1)).parts) == 3
+        pathlib.Path(inputs[0]).write_text(json.dumps({"text": "another document"}) + "\n")
+        with pytest.raises(ConfigError, match=r"holds a finished prepare run, but .*; pass overwrite=True \(--force\)"):
+            prepare(PrepareConfig(inputs, url, workers=1))
+        assert prepare(PrepareConfig(inputs, url, workers=1), overwrite=True).documents == 81
+        assert prepare(PrepareConfig(inputs, url, workers=1)).documents == 81  # finished, with the new input
+        with pytest.raises(ConfigError, match=r"other settings\); choose another URL, or pass overwrite=True"):
+            prepare(PrepareConfig(inputs[1:2], url, workers=1, append_eod=False))
+        local = prepare(PrepareConfig(inputs[1:2], str(tmp_path / "local"), workers=1, append_eod=False))
+        replaced = prepare(PrepareConfig(inputs[1:2], url, workers=1, append_eod=False), overwrite=True)
+        assert replaced.documents == 40 and replaced.parts == (f"{url}/part-00000",)
+        assert names() == ["part-00000.bin", "part-00000.idx", "part-00000.json", "tokenport.json"]  # 2 parts gone
+        assert fs.cat("/overwritten/x/part-00000.bin") == pathlib.Path(local.parts[0] + ".bin").read_bytes()
+    finally:
+        fs.rm("/overwritten", recursive=True)
+
+
+def test_a_kill_at_every_step_of_an_overwrite_leaves_the_old_run_or_one_the_rerun_replaces(s3, direct, tmp_path):
+    """The old finished run is withdrawn (journal, manifest, objects, journal), then the new one uploaded:
+    killed after any step, the prefix shows the old run whole or no manifest, and a rerun with overwrite
+    leaves exactly what an uninterrupted one does."""
+    import os
+    import subprocess
+    import sys
+
+    old_inputs, new_inputs = _inputs(tmp_path)[:1], _inputs(tmp_path)[1:2]
+    config = {"inputs": new_inputs, "output": f"s3://{s3.bucket}/over", "workers": 1}
+
+    def start() -> None:
+        for name in _keys(s3, "over"):
+            s3.client.delete_object(Bucket=s3.bucket, Key=f"over/{name}")
+        for name, data in old.items():
+            s3.put(data, f"over/{name}")
+
+    prepare(PrepareConfig(old_inputs, config["output"], workers=1))
+    old = {name: _object(s3, f"over/{name}") for name in _keys(s3, "over")}
+    prepare(PrepareConfig(**config), overwrite=True)
+    reference = _bucket(s3, "over")
+    assert reference != _bucket_of(old) and sorted(reference) == sorted(old)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    point = 0
+    while True:
+        point += 1
+        start()
+        child = subprocess.run(
+            [sys.executable, "-c", OVERWRITING_CHILD, json.dumps(config)], env={**env, upload.KILL_AT: str(point)}
+        )
+        if child.returncode == 0:
+            break
+        assert child.returncode == 137, f"kill point {point}: exit {child.returncode}"
+        left = _keys(s3, "over")
+        if "tokenport.json" in left:  # published: the old run whole, or the new one
+            shown = {name: _object(s3, f"over/{name}") for name in left if name != ".tokenport-upload.json"}
+            assert shown == old or _bucket(s3, "over").items() >= reference.items(), f"kill point {point}"
+        prepare(PrepareConfig(**config), overwrite=True)
+        assert _bucket(s3, "over") == reference, f"after a kill at step {point}, the rerun left another bucket"
+    assert point == 1 + 1 + 3 + 1 + (1 + 3 + 1 + 1) + 1  # withdraw: journal, manifest, 3 objects, journal; upload
+
+
+OVERWRITING_CHILD = """
+import json, sys
+from tokenport.corpus import PrepareConfig, prepare
+prepare(PrepareConfig(**json.loads(sys.argv[1])), overwrite=True)
+"""
+
+
+def _bucket_of(objects: dict[str, bytes]) -> dict[str, object]:
+    """``_bucket``'s view of objects held in memory."""
+    return {
+        name: {k: v for k, v in json.loads(data).items() if k not in ("created", "stages", "unit_stages")}
+        if name.endswith(".json") and not name.startswith(".")
+        else data
+        for name, data in objects.items()
+    }

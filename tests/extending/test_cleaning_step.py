@@ -135,3 +135,31 @@ def test_the_cli_runs_the_plugin_steps(plugin_dir, inputs, tmp_path):
     parts = sorted(str(p.with_suffix("")) for p in out.glob("part-*.idx"))
     assert decoded(parts) == KEPT
     assert json.loads((out / "tokenport.json").read_text())["steps"] == COUNTS
+
+
+PAGE = '''
+class ExecShort(Step):
+    """Drops documents shorter than `min_chars`: a step defined in code run by exec()."""
+
+    def __init__(self, min_chars: int = 2) -> None:
+        super().__init__()
+        self.min_chars = min_chars
+
+    def reject(self, text):
+        return "too_short" if len(text) < self.min_chars else None
+'''
+
+
+def test_a_step_defined_by_exec_runs_on_one_worker_and_is_refused_by_name_for_more(inputs, tmp_path, monkeypatch):
+    from tokenport.corpus.steps import registry
+
+    namespace = {"Step": Step, "__name__": "__page__"}
+    exec(PAGE, namespace)  # what a docs page or a notebook cell does: its module '__page__' cannot be imported
+    monkeypatch.setitem(registry.STEP_KINDS, "exec_short", namespace["ExecShort"])
+    steps = [{"step": "exec_short", "min_chars": 2}]
+    with pytest.raises(tp.ConfigError, match=r"step 'exec_short' is ExecShort defined in __page__, which worker") as e:
+        prepare(PrepareConfig(inputs, str(tmp_path / "many"), workers=2, steps=steps))
+    assert "my_steps.py" in str(e.value) and "--workers 1" in str(e.value)
+    assert not (tmp_path / "many").exists()  # refused before any work
+    result = prepare(PrepareConfig(inputs, str(tmp_path / "one"), workers=1, steps=steps))
+    assert decoded(result.parts) == [t for texts in FILES for t in texts if len(t) >= 2]

@@ -253,3 +253,25 @@ def test_an_sft_dataset_is_certified_with_its_loss_masks(tmp_path):
     StatefulLoader.for_dataset(chat_store("b", -1), micro_batch_size=2, seed=1).load_state_dict(state)
     with pytest.raises(tp.ConfigError, match=r"store '.*a' \(now '.*c'\) changed content \(loss masks bin digest"):
         StatefulLoader.for_dataset(chat_store("c", 3), micro_batch_size=2, seed=1).load_state_dict(state)
+
+
+def test_a_run_built_for_more_samples_is_refused_naming_the_size_not_the_seed(stores):
+    weights = [(stores["prose"], 0.4), (stores["code"], 0.6)]
+    before, after = _blend(weights, size=200), _blend(weights, size=210)  # same seed, code's length unchanged
+    # why growth is refused: the shuffle follows the number of samples, so the first 200 are other samples
+    assert [_ids_of(before, i) for i in range(200)] != [_ids_of(after, i) for i in range(200)]
+    state = _saved(before)
+    message = _refusal(after, state, allow_changes=("seed",))
+    assert (
+        "another seed" not in message and "blend weights changed" not in message and "[allow_changes: '" not in message
+    )
+    assert "same weights, another size (samples per dataset [80, 120] -> [84, 126])" in message
+    assert "sample order changed (order digest " in message
+    assert "built for 120 -> 126 samples with the same seed, and its shuffle depends on the number" in message
+    assert "built for 200 samples and this dataset for 210" in message
+    assert "To resume, build the dataset for 200 samples as before" in message
+
+
+def _ids_of(dataset, i: int) -> list[int]:
+    sample = dataset[i]
+    return [int(sample["dataset_id"]), *np.asarray(sample["tokens"])[:4].tolist()]

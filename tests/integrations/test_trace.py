@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -217,3 +218,31 @@ def test_packed_datasets_and_scheduled_blends_rebuild_from_their_receipts(tmp_pa
     assert rebuild_dataset(state["receipt"]).schedule is not None
     for step in (1, 20):
         _check(tp.trace(state, step), steps, step)
+
+
+def test_moved_stores_are_named_once_with_the_fix_for_the_cli_and_for_python(blend_run, tmp_path, capsys):
+    _, state, steps, prefixes = blend_run
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for prefix in prefixes:
+        for suffix in (".bin", ".idx", ".json"):
+            os.replace(prefix + suffix, str(moved / os.path.basename(prefix)) + suffix)
+    news = [str(moved / os.path.basename(p)) for p in prefixes]
+    assert main(["trace", str(path), "--step", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("cannot be opened") == 1 and "cannot build the dataset" not in err and "stores=" not in err
+    assert f"--step 3 --store {prefixes[0]}=NEW_PREFIX" in err
+    flags = [f"--store={old}={new}" for old, new in zip(prefixes, news)]
+    assert main(["trace", str(path), "--step", "3", *flags[:1]]) == 2  # the next store's fix, keeping the first
+    assert f"--store {prefixes[0]}={news[0]} --store {prefixes[1]}=NEW_PREFIX" in capsys.readouterr().err
+    assert main(["trace", str(path), "--step", "3", "--json", *flags]) == 0
+    assert len(json.loads(capsys.readouterr().out)["samples"]) == 4
+    with pytest.raises(SystemExit, match="2"):
+        main(["trace", str(path), "--step", "3", "--store", "nowhere"])
+    assert "'nowhere' is not OLD=NEW" in capsys.readouterr().err
+    with pytest.raises(tp.ConfigError, match=r"If it moved, pass stores=\{") as caught:
+        tp.trace(state, 3)
+    assert "--store" not in str(caught.value) and "cannot build the dataset" not in str(caught.value)
+    _check(tp.trace(state, 3, stores=dict(zip(prefixes, news))), steps, 3)

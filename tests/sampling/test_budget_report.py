@@ -222,3 +222,32 @@ def test_pack_report_verb(tmp_path, capsys):
     assert f"{report['packing_num_bins']:,}" in out and f"{report['random_padding_ratio']:.2%}" in out
     assert main(["pack-report", prefix, "--batch-size", "0"]) == 2
     assert "batch_size" in capsys.readouterr().err
+
+
+def test_pack_report_loads_neither_torch_nor_transformers_and_prints_the_same(tmp_path):
+    from tests.test_public_api import fresh
+
+    documents = random_documents(np.random.default_rng(4), 300, tokens=(3, 1000), length=(1, 700))
+    prefix = build_store(tmp_path / "store", documents, dtype=np.uint16)
+    run = (
+        "import contextlib, io, json, sys\nfrom tokenport.cli import main\nout = io.StringIO()\n"
+        f"with contextlib.redirect_stdout(out):\n    main(['pack-report', {prefix!r}, '--seed', '9', '--json'])\n"
+        "print(json.dumps([json.loads(out.getvalue()), sorted(sys.modules)]))"
+    )
+    report, modules = fresh(run)
+    assert "torch" not in modules and "transformers" not in modules
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator()
+    generator.manual_seed(9)
+    lengths = lengths_of([prefix])
+    hf_order = np.array(get_length_grouped_indices(lengths, 8, generator=generator))
+    assert report["hf_grouped_padding_ratio"] == padding_ratio(lengths, hf_order, 8)  # transformers' order, exactly
+
+
+def test_the_seeded_twin_draws_torch_randperm():
+    from tokenport.rng.torch_randperm import seeded_randperm
+
+    torch = pytest.importorskip("torch")
+    for n, seed in ((0, 0), (1, 3), (2, 0), (624, 1), (625, 2**32 - 1), (5003, 12345)):
+        expected = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
+        np.testing.assert_array_equal(seeded_randperm(n, seed), expected)

@@ -38,6 +38,7 @@ class BlendRow:
     samples: int
     epochs: float
     deviation: float
+    label: str = ""  # what the table calls it: its spec name, else its shortest distinguishing path suffix
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,10 @@ class BlendReport:
         return max(row.deviation for row in self.rows)
 
     def render(self, root: str | None = None) -> str:
-        """The report as an aligned text table; local prefixes shown relative to ``root`` when given."""
+        """The report as an aligned text table, a dataset per row by its label (a row without one: its
+        prefix, relative to ``root`` when given and local)."""
         names = [
-            row.prefix if root is None or "://" in row.prefix else os.path.relpath(row.prefix, root)
+            row.label or (row.prefix if root is None or "://" in row.prefix else os.path.relpath(row.prefix, root))
             for row in self.rows
         ]
         width = max(len("dataset"), *(len(name) for name in names))
@@ -134,9 +136,10 @@ def _report(
     counts = np.bincount(dataset_index, minlength=len(weights))
     deviations = prefix_deviations(dataset_index, weights)
     target = summable(weights) / summable(weights).sum()
+    labels = dataset_labels(blend.prefixes, blend.names)
     rows = tuple(
-        BlendRow(prefix, float(t), float(c) / size, int(c), float(c) * seq_length / max(k, 1.0), float(d))
-        for prefix, t, c, k, d in zip(blend.prefixes, target, counts, tokens, deviations)
+        BlendRow(prefix, float(t), float(c) / size, int(c), float(c) * seq_length / max(k, 1.0), float(d), label)
+        for prefix, t, c, k, d, label in zip(blend.prefixes, target, counts, tokens, deviations, labels)
     )
     n = len(weights)
     return BlendReport(name, size, seq_length, algorithm, rows, 1 - 1 / (2 * n - 2) if n > 1 else 0.0)

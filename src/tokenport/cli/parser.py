@@ -270,6 +270,26 @@ def _trace_flags(sub: argparse.ArgumentParser) -> None:
         default=None,
         help="one data-parallel rank (default: every rank; --rank is its old spelling)",
     )
+    sub.add_argument(
+        "--store",
+        dest="stores",
+        metavar="OLD=NEW",
+        action="append",
+        type=_store_move,
+        default=None,
+        help="a store that moved since the run: its recorded prefix OLD is now at NEW (repeat per store)",
+    )
+
+
+def _store_move(text: str) -> tuple[str, str]:
+    """``OLD=NEW`` of --store, split at its first '='; both sides needed."""
+    old, sep, new = text.partition("=")
+    if not sep or not old or not new:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not OLD=NEW: give the prefix the state records, '=', and where the store is now, "
+            "e.g. --store /old/stores/prose=/new/stores/prose"
+        )
+    return old, new
 
 
 class _Renamed(argparse.Action):

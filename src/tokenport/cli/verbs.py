@@ -57,7 +57,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _trace(args: argparse.Namespace) -> int:
     from ..integrations.tracing import trace_file
 
-    _emit(args, [trace_file(args.state, args.step, args.data_parallel_rank)])
+    _emit(args, [trace_file(args.state, args.step, args.data_parallel_rank, stores=dict(args.stores or ()))])
     return 0
 
 

@@ -49,9 +49,9 @@ class StoreSummary:
         ]
         if self.tokenizer:
             t = self.tokenizer
-            lines.append(
-                f"tokenizer  {t.get('kind')}:{t.get('name')}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}"
-            )
+            name = str(t.get("name"))  # the spec as given ('byte', 'hf:tokenizer.json'): kind first, unless it lacks it
+            name = name if name.split(":")[0] == t.get("kind") else f"{t.get('kind')}:{name}"
+            lines.append(f"tokenizer  {name}  vocab {t.get('vocab_size'):,}  eod {t.get('eod_id')}")
         if self.length_percentiles:
             cells = "  ".join(f"p{p}={v:,}" for p, v in self.length_percentiles.items())
             lines.append(f"lengths    {cells}  mean={self.mean_length:,.1f}")

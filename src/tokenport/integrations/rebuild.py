@@ -38,8 +38,13 @@ def rebuild_dataset(receipt: DataReceipt | Mapping[str, Any], *, stores: Mapping
     """The dataset ``receipt`` describes, built again from its stores and recipes and verified: its fresh
     receipt must equal the saved one (ConfigError naming what differs, e.g. a store whose content changed)."""
     saved = receipt if isinstance(receipt, DataReceipt) else DataReceipt.from_dict(receipt)
+    return rebuild_verified(saved, Rebuilder(stores or {}))
+
+
+def rebuild_verified(saved: DataReceipt, rebuilder: Rebuilder) -> Any:
+    """``rebuild_dataset`` with the caller's rebuilder (e.g. one whose moved-store hint names a CLI flag)."""
     _import_own_kinds()
-    built = rebuild_node(saved.dataset, Rebuilder(stores or {}))
+    built = rebuild_node(saved.dataset, rebuilder)
     check_same_data(saved, built)
     return built
 

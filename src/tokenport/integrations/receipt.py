@@ -209,6 +209,7 @@ def check_receipt(
         )
         raise ConfigError(
             f"state: the data differs from the data this checkpoint was taken on ({len(refused)} change(s)):\n{lines}\n"
+            f"{_resize_remedy(saved, current) if saved is not None else ''}"
             "Resume against the data the checkpoint was taken on (state['receipt'] names every store and its "
             "content digest), or start a new run; a change marked [allow_changes: KIND] can be accepted with "
             "load_state_dict(state, allow_changes=(KIND, ...)) (see ALLOWED_CHANGES for what each means)"
@@ -303,12 +304,21 @@ def _compare_node(old: Mapping[str, Any], new: Mapping[str, Any], path: str, out
     if "datasets" in old:
         _compare_blend(old, new, path, label, out, resized)
     elif old.get("order") != new.get("order") and not (length_changed or content_changed or documents_changed):
-        kind = "stores_appended" if resized else "seed"
+        before, after = _built_for(old), _built_for(new)
+        if before != after and before is not None and after is not None:
+            # Megatron-style indices: the epochs and the last epoch's own shuffle follow num_samples
+            why = (
+                f"built for {before} -> {after} samples with the same seed, and its shuffle depends on the "
+                "number of samples it is built for"
+            )
+            kind = "stores_appended" if resized else ""
+        else:
+            why = "built with another seed (or another sample config)"
+            kind = "stores_appended" if resized else "seed"
         out.append(
             _Change(
                 kind,
-                f"{label}: sample order changed (order digest {_arrow(old.get('order'), new.get('order'))}): "
-                "built with another seed (or another sample config)",
+                f"{label}: sample order changed (order digest {_arrow(old.get('order'), new.get('order'))}): {why}",
             )
         )
 
@@ -336,13 +346,12 @@ def _compare_blend(
             )
         )
     elif old.get("samples_per_dataset") != new.get("samples_per_dataset"):
-        out.append(
-            _Change(
-                kind,
-                f"{label}: blend weights changed (samples per dataset {old.get('samples_per_dataset')} -> "
-                f"{new.get('samples_per_dataset')})",
-            )
+        counts = f"samples per dataset {old.get('samples_per_dataset')} -> {new.get('samples_per_dataset')}"
+        weights = [_recipe(node).get("weights") for node in (old, new)]
+        what = (
+            "blend weights changed" if weights[0] != weights[1] or weights[0] is None else "same weights, another size"
         )
+        out.append(_Change(kind, f"{label}: {what} ({counts})"))
     elif old.get("order") != new.get("order"):
         out.append(
             _Change(
@@ -351,6 +360,31 @@ def _compare_blend(
                 "another schedule or blending algorithm",
             )
         )
+
+
+def _recipe(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A node's ``build`` (empty for a receipt saved without one)."""
+    build = node.get("build")
+    return build if isinstance(build, Mapping) else {}
+
+
+def _built_for(node: Mapping[str, Any]) -> Any:
+    """The number of samples a dataset was built for (a GPTDataset's num_samples, a blend's size), or None."""
+    build = _recipe(node)
+    return build.get("num_samples", build.get("size"))
+
+
+def _resize_remedy(saved: DataReceipt, current: DataReceipt) -> str:
+    """What to do when the run was built for another number of samples; "" when it was not."""
+    before, after = _built_for(saved.dataset), _built_for(current.dataset)
+    if before is None or after is None or before == after:
+        return ""
+    return (
+        f"The checkpoint's run was built for {before} samples and this dataset for {after}: how many samples a "
+        "dataset is built for decides its order (its epochs, the shuffle of its last epoch, the blend's counts), "
+        f"so a run cannot grow or shrink in place. To resume, build the dataset for {before} samples as before "
+        "(the same sizes= or train_samples); for another number of samples, start a new run.\n"
+    )
 
 
 def _phases(schedule: Any) -> str:

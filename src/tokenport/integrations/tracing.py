@@ -21,10 +21,10 @@ from .._checks import check_int, renamed_keywords
 from ..blend import AdaptiveBlend
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
-from ..samples.base import SampleDataset
+from ..samples.base import Rebuilder, SampleDataset
 from ..samples.lineage import SampleLineage
 from ..sampling.state import read_loader_state, read_sampler_state
-from .rebuild import check_same_data, rebuild_dataset
+from .rebuild import check_same_data, rebuild_verified
 from .receipt import DataReceipt, check_state_agrees
 from .samplers import sampler_from_state
 
@@ -151,18 +151,32 @@ def trace(
     store's tokenizer is available here. ConfigError for a step the run had not reached, a state without
     a receipt, data that changed since, or a file that holds no state.
     """
-    return list(_trace(state, step, data_parallel_rank, dataset, stores, detokenize)[1])
+    return list(_trace(state, step, data_parallel_rank, dataset, Rebuilder(stores or {}), detokenize)[1])
 
 
 @renamed_keywords(rank="data_parallel_rank")
-def trace_file(path: str | os.PathLike[str], step: int, data_parallel_rank: int | None = None) -> TraceReport:
-    """``trace`` of the state in ``path``, as a report naming where the state was found (``tokenport trace``)."""
-    source, samples = _trace(path, step, data_parallel_rank, None, None, True)
+def trace_file(
+    path: str | os.PathLike[str],
+    step: int,
+    data_parallel_rank: int | None = None,
+    *,
+    stores: Mapping[str, str] | None = None,
+) -> TraceReport:
+    """``trace`` of the state in ``path``, as a report naming where the state was found (``tokenport trace``;
+    ``stores``: its ``--store OLD=NEW`` flags, which a moved store's message names)."""
+    given = " ".join(f"--store {old}={new}" for old, new in (stores or {}).items())
+    command = f"tokenport trace {os.fspath(path)} --step {step} {given}".rstrip()
+
+    def store_flag(prefix: str) -> str:
+        return f"say where it is now: {command} --store {prefix}=NEW_PREFIX (once per moved store)"
+
+    rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
+    source, samples = _trace(path, step, data_parallel_rank, None, rebuilder, True)
     return TraceReport(source, int(step), tuple(samples))
 
 
 def _trace(
-    state: Any, step: int, rank: int | None, dataset: Any, stores: Mapping[str, str] | None, detokenize: bool
+    state: Any, step: int, rank: int | None, dataset: Any, rebuilder: Rebuilder, detokenize: bool
 ) -> tuple[str, list[SampleTrace]]:
     if isinstance(state, (str, os.PathLike)):
         state, source = load_state(state)
@@ -185,7 +199,7 @@ def _trace(
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     if dataset is None:
-        dataset = rebuild_dataset(saved, stores=stores)
+        dataset = rebuild_verified(saved, rebuilder)
     else:
         check_same_data(saved, dataset)
     if isinstance(dataset, AdaptiveBlend):  # its stream is a function of the weight updates the state stored

@@ -22,9 +22,10 @@ import numba
 import numpy as np
 
 from .mt19937 import STATE_WORDS, refill, temper
+from .mt19937 import seed as mt_seed
 from .prefetch import swap_block
 
-__all__ = ["randperm"]
+__all__ = ["randperm", "seeded_randperm"]
 
 # CPUGeneratorImpl.get_state(): uint64 initial seed, int32 left, int32 seeded, uint64 next,
 # then the 624 state words as uint64, then the normal-sampling cache we leave alone.
@@ -54,6 +55,20 @@ def randperm(n: int, generator: Any = None) -> np.ndarray:
     if permutation is None:
         return torch.randperm(n, generator=generator).numpy()
     return permutation
+
+
+def seeded_randperm(n: int, seed: int) -> np.ndarray | None:
+    """``torch.randperm(n, generator=torch.Generator().manual_seed(seed))`` without importing torch (a
+    report's figure: the generator's state is MT19937 seeded as ``manual_seed`` seeds it); None for
+    ``n`` past the 32-bit draws, where only torch itself can say."""
+    if n >= _LARGE:
+        return None
+    if n < 2:
+        return np.arange(n, dtype=np.int32)
+    key = np.empty(STATE_WORDS, dtype=np.uint32)
+    mt_seed(key, int(seed) & 0xFFFFFFFF)  # manual_seed keeps the low 32 bits
+    outputs = np.empty(STATE_WORDS, dtype=np.uint32)
+    return _permute(n, key, outputs, STATE_WORDS)[0]  # a fresh generator refills before its first draw
 
 
 def _draw(n: int, generator: Any, torch: Any) -> np.ndarray | None:

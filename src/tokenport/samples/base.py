@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -199,22 +199,30 @@ def dataset_length(dataset: Any) -> int:
         raise ConfigError(f"dataset: a {type(dataset).__name__} has no len(); pass a map-style dataset") from None
 
 
+def _stores_argument(prefix: str) -> str:
+    """How a Python caller says where a recorded store is now."""
+    return f"pass stores={{{prefix!r}: 'NEW_PREFIX'}} (one entry per moved store)"
+
+
 class Rebuilder:
     """What a kind's ``from_description`` is handed: the node's ``path``, and the stores opened once per
     prefix through the caller's map of moved prefixes (shared by the whole tree)."""
 
-    def __init__(self, moved: Mapping[str, str], path: str = "dataset") -> None:
+    def __init__(
+        self, moved: Mapping[str, str], path: str = "dataset", *, how_to_move: Callable[[str], str] = _stores_argument
+    ) -> None:
         if not isinstance(moved, Mapping) or not all(
             isinstance(old, str) and isinstance(new, str) for old, new in moved.items()
         ):
             raise ConfigError(f"stores={moved!r}: pass a dict of recorded prefix -> where the store is now (strings)")
         self.moved = dict(moved)
         self.path = path
+        self.how_to_move = how_to_move
         self.opened: dict[str, IndexedDataset] = {}
 
     def at(self, path: str) -> Rebuilder:
         """This rebuilder for the node at ``path`` (the same opened stores)."""
-        other = Rebuilder(self.moved, path)
+        other = Rebuilder(self.moved, path, how_to_move=self.how_to_move)
         other.opened = self.opened
         return other
 
@@ -229,9 +237,10 @@ class Rebuilder:
             try:
                 self.opened[where] = IndexedDataset(where)
             except (TokenportError, OSError) as exc:
+                recorded = "" if where == prefix else f" (where the receipt's {prefix!r} was said to be)"
                 raise ConfigError(
-                    f"{self.path}: the store at {where!r} the receipt names cannot be opened ({exc}); "
-                    "pass stores={old_prefix: new_prefix} when it moved"
+                    f"{self.path}: the store at {where!r}{recorded} cannot be opened ({exc}). If it moved, "
+                    f"{self.how_to_move(prefix)}"
                 ) from None
         return self.opened[where]
 
@@ -274,6 +283,8 @@ def rebuild_node(node: Mapping[str, Any], rebuilder: Rebuilder) -> Any:
         )
     try:
         return cls.from_description(node, rebuilder)
+    except TokenportError:
+        raise  # already names its node and the fix (a blend's child, a store that cannot be opened)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
         # a recipe or sample config the schema leaves open (each kind's own keys) that the dataset refuses
         raise ConfigError(

@@ -362,14 +362,20 @@ def _group(lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, ge
     n = len(lengths)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if mega_batch_mult is None:
-        mega_batch_mult = max(1, min(n // (batch_size * 4), 50))
-    size = min(int(mega_batch_mult) * batch_size, n)  # a megabatch past the end is the whole order: the same
     if seed is not None:
         permutation = np.random.default_rng(seed).permutation(n)
     else:
         _import_torch("drawing the permutation")
         permutation = randperm(n, generator)
+    return grouped_order(lengths, batch_size, mega_batch_mult, permutation)
+
+
+def grouped_order(lengths: np.ndarray, batch_size: int, mega_batch_mult: int | None, permutation: Any) -> np.ndarray:
+    """The length-grouped order of checked non-empty ``lengths`` from the permutation drawn for them."""
+    n = len(lengths)
+    if mega_batch_mult is None:
+        mega_batch_mult = max(1, min(n // (batch_size * 4), 50))
+    size = min(int(mega_batch_mult) * batch_size, n)  # a megabatch past the end is the whole order: the same
     order = np.empty(n, dtype=np.int64)
     _sort_megabatches(_narrowest(lengths), permutation, size, order)
     # The longest element of each megabatch is its first; the first megabatch holding the

@@ -23,6 +23,7 @@ report as an aligned text table (for ``tokenport pack-report``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,8 @@ from .._checks import check_int, check_seed
 from ..errors import ConfigError
 from ..packing import karmarkar_karp_assignment, pack_best_fit_arrays, packing_metrics
 from ..packing.bins import check_lengths
-from .length_grouping import length_grouped_order
+from ..rng.torch_randperm import seeded_randperm
+from .length_grouping import grouped_order, length_grouped_order
 
 __all__ = ["BatchingReport", "batching_report", "padding_ratio", "render_batching_report"]
 
@@ -135,7 +137,12 @@ def render_batching_report(report: dict[str, Any]) -> str:
 
 
 def _hf_padding_ratio(values: np.ndarray, batch_size: int, seed: int) -> float | None:
-    """Padding ratio of transformers' length grouping with a torch Generator seeded ``seed``; None without torch."""
+    """Padding ratio of transformers' length grouping with a torch Generator seeded ``seed``: its
+    permutation drawn by the MT19937 twin, so torch is not imported (seconds) unless it already is or
+    the twin cannot draw it; None then without torch."""
+    permutation = None if "torch" in sys.modules or values.size == 0 else seeded_randperm(values.size, seed)
+    if permutation is not None:
+        return padding_ratio(values, grouped_order(values, batch_size, None, permutation), batch_size)
     try:
         import torch
     except ImportError:

@@ -35,7 +35,13 @@ from ..inputs.inflate import discard_chunk
 from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
 from ..steps.dedup import drops_path, keys_path, prekeys_path, save_atomically
-from ..steps.registry import registered_steps, run_wide_positions, run_wide_step, step_modules
+from ..steps.registry import (
+    check_steps_reach_workers,
+    registered_steps,
+    run_wide_positions,
+    run_wide_step,
+    step_modules,
+)
 from ..steps.runwide import Signatures, adjacent
 from .assemble import Part, finished_part, name_parts, plan_parts, write_part
 from .chat import ChatJob
@@ -107,6 +113,9 @@ class PrepareResult:
         return data
 
 
+_CALL = "call prepare(PrepareConfig(inputs=['data/prose.jsonl'], output='stores/prose'))"
+
+
 def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = False) -> PrepareResult:
     """Tokenize `config.inputs` into token stores under `config.output`, a directory or an
     object-store URL (see PrepareConfig).
@@ -118,6 +127,8 @@ def prepare(config: PrepareConfig, progress: bool = False, *, overwrite: bool = 
     and the run starts over. A run that fails before producing anything leaves no ``.work/``. An OS
     error while writing (disk full, permissions) is a StorageError naming `config.output`.
     """
+    if not isinstance(config, PrepareConfig):
+        raise ConfigError(f"prepare: expected a PrepareConfig, got a {type(config).__name__}; {_CALL}")
     url = config.output.rstrip("/") if is_remote(config.output) else None
     try:
         return _prepare(config, progress, overwrite)
@@ -132,6 +143,8 @@ def _prepare(config: PrepareConfig, progress: bool, overwrite: bool) -> PrepareR
     """`prepare`, its OS errors not yet named by the output."""
     started = time.perf_counter()
     announce_compilation(step_modules(config.steps))
+    if config.workers > 1 and config.executor == "local":  # fresh worker processes import each step's class
+        check_steps_reach_workers(config.steps)
     tokenizer = load_tokenizer(config.tokenizer)
     if config.append_eod and config.format == "text":
         tokenizer.eod_id  # noqa: B018 - now: a tokenizer without one is refused naming --no-eod, before any work
@@ -145,7 +158,7 @@ def _prepare(config: PrepareConfig, progress: bool, overwrite: bool) -> PrepareR
         raise not_a_directory(out.path)  # before the inputs: an input given as the output is not "no files"
     files = expand_inputs(config.inputs, exclude=out.path, as_text=config.as_text)
     if url is not None:  # an object store: prepared in a local staging directory, then uploaded
-        manifest = check_remote_output(url, run_fingerprint)
+        manifest = check_remote_output(url, run_fingerprint, overwrite=overwrite)
         if manifest is not None:
             _check_remote_inputs(url, manifest, files)
             logger.info("%s is already prepared with these settings", url)
@@ -160,7 +173,7 @@ def _prepare(config: PrepareConfig, progress: bool, overwrite: bool) -> PrepareR
         logger.info("%s is already prepared with these settings", out.path)
     if url is not None:
         logger.info("uploading %s to %s", out.path, url)
-        upload_output(out.path, url, run_fingerprint)
+        upload_output(out.path, url, run_fingerprint, replace=overwrite)
         shutil.rmtree(out.path, ignore_errors=True)
     result = _result(url or out.path, manifest, config.workers, time.perf_counter() - started, resumed)
     if resumed >= 0:
@@ -179,8 +192,8 @@ def _check_remote_inputs(url: str, manifest: dict[str, Any], files: list[InputFi
         raise ConfigError(f"{url}/tokenport.json: inputs: {exc}; delete the dataset at {url} and run again") from None
     if changed is not None:
         raise ConfigError(
-            f"{url}: holds a finished prepare run, but {changed}; delete the dataset at {url} (or choose another "
-            "URL) and run again"
+            f"{url}: holds a finished prepare run, but {changed}; pass overwrite=True (--force) to prepare it again "
+            "from scratch, or choose another URL"
         )
 
 
@@ -569,6 +582,6 @@ def _unit_job(config: PrepareConfig, work: str, **options: Any) -> UnitJob:
         batch_size=config.batch_size,
         on_error=config.on_error,
         steps=config.steps,
-        step_kinds=registered_steps(),
+        step_kinds=registered_steps(config.steps),
         **options,
     )

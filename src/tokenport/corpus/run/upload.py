@@ -9,7 +9,9 @@ the journal goes, then the staging directory. A journal left by a run with other
 back first (the files it names are deleted); an output already finished with other settings, a
 prefix holding other objects, or a journal that is not one (`UploadJournal`) is refused before any
 work. Whoever touches a finished prefix next finishes a killed run's clean-up: the journal of the
-finished run and the staging directory go.
+finished run and the staging directory go. With overwrite, a finished output stays published while
+the new run prepares; its upload first withdraws it (`_withdraw`): a journal naming its objects, the
+manifest, the objects, the journal.
 """
 
 from __future__ import annotations
@@ -118,18 +120,21 @@ def remote_manifest(url: str) -> dict[str, Any] | None:
     return manifest
 
 
-def check_remote_output(url: str, fingerprint: str) -> dict[str, Any] | None:
-    """The manifest at `url` if a run with this fingerprint finished it, None if unfinished; a
-    ConfigError when a run with other settings did. Read first, before any work: the journal is
-    checked (`read_journal`), and a finished upload's leftovers (its journal, the staging directory)
-    are removed."""
+def check_remote_output(url: str, fingerprint: str, *, overwrite: bool = False) -> dict[str, Any] | None:
+    """The manifest at `url` if a run with this fingerprint finished it, None if unfinished (or, with
+    `overwrite`, finished but to be replaced at upload: `upload_output(replace=True)`); a ConfigError
+    when a run with other settings did. Read first, before any work: the journal is checked
+    (`read_journal`), and a finished upload's leftovers (its journal, the staging directory) are removed."""
     journal = read_journal(url)
     manifest = remote_manifest(url)
     if manifest is not None:
         finish_cleanup(url, manifest, journal)
+        if overwrite:
+            return None  # the finished run stays published until the new one is ready to upload
         if manifest.get("fingerprint") != fingerprint:
             raise ConfigError(
-                f"{url}: output exists (a finished prepare run with other settings); choose another URL or delete it"
+                f"{url}: output exists (a finished prepare run with other settings); choose another URL, or pass "
+                "overwrite=True (--force) to replace it"
             )
     if manifest is None and journal is None:
         others = _objects(url)
@@ -184,9 +189,10 @@ def _objects(url: str) -> list[str]:
     return with_retries(listing, url=url, what="listing the output prefix", options=RemoteOptions())
 
 
-def upload_output(local: str, url: str, fingerprint: str) -> None:
+def upload_output(local: str, url: str, fingerprint: str, *, replace: bool = False) -> None:
     """Upload the finished output directory `local` to `url` as the module says: journal, files
     (each checked), manifest, journal removed; finishing or rolling back an upload a killed run left.
+    With `replace` (prepare's overwrite), a finished run there is withdrawn first (`_withdraw`).
     The caller removes `local` afterwards."""
     from ...storage.remote import RemoteOptions, open_fs, with_retries
 
@@ -196,6 +202,9 @@ def upload_output(local: str, url: str, fingerprint: str) -> None:
     def retried(what: str, target: str, fn: Any) -> Any:
         return with_retries(fn, url=_join(url, target), what=what, options=options)
 
+    finished = remote_manifest(url) if replace else None
+    if finished is not None:
+        _withdraw(fs, root, url, retried, finished)
     files = _listing(local)
     journal = {"fingerprint": fingerprint, "files": files}
     journal_path = _join(root, JOURNAL_NAME)
@@ -223,6 +232,31 @@ def upload_output(local: str, url: str, fingerprint: str) -> None:
         manifest = f.read()
     retried("writing the manifest", MANIFEST_NAME, lambda: fs.pipe_file(_join(root, MANIFEST_NAME), manifest))
     _kill_point()
+    retried("deleting the upload journal", JOURNAL_NAME, lambda: fs.rm_file(journal_path))
+    _kill_point()
+
+
+def _withdraw(fs: Any, root: str, url: str, retried: Any, finished: dict[str, Any]) -> None:
+    """Delete the finished run at `url`, in an order a kill cannot turn into a mix presented as finished:
+    a journal naming its objects (as a run of other settings: the next upload rolls back what is left),
+    the manifest (from here nothing names a store), each object, the journal; a publication step each."""
+    old = [name for name in _objects(url) if name not in (MANIFEST_NAME, JOURNAL_NAME)]
+
+    def size(name: str) -> int:
+        info = retried("reading object metadata", name, lambda: _info(fs, _join(root, name)))
+        return int((info or {}).get("size", 0))
+
+    files = {name: [size(name), "0" * 32] for name in old}  # an MD5 no upload matches: each is uploaded again
+    journal = {"fingerprint": f"replaced:{finished.get('fingerprint')}", "files": files}
+    logger.info("%s: replacing the finished prepare run there (overwrite)", url)
+    journal_path = _join(root, JOURNAL_NAME)
+    retried("writing the upload journal", JOURNAL_NAME, lambda: fs.pipe_file(journal_path, _dumps(journal)))
+    _kill_point()
+    retried("deleting the manifest", MANIFEST_NAME, lambda: fs.rm_file(_join(root, MANIFEST_NAME)))
+    _kill_point()
+    for name in old:
+        retried("deleting", name, lambda name=name: fs.rm_file(_join(root, name)))
+        _kill_point()
     retried("deleting the upload journal", JOURNAL_NAME, lambda: fs.rm_file(journal_path))
     _kill_point()
 

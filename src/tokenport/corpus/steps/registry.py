@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import pickle
 import time
 import types
 import typing
@@ -90,9 +91,30 @@ def register_step(kind: str, step: type[Step]) -> None:
     STEP_KINDS[kind] = step
 
 
-def registered_steps() -> tuple[tuple[str, type[Step]], ...]:
-    """The kinds ``register_step`` added to the built-in ones, for workers to register too."""
-    return tuple((kind, step) for kind, step in STEP_KINDS.items() if kind not in _BUILT_IN)
+def registered_steps(specs: Sequence[Mapping[str, Any]] | None = None) -> tuple[tuple[str, type[Step]], ...]:
+    """The kinds ``register_step`` added to the built-in ones (those ``specs`` use, when given), for
+    workers to register too."""
+    used = None if specs is None else {spec.get("step") for spec in specs if isinstance(spec, Mapping)}
+    return tuple(
+        (kind, step) for kind, step in STEP_KINDS.items() if kind not in _BUILT_IN and (used is None or kind in used)
+    )
+
+
+def check_steps_reach_workers(specs: Sequence[Mapping[str, Any]]) -> None:
+    """ConfigError, before any work, for a registered step of ``specs`` that worker processes cannot
+    import by its module's name (a class defined in a script run as __main__, or in code run by exec()):
+    workers are fresh processes that receive each step class by reference."""
+    for kind, step in registered_steps(specs):
+        try:
+            sendable = step.__module__ != "__main__" and pickle.loads(pickle.dumps(step)) is step
+        except (pickle.PicklingError, AttributeError, TypeError, ImportError):
+            sendable = False
+        if not sendable:
+            raise ConfigError(
+                f"steps: step {kind!r} is {step.__qualname__} defined in {step.__module__}, which worker processes "
+                f"cannot import: put it in a module file, e.g. my_steps.py, and import it from there (register_step "
+                "there too), or prepare with workers=1 (--workers 1)"
+            )
 
 
 def _build(spec: Mapping[str, Any], position: int, drops: str | None = None) -> Step:
