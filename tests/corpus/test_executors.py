@@ -59,3 +59,40 @@ def test_an_object_without_map_bands_is_not_an_executor() -> None:
         def close(self) -> None: ...
 
     assert not isinstance(RunsOnly(), Executor)
+
+
+def test_a_unit_that_cannot_reach_its_worker_fails_the_run_instead_of_hanging(tmp_path, monkeypatch) -> None:
+    """A driver thread whose hand-over raises (here: pickling) reports a failure; before, the thread
+    died and the run waited forever for its unit."""
+    import pickle
+    import threading
+
+    from tokenport.corpus import PrepareConfig, prepare
+    from tokenport.corpus.run import executor as executor_module
+    from tokenport.errors import TokenportError
+
+    send = executor_module._Worker._send
+
+    def unpicklable(self, value) -> None:
+        if isinstance(value, tuple) and isinstance(value[0], executor_module.UnitJob):  # a unit, not the start
+            raise pickle.PicklingError("a step class defined where workers cannot import it")
+        send(self, value)
+
+    monkeypatch.setattr(executor_module._Worker, "_send", unpicklable)
+    (tmp_path / "in.jsonl").write_text("".join(f'{{"text": "document {i} " }}\n' for i in range(20000)))
+    config = PrepareConfig(inputs=[str(tmp_path / "in.jsonl")], output=str(tmp_path / "out"), workers=2, unit_bytes=400)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            prepare(config)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome, "prepare hung after a unit could not be handed to its worker"
+    assert isinstance(outcome[0], TokenportError), outcome
+    assert "could not hand" in str(outcome[0]) and "--workers 1" in str(outcome[0])

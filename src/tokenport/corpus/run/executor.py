@@ -335,7 +335,14 @@ class LocalExecutor:
                 except Cancelled:
                     return
             else:
-                outcome = worker.run(job, unit, progress)
+                try:
+                    outcome = worker.run(job, unit, progress)
+                except Exception as exc:  # e.g. the job cannot be pickled: reported, never a silent hang
+                    outcome = _Failure(
+                        "TokenportError",
+                        f"could not hand {unit.name} to a worker process ({type(exc).__name__}: {exc}); "
+                        "rerun with --workers 1 to prepare every unit in this process",
+                    )
             results.put((unit, outcome))
             if isinstance(outcome, _Failure):
                 return
