@@ -69,6 +69,26 @@ def test_merge_refuses_an_output_given_twice_and_writes_nothing(stores, capsys):
     assert sorted(os.listdir(stores)) == before
 
 
+def _small_files() -> None:
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+
+def test_a_full_disk_under_merge_names_its_output(tmp_path):
+    """A write that fails for room (here a file-size limit) and names no file: the line names the verb's
+    output and what to do, not only the reason ("File too large")."""
+    identity = tp.load_tokenizer("byte").identity()
+    build_store(tmp_path / "big", [list(b"x" * 400) + [256] for _ in range(100)], tokenizer=identity)
+    command = [sys.executable, "-m", "tokenport", "merge", "-o", "merged", "big"]
+    done = subprocess.run(command, cwd=tmp_path, preexec_fn=_small_files, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("tokenport: error: merged"), done.stderr
+    assert "another -o/--output" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_build_cache_o_overrides_the_plans_cache_dir(stores, capsys):
     plan = stores / "plan.json"
     plan.write_text(

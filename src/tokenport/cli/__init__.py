@@ -3,6 +3,7 @@ Markdown reference of every verb and flag generated from that parser (``referenc
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -14,6 +15,9 @@ from .parser import parse
 from .reference import reference_markdown
 
 __all__ = ["main", "reference_markdown"]
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the disk (or a quota, or a file-size limit) is full
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,7 +47,7 @@ def _run(argv: Sequence[str]) -> int:
     except BrokenPipeError:
         raise
     except (TokenportError, OSError) as exc:
-        return _failed(exc)
+        return _failed(exc, getattr(args, "output", None))
     except ModuleNotFoundError as exc:  # an optional import deep in a verb, not guarded by require()
         return _missing(exc)
     except KeyboardInterrupt:
@@ -92,9 +96,16 @@ def _missing(exc: ModuleNotFoundError) -> int:
     return 2
 
 
-def _failed(exc: TokenportError | OSError) -> int:
-    """Exit status 2 with one line, no traceback: a TokenportError's message, or the path an OSError names."""
-    if isinstance(exc, TokenportError) or exc.filename is None:
+def _failed(exc: TokenportError | OSError, output: str | None = None) -> int:
+    """Exit status 2 with one line, no traceback: a TokenportError's message, or the path an OSError names
+    (a full disk that names no file: the verb's `output`)."""
+    if isinstance(exc, OSError) and exc.filename is None and output is not None and exc.errno in _FULL:
+        print(
+            f"tokenport: error: {output}: cannot write: {exc.strerror or exc}; free space on the disk holding it, "
+            "or pass another -o/--output, then run the same command again",
+            file=sys.stderr,
+        )
+    elif isinstance(exc, TokenportError) or exc.filename is None:
         print(f"tokenport: error: {exc if isinstance(exc, TokenportError) else exc.strerror or exc}", file=sys.stderr)
     else:  # a path that cannot be read or written
         target = f" -> {exc.filename2}" if exc.filename2 is not None else ""
