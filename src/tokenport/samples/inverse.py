@@ -1,0 +1,151 @@
+"""Inverse lineage of GPT and packed-bin datasets: which samples hold a document, by lookup, not by scan.
+
+``GPTInverse`` is built once per dataset from its indices: the document index sorted by document
+(argsort, O(document_index) memory), each position's token start in the concatenated stream and its
+count of empty documents before it (O(document_index)), the sample rows' first positions and the
+shuffle's inverse permutation (O(samples)). A document's occurrences are then its positions, the
+rows overlapping each (binary search over the sample index) and those rows' dataset samples.
+
+``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset): pieces sorted by
+document, each piece's token offset in its bin, and the samples of each bin (the order's inverse;
+a bin may be read by several samples, one per epoch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import CorruptStoreError
+from .lineage import Occurrences
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenated ranges [start, start + count) as one int64 array."""
+    firsts = np.cumsum(counts) - counts
+    return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+def _sorted_by(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of ``values`` sorted by value, stable; the values in that order)."""
+    order = np.argsort(values, kind="stable")
+    return order, values[order]
+
+
+def _holders(order: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``wanted`` (int64), the positions whose key equals it: (index into ``wanted``, position)."""
+    lo = np.searchsorted(keys, wanted, side="left")
+    hi = np.searchsorted(keys, wanted, side="right")
+    counts = (hi - lo).astype(np.int64)
+    return np.repeat(np.arange(len(wanted), dtype=np.int64), counts), order[_ranges(lo.astype(np.int64), counts)]
+
+
+class GPTInverse:
+    """A GPT dataset's indices inverted (see the module doc); refuses indices that do not fit together."""
+
+    def __init__(
+        self,
+        document_index: np.ndarray,
+        sample_index: np.ndarray,
+        shuffle_index: np.ndarray,
+        lengths: np.ndarray,
+        extra: int,
+        prefix: str,
+    ) -> None:
+        documents = np.asarray(document_index).astype(np.int64, copy=False)
+        if len(documents) and (int(documents.min()) < 0 or int(documents.max()) >= len(lengths)):
+            _corrupt(prefix, "document_index")
+        sizes = np.asarray(lengths)[documents].astype(np.int64)
+        self.extra = extra
+        self.by_document, self.documents = _sorted_by(documents)
+        self.cum = np.concatenate(([0], np.cumsum(sizes)))
+        self.zeros = np.concatenate(([0], np.cumsum(sizes == 0)))
+        self.first = np.ascontiguousarray(sample_index[:, 0], dtype=np.int64)
+        self.skip = np.ascontiguousarray(sample_index[:, 1], dtype=np.int64)
+        if len(self.first) and (
+            int(self.first[0]) < 0 or int(self.first[-1]) >= max(len(documents), 1) or (np.diff(self.first) < 0).any()
+        ):
+            _corrupt(prefix, "sample_index")
+        self.sample_of_row = _inverse_permutation(np.asarray(shuffle_index), len(self.first) - 1, prefix)
+
+    def occurrences(self, document: int) -> Occurrences:
+        """Every (sample, piece, offset, start, end) of ``document``, as ``gpt_pieces`` reports them."""
+        _, positions = _holders(self.by_document, self.documents, np.array([document], dtype=np.int64))
+        first, last = self.first[:-1], self.first[1:]
+        lo = np.searchsorted(last, positions, side="left")  # the first row ending at or after the position
+        hi = np.searchsorted(first, positions, side="right")  # past the last row starting at or before it
+        counts = np.maximum(hi - lo, 0).astype(np.int64)
+        rows = _ranges(lo.astype(np.int64), counts)
+        position = np.repeat(positions, counts)
+        begin_pos, end_pos = self.first[rows], self.first[rows + 1]
+        size = self.cum[position + 1] - self.cum[position]
+        begin = np.where(position == begin_pos, self.skip[rows], 0)
+        end = np.where(position == end_pos, self.skip[rows + 1] + self.extra, size)
+        first_size = self.cum[begin_pos + 1] - self.cum[begin_pos]
+        later = position > begin_pos
+        empties = (first_size <= self.skip[rows]).astype(np.int64) + self.zeros[position] - self.zeros[begin_pos + 1]
+        piece = np.where(later, position - begin_pos - np.where(later, empties, 0), 0)
+        offset = self.cum[position] + begin - self.cum[begin_pos] - self.skip[rows]
+        sample = self.sample_of_row[rows]
+        keep = (end > begin) & (sample >= 0)
+        return Occurrences(sample[keep], piece[keep], offset[keep], begin[keep], end[keep])
+
+
+class BinsInverse:
+    """A packed-bin dataset's pieces and order inverted (see the module doc)."""
+
+    def __init__(
+        self,
+        piece_document: np.ndarray,
+        piece_length: np.ndarray,
+        bin_starts: np.ndarray,
+        order: np.ndarray,
+        prefix: str,
+    ) -> None:
+        self.order = order  # the order this inverse is of (a dataset that changes it builds another)
+        self.by_document, self.documents = _sorted_by(np.asarray(piece_document).astype(np.int64, copy=False))
+        self.cum = np.concatenate(([0], np.cumsum(np.asarray(piece_length, dtype=np.int64))))
+        self.bin_starts = np.asarray(bin_starts, dtype=np.int64)
+        bins = np.asarray(order).astype(np.int64, copy=False)
+        if len(bins) and (int(bins.min()) < 0 or int(bins.max()) >= len(self.bin_starts) - 1):
+            _corrupt(prefix, "order")
+        self.by_bin, self.bins = _sorted_by(bins)
+
+    def occurrences(self, document: int, offsets: np.ndarray) -> Occurrences:
+        """Every (sample, piece, offset, start, end) of ``document``; ``offsets`` are the pieces' token offsets."""
+        _, pieces = _holders(self.by_document, self.documents, np.array([document], dtype=np.int64))
+        bins = np.searchsorted(self.bin_starts, pieces, side="right") - 1
+        first = self.bin_starts[bins]
+        which, samples = _holders(self.by_bin, self.bins, bins)
+        piece = pieces[which]
+        start = np.asarray(offsets, dtype=np.int64)[piece]
+        return Occurrences(
+            samples,
+            piece - first[which],
+            self.cum[piece] - self.cum[first[which]],
+            start,
+            start + self.cum[piece + 1] - self.cum[piece],
+        )
+
+
+def _inverse_permutation(shuffle_index: np.ndarray, rows: int, prefix: str) -> np.ndarray:
+    """The dataset sample of each sample row (-1: none), or CorruptStoreError when a row is read twice or
+    a value names no row."""
+    shuffle = shuffle_index.astype(np.int64, copy=False)
+    if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
+        _corrupt(prefix, "shuffle_index")
+    inverse = np.full(max(rows, 0), -1, dtype=np.int64)
+    inverse[shuffle] = np.arange(len(shuffle), dtype=np.int64)
+    if int(np.count_nonzero(inverse >= 0)) != len(shuffle):
+        raise CorruptStoreError(
+            f"{prefix}: shuffle_index names a sample row twice; it is not the permutation Megatron's indices hold: "
+            "delete its cache entry and rebuild the indices"
+        )
+    return inverse
+
+
+def _corrupt(prefix: str, field: str) -> None:
+    """Refuse indices that do not fit the store or each other."""
+    raise CorruptStoreError(
+        f"{prefix}: {field} points outside the documents or samples it indexes; the indices do not belong to "
+        "this store or are damaged: delete their cache entry and rebuild them"
+    )
