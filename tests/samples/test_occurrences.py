@@ -163,3 +163,20 @@ def test_hostile_arguments_are_refused_naming_them(tmp_path, store, document, ma
     for dataset in datasets:
         with pytest.raises(ConfigError, match=match.replace("STORE", prefix)):
             dataset.occurrences(prefix if store == "STORE" else store, document)
+
+
+def test_the_inverse_is_not_pickled(tmp_path):
+    import pickle
+
+    store = random_store(tmp_path / "s", np.random.default_rng(3), documents=20, longest=50)
+    datasets = [
+        tp.GPTDataset(store, np.arange(20), 200, tp.GPTSampleConfig(16), seed=1),
+        tp.PackedDataset(store, 64, too_long="split", seed=0),
+    ]
+    for dataset in datasets:
+        before = len(pickle.dumps(dataset))
+        answer = dataset.occurrences(str(store.prefix), 4)
+        assert dataset._inverse is not None
+        assert len(pickle.dumps(dataset)) == before  # a loader worker's copy stays as small as it was
+        again = pickle.loads(pickle.dumps(dataset))
+        assert again.occurrences(str(again.store.prefix), 4) == answer

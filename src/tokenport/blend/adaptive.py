@@ -79,6 +79,9 @@ class AdaptiveBlend(SampleDataset):
     made with different tokenizers are refused unless ``allow_mixed_tokenizers`` (`indexed.same_tokenizer`).
     """
 
+    _caches = ("_occurrence_inverse",)
+    _occurrence_inverse: tuple[Any, BlendInverse] | None = None  # (the updates it replays, the inverse)
+
     def __init__(
         self,
         datasets: Sequence[Any],
@@ -291,7 +294,7 @@ class AdaptiveBlend(SampleDataset):
         the updates given so far on a copy (the blend itself is left as it was; samples past the frontier
         follow those updates, so a later update may move them). Kept until the updates change."""
         key = tuple((start, row.tobytes()) for start, row in zip(self._starts, self._rows))
-        cached = self.__dict__.get("_occurrence_inverse")
+        cached = self._occurrence_inverse
         if cached is None or cached[0] != key:
             replay = copy.copy(self)
             for name in ("_deficit", "_counts", "_dataset_index", "_sample_count"):
@@ -299,7 +302,7 @@ class AdaptiveBlend(SampleDataset):
             replay.realize(self.num_samples)
             counts = replay._sample_count
             cached = (key, BlendInverse(replay.dataset_index, len(self.datasets), lambda at: counts[at]))
-            self.__dict__["_occurrence_inverse"] = cached
+            self._occurrence_inverse = cached
         return blend_occurrences(self.datasets, cached[1], self._lengths.tolist(), store, document, "adaptive blend")
 
     def __getitem__(self, idx: int) -> dict[str, Any]:

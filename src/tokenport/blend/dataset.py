@@ -40,6 +40,8 @@ class BlendedDataset(SampleDataset):
 
     batch_path = True
     fresh_items = True
+    _caches = ("_inverse",)
+    _inverse: BlendInverse | None = None  # built on the first occurrences() call
 
     @renamed_keywords(size="num_samples")
     def __init__(
@@ -125,7 +127,7 @@ class BlendedDataset(SampleDataset):
         self.recipe = None
         self.dataset_index = dataset_index
         self.dataset_sample_index = sample_index
-        self._inverse: BlendInverse | None = None  # built on the first occurrences() call
+        self._inverse = None
         self._lengths = [len(d) for d in self.datasets]
         taken = self.samples_per_dataset()
         self._wraps = [int(n) > length for n, length in zip(taken.tolist(), self._lengths)]

@@ -72,9 +72,16 @@ class SampleDataset:
     datasets: Sequence[Any] = ()
     """The datasets a blend reads (none for a dataset of a store)."""
 
+    _caches: ClassVar[tuple[str, ...]] = ()
+    """Attributes holding lookups built on demand (``occurrences``' inverses), each with a class-level
+    default (None): not pickled, so a dataset handed to loader workers stays as small as before."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.batch_path = bool(cls.__dict__.get("batch_path", False))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name not in self._caches}
 
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__} must define __len__")

@@ -28,6 +28,7 @@ class PackedBins(SampleDataset):
     """Samples that are bins of document pieces of one store (see the module doc)."""
 
     fresh_items = True
+    _caches = ("_inverse",)
     store: IndexedDataset
     ids: np.ndarray | None  # the selected sequence ids, kept for the receipt (None: all)
     piece_document: np.ndarray

@@ -309,6 +309,8 @@ class GPTDataset(SampleDataset):
 
     batch_path = True
     fresh_items = True
+    _caches = ("_inverse",)
+    _inverse: GPTInverse | None = None  # built on the first occurrences() call
 
     @renamed_keywords(dataset="store")
     def __init__(
@@ -383,7 +385,7 @@ class GPTDataset(SampleDataset):
         self.document_index = document_index
         self.sample_index = sample_index
         self.shuffle_index = shuffle_index
-        self._inverse: GPTInverse | None = None  # built on the first occurrences() call
+        self._inverse = None
         self._options = FieldOptions(
             seq_length=config.seq_length,
             extra=int(config.add_extra_token),
