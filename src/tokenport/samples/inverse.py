@@ -70,9 +70,11 @@ class GPTInverse:
     def occurrences(self, document: int) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``, as ``gpt_pieces`` reports them."""
         _, positions = _holders(self.by_document, self.documents, np.array([document], dtype=np.int64))
-        first, last = self.first[:-1], self.first[1:]
-        lo = np.searchsorted(last, positions, side="left")  # the first row ending at or after the position
-        hi = np.searchsorted(first, positions, side="right")  # past the last row starting at or before it
+        rows_total = len(self.first) - 1
+        # rows r with first[r] <= p <= first[r + 1]: from the first row ending at or after p (first[0] is 0)
+        # to past the last row starting at or before it; one search each over the row starts
+        lo = np.maximum(np.searchsorted(self.first, positions, side="left") - 1, 0)
+        hi = np.minimum(np.searchsorted(self.first, positions, side="right"), rows_total)
         counts = np.maximum(hi - lo, 0).astype(np.int64)
         rows = _ranges(lo.astype(np.int64), counts)
         position = np.repeat(positions, counts)

@@ -111,11 +111,13 @@ class Occurrences:
         columns = [np.asarray(getattr(self, name), dtype=np.int64).reshape(-1) for name in _FIELDS]
         if len({len(column) for column in columns}) != 1:
             raise ValueError("Occurrences: the arrays must have one length")
-        order = np.lexsort((columns[1], columns[0]))
+        sample, piece = columns[0], columns[1]
+        ordered = bool(np.all((sample[1:] > sample[:-1]) | ((sample[1:] == sample[:-1]) & (piece[1:] > piece[:-1]))))
+        order = None if ordered else np.lexsort((piece, sample))
         for name, column in zip(_FIELDS, columns):
-            sorted_column = column[order]
-            sorted_column.setflags(write=False)
-            object.__setattr__(self, name, sorted_column)
+            kept = column.copy() if order is None else column[order]
+            kept.setflags(write=False)
+            object.__setattr__(self, name, kept)
 
     @classmethod
     def empty(cls) -> Occurrences:
