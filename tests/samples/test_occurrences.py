@@ -134,7 +134,7 @@ def test_sft_occurrences_equal_the_forward_scan(tmp_path, seed):
         store,
         int(rng.choice([48, 96])),
         seed=None if seed == 3 else seed,
-        too_long=str(rng.choice(["truncate", "drop", "split"])),
+        too_long=["truncate", "drop", "split"][seed % 3],
         packing="none" if seed == 4 else "bfd",
         num_samples=None if seed % 2 else int(rng.integers(10, 120)),  # several epochs of bins
     )
@@ -180,3 +180,27 @@ def test_the_inverse_is_not_pickled(tmp_path):
         assert len(pickle.dumps(dataset)) == before  # a loader worker's copy stays as small as it was
         again = pickle.loads(pickle.dumps(dataset))
         assert again.occurrences(str(again.store.prefix), 4) == answer
+
+
+def test_train_and_valid_splits_of_built_datasets(tmp_path):
+    # documents of the valid split are never in the train samples, and the other way round
+    rng = np.random.default_rng(11)
+    first = random_store(tmp_path / "a", rng, documents=40, longest=80)
+    second = random_store(tmp_path / "b", rng, documents=30, longest=80)
+    train, valid, _ = tp.build_datasets(
+        ["0.6", str(first.prefix), "0.4", str(second.prefix)],
+        sizes=(300, 40, 0),
+        config=tp.GPTSampleConfig(32),
+        seed=5,
+        split="8,2,0",
+        cache=str(tmp_path / "cache"),
+    )
+    for store in (first, second):
+        prefix = str(store.prefix)
+        in_train = in_valid = 0
+        for document in range(len(store)):
+            a, b = train.occurrences(prefix, document), valid.occurrences(prefix, document)
+            assert a == scan(train, prefix, document) and b == scan(valid, prefix, document)
+            assert not (len(a) and len(b))  # a document belongs to one split
+            in_train, in_valid = in_train + bool(len(a)), in_valid + bool(len(b))
+        assert in_train and in_valid
