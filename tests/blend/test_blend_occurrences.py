@@ -139,3 +139,32 @@ def test_hostile_arguments_through_a_blend(tmp_path):
         with pytest.raises(ConfigError, match=match):
             blend.occurrences(store, document)
     assert blend.occurrences(prefix, 0) == scan(blend, prefix, 0)
+
+
+def test_adaptive_blend_random_calls_against_a_fresh_replay(tmp_path):
+    # a shadow model: after any sequence of set_weights / realize / occurrences calls, occurrences equals the
+    # forward scan of a blend built afresh with the same updates, and never moves the frontier
+    rng = np.random.default_rng(21)
+    children = _children(tmp_path, rng, "gp")
+    blend = AdaptiveBlend(children, [1.0, 1.0], num_samples=80)
+    prefixes = list(_stores(blend).items())
+    for _ in range(12):
+        action = int(rng.integers(3))
+        frontier = len(blend.dataset_index)
+        if action == 0:
+            start = max(frontier, blend.updates[-1][0] + 1 if blend.updates else 0)
+            if start < 80:
+                blend.set_weights(rng.random(2) + 0.05, int(rng.integers(start, 80)))
+        elif action == 1:
+            blend.realize(int(rng.integers(frontier, 81)))
+        else:
+            prefix, count = prefixes[int(rng.integers(len(prefixes)))]
+            document = int(rng.integers(count))
+            got = blend.occurrences(prefix, document)
+            assert len(blend.dataset_index) == frontier
+            model = AdaptiveBlend(children, [1.0, 1.0], num_samples=80, updates=blend.updates)
+            assert got == scan(model, prefix, document)
+        before = (len(blend.dataset_index), blend.updates, blend._occurrence_inverse)
+        with pytest.raises(ConfigError):
+            blend.occurrences(prefixes[0][0], -1)  # a refused call changes nothing
+        assert (len(blend.dataset_index), blend.updates, blend._occurrence_inverse) == before
