@@ -204,3 +204,22 @@ def test_train_and_valid_splits_of_built_datasets(tmp_path):
             assert not (len(a) and len(b))  # a document belongs to one split
             in_train, in_valid = in_train + bool(len(a)), in_valid + bool(len(b))
         assert in_train and in_valid
+
+
+@pytest.mark.parametrize("field", ["position", "offset", "document"])
+def test_gpt_damaged_indices_are_refused(tmp_path, field):
+    store = random_store(tmp_path / "s", np.random.default_rng(2), documents=20, longest=50)
+    config = tp.GPTSampleConfig(16)
+    built = tp.GPTDataset(store, np.arange(20), 100, config, seed=1)
+    document_index, sample_index = built.document_index.copy(), built.sample_index.copy()
+    if field == "position":
+        sample_index[5, 0] = len(document_index) + 3
+    elif field == "offset":
+        sample_index[5, 1] = 10**6  # past the end of its document
+    else:
+        document_index[3] = len(store) + 1
+    shuffle_index = built.shuffle_index
+    damaged = tp.GPTDataset.from_indices(store, np.arange(20), document_index, sample_index, shuffle_index, config)
+    with pytest.raises(CorruptStoreError, match="delete their cache entry"):
+        damaged.occurrences(str(store.prefix), 0)
+    assert damaged._inverse is None  # nothing kept from a refused build

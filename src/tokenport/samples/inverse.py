@@ -65,6 +65,9 @@ class GPTInverse:
             int(self.first[0]) < 0 or int(self.first[-1]) >= max(len(documents), 1) or (np.diff(self.first) < 0).any()
         ):
             _corrupt(prefix, "sample_index")
+        ends = self.skip[1:] + extra  # where each row's window ends in its last document, as the reader checks it
+        if (self.skip < 0).any() or (ends > self.cum[self.first[1:] + 1] - self.cum[self.first[1:]]).any():
+            _corrupt(prefix, "sample_index")
         self.sample_of_row = _inverse_permutation(np.asarray(shuffle_index), len(self.first) - 1, prefix)
 
     def occurrences(self, document: int) -> Occurrences:
