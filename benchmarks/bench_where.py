@@ -7,7 +7,10 @@ document index sorted, the shuffle inverted, each child's positions in the blend
 its size reported), one document's places once it is built (the median of 100 random documents), and
 10^4 documents one after the other. The issue's goal is for a planned run of 10^9 samples; this
 machine does not hold one, so the rows say the sample count they measured and the scaling is read
-across them: never extrapolated into a goal row.
+across them: never extrapolated into a goal row. That store is small, so a document is read in
+thousands of epochs and its places grow with the sample count; the "corpus" rows build the GPT
+indices alone (``build_indices`` over synthetic lengths, no store) for a corpus that grows with the
+run (about 1.3 epochs, documents of mean 1,000 tokens), as a planned run of 10^12 tokens would be.
 
     python benchmarks/bench_where.py                    # 10^6 and 10^7 samples (a minute or two)
     python benchmarks/bench_where.py --quick            # 10^5 and 10^6 samples (seconds)
@@ -27,6 +30,8 @@ import numpy as np
 
 import tokenport as tp
 from _harness import Row, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.samples.gpt import build_indices
+from tokenport.samples.inverse import GPTInverse
 
 DOCUMENTS = 10_000
 SEQ_LENGTH = 128
@@ -102,6 +107,54 @@ def measure(store: tp.IndexedDataset, samples: int) -> list[Row]:
     ]
 
 
+def measure_corpus(samples: int) -> list[Row]:
+    """The rows of one sample count over a corpus that grows with it (GPT indices only, about 1.3 epochs)."""
+    rng = np.random.default_rng(2)
+    documents = max(1000, int(samples * SEQ_LENGTH / 1000 / 1.3))
+    lengths = lognormal_lengths(rng, documents, 1000, 0.8).astype(np.int32)
+    document_index, sample_index, shuffle_index = build_indices(lengths, samples, SEQ_LENGTH, 3)
+    start = time.perf_counter()
+    inverse = GPTInverse(document_index, sample_index, shuffle_index, lengths, 1, "corpus")
+    build = time.perf_counter() - start
+    times, places = [], 0
+    for document in rng.integers(0, documents, 10_000).tolist():
+        start = time.perf_counter()
+        places += len(inverse.occurrences(document))
+        times.append(time.perf_counter() - start)
+    case = f"corpus, 10^{round(math.log10(samples))} samples"
+    memory = sum(value.nbytes for value in vars(inverse).values() if isinstance(value, np.ndarray))
+    print(f"{case}: {documents:,} documents, {places:,} places of 10^4 documents")
+    note = " (goal is for 10^9)"
+    return [
+        Row("where", f"inverse build, {case}", "s", build, math.nan, "-", absolute=True),
+        Row("where", f"inverse memory, {case}", "MB", memory / 1e6, math.nan, "-", absolute=True),
+        Row(
+            "where",
+            f"one document, {case}{note}",
+            "s",
+            statistics.median(times),
+            math.nan,
+            "-",
+            goal=1.0,
+            goal_text="<1 s",
+            lower_is_better=True,
+            absolute=True,
+        ),  # fmt: skip
+        Row(
+            "where",
+            f"10^4 documents, {case}{note}",
+            "s",
+            sum(times),
+            math.nan,
+            "-",
+            goal=10.0,
+            goal_text="<10 s",
+            lower_is_better=True,
+            absolute=True,
+        ),  # fmt: skip
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="10^5 and 10^6 samples")
@@ -112,6 +165,7 @@ def main() -> None:
     with scratch_directory(args.directory, "bench_where_", args.quick) as directory:
         store = write_store(os.path.join(directory, "store"))
         rows = [row for samples in counts for row in measure(store, samples)]
+    rows += [row for samples in counts for row in measure_corpus(samples)]
     print_table(rows)
     print_goals(rows)
 
