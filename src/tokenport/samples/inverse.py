@@ -86,9 +86,10 @@ class GPTInverse:
         begin = np.where(position == begin_pos, self.skip[rows], 0)
         end = np.where(position == end_pos, self.skip[rows + 1] + self.extra, size)
         first_size = self.cum[begin_pos + 1] - self.cum[begin_pos]
-        later = position > begin_pos
+        # a later piece's index: its place after the row's first position, less the empty pieces before it (the
+        # first one when the row starts at its document's end; empty documents between)
         empties = (first_size <= self.skip[rows]).astype(np.int64) + self.zeros[position] - self.zeros[begin_pos + 1]
-        piece = np.where(later, position - begin_pos - np.where(later, empties, 0), 0)
+        piece = np.where(position > begin_pos, position - begin_pos - empties, 0)
         offset = self.cum[position] + begin - self.cum[begin_pos] - self.skip[rows]
         sample = self.sample_of_row[rows]
         keep = (end > begin) & (sample >= 0)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_sample_id
-from ..errors import CorruptStoreError
+from ..errors import ConfigError, CorruptStoreError
 
 ReadPlan = list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]
 """The store reads some samples make, per store in read order: [(IndexedDataset, documents, token
@@ -110,7 +110,9 @@ class Occurrences:
     def __post_init__(self) -> None:
         columns = [np.asarray(getattr(self, name), dtype=np.int64).reshape(-1) for name in _FIELDS]
         if len({len(column) for column in columns}) != 1:
-            raise ValueError("Occurrences: the arrays must have one length")
+            raise ConfigError(
+                "Occurrences: sample, piece, offset, start and end have different lengths; pass one entry per place"
+            )
         sample, piece = columns[0], columns[1]
         ordered = bool(np.all((sample[1:] > sample[:-1]) | ((sample[1:] == sample[:-1]) & (piece[1:] > piece[:-1]))))
         order = None if ordered else np.lexsort((piece, sample))
