@@ -223,3 +223,19 @@ def test_gpt_damaged_indices_are_refused(tmp_path, field):
     with pytest.raises(CorruptStoreError, match="delete their cache entry"):
         damaged.occurrences(str(store.prefix), 0)
     assert damaged._inverse is None  # nothing kept from a refused build
+
+
+def test_a_kind_that_cannot_say_is_refused(tmp_path):
+    store = random_store(tmp_path / "s", np.random.default_rng(1), documents=5, longest=20)
+
+    class Plain(tp.SampleDataset):
+        def __len__(self):
+            return 3
+
+        def stores(self):
+            return (store,)
+
+    with pytest.raises(ConfigError, match="cannot say which samples hold a document"):
+        Plain().occurrences(str(store.prefix), 0)
+    with pytest.raises(ConfigError, match="store="):
+        Plain().occurrences("elsewhere", 0)
