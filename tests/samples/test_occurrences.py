@@ -239,3 +239,21 @@ def test_a_kind_that_cannot_say_is_refused(tmp_path):
         Plain().occurrences(str(store.prefix), 0)
     with pytest.raises(ConfigError, match="store="):
         Plain().occurrences("elsewhere", 0)
+
+
+def test_gpt_inverse_in_int64_equals_int32(tmp_path, monkeypatch):
+    # past 2**31 positions or samples the lookups are int64; forced here on a small dataset
+    from tokenport.samples import inverse
+
+    store = random_store(tmp_path / "s", np.random.default_rng(8), documents=30, longest=90, empty=True)
+    config = tp.GPTSampleConfig(20, add_extra_token=False)
+    narrow = tp.GPTDataset(store, np.arange(30), 400, config, seed=2)
+    wide = tp.GPTDataset(store, np.arange(30), 400, config, seed=2)
+    monkeypatch.setattr(inverse, "_index_dtype", lambda counts, sample_index: np.int64)
+    prefix = str(store.prefix)
+    assert check_all(wide, prefix, range(30)) > 0
+    assert wide._inverse.first.dtype == np.int64
+    monkeypatch.undo()
+    for document in range(30):
+        assert narrow.occurrences(prefix, document) == wide.occurrences(prefix, document)
+    assert narrow._inverse.first.dtype == np.int32

@@ -13,6 +13,9 @@ a bin may be read by several samples, one per epoch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from ..errors import CorruptStoreError
@@ -51,16 +54,21 @@ class GPTInverse:
         extra: int,
         prefix: str,
     ) -> None:
-        documents = np.asarray(document_index).astype(np.int64, copy=False)
+        documents = np.asarray(document_index)
         if len(documents) and (int(documents.min()) < 0 or int(documents.max()) >= len(lengths)):
             _corrupt(prefix, "document_index")
+        # positions, rows, samples and offsets as int32 while they fit (half the memory), else int64
+        sizes_of = (len(documents) + 1, len(sample_index), len(shuffle_index), len(lengths))
+        dtype = _index_dtype(sizes_of, np.asarray(sample_index))
+        documents = documents.astype(dtype, copy=False)
         sizes = np.asarray(lengths)[documents].astype(np.int64)
         self.extra = extra
-        self.by_document, self.documents = _sorted_by(documents)
+        order, self.documents = _sorted_by(documents)
+        self.by_document = order.astype(dtype)
         self.cum = np.concatenate(([0], np.cumsum(sizes)))
-        self.zeros = np.concatenate(([0], np.cumsum(sizes == 0)))
-        self.first = np.ascontiguousarray(sample_index[:, 0], dtype=np.int64)
-        self.skip = np.ascontiguousarray(sample_index[:, 1], dtype=np.int64)
+        self.zeros = np.concatenate(([0], np.cumsum(sizes == 0))).astype(dtype)
+        self.first = np.ascontiguousarray(sample_index[:, 0], dtype=dtype)
+        self.skip = np.ascontiguousarray(sample_index[:, 1], dtype=dtype)
         if len(self.first) and (
             int(self.first[0]) < 0 or int(self.first[-1]) >= max(len(documents), 1) or (np.diff(self.first) < 0).any()
         ):
@@ -68,11 +76,11 @@ class GPTInverse:
         ends = self.skip[1:] + extra  # where each row's window ends in its last document, as the reader checks it
         if (self.skip < 0).any() or (ends > self.cum[self.first[1:] + 1] - self.cum[self.first[1:]]).any():
             _corrupt(prefix, "sample_index")
-        self.sample_of_row = _inverse_permutation(np.asarray(shuffle_index), len(self.first) - 1, prefix)
+        self.sample_of_row = _inverse_permutation(np.asarray(shuffle_index), len(self.first) - 1, prefix, dtype)
 
     def occurrences(self, document: int) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``, as ``gpt_pieces`` reports them."""
-        _, positions = _holders(self.by_document, self.documents, np.array([document], dtype=np.int64))
+        _, positions = _holders(self.by_document, self.documents, np.array([document], dtype=self.documents.dtype))
         rows_total = len(self.first) - 1
         # rows r with first[r] <= p <= first[r + 1]: from the first row ending at or after p (first[0] is 0)
         # to past the last row starting at or before it; one search each over the row starts
@@ -133,14 +141,22 @@ class BinsInverse:
         )
 
 
-def _inverse_permutation(shuffle_index: np.ndarray, rows: int, prefix: str) -> np.ndarray:
+def _index_dtype(counts: Sequence[int], sample_index: np.ndarray) -> type[np.signedinteger[Any]]:
+    """int32 when every count and every value of the sample index is below 2**31 - 1, else int64."""
+    largest = int(sample_index.max()) if sample_index.size else 0
+    return np.int32 if max(largest, *counts) < np.iinfo(np.int32).max else np.int64
+
+
+def _inverse_permutation(
+    shuffle_index: np.ndarray, rows: int, prefix: str, dtype: type[np.signedinteger[Any]]
+) -> np.ndarray:
     """The dataset sample of each sample row (-1: none), or CorruptStoreError when a row is read twice or
     a value names no row."""
-    shuffle = shuffle_index.astype(np.int64, copy=False)
+    shuffle = shuffle_index if shuffle_index.dtype.kind in "iu" else shuffle_index.astype(np.int64)
     if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
         _corrupt(prefix, "shuffle_index")
-    inverse = np.full(max(rows, 0), -1, dtype=np.int64)
-    inverse[shuffle] = np.arange(len(shuffle), dtype=np.int64)
+    inverse = np.full(max(rows, 0), -1, dtype=dtype)
+    inverse[shuffle] = np.arange(len(shuffle), dtype=dtype)
     if int(np.count_nonzero(inverse >= 0)) != len(shuffle):
         raise CorruptStoreError(
             f"{prefix}: shuffle_index names a sample row twice; it is not the permutation Megatron's indices hold: "
