@@ -3,8 +3,9 @@
 Blended sample ``t`` reads sample ``k`` of child ``d = dataset_index[t]``, where ``k`` is (for every
 blend tokenport builds: Tijdeman, greedy, Megatron's, schedules, adaptive) the count of ``d`` before
 ``t``, read modulo the child's length when the blend takes more than it holds. ``BlendInverse`` sorts
-``dataset_index`` by child once (a stable argsort: O(samples) memory), so the ``j``-th sample of child
-``d`` in the blend is ``positions(d)[j]``; child sample ``s`` is then read at ``j = s, s + L, s + 2L, ...``.
+``dataset_index`` by child once (a stable argsort: O(samples) memory, int32 below 2**31 samples),
+so the ``j``-th sample of child ``d`` in the blend is ``positions(d)[j]``; child sample ``s`` is then
+read at ``j = s, s + L, s + 2L, ...``.
 Where a child's recorded sample index is not that count (indices from elsewhere), its samples are
 matched by value instead, still without a scan of the other children.
 """
@@ -31,7 +32,8 @@ class BlendInverse:
         self, dataset_index: np.ndarray, num_children: int, samples_of: SamplesOf, *, counting: bool = False
     ) -> None:
         index = np.asarray(dataset_index)
-        self.order = np.argsort(index, kind="stable")
+        order = np.argsort(index, kind="stable")
+        self.order = order.astype(np.int32) if len(order) < np.iinfo(np.int32).max else order  # half the memory
         counts = np.bincount(index, minlength=num_children)[:num_children].astype(np.int64)
         self.bounds = np.concatenate(([0], np.cumsum(counts)))
         self.samples_of = samples_of
