@@ -25,6 +25,7 @@ read; an update applies from a sample not yet realized. The stream is a pure fun
 from __future__ import annotations
 
 import bisect
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,8 +37,9 @@ from .._schema import INT64_MAX
 from ..errors import ConfigError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.base import Describer, Rebuilder, SampleDataset, digest, register_dataset_kind
-from ..samples.lineage import SampleLineage
+from ..samples.lineage import Occurrences, SampleLineage
 from .dataset import gather
+from .inverse import BlendInverse, blend_occurrences
 
 __all__ = ["AdaptiveBlend"]
 
@@ -76,6 +78,9 @@ class AdaptiveBlend(SampleDataset):
     realization rule, its bound and how a child wraps are in the module docstring. Children's stores
     made with different tokenizers are refused unless ``allow_mixed_tokenizers`` (`indexed.same_tokenizer`).
     """
+
+    _caches = ("_occurrence_inverse",)
+    _occurrence_inverse: tuple[Any, BlendInverse] | None = None  # (the updates it replays, the inverse)
 
     def __init__(
         self,
@@ -283,6 +288,22 @@ class AdaptiveBlend(SampleDataset):
                 "samples come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
             )
         return child.lineage(sample).through(check_sample_id(idx, self.num_samples), dataset)
+
+    def _occurrences(self, store: str, document: int) -> Occurrences:
+        """The children's occurrences as blended samples over the whole planned run: the stream replayed from
+        the updates given so far on a copy (the blend itself is left as it was; samples past the frontier
+        follow those updates, so a later update may move them). Kept until the updates change."""
+        key = tuple((start, row.tobytes()) for start, row in zip(self._starts, self._rows))
+        cached = self._occurrence_inverse
+        if cached is None or cached[0] != key:
+            replay = copy.copy(self)
+            for name in ("_deficit", "_counts", "_dataset_index", "_sample_count"):
+                setattr(replay, name, getattr(self, name).copy())
+            replay.realize(self.num_samples)
+            counts = replay._sample_count
+            cached = (key, BlendInverse(replay.dataset_index, len(self.datasets), lambda at: counts[at]))
+            self._occurrence_inverse = cached
+        return blend_occurrences(self.datasets, cached[1], self._lengths.tolist(), store, document, "adaptive blend")
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The child's sample with its ``dataset_id``."""

@@ -12,9 +12,10 @@ from .._checks import check_sample_id, check_sample_ids, renamed_keywords
 from ..errors import ConfigError, InputDataError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
 from ..samples.base import Describer, Rebuilder, SampleDataset, digest, plain, register_dataset_kind
-from ..samples.lineage import ReadPlan, SampleLineage
+from ..samples.lineage import Occurrences, ReadPlan, SampleLineage
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
+from .inverse import BlendInverse, blend_occurrences
 from .oversampling import oversampled, warn_oversampled
 from .schedule import MixtureSchedule, build_scheduled_indices
 
@@ -39,6 +40,8 @@ class BlendedDataset(SampleDataset):
 
     batch_path = True
     fresh_items = True
+    _caches = ("_inverse",)
+    _inverse: BlendInverse | None = None  # built on the first occurrences() call
 
     @renamed_keywords(size="num_samples")
     def __init__(
@@ -124,6 +127,7 @@ class BlendedDataset(SampleDataset):
         self.recipe = None
         self.dataset_index = dataset_index
         self.dataset_sample_index = sample_index
+        self._inverse = None
         self._lengths = [len(d) for d in self.datasets]
         taken = self.samples_per_dataset()
         self._wraps = [int(n) > length for n, length in zip(taken.tolist(), self._lengths)]
@@ -171,6 +175,21 @@ class BlendedDataset(SampleDataset):
                 "come from (no lineage()); blend GPT, packed, SFT datasets or blends of them"
             )
         return child.lineage(sample).through(check_sample_id(idx, len(self)), dataset)
+
+    def _occurrences(self, store: str, document: int) -> Occurrences:
+        """The children's occurrences as blended samples: each child's positions in the blend sorted out once
+        (O(samples) memory), its ``k``-th sample at its ``k``-th position (modulo its length when read around)."""
+        if self._inverse is None:
+            sample_index = self.dataset_sample_index
+
+            def samples_of(positions: np.ndarray) -> np.ndarray:
+                if isinstance(sample_index, np.ndarray):
+                    return sample_index[positions]
+                return sample_index.take(positions)
+
+            checkpoints = isinstance(sample_index, SampleIndexCheckpoints)  # counts by construction
+            self._inverse = BlendInverse(self.dataset_index, len(self.datasets), samples_of, counting=checkpoints)
+        return blend_occurrences(self.datasets, self._inverse, self._lengths, store, document, "blend")
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The child's sample with its ``dataset_id``."""

@@ -7,7 +7,8 @@ datasets of packed bins;
 ``gpt``: Megatron's fixed-length GPT samples and their indices; ``fields``: the kernel that
 assembles a sample's tokens (and optional fields) from a store; ``packed``: best-fit packed samples;
 ``sft``: packed or padded, loss-masked samples of a chat store; ``lineage``: where a sample's tokens
-come from (``SampleLineage``).
+come from (``SampleLineage``) and, inverted, which samples hold a document (``Occurrences``;
+``inverse`` builds the lookups).
 """
 
 import typing
@@ -17,7 +18,7 @@ from .. import _lazy
 if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load lazily below
     from .base import Describer, Rebuilder, SampleDataset, digest, register_dataset_kind
     from .gpt import GPTDataset, GPTSampleConfig
-    from .lineage import SampleLineage
+    from .lineage import Occurrences, SampleLineage
     from .packed import PackedDataset
     from .sft import SFTConfig, SFTCounts, SFTDataset
 
@@ -26,6 +27,7 @@ _EXPORTS = {
     "Describer": ".base",
     "GPTDataset": ".gpt",
     "GPTSampleConfig": ".gpt",
+    "Occurrences": ".lineage",
     "PackedDataset": ".packed",
     "Rebuilder": ".base",
     "SFTConfig": ".sft",

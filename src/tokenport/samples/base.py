@@ -23,15 +23,17 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from .._checks import check_int
 from .._registry import Registry
 from .._schema import decode
 from ..errors import ConfigError, TokenportError
 from ..indexed import IndexedDataset
 from ..indexed.identity import store_identity
-from .lineage import ReadPlan, SampleLineage
+from .lineage import Occurrences, ReadPlan, SampleLineage
 
 __all__ = [
     "DATASET_KINDS",
+    "check_occurrence_query",
     "Describer",
     "Rebuilder",
     "SampleDataset",
@@ -44,6 +46,7 @@ __all__ = [
     "plain",
     "rebuild_node",
     "register_dataset_kind",
+    "store_documents",
 ]
 
 logger = logging.getLogger("tokenport.integrations.receipt")  # the receipt's warnings, under its name as before
@@ -69,9 +72,16 @@ class SampleDataset:
     datasets: Sequence[Any] = ()
     """The datasets a blend reads (none for a dataset of a store)."""
 
+    _caches: ClassVar[tuple[str, ...]] = ()
+    """Attributes holding lookups built on demand (``occurrences``' inverses), each with a class-level
+    default (None): not pickled, so a dataset handed to loader workers stays as small as before."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.batch_path = bool(cls.__dict__.get("batch_path", False))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name not in self._caches}
 
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__} must define __len__")
@@ -99,6 +109,21 @@ class SampleDataset:
         raise ConfigError(
             f"a {type(self).__name__} cannot say where its samples come from (no lineage()); "
             "trace GPT, packed, SFT datasets, blends of them, or a kind that defines lineage()"
+        )
+
+    def occurrences(self, store: str, document: int) -> Occurrences:
+        """Every place this dataset holds ``document`` of ``store`` (the prefix as ``lineage`` reports it):
+        the inverse of ``lineage``, piece for piece. ConfigError for a store it does not read or an id that
+        is not one of the store's documents."""
+        checked_store, checked_document = check_occurrence_query(self, store, document)
+        return self._occurrences(checked_store, checked_document)
+
+    def _occurrences(self, store: str, document: int) -> Occurrences:
+        """``occurrences`` with its arguments checked (a kind overrides this; a store it does not read has
+        none); here a ConfigError: this kind cannot say."""
+        raise ConfigError(
+            f"a {type(self).__name__} cannot say which samples hold a document (no occurrences()); "
+            "ask GPT, packed, SFT datasets, blends of them, or a kind that defines _occurrences()"
         )
 
     def stores(self) -> tuple[IndexedDataset, ...]:
@@ -189,6 +214,33 @@ def describe_dataset(dataset: Any, path: str, uncertified: list[str]) -> dict[st
     )
     uncertified.append(path)
     return {"type": type(dataset).__name__, "length": length, "certified": False}
+
+
+def store_documents(dataset: Any) -> dict[str, int]:
+    """Prefix (as ``lineage`` reports it) -> document count of every store ``dataset`` reads, its children's too."""
+    found: dict[str, int] = {}
+    if isinstance(dataset, SampleDataset):
+        for store in dataset.stores():
+            found[str(store.prefix)] = len(store)
+        for child in dataset.datasets:
+            found.update(store_documents(child))
+    return found
+
+
+def check_occurrence_query(dataset: Any, store: object, document: object) -> tuple[str, int]:
+    """``(store, document)`` of an ``occurrences`` call, checked against the stores ``dataset`` reads;
+    ConfigError naming the argument at fault otherwise."""
+    known = store_documents(dataset)
+    listed = ", ".join(repr(prefix) for prefix in sorted(known)[:8]) + (" ..." if len(known) > 8 else "")
+    if not isinstance(store, str) or store not in known:
+        raise ConfigError(
+            f"store={store!r:.200} is not a store this {type(dataset).__name__} reads: pass its prefix as "
+            f"lineage() reports it (one of: {listed or 'none'})"
+        )
+    count = known[store]
+    if count == 0:
+        raise ConfigError(f"document={document!r:.80} is invalid: store {store!r} holds no documents")
+    return store, check_int("document", document, 0, count - 1, what=f"a document id of store {store!r}")
 
 
 def dataset_length(dataset: Any) -> int:

@@ -18,7 +18,8 @@ from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..packing import pack_best_fit_arrays
 from .base import SampleDataset, digest, id_runs
-from .lineage import SampleLineage, bin_lineage
+from .inverse import BinsInverse
+from .lineage import Occurrences, SampleLineage, bin_lineage
 
 __all__ = ["PackedBins", "check_ids", "pack_windows", "ranges"]
 
@@ -27,6 +28,7 @@ class PackedBins(SampleDataset):
     """Samples that are bins of document pieces of one store (see the module doc)."""
 
     fresh_items = True
+    _caches = ("_inverse",)
     store: IndexedDataset
     ids: np.ndarray | None  # the selected sequence ids, kept for the receipt (None: all)
     piece_document: np.ndarray
@@ -34,6 +36,7 @@ class PackedBins(SampleDataset):
     piece_length: np.ndarray
     bin_starts: np.ndarray
     order: np.ndarray
+    _inverse: BinsInverse | None = None  # built on the first occurrences() call, for this order
 
     def __len__(self) -> int:
         return len(self.order)
@@ -46,6 +49,17 @@ class PackedBins(SampleDataset):
     def lineage(self, idx: int) -> SampleLineage:
         """Where sample ``idx`` comes from: the documents and token ranges of its pieces, in sample order."""
         return bin_lineage(self, idx, type(self).__name__)
+
+    def _occurrences(self, store: str, document: int) -> Occurrences:
+        """Every piece of ``document`` (pieces sorted by document) in every sample reading its bin (the order
+        inverted); the inverse is built once per order and kept."""
+        if store != str(self.store.prefix):
+            return Occurrences.empty()
+        if self._inverse is None or self._inverse.order is not self.order:
+            self._inverse = BinsInverse(
+                self.piece_document, self.piece_length, self.bin_starts, self.order, str(self.store.prefix)
+            )
+        return self._inverse.occurrences(document, self.piece_offset)
 
     def stores(self) -> tuple[IndexedDataset, ...]:
         return (self.store,)

@@ -32,7 +32,8 @@ from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
 from .base import Describer, Rebuilder, SampleDataset, digest, id_runs, plain, register_dataset_kind
 from .fields import FieldOptions, fields_from_store, fields_from_windows
-from .lineage import ReadPlan, SampleLineage, gpt_pieces
+from .inverse import GPTInverse
+from .lineage import Occurrences, ReadPlan, SampleLineage, gpt_pieces
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
@@ -308,6 +309,8 @@ class GPTDataset(SampleDataset):
 
     batch_path = True
     fresh_items = True
+    _caches = ("_inverse",)
+    _inverse: GPTInverse | None = None  # built on the first occurrences() call
 
     @renamed_keywords(dataset="store")
     def __init__(
@@ -382,6 +385,7 @@ class GPTDataset(SampleDataset):
         self.document_index = document_index
         self.sample_index = sample_index
         self.shuffle_index = shuffle_index
+        self._inverse = None
         self._options = FieldOptions(
             seq_length=config.seq_length,
             extra=int(config.add_extra_token),
@@ -422,6 +426,22 @@ class GPTDataset(SampleDataset):
         extra = int(self.config.add_extra_token)
         pieces = gpt_pieces(self.document_index, self.sample_index, self._lengths, row, extra, self.dataset.prefix)
         return SampleLineage(index, str(self.dataset.prefix), "GPTDataset", pieces)
+
+    def _occurrences(self, store: str, document: int) -> Occurrences:
+        """Every place ``document`` is in a sample: its document-index positions, the sample rows over each
+        (binary search), their dataset samples (the shuffle inverted); the inverse is built once and kept."""
+        if store != str(self.dataset.prefix):
+            return Occurrences.empty()
+        if self._inverse is None:
+            self._inverse = GPTInverse(
+                self.document_index,
+                self.sample_index,
+                self.shuffle_index,
+                self._lengths,
+                int(self.config.add_extra_token),
+                str(self.dataset.prefix),
+            )
+        return self._inverse.occurrences(document)
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``ids`` as a dict of arrays stacked on a leading batch axis, built in one pass."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_sample_id
-from ..errors import CorruptStoreError
+from ..errors import ConfigError, CorruptStoreError
 
 ReadPlan = list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]
 """The store reads some samples make, per store in read order: [(IndexedDataset, documents, token
@@ -90,3 +90,64 @@ def bin_lineage(dataset: Any, idx: int, kind: str) -> SampleLineage:
         for p in range(int(dataset.bin_starts[bin_]), int(dataset.bin_starts[bin_ + 1]))
     )
     return SampleLineage(index, str(dataset.store.prefix), kind, pieces)
+
+
+_FIELDS = ("sample", "piece", "offset", "start", "end")
+
+
+@dataclass(frozen=True, eq=False)
+class Occurrences:
+    """Every place a dataset holds one document: row ``k`` is piece ``piece[k]`` of sample ``sample[k]``,
+    at token ``offset[k]`` of the sample, holding the document's tokens ``[start[k], end[k])``. Equal-length
+    int64 arrays sorted by (sample, piece): the inverse of ``lineage``, piece for piece."""
+
+    sample: np.ndarray
+    piece: np.ndarray
+    offset: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def __post_init__(self) -> None:
+        columns = [np.asarray(getattr(self, name), dtype=np.int64).reshape(-1) for name in _FIELDS]
+        if len({len(column) for column in columns}) != 1:
+            raise ConfigError(
+                "Occurrences: sample, piece, offset, start and end have different lengths; pass one entry per place"
+            )
+        sample, piece = columns[0], columns[1]
+        ordered = bool(np.all((sample[1:] > sample[:-1]) | ((sample[1:] == sample[:-1]) & (piece[1:] > piece[:-1]))))
+        order = None if ordered else np.lexsort((piece, sample))
+        for name, column in zip(_FIELDS, columns):
+            kept = column.copy() if order is None else column[order]
+            kept.setflags(write=False)
+            object.__setattr__(self, name, kept)
+
+    @classmethod
+    def empty(cls) -> Occurrences:
+        """No occurrence."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(none, none, none, none, none)
+
+    @classmethod
+    def concat(cls, parts: list[Occurrences]) -> Occurrences:
+        """The occurrences of ``parts`` together, sorted."""
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate([getattr(part, name) for part in parts]) for name in _FIELDS))
+
+    def __len__(self) -> int:
+        return len(self.sample)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Occurrences):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, name), getattr(other, name)) for name in _FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def rows(self) -> list[tuple[int, int, int, int, int]]:
+        """The occurrences as (sample, piece, offset, start, end) tuples, in order."""
+        return list(zip(*(getattr(self, name).tolist() for name in _FIELDS)))
+
+    def to_dict(self) -> dict[str, list[int]]:
+        """Plain JSON types: one list per field."""
+        return {name: getattr(self, name).tolist() for name in _FIELDS}
