@@ -16,11 +16,14 @@ def _forward(sampler, stop: int) -> np.ndarray:
     if isinstance(sampler, RandomSampler):
         epochs = -(-stop // sampler.active_samples)
         return np.concatenate([sampler.global_batches(e).reshape(-1) for e in range(epochs)])[:stop]
+    if isinstance(sampler, PretrainingSampler):  # one pass; drop_last leaves the incomplete batch out
+        return sampler.global_stream(0, min(stop, epoch_length(sampler)))
     return sampler.global_stream(0, stop)
 
 
 def _samplers(total: int, mbs: int, dp: int, seed: int):
     yield PretrainingSampler(total, 0, mbs, 0, dp)
+    yield PretrainingSampler(total, 0, mbs, 0, dp, drop_last=False)
     for sharding in (True, False):
         yield RandomSampler(total, 0, mbs, 0, dp, seed, sharding)
         yield RandomSampler(total, 0, mbs, 0, dp, 0, sharding, megatron_compat=True)

@@ -81,7 +81,7 @@ def feistel_offsets(ids: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarra
 
 def _round(right: np.ndarray, key: np.uint64, top: np.uint64) -> np.ndarray:
     """The round function ``F_k(R)``: the top ``h`` bits of splitmix64's finalizer of ``R ^ k``."""
-    f = right ^ key
+    f: np.ndarray = np.bitwise_xor(right, key)
     f ^= f >> np.uint64(30)
     f *= np.uint64(_MIX1)
     f ^= f >> np.uint64(27)

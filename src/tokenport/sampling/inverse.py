@@ -31,9 +31,12 @@ __all__ = ["epoch_length", "stream_positions"]
 
 
 def epoch_length(sampler: Any) -> int:
-    """Stream positions per epoch of a tokenport sampler (a PretrainingSampler has one epoch)."""
+    """Stream positions per epoch of a tokenport sampler (a PretrainingSampler has one epoch, without its
+    incomplete last global batch under ``drop_last``)."""
     if isinstance(sampler, RandomSampler):
         return int(sampler.active_samples)
+    if isinstance(sampler, PretrainingSampler) and sampler.drop_last:
+        return int(sampler.total_samples - sampler.total_samples % sampler.global_batch_size)
     return int(sampler.total_samples)
 
 
@@ -46,7 +49,9 @@ def stream_positions(sampler: Any, samples: np.ndarray, stop: int) -> tuple[np.n
         )
     ids = np.asarray(samples, dtype=np.int64).reshape(-1)
     length = epoch_length(sampler)
-    epochs = 1 if isinstance(sampler, PretrainingSampler) else -(-stop // length)
+    if isinstance(sampler, PretrainingSampler):  # one pass: nothing is read past it
+        stop = min(stop, length)
+    epochs = -(-stop // length) if length else 0
     found_k, found_p = [], []
     for epoch in range(epochs):
         k, offset = _epoch_offsets(sampler, epoch, ids)
