@@ -160,13 +160,18 @@ def _find_store(dataset: Any, name: str, moves: Mapping[str, str]) -> tuple[str,
     """(recorded prefix, store) of the store named by its recorded prefix or where it is now."""
     found: dict[str, IndexedDataset] = {}
     _collect_stores(dataset, found)
-    for prefix, handle in found.items():
-        if name in (prefix, moves.get(prefix), os.fspath(handle.prefix)):
-            return prefix, handle
-    known = ", ".join(sorted(found)) or "none"
+    names = {prefix: {prefix, moves.get(prefix), os.fspath(handle.prefix)} for prefix, handle in found.items()}
+    exact = [prefix for prefix, spelled in names.items() if name in spelled]
+    # prepare's output folder names its single part store (out/part-00000) too
+    under = [p for p, spelled in names.items() if any(s and s.startswith(name.rstrip("/") + "/") for s in spelled)]
+    chosen = exact or under
+    if len(chosen) == 1:
+        return chosen[0], found[chosen[0]]
+    known = ", ".join(sorted(chosen or found)) or "none"
+    what = "names several of the run's stores" if chosen else "the run read no such store"
     raise ConfigError(
-        f"store={name!r}: the run read no such store; its stores are: {known} (pass one of them, as the receipt "
-        "records it or where it is now)"
+        f"store={name!r}: {what}; its stores are: {known} (pass one of them, as the receipt records it or where "
+        "it is now)"
     )
 
 
