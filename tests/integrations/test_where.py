@@ -215,3 +215,66 @@ def test_the_cli_prints_the_places_and_one_json_object(tmp_path, capsys):
     assert report["documents"] == [3] and all(p["step"] <= 4 for p in report["places"])
     assert main(["where", str(path), "--store", prefix, "--document", "3", "--text", "a"]) == 2
     assert "exactly one" in capsys.readouterr().err
+
+
+def test_every_mutation_of_a_saved_state_is_refused_or_read(tmp_path):
+    from tests._support.mutate import mutations
+
+    prefix = _write(tmp_path / "m", 4, 12)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 20, tp.GPTSampleConfig(16), seed=1)
+    state = _state(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=1, order="feistel"), steps=3)
+    path = tmp_path / "state.json"
+    text = json.dumps(state)
+    before = occurrences(state, store=prefix, document=1, dataset=gpt)
+    count = 0  # mutations read back
+    for label, data in mutations(text):
+        path.write_bytes(data)
+        try:
+            report = occurrences(path, store=prefix, document=1, dataset=gpt)
+        except tp.TokenportError:
+            continue
+        except Exception as exc:  # pragma: no cover - the failure names the mutation
+            raise AssertionError(f"{label}: {type(exc).__name__}: {exc}") from exc
+        count += 1
+        if "micro_batch_size" in label or "data_parallel_size" in label:  # an elastic state of another layout
+            assert {p.sample for p in report.places} == {p.sample for p in before.places}, label
+        else:  # a mutation the schema still reads (a recipe detail, an unchecked key): the same answer
+            assert report.places == before.places and report.steps_trained == before.steps_trained, label
+    assert count and before == occurrences(state, store=prefix, document=1, dataset=gpt)
+
+
+def test_sft_packed_scheduled_and_adaptive_runs_invert_exactly(tmp_path):
+    from tests._support.stores import Doc
+    from tokenport.blend import AdaptiveBlend, MixtureSchedule
+    from tokenport.builder.specs import Blend
+
+    rng = np.random.default_rng(11)
+    drawn = random_documents(rng, 60, tokens=(32, 127), length=(10, 90), append=256)
+    masked = (Doc(t, mask=(np.arange(len(t)) >= len(t) // 2).astype(np.uint8)) for t in drawn)
+    chat = build_store(tmp_path / "chat", masked, tokenizer=tp.load_tokenizer("byte"), masks=True)
+    sft = tp.SFTDataset(tp.IndexedDataset(chat), 64, seed=2)
+    packed = tp.PackedDataset(tp.IndexedDataset(_write(tmp_path / "p", 3, 50)), 96, too_long="split", window=8, seed=6)
+    prefixes = [_write(tmp_path / name, seed, 20) for seed, name in enumerate(("a", "b"))]
+    schedule = MixtureSchedule.from_data(
+        [{"at": 0, "weights": [0.8, 0.2]}, {"at": 20, "ramp_to": [0.2, 0.8], "until": 40}]
+    )
+    scheduled = tp.build_datasets(
+        Blend(tuple(prefixes), None, schedule), sizes=(60, 0, 0), config=tp.GPTSampleConfig(16), seed=1, split="1,0,0"
+    )[0]
+    children = [
+        tp.GPTDataset(tp.IndexedDataset(p), np.arange(20), 40, tp.GPTSampleConfig(16), seed=3) for p in prefixes
+    ]
+    adaptive = AdaptiveBlend(children, [1, 1], num_samples=60, updates=[[0, [1.0, 1.0]], [24, [0.1, 0.9]]])
+    runs = (
+        (sft, StreamSampler(len(sft), 0, 2, 0, 2, seed=5, order="feistel"), chat),
+        (packed, RandomSampler(len(packed), 0, 1, 0, 3, seed=2), packed.stores()[0].prefix),
+        (scheduled, PretrainingSampler(len(scheduled), 0, 2, 0, 2, auto_advance=False), prefixes[1]),
+        (adaptive, PretrainingSampler(len(adaptive), 0, 3, 0, 2, auto_advance=False), prefixes[0]),
+    )
+    for dataset, sampler, prefix in runs:
+        state = _state(dataset, sampler)
+        documents = sorted(rng.choice(len(tp.IndexedDataset(prefix)), 3, replace=False).tolist())
+        report = occurrences(state, store=prefix, document=documents)
+        expected = _forward(state, None, str(prefix), documents)
+        assert expected and _places(report) == expected, type(dataset).__name__
