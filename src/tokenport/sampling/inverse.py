@@ -98,8 +98,8 @@ def _bucket_offsets(sampler: RandomSampler, epoch: int, ids: np.ndarray) -> tupl
     for slot in np.unique(slots).tolist():  # one bucket's order drawn per slot asked
         k = asked[slots == slot]
         order = np.random.default_rng([sampler.seed, epoch, slot]).permutation(per_slot)
-        rows = np.argsort(order)[ids[k] - slot * per_slot]
-        ks.append(k)
+        which, rows = _search(order, ids[k] - slot * per_slot)
+        ks.append(k[which])
         ps.append(rows * gbs + slot)
     if not ks:
         return np.empty(0, np.int64), np.empty(0, np.int64)
