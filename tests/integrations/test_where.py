@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -278,3 +279,25 @@ def test_sft_packed_scheduled_and_adaptive_runs_invert_exactly(tmp_path):
         report = occurrences(state, store=prefix, document=documents)
         expected = _forward(state, None, str(prefix), documents)
         assert expected and _places(report) == expected, type(dataset).__name__
+
+
+def test_a_moved_store_is_named_with_the_flag_that_finds_it(tmp_path, capsys):
+    prefix = _write(tmp_path / "old", 5)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 40, tp.GPTSampleConfig(16), seed=1)
+    state = _state(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=1, order="feistel"), steps=5)
+    before = occurrences(state, store=prefix, document=np.array([2, 7]))
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    moved = str(tmp_path / "new")
+    for suffix in (".bin", ".idx", ".json"):
+        os.replace(prefix + suffix, moved + suffix)
+    assert main(["where", str(path), "--store", prefix, "--document", "2", "--document", "7"]) == 2
+    err = capsys.readouterr().err
+    assert f"--document 2 --document 7 --store-path {prefix}=NEW_PREFIX" in err
+    flags = ["--store-path", f"{prefix}={moved}", "--json"]
+    for name in (prefix, moved):  # the store named as recorded or where it is now
+        assert main(["where", str(path), "--store", name, "--document", "2", "--document", "7", *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["places"] == before.to_json()["places"]
+    after = occurrences(state, store=moved, document=[7, 2, 2], stores={prefix: moved})
+    assert after.places == before.places and after.documents == (2, 7)

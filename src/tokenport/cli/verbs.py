@@ -242,9 +242,9 @@ def _pack_report(args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> int:
-    from ..integrations.where import occurrences
+    from ..integrations.where import where_file
 
-    report = occurrences(
+    report = where_file(
         args.state,
         store=args.store,
         document=args.documents,

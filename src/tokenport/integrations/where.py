@@ -30,7 +30,7 @@ from ..sampling.inverse import epoch_length, stream_positions
 from .samplers import sampler_from_state
 from .tracing import _collect_stores, resolve_state
 
-__all__ = ["Place", "WhereReport", "occurrences"]
+__all__ = ["Place", "WhereReport", "occurrences", "where_file"]
 
 _SCAN_CHUNK = 4096  # documents decoded at a time by a text search
 
@@ -101,7 +101,7 @@ def occurrences(
     state_or_checkpoint: Mapping[str, Any] | str | os.PathLike[str],
     *,
     store: str | os.PathLike[str],
-    document: int | Sequence[int] | None = None,
+    document: int | Sequence[int] | np.ndarray | None = None,
     text: str | None = None,
     up_to_step: int | None = None,
     stores: Mapping[str, str] | None = None,
@@ -116,13 +116,47 @@ def occurrences(
     checked against the receipt. ConfigError for an unknown store, both or neither of document and text,
     a document the store lacks, or a step past the planned run.
     """
+    return _occurrences(state_or_checkpoint, store, document, text, up_to_step, dataset, Rebuilder(stores or {}))
+
+
+def where_file(
+    path: str | os.PathLike[str],
+    *,
+    store: str,
+    document: Sequence[int] | None = None,
+    text: str | None = None,
+    up_to_step: int | None = None,
+    stores: Mapping[str, str] | None = None,
+) -> WhereReport:
+    """``occurrences`` of the state in ``path`` for ``tokenport where``: a moved store's message names the
+    command's own ``--store-path OLD=NEW`` flag."""
+    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
+    asked = f"--text {text!r}" if document is None else " ".join(f"--document {d}" for d in document)
+    command = f"tokenport where {os.fspath(path)} --store {store} {asked} {given}".rstrip()
+
+    def store_flag(prefix: str) -> str:
+        return f"say where it is now: {command} --store-path {prefix}=NEW_PREFIX (once per moved store)"
+
+    rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
+    return _occurrences(path, store, document, text, up_to_step, None, rebuilder)
+
+
+def _occurrences(
+    state_or_checkpoint: Any,
+    store: str | os.PathLike[str],
+    document: int | Sequence[int] | np.ndarray | None,
+    text: str | None,
+    up_to_step: int | None,
+    dataset: Any,
+    rebuilder: Rebuilder,
+) -> WhereReport:
     if (document is None) == (text is None):
         raise ConfigError(
             "document/text: name the document by exactly one: document= (its id in the store) or text= "
             "(a text the document contains)"
         )
-    source, state, dataset = resolve_state(state_or_checkpoint, dataset, Rebuilder(stores or {}))
-    prefix, handle = _find_store(dataset, os.fspath(store), stores or {})
+    source, state, dataset = resolve_state(state_or_checkpoint, dataset, rebuilder)
+    prefix, handle = _find_store(dataset, os.fspath(store), rebuilder.moved)
     asked = _documents(handle, document) if document is not None else _search_text(handle, text or "")
     sampler_state = state["sampler"]
     mbs, size = int(sampler_state["micro_batch_size"]), int(sampler_state["data_parallel_size"])
@@ -160,7 +194,7 @@ def _find_store(dataset: Any, name: str, moves: Mapping[str, str]) -> tuple[str,
     """(recorded prefix, store) of the store named by its recorded prefix or where it is now."""
     found: dict[str, IndexedDataset] = {}
     _collect_stores(dataset, found)
-    names = {prefix: {prefix, moves.get(prefix), os.fspath(handle.prefix)} for prefix, handle in found.items()}
+    names = {p: {p, moves.get(p), *(old for old, new in moves.items() if new == p)} for p in found}
     exact = [prefix for prefix, spelled in names.items() if name in spelled]
     # prepare's output folder names its single part store (out/part-00000) too
     under = [p for p, spelled in names.items() if any(s and s.startswith(name.rstrip("/") + "/") for s in spelled)]
@@ -175,9 +209,10 @@ def _find_store(dataset: Any, name: str, moves: Mapping[str, str]) -> tuple[str,
     )
 
 
-def _documents(store: IndexedDataset, document: int | Sequence[int]) -> list[int]:
+def _documents(store: IndexedDataset, document: int | Sequence[int] | np.ndarray) -> list[int]:
     """The distinct document ids asked, each checked against the store."""
-    ids = [document] if not isinstance(document, Sequence) else list(document)
+    several = isinstance(document, (Sequence, np.ndarray)) and not isinstance(document, str)
+    ids: list[Any] = list(np.asarray(document).reshape(-1).tolist()) if several else [document]
     out = []
     for d in ids:
         check_int("document", d, 0)
