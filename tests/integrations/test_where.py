@@ -78,8 +78,10 @@ def _samplers(total: int, rng):
     yield PretrainingSampler(total, 0, mbs, 0, dp, auto_advance=False)
     yield RandomSampler(total, 0, mbs, 0, dp, seed=3, data_sharding=True)
     yield RandomSampler(total, 0, mbs, 0, dp, seed=3, data_sharding=False)
-    for order in ("feistel", "random"):
+    for order in ("feistel", "random", "sequential"):
         yield StreamSampler(total, 0, mbs, 0, dp, seed=4, order=order)
+    for sharding in (True, False):  # Megatron-LM's own cyclic order
+        yield RandomSampler(total, 0, mbs, 0, dp, data_sharding=sharding, megatron_compat=True)
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -267,8 +269,14 @@ def test_sft_packed_scheduled_and_adaptive_runs_invert_exactly(tmp_path):
         tp.GPTDataset(tp.IndexedDataset(p), np.arange(20), 40, tp.GPTSampleConfig(16), seed=3) for p in prefixes
     ]
     adaptive = AdaptiveBlend(children, [1, 1], num_samples=60, updates=[[0, [1.0, 1.0]], [24, [0.1, 0.9]]])
+    grouping = {"lengths": sft.lengths, "group_size": 2}
     runs = (
         (sft, StreamSampler(len(sft), 0, 2, 0, 2, seed=5, order="feistel"), chat),
+        (
+            sft,
+            StreamSampler(len(sft), 0, 2, 0, 2, seed=5, order="length_grouped", lengths=sft.lengths, group_size=2),
+            chat,
+        ),
         (packed, RandomSampler(len(packed), 0, 1, 0, 3, seed=2), packed.stores()[0].prefix),
         (scheduled, PretrainingSampler(len(scheduled), 0, 2, 0, 2, auto_advance=False), prefixes[1]),
         (adaptive, PretrainingSampler(len(adaptive), 0, 3, 0, 2, auto_advance=False), prefixes[0]),
