@@ -274,7 +274,7 @@ def test_sft_packed_scheduled_and_adaptive_runs_invert_exactly(tmp_path):
         (sft, StreamSampler(len(sft), 0, 2, 0, 2, seed=5, order="feistel"), chat),
         (
             sft,
-            StreamSampler(len(sft), 0, 2, 0, 2, seed=5, order="length_grouped", lengths=sft.lengths, group_size=2),
+            StreamSampler(len(sft), 0, 2, 0, 2, seed=5, order="length_grouped", **grouping),
             chat,
         ),
         (packed, RandomSampler(len(packed), 0, 1, 0, 3, seed=2), packed.stores()[0].prefix),
