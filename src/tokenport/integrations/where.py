@@ -26,7 +26,7 @@ from .._checks import check_int
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.base import Rebuilder, SampleDataset
-from ..sampling.inverse import epoch_length, stream_positions
+from ..sampling.inverse import epoch_length, invertible, stream_positions
 from .samplers import sampler_from_state
 from .tracing import _collect_stores, resolve_state
 
@@ -163,7 +163,9 @@ def _occurrences(
     gbs = mbs * size
     sampler = sampler_from_state(sampler_state, 0, dataset)
     taken = -(-int(sampler_state["consumed_samples"]) // gbs)
-    planned = max(-(-_pass_length(sampler) // gbs), taken)
+    replayed = not invertible(sampler)  # a sampler registered from outside: its steps are replayed
+    one_pass = int(sampler_state["total_samples"]) if replayed else epoch_length(sampler)
+    planned = max(-(-one_pass // gbs), taken)
     if up_to_step is not None and check_int("up_to_step", up_to_step, 0) >= planned:
         raise ConfigError(
             f"up_to_step={up_to_step}: the planned run has {planned} step(s) (steps 0 to {planned - 1}; "
@@ -172,22 +174,12 @@ def _occurrences(
     covered = planned if up_to_step is None else int(up_to_step) + 1
     rows = [_rows(dataset, prefix, d) for d in asked]
     samples = np.unique(np.concatenate([r[1] for r in rows])) if rows else np.empty(0, np.int64)
-    try:
-        which, positions = stream_positions(sampler, samples, covered * gbs)
-        replayed = False
-    except ConfigError:  # a sampler registered from outside: no inverse, its steps are replayed
+    if replayed:
         which, positions = _replay(sampler_state, dataset, samples, covered, size, mbs)
-        replayed = True
+    else:
+        which, positions = stream_positions(sampler, samples, covered * gbs)
     places = _places(rows, samples[which], positions, gbs, mbs, taken)
     return WhereReport(source, prefix, tuple(asked), taken, covered, replayed, places)
-
-
-def _pass_length(sampler: Any) -> int:
-    """Stream positions of one pass over the data (a registered sampler: its ``total_samples``)."""
-    try:
-        return epoch_length(sampler)
-    except AttributeError:
-        return int(sampler.total_samples)
 
 
 def _find_store(dataset: Any, name: str, moves: Mapping[str, str]) -> tuple[str, IndexedDataset]:

@@ -27,7 +27,12 @@ from .feistel import feistel_offsets
 from .pretraining import PretrainingSampler, RandomSampler
 from .stream import StreamSampler
 
-__all__ = ["epoch_length", "stream_positions"]
+__all__ = ["epoch_length", "invertible", "stream_positions"]
+
+
+def invertible(sampler: Any) -> bool:
+    """True for a sampler whose order ``stream_positions`` inverts: tokenport's own."""
+    return isinstance(sampler, (PretrainingSampler, RandomSampler, StreamSampler))
 
 
 def epoch_length(sampler: Any) -> int:
@@ -43,7 +48,7 @@ def epoch_length(sampler: Any) -> int:
 def stream_positions(sampler: Any, samples: np.ndarray, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """(k, position) int64 arrays, sorted by position: every stream position in ``[0, stop)`` that holds
     ``samples[k]`` (distinct ids), for a tokenport sampler's order (ConfigError for another: replay it)."""
-    if not isinstance(sampler, (PretrainingSampler, RandomSampler, StreamSampler)):
+    if not invertible(sampler):
         raise ConfigError(
             f"{type(sampler).__name__}: not a tokenport sampler, whose order cannot be inverted; replay its steps"
         )
