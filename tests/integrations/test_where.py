@@ -70,7 +70,8 @@ def _forward(state, dataset, prefix, documents) -> list[tuple]:
 
 
 def _places(report) -> list[tuple]:
-    return [(p.document, p.step, p.rank, p.slot, p.sample, p.offset, p.start, p.end) for p in report.places]
+    fields = ("document", "step", "data_parallel_rank", "slot", "sample", "offset", "start", "end")
+    return [tuple(getattr(p, name) for name in fields) for p in report.places]
 
 
 def _samplers(total: int, rng):

@@ -37,13 +37,13 @@ _SCAN_CHUNK = 4096  # documents decoded at a time by a text search
 
 @dataclass(frozen=True)
 class Place:
-    """One place a document was trained: ``step``, data-parallel ``rank`` and ``slot`` in its micro-batch,
+    """One place a document was trained: ``step``, ``data_parallel_rank`` and ``slot`` in its micro-batch,
     global ``sample`` id, token ``offset`` in the sample, the document's tokens ``[start, end)`` there,
     and whether the state had ``trained`` that step yet."""
 
     document: int
     step: int
-    rank: int
+    data_parallel_rank: int
     slot: int
     sample: int
     offset: int
@@ -91,7 +91,7 @@ class WhereReport:
         for p in self.places:
             late = "" if p.trained else " (not trained yet)"
             lines.append(
-                f"step {p.step} rank {p.rank} slot {p.slot}: sample {p.sample} tokens [{p.offset}, "
+                f"step {p.step} rank {p.data_parallel_rank} slot {p.slot}: sample {p.sample} tokens [{p.offset}, "
                 f"{p.offset + p.end - p.start}) hold document {p.document} tokens [{p.start}, {p.end}){late}"
             )
         return "\n".join(lines)
@@ -299,5 +299,5 @@ def _places(
                         step < taken,
                     )
                 )
-    out.sort(key=lambda place: (place.step, place.rank, place.slot, place.offset, place.document))
+    out.sort(key=lambda place: (place.step, place.data_parallel_rank, place.slot, place.offset, place.document))
     return tuple(out)
