@@ -319,11 +319,23 @@ def _where_flags(sub: argparse.ArgumentParser) -> None:
     )
     sub.add_argument("--store", required=True, help="the store the document is in, as the run recorded it")
     sub.add_argument(
-        "--document", dest="documents", action="append", type=int, default=None, help="a document id (repeatable)"
+        "--document",
+        dest="documents",
+        metavar="N",
+        action="append",
+        type=int,
+        default=None,
+        help="a document id in the store (repeatable)",
     )
-    sub.add_argument("--text", default=None, help="find the store's documents containing this text (scans the store)")
     sub.add_argument(
-        "--up-to-step", type=int, default=None, help="the last step to report (default: the whole planned run)"
+        "--text", metavar="T", default=None, help="find the store's documents containing this text (scans the store)"
+    )
+    sub.add_argument(
+        "--up-to-step",
+        metavar="K",
+        type=int,
+        default=None,
+        help="the last step to report (default: the whole planned run)",
     )
     sub.add_argument(
         "--store-path",
