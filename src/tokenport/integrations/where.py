@@ -231,11 +231,11 @@ def _search_text(store: IndexedDataset, text: str) -> list[int]:
             f"text={text!r}: the tokenizer of store {store.prefix} is not available here, so its documents "
             "cannot be read as text; name the document by id (document=)"
         )
-    found = []
-    for first in range(0, len(store), _SCAN_CHUNK):
-        for d in range(first, min(len(store), first + _SCAN_CHUNK)):
-            if text in tokenizer.decode(store.get(d)):
-                found.append(d)
+    found: list[int] = []
+    for first in range(0, len(store), _SCAN_CHUNK):  # one read per chunk of documents, then decoded one by one
+        chunk = store[first : first + _SCAN_CHUNK]
+        assert isinstance(chunk, list)  # a slice reads a list of documents
+        found.extend(first + k for k, tokens in enumerate(chunk) if text in tokenizer.decode(tokens))
     return found
 
 
