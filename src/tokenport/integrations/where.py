@@ -276,28 +276,21 @@ def _places(
     mbs: int,
     taken: int,
 ) -> tuple[Place, ...]:
-    """Each (document piece, stream position reading its sample) as a Place, in step order."""
-    out = []
+    """Each (document piece, stream position reading its sample) as a Place, in step order: one vectorized join."""
+    if not rows:
+        return ()
+    document = np.concatenate([np.full(len(r[1]), r[0], dtype=np.int64) for r in rows])
+    sample, offset, start, end = (np.concatenate([r[k] for r in rows]) for k in (1, 2, 3, 4))
     order = np.argsort(hit_samples, kind="stable")
     sorted_samples, sorted_positions = hit_samples[order], positions[order]
-    for document, sample, offset, start, end in rows:
-        lo = np.searchsorted(sorted_samples, sample, side="left")
-        hi = np.searchsorted(sorted_samples, sample, side="right")
-        for j in range(len(sample)):
-            for p in sorted_positions[lo[j] : hi[j]].tolist():
-                step, slot = divmod(p, gbs)
-                out.append(
-                    Place(
-                        document,
-                        step,
-                        slot // mbs,
-                        slot % mbs,
-                        int(sample[j]),
-                        int(offset[j]),
-                        int(start[j]),
-                        int(end[j]),
-                        step < taken,
-                    )
-                )
-    out.sort(key=lambda place: (place.step, place.data_parallel_rank, place.slot, place.offset, place.document))
-    return tuple(out)
+    lo = np.searchsorted(sorted_samples, sample, side="left")
+    counts = np.searchsorted(sorted_samples, sample, side="right") - lo
+    piece = np.repeat(np.arange(len(sample)), counts)  # each piece once per position reading its sample
+    within = np.arange(len(piece)) - np.repeat(np.cumsum(counts) - counts, counts)
+    position = sorted_positions[lo[piece] + within]
+    step, slot = np.divmod(position, gbs)
+    rank, place = np.divmod(slot, mbs)
+    columns = (document[piece], step, rank, place, sample[piece], offset[piece], start[piece], end[piece])
+    keys = np.lexsort((columns[0], columns[5], place, rank, step))  # step, rank, slot, offset, document
+    lists = [column[keys].tolist() for column in columns]
+    return tuple(Place(d, st, r, sl, sa, o, a, e, st < taken) for d, st, r, sl, sa, o, a, e in zip(*lists, strict=True))
