@@ -48,6 +48,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
     from .integrations import StatefulLoader, register_sampler
     from .integrations.tracing import trace
+    from .integrations.where import occurrences
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.base import SampleDataset, register_dataset_kind
     from .samples.gpt import GPTDataset, GPTSampleConfig
@@ -138,6 +139,7 @@ _EXPORTS = {
     "register_step": ".corpus",
     "register_tokenizer": ".tokenizers",
     "trace": ".integrations.tracing",
+    "occurrences": ".integrations.where",
     "verify": ".indexed",
 }
 

@@ -313,6 +313,41 @@ def _merge_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--force", action="store_true", help="replace the output store if it exists")
 
 
+def _where_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "state", metavar="CHECKPOINT_OR_STATE", help="a JSON loader state, or a torch checkpoint holding one"
+    )
+    sub.add_argument("--store", required=True, help="the store the document is in, as the run recorded it")
+    sub.add_argument(
+        "--document",
+        dest="documents",
+        metavar="N",
+        action="append",
+        type=int,
+        default=None,
+        help="a document id in the store (repeatable)",
+    )
+    sub.add_argument(
+        "--text", metavar="T", default=None, help="find the store's documents containing this text (scans the store)"
+    )
+    sub.add_argument(
+        "--up-to-step",
+        metavar="K",
+        type=int,
+        default=None,
+        help="the last step to report (default: the whole planned run)",
+    )
+    sub.add_argument(
+        "--store-path",
+        dest="stores",
+        metavar="OLD=NEW",
+        action="append",
+        type=_store_move,
+        default=None,
+        help="a store that moved since the run: its recorded prefix OLD is now at NEW (repeat per store)",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class _Verb:
     """A verb: its function, its one-line help, its flags; ``library`` (module, name) is the call whose
@@ -379,6 +414,12 @@ _VERBS = {
         verbs._trace, "which documents made a training step: its samples' stores, documents and tokens", _trace_flags
     ),
     "merge": _Verb(verbs._merge, "concatenate stores into one, streaming", _merge_flags),
+    "where": _Verb(
+        verbs._where,
+        "where a document was trained: every step, rank, slot and token range that held it",
+        _where_flags,
+        shape='{"source", "store", "documents", "steps_trained", "steps_covered", "replayed", "places": [...]}',
+    ),
 }
 
 

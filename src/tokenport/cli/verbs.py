@@ -239,3 +239,18 @@ def _pack_report(args: argparse.Namespace) -> int:
     report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "data_parallel_size", "seed"))
     _emit(args, [report])
     return 0
+
+
+def _where(args: argparse.Namespace) -> int:
+    from ..integrations.where import where_file
+
+    report = where_file(
+        args.state,
+        store=args.store,
+        document=args.documents,
+        text=args.text,
+        up_to_step=args.up_to_step,
+        stores=dict(args.stores or ()),
+    )
+    _emit(args, [report])
+    return 0

@@ -28,7 +28,7 @@ from .rebuild import check_same_data, rebuild_verified
 from .receipt import DataReceipt, check_state_agrees
 from .samplers import sampler_from_state
 
-__all__ = ["SampleTrace", "TraceReport", "load_state", "trace", "trace_file"]
+__all__ = ["SampleTrace", "TraceReport", "load_state", "resolve_state", "trace", "trace_file"]
 
 _STATE_KEYS = ("version", "sampler", "receipt")
 
@@ -178,6 +178,23 @@ def trace_file(
 def _trace(
     state: Any, step: int, rank: int | None, dataset: Any, rebuilder: Rebuilder, detokenize: bool
 ) -> tuple[str, list[SampleTrace]]:
+    source, state, dataset = resolve_state(state, dataset, rebuilder)
+    ids = step_sample_ids(state["sampler"], step, rank, dataset)
+    texts = _Texts(dataset) if detokenize else None
+    traced = []
+    for r, batch in ids.items():
+        for slot, sample in enumerate(batch):
+            if not isinstance(dataset, SampleDataset):
+                raise ConfigError(f"dataset: a {type(dataset).__name__} has no lineage(); it cannot be traced")
+            lineage = dataset.lineage(sample)
+            text = None if texts is None else texts.of(lineage)
+            traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text))
+    return source, traced
+
+
+def resolve_state(state: Any, dataset: Any, rebuilder: Rebuilder) -> tuple[str, dict[str, Any], Any]:
+    """(where the state was found, the loader state checked, the dataset it read): from a state or the
+    path of one, its dataset rebuilt from the receipt or ``dataset`` checked against it (for trace, where)."""
     if isinstance(state, (str, os.PathLike)):
         state, source = load_state(state)
     elif _is_state(state):
@@ -213,17 +230,7 @@ def _trace(
         dataset = AdaptiveBlend(
             dataset.datasets, dataset.initial_weights, num_samples=len(dataset), updates=mixture["updates"]
         )
-    ids = step_sample_ids(state["sampler"], step, rank, dataset)
-    texts = _Texts(dataset) if detokenize else None
-    traced = []
-    for r, batch in ids.items():
-        for slot, sample in enumerate(batch):
-            if not isinstance(dataset, SampleDataset):
-                raise ConfigError(f"dataset: a {type(dataset).__name__} has no lineage(); it cannot be traced")
-            lineage = dataset.lineage(sample)
-            text = None if texts is None else texts.of(lineage)
-            traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text))
-    return source, traced
+    return source, dict(state), dataset
 
 
 def step_sample_ids(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["feistel_ids"]
+__all__ = ["feistel_ids", "feistel_offsets"]
 
 ROUNDS = 6  # Luby-Rackoff needs 4 with ideal round functions; 2 more for statistical margin at small h
 _MASK64 = (1 << 64) - 1
@@ -59,6 +59,47 @@ def feistel_ids(offsets: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarra
         flat[walking] = values
         walking = walking[values >= n]
     return out.astype(np.int64)
+
+
+def feistel_offsets(ids: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
+    """Map ids in ``[0, n)`` (any shape) to their offsets in the epoch's order: the inverse of ``feistel_ids``.
+
+    Each round is undone in reverse key order, and cycle walking runs backwards (a value ``>= n``
+    is deciphered again), so the cost is O(ids) and no order is built.
+    """
+    half = half_width(n)
+    keys = [np.uint64(k) for k in round_keys(seed, epoch)]
+    out = _decipher(np.asarray(ids).astype(np.uint64), keys, half)
+    walking = np.flatnonzero(out >= n)
+    flat = out.reshape(-1)
+    while walking.size:
+        values = _decipher(flat[walking], keys, half)
+        flat[walking] = values
+        walking = walking[values >= n]
+    return out.astype(np.int64)
+
+
+def _round(right: np.ndarray, key: np.uint64, top: np.uint64) -> np.ndarray:
+    """The round function ``F_k(R)``: the top ``h`` bits of splitmix64's finalizer of ``R ^ k``."""
+    f: np.ndarray = np.bitwise_xor(right, key)
+    f ^= f >> np.uint64(30)
+    f *= np.uint64(_MIX1)
+    f ^= f >> np.uint64(27)
+    f *= np.uint64(_MIX2)
+    f ^= f >> np.uint64(31)
+    f >>= top
+    return f
+
+
+def _decipher(values: np.ndarray, keys: list[np.uint64], half: int) -> np.ndarray:
+    """Undo ``_encipher``: each round ``(L, R) -> (R, L ^ F(R))`` reversed as ``(L, R) -> (R ^ F(L), L)``."""
+    h = np.uint64(half)
+    top = np.uint64(64 - half)
+    left = values >> h
+    right = values & np.uint64((1 << half) - 1)
+    for key in reversed(keys):
+        left, right = right ^ _round(left, key, top), left
+    return (left << h) | right
 
 
 def _encipher(values: np.ndarray, keys: list[np.uint64], half: int) -> np.ndarray:
