@@ -110,7 +110,7 @@ class Recorder:
     def save(self, path: str, failed: Sequence[int] = ()) -> None:
         """Write the record atomically (``failed``: positions in ``passed`` the tokenizer failed on)."""
         events = np.array(self.events, dtype=np.int64).reshape(-1, 4)
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "file": np.array(self.file, dtype=np.int32),
             "line": np.array(self.line, dtype=np.int64),
             "text_hash": np.array(self.hashes, dtype=np.uint64),
@@ -399,7 +399,7 @@ def lookup_input(provenance: Provenance, output: str, file: str, line: int) -> d
     inputs = provenance.header.inputs
     index = _input_index(inputs, file)
     c = provenance.columns
-    rows = np.flatnonzero((c["file"] == index) & (c["line"] == line)) if index is not None else []
+    rows = np.flatnonzero((c["file"] == index) & (c["line"] == line)) if index is not None else np.zeros(0, np.int64)
     if len(rows) == 0:
         known = "" if index is not None else f" (not an input of it: {', '.join(inputs[:3])}...)"
         raise ConfigError(
