@@ -456,19 +456,23 @@ def _provenance(
     groups = adjacent(run_wide_positions(config.steps))
     signing = [p for group in groups for p in group[:1]]
     passes = [[*(pass_path(work, p, u.name) for p in signing), pass_path(work, None, u.name)] for u in units]
-    dedups = []
-    for group in groups:
-        for q in group:
-            original = [originals_path(work, q, u.name) for u in units]
-            dedups.append(
-                [
-                    (q, pass_path(work, group[0], u.name), drops_path(work, q, u.name), o if os.path.exists(o) else "")
-                    for u, o in zip(units, original)
-                ]
+    dedups = [
+        [
+            (
+                pass_path(work, group[0], u.name),
+                [(drops_path(work, q, u.name), _if_there(originals_path(work, q, u.name))) for q in group],
             )
+            for u in units
+        ]
+        for group in groups
+    ]
     unit_of = {record.prefix: k for k, record in enumerate(records)}
     planned = [(os.path.basename(p.prefix), [(unit_of[s.prefix], s.first, s.count) for s in p.segments]) for p in parts]
     assemble_provenance(os.path.join(out.path, PROVENANCE_FILE), inputs, labels, passes, dedups, planned)
+
+
+def _if_there(path: str) -> str:
+    return path if os.path.exists(path) else ""
 
 
 def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:

@@ -41,7 +41,7 @@ TOKENIZE = "tokenize"
 """The last step label: the tokenizer failed on the document (reported as encode_failed)."""
 
 _COLUMNS = {  # name: dtype of the output file's arrays
-    "file": np.int32,
+    "input": np.int32,
     "line": np.int64,
     "text_hash": np.uint64,
     "step": np.int32,
@@ -111,7 +111,7 @@ class Recorder:
         """Write the record atomically (``failed``: positions in ``passed`` the tokenizer failed on)."""
         events = np.array(self.events, dtype=np.int64).reshape(-1, 4)
         arrays: dict[str, np.ndarray] = {
-            "file": np.array(self.file, dtype=np.int32),
+            "input": np.array(self.file, dtype=np.int32),
             "line": np.array(self.line, dtype=np.int64),
             "text_hash": np.array(self.hashes, dtype=np.uint64),
             "events": events,
@@ -127,7 +127,7 @@ def _save(path: str, arrays: dict[str, np.ndarray]) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     temporary = temporary_path(path)
     with open(temporary, "wb") as f:
-        np.savez(f, **arrays)  # type: ignore[arg-type]
+        np.savez(f, **arrays)
     replace_atomically(temporary, path)
 
 
@@ -201,7 +201,7 @@ def read(path: str) -> Provenance:
 def _check_ranges(path: str, header: ProvenanceHeader, c: dict[str, np.ndarray], remedy: str) -> None:
     n, kept = header.documents, c["step"] == KEPT
     limits = {
-        "file": (0, len(header.inputs)),
+        "input": (0, len(header.inputs)),
         "line": (0, 2**63 - 1),
         "step": (KEPT, len(header.steps)),
         "reason": (-1, len(header.reasons)),
@@ -227,14 +227,14 @@ def assemble(
     inputs: Sequence[str],
     step_labels: Sequence[str],
     passes: Sequence[Sequence[str]],
-    dedups: Sequence[Sequence[tuple[int, str, str, str]]],
+    dedups: Sequence[Sequence[tuple[str, Sequence[tuple[str, str]]]]],
     parts: Sequence[tuple[str, Sequence[tuple[int, int, int]]]],
 ) -> ProvenanceHeader:
     """Join the units' pass records into ``path``; returns its header.
 
     ``passes``: per unit, its pass records in pass order (the input pass first, the store's last).
-    ``dedups``: per run-wide step, in order, per unit (position, keys pass record, drop mask file,
-    originals file or ""), where the keys pass record is that of the pass signing the step's group.
+    ``dedups``: per group of neighbouring run-wide steps, per unit, the record of the keys pass
+    signing the group and per step of it (drop mask file, originals file or "").
     ``parts``: per part, its name and segments (unit, first unit document, count).
     """
     reasons: dict[str, int] = {}
@@ -248,16 +248,17 @@ def assemble(
     duplicate = np.full(n, -1, dtype=np.int64)
     tokenize_code = len(step_labels)
     for u, unit in enumerate(units):
-        failed = offsets[u] + unit.failed
-        step[failed], reason[failed] = tokenize_code, reasons.setdefault("encode_failed", len(reasons))
+        if len(unit.failed):
+            failed = offsets[u] + unit.failed
+            step[failed], reason[failed] = tokenize_code, reasons.setdefault("encode_failed", len(reasons))
     for k, (_, segments) in enumerate(parts):
         at = 0
         for u, first, count in segments:
             rows = offsets[u] + units[u].kept[first : first + count]
             part[rows], document[rows] = k, np.arange(at, at + count)
             at += count
-    for step_units in dedups:
-        _duplicates(step_units, offsets, duplicate)
+    for group in dedups:
+        _duplicates(group, offsets, duplicate)
     changes = [(offsets[u] + unit.changes) for u, unit in enumerate(units)]
     header = ProvenanceHeader(
         format=FORMAT,
@@ -269,7 +270,7 @@ def assemble(
         changes=sum(len(c) for c in changes),
     )
     columns = {
-        "file": _joined([u.file for u in units]),
+        "input": _joined([u.file for u in units]),
         "line": _joined([u.line for u in units]),
         "text_hash": _joined([u.hashes for u in units]),
         "step": step,
@@ -308,7 +309,7 @@ def _unit(files: Sequence[str], reasons: dict[str, int]) -> _Unit:
     remedy = "delete OUTPUT/.work to prepare the output again"
     records = [_load(path, remedy) for path in files]
     first = records[0]
-    n = len(first["file"])
+    n = len(first["input"])
     step, reason = np.full(n, KEPT, dtype=np.int32), np.full(n, -1, dtype=np.int32)
     changes: list[np.ndarray] = []
     for path, record in zip(files, records):
@@ -327,7 +328,7 @@ def _unit(files: Sequence[str], reasons: dict[str, int]) -> _Unit:
     change = np.concatenate(changes)
     change = change[np.argsort(change[:, 0], kind="stable")]
     return _Unit(
-        file=first["file"],
+        file=first["input"],
         line=first["line"],
         hashes=first["text_hash"],
         step=step,
@@ -344,24 +345,27 @@ def _within(values: np.ndarray, limit: int) -> bool:
     return values.ndim == 1 and (len(values) == 0 or (int(values.min()) >= 0 and int(values.max()) < limit))
 
 
-def _duplicates(step_units: Sequence[tuple[int, str, str, str]], offsets: np.ndarray, duplicate: np.ndarray) -> None:
-    """Fill ``duplicate`` (rows of the kept originals) for one run-wide step's drops."""
+def _duplicates(
+    group: Sequence[tuple[str, Sequence[tuple[str, str]]]], offsets: np.ndarray, duplicate: np.ndarray
+) -> None:
+    """Fill ``duplicate`` (rows of the kept originals) for the drops of one group of neighbouring
+    run-wide steps: per unit, its keys pass record and per step (drop mask file, originals file or "")."""
     remedy = "delete OUTPUT/.work to prepare the output again"
-    reach: list[np.ndarray] = []  # per unit, the ordinals of the documents reaching the step
-    drops: list[np.ndarray] = []
-    originals: list[np.ndarray | None] = []
-    for u, (_, signed, drop_file, original_file) in enumerate(step_units):
-        reach.append(offsets[u] + _load(signed, remedy)["passed"])
-        drops.append(np.load(drop_file, allow_pickle=False))
-        originals.append(np.load(original_file, allow_pickle=False) if original_file else None)
-    rows = _joined(reach)
-    for u, (drop, original) in enumerate(zip(drops, originals)):
-        if original is None:
-            continue
-        if len(drop) != len(reach[u]) or len(original) != len(drop):
-            raise CorruptStoreError(f"{step_units[u][2]}: does not fit its keys pass; {remedy}")
-        which = original[drop]
-        duplicate[reach[u][drop]] = np.where(which >= 0, rows[np.maximum(which, 0)], INDEXED)
+    reach = [offsets[u] + _load(signed, remedy)["passed"] for u, (signed, _) in enumerate(group)]
+    for k in range(len(group[0][1]) if group else 0):  # the group's steps in order
+        rows = _joined(reach)
+        for u, (_, steps) in enumerate(group):
+            drop_file, original_file = steps[k]
+            drop = np.load(drop_file, allow_pickle=False)
+            original = np.load(original_file, allow_pickle=False) if original_file else None
+            if drop.dtype != bool or drop.shape != reach[u].shape:
+                raise CorruptStoreError(f"{drop_file}: does not fit its keys pass; {remedy}")
+            if original is not None:
+                if original.shape != drop.shape or not _within(original[drop] + 2, len(rows) + 2):
+                    raise CorruptStoreError(f"{original_file}: does not fit its keys pass; {remedy}")
+                which = original[drop]
+                duplicate[reach[u][drop]] = np.where(which >= 0, rows[np.maximum(which, 0)], INDEXED)
+            reach[u] = reach[u][~drop]
 
 
 def describe(provenance: Provenance, row: int) -> dict[str, Any]:
@@ -385,7 +389,7 @@ def describe(provenance: Provenance, row: int) -> dict[str, Any]:
 def _outcome(provenance: Provenance, row: int) -> dict[str, Any]:
     """Where a document came from and what became of it: kept (part, document) or dropped (step, reason)."""
     h, c = provenance.header, provenance.columns
-    story: dict[str, Any] = {"input": h.inputs[int(c["file"][row])], "line": int(c["line"][row])}
+    story: dict[str, Any] = {"input": h.inputs[int(c["input"][row])], "line": int(c["line"][row])}
     step = int(c["step"][row])
     if step == KEPT:
         story.update(outcome="kept", part=h.parts[int(c["part"][row])], document=int(c["document"][row]))
@@ -399,7 +403,7 @@ def lookup_input(provenance: Provenance, output: str, file: str, line: int) -> d
     inputs = provenance.header.inputs
     index = _input_index(inputs, file)
     c = provenance.columns
-    rows = np.flatnonzero((c["file"] == index) & (c["line"] == line)) if index is not None else np.zeros(0, np.int64)
+    rows = np.flatnonzero((c["input"] == index) & (c["line"] == line)) if index is not None else np.zeros(0, np.int64)
     if len(rows) == 0:
         known = "" if index is not None else f" (not an input of it: {', '.join(inputs[:3])}...)"
         raise ConfigError(
