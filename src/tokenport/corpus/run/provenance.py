@@ -124,10 +124,15 @@ class Recorder:
 
 
 def _save(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """An npz file (one ``.npy`` per array) with fixed timestamps, so the same record gives the same
+    bytes; written to a temporary name, then renamed into place."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     temporary = temporary_path(path)
-    with open(temporary, "wb") as f:
-        np.savez(f, **arrays)
+    with zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            buffer = io.BytesIO()
+            np.save(buffer, array, allow_pickle=False)
+            archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
     replace_atomically(temporary, path)
 
 
