@@ -313,6 +313,17 @@ def _merge_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--force", action="store_true", help="replace the output store if it exists")
 
 
+def _why_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("output", metavar="OUTPUT", help="a prepare output directory")
+    asked = sub.add_mutually_exclusive_group(required=True)
+    asked.add_argument(
+        "--input",
+        metavar="FILE:LINE",
+        help="the input document at this line of FILE (jsonl from 1, parquet rows from 0)",
+    )
+    asked.add_argument("--text", metavar="TEXT", help="the input documents with exactly this text")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Verb:
     """A verb: its function, its one-line help, its flags; ``library`` (module, name) is the call whose
@@ -379,6 +390,13 @@ _VERBS = {
         verbs._trace, "which documents made a training step: its samples' stores, documents and tokens", _trace_flags
     ),
     "merge": _Verb(verbs._merge, "concatenate stores into one, streaming", _merge_flags),
+    "why": _Verb(
+        verbs._why,
+        "what prepare did with one input document: kept (as which part and document) or dropped (by which "
+        "step, why, duplicating what), and how it was changed",
+        _why_flags,
+        library=("tokenport.corpus.run.why", "why"),
+    ),
 }
 
 

@@ -239,3 +239,10 @@ def _pack_report(args: argparse.Namespace) -> int:
     report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "data_parallel_size", "seed"))
     _emit(args, [report])
     return 0
+
+
+def _why(args: argparse.Namespace) -> int:
+    from ..corpus.run.why import why
+
+    _emit(args, [why(args.output, input=args.input, text=args.text)])
+    return 0
