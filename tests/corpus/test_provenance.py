@@ -165,8 +165,7 @@ def test_provenance_agrees_with_the_rejected_documents_on_many_units(tmp_path):
             rejected.add((d["id"], d["step"], d["reason"]))
     dropped = np.flatnonzero(c["step"] >= 0)
     assert {
-        (f"{h.inputs[c['input'][r]]}:{c['line'][r]}", h.steps[c["step"][r]], h.reasons[c["reason"][r]])
-        for r in dropped
+        (f"{h.inputs[c['input'][r]]}:{c['line'][r]}", h.steps[c["step"][r]], h.reasons[c["reason"][r]]) for r in dropped
     } == rejected
     texts = {
         (k, n + 1): json.loads(line)["text"]
@@ -240,12 +239,12 @@ def test_damaged_arrays_are_refused_before_use(fated, tmp_path):
         "a dropped document with no reason": {"reason": np.full(7, -1, np.int32)},
         "a change of no document": {"change_row": np.array([99])},
     }
-    for label, replaced in damages.items():
+    for replaced in damages.values():
         path.write_bytes(source)
         _rewrite(path, **replaced)
         with pytest.raises(CorruptStoreError, match=str(path)):
             provenance.read(str(path))
-    for label, data in (("truncated", source[: len(source) // 2]), ("not a zip", b"hello"), ("empty", b"")):
+    for data in (source[: len(source) // 2], b"hello", b""):  # truncated, not a zip, empty
         path.write_bytes(data)
         with pytest.raises(CorruptStoreError, match=str(path)):
             provenance.read(str(path))
