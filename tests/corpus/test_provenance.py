@@ -252,3 +252,28 @@ def test_damaged_arrays_are_refused_before_use(fated, tmp_path):
         archive.writestr("header.npy", b"\x93NUMPY garbage")
     with pytest.raises(CorruptStoreError, match=str(path)):
         provenance.read(str(path))
+
+
+def test_a_resumed_run_redoes_the_passes_whose_records_are_missing(tmp_path, monkeypatch):
+    """A run stopped after its units (as one of an earlier version, whose work has no records): the
+    rerun redoes each unit and keys pass lacking its record, and the provenance is the uninterrupted run's."""
+    inputs = corpus(tmp_path)
+    settings = {"workers": 1, "steps": FIVE, "unit_bytes": 6_000}
+    reference = tmp_path / "reference"
+    prepare(PrepareConfig(inputs, str(reference), **settings))
+    out = tmp_path / "out"
+
+    def stop(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr("tokenport.corpus.run.pipeline._provenance", stop)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(PrepareConfig(inputs, str(out), **settings))
+    work = out / ".work"
+    records = sorted(work.glob("unit-*.prov.npz")) + sorted(work.glob("dedup-2/unit-*.prov.npz"))
+    assert len(records) == 28
+    for path in records[::5]:
+        path.unlink()
+    prepare(PrepareConfig(inputs, str(out), **settings))
+    assert (out / "provenance.npz").read_bytes() == (reference / "provenance.npz").read_bytes()
