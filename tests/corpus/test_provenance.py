@@ -277,3 +277,17 @@ def test_a_resumed_run_redoes_the_passes_whose_records_are_missing(tmp_path, mon
         path.unlink()
     prepare(PrepareConfig(inputs, str(out), **settings))
     assert (out / "provenance.npz").read_bytes() == (reference / "provenance.npz").read_bytes()
+
+
+def test_a_document_the_tokenizer_failed_on_is_dropped_by_tokenize(tmp_path):
+    """Skipped as encode_failed (on_error="skip"): its record says so, and the next document keeps its place."""
+    path = tmp_path / "s.jsonl"
+    lines = [page(1), "bad \ud800 surrogate", page(2)]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in lines), encoding="utf-8")
+    prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=1, on_error="skip"))
+    stories = [why(str(tmp_path / "out"), input=f"{path}:{k}").documents[0] for k in (1, 2, 3)]
+    assert [(s["outcome"], s.get("step"), s.get("reason"), s.get("document")) for s in stories] == [
+        ("kept", None, None, 0),
+        ("dropped", "tokenize", "encode_failed", None),
+        ("kept", None, None, 1),
+    ]
