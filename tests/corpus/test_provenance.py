@@ -291,3 +291,46 @@ def test_a_document_the_tokenizer_failed_on_is_dropped_by_tokenize(tmp_path):
         ("dropped", "tokenize", "encode_failed", None),
         ("kept", None, None, 1),
     ]
+
+
+def test_damaged_pass_records_are_refused_naming_them(tmp_path, monkeypatch):
+    """A unit's or keys pass's record (or a duplicate's originals) damaged under .work: the run that
+    would join them stops with CorruptStoreError naming the file, before publishing anything."""
+    inputs = corpus(tmp_path)
+    out = tmp_path / "out"
+    settings = {"workers": 1, "steps": FIVE, "unit_bytes": 6_000}
+
+    def stop(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr("tokenport.corpus.run.pipeline._provenance", stop)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(PrepareConfig(inputs, str(out), **settings))
+    work = out / ".work"
+    unit = next(work.glob("unit-*.prov.npz"))
+    signed = next(work.glob("dedup-2/unit-*.prov.npz"))
+    original = next(work.glob("dedup-3/unit-*.original.npy"))
+    with np.load(signed) as loaded:
+        arrays = {name: loaded[name] for name in loaded.files}
+    damages = [
+        (unit, b"garbage"),
+        (signed, b""),
+        (original, b"\x93NUMPY"),
+    ]
+    for path, data in damages:
+        kept = path.read_bytes()
+        path.write_bytes(data)
+        with pytest.raises(CorruptStoreError, match=str(path)):
+            prepare(PrepareConfig(inputs, str(out), **settings))
+        assert not (out / "provenance.npz").exists() and not (out / "tokenport.json").exists()
+        path.write_bytes(kept)
+    for name, value in (("events", None), ("events", np.zeros((2, 3), np.int64)), ("passed", np.array([10**6]))):
+        provenance._save(
+            str(signed), {**{k: v for k, v in arrays.items() if k != name}, **({} if value is None else {name: value})}
+        )
+        with pytest.raises(CorruptStoreError, match=str(signed)):
+            prepare(PrepareConfig(inputs, str(out), **settings))
+    provenance._save(str(signed), arrays)
+    prepare(PrepareConfig(inputs, str(out), **settings))
+    assert (out / "provenance.npz").exists()

@@ -136,13 +136,21 @@ def _save(path: str, arrays: dict[str, np.ndarray]) -> None:
     replace_atomically(temporary, path)
 
 
-def _load(path: str, remedy: str) -> dict[str, np.ndarray]:
-    """Every array of an npz file, read whole; CorruptStoreError naming ``path`` if it is not one."""
+_PASS_ARRAYS = ("input", "line", "text_hash", "events", "reasons", "passed", "failed", "reads_input")
+
+
+def _load(path: str, remedy: str, names: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Every array of an npz file (holding at least ``names``), read whole; CorruptStoreError naming
+    ``path`` if it is not one."""
     try:
         with open(path, "rb") as f:
             data = f.read()
         with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
-            return {name: loaded[name] for name in loaded.files}
+            arrays = {name: loaded[name] for name in loaded.files}
+        missing = sorted(set(names) - set(arrays))
+        if missing:
+            raise ValueError(f"no {', '.join(missing)}")
+        return arrays
     except FileNotFoundError:
         raise CorruptStoreError(f"{path}: missing; {remedy}") from None
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
@@ -259,6 +267,11 @@ def assemble(
     for k, (_, segments) in enumerate(parts):
         at = 0
         for u, first, count in segments:
+            if first + count > len(units[u].kept):
+                raise CorruptStoreError(
+                    f"{passes[u][-1]}: records {len(units[u].kept)} stored documents, its store holds more; "
+                    "delete OUTPUT/.work to prepare the output again"
+                )
             rows = offsets[u] + units[u].kept[first : first + count]
             part[rows], document[rows] = k, np.arange(at, at + count)
             at += count
@@ -312,9 +325,11 @@ class _Unit:
 def _unit(files: Sequence[str], reasons: dict[str, int]) -> _Unit:
     """One unit's pass records joined (reason codes made run-wide in ``reasons``)."""
     remedy = "delete OUTPUT/.work to prepare the output again"
-    records = [_load(path, remedy) for path in files]
+    records = [_load(path, remedy, _PASS_ARRAYS) for path in files]
     first = records[0]
     n = len(first["input"])
+    if not (first["line"].shape == first["text_hash"].shape == (n,)) or not bool(first["reads_input"]):
+        raise CorruptStoreError(f"{files[0]}: not the record of a pass reading the input; {remedy}")
     step, reason = np.full(n, KEPT, dtype=np.int32), np.full(n, -1, dtype=np.int32)
     changes: list[np.ndarray] = []
     for path, record in zip(files, records):
@@ -356,21 +371,35 @@ def _duplicates(
     """Fill ``duplicate`` (rows of the kept originals) for the drops of one group of neighbouring
     run-wide steps: per unit, its keys pass record and per step (drop mask file, originals file or "")."""
     remedy = "delete OUTPUT/.work to prepare the output again"
-    reach = [offsets[u] + _load(signed, remedy)["passed"] for u, (signed, _) in enumerate(group)]
+    reach = []  # per unit, the rows of the documents reaching the group's first step
+    for u, (signed, _) in enumerate(group):
+        passed = _load(signed, remedy, _PASS_ARRAYS)["passed"]
+        if not _within(passed, int(offsets[u + 1] - offsets[u])):
+            raise CorruptStoreError(f"{signed}: passed documents do not fit the unit; {remedy}")
+        reach.append(offsets[u] + passed)
     for k in range(len(group[0][1]) if group else 0):  # the group's steps in order
         rows = _joined(reach)
         for u, (_, steps) in enumerate(group):
             drop_file, original_file = steps[k]
-            drop = np.load(drop_file, allow_pickle=False)
-            original = np.load(original_file, allow_pickle=False) if original_file else None
+            drop = _array(drop_file, remedy)
+            original = _array(original_file, remedy) if original_file else None
             if drop.dtype != bool or drop.shape != reach[u].shape:
                 raise CorruptStoreError(f"{drop_file}: does not fit its keys pass; {remedy}")
             if original is not None:
-                if original.shape != drop.shape or not _within(original[drop] + 2, len(rows) + 2):
+                fits = original.dtype.kind == "i" and original.shape == drop.shape
+                if not (fits and _within(original[drop] + 2, len(rows) + 2)):
                     raise CorruptStoreError(f"{original_file}: does not fit its keys pass; {remedy}")
                 which = original[drop]
                 duplicate[reach[u][drop]] = np.where(which >= 0, rows[np.maximum(which, 0)], INDEXED)
             reach[u] = reach[u][~drop]
+
+
+def _array(path: str, remedy: str) -> np.ndarray:
+    """A ``.npy`` file's array; CorruptStoreError naming ``path`` if it is not one."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise CorruptStoreError(f"{path}: not an array ({exc}); {remedy}") from None
 
 
 def describe(provenance: Provenance, row: int) -> dict[str, Any]:
