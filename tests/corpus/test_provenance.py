@@ -334,3 +334,20 @@ def test_damaged_pass_records_are_refused_naming_them(tmp_path, monkeypatch):
     provenance._save(str(signed), arrays)
     prepare(PrepareConfig(inputs, str(out), **settings))
     assert (out / "provenance.npz").exists()
+
+
+def test_parquet_documents_are_named_by_row_from_zero(tmp_path):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pyarrow.table({"text": [page(1), "A short note.", page(2)]}), path)
+    prepare(PrepareConfig([str(path)], str(tmp_path / "out"), workers=1, steps=STEPS[:1]))
+    stories = [why(str(tmp_path / "out"), input=f"{path}:{row}").documents[0] for row in (0, 1, 2)]
+    assert [(s["line"], s["outcome"], s.get("document")) for s in stories] == [
+        (0, "kept", 0),
+        (1, "dropped", None),
+        (2, "kept", 1),
+    ]
+    with pytest.raises(ConfigError, match=f"{path}:3: no document"):
+        why(str(tmp_path / "out"), input=f"{path}:3")
