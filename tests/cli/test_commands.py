@@ -132,6 +132,7 @@ _MINIMAL = {
     "trace": ["state.json", "--step", "1"],
     "merge": ["-o", "out", "x"],
     "where": ["state.json", "--store", "s", "--document", "1"],
+    "why": ["out", "--input", "in.jsonl:1"],
 }
 
 

@@ -154,7 +154,8 @@ def test_each_format_reads_back_as_encode_plus_eod(tmp_path, texts, bpe, encoded
     assert manifest["totals"]["documents"] == len(expected_texts)
     assert manifest["tokenizer"]["kind"] == "hf"
     assert sorted(os.listdir(tmp_path / "out")) == sorted(
-        ["tokenport.json"] + [os.path.basename(p) + s for p in result.parts for s in (".bin", ".idx", ".json")]
+        ["tokenport.json", "provenance.npz"]
+        + [os.path.basename(p) + s for p in result.parts for s in (".bin", ".idx", ".json")]
     )
 
 

@@ -85,6 +85,7 @@ def test_a_kill_at_every_rename_then_a_rerun_leaves_the_uninterrupted_output(tmp
     out = pathlib.Path(config["output"])
     reference = snapshot(pathlib.Path(prepare(PrepareConfig(**config)).output))
     assert {"rejected/unit-000001", "part-00001.bin"} <= {name[:20] for name in reference}
+    assert "provenance.npz" in reference  # with the units' and keys passes' records: each rename a kill point
     shutil.rmtree(out)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     point = 0

@@ -45,6 +45,7 @@ def test_ray_executor_output_equals_local_with_cleaning_and_dedup(ray_session, t
     assert on_ray.steps == local.steps
     assert on_ray.steps["1:exact_dedup"]["removed:duplicate"] == 3
     assert on_ray.steps["2:minhash_dedup"] == local.steps["2:minhash_dedup"]  # band pairs made by Ray tasks
+    assert (tmp_path / "ray" / "provenance.npz").read_bytes() == (tmp_path / "local" / "provenance.npz").read_bytes()
 
 
 def test_bad_executor_is_refused(tmp_path):
@@ -99,8 +100,11 @@ def test_ray_prepares_into_an_object_store_without_a_shared_filesystem(ray_sessi
             assert [ds[i].tobytes() for i in range(len(ds))] == [expected[i].tobytes() for i in range(len(expected))]
     listed = s3_env.client.list_objects_v2(Bucket=s3_env.bucket, Prefix="ray-out/")["Contents"]
     assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == sorted(
-        [f"part-{k:05d}{s}" for k in range(len(local.parts)) for s in (".bin", ".idx", ".json")] + ["tokenport.json"]
+        [f"part-{k:05d}{s}" for k in range(len(local.parts)) for s in (".bin", ".idx", ".json")]
+        + ["provenance.npz", "tokenport.json"]
     )  # no journal left, no work files
+    provenance = pathlib.Path(local.output, "provenance.npz").read_bytes()
+    assert s3_env.client.get_object(Bucket=s3_env.bucket, Key="ray-out/provenance.npz")["Body"].read() == provenance
     assert not (tmp_path / "cache" / "prepare").exists() or not any((tmp_path / "cache" / "prepare").iterdir())
     again = prepare(PrepareConfig(inputs, url, executor="ray", **options))
     assert again.resumed_units == again.units and again.parts == remote.parts

@@ -58,9 +58,11 @@ def test_an_interrupted_upload_shows_no_manifest_and_a_rerun_finishes_it(s3, thr
     through_proxy.clear()
     finished = prepare(PrepareConfig(inputs, url, workers=1))
     assert finished.resumed_units == finished.units  # the work was kept; only the upload was finished
-    assert through_proxy.count("PUT") == len(local.parts) * 3 + 2 - (len(uploaded) - 1)  # the rest, journal, manifest
+    # the rest, provenance.npz, the journal, the manifest
+    assert through_proxy.count("PUT") == len(local.parts) * 3 + 3 - (len(uploaded) - 1)
     assert _keys(s3, "interrupted") == sorted(
-        [f"part-{k:05d}.{s}" for k in range(len(local.parts)) for s in ("bin", "idx", "json")] + ["tokenport.json"]
+        [f"part-{k:05d}.{s}" for k in range(len(local.parts)) for s in ("bin", "idx", "json")]
+        + ["provenance.npz", "tokenport.json"]
     )
     for prefix in local.parts:
         name = prefix.rsplit("/", 1)[1]
@@ -189,7 +191,13 @@ def test_a_kill_at_every_upload_step_then_any_rerun_leaves_the_finished_upload_a
     start()
     prepare(PrepareConfig(**config))
     reference = _bucket(s3, "killed")
-    assert sorted(reference) == ["part-00000.bin", "part-00000.idx", "part-00000.json", "tokenport.json"]
+    assert sorted(reference) == [
+        "part-00000.bin",
+        "part-00000.idx",
+        "part-00000.json",
+        "provenance.npz",
+        "tokenport.json",
+    ]
     assert not staging.exists()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     point = 0
@@ -213,7 +221,8 @@ def test_a_kill_at_every_upload_step_then_any_rerun_leaves_the_finished_upload_a
         assert _bucket(s3, "killed") == reference, f"after a kill at upload step {point}, the rerun left another bucket"
         assert not staging.exists(), f"after a kill at upload step {point}, the staging directory was left"
         shutil.rmtree(staging, ignore_errors=True)
-    assert point == 1 + 1 + 3 + 1 + 1 + 1  # the stale file's deletion, journal, 3 files, manifest, journal removal
+    # the stale file's deletion, journal, 4 files (a part's 3, provenance.npz), manifest, journal removal
+    assert point == 1 + 1 + 4 + 1 + 1 + 1
 
 
 def test_a_rerun_of_a_finished_upload_removes_a_staging_directory_left_behind(s3, direct, tmp_path):
@@ -412,7 +421,13 @@ def test_overwrite_replaces_a_finished_remote_output_of_other_inputs_or_settings
         local = prepare(PrepareConfig(inputs[1:2], str(tmp_path / "local"), workers=1, append_eod=False))
         replaced = prepare(PrepareConfig(inputs[1:2], url, workers=1, append_eod=False), overwrite=True)
         assert replaced.documents == 40 and replaced.parts == (f"{url}/part-00000",)
-        assert names() == ["part-00000.bin", "part-00000.idx", "part-00000.json", "tokenport.json"]  # 2 parts gone
+        assert names() == [  # 2 parts gone
+            "part-00000.bin",
+            "part-00000.idx",
+            "part-00000.json",
+            "provenance.npz",
+            "tokenport.json",
+        ]
         assert fs.cat("/overwritten/x/part-00000.bin") == pathlib.Path(local.parts[0] + ".bin").read_bytes()
     finally:
         fs.rm("/overwritten", recursive=True)
@@ -457,7 +472,8 @@ def test_a_kill_at_every_step_of_an_overwrite_leaves_the_old_run_or_one_the_reru
             assert shown == old or _bucket(s3, "over").items() >= reference.items(), f"kill point {point}"
         prepare(PrepareConfig(**config), overwrite=True)
         assert _bucket(s3, "over") == reference, f"after a kill at step {point}, the rerun left another bucket"
-    assert point == 1 + 1 + 3 + 1 + (1 + 3 + 1 + 1) + 1  # withdraw: journal, manifest, 3 objects, journal; upload
+    # withdraw: journal, manifest, 4 objects (a part's 3, provenance.npz), journal; upload: journal, 4, manifest, end
+    assert point == 1 + 1 + 4 + 1 + (1 + 4 + 1 + 1) + 1
 
 
 OVERWRITING_CHILD = """

@@ -348,6 +348,17 @@ def _where_flags(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _why_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("output", metavar="OUTPUT", help="a prepare output directory")
+    asked = sub.add_mutually_exclusive_group(required=True)
+    asked.add_argument(
+        "--input",
+        metavar="FILE:LINE",
+        help="the input document at this line of FILE (jsonl from 1, parquet rows from 0)",
+    )
+    asked.add_argument("--text", metavar="TEXT", help="the input documents with exactly this text")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Verb:
     """A verb: its function, its one-line help, its flags; ``library`` (module, name) is the call whose
@@ -419,6 +430,13 @@ _VERBS = {
         "where a document was trained: every step, rank, slot and token range that held it",
         _where_flags,
         shape='{"source", "store", "documents", "steps_trained", "steps_covered", "replayed", "places": [...]}',
+    ),
+    "why": _Verb(
+        verbs._why,
+        "what prepare did with one input document: kept (as which part and document) or dropped (by which "
+        "step, why, duplicating what), and how it was changed",
+        _why_flags,
+        library=("tokenport.corpus.run.why", "why"),
     ),
 }
 

@@ -254,3 +254,10 @@ def _where(args: argparse.Namespace) -> int:
     )
     _emit(args, [report])
     return 0
+
+
+def _why(args: argparse.Namespace) -> int:
+    from ..corpus.run.why import why
+
+    _emit(args, [why(args.output, input=args.input, text=args.text)])
+    return 0

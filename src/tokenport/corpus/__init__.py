@@ -17,6 +17,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .run.pipeline import PrepareResult, prepare
     from .run.stats import SKIP_KINDS
     from .run.tokenize import TokenBatch, Tokenize, split_text
+    from .run.why import WhyReport, why
     from .steps.base import Step
     from .steps.pii import PII_KINDS, PIIScrubber
     from .steps.registry import register_step
@@ -41,6 +42,8 @@ _EXPORTS = {
     "register_prepare_option": ".run.config",
     "register_step": ".steps.registry",
     "split_text": ".run.tokenize",
+    "WhyReport": ".run.why",
+    "why": ".run.why",
 }
 
 __all__ = sorted(_EXPORTS)

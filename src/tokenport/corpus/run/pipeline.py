@@ -34,7 +34,7 @@ from ...tokenizers import HFTokenizer, Tokenizer, choose_engine, load_tokenizer
 from ..inputs.inflate import discard_chunk
 from ..inputs.sample import sample_texts
 from ..inputs.sources import InputFile, expand_inputs
-from ..steps.dedup import drops_path, keys_path, prekeys_path, save_atomically
+from ..steps.dedup import drops_path, keys_path, originals_path, prekeys_path, save_atomically
 from ..steps.registry import (
     check_steps_reach_workers,
     registered_steps,
@@ -49,6 +49,8 @@ from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
 from .failures import output_failure
 from .identity import InputIdentity, changed_input, changed_while_read, identify, planner_digests
+from .provenance import PROVENANCE_FILE, pass_path
+from .provenance import assemble as assemble_provenance
 from .ray_executor import RayExecutor
 from .state import DATASET_FORMAT, OutputDir, not_a_directory, replace_atomically, to_builtins
 from .stats import UnitStats
@@ -306,6 +308,8 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
         manifest["chat"] = {**chat.describe(), "template_origin": chat.template.origin}
     if config.keep_rejected:
         manifest["rejected"] = _move_rejected(out, units)
+    if chat is None:
+        _provenance(config, out, units, records, parts, [f.path for f in files])
     stages.mark("finish")
     manifest["unit_stages"] = dict(sorted(totals.stages.items()))
     manifest["stages"] = stages.milliseconds()
@@ -381,7 +385,7 @@ def _run(
     records: dict[str, UnitRecord] = {}
     for unit in units:
         record = finished_unit(work, unit)
-        if record is not None:
+        if record is not None and (chat is not None or os.path.exists(pass_path(work, None, unit.name))):
             records[unit.name] = record
     resumed = len(records)
     todo = [unit for unit in units if unit.name not in records]
@@ -438,6 +442,39 @@ def _nothing_left(config: PrepareConfig, totals: UnitStats, files: int) -> str:
     )
 
 
+def _provenance(
+    config: PrepareConfig,
+    out: OutputDir,
+    units: list[Unit],
+    records: list[UnitRecord],
+    parts: list[Part],
+    inputs: list[str],
+) -> None:
+    """Join the units' provenance records into ``OUTPUT/provenance.npz`` (see ``provenance``)."""
+    work = out.work
+    labels = [f"{k}:{spec['step']}" for k, spec in enumerate(config.steps)]
+    groups = adjacent(run_wide_positions(config.steps))
+    signing = [p for group in groups for p in group[:1]]
+    passes = [[*(pass_path(work, p, u.name) for p in signing), pass_path(work, None, u.name)] for u in units]
+    dedups = [
+        [
+            (
+                pass_path(work, group[0], u.name),
+                [(drops_path(work, q, u.name), _if_there(originals_path(work, q, u.name))) for q in group],
+            )
+            for u in units
+        ]
+        for group in groups
+    ]
+    unit_of = {record.prefix: k for k, record in enumerate(records)}
+    planned = [(os.path.basename(p.prefix), [(unit_of[s.prefix], s.first, s.count) for s in p.segments]) for p in parts]
+    assemble_provenance(os.path.join(out.path, PROVENANCE_FILE), inputs, labels, passes, dedups, planned)
+
+
+def _if_there(path: str) -> str:
+    return path if os.path.exists(path) else ""
+
+
 def _move_rejected(out: OutputDir, units: list[Unit]) -> list[str]:
     """Move the units' rejected-document files from the work directory to OUTPUT/rejected/."""
     target = os.path.join(out.path, "rejected")
@@ -466,13 +503,15 @@ def _dedup_pass(
     unit (and the documents reaching the first step, for the next pass to start from), then each
     step's decisions in turn; all kept in ``work`` so a rerun skips what is done."""
     position = group[0]
-    if all(
-        signed_unit(work, position, u) and all(os.path.exists(drops_path(work, q, u.name)) for q in group)
-        for u in units
-    ):
+
+    def signed(unit: Unit) -> bool:  # with its provenance record, in a text run
+        done = signed_unit(work, position, unit)
+        return done and (chat is not None or os.path.exists(pass_path(work, position, unit.name)))
+
+    if all(signed(u) and all(os.path.exists(drops_path(work, q, u.name)) for q in group) for u in units):
         return
     job = _unit_job(config, work, sign_position=position, keep_rejected=config.keep_rejected, chat=chat)
-    todo = [unit for unit in units if not signed_unit(work, position, unit)]
+    todo = [unit for unit in units if not signed(unit)]
     logger.info("dedup step %d: keys of %d units (%d made earlier)", position, len(todo), len(units) - len(todo))
     with _Bar(progress, f"dedup step {position}: keys", units, [u.name for u in units if u not in todo]) as bar:
         executor.run(job, todo, lambda unit, record: bar.finish(unit), bar.on_progress)
@@ -483,8 +522,11 @@ def _dedup_pass(
             for unit, mask in zip(units, kept):
                 save_atomically(keys_path(work, q, unit.name), np.load(prekeys_path(work, q, unit.name))[mask])
         key_files = [keys_path(work, q, unit.name) for unit in units]
-        drops = run_wide_step(config.steps, q).decide(Signatures(key_files, executor.map_bands))
-        for unit, drop, mask in zip(units, drops, kept):
+        step = run_wide_step(config.steps, q)
+        drops = step.decide(Signatures(key_files, executor.map_bands))
+        for k, (unit, drop, mask) in enumerate(zip(units, drops, kept)):
+            if step.originals is not None:  # before the drops, which mark the decision made
+                save_atomically(originals_path(work, q, unit.name), step.originals[k])
             save_atomically(drops_path(work, q, unit.name), drop)
             mask[mask] = ~drop
         stages.mark(f"{q}:{config.steps[q]['step']} decide")
@@ -583,5 +625,6 @@ def _unit_job(config: PrepareConfig, work: str, **options: Any) -> UnitJob:
         on_error=config.on_error,
         steps=config.steps,
         step_kinds=registered_steps(config.steps),
+        provenance=options.get("chat") is None,
         **options,
     )

@@ -299,7 +299,7 @@ class OutputDir:
             os.unlink(self.manifest_path)
         kill_point()
         for entry in os.listdir(self.path):
-            if _PART_FILE.match(entry) or _PART_TEMPORARY.match(entry) or entry == "rejected":
+            if _PART_FILE.match(entry) or _PART_TEMPORARY.match(entry) or entry in ("rejected", "provenance.npz"):
                 _remove(os.path.join(self.path, entry))
         kill_point()
 

@@ -67,12 +67,15 @@ class Tokenize:
         self.max_chars = max_chars_per_piece
         self.batch_size = batch_size
         self.eod = np.array([tokenizer.eod_id] if append_eod else [], dtype=np.int64)
+        self.received = 0  # documents taken in so far
+        self.failed: list[int] = []  # of those, the positions the tokenizer failed on (reported, not stored)
 
     def __call__(self, documents: Iterable[Document]) -> Iterator[TokenBatch]:
         batch: list[Document] = []
         chars = 0
         for document in documents:
             batch.append(document)
+            self.received += 1
             chars += len(document.text)
             if len(batch) >= self.batch_size or chars >= MAX_BATCH_CHARS:
                 yield self._encode(batch)
@@ -108,13 +111,14 @@ class Tokenize:
     def _encode_one_by_one(self, batch: list[Document]) -> TokenBatch:
         arrays: list[np.ndarray] = []
         lengths: list[int] = []
-        for document in batch:
+        for k, document in enumerate(batch, self.received - len(batch)):
             try:
                 parts = self.tokenizer.encode_batch(split_text(document.text, self.max_chars))
             except TokenportError:
                 raise
             except Exception as exc:
                 self.problems.report("encode_failed", document.id, f"the tokenizer failed on this document ({exc})")
+                self.failed.append(k)
                 continue
             arrays.extend(parts)
             if len(self.eod):

@@ -31,6 +31,7 @@ from ..steps.rejects import RejectedWriter
 from ..steps.runwide import adjacent
 from .chat import ChatJob, EncodeChat, conversations, per_message
 from .identity import file_digest, read_whole
+from .provenance import Recorder, pass_path
 from .spill import SpillReader, SpillWriter, spill_path
 from .state import replace_atomically, temporary_path, write_json
 from .stats import Problems, UnitStats
@@ -57,6 +58,7 @@ class UnitJob:
     keep_rejected: bool = False  # write dropped documents to UNIT.rejected.jsonl for audit
     step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register
     chat: ChatJob | None = None  # set: records are conversations, written to chat stores (tokens + masks)
+    provenance: bool = False  # record why each document was dropped or changed (provenance.Recorder)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def run_unit(
             documents_per_slice = []
             for documents in work.slices():
                 before = stats.documents
-                for batch in encode(documents):
+                for batch in encode(work.passing(documents)):
                     if cancelled():
                         raise Cancelled(unit.name)
                     started = time.perf_counter()
@@ -112,6 +114,8 @@ def run_unit(
                 documents_per_slice.append(stats.documents - before)
         if work.rejected is not None:  # in place before the store is published: a finished unit has it
             merge_rejected(work.rejected_files(), rejected_path(job.work_dir, unit))
+        if work.recorder is not None:  # likewise: a finished unit has its provenance
+            work.recorder.save(pass_path(job.work_dir, None, unit.name), getattr(encode, "failed", ()))
         work.bill("tokenize", time.perf_counter() - begun, write=writing)
         write_json(
             prefix + ".stats.json",
@@ -161,6 +165,7 @@ class _Pass:
         self.reading = 0.0  # seconds spent reading documents (the input, or the spill)
         self.rejected = rejected_pass_path(job.work_dir, upto, unit.name) if job.keep_rejected and self.steps else None
         self.sink_file: IO[str] | None = None
+        self.recorder = Recorder(lambda: self.ordinal, previous is None) if job.provenance else None
 
     def __enter__(self) -> _Pass:
         if self.rejected is not None:
@@ -169,6 +174,9 @@ class _Pass:
             sinks = RejectedWriter(_Numbered(self.sink_file, self))
             for label, step in self.steps:
                 step.sink = sinks.sink_for(label)
+        if self.recorder is not None:
+            for label, step in self.steps:
+                self.recorder.watch(label, step)
         return self
 
     def __exit__(self, kind: object, *exc: object) -> None:
@@ -196,6 +204,16 @@ class _Pass:
                 self.digests.append((piece.path, file_digest(piece.path)))
         if self.reader is not None:
             self.reader.finish()
+
+    def passing(self, documents: Iterable[Document]) -> Iterator[Document]:
+        """``documents`` (past the pass's steps), each noted as passed on for provenance."""
+        if self.recorder is None:
+            yield from documents
+            return
+        passed = self.recorder.passed
+        for document in documents:
+            passed.append(self.ordinal)
+            yield document
 
     def _metered(self, index: int, piece: Slice) -> Iterator[Document]:
         """The slice's documents as read, timed."""
@@ -228,8 +246,11 @@ class _Pass:
             return
         stats = self.stats
         before = stats.bytes_in
+        recorder = self.recorder
         for document in _documents(self.job, piece, self.problems):
             self.ordinal += 1
+            if recorder is not None:
+                recorder.read(piece.file, piece.format, document)
             self.read = stats.bytes_in - before
             self._tick()
             yield document
@@ -366,7 +387,7 @@ def sign_unit(
     try:
         with work:
             for index, documents in enumerate(work.slices()):
-                for document in documents:
+                for document in work.passing(documents):
                     spill.add(index, work.read, document, work.ordinal)
                     for keys, sign in zip(rows, signs):
                         keys.append(sign(document.text))
@@ -378,6 +399,8 @@ def sign_unit(
         where = keys_path if q == position else prekeys_path
         save_atomically(where(job.work_dir, q, unit.name), np.stack(keys) if keys else np.zeros((0, 1), np.uint64))
     work.bill("keys", time.perf_counter() - begun)
+    if work.recorder is not None:  # before the counts, which mark the pass done
+        work.recorder.save(pass_path(job.work_dir, position, unit.name))
     write_json(
         pass_stats_path(job.work_dir, position, unit.name),
         {"stats": work.stats.to_dict(), "spilled": len(rows[0]), "digests": dict(work.digests)},

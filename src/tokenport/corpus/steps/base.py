@@ -23,6 +23,8 @@ class Step:
     """A cleaning step: documents in, documents out (fewer, changed, or the same), with counters."""
 
     sink: Callable[[Document, str], None] | None = None
+    on_change: Callable[[Document, Document], None] | None = None
+    """Told (before, after) of each document this step passes on as another object (provenance)."""
 
     def __init__(self) -> None:
         self.removed: Counter = Counter()
@@ -49,6 +51,8 @@ class Step:
         for document in documents:
             kept = self.process(document)
             if kept is not None:
+                if kept is not document and self.on_change is not None:
+                    self.on_change(document, kept)
                 yield kept
 
     def drop(self, document: Document, reason: str) -> None:

@@ -32,7 +32,20 @@ from ..run.state import replace_atomically, temporary_path
 from .minhash import MinHasher, equal_key_pairs, exact_key, join_pairs, representatives
 from .runwide import RunWideStep, Signatures
 
-__all__ = ["ExactDedup", "MinHashDedup", "decide", "drops_path", "keys_path", "prekeys_path"]
+__all__ = [
+    "INDEXED",
+    "ExactDedup",
+    "MinHashDedup",
+    "decide",
+    "decide_originals",
+    "drops_path",
+    "keys_path",
+    "originals_path",
+    "prekeys_path",
+]
+
+INDEXED = -2
+"""The original of a document that duplicates one of the index's (an earlier run's)."""
 
 
 def _identity(kind: str, bands: int, rows: int, ngram: int, seed: int) -> dict[str, object]:
@@ -104,6 +117,11 @@ def drops_path(work_dir: str, position: int, unit_name: str) -> str:
     return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.drop.npy")
 
 
+def originals_path(work_dir: str, position: int, unit_name: str) -> str:
+    """Per key row of the unit, the row (over every unit's) of the kept document it duplicates."""
+    return os.path.join(work_dir, f"dedup-{position}", f"{unit_name}.original.npy")
+
+
 def save_atomically(path: str, array: np.ndarray) -> None:
     """``np.save`` to a temporary file beside ``path``, then rename."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -136,7 +154,21 @@ def decide(
     index_file: str | None = None,
     map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None,
 ) -> list[np.ndarray]:
+    """Per unit (its keys file), the mask of ``decide_originals``."""
+    return decide_originals(kind, key_files, index_file, map_bands)[0]
+
+
+def decide_originals(
+    kind: str,
+    key_files: list[str],
+    index_file: str | None = None,
+    map_bands: Callable[[list[int]], list[tuple[np.ndarray, np.ndarray]]] | None = None,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
+    one, and per unit the kept document each duplicates (its row over every unit's keys in unit
+    order; ``INDEXED`` for an index document; meaningless where the mask is False).
+
+    Per unit (its keys file), a bool mask of its documents at this step that duplicate an earlier
     one, or one of the index's (``index_file``: keys of earlier runs, which count as coming first).
 
     MinHash: each band yields the pairs of documents sharing a key (``band_edges``; ``map_bands``
@@ -156,7 +188,8 @@ def decide(
         first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
         keep = np.zeros(total, dtype=bool)
         keep[order[first]] = True
-        cluster = np.arange(total)
+        cluster = np.empty(total, dtype=np.int64)
+        cluster[order] = order[first][np.cumsum(first) - 1]  # each key's first position
     else:
         bands = list(range(width))
         pairs = map_bands(bands) if map_bands else [band_edges(key_files, band, index_file) for band in bands]
@@ -165,12 +198,14 @@ def decide(
             join_pairs(parent, left, right)
         cluster = representatives(parent)
         keep = cluster == np.arange(total)
+    indexed = counts[0] if index_file else 0
     if index_file:  # a document in a cluster with an index document is a duplicate
-        indexed = counts[0]
         keep &= cluster >= indexed
         counts, keep = counts[1:], keep[indexed:]
+    original = np.where(cluster >= indexed, cluster - indexed, INDEXED)[indexed:]
     bounds = np.cumsum([0, *counts])
-    return [~keep[bounds[i] : bounds[i + 1]] for i in range(len(counts))]
+    spans = [slice(bounds[i], bounds[i + 1]) for i in range(len(counts))]
+    return [~keep[s] for s in spans], [original[s] for s in spans]
 
 
 class _Dedup(RunWideStep):
@@ -191,7 +226,9 @@ class _Dedup(RunWideStep):
         index = load_index(self.index, self.identity) if self.index else None
         index_file = self.index + ".npy" if self.index else None
         files = signatures.key_files
-        drops = decide(self.kind, files, index_file, lambda bands: signatures.map_bands(files, bands, index_file))
+        drops, self.originals = decide_originals(
+            self.kind, files, index_file, lambda bands: signatures.map_bands(files, bands, index_file)
+        )
         if self.save_index:
             kept = [np.load(path)[~drop] for path, drop in zip(files, drops)]
             save_index(self.save_index, self.identity, np.concatenate([*([] if index is None else [index]), *kept]))

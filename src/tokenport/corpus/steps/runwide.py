@@ -60,6 +60,10 @@ class RunWideStep(Step):
     code_modules: ClassVar[tuple[str, ...]] = ()
     """Modules besides its own whose numba kernels ``sign`` runs (to say when they compile)."""
 
+    originals: list[np.ndarray] | None = None
+    """Set by ``decide`` if it knows: per unit, per key row, the row (over every unit's keys in unit
+    order) of the kept document that row duplicates (negative: none in this run); for provenance."""
+
     def __init__(self) -> None:
         super().__init__()
         self.marked = np.zeros(0, dtype=bool)
