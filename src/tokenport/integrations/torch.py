@@ -16,10 +16,15 @@ collate, each micro-batch is fetched with one ``get_batch`` call and handed over
 sharing its arrays (``integrations._fetch``): the same batch as sample by sample, in fewer steps.
 Without a ``collate_fn``, a worker process hands each batch over through one reused shared slot (``_handoff``).
 ``fields=`` keeps only the fields a trainer reads, so fewer tensors cross from worker processes.
+
+Each state also carries the stream's certificate (``integrations.certificate``): a hash chain over the
+global batches handed over, hashed when the state is taken (a handover costs one position compare).
+``load_state_dict`` checks it: the last certified batch is recomputed from the receipt and the sampler.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -36,12 +41,13 @@ from ..metrics import live, record_mixture, record_weight_update
 from ..sampling.contract import SAMPLER_MEMBERS, Sampler, missing_members
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
-from ..sampling.state import STATE_VERSION, read_loader_state
+from ..sampling.state import STATE_VERSION, Certificate, read_loader_state
 from ..sampling.stream import StreamSampler
 from ._fetch import BatchFetch, check_fields, fetch_plan
 from ._handoff import SharedBatch, forget
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from ._readahead import read_ahead
+from .certificate import Chain, GlobalBatches, data_digest, genesis
 from .receipt import (
     DataReceipt,
     check_allow_changes,
@@ -53,6 +59,8 @@ from .receipt import (
 )
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
+
+logger = logging.getLogger(__name__)
 
 SAMPLER_PROTOCOL = SAMPLER_MEMBERS  # what the loader uses of a batch sampler (the `Sampler` protocol's members)
 
@@ -104,6 +112,11 @@ class StatefulLoader:
         self.loader_options = loader_options
         self._receipt: tuple[Any, DataReceipt] | None = None  # (dataset, its receipt at position 0)
         self._plan: tuple[Any, Any, Any] | None = None  # (dataset, what the DataLoader reads, its collate)
+        position = int(sampler.consumed_samples)
+        self._chain = Chain(b"", global_batch_size(sampler), runs=[(0, position)])  # data digest: when first hashed
+        self._handed = 0  # batches handed over since the run began (the chain's handovers)
+        self._expected = position  # the sampler's position unless something outside the loader moves it
+        self._batches: tuple[Any, GlobalBatches] | None = None  # (dataset, its global batches) for hashing
         if self.fields is not None:
             self._fetch()  # refuse unknown field names now, not at the first batch
 
@@ -193,7 +206,12 @@ class StatefulLoader:
             if recorder is not None:
                 wait = perf_counter() - began
                 recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
-            self.sampler.advance()
+            sampler = self.sampler
+            if sampler.consumed_samples != self._expected:  # moved from outside the loader: a jump the chain records
+                self._chain.jump(self._handed, int(sampler.consumed_samples))
+            sampler.advance()
+            self._handed += 1
+            self._expected = sampler.consumed_samples
             yield batch
 
     def _fetch(self) -> tuple[Any, Any]:
@@ -248,10 +266,24 @@ class StatefulLoader:
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the last batch handed over, and the data receipt (plain JSON types); over an
         AdaptiveBlend also ``mixture``: ``{"updates": [[from_sample, [weights...]], ...]}``."""
-        state = {"version": STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
+        receipt = self.receipt()
+        state = {"version": STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": receipt.to_dict()}
         if isinstance(self.dataset, AdaptiveBlend):
             state["mixture"] = {"updates": self.dataset.describe()["updates"]}
+        state["certificate"] = self.certificate(receipt)
         return state
+
+    def certificate(self, receipt: DataReceipt | None = None) -> dict[str, Any]:
+        """The stream's certificate up to the last batch handed over (``integrations.certificate``): the batches
+        handed since the last call are hashed now, their global sample ids recomputed from the sampler."""
+        chain = self._chain
+        if not chain.data:
+            chain.data = data_digest((receipt or self.receipt()).dataset)
+        if chain.steps < self._handed:
+            if self._batches is None or self._batches[0] is not self.dataset:
+                self._batches = (self.dataset, GlobalBatches(self.sampler.state_dict(), self.dataset))
+            chain.catch_up(self._handed, self._batches[1])
+        return chain.document()
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_changes: Iterable[str] = ()) -> None:
         """Resume where ``state_dict()`` was taken, refusing (ConfigError naming every change) to resume
@@ -273,12 +305,14 @@ class StatefulLoader:
             raise ConfigError(
                 f"state: expected the dict StatefulLoader.state_dict() returned, got a {type(state).__name__}"
             )
-        read_loader_state(state)  # every field typed before anything is compared or changed
+        typed = read_loader_state(state)  # every field typed before anything is compared or changed
         saved = DataReceipt.from_dict(state["receipt"]) if "receipt" in state else None
         if saved is not None:
             check_state_agrees(saved, state["sampler"], type(self.sampler).__name__)
-        check_receipt(saved, self.receipt(), allowed)
+        current = self.receipt()
+        check_receipt(saved, current, allowed)
         _check_mixture(self.dataset, state)
+        chain = self._resumed_chain(typed, state, saved, current)
         before = self.sampler.state_dict()
         self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
         if isinstance(self.dataset, AdaptiveBlend):
@@ -287,6 +321,45 @@ class StatefulLoader:
             except BaseException:
                 self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
                 raise
+        self._chain, self._handed, self._expected = chain, chain.steps, int(self.sampler.consumed_samples)
+
+    def _resumed_chain(
+        self, typed: Any, state: Mapping[str, Any], saved: DataReceipt | None, current: DataReceipt
+    ) -> Chain:
+        """The chain a resume continues: the state's certificate, checked (ConfigError when its position or
+        its last batch disagrees with the state), in a new segment when the data or the global batch changed."""
+        consumed = int(state["sampler"]["consumed_samples"])
+        gbs = global_batch_size(self.sampler)
+        data = data_digest(current.dataset)
+        cert = typed.certificate
+        if saved is None or not isinstance(cert, Certificate):
+            saved_gbs = int(state["sampler"]["micro_batch_size"]) * int(state["sampler"]["data_parallel_size"])
+            since = -(-consumed // saved_gbs)
+            logger.warning(
+                "the state has no certificate (saved before certificates, or without a receipt): a chain starts at "
+                "step %d; the steps before it are not certified",
+                since,
+            )
+            return Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
+        saved_gbs = int(state["sampler"]["micro_batch_size"]) * int(state["sampler"]["data_parallel_size"])
+        chain = Chain.from_document(cert, saved_gbs)
+        if chain.data != data_digest(saved.dataset):
+            raise ConfigError(
+                "state['certificate']['data'] is not the digest of state['receipt']: the state was edited or "
+                "assembled from two saves; resume from a state saved whole by StatefulLoader.state_dict()"
+            )
+        if chain.end() != consumed:
+            raise ConfigError(
+                f"state['certificate']: its {chain.steps} step(s) end at consumed_samples={chain.end()} but "
+                f"state['sampler']['consumed_samples']={consumed}: the position was edited (steps would be "
+                "skipped or repeated); resume from a state saved whole by StatefulLoader.state_dict()"
+            )
+        chain.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
+        if data != chain.data or gbs != saved_gbs:  # an accepted data change, or another global batch
+            steps = chain.steps
+            return Chain(data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps)
+        chain.global_batch = gbs
+        return chain
 
 
 def data_parallel_position(
