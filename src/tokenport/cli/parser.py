@@ -313,6 +313,24 @@ def _merge_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--force", action="store_true", help="replace the output store if it exists")
 
 
+def _audit_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "states",
+        nargs="+",
+        metavar="CHECKPOINT_OR_STATE",
+        help="JSON loader states or torch checkpoints holding one, of one run, in step order",
+    )
+    sub.add_argument(
+        "--store",
+        dest="stores",
+        metavar="OLD=NEW",
+        action="append",
+        type=_store_move,
+        default=None,
+        help="a store that moved since the run: its recorded prefix OLD is now at NEW (repeat per store)",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class _Verb:
     """A verb: its function, its one-line help, its flags; ``library`` (module, name) is the call whose
@@ -379,6 +397,13 @@ _VERBS = {
         verbs._trace, "which documents made a training step: its samples' stores, documents and tokens", _trace_flags
     ),
     "merge": _Verb(verbs._merge, "concatenate stores into one, streaming", _merge_flags),
+    "audit": _Verb(
+        verbs._audit,
+        "check a run's checkpoints against their receipts and each other: skipped or repeated steps, other "
+        "data; prints the first divergence, exit 1 if any",
+        _audit_flags,
+        shape='{"consistent", "states": [{source, steps}], "divergence": {source, step, what} or null}',
+    ),
 }
 
 

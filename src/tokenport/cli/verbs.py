@@ -239,3 +239,11 @@ def _pack_report(args: argparse.Namespace) -> int:
     report = batching_report(lengths, args.batch_size, **_given(args, "capacity", "data_parallel_size", "seed"))
     _emit(args, [report])
     return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from ..integrations.audit import audit
+
+    report = audit(args.states, stores=dict(args.stores or ()))
+    _emit(args, [report])
+    return 0 if report.consistent else 1
