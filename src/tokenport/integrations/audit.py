@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..samples.base import Rebuilder
-from ..sampling.state import Certificate, read_loader_state
+from ..sampling.state import Certificate, read_loader_state, read_sampler_state
 from .certificate import Chain, GlobalBatches, data_digest, extend
 from .rebuild import check_same_data, rebuild_unverified
 from .receipt import DataReceipt, receipt_changes
@@ -129,8 +129,8 @@ def _read(state: Any, index: int) -> _Audited:
             "older tokenport, or stripped), so what its steps read cannot be certified; audit states saved by "
             "StatefulLoader.state_dict() of this version"
         )
-    sampler = state["sampler"]
-    gbs = int(sampler["micro_batch_size"]) * int(sampler["data_parallel_size"])
+    sampler = read_sampler_state(state["sampler"], f"{source}: state['sampler']")
+    gbs = sampler.micro_batch_size * sampler.data_parallel_size
     receipt = DataReceipt.from_dict(state["receipt"], f"{source}: state['receipt']")
     return _Audited(source, state, receipt, Chain.from_document(typed.certificate, gbs), {})
 

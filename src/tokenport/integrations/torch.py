@@ -41,7 +41,7 @@ from ..metrics import live, record_mixture, record_weight_update
 from ..sampling.contract import SAMPLER_MEMBERS, Sampler, missing_members
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
-from ..sampling.state import STATE_VERSION, Certificate, read_loader_state
+from ..sampling.state import STATE_VERSION, Certificate, read_loader_state, read_sampler_state
 from ..sampling.stream import StreamSampler
 from ._fetch import BatchFetch, check_fields, fetch_plan
 from ._handoff import SharedBatch, forget
@@ -328,12 +328,12 @@ class StatefulLoader:
     ) -> Chain:
         """The chain a resume continues: the state's certificate, checked (ConfigError when its position or
         its last batch disagrees with the state), in a new segment when the data or the global batch changed."""
-        consumed = int(state["sampler"]["consumed_samples"])
+        sampler = read_sampler_state(state["sampler"], "state['sampler']")  # typed before any field is read
+        consumed, saved_gbs = sampler.consumed_samples, sampler.micro_batch_size * sampler.data_parallel_size
         gbs = global_batch_size(self.sampler)
         data = data_digest(current.dataset)
         cert = typed.certificate
         if saved is None or not isinstance(cert, Certificate):
-            saved_gbs = int(state["sampler"]["micro_batch_size"]) * int(state["sampler"]["data_parallel_size"])
             since = -(-consumed // saved_gbs)
             logger.warning(
                 "the state has no certificate (saved before certificates, or without a receipt): a chain starts at "
@@ -341,7 +341,6 @@ class StatefulLoader:
                 since,
             )
             return Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
-        saved_gbs = int(state["sampler"]["micro_batch_size"]) * int(state["sampler"]["data_parallel_size"])
         chain = Chain.from_document(cert, saved_gbs)
         if chain.data != data_digest(saved.dataset):
             raise ConfigError(
