@@ -57,6 +57,7 @@ from .receipt import (
     sampler_position,
     sampler_seed,
 )
+from .samplers import replayable
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
 
@@ -112,8 +113,9 @@ class StatefulLoader:
         self.loader_options = loader_options
         self._receipt: tuple[Any, DataReceipt] | None = None  # (dataset, its receipt at position 0)
         self._plan: tuple[Any, Any, Any] | None = None  # (dataset, what the DataLoader reads, its collate)
-        position = int(sampler.consumed_samples)
-        self._chain = Chain(b"", global_batch_size(sampler), runs=[(0, position)])  # data digest: when first hashed
+        position, gbs = int(sampler.consumed_samples), _replayable(sampler.state_dict())
+        # the certificate (its data digest computed when first hashed); None: a sampler no state replays
+        self._chain = None if gbs is None else Chain(b"", gbs, runs=[(0, position)])
         self._handed = 0  # batches handed over since the run began (the chain's handovers)
         self._expected = position  # the sampler's position unless something outside the loader moves it
         self._batches: tuple[Any, GlobalBatches] | None = None  # (dataset, its global batches) for hashing
@@ -207,8 +209,8 @@ class StatefulLoader:
                 wait = perf_counter() - began
                 recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
             sampler = self.sampler
-            if sampler.consumed_samples != self._expected:  # moved from outside the loader: a jump the chain records
-                self._chain.jump(self._handed, int(sampler.consumed_samples))
+            if sampler.consumed_samples != self._expected and self._chain is not None:  # moved from outside the
+                self._chain.jump(self._handed, int(sampler.consumed_samples))  # loader: a jump the chain records
             sampler.advance()
             self._handed += 1
             self._expected = sampler.consumed_samples
@@ -270,13 +272,19 @@ class StatefulLoader:
         state = {"version": STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": receipt.to_dict()}
         if isinstance(self.dataset, AdaptiveBlend):
             state["mixture"] = {"updates": self.dataset.describe()["updates"]}
-        state["certificate"] = self.certificate(receipt)
+        certificate = self.certificate(receipt)
+        if certificate is not None:
+            state["certificate"] = certificate
         return state
 
-    def certificate(self, receipt: DataReceipt | None = None) -> dict[str, Any]:
+    def certificate(self, receipt: DataReceipt | None = None) -> dict[str, Any] | None:
         """The stream's certificate up to the last batch handed over (``integrations.certificate``): the batches
-        handed since the last call are hashed now, their global sample ids recomputed from the sampler."""
+        handed since the last call are hashed now, their global sample ids recomputed from the sampler.
+        None for a sampler whose state cannot be replayed (one of the protocol's, neither tokenport's nor
+        registered with ``register_sampler``)."""
         chain = self._chain
+        if chain is None:
+            return None
         if not chain.data:
             chain.data = data_digest((receipt or self.receipt()).dataset)
         if chain.steps < self._handed:
@@ -321,16 +329,20 @@ class StatefulLoader:
             except BaseException:
                 self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
                 raise
-        self._chain, self._handed, self._expected = chain, chain.steps, int(self.sampler.consumed_samples)
+        self._chain, self._expected = chain, int(self.sampler.consumed_samples)
+        self._handed = 0 if chain is None else chain.steps
 
     def _resumed_chain(
         self, typed: Any, state: Mapping[str, Any], saved: DataReceipt | None, current: DataReceipt
-    ) -> Chain:
+    ) -> Chain | None:
         """The chain a resume continues: the state's certificate, checked (ConfigError when its position or
-        its last batch disagrees with the state), in a new segment when the data or the global batch changed."""
+        its last batch disagrees with the state), in a new segment when the data or the global batch changed.
+        None when the loader's sampler cannot be replayed (no certificate)."""
+        if self._chain is None:
+            return None
         sampler = read_sampler_state(state["sampler"], "state['sampler']")  # typed before any field is read
         consumed, saved_gbs = sampler.consumed_samples, sampler.micro_batch_size * sampler.data_parallel_size
-        gbs = global_batch_size(self.sampler)
+        gbs = self._chain.global_batch
         data = data_digest(current.dataset)
         cert = typed.certificate
         if saved is None or not isinstance(cert, Certificate):
@@ -359,6 +371,15 @@ class StatefulLoader:
             return Chain(data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps)
         chain.global_batch = gbs
         return chain
+
+
+def _replayable(sampler_state: Any) -> int | None:
+    """The global batch of a sampler whose state names a kind ``sampler_from_state`` rebuilds, else None."""
+    try:
+        typed = read_sampler_state(sampler_state)
+    except ConfigError:
+        return None
+    return typed.micro_batch_size * typed.data_parallel_size if replayable(sampler_state) else None
 
 
 def data_parallel_position(
