@@ -208,13 +208,18 @@ class StatefulLoader:
             if recorder is not None:
                 wait = perf_counter() - began
                 recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
-            sampler = self.sampler
-            if sampler.consumed_samples != self._expected and self._chain is not None:  # moved from outside the
-                self._chain.jump(self._handed, int(sampler.consumed_samples))  # loader: a jump the chain records
-            sampler.advance()
-            self._handed += 1
-            self._expected = sampler.consumed_samples
+            self._hand_over()
             yield batch
+
+    def _hand_over(self) -> None:
+        """Count one batch handed to the trainer: the sampler advances a step; a position moved from outside
+        the loader since the last handover is a jump the certificate records."""
+        sampler = self.sampler
+        if sampler.consumed_samples != self._expected and self._chain is not None:
+            self._chain.jump(self._handed, int(sampler.consumed_samples))
+        sampler.advance()
+        self._handed += 1
+        self._expected = sampler.consumed_samples
 
     def _fetch(self) -> tuple[Any, Any]:
         """(what the DataLoader reads, its collate or None) for the current dataset, decided once per dataset."""
@@ -320,26 +325,28 @@ class StatefulLoader:
         current = self.receipt()
         check_receipt(saved, current, allowed)
         _check_mixture(self.dataset, state)
-        chain = self._resumed_chain(typed, state, saved, current)
+        certified, chain = self._resumed_chain(typed, state, saved, current)
         before = self.sampler.state_dict()
         self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
-        if isinstance(self.dataset, AdaptiveBlend):
-            try:
+        try:  # the sampler accepted its state: the certificate's last batch can be replayed from it
+            if certified is not None:
+                certified.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
+            if isinstance(self.dataset, AdaptiveBlend):
                 self.dataset.restore_updates(state["mixture"]["updates"])  # refuses, changing nothing, or loads
-            except BaseException:
-                self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
-                raise
+        except BaseException:
+            self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
+            raise
         self._chain, self._expected = chain, int(self.sampler.consumed_samples)
         self._handed = 0 if chain is None else chain.steps
 
     def _resumed_chain(
         self, typed: Any, state: Mapping[str, Any], saved: DataReceipt | None, current: DataReceipt
-    ) -> Chain | None:
-        """The chain a resume continues: the state's certificate, checked (ConfigError when its position or
-        its last batch disagrees with the state), in a new segment when the data or the global batch changed.
-        None when the loader's sampler cannot be replayed (no certificate)."""
+    ) -> tuple[Chain | None, Chain | None]:
+        """(the state's certificate, whose last batch is to be checked; the chain the resume continues): the
+        certificate checked against the state's receipt and position (ConfigError), continued in a new
+        segment when the data or the global batch changed. Nones when the sampler cannot be replayed."""
         if self._chain is None:
-            return None
+            return None, None
         sampler = read_sampler_state(state["sampler"], "state['sampler']")  # typed before any field is read
         consumed, saved_gbs = sampler.consumed_samples, sampler.micro_batch_size * sampler.data_parallel_size
         gbs = self._chain.global_batch
@@ -352,7 +359,7 @@ class StatefulLoader:
                 "step %d; the steps before it are not certified",
                 since,
             )
-            return Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
+            return None, Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
         chain = Chain.from_document(cert, saved_gbs)
         if chain.data != data_digest(saved.dataset):
             raise ConfigError(
@@ -365,12 +372,10 @@ class StatefulLoader:
                 f"state['sampler']['consumed_samples']={consumed}: the position was edited (steps would be "
                 "skipped or repeated); resume from a state saved whole by StatefulLoader.state_dict()"
             )
-        chain.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
         if data != chain.data or gbs != saved_gbs:  # an accepted data change, or another global batch
             steps = chain.steps
-            return Chain(data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps)
-        chain.global_batch = gbs
-        return chain
+            return chain, Chain(data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps)
+        return chain, Chain.from_document(cert, gbs)
 
 
 def _replayable(sampler_state: Any) -> int | None:
