@@ -264,3 +264,36 @@ def test_random_call_sequences_match_a_model_of_the_handed_positions(dataset, se
         assert state["certificate"]["steps"] == len(positions)
         if not state["certificate"]["since"]:
             assert state["certificate"]["digest"] == _chain(dataset, state, positions)
+
+
+@pytest.mark.parametrize("kind", ["pretraining", "random", "stream-feistel", "stream-random", "stream-sequential"])
+def test_each_samplers_chain_is_its_global_batches_in_rank_order(dataset, kind):
+    """The loader's hashing (a StreamSampler's global stream at once) equals every rank's micro-batch, in rank order."""
+    from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
+
+    total = len(dataset)
+    make = {
+        "pretraining": lambda rank: PretrainingSampler(total, 0, MBS, rank, RANKS),
+        "random": lambda rank: RandomSampler(total, 0, MBS, rank, RANKS, seed=7),
+        "stream-feistel": lambda rank: StreamSampler(total, 0, MBS, rank, RANKS, seed=7, order="feistel"),
+        "stream-random": lambda rank: StreamSampler(total, 0, MBS, rank, RANKS, seed=7, order="random"),
+        "stream-sequential": lambda rank: StreamSampler(total, 0, MBS, rank, RANKS, order="sequential"),
+    }[kind]
+    loaders = [StatefulLoader(dataset, make(rank)) for rank in range(RANKS)]
+    handed = {rank: [] for rank in range(RANKS)}
+    positions = []
+    for rank, loader in enumerate(loaders):
+        for step, batch in zip(range(20), loader):  # past one epoch of 15 global batches where the sampler cycles
+            if rank == 0:
+                positions.append(step * GBS)
+            handed[rank].append(batch["tokens"])
+    states = [json.loads(json.dumps(loader.state_dict())) for loader in loaders]
+    assert states[0]["certificate"] == states[1]["certificate"]
+    assert states[0]["certificate"]["steps"] == len(positions)
+    assert states[0]["certificate"]["digest"] == _chain(dataset, states[0], positions)
+    batches = GlobalBatches(states[0]["sampler"], dataset)
+    for step, consumed in enumerate(positions):  # the ids hashed are the samples each rank was handed
+        ids = batches.ids(consumed)
+        for rank in range(RANKS):
+            want = np.stack([dataset[int(i)]["tokens"] for i in ids[rank * MBS : (rank + 1) * MBS]])
+            np.testing.assert_array_equal(handed[rank][step].numpy(), want)

@@ -31,11 +31,13 @@ import numpy as np
 from .._schema import to_builtins
 from ..errors import ConfigError
 from ..sampling.state import CERTIFICATE_FORMAT, Certificate
+from ..sampling.stream import StreamSampler
 from .samplers import sampler_from_state
 
 __all__ = ["Chain", "GlobalBatches", "data_digest", "extend", "genesis"]
 
 _SIZE = 16  # bytes of a digest
+_ROWS = 4096  # global batches computed at once when hashing
 _NOT_DATA = frozenset({"prefix", "tokenizer", "prepared", "build"})  # receipt fields that never change a token
 
 
@@ -60,11 +62,11 @@ def _data_part(value: Any) -> Any:
 
 def extend(digest: bytes, data: bytes, consumed: int, ids: np.ndarray) -> bytes:
     """The chain's digest after one more handed-over global batch."""
-    h = hashlib.blake2b(digest, digest_size=_SIZE)
-    h.update(data)
-    h.update(int(consumed).to_bytes(8, "little"))
-    h.update(np.ascontiguousarray(ids, dtype="<i8").tobytes())
-    return h.digest()
+    return _blake(digest + data + int(consumed).to_bytes(8, "little") + np.ascontiguousarray(ids, "<i8").tobytes())
+
+
+def _blake(message: bytes) -> bytes:
+    return hashlib.blake2b(message, digest_size=_SIZE).digest()
 
 
 class GlobalBatches:
@@ -74,6 +76,16 @@ class GlobalBatches:
         size = int(sampler_state["data_parallel_size"])
         self.global_batch = int(sampler_state["micro_batch_size"]) * size
         self.samplers = [sampler_from_state(sampler_state, rank, dataset) for rank in range(size)]
+        first = self.samplers[0]
+        # a StreamSampler's global stream is every rank's micro-batch in rank order: many batches in one call
+        self.stream = first if type(first) is StreamSampler else None
+
+    def rows(self, consumed: int, count: int) -> np.ndarray | None:
+        """The global batches of ``count`` consecutive steps from ``consumed`` as a (count, global batch) array,
+        computed at once from the sampler's global stream; None when the sampler has none."""
+        if self.stream is None:
+            return None
+        return self.stream.global_stream(consumed, consumed + count * self.global_batch).reshape(count, -1)
 
     def ids(self, consumed: int) -> np.ndarray:
         """The global sample ids handed over at ``consumed`` samples consumed (empty past the end of the data)."""
@@ -121,10 +133,23 @@ class Chain:
             yield handover, self.position(handover)
 
     def catch_up(self, handed: int, batches: GlobalBatches) -> None:
-        """Hash the handovers made since the last call (up to ``handed``)."""
-        for _, consumed in self.positions(self.steps, handed):
-            self.previous, self.digest = self.digest, extend(self.digest, self.data, consumed, batches.ids(consumed))
-        self.steps = max(self.steps, handed)
+        """Hash the handovers made since the last call (up to ``handed``), a run of consecutive positions at a time."""
+        while self.steps < handed:
+            stop = next((start for start, _ in self.runs if start > self.steps), handed)
+            stop = min(stop, handed, self.steps + _ROWS)
+            consumed = self.position(self.steps)
+            fast = batches.rows(consumed, stop - self.steps)
+            rows: Any = (
+                fast
+                if fast is not None
+                else (batches.ids(consumed + k * self.global_batch) for k in range(stop - self.steps))
+            )
+            digest, previous, data, gbs = self.digest, self.previous, self.data, self.global_batch
+            for k, ids in enumerate(rows):
+                previous = digest
+                at = (consumed + k * gbs).to_bytes(8, "little")
+                digest = _blake(digest + data + at + np.ascontiguousarray(ids, "<i8").tobytes())
+            self.digest, self.previous, self.steps = digest, previous, stop
 
     def document(self) -> dict[str, Any]:
         """The certificate as the loader state stores it (plain JSON types)."""
