@@ -176,10 +176,12 @@ def _recompute(item: _Audited, rebuilder: Rebuilder, cannot_build: bool) -> Dive
     batches = GlobalBatches(item.state["sampler"], dataset)
     jump = _first_jump(chain, source)
     digest = chain.base
-    for handover, consumed in chain.positions(chain.since, chain.steps):
-        ids = batches.ids(consumed)
-        item.elements[handover] = _element(consumed, ids)
-        digest = extend(digest, chain.data, consumed, ids)
+    handover = chain.since
+    for _, rows in chain.handed(chain.since, chain.steps, batches):
+        for row in rows:
+            item.elements[handover] = _element(int(row[0]), row[1:])
+            digest = extend(digest, chain.data, int(row[0]), row[1:])
+            handover += 1
     if digest != chain.digest:
         step = chain.steps - 1 if chain.steps > chain.since else chain.since
         return Divergence(

@@ -30,6 +30,7 @@ import numpy as np
 
 from .._schema import to_builtins
 from ..errors import ConfigError
+from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.state import CERTIFICATE_FORMAT, Certificate
 from ..sampling.stream import StreamSampler
 from .samplers import sampler_from_state
@@ -76,16 +77,26 @@ class GlobalBatches:
         size = int(sampler_state["data_parallel_size"])
         self.global_batch = int(sampler_state["micro_batch_size"]) * size
         self.samplers = [sampler_from_state(sampler_state, rank, dataset) for rank in range(size)]
-        first = self.samplers[0]
-        # a StreamSampler's global stream is every rank's micro-batch in rank order: many batches in one call
-        self.stream = first if type(first) is StreamSampler else None
+        self.first = self.samplers[0]
+        self._epoch: tuple[int, np.ndarray] | None = None  # a RandomSampler's global batches of one epoch
 
     def rows(self, consumed: int, count: int) -> np.ndarray | None:
-        """The global batches of ``count`` consecutive steps from ``consumed`` as a (count, global batch) array,
-        computed at once from the sampler's global stream; None when the sampler has none."""
-        if self.stream is None:
-            return None
-        return self.stream.global_stream(consumed, consumed + count * self.global_batch).reshape(count, -1)
+        """The global batches of up to ``count`` consecutive steps from ``consumed`` (at least one) as a
+        (steps, global batch) array, computed at once where tokenport's sampler has a global order (each
+        rank's micro-batch is its slice of it, in rank order); None where batches are taken rank by rank."""
+        first, gbs = self.first, self.global_batch
+        if type(first) is StreamSampler:
+            return first.global_stream(consumed, consumed + count * gbs).reshape(count, gbs)
+        if type(first) is PretrainingSampler:
+            count = min(count, (first.total_samples - consumed) // gbs)  # a partial last batch: rank by rank
+            return np.arange(consumed, consumed + count * gbs, dtype=np.int64).reshape(count, gbs) if count else None
+        if type(first) is RandomSampler and not first.megatron_compat and consumed % gbs == 0:
+            epoch, offset = divmod(consumed, first.active_samples)
+            if self._epoch is None or self._epoch[0] != epoch:
+                self._epoch = (epoch, first.global_batches(epoch))
+            batches = self._epoch[1][offset // gbs : offset // gbs + count]
+            return batches if len(batches) else None
+        return None
 
     def ids(self, consumed: int) -> np.ndarray:
         """The global sample ids handed over at ``consumed`` samples consumed (empty past the end of the data)."""
@@ -127,29 +138,29 @@ class Chain:
         start, consumed = next((s, c) for s, c in reversed(self.runs) if s <= handover)
         return consumed + (handover - start) * self.global_batch
 
-    def positions(self, first: int, stop: int) -> Iterator[tuple[int, int]]:
-        """(handover, position) for the handovers ``first .. stop - 1``."""
-        for handover in range(first, stop):
-            yield handover, self.position(handover)
+    def handed(self, first: int, stop: int, batches: GlobalBatches) -> Iterator[tuple[int, np.ndarray]]:
+        """(first position, rows) for the handovers ``first .. stop - 1``, many at a time: each row is a
+        handover's position then its global sample ids (little-endian int64), as the chain hashes them."""
+        while first < stop:
+            end = min(next((start for start, _ in self.runs if start > first), stop), stop, first + _ROWS)
+            consumed = self.position(first)
+            fast = batches.rows(consumed, end - first)
+            ids = batches.ids(consumed)[None, :] if fast is None else fast
+            rows = np.empty((len(ids), 1 + ids.shape[1]), "<i8")
+            rows[:, 0] = consumed + self.global_batch * np.arange(len(ids), dtype=np.int64)
+            rows[:, 1:] = ids
+            yield consumed, rows
+            first += len(rows)
 
     def catch_up(self, handed: int, batches: GlobalBatches) -> None:
-        """Hash the handovers made since the last call (up to ``handed``), a run of consecutive positions at a time."""
-        while self.steps < handed:
-            stop = next((start for start, _ in self.runs if start > self.steps), handed)
-            stop = min(stop, handed, self.steps + _ROWS)
-            consumed = self.position(self.steps)
-            fast = batches.rows(consumed, stop - self.steps)
-            rows: Any = (
-                fast
-                if fast is not None
-                else (batches.ids(consumed + k * self.global_batch) for k in range(stop - self.steps))
-            )
-            digest, previous, data, gbs = self.digest, self.previous, self.data, self.global_batch
-            for k, ids in enumerate(rows):
+        """Hash the handovers made since the last call (up to ``handed``): one blake2b call per step."""
+        digest, previous, data, blake = self.digest, self.previous, self.data, hashlib.blake2b
+        for _, rows in self.handed(self.steps, handed, batches):
+            raw, width = rows.tobytes(), rows.shape[1] * 8
+            for at in range(0, len(raw), width):
                 previous = digest
-                at = (consumed + k * gbs).to_bytes(8, "little")
-                digest = _blake(digest + data + at + np.ascontiguousarray(ids, "<i8").tobytes())
-            self.digest, self.previous, self.steps = digest, previous, stop
+                digest = blake(digest + data + raw[at : at + width], digest_size=_SIZE).digest()
+        self.digest, self.previous, self.steps = digest, previous, max(self.steps, handed)
 
     def document(self) -> dict[str, Any]:
         """The certificate as the loader state stores it (plain JSON types)."""

@@ -113,7 +113,7 @@ class StatefulLoader:
         self.loader_options = loader_options
         self._receipt: tuple[Any, DataReceipt] | None = None  # (dataset, its receipt at position 0)
         self._plan: tuple[Any, Any, Any] | None = None  # (dataset, what the DataLoader reads, its collate)
-        position, gbs = int(sampler.consumed_samples), _replayable(sampler.state_dict())
+        position, gbs = int(sampler.consumed_samples), _replayable(sampler.state_dict(), dataset)
         # the certificate (its data digest computed when first hashed); None: a sampler no state replays
         self._chain = None if gbs is None else Chain(b"", gbs, runs=[(0, position)])
         self._handed = 0  # batches handed over since the run began (the chain's handovers)
@@ -378,13 +378,16 @@ class StatefulLoader:
         return chain, Chain.from_document(cert, gbs)
 
 
-def _replayable(sampler_state: Any) -> int | None:
-    """The global batch of a sampler whose state names a kind ``sampler_from_state`` rebuilds, else None."""
+def _replayable(sampler_state: Any, dataset: Any) -> int | None:
+    """The global batch of a sampler whose state names a kind ``sampler_from_state`` rebuilds over ``dataset``
+    (its whole length), else None: such a sampler's stream cannot be recomputed, so it gets no certificate."""
     try:
         typed = read_sampler_state(sampler_state)
     except ConfigError:
         return None
-    return typed.micro_batch_size * typed.data_parallel_size if replayable(sampler_state) else None
+    if not replayable(sampler_state) or typed.total_samples != len(dataset):
+        return None
+    return typed.micro_batch_size * typed.data_parallel_size
 
 
 def data_parallel_position(
