@@ -47,6 +47,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     )
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
     from .integrations import StatefulLoader, register_sampler
+    from .integrations.audit import audit
     from .integrations.tracing import trace
     from .packing import karmarkar_karp, pack_best_fit
     from .samples.base import SampleDataset, register_dataset_kind
@@ -139,6 +140,7 @@ _EXPORTS = {
     "register_tokenizer": ".tokenizers",
     "trace": ".integrations.tracing",
     "verify": ".indexed",
+    "audit": ".integrations.audit",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
