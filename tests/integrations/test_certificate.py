@@ -297,3 +297,19 @@ def test_each_samplers_chain_is_its_global_batches_in_rank_order(dataset, kind):
         for rank in range(RANKS):
             want = np.stack([dataset[int(i)]["tokens"] for i in ids[rank * MBS : (rank + 1) * MBS]])
             np.testing.assert_array_equal(handed[rank][step].numpy(), want)
+
+
+def test_a_resume_on_another_global_batch_starts_a_segment_that_audit_links_to_the_last(dataset):
+    before = _train(_loader(dataset), 6)
+    wider = StatefulLoader.for_dataset(
+        dataset, micro_batch_size=MBS, seed=3, data_parallel_rank=0, data_parallel_size=3
+    )
+    wider.load_state_dict(before[1])
+    after = _train(wider, 3)
+    cert = after[0]["certificate"]
+    assert (cert["since"], cert["steps"], cert["base"]) == (6, 9, before[1]["certificate"]["digest"])
+    assert audit([before[0], before[1], after[0]]).consistent
+    forged = copy.deepcopy(after[0])
+    forged["certificate"]["base"] = before[0]["certificate"]["digest"]
+    report = audit([before[1], forged])
+    assert report.divergence.step == 6 and "another digest" in report.divergence.what

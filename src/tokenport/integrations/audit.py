@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..samples.base import Rebuilder
 from ..sampling.state import Certificate, read_loader_state, read_sampler_state
-from .certificate import Chain, GlobalBatches, data_digest, extend
+from .certificate import Chain, GlobalBatches, data_digest, extend, genesis
 from .rebuild import check_same_data, rebuild_unverified
 from .receipt import DataReceipt, receipt_changes
 from .tracing import is_state, load_state
@@ -144,6 +144,15 @@ def _compare_data(before: _Audited, after: _Audited) -> Divergence | None:
             f"certifies {after.steps} step(s) but {before.source}, earlier in the series, certifies {before.steps}: "
             f"steps {after.steps}..{before.steps - 1} were repeated (a resume from an older state) or the states "
             "are out of order",
+        )
+    if after.chain.since == before.steps and after.chain.base != before.chain.digest:
+        started = after.chain.base == genesis()
+        return Divergence(
+            after.source,
+            after.chain.since,
+            f"its chain starts at step {after.chain.since} "
+            + ("afresh (resumed from a state without a certificate)" if started else "from another digest")
+            + f" than the one {before.source} certifies there: the run was not resumed from that state's stream",
         )
     overlap = max(before.chain.since, after.chain.since)
     if overlap < before.steps and before.chain.data != after.chain.data:
