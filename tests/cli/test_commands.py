@@ -131,6 +131,7 @@ _MINIMAL = {
     "pack-report": ["x"],
     "trace": ["state.json", "--step", "1"],
     "merge": ["-o", "out", "x"],
+    "audit": ["state.json"],
 }
 
 
