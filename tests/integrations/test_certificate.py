@@ -316,3 +316,14 @@ def test_a_resume_on_another_global_batch_starts_a_segment_that_audit_links_to_t
     forged["certificate"]["base"] = before[0]["certificate"]["digest"]
     report = audit([before[1], forged])
     assert report.divergence.step == 6 and "another digest" in report.divergence.what
+
+
+def test_a_run_recorded_at_or_past_the_certified_steps_is_refused(dataset):
+    """A jump is recorded when a batch is handed over: one at the step the state resumes from never was."""
+    state = _train(_loader(dataset), 6)[1]
+    state["certificate"]["runs"] = [[0, 0], [6, 10 * GBS]]
+    loader = _loader(dataset)
+    with pytest.raises(tp.ConfigError, match="runs"):
+        loader.load_state_dict(state)
+    with pytest.raises(tp.ConfigError, match="runs"):
+        audit([state])

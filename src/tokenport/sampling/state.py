@@ -243,8 +243,8 @@ class Certificate(Document, frozen=True):
         if not self.runs or self.runs[0][0] != self.since:
             raise ValueError(f"`runs` must start with the segment's first handover, `since`={self.since}")
         starts = [start for start, _ in self.runs]
-        if starts != sorted(set(starts)) or starts[-1] > self.steps:
-            raise ValueError(f"`runs` handovers {starts} must increase and stay within `steps`={self.steps}")
+        if starts != sorted(set(starts)) or any(start >= self.steps for start in starts[1:]):
+            raise ValueError(f"`runs` handovers {starts} must increase and stay below `steps`={self.steps}")
         if self.steps == self.since and (self.digest, self.previous) != (self.base, self.base):
             raise ValueError("no step is hashed in the segment, so `digest` and `previous` must equal `base`")
 
