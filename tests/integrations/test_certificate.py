@@ -327,3 +327,26 @@ def test_a_run_recorded_at_or_past_the_certified_steps_is_refused(dataset):
         loader.load_state_dict(state)
     with pytest.raises(tp.ConfigError, match="runs"):
         audit([state])
+
+
+def test_audit_of_an_adaptive_blend_checks_the_weight_updates_of_the_steps_trained(dataset, tmp_path):
+    from tokenport.blend import AdaptiveBlend
+    from tokenport.sampling import StreamSampler
+
+    children = [dataset, _dataset(tmp_path / "t", seed=2)]
+    blend = AdaptiveBlend(children, [1, 1], num_samples=40)
+    loader = StatefulLoader(blend, StreamSampler(40, 0, MBS, 0, RANKS, order="sequential"))
+    states = []
+    batches = iter(loader)
+    for step in range(6):
+        next(batches)
+        loader.set_mixture([1.0, 1.0 + step])
+        if step % 3 == 2:
+            states.append(json.loads(json.dumps(loader.state_dict())))
+    assert audit(states).consistent
+    other = copy.deepcopy(states[1])
+    first = other["mixture"]["updates"][0]
+    first[1] = [5.0, 1.0]  # the first update's weights, otherwise
+    report = audit([states[0], other])
+    assert not report.consistent and "weight updates" in report.divergence.what
+    assert report.divergence.step == first[0] // GBS

@@ -154,6 +154,9 @@ def _compare_data(before: _Audited, after: _Audited) -> Divergence | None:
             + ("afresh (resumed from a state without a certificate)" if started else "from another digest")
             + f" than the one {before.source} certifies there: the run was not resumed from that state's stream",
         )
+    mixed = _compare_updates(before, after)
+    if mixed is not None:
+        return mixed
     overlap = max(before.chain.since, after.chain.since)
     if overlap < before.steps and before.chain.data != after.chain.data:
         changes = "; ".join(receipt_changes(before.receipt, after.receipt))
@@ -163,6 +166,32 @@ def _compare_data(before: _Audited, after: _Audited) -> Divergence | None:
             f"trained on other data than {before.source} over steps both certify: {changes or 'the data differs'}",
         )
     return None
+
+
+def _compare_updates(before: _Audited, after: _Audited) -> Divergence | None:
+    """A divergence when an AdaptiveBlend's weight updates for samples ``before`` had consumed differ in ``after``
+    (the sample ids are the blend's positions: the updates decide which child sample each one is)."""
+    consumed = int(before.state["sampler"]["consumed_samples"])
+    old, new = (_updates(item.state, consumed) for item in (before, after))
+    if old == new:
+        return None
+    differ = next((k for k, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    sample = min(update[0] for update in old[differ : differ + 1] + new[differ : differ + 1])
+    step = next((h for h in range(before.steps) if before.chain.position(h) + before.chain.global_batch > sample), 0)
+    return Divergence(
+        after.source,
+        step,
+        f"its adaptive blend's weight updates before sample {consumed} differ from {before.source}'s from sample "
+        f"{sample} on: the steps from there read other documents",
+    )
+
+
+def _updates(state: Mapping[str, Any], before: int) -> list[tuple[int, list[float]]]:
+    """A state's AdaptiveBlend updates that apply to samples before ``before`` ([] without a mixture)."""
+    mixture = state.get("mixture")
+    if not isinstance(mixture, Mapping):
+        return []
+    return [(int(start), [float(w) for w in weights]) for start, weights in mixture["updates"] if start < before]
 
 
 def _recompute(item: _Audited, rebuilder: Rebuilder, cannot_build: bool) -> Divergence | None:
