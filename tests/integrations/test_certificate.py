@@ -350,3 +350,43 @@ def test_audit_of_an_adaptive_blend_checks_the_weight_updates_of_the_steps_train
     report = audit([states[0], other])
     assert not report.consistent and "weight updates" in report.divergence.what
     assert report.divergence.step == first[0] // GBS
+
+
+class _Ids:
+    """A map-style dataset of ``len(lengths)`` samples, each its id; ``lengths`` only when ``with_lengths``."""
+
+    def __init__(self, lengths, with_lengths: bool) -> None:
+        self.size = len(lengths)
+        if with_lengths:
+            self.lengths = lengths
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> dict:
+        return {"id": np.int64(i)}
+
+
+@pytest.mark.parametrize("with_lengths", [True, False])
+def test_a_length_grouped_stream_is_certified_when_its_dataset_holds_the_lengths(with_lengths, caplog):
+    from tokenport.sampling import StreamSampler
+
+    lengths = np.random.default_rng(0).integers(1, 100, 40)
+
+    def make():
+        sampler = StreamSampler(40, 0, 2, 0, 1, seed=1, order="length_grouped", lengths=lengths, group_size=2)
+        return StatefulLoader(_Ids(lengths, with_lengths), sampler)
+
+    loader = make()
+    batches = iter(loader)
+    handed = [next(batches)["id"].tolist() for _ in range(3)]
+    with caplog.at_level(logging.WARNING, logger="tokenport.integrations.torch"):
+        state = json.loads(json.dumps(loader.state_dict()))
+    assert ("certificate" in state) is with_lengths
+    assert ("cannot be replayed" in caplog.text) is not with_lengths
+    if with_lengths:
+        batches_of = GlobalBatches(state["sampler"], loader.dataset)
+        assert [batches_of.ids(k * 2).tolist() for k in range(3)] == handed
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.consumed_samples == 6

@@ -294,7 +294,12 @@ class StatefulLoader:
             chain.data = data_digest((receipt or self.receipt()).dataset)
         if chain.steps < self._handed:
             if self._batches is None or self._batches[0] is not self.dataset:
-                self._batches = (self.dataset, GlobalBatches(self.sampler.state_dict(), self.dataset))
+                try:
+                    self._batches = (self.dataset, GlobalBatches(self.sampler.state_dict(), self.dataset))
+                except ConfigError as exc:  # e.g. a length-grouped order over lengths the dataset does not hold
+                    logger.warning("the loader's states carry no certificate: its stream cannot be replayed (%s)", exc)
+                    self._chain = None
+                    return None
             chain.catch_up(self._handed, self._batches[1])
         return chain.document()
 
@@ -336,7 +341,7 @@ class StatefulLoader:
         except BaseException:
             self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
             raise
-        self._chain, self._expected = chain, int(self.sampler.consumed_samples)
+        self._chain, self._expected, self._batches = chain, int(self.sampler.consumed_samples), None
         self._handed = 0 if chain is None else chain.steps
 
     def _resumed_chain(
