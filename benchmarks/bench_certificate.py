@@ -9,6 +9,8 @@ store (the dataset's size does not enter: only the sampler's positions and ids a
              batch of every step recomputed (a StreamSampler's global stream at once; other samplers
              rank by rank) and hashed, 8 samples a step on 1 or 8 ranks. "per batch in all" adds the two:
              the goal (under 1 us a batch) is on it.
+  audit      tokenport.audit of two states of one run (K/2 and K steps in), per step: the dataset rebuilt
+             from the receipt, the later state hashed on from the earlier one's digest.
   resume     load_state_dict of a state after 1,000 steps: its position checked, its last step replayed
              (a cost independent of the step count).
 
@@ -54,7 +56,7 @@ def _store(prefix: str) -> tp.GPTDataset:
     with tp.IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
         writer.add_documents(tokens, lengths)
     store = tp.IndexedDataset(prefix)
-    return tp.GPTDataset(store, np.arange(200), 1000, tp.GPTSampleConfig(128, 2), 1)
+    return tp.GPTDataset(store, np.arange(200), 200_000, tp.GPTSampleConfig(128, 2), 1)
 
 
 SAMPLERS: dict[str, Callable[[int, int], object]] = {
@@ -102,6 +104,19 @@ def _resume(dataset: _Span) -> float:
     state = json.loads(json.dumps(loader.state_dict()))
     fresh = StatefulLoader(dataset, SAMPLERS["StreamSampler feistel"](8, 1))
     return best_of(lambda: fresh.load_state_dict(state), 5)
+
+
+def _audit(dataset: tp.GPTDataset, steps: int) -> float:
+    """Seconds per step of tokenport.audit over two states of one run (``steps // 2`` and ``steps`` steps in),
+    the dataset rebuilt from the receipt, best of 3."""
+    loader = StatefulLoader.for_dataset(dataset, micro_batch_size=8, seed=1)
+    states = []
+    for _ in range(2):
+        for _ in range(steps // 2):
+            loader._hand_over()
+        states.append(json.loads(json.dumps(loader.state_dict())))
+    assert tp.audit(states).consistent
+    return best_of(lambda: tp.audit(states), 3) / steps
 
 
 def main() -> None:
@@ -161,6 +176,17 @@ def main() -> None:
                     lower_is_better=True,
                 )
             )
+        rows.append(
+            Row(
+                "audit",
+                "two states of one run, StreamSampler, 8 x 1",
+                "s/step",
+                _audit(dataset.inner, steps),
+                float("nan"),
+                "-",
+                absolute=True,
+            )
+        )
         rows.append(
             Row(
                 "resume", "load_state_dict, last step replayed", "s", _resume(dataset), float("nan"), "-", absolute=True
