@@ -75,6 +75,7 @@ SCRIPTS = (
     Script("bench_dock_casting"),
     Script("bench_dock_ray", timeout_s=180.0),
     Script("bench_streaming", timeout_s=240.0),
+    Script("bench_certificate"),
 )
 
 # The scripts run_all leaves out, and why: each has no goal of its own (its figures explain another

@@ -47,6 +47,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     )
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
     from .integrations import StatefulLoader, register_sampler
+    from .integrations.audit import audit
     from .integrations.tracing import trace
     from .integrations.where import occurrences
     from .packing import karmarkar_karp, pack_best_fit
@@ -141,6 +142,7 @@ _EXPORTS = {
     "trace": ".integrations.tracing",
     "occurrences": ".integrations.where",
     "verify": ".indexed",
+    "audit": ".integrations.audit",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

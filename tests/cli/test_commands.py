@@ -133,6 +133,7 @@ _MINIMAL = {
     "merge": ["-o", "out", "x"],
     "where": ["state.json", "--store", "s", "--document", "1"],
     "why": ["out", "--input", "in.jsonl:1"],
+    "audit": ["state.json"],
 }
 
 

@@ -348,6 +348,24 @@ def _where_flags(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _audit_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "states",
+        nargs="+",
+        metavar="CHECKPOINT_OR_STATE",
+        help="JSON loader states or torch checkpoints holding one, of one run, in step order",
+    )
+    sub.add_argument(
+        "--store",
+        dest="stores",
+        metavar="OLD=NEW",
+        action="append",
+        type=_store_move,
+        default=None,
+        help="a store that moved since the run: its recorded prefix OLD is now at NEW (repeat per store)",
+    )
+
+
 def _why_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("output", metavar="OUTPUT", help="a prepare output directory")
     asked = sub.add_mutually_exclusive_group(required=True)
@@ -437,6 +455,13 @@ _VERBS = {
         "step, why, duplicating what), and how it was changed",
         _why_flags,
         library=("tokenport.corpus.run.why", "why"),
+    ),
+    "audit": _Verb(
+        verbs._audit,
+        "check a run's checkpoints against their receipts and each other: skipped or repeated steps, other "
+        "data; prints the first divergence, exit 1 if any",
+        _audit_flags,
+        shape='{"consistent", "states": [{source, steps}], "divergence": {source, step, what} or null}',
     ),
 }
 

@@ -261,3 +261,11 @@ def _why(args: argparse.Namespace) -> int:
 
     _emit(args, [why(args.output, input=args.input, text=args.text)])
     return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from ..integrations.audit import audit
+
+    report = audit(args.states, stores=dict(args.stores or ()))
+    _emit(args, [report])
+    return 0 if report.consistent else 1

@@ -221,7 +221,7 @@ class GrainLoader:
         batches = iter(pipeline)
         try:
             for batch in batches:
-                sampler.advance()
+                self._loader._hand_over()  # the sampler advances; the state's certificate counts the batch
                 yield torchtitan_batch(batch)
         finally:
             batches.close()  # stops Grain's threads and worker processes when the loop lets go

@@ -224,6 +224,11 @@ def check_receipt(
     return tuple(change.message for change in changes)
 
 
+def receipt_changes(saved: DataReceipt, current: DataReceipt) -> list[str]:
+    """Each difference between two receipts, as the message a refused resume gives."""
+    return [change.message for change in _compare_receipts(saved, current)]
+
+
 def check_allow_changes(allow_changes: Iterable[str]) -> frozenset[str]:
     """The accepted change kinds; ConfigError for a string (not a list) or an unknown kind."""
     if isinstance(allow_changes, str):

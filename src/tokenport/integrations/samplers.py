@@ -19,7 +19,7 @@ from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.state import read_sampler_state
 from ..sampling.stream import ORDERS, StreamSampler
 
-__all__ = ["SamplerFactory", "register_sampler", "sampler_from_state"]
+__all__ = ["SamplerFactory", "register_sampler", "replayable", "sampler_from_state"]
 
 SamplerFactory = Callable[[Mapping[str, Any], int, Any], Sampler]
 """``factory(state, data_parallel_rank, dataset)``: the sampler ``state`` was saved from, built on that rank at
@@ -57,6 +57,13 @@ def sampler_from_state(state: Mapping[str, Any], rank: int, dataset: Any) -> Sam
     sampler = _SAMPLERS.get(name, where="state['sampler']['sampler']")(state, rank, dataset)
     sampler.load_state_dict(state)  # refuses a state whose fields do not fit (fingerprint, configuration)
     return sampler
+
+
+def replayable(state: Mapping[str, Any]) -> bool:
+    """True when ``sampler_from_state`` can rebuild the sampler of ``state`` (typed already): one of tokenport's
+    kinds, or a name given to ``register_sampler``."""
+    kind = state.get("sampler")
+    return (isinstance(kind, int) and kind in _KINDS) or (isinstance(kind, str) and _SAMPLERS.find(kind) is not None)
 
 
 def _pretraining(state: Mapping[str, Any], rank: int, dataset: Any) -> PretrainingSampler:

@@ -16,10 +16,15 @@ collate, each micro-batch is fetched with one ``get_batch`` call and handed over
 sharing its arrays (``integrations._fetch``): the same batch as sample by sample, in fewer steps.
 Without a ``collate_fn``, a worker process hands each batch over through one reused shared slot (``_handoff``).
 ``fields=`` keeps only the fields a trainer reads, so fewer tensors cross from worker processes.
+
+Each state also carries the stream's certificate (``integrations.certificate``): a hash chain over the
+global batches handed over, hashed when the state is taken (a handover costs one position compare).
+``load_state_dict`` checks it: the last certified batch is recomputed from the receipt and the sampler.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -36,12 +41,13 @@ from ..metrics import live, record_mixture, record_weight_update
 from ..sampling.contract import SAMPLER_MEMBERS, Sampler, missing_members
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
 from ..sampling.progress import DatasetEpochs, dataset_epochs
-from ..sampling.state import STATE_VERSION, read_loader_state
+from ..sampling.state import STATE_VERSION, Certificate, read_loader_state, read_sampler_state
 from ..sampling.stream import StreamSampler
 from ._fetch import BatchFetch, check_fields, fetch_plan
 from ._handoff import SharedBatch, forget
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from ._readahead import read_ahead
+from .certificate import Chain, GlobalBatches, data_digest, genesis
 from .receipt import (
     DataReceipt,
     check_allow_changes,
@@ -51,8 +57,11 @@ from .receipt import (
     sampler_position,
     sampler_seed,
 )
+from .samplers import replayable
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
+
+logger = logging.getLogger(__name__)
 
 SAMPLER_PROTOCOL = SAMPLER_MEMBERS  # what the loader uses of a batch sampler (the `Sampler` protocol's members)
 
@@ -104,6 +113,12 @@ class StatefulLoader:
         self.loader_options = loader_options
         self._receipt: tuple[Any, DataReceipt] | None = None  # (dataset, its receipt at position 0)
         self._plan: tuple[Any, Any, Any] | None = None  # (dataset, what the DataLoader reads, its collate)
+        position, gbs = int(sampler.consumed_samples), _replayable(sampler.state_dict(), dataset)
+        # the certificate (its data digest computed when first hashed); None: a sampler no state replays
+        self._chain = None if gbs is None else Chain(b"", gbs, runs=[(0, position)])
+        self._handed = 0  # batches handed over since the run began (the chain's handovers)
+        self._expected = position  # the sampler's position unless something outside the loader moves it
+        self._batches: tuple[Any, GlobalBatches] | None = None  # (dataset, its global batches) for hashing
         if self.fields is not None:
             self._fetch()  # refuse unknown field names now, not at the first batch
 
@@ -193,8 +208,18 @@ class StatefulLoader:
             if recorder is not None:
                 wait = perf_counter() - began
                 recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
-            self.sampler.advance()
+            self._hand_over()
             yield batch
+
+    def _hand_over(self) -> None:
+        """Count one batch handed to the trainer: the sampler advances a step; a position moved from outside
+        the loader since the last handover is a jump the certificate records."""
+        sampler = self.sampler
+        if sampler.consumed_samples != self._expected and self._chain is not None:
+            self._chain.jump(self._handed, int(sampler.consumed_samples))
+        sampler.advance()
+        self._handed += 1
+        self._expected = sampler.consumed_samples
 
     def _fetch(self) -> tuple[Any, Any]:
         """(what the DataLoader reads, its collate or None) for the current dataset, decided once per dataset."""
@@ -248,10 +273,35 @@ class StatefulLoader:
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the last batch handed over, and the data receipt (plain JSON types); over an
         AdaptiveBlend also ``mixture``: ``{"updates": [[from_sample, [weights...]], ...]}``."""
-        state = {"version": STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": self.receipt().to_dict()}
+        receipt = self.receipt()
+        state = {"version": STATE_VERSION, "sampler": self.sampler.state_dict(), "receipt": receipt.to_dict()}
         if isinstance(self.dataset, AdaptiveBlend):
             state["mixture"] = {"updates": self.dataset.describe()["updates"]}
+        certificate = self.certificate(receipt)
+        if certificate is not None:
+            state["certificate"] = certificate
         return state
+
+    def certificate(self, receipt: DataReceipt | None = None) -> dict[str, Any] | None:
+        """The stream's certificate up to the last batch handed over (``integrations.certificate``): the batches
+        handed since the last call are hashed now, their global sample ids recomputed from the sampler.
+        None for a sampler whose state cannot be replayed (one of the protocol's, neither tokenport's nor
+        registered with ``register_sampler``)."""
+        chain = self._chain
+        if chain is None:
+            return None
+        if not chain.data:
+            chain.data = data_digest((receipt or self.receipt()).dataset)
+        if chain.steps < self._handed:
+            if self._batches is None or self._batches[0] is not self.dataset:
+                try:
+                    self._batches = (self.dataset, GlobalBatches(self.sampler.state_dict(), self.dataset))
+                except ConfigError as exc:  # e.g. a length-grouped order over lengths the dataset does not hold
+                    logger.warning("the loader's states carry no certificate: its stream cannot be replayed (%s)", exc)
+                    self._chain = None
+                    return None
+            chain.catch_up(self._handed, self._batches[1])
+        return chain.document()
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_changes: Iterable[str] = ()) -> None:
         """Resume where ``state_dict()`` was taken, refusing (ConfigError naming every change) to resume
@@ -273,20 +323,76 @@ class StatefulLoader:
             raise ConfigError(
                 f"state: expected the dict StatefulLoader.state_dict() returned, got a {type(state).__name__}"
             )
-        read_loader_state(state)  # every field typed before anything is compared or changed
+        typed = read_loader_state(state)  # every field typed before anything is compared or changed
         saved = DataReceipt.from_dict(state["receipt"]) if "receipt" in state else None
         if saved is not None:
             check_state_agrees(saved, state["sampler"], type(self.sampler).__name__)
-        check_receipt(saved, self.receipt(), allowed)
+        current = self.receipt()
+        check_receipt(saved, current, allowed)
         _check_mixture(self.dataset, state)
+        certified, chain = self._resumed_chain(typed, state, saved, current)
         before = self.sampler.state_dict()
         self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
-        if isinstance(self.dataset, AdaptiveBlend):
-            try:
+        try:  # the sampler accepted its state: the certificate's last batch can be replayed from it
+            if certified is not None:
+                certified.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
+            if isinstance(self.dataset, AdaptiveBlend):
                 self.dataset.restore_updates(state["mixture"]["updates"])  # refuses, changing nothing, or loads
-            except BaseException:
-                self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
-                raise
+        except BaseException:
+            self.sampler.load_state_dict(before)  # validate, then commit: the refused state changed nothing
+            raise
+        self._chain, self._expected, self._batches = chain, int(self.sampler.consumed_samples), None
+        self._handed = 0 if chain is None else chain.steps
+
+    def _resumed_chain(
+        self, typed: Any, state: Mapping[str, Any], saved: DataReceipt | None, current: DataReceipt
+    ) -> tuple[Chain | None, Chain | None]:
+        """(the state's certificate, whose last batch is to be checked; the chain the resume continues): the
+        certificate checked against the state's receipt and position (ConfigError), continued in a new
+        segment when the data or the global batch changed. Nones when the sampler cannot be replayed."""
+        if self._chain is None:
+            return None, None
+        sampler = read_sampler_state(state["sampler"], "state['sampler']")  # typed before any field is read
+        consumed, saved_gbs = sampler.consumed_samples, sampler.micro_batch_size * sampler.data_parallel_size
+        gbs = self._chain.global_batch
+        data = data_digest(current.dataset)
+        cert = typed.certificate
+        if saved is None or not isinstance(cert, Certificate):
+            since = -(-consumed // saved_gbs)
+            logger.warning(
+                "the state has no certificate (saved before certificates, or without a receipt): a chain starts at "
+                "step %d; the steps before it are not certified",
+                since,
+            )
+            return None, Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
+        chain = Chain.from_document(cert, saved_gbs)
+        if chain.data != data_digest(saved.dataset):
+            raise ConfigError(
+                "state['certificate']['data'] is not the digest of state['receipt']: the state was edited or "
+                "assembled from two saves; resume from a state saved whole by StatefulLoader.state_dict()"
+            )
+        if chain.end() != consumed:
+            raise ConfigError(
+                f"state['certificate']: its {chain.steps} step(s) end at consumed_samples={chain.end()} but "
+                f"state['sampler']['consumed_samples']={consumed}: the position was edited (steps would be "
+                "skipped or repeated); resume from a state saved whole by StatefulLoader.state_dict()"
+            )
+        if data != chain.data or gbs != saved_gbs:  # an accepted data change, or another global batch
+            steps = chain.steps
+            return chain, Chain(data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps)
+        return chain, Chain.from_document(cert, gbs)
+
+
+def _replayable(sampler_state: Any, dataset: Any) -> int | None:
+    """The global batch of a sampler whose state names a kind ``sampler_from_state`` rebuilds over ``dataset``
+    (its whole length), else None: such a sampler's stream cannot be recomputed, so it gets no certificate."""
+    try:
+        typed = read_sampler_state(sampler_state)
+    except ConfigError:
+        return None
+    if not replayable(sampler_state) or typed.total_samples != len(dataset):
+        return None
+    return typed.micro_batch_size * typed.data_parallel_size
 
 
 def data_parallel_position(

@@ -115,11 +115,11 @@ def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
             raise ConfigError(
                 f"{name}: not a JSON loader state nor a torch checkpoint loadable with weights_only=True ({exc})"
             ) from None
-    if _is_state(data):
+    if is_state(data):
         return dict(data), name
     if isinstance(data, Mapping):
         for key, value in data.items():
-            if _is_state(value):
+            if is_state(value):
                 return dict(value), f"{name} key {key!r}"
     raise ConfigError(
         f"{name}: holds no StatefulLoader state (a dict with 'version', 'sampler' and 'receipt') at its top level "
@@ -127,7 +127,7 @@ def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
     )
 
 
-def _is_state(value: Any) -> bool:
+def is_state(value: Any) -> bool:
     """True for a mapping that looks like ``StatefulLoader.state_dict()`` (a receipt is checked later)."""
     return isinstance(value, Mapping) and "sampler" in value and "version" in value
 
@@ -197,7 +197,7 @@ def resolve_state(state: Any, dataset: Any, rebuilder: Rebuilder) -> tuple[str, 
     path of one, its dataset rebuilt from the receipt or ``dataset`` checked against it (for trace, where)."""
     if isinstance(state, (str, os.PathLike)):
         state, source = load_state(state)
-    elif _is_state(state):
+    elif is_state(state):
         source = "the state given"
     else:
         raise ConfigError("state: expected the dict StatefulLoader.state_dict() returned, or the path of a file")

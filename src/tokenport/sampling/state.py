@@ -13,7 +13,7 @@ the field, before anything is changed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -22,6 +22,7 @@ from .._schema import Count, Document, Int64, NonNegativeFinite, Positive, Seed,
 from ..errors import ConfigError
 
 __all__ = [
+    "Certificate",
     "LoaderState",
     "ReceiptDocument",
     "RegisteredState",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 RECEIPT_FORMAT = "tokenport.receipt/1"
+CERTIFICATE_FORMAT: Final = "tokenport.certificate/1"
 
 Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
 """A bool stored as 0 or 1."""
@@ -217,13 +219,45 @@ class Mixture(Document, frozen=True):
     updates: list[tuple[Count, list[NonNegativeFinite]]]
 
 
+Digest = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+"""A 16-byte digest as 32 lowercase hex digits."""
+
+
+class Certificate(Document, frozen=True):
+    """The stream's certificate (``integrations.certificate``): its segment's data digest, start (``since``
+    handovers, digest ``base``), runs of consecutive positions ``[handover, consumed_samples]``, the handovers
+    hashed (``steps``) and the digests after the last one and the one before it."""
+
+    format: Literal["tokenport.certificate/1"]
+    data: Digest
+    steps: Count
+    digest: Digest
+    previous: Digest
+    since: Count
+    base: Digest
+    runs: list[tuple[Count, Count]]
+
+    def __post_init__(self) -> None:
+        if self.since > self.steps:
+            raise ValueError(f"`since`={self.since} is past `steps`={self.steps}")
+        if not self.runs or self.runs[0][0] != self.since:
+            raise ValueError(f"`runs` must start with the segment's first handover, `since`={self.since}")
+        starts = [start for start, _ in self.runs]
+        if starts != sorted(set(starts)) or any(start >= self.steps for start in starts[1:]):
+            raise ValueError(f"`runs` handovers {starts} must increase and stay below `steps`={self.steps}")
+        if self.steps == self.since and (self.digest, self.previous) != (self.base, self.base):
+            raise ValueError("no step is hashed in the segment, so `digest` and `previous` must equal `base`")
+
+
 class LoaderState(Document, frozen=True):
-    """``StatefulLoader.state_dict()``: a version 2 state has a receipt; a version 1 state may lack one."""
+    """``StatefulLoader.state_dict()``: a version 2 state has a receipt; a version 1 state may lack one.
+    ``certificate``: absent in states saved before certificates (a resume starts a chain)."""
 
     version: Literal[1, 2]
     sampler: dict[str, Any]
     receipt: ReceiptDocument | UnsetType = UNSET
     mixture: Mixture | UnsetType = UNSET
+    certificate: Certificate | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if self.version == STATE_VERSION and isinstance(self.receipt, UnsetType):

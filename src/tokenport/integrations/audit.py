@@ -1,0 +1,305 @@
+"""Audit a run's checkpoints: did each state's stream follow its receipt, and does each extend the one before?
+
+``audit(states)`` takes loader states (dicts, JSON files or torch checkpoints, in step order). For
+each it rebuilds the dataset from the receipt (``--store OLD=NEW`` for moved stores), recomputes
+every global batch its certificate covers (``integrations.certificate``) and compares the chain
+with the certificate's digest; a position that jumped within the run (``runs``) is a skipped or
+repeated step. Across the series, each state must certify at least the steps of the one before and
+read the same batches (position, sample ids) on the same data (the receipts' data digests) over
+the steps both certify. The report gives the first divergence (the lowest step; the comparison of
+two states before a state's own check) or says the series is consistent.
+
+Cost: a state that carries on the one before it is hashed on from that state's digest, so an honest
+series costs its last state's steps (about 1 us each) and memory for one block of global batches;
+batches are compared step by step only where a chain does not carry on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..samples.base import Rebuilder
+from ..sampling.state import Certificate, read_loader_state, read_sampler_state
+from .certificate import Chain, GlobalBatches, data_digest, extend, genesis
+from .rebuild import check_same_data, rebuild_unverified
+from .receipt import DataReceipt, receipt_changes
+from .tracing import is_state, load_state
+
+__all__ = ["AuditReport", "Divergence", "audit"]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first place the series departs from its receipts or from itself: the state, the step, what differs."""
+
+    source: str
+    step: int
+    what: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types."""
+        return {"source": self.source, "step": self.step, "what": self.what}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What ``tokenport audit`` prints: each state and the steps it certifies, and the first divergence."""
+
+    sources: tuple[str, ...]
+    steps: tuple[int, ...]
+    divergence: Divergence | None
+
+    @property
+    def consistent(self) -> bool:
+        """True when no divergence was found."""
+        return self.divergence is None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON types."""
+        return {
+            "consistent": self.consistent,
+            "states": [{"source": s, "steps": n} for s, n in zip(self.sources, self.steps)],
+            "divergence": None if self.divergence is None else self.divergence.to_dict(),
+        }
+
+    def render(self) -> str:
+        """The report as text: one line per state, then the verdict."""
+        lines = [f"{source}: {steps} step(s) certified" for source, steps in zip(self.sources, self.steps)]
+        if self.divergence is None:
+            lines.append(f"consistent: {len(self.sources)} state(s) follow their receipts and extend each other")
+        else:
+            d = self.divergence
+            lines.append(f"first divergence at step {d.step} in {d.source}: {d.what}")
+        return "\n".join(lines)
+
+
+@dataclass
+class _Audited:
+    """One state of the series, read and typed."""
+
+    source: str
+    state: Mapping[str, Any]
+    receipt: DataReceipt
+    chain: Chain
+    batches: GlobalBatches | None = None  # its global batches over the dataset rebuilt here
+    verified: bool = False  # its digest is the chain recomputed from its receipt and sampler
+
+    @property
+    def steps(self) -> int:
+        return self.chain.steps
+
+
+def audit(
+    states: Sequence[Mapping[str, Any] | str | os.PathLike[str]], *, stores: Mapping[str, str] | None = None
+) -> AuditReport:
+    """Audit loader states of one run, in step order (see the module docstring). ConfigError for a state
+    without a receipt or a certificate, or a store that cannot be found (``stores``: recorded prefix -> now)."""
+    if isinstance(states, (str, bytes, os.PathLike, Mapping)) or not states:
+        raise ConfigError("states: pass a list of loader states or checkpoint paths, in step order (at least one)")
+    audited = [_read(state, k) for k, state in enumerate(states)]
+    found: list[tuple[int, int, int, Divergence]] = []  # (step, phase, index, divergence)
+    for k in range(1, len(audited)):
+        divergence = _compare_data(audited[k - 1], audited[k])
+        if divergence is not None:
+            found.append((divergence.step, 0, k, divergence))
+    rebuilder = Rebuilder(stores or {})
+    for k, item in enumerate(audited):
+        before = audited[k - 1] if k else None
+        divergence = _recompute(item, before, rebuilder, cannot_build=bool(found))
+        if divergence is not None:
+            found.append((divergence.step, 1, k, divergence))
+        if before is not None and before.batches is not None and item.batches is not None and not item.verified:
+            divergence = _compare_batches(before, item)
+            if divergence is not None:
+                found.append((divergence.step, 0, k, divergence))
+    first = min(found, key=lambda entry: entry[:3])[3] if found else None
+    return AuditReport(tuple(a.source for a in audited), tuple(a.steps for a in audited), first)
+
+
+def _read(state: Any, index: int) -> _Audited:
+    """One state of the series, typed; ConfigError when it has no receipt or no certificate."""
+    if isinstance(state, (str, os.PathLike)):
+        state, source = load_state(state)
+    elif is_state(state):
+        source = f"state {index}"
+    else:
+        raise ConfigError(f"states[{index}]: expected a dict StatefulLoader.state_dict() returned, or a file's path")
+    typed = read_loader_state(state, source)
+    if "receipt" not in state or not isinstance(typed.certificate, Certificate):
+        raise ConfigError(
+            f"{source}: the state has no {'receipt' if 'receipt' not in state else 'certificate'} (saved by an "
+            "older tokenport, or stripped), so what its steps read cannot be certified; audit states saved by "
+            "StatefulLoader.state_dict() of this version"
+        )
+    sampler = read_sampler_state(state["sampler"], f"{source}: state['sampler']")
+    gbs = sampler.micro_batch_size * sampler.data_parallel_size
+    receipt = DataReceipt.from_dict(state["receipt"], f"{source}: state['receipt']")
+    return _Audited(source, state, receipt, Chain.from_document(typed.certificate, gbs))
+
+
+def _compare_data(before: _Audited, after: _Audited) -> Divergence | None:
+    """A divergence when ``after`` certifies fewer steps than ``before``, or other data over steps both certify."""
+    if after.steps < before.steps:
+        return Divergence(
+            after.source,
+            after.steps,
+            f"certifies {after.steps} step(s) but {before.source}, earlier in the series, certifies {before.steps}: "
+            f"steps {after.steps}..{before.steps - 1} were repeated (a resume from an older state) or the states "
+            "are out of order",
+        )
+    if after.chain.since == before.steps and after.chain.base != before.chain.digest:
+        started = after.chain.base == genesis()
+        return Divergence(
+            after.source,
+            after.chain.since,
+            f"its chain starts at step {after.chain.since} "
+            + ("afresh (resumed from a state without a certificate)" if started else "from another digest")
+            + f" than the one {before.source} certifies there: the run was not resumed from that state's stream",
+        )
+    mixed = _compare_updates(before, after)
+    if mixed is not None:
+        return mixed
+    overlap = max(before.chain.since, after.chain.since)
+    if overlap < before.steps and before.chain.data != after.chain.data:
+        changes = "; ".join(receipt_changes(before.receipt, after.receipt))
+        return Divergence(
+            after.source,
+            overlap,
+            f"trained on other data than {before.source} over steps both certify: {changes or 'the data differs'}",
+        )
+    return None
+
+
+def _compare_updates(before: _Audited, after: _Audited) -> Divergence | None:
+    """A divergence when an AdaptiveBlend's weight updates for samples ``before`` had consumed differ in ``after``
+    (the sample ids are the blend's positions: the updates decide which child sample each one is)."""
+    consumed = int(before.state["sampler"]["consumed_samples"])
+    old, new = (_updates(item.state, consumed) for item in (before, after))
+    if old == new:
+        return None
+    differ = next((k for k, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    sample = min(update[0] for update in old[differ : differ + 1] + new[differ : differ + 1])
+    step = next((h for h in range(before.steps) if before.chain.position(h) + before.chain.global_batch > sample), 0)
+    return Divergence(
+        after.source,
+        step,
+        f"its adaptive blend's weight updates before sample {consumed} differ from {before.source}'s from sample "
+        f"{sample} on: the steps from there read other documents",
+    )
+
+
+def _updates(state: Mapping[str, Any], before: int) -> list[tuple[int, list[float]]]:
+    """A state's AdaptiveBlend updates that apply to samples before ``before`` ([] without a mixture)."""
+    mixture = state.get("mixture")
+    if not isinstance(mixture, Mapping):
+        return []
+    return [(int(start), [float(w) for w in weights]) for start, weights in mixture["updates"] if start < before]
+
+
+def _recompute(item: _Audited, before: _Audited | None, rebuilder: Rebuilder, cannot_build: bool) -> Divergence | None:
+    """Rebuild ``item``'s dataset and recompute its chain; a divergence for data that is not the receipt's, a
+    jumped position (skipped or repeated steps) or a digest that the recomputed batches do not give.
+    ``item.verified`` when its chain extends ``before``'s verified one: hashed on from ``before``'s digest (a
+    hash chain that reaches the same digest read the same batches), so a series costs its last state's steps."""
+    chain, source = item.chain, item.source
+    try:
+        dataset = rebuild_unverified(item.receipt, rebuilder)
+    except ConfigError:
+        if cannot_build:  # another divergence comes first; a state on other data need not build here
+            return None
+        raise
+    try:
+        check_same_data(item.receipt, dataset)
+    except ConfigError as exc:
+        return Divergence(source, chain.since, f"its receipt's data is not the data here: {exc}")
+    if chain.data != data_digest(item.receipt.dataset):
+        edited = "its certificate's data digest is not its receipt's: the state was edited"
+        return Divergence(source, chain.since, edited)
+    item.batches = GlobalBatches(item.state["sampler"], dataset)
+    jump = _first_jump(chain, source)
+    if before is not None and _continues(before, item):
+        if _hashed(chain, item.batches, before.steps, before.chain.digest) == chain.digest:
+            item.verified = True
+            return jump
+    if _hashed(chain, item.batches, chain.since, chain.base) != chain.digest:
+        step = chain.steps - 1 if chain.steps > chain.since else chain.since
+        return Divergence(
+            source,
+            step,
+            f"the certificate's digest after {chain.steps} step(s) is not the chain recomputed from the receipt and "
+            "the sampler: the state was edited, or its run read other batches at or before this step",
+        )
+    return jump
+
+
+def _first_jump(chain: Chain, source: str) -> Divergence | None:
+    """The first run whose position does not continue the one before: skipped or repeated steps."""
+    for (start, consumed), (next_start, next_consumed) in zip(chain.runs, chain.runs[1:]):
+        expected = consumed + (next_start - start) * chain.global_batch
+        if next_consumed != expected:
+            kind = "skipped" if next_consumed > expected else "repeated"
+            first, last = sorted((expected, next_consumed))
+            return Divergence(
+                source,
+                next_start,
+                f"the batch handed over at step {next_start} was read at consumed_samples={next_consumed}, not "
+                f"{expected}: {last - first} sample(s) ({(last - first) / chain.global_batch:g} step(s)) {kind} "
+                "(the sampler's position was moved outside the loader)",
+            )
+    return None
+
+
+def _continues(before: _Audited, after: _Audited) -> bool:
+    """True when ``after``'s segment is ``before``'s, verified, carried on: same start, data, global batch and
+    positions over ``before``'s steps."""
+    a, b = before.chain, after.chain
+    same = (a.since, a.base, a.data, a.global_batch) == (b.since, b.base, b.data, b.global_batch)
+    runs = [run for run in b.runs if run[0] < a.steps or run[0] == b.since]
+    return before.verified and same and a.steps <= b.steps and runs == a.runs
+
+
+def _hashed(chain: Chain, batches: GlobalBatches, first: int, digest: bytes) -> bytes:
+    """The chain's digest after its handovers ``first .. steps - 1``, hashed on from ``digest``."""
+    for _, rows in chain.handed(first, chain.steps, batches):
+        for row in rows:
+            digest = extend(digest, chain.data, int(row[0]), row[1:])
+    return digest
+
+
+def _compare_batches(before: _Audited, after: _Audited) -> Divergence | None:
+    """A divergence at the first step both certify whose position or sample ids differ (recomputed in blocks)."""
+    assert before.batches is not None and after.batches is not None
+    lo = max(before.chain.since, after.chain.since)
+    hi = min(before.steps, after.steps)
+    ours, theirs = before.chain.handed(lo, hi, before.batches), after.chain.handed(lo, hi, after.batches)
+    handover = lo
+    for (_, a_rows), (_, b_rows) in zip(_rows(ours), _rows(theirs)):
+        if not np.array_equal(a_rows, b_rows):
+            return _batch_divergence(before, after, handover)
+        handover += 1
+    return None
+
+
+def _rows(blocks: Any) -> Any:
+    """One (position, ids) row at a time from ``Chain.handed``'s blocks."""
+    for first, rows in blocks:
+        for row in rows:
+            yield first, row
+
+
+def _batch_divergence(before: _Audited, after: _Audited, handover: int) -> Divergence:
+    """The divergence of two states that read other batches at ``handover``."""
+    a, b = before.chain.position(handover), after.chain.position(handover)
+    return Divergence(
+        after.source,
+        handover,
+        f"reads other batches than {before.source}: "
+        + (f"position consumed_samples={b}, not {a}" if a != b else f"other sample ids at consumed_samples={a}")
+        + " (another seed or order, skipped or repeated steps)",
+    )

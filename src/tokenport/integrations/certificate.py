@@ -1,0 +1,216 @@
+"""The certificate of a stream: a hash chain over the global batches a StatefulLoader handed to the trainer.
+
+Handover ``k`` (counted from 0 over the whole run) extends the chain::
+
+    digest_{k+1} = blake2b-128(digest_k || data || consumed_k || ids_k)
+
+``data`` is the digest of the receipt's dataset tree (``data_digest``: store content checksums,
+sample configs, orders; not prefixes, tokenizers or recipes, which never change the tokens);
+``consumed_k`` the sampler's position (samples all ranks had consumed) when batch ``k`` was handed
+over; ``ids_k`` the global batch's sample ids (every rank's micro-batch, in rank order, int64).
+The receipt pins each store's content, so ids and ``data`` determine every token: no token is hashed.
+Every rank computes the same chain from the sampler alone (no communication), so the state stays
+rank-independent. A loader counts handovers (one integer compare per batch: a position moved from
+outside the loader is recorded as a jump in ``runs``) and hashes them when a state is taken.
+
+A chain has one *segment* per data and global batch: on a resume that accepts a data change
+(``allow_changes``) or changes the global batch, a new segment starts (``since``: the handovers
+before it, ``base``: the digest they reached); states of the earlier segment certify those steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._schema import to_builtins
+from ..errors import ConfigError
+from ..sampling.pretraining import PretrainingSampler, RandomSampler
+from ..sampling.state import CERTIFICATE_FORMAT, Certificate
+from ..sampling.stream import StreamSampler
+from .samplers import sampler_from_state
+
+__all__ = ["Chain", "GlobalBatches", "data_digest", "extend", "genesis"]
+
+_SIZE = 16  # bytes of a digest
+_ROWS = 4096  # global batches computed at once when hashing
+_NOT_DATA = frozenset({"prefix", "tokenizer", "prepared", "build"})  # receipt fields that never change a token
+
+
+def genesis() -> bytes:
+    """The digest a chain starts from (no batch handed over yet)."""
+    return hashlib.blake2b(CERTIFICATE_FORMAT.encode(), digest_size=_SIZE).digest()
+
+
+def data_digest(tree: Mapping[str, Any]) -> bytes:
+    """The digest of a receipt's dataset tree over the fields that decide the tokens."""
+    text = json.dumps(_data_part(tree), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.blake2b(text.encode(), digest_size=_SIZE).digest()
+
+
+def _data_part(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _data_part(item) for key, item in value.items() if key not in _NOT_DATA}
+    if isinstance(value, (list, tuple)):
+        return [_data_part(item) for item in value]
+    return value
+
+
+def extend(digest: bytes, data: bytes, consumed: int, ids: np.ndarray) -> bytes:
+    """The chain's digest after one more handed-over global batch."""
+    return _blake(digest + data + int(consumed).to_bytes(8, "little") + np.ascontiguousarray(ids, "<i8").tobytes())
+
+
+def _blake(message: bytes) -> bytes:
+    return hashlib.blake2b(message, digest_size=_SIZE).digest()
+
+
+class GlobalBatches:
+    """The global batch (every rank's micro-batch, in rank order) at any position of a sampler state's stream."""
+
+    def __init__(self, sampler_state: Mapping[str, Any], dataset: Any) -> None:
+        size = int(sampler_state["data_parallel_size"])
+        self.global_batch = int(sampler_state["micro_batch_size"]) * size
+        self.samplers = [sampler_from_state(sampler_state, rank, dataset) for rank in range(size)]
+        self.first = self.samplers[0]
+        self._epoch: tuple[int, np.ndarray] | None = None  # a RandomSampler's global batches of one epoch
+
+    def rows(self, consumed: int, count: int) -> np.ndarray | None:
+        """The global batches of up to ``count`` consecutive steps from ``consumed`` (at least one) as a
+        (steps, global batch) array, computed at once where tokenport's sampler has a global order (each
+        rank's micro-batch is its slice of it, in rank order); None where batches are taken rank by rank."""
+        first, gbs = self.first, self.global_batch
+        if type(first) is StreamSampler:
+            return first.global_stream(consumed, consumed + count * gbs).reshape(count, gbs)
+        if type(first) is PretrainingSampler:
+            count = min(count, (first.total_samples - consumed) // gbs)  # a partial last batch: rank by rank
+            return np.arange(consumed, consumed + count * gbs, dtype=np.int64).reshape(count, gbs) if count else None
+        if type(first) is RandomSampler and not first.megatron_compat and consumed % gbs == 0:
+            epoch, offset = divmod(consumed, first.active_samples)
+            if self._epoch is None or self._epoch[0] != epoch:
+                self._epoch = (epoch, first.global_batches(epoch))
+            batches = self._epoch[1][offset // gbs : offset // gbs + count]
+            return batches if len(batches) else None
+        return None
+
+    def ids(self, consumed: int) -> np.ndarray:
+        """The global sample ids handed over at ``consumed`` samples consumed (empty past the end of the data)."""
+        parts = []
+        for sampler in self.samplers:
+            sampler.consumed_samples = consumed
+            batch = next(iter(sampler), None)
+            if batch is not None:
+                parts.append(np.asarray(batch, dtype=np.int64))
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+@dataclass
+class Chain:
+    """A certificate being extended: the segment's start, its runs of consecutive positions, the digests."""
+
+    data: bytes
+    global_batch: int
+    since: int = 0
+    base: bytes = field(default_factory=genesis)
+    runs: list[tuple[int, int]] = field(default_factory=list)  # (handover, consumed) where the position jumped
+    steps: int = 0  # handovers hashed into ``digest``
+    digest: bytes = b""
+    previous: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            self.digest = self.previous = self.base
+
+    def jump(self, handover: int, consumed: int) -> None:
+        """Record that handover ``handover`` was made at position ``consumed``, not where the last run led."""
+        if self.runs and self.runs[-1][0] == handover:
+            self.runs[-1] = (handover, consumed)
+        else:
+            self.runs.append((handover, consumed))
+
+    def position(self, handover: int) -> int:
+        """The sampler's position (consumed samples) when handover ``handover`` of this segment was made."""
+        start, consumed = next((s, c) for s, c in reversed(self.runs) if s <= handover)
+        return consumed + (handover - start) * self.global_batch
+
+    def handed(self, first: int, stop: int, batches: GlobalBatches) -> Iterator[tuple[int, np.ndarray]]:
+        """(first position, rows) for the handovers ``first .. stop - 1``, many at a time: each row is a
+        handover's position then its global sample ids (little-endian int64), as the chain hashes them."""
+        while first < stop:
+            end = min(next((start for start, _ in self.runs if start > first), stop), stop, first + _ROWS)
+            consumed = self.position(first)
+            fast = batches.rows(consumed, end - first)
+            ids = batches.ids(consumed)[None, :] if fast is None else fast
+            rows = np.empty((len(ids), 1 + ids.shape[1]), "<i8")
+            rows[:, 0] = consumed + self.global_batch * np.arange(len(ids), dtype=np.int64)
+            rows[:, 1:] = ids
+            yield consumed, rows
+            first += len(rows)
+
+    def catch_up(self, handed: int, batches: GlobalBatches) -> None:
+        """Hash the handovers made since the last call (up to ``handed``): one blake2b call per step."""
+        digest, previous, data, blake = self.digest, self.previous, self.data, hashlib.blake2b
+        for _, rows in self.handed(self.steps, handed, batches):
+            raw, width = rows.tobytes(), rows.shape[1] * 8
+            for at in range(0, len(raw), width):
+                previous = digest
+                digest = blake(digest + data + raw[at : at + width], digest_size=_SIZE).digest()
+        self.digest, self.previous, self.steps = digest, previous, max(self.steps, handed)
+
+    def document(self) -> dict[str, Any]:
+        """The certificate as the loader state stores it (plain JSON types)."""
+        doc = Certificate(
+            format=CERTIFICATE_FORMAT,
+            data=self.data.hex(),
+            steps=self.steps,
+            digest=self.digest.hex(),
+            previous=self.previous.hex(),
+            since=self.since,
+            base=self.base.hex(),
+            runs=[(s, c) for s, c in self.runs],
+        )
+        return dict(to_builtins(doc))
+
+    @classmethod
+    def from_document(cls, doc: Certificate, global_batch: int) -> Chain:
+        """The chain a saved certificate holds (typed already by ``read_loader_state``)."""
+        return cls(
+            data=bytes.fromhex(doc.data),
+            global_batch=global_batch,
+            since=doc.since,
+            base=bytes.fromhex(doc.base),
+            runs=[(int(s), int(c)) for s, c in doc.runs],
+            steps=doc.steps,
+            digest=bytes.fromhex(doc.digest),
+            previous=bytes.fromhex(doc.previous),
+        )
+
+    def end(self) -> int:
+        """The position after the last handover: where the sampler stands when nothing moved it from outside."""
+        if self.steps == self.since and self.runs[-1][0] == self.steps:
+            return self.runs[-1][1]
+        return self.position(self.steps - 1) + self.global_batch
+
+    def check_last(self, batches: GlobalBatches, where: str) -> None:
+        """ConfigError unless the last hashed batch, recomputed, extends ``previous`` to ``digest``."""
+        if self.steps == self.since:
+            if self.digest != self.base or self.previous != self.base:
+                raise ConfigError(
+                    f"{where}: no step hashed since step {self.since} but the digests differ from `base`; "
+                    "the state was edited: resume from a state saved whole by StatefulLoader.state_dict()"
+                )
+            return
+        last = self.steps - 1
+        consumed = self.position(last)
+        if extend(self.previous, self.data, consumed, batches.ids(consumed)) != self.digest:
+            raise ConfigError(
+                f"{where}: step {last} (the last batch the state certifies, at consumed_samples={consumed}) "
+                "recomputed from the receipt and the sampler does not give the certificate's digest: the state "
+                "was edited or the run read other batches; run `tokenport audit` over the run's checkpoints to "
+                "find the first divergent step, and resume from a state saved whole by StatefulLoader.state_dict()"
+            )
