@@ -68,13 +68,6 @@ SKIP = {
         "runs inside a Megatron-LM checkout (megatron.training), which is not installed; "
         "tests/integrations/test_megatron_provider.py runs the provider on Megatron's arguments",
     ),
-    "needs-occurrences": (
-        lambda block: (
-            ("tp.occurrences" in block.code or "tokenport where" in block.code)
-            and not hasattr(tokenport.SampleDataset, "occurrences")
-        ),
-        "needs dataset.occurrences (issue 30's where-samples part), not on this branch yet: runs once it is",
-    ),
 }
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,28 +13,7 @@ from tests._support.stores import build_store, random_documents
 from tokenport.cli import main
 from tokenport.integrations import StatefulLoader, register_sampler
 from tokenport.integrations.where import occurrences
-from tokenport.samples.base import SampleDataset
 from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
-
-
-def _brute_occurrences(self, store, document):
-    """Stand-in for dataset.occurrences until it lands: every sample's lineage scanned."""
-    rows = []
-    for sample in range(len(self)):
-        lineage = self.lineage(sample)
-        offset = 0
-        for piece, (d, start, end) in enumerate(lineage.pieces):
-            if lineage.store == store and d == document:
-                rows.append((sample, piece, offset, start, end))
-            offset += end - start
-    arrays = np.asarray(rows, dtype=np.int64).reshape(-1, 5).T
-    return SimpleNamespace(**dict(zip(("sample", "piece", "offset", "start", "end"), arrays)))
-
-
-@pytest.fixture(autouse=True)
-def _stand_in(monkeypatch):
-    if not hasattr(SampleDataset, "occurrences"):
-        monkeypatch.setattr(SampleDataset, "occurrences", _brute_occurrences, raising=False)
 
 
 def _write(prefix, seed: int, documents: int = 30) -> str:

@@ -49,6 +49,7 @@ from .config import PrepareConfig, fingerprint
 from .executor import Executor, LocalExecutor
 from .failures import output_failure
 from .identity import InputIdentity, changed_input, changed_while_read, identify, planner_digests
+from .outcome import nothing_left, warn_of_steps_that_removed_everything
 from .provenance import PROVENANCE_FILE, pass_path
 from .provenance import assemble as assemble_provenance
 from .ray_executor import RayExecutor
@@ -269,10 +270,10 @@ def _work(run: _Run, files: list[InputFile], executor: Executor) -> tuple[dict[s
     stages.mark("plan")
     records, resumed, digests = _passes(run, files, units, executor)
     totals = UnitStats.total(r.stats for r in records)
-    _warn_of_steps_that_removed_everything(totals)
+    warn_of_steps_that_removed_everything(totals)
     if totals.documents == 0 and not config.allow_empty:
         out.abandon()
-        raise InputDataError(_nothing_left(config, totals, len(files)))
+        raise InputDataError(nothing_left(config.output, totals, len(files)))
     parts = name_parts(out.path, plan_parts(units, records, config.shard_by, config.shard_tokens), run.fingerprint)
     recipe = fingerprint({key: value for key, value in run.settings.items() if key != "inputs"})
     no_eod = chat is None and not config.append_eod
@@ -403,43 +404,6 @@ def _run(
     with bar:
         executor.run(job, todo, on_done, bar.on_progress)
     return [records[unit.name] for unit in units], resumed
-
-
-def _warn_of_steps_that_removed_everything(totals: UnitStats) -> None:
-    """A loud warning for each step that dropped every document it saw: almost always a wrong option."""
-    for label, counts in totals.steps.items():
-        if counts.get("documents_in", 0) and not counts.get("documents_out", 0):
-            reasons = ", ".join(f"{key[8:]} {n:,}" for key, n in sorted(counts.items()) if key.startswith("removed:"))
-            logger.warning(
-                "step %s removed all %s documents it saw (%s); check its options",
-                label,
-                f"{counts['documents_in']:,}",
-                reasons or "no reason counted",
-            )
-
-
-def _nothing_left(config: PrepareConfig, totals: UnitStats, files: int) -> str:
-    """Why a run produced no documents, and what to do (the message of its InputDataError)."""
-    why = []
-    if totals.skipped:
-        why.append(
-            "input was skipped as malformed ("
-            + ", ".join(f"{kind} {n:,}" for kind, n in sorted(totals.skipped.items()))
-            + ")"
-        )
-    emptied = [
-        label
-        for label, counts in totals.steps.items()
-        if counts.get("documents_in", 0) and not counts.get("documents_out", 0)
-    ]
-    if emptied:
-        why.append(f"cleaning step {emptied[0]} removed every document it saw (check its options)")
-    if not why:
-        why.append(f"the {files} input file(s) ({totals.bytes_in:,} bytes) hold no documents; check the inputs")
-    return (
-        f"{config.output}: prepare produced no documents: {'; '.join(why)}. Nothing was written; pass "
-        "allow_empty=True (--allow-empty) if an empty output is what you want"
-    )
 
 
 def _provenance(

@@ -264,17 +264,7 @@ def assemble(
         if len(unit.failed):
             failed = offsets[u] + unit.failed
             step[failed], reason[failed] = tokenize_code, reasons.setdefault("encode_failed", len(reasons))
-    for k, (_, segments) in enumerate(parts):
-        at = 0
-        for u, first, count in segments:
-            if first + count > len(units[u].kept):
-                raise CorruptStoreError(
-                    f"{passes[u][-1]}: records {len(units[u].kept)} stored documents, its store holds more; "
-                    "delete OUTPUT/.work to prepare the output again"
-                )
-            rows = offsets[u] + units[u].kept[first : first + count]
-            part[rows], document[rows] = k, np.arange(at, at + count)
-            at += count
+    _place_kept(parts, units, passes, offsets, part, document)
     for group in dedups:
         _duplicates(group, offsets, duplicate)
     changes = [(offsets[u] + unit.changes) for u, unit in enumerate(units)]
@@ -302,6 +292,28 @@ def assemble(
     }
     write(path, header, columns)
     return header
+
+
+def _place_kept(
+    parts: Sequence[tuple[str, Sequence[tuple[int, int, int]]]],
+    units: list[Any],
+    passes: Sequence[Sequence[str]],
+    offsets: np.ndarray,
+    part: np.ndarray,
+    document: np.ndarray,
+) -> None:
+    """Fill each kept row's part and document id from the parts' segments (unit, first document, count)."""
+    for k, (_, segments) in enumerate(parts):
+        at = 0
+        for u, first, count in segments:
+            if first + count > len(units[u].kept):
+                raise CorruptStoreError(
+                    f"{passes[u][-1]}: records {len(units[u].kept)} stored documents, its store holds more; "
+                    "delete OUTPUT/.work to prepare the output again"
+                )
+            rows = offsets[u] + units[u].kept[first : first + count]
+            part[rows], document[rows] = k, np.arange(at, at + count)
+            at += count
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
