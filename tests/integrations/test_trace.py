@@ -233,16 +233,16 @@ def test_moved_stores_are_named_once_with_the_fix_for_the_cli_and_for_python(ble
     assert main(["trace", str(path), "--step", "3"]) == 2
     err = capsys.readouterr().err
     assert err.count("cannot be opened") == 1 and "cannot build the dataset" not in err and "stores=" not in err
-    assert f"--step 3 --store {prefixes[0]}=NEW_PREFIX" in err
-    flags = [f"--store={old}={new}" for old, new in zip(prefixes, news)]
+    assert f"--step 3 --store-path {prefixes[0]}=NEW_PREFIX" in err
+    flags = [f"--store-path={old}={new}" for old, new in zip(prefixes, news)]
     assert main(["trace", str(path), "--step", "3", *flags[:1]]) == 2  # the next store's fix, keeping the first
-    assert f"--store {prefixes[0]}={news[0]} --store {prefixes[1]}=NEW_PREFIX" in capsys.readouterr().err
+    assert f"--store-path {prefixes[0]}={news[0]} --store-path {prefixes[1]}=NEW_PREFIX" in capsys.readouterr().err
     assert main(["trace", str(path), "--step", "3", "--json", *flags]) == 0
     assert len(json.loads(capsys.readouterr().out)["samples"]) == 4
     with pytest.raises(SystemExit, match="2"):
-        main(["trace", str(path), "--step", "3", "--store", "nowhere"])
+        main(["trace", str(path), "--step", "3", "--store-path", "nowhere"])
     assert "'nowhere' is not OLD=NEW" in capsys.readouterr().err
     with pytest.raises(tp.ConfigError, match=r"If it moved, pass stores=\{") as caught:
         tp.trace(state, 3)
-    assert "--store" not in str(caught.value) and "cannot build the dataset" not in str(caught.value)
+    assert "--store-path" not in str(caught.value) and "cannot build the dataset" not in str(caught.value)
     _check(tp.trace(state, 3, stores=dict(zip(prefixes, news))), steps, 3)

@@ -271,7 +271,7 @@ def _trace_flags(sub: argparse.ArgumentParser) -> None:
         help="one data-parallel rank (default: every rank; --rank is its old spelling)",
     )
     sub.add_argument(
-        "--store",
+        "--store-path",
         dest="stores",
         metavar="OLD=NEW",
         action="append",
@@ -282,12 +282,12 @@ def _trace_flags(sub: argparse.ArgumentParser) -> None:
 
 
 def _store_move(text: str) -> tuple[str, str]:
-    """``OLD=NEW`` of --store, split at its first '='; both sides needed."""
+    """``OLD=NEW`` of --store-path, split at its first '='; both sides needed."""
     old, sep, new = text.partition("=")
     if not sep or not old or not new:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not OLD=NEW: give the prefix the state records, '=', and where the store is now, "
-            "e.g. --store /old/stores/prose=/new/stores/prose"
+            "e.g. --store-path /old/stores/prose=/new/stores/prose"
         )
     return old, new
 
@@ -356,7 +356,7 @@ def _audit_flags(sub: argparse.ArgumentParser) -> None:
         help="JSON loader states or torch checkpoints holding one, of one run, in step order",
     )
     sub.add_argument(
-        "--store",
+        "--store-path",
         dest="stores",
         metavar="OLD=NEW",
         action="append",

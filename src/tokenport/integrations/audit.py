@@ -1,7 +1,7 @@
 """Audit a run's checkpoints: did each state's stream follow its receipt, and does each extend the one before?
 
 ``audit(states)`` takes loader states (dicts, JSON files or torch checkpoints, in step order). For
-each it rebuilds the dataset from the receipt (``--store OLD=NEW`` for moved stores), recomputes
+each it rebuilds the dataset from the receipt (``--store-path OLD=NEW`` for moved stores), recomputes
 every global batch its certificate covers (``integrations.certificate``) and compares the chain
 with the certificate's digest; a position that jumped within the run (``runs``) is a skipped or
 repeated step. Across the series, each state must certify at least the steps of the one before and

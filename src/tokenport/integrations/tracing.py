@@ -163,12 +163,12 @@ def trace_file(
     stores: Mapping[str, str] | None = None,
 ) -> TraceReport:
     """``trace`` of the state in ``path``, as a report naming where the state was found (``tokenport trace``;
-    ``stores``: its ``--store OLD=NEW`` flags, which a moved store's message names)."""
-    given = " ".join(f"--store {old}={new}" for old, new in (stores or {}).items())
+    ``stores``: its ``--store-path OLD=NEW`` flags, which a moved store's message names)."""
+    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
     command = f"tokenport trace {os.fspath(path)} --step {step} {given}".rstrip()
 
     def store_flag(prefix: str) -> str:
-        return f"say where it is now: {command} --store {prefix}=NEW_PREFIX (once per moved store)"
+        return f"say where it is now: {command} --store-path {prefix}=NEW_PREFIX (once per moved store)"
 
     rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
     source, samples = _trace(path, step, data_parallel_rank, None, rebuilder, True)
