@@ -270,6 +270,11 @@ def _trace_flags(sub: argparse.ArgumentParser) -> None:
         default=None,
         help="one data-parallel rank (default: every rank; --rank is its old spelling)",
     )
+    _store_path_flag(sub)
+
+
+def _store_path_flag(sub: argparse.ArgumentParser) -> None:
+    """--store-path OLD=NEW, repeatable: where a store the run recorded is now (trace, where, audit)."""
     sub.add_argument(
         "--store-path",
         dest="stores",
@@ -337,15 +342,7 @@ def _where_flags(sub: argparse.ArgumentParser) -> None:
         default=None,
         help="the last step to report (default: the whole planned run)",
     )
-    sub.add_argument(
-        "--store-path",
-        dest="stores",
-        metavar="OLD=NEW",
-        action="append",
-        type=_store_move,
-        default=None,
-        help="a store that moved since the run: its recorded prefix OLD is now at NEW (repeat per store)",
-    )
+    _store_path_flag(sub)
 
 
 def _audit_flags(sub: argparse.ArgumentParser) -> None:
@@ -355,15 +352,7 @@ def _audit_flags(sub: argparse.ArgumentParser) -> None:
         metavar="CHECKPOINT_OR_STATE",
         help="JSON loader states or torch checkpoints holding one, of one run, in step order",
     )
-    sub.add_argument(
-        "--store-path",
-        dest="stores",
-        metavar="OLD=NEW",
-        action="append",
-        type=_store_move,
-        default=None,
-        help="a store that moved since the run: its recorded prefix OLD is now at NEW (repeat per store)",
-    )
+    _store_path_flag(sub)
 
 
 def _why_flags(sub: argparse.ArgumentParser) -> None:
