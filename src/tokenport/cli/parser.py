@@ -336,6 +336,15 @@ def _where_flags(sub: argparse.ArgumentParser) -> None:
         "--text", metavar="T", default=None, help="find the store's documents containing this text (scans the store)"
     )
     sub.add_argument(
+        "--id",
+        dest="identifiers",
+        metavar="ID",
+        action="append",
+        default=None,
+        help="the input documents prepare recorded with this identifier (repeatable; --store names the prepare "
+        "output directory)",
+    )
+    sub.add_argument(
         "--up-to-step",
         metavar="K",
         type=int,
@@ -364,6 +373,13 @@ def _why_flags(sub: argparse.ArgumentParser) -> None:
         help="the input document at this line of FILE (jsonl from 1, parquet rows from 0)",
     )
     asked.add_argument("--text", metavar="TEXT", help="the input documents with exactly this text")
+    asked.add_argument(
+        "--id",
+        dest="identifiers",
+        metavar="ID",
+        action="append",
+        help="the input documents recorded with this identifier (prepare's --id-field; repeatable)",
+    )
 
 
 @dataclasses.dataclass(frozen=True)

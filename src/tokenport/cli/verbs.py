@@ -244,6 +244,8 @@ def _pack_report(args: argparse.Namespace) -> int:
 def _where(args: argparse.Namespace) -> int:
     from ..integrations.where import where_file
 
+    if args.identifiers is not None:
+        return _where_identifiers(args)
     report = where_file(
         args.state,
         store=args.store,
@@ -259,7 +261,7 @@ def _where(args: argparse.Namespace) -> int:
 def _why(args: argparse.Namespace) -> int:
     from ..corpus.run.why import why
 
-    _emit(args, [why(args.output, input=args.input, text=args.text)])
+    _emit(args, [why(args.output, input=args.input, text=args.text, identifier=args.identifiers)])
     return 0
 
 
@@ -269,3 +271,19 @@ def _audit(args: argparse.Namespace) -> int:
     report = audit(args.states, stores=dict(args.stores or ()))
     _emit(args, [report])
     return 0 if report.consistent else 1
+
+
+def _where_identifiers(args: argparse.Namespace) -> int:
+    from ..integrations.where_identifiers import where_identifiers_file
+
+    if args.documents is not None or args.text is not None:
+        raise ConfigError("where: name the documents by exactly one of --document, --text or --id")
+    report = where_identifiers_file(
+        args.state,
+        output=args.store,
+        identifier=args.identifiers,
+        up_to_step=args.up_to_step,
+        stores=dict(args.stores or ()),
+    )
+    _emit(args, [report])
+    return 0

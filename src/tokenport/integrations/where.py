@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from ..samples.base import Rebuilder, SampleDataset
 from ..sampling.inverse import epoch_length, invertible, stream_positions
 from .samplers import sampler_from_state
 from .tracing import _collect_stores, resolve_state
+
+if TYPE_CHECKING:
+    from .where_identifiers import IdentifiedReport
 
 __all__ = ["Place", "WhereReport", "occurrences", "where_file"]
 
@@ -97,6 +100,7 @@ class WhereReport:
         return "\n".join(lines)
 
 
+@overload
 def occurrences(
     state_or_checkpoint: Mapping[str, Any] | str | os.PathLike[str],
     *,
@@ -106,7 +110,33 @@ def occurrences(
     up_to_step: int | None = None,
     stores: Mapping[str, str] | None = None,
     dataset: Any = None,
-) -> WhereReport:
+    identifier: None = None,
+) -> WhereReport: ...
+
+
+@overload
+def occurrences(
+    state_or_checkpoint: Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    store: str | os.PathLike[str],
+    up_to_step: int | None = None,
+    stores: Mapping[str, str] | None = None,
+    dataset: Any = None,
+    identifier: str | Sequence[str],
+) -> IdentifiedReport: ...
+
+
+def occurrences(
+    state_or_checkpoint: Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    store: str | os.PathLike[str],
+    document: int | Sequence[int] | np.ndarray | None = None,
+    text: str | None = None,
+    up_to_step: int | None = None,
+    stores: Mapping[str, str] | None = None,
+    dataset: Any = None,
+    identifier: str | Sequence[str] | None = None,
+) -> WhereReport | IdentifiedReport:
     """Every place ``store``'s ``document`` (an id or several), or each document containing ``text``, was
     trained in the run of a loader state (or the path of a JSON state or torch checkpoint): up to step
     ``up_to_step`` (inclusive) or over the whole planned run.
@@ -114,9 +144,28 @@ def occurrences(
     ``text`` scans the store: every document decoded with the store's tokenizer, in chunks, O(the store's
     tokens). ``stores`` maps recorded prefixes to where the stores are now; ``dataset``: the loader's own,
     checked against the receipt. ConfigError for an unknown store, both or neither of document and text,
-    a document the store lacks, or a step past the planned run.
+    a document the store lacks, or a step past the planned run. ``identifier`` (one or several; ``store``
+    then names a prepare output directory): the input documents prepare recorded with it, an IdentifiedReport
+    (see ``where_identifiers.identifier_occurrences``).
     """
+    if identifier is not None:
+        return _identified(state_or_checkpoint, store, identifier, document, text, up_to_step, stores, dataset)
     return _occurrences(state_or_checkpoint, store, document, text, up_to_step, dataset, Rebuilder(stores or {}))
+
+
+def _identified(
+    state: Any, output: Any, identifier: Any, document: Any, text: Any, up_to_step: Any, stores: Any, dataset: Any
+) -> IdentifiedReport:
+    """``occurrences`` by identifier, refusing document= or text= given too."""
+    from .where_identifiers import identifier_occurrences
+
+    if document is not None or text is not None:
+        raise ConfigError(
+            "document/text/identifier: name the documents by exactly one: document=, text= or identifier="
+        )
+    return identifier_occurrences(
+        state, output=output, identifier=identifier, up_to_step=up_to_step, stores=stores, dataset=dataset
+    )
 
 
 def where_file(

@@ -16,11 +16,14 @@ __all__ = ["Document", "DocumentStep"]
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One document: `id` is its source and position (``path:line`` or ``path:row``), stable across runs."""
+    """One document: `id` is its source and position (``path:line`` or ``path:row``), stable across runs;
+    `identifier` the value of its record's identifier field as read (prepare's ``id_field``; None: none),
+    which prepare's provenance keeps so the document can be named by it."""
 
     text: str
     id: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    identifier: Any = None
 
 
 DocumentStep = Callable[[Iterable[Document]], Iterator[Document]]

@@ -4,7 +4,9 @@ Malformed input goes to `Problems`, which stops with an InputDataError naming th
 line (1-based) or row (0-based), or skips and counts it. Ids are ``path:line`` for jsonl,
 ``path:row`` for parquet and ``path`` for text files. With ``text_key=None`` (conversations) a
 record's document has no text and the whole record as its metadata. Every reader adds the bytes
-it consumed (after decompression) to the unit's `bytes_in`.
+it consumed (after decompression) to the unit's `bytes_in`. Given an `id_field`, a record's value of
+that field (or column) is the document's `identifier` (text files have none); it stays in the metadata
+where the record's other fields are (jsonl, Arrow), and parquet reads that column only for it.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from .sources import decode_errors, open_decoded, open_raw, parquet_module
 _PARQUET_BATCH_ROWS = 4096
 
 
-def read_slice(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
-    """The documents of `piece`, in order (whole records when `text_key` is None)."""
-    return _READERS[piece.format](piece, text_key, problems)
+def read_slice(
+    piece: Slice, text_key: str | None, problems: Problems, id_field: str | None = None
+) -> Iterator[Document]:
+    """The documents of `piece`, in order (whole records when `text_key` is None), each with its record's
+    `id_field` value as its identifier."""
+    return _READERS[piece.format](piece, text_key, problems, id_field)
 
 
-def _jsonl(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
+def _jsonl(piece: Slice, text_key: str | None, problems: Problems, id_field: str | None) -> Iterator[Document]:
     """One document per non-blank line; the other fields of the object become its metadata."""
     stats = problems.stats
     path = piece.path
@@ -54,7 +59,7 @@ def _jsonl(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[D
                         problems.report("bad_json", f"{path}: line {line}", f"is not valid JSON ({exc})")
                         record = None
                     if record is not None:
-                        document = _record(record, text_key, path, line, problems)
+                        document = _record(record, text_key, path, line, problems, id_field)
                         if document is not None:
                             yield document
                 if remaining is not None and remaining <= 0:
@@ -76,7 +81,9 @@ def _loads(raw: bytes) -> Any:
 _DECODE = msgspec.json.Decoder().decode
 
 
-def _record(record: object, text_key: str | None, path: str, line: int, problems: Problems) -> Document | None:
+def _record(
+    record: object, text_key: str | None, path: str, line: int, problems: Problems, id_field: str | None = None
+) -> Document | None:
     """The document of one parsed jsonl line, or None (reported) when it has no string text."""
     if not isinstance(record, dict):
         problems.report("bad_json", f"{path}: line {line}", f"is a JSON {type(record).__name__}, not an object")
@@ -85,7 +92,7 @@ def _record(record: object, text_key: str | None, path: str, line: int, problems
         return Document("", f"{path}:{line}", record)
     text = record.pop(text_key, None)
     if isinstance(text, str):
-        return Document(text, f"{path}:{line}", record)
+        return Document(text, f"{path}:{line}", record, record.get(id_field) if id_field is not None else None)
     if text is None:
         fields = ", ".join(map(repr, record)) or "none"
         problems.report(
@@ -101,7 +108,7 @@ def _record(record: object, text_key: str | None, path: str, line: int, problems
     return None
 
 
-def _text(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
+def _text(piece: Slice, text_key: str | None, problems: Problems, id_field: str | None) -> Iterator[Document]:
     """The whole file, decoded as UTF-8, is one document."""
     path = piece.path
     try:
@@ -119,9 +126,9 @@ def _text(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Do
     yield Document(text, path, {})
 
 
-def _parquet(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
+def _parquet(piece: Slice, text_key: str | None, problems: Problems, id_field: str | None) -> Iterator[Document]:
     """One document per row of column `text_key`, row groups [start, stop) of the file (with
-    `text_key` None: every row as a record)."""
+    `text_key` None: every row as a record); column `id_field`, if the file has it, names each."""
     import pyarrow as pa
 
     pq = parquet_module(piece.path)
@@ -148,22 +155,25 @@ def _parquet(piece: Slice, text_key: str | None, problems: Problems) -> Iterator
                     count=rows,
                 )
                 return
-            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=groups, columns=[text_key]):
+            named = id_field is not None and id_field != text_key and id_field in parquet.schema_arrow.names
+            columns = [text_key, id_field] if named else [text_key]
+            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=groups, columns=columns):
                 column = batch.column(0)
                 if not _text_column(column, text_key, f"{path}: row {row}", problems):
                     row += len(column)
                     continue
-                for text in column.to_pylist():
+                names = batch.column(1).to_pylist() if named else [None] * len(column)
+                for text, name in zip(column.to_pylist(), names):
                     if text is None:
                         problems.report("missing_text", f"{path}: row {row}", f"column {text_key!r} is null")
                     else:
-                        yield Document(text, f"{path}:{row}", {})
+                        yield Document(text, f"{path}:{row}", {}, name)
                     row += 1
         except (pa.ArrowException, OSError) as exc:
             problems.report("corrupt_input", f"{path}: row {row}", f"cannot be read as parquet ({exc})")
 
 
-def _arrow(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[Document]:
+def _arrow(piece: Slice, text_key: str | None, problems: Problems, id_field: str | None) -> Iterator[Document]:
     """One document per row of column `text_key` of an Arrow IPC stream (HF datasets' shards);
     the row's other columns become the document's metadata (all of them with `text_key` None)."""
     try:
@@ -203,13 +213,13 @@ def _arrow(piece: Slice, text_key: str | None, problems: Problems) -> Iterator[D
                     if text is None:
                         problems.report("missing_text", f"{path}: row {row}", f"column {text_key!r} is null")
                     else:
-                        yield Document(text, f"{path}:{row}", metadata)
+                        yield Document(text, f"{path}:{row}", metadata, metadata.get(id_field) if id_field else None)
                     row += 1
         except (pa.ArrowException, OSError) as exc:
             problems.report("corrupt_input", f"{path}: row {row}", f"cannot be read as an Arrow stream ({exc})")
 
 
-_READERS: dict[str, Callable[[Slice, str | None, Problems], Iterator[Document]]] = {
+_READERS: dict[str, Callable[[Slice, str | None, Problems, str | None], Iterator[Document]]] = {
     "arrow": _arrow,
     "jsonl": _jsonl,
     "parquet": _parquet,

@@ -99,6 +99,12 @@ class PrepareConfig:
     as_text: read inputs of a suffix prepare does not know (.csv, .html...) as text files, one
       document each, instead of refusing them. It changes what is accepted, never what an accepted
       run writes, so it is no output setting (and the manifest records it only when set).
+    id_field: the jsonl field, parquet or Arrow column naming each input document (a URL, a source
+      id): a string, or an integer kept as its decimal text, recorded in ``OUTPUT/provenance.npz`` so
+      ``tokenport why --id`` and ``tokenport where --id`` find the document by it. A record without it
+      has none; one whose value is of another type (a list, an object, a float, a bool) has none and is
+      counted (``provenance.npz``'s header, and a warning). Text files have none; chat runs record no
+      provenance. None: keep no identifiers. It changes no store byte (only ``provenance.npz``).
     """
 
     inputs: Sequence[str]
@@ -126,6 +132,7 @@ class PrepareConfig:
     chat_format: str | None = None
     completion_only_loss: bool = True
     as_text: bool = False
+    id_field: str | None = "id"
 
     def __post_init__(self) -> None:
         inputs = [self.inputs] if isinstance(self.inputs, (str, os.PathLike)) else self.inputs
@@ -141,6 +148,13 @@ class PrepareConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{_named(name, value)}: must be a non-empty string")
+        if self.id_field is not None and (not isinstance(self.id_field, str) or not self.id_field):
+            raise ConfigError(f"{_named('id_field', self.id_field)}: must be a field name, or None to keep none")
+        if self.id_field == self.text_key and self.format == "text":
+            raise ConfigError(
+                f"{_named('id_field', self.id_field)}: is the text field (text_key) too; name the field holding "
+                "each document's identifier, or None (--id-field none) to keep none"
+            )
         for name in ("workers", "shard_tokens", "max_chars_per_piece", "unit_bytes", "batch_size"):
             value = getattr(self, name)
             limit = MAX_WORKERS if name == "workers" else None  # each worker is a process started up front
@@ -206,6 +220,8 @@ class PrepareConfig:
         data["steps"] = [dict(spec) for spec in self.steps]
         if not self.as_text:  # manifests of runs without it keep the bytes they always had
             del data["as_text"]
+        if self.id_field == "id":  # likewise for the default identifier field
+            del data["id_field"]
         return data
 
     def output_settings(self, tokenizer_identity: dict[str, Any], chat: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -217,6 +233,8 @@ class PrepareConfig:
             settings["steps"] = [dict(spec) for spec in self.steps]
         if self.keep_rejected:
             settings["keep_rejected"] = True
+        if self.id_field != "id" and self.format == "text":  # runs with the default keep their fingerprints
+            settings["id_field"] = self.id_field
         keys = ("kind", "fingerprint", "vocab_size", "eod_id")  # no eod_id: a tokenizer without one
         settings["tokenizer"] = {k: tokenizer_identity[k] for k in keys if k in tokenizer_identity}
         settings["format"] = OUTPUT_FORMAT
@@ -365,6 +383,16 @@ _OWN = (
             switch=True,
         ),
     ),
+    (
+        "id_field",
+        PrepareOption(
+            "--id-field",
+            "the JSON field / parquet column naming each document (a URL, a source id), kept in provenance.npz "
+            "for why --id and where --id; 'none' keeps none (default: {default})",
+            metavar="FIELD",
+            read=lambda value: None if value in ("", "none") else value,
+        ),
+    ),
     ("unit_bytes", PrepareOption(None, "bytes of input per unit of work (config only)")),
     ("batch_size", PrepareOption(None, "documents per tokenizer call (config only)")),
 )
@@ -417,7 +445,7 @@ def config_from_options(inputs: Sequence[str], output: str, options: Mapping[str
             "or drop --address to prepare with local worker processes"
         )
     if options.get("format") == "chat":
-        for name in ("text_key", "append_eod", "max_chars_per_piece"):
+        for name in ("text_key", "append_eod", "max_chars_per_piece", "id_field"):
             if name in options:
                 raise ConfigError(
                     f"{flag_of(name)} applies to text documents, not to --format chat (conversations are whole "

@@ -432,7 +432,16 @@ def _provenance(
     ]
     unit_of = {record.prefix: k for k, record in enumerate(records)}
     planned = [(os.path.basename(p.prefix), [(unit_of[s.prefix], s.first, s.count) for s in p.segments]) for p in parts]
-    assemble_provenance(os.path.join(out.path, PROVENANCE_FILE), inputs, labels, passes, dedups, planned)
+    path = os.path.join(out.path, PROVENANCE_FILE)
+    header = assemble_provenance(path, inputs, labels, passes, dedups, planned, config.id_field)
+    if header.ids_refused:
+        logger.warning(
+            "%d input document(s) hold a %r that is no string or integer (a list, an object, a float or a bool): "
+            "they have no identifier in %s",
+            header.ids_refused,
+            config.id_field,
+            path,
+        )
 
 
 def _if_there(path: str) -> str:
@@ -590,5 +599,6 @@ def _unit_job(config: PrepareConfig, work: str, **options: Any) -> UnitJob:
         steps=config.steps,
         step_kinds=registered_steps(config.steps),
         provenance=options.get("chat") is None,
+        id_field=config.id_field,
         **options,
     )

@@ -8,7 +8,9 @@ the documents it passed on. That is a ``.prov.npz`` beside the pass's other outp
 the file that marks the pass done. At the end ``assemble`` joins them, with the dedup decisions'
 originals (which kept document each duplicate repeats), into ``OUTPUT/provenance.npz``: a header
 (``ProvenanceHeader``: input files, step labels, reasons, parts) and one row per input document,
-with no text. ``read`` checks the header and every array (lengths, ranges) before ``lookup`` uses them.
+with no text, and each input document's identifier when prepare kept them (``identifiers``: the header's
+``id_field``, and a string column). ``read`` checks the header and every array (lengths, ranges) before
+``lookup`` uses them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -29,6 +32,7 @@ from ...errors import ConfigError, CorruptStoreError
 from ..inputs.documents import Document
 from ..steps.base import Step
 from ..steps.dedup import INDEXED
+from . import identifiers
 from .state import replace_atomically, temporary_path
 
 __all__ = ["FORMAT", "PROVENANCE_FILE", "Provenance", "ProvenanceHeader", "Recorder", "pass_path", "read"]
@@ -77,6 +81,8 @@ class Recorder:
         self.events: list[tuple[int, int, int, int]] = []  # (ordinal, step position, 0 drop / 1 change, reason)
         self.reasons: dict[str, int] = {}
         self.passed: list[int] = []  # ordinals of the documents the pass's steps passed on, in order
+        self.ids: list[bytes] = []  # each input document's identifier (b"": none)
+        self.ids_refused = 0  # input documents whose identifier field held a value of another type
 
     def read(self, file: int, text_format: str, document: Document) -> None:
         """Note an input document (the input pass only): its file, line and text hash."""
@@ -84,6 +90,10 @@ class Recorder:
         self.file.append(file)
         self.line.append(int(tail) if text_format != "text" and head and tail.isdigit() else 1)
         self.hashes.append(text_hash(document.text))
+        identifier = identifiers.encode(document.identifier)
+        if identifier is None:
+            self.ids_refused += 1
+        self.ids.append(identifier or b"")
 
     def watch(self, label: str, step: Step) -> None:
         """Record the drops and changes of ``step`` (labelled ``N:kind``), keeping its other sink."""
@@ -110,6 +120,7 @@ class Recorder:
     def save(self, path: str, failed: Sequence[int] = ()) -> None:
         """Write the record atomically (``failed``: positions in ``passed`` the tokenizer failed on)."""
         events = np.array(self.events, dtype=np.int64).reshape(-1, 4)
+        id_bytes, id_offsets = identifiers.pack(self.ids)
         arrays: dict[str, np.ndarray] = {
             "input": np.array(self.file, dtype=np.int32),
             "line": np.array(self.line, dtype=np.int64),
@@ -119,6 +130,9 @@ class Recorder:
             "passed": np.array(self.passed, dtype=np.int64),
             "failed": np.array(failed, dtype=np.int64),
             "reads_input": np.array(self.reads_input),
+            "id_bytes": id_bytes,
+            "id_offsets": id_offsets,
+            "ids_refused": np.array(self.ids_refused, dtype=np.int64),
         }
         _save(path, arrays)
 
@@ -137,6 +151,8 @@ def _save(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 _PASS_ARRAYS = ("input", "line", "text_hash", "events", "reasons", "passed", "failed", "reads_input")
+_ID_ARRAYS = ("id_bytes", "id_offsets")
+"""The identifier column of ``provenance.npz`` (see ``identifiers``), there when the header names an id_field."""
 
 
 def _load(path: str, remedy: str, names: Sequence[str] = ()) -> dict[str, np.ndarray]:
@@ -157,8 +173,9 @@ def _load(path: str, remedy: str, names: Sequence[str] = ()) -> dict[str, np.nda
         raise CorruptStoreError(f"{path}: not a provenance record ({exc}); {remedy}") from None
 
 
-class ProvenanceHeader(_schema.Document, frozen=True):
-    """The header of ``OUTPUT/provenance.npz``: what its codes mean and how many rows it has."""
+class ProvenanceHeader(_schema.Document, frozen=True, omit_defaults=True):
+    """The header of ``OUTPUT/provenance.npz``: what its codes mean and how many rows it has (the
+    identifier fields are written only when identifiers are kept, so other headers read as before)."""
 
     format: Text
     inputs: list[Text]
@@ -167,12 +184,19 @@ class ProvenanceHeader(_schema.Document, frozen=True):
     parts: list[Text]
     documents: Count
     changes: Count
+    id_field: Text | None = None  # the input field identifiers were kept from (None: none kept)
+    identified: Count = 0  # input documents with an identifier
+    ids_refused: Count = 0  # input documents whose id_field held a value of another type (no identifier)
 
     def __post_init__(self) -> None:
         if self.format != FORMAT:
             raise ValueError(f"format {self.format!r} is not {FORMAT!r}")
         if not self.steps or self.steps[-1] != TOKENIZE:
             raise ValueError(f"steps must end with {TOKENIZE!r}")
+        if self.id_field is None and (self.identified or self.ids_refused):
+            raise ValueError("identified and ids_refused count identifiers, but no id_field is named")
+        if self.identified + self.ids_refused > self.documents:
+            raise ValueError(f"identified + ids_refused exceed the {self.documents} documents")
 
 
 @dataclass(frozen=True)
@@ -182,10 +206,17 @@ class Provenance:
     header: ProvenanceHeader
     columns: dict[str, np.ndarray]
 
+    @cached_property
+    def identifiers(self) -> identifiers.IdentifierIndex:
+        """The documents by identifier, indexed on first use (``id_bytes``/``id_offsets`` checked by ``read``)."""
+        return identifiers.IdentifierIndex.build(self.columns["id_bytes"], self.columns["id_offsets"])
+
 
 def write(path: str, header: ProvenanceHeader, columns: dict[str, np.ndarray]) -> None:
     """Publish ``OUTPUT/provenance.npz`` atomically (a temporary name, then rename)."""
     arrays = {name: np.asarray(columns[name], dtype=dtype) for name, dtype in _COLUMNS.items()}
+    if header.id_field is not None:
+        arrays.update({name: columns[name] for name in _ID_ARRAYS})
     _save(path, {"header": np.frombuffer(_schema.encode(header), dtype=np.uint8), **arrays})
 
 
@@ -197,8 +228,9 @@ def read(path: str) -> Provenance:
     if raw is None or raw.dtype != np.uint8 or raw.ndim != 1:
         raise CorruptStoreError(f"{path}: no header; {remedy}")
     header = _schema.decode(raw.tobytes(), ProvenanceHeader, where=f"{path}: header", remedy=remedy)
-    if set(arrays) != set(_COLUMNS):
-        raise CorruptStoreError(f"{path}: holds arrays {sorted(arrays)}, expected {sorted(_COLUMNS)}; {remedy}")
+    expected = {*_COLUMNS, *(_ID_ARRAYS if header.id_field is not None else ())}
+    if set(arrays) != expected:
+        raise CorruptStoreError(f"{path}: holds arrays {sorted(arrays)}, expected {sorted(expected)}; {remedy}")
     for name, dtype in _COLUMNS.items():
         rows = header.changes if name.startswith("change_") else header.documents
         column = arrays[name]
@@ -208,7 +240,23 @@ def read(path: str) -> Provenance:
                 f"{np.dtype(dtype)} of shape ({rows},); {remedy}"
             )
     _check_ranges(path, header, arrays, remedy)
+    if header.id_field is not None:
+        _check_identifiers(path, header, arrays, remedy)
     return Provenance(header, arrays)
+
+
+def _check_identifiers(path: str, header: ProvenanceHeader, c: dict[str, np.ndarray], remedy: str) -> None:
+    """The identifier column cuts its bytes into one identifier per document, as many as the header counts."""
+    problem = identifiers.check_column(c["id_bytes"], c["id_offsets"], header.documents)
+    if problem is None and int(np.count_nonzero(np.diff(c["id_offsets"]))) != header.identified:
+        problem = f"the header counts {header.identified} identified documents, id_offsets another number"
+    if problem is None:
+        try:
+            c["id_bytes"].tobytes().decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            problem = f"id_bytes is not UTF-8 text (byte {exc.start})"
+    if problem is not None:
+        raise CorruptStoreError(f"{path}: {problem}; {remedy}")
 
 
 def _check_ranges(path: str, header: ProvenanceHeader, c: dict[str, np.ndarray], remedy: str) -> None:
@@ -242,6 +290,7 @@ def assemble(
     passes: Sequence[Sequence[str]],
     dedups: Sequence[Sequence[tuple[str, Sequence[tuple[str, str]]]]],
     parts: Sequence[tuple[str, Sequence[tuple[int, int, int]]]],
+    id_field: str | None = None,
 ) -> ProvenanceHeader:
     """Join the units' pass records into ``path``; returns its header.
 
@@ -249,6 +298,7 @@ def assemble(
     ``dedups``: per group of neighbouring run-wide steps, per unit, the record of the keys pass
     signing the group and per step of it (drop mask file, originals file or "").
     ``parts``: per part, its name and segments (unit, first unit document, count).
+    ``id_field``: the field the input passes read identifiers from (None: keep none).
     """
     reasons: dict[str, int] = {}
     units = [_unit(files, reasons) for files in passes]
@@ -268,6 +318,7 @@ def assemble(
     for group in dedups:
         _duplicates(group, offsets, duplicate)
     changes = [(offsets[u] + unit.changes) for u, unit in enumerate(units)]
+    id_bytes, id_offsets = _joined_identifiers(units)
     header = ProvenanceHeader(
         format=FORMAT,
         inputs=list(inputs),
@@ -276,6 +327,9 @@ def assemble(
         parts=[name for name, _ in parts],
         documents=n,
         changes=sum(len(c) for c in changes),
+        id_field=id_field,
+        identified=int(np.count_nonzero(np.diff(id_offsets))) if id_field is not None else 0,
+        ids_refused=sum(u.ids_refused for u in units) if id_field is not None else 0,
     )
     columns = {
         "input": _joined([u.file for u in units]),
@@ -289,9 +343,19 @@ def assemble(
         "change_row": _joined(changes),
         "change_step": _joined([u.change_step for u in units]),
         "change_reason": _joined([u.change_reason for u in units]),
+        "id_bytes": id_bytes,
+        "id_offsets": id_offsets,
     }
     write(path, header, columns)
     return header
+
+
+def _joined_identifiers(units: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The units' identifier columns as one (``id_bytes``, ``id_offsets``)."""
+    data = np.concatenate([u.id_bytes for u in units]) if units else np.zeros(0, np.uint8)
+    sizes = np.cumsum([0, *(len(u.id_bytes) for u in units)])
+    tails = [u.id_offsets[1:] + sizes[k] for k, u in enumerate(units)]
+    return data, np.concatenate([np.zeros(1, np.int64), *tails]).astype(np.int64)
 
 
 def _place_kept(
@@ -332,6 +396,9 @@ class _Unit:
     changes: np.ndarray
     change_step: np.ndarray
     change_reason: np.ndarray
+    id_bytes: np.ndarray
+    id_offsets: np.ndarray
+    ids_refused: int
 
 
 def _unit(files: Sequence[str], reasons: dict[str, int]) -> _Unit:
@@ -342,6 +409,10 @@ def _unit(files: Sequence[str], reasons: dict[str, int]) -> _Unit:
     n = len(first["input"])
     if not (first["line"].shape == first["text_hash"].shape == (n,)) or not bool(first["reads_input"]):
         raise CorruptStoreError(f"{files[0]}: not the record of a pass reading the input; {remedy}")
+    refused = first.get("ids_refused")
+    problem = identifiers.check_column(first.get("id_bytes", np.zeros(0)), first.get("id_offsets", np.zeros(0)), n)
+    if problem is not None or refused is None or refused.shape != () or not 0 <= int(refused) <= n:
+        raise CorruptStoreError(f"{files[0]}: its identifiers do not fit ({problem or 'ids_refused'}); {remedy}")
     step, reason = np.full(n, KEPT, dtype=np.int32), np.full(n, -1, dtype=np.int32)
     changes: list[np.ndarray] = []
     for path, record in zip(files, records):
@@ -370,6 +441,9 @@ def _unit(files: Sequence[str], reasons: dict[str, int]) -> _Unit:
         changes=change[:, 0],
         change_step=change[:, 1].astype(np.int32),
         change_reason=change[:, 3].astype(np.int32),
+        id_bytes=first["id_bytes"],
+        id_offsets=first["id_offsets"],
+        ids_refused=int(refused),
     )
 
 
@@ -436,6 +510,8 @@ def _outcome(provenance: Provenance, row: int) -> dict[str, Any]:
     """Where a document came from and what became of it: kept (part, document) or dropped (step, reason)."""
     h, c = provenance.header, provenance.columns
     story: dict[str, Any] = {"input": h.inputs[int(c["input"][row])], "line": int(c["line"][row])}
+    if h.id_field is not None and c["id_offsets"][row + 1] > c["id_offsets"][row]:
+        story["identifier"] = identifiers.text(c["id_bytes"], c["id_offsets"], row)
     step = int(c["step"][row])
     if step == KEPT:
         story.update(outcome="kept", part=h.parts[int(c["part"][row])], document=int(c["document"][row]))

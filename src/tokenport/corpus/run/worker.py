@@ -59,6 +59,7 @@ class UnitJob:
     step_kinds: tuple = ()  # (name, Step class) of the kinds register_step added, for workers to register
     chat: ChatJob | None = None  # set: records are conversations, written to chat stores (tokens + masks)
     provenance: bool = False  # record why each document was dropped or changed (provenance.Recorder)
+    id_field: str | None = None  # the field naming each input document, kept in its provenance
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ class _Meter:
 def _documents(job: UnitJob, piece: Slice, problems: Problems) -> Iterator[Document]:
     """The documents of `piece` as the steps see them: texts, or conversations for a chat run."""
     if job.chat is None:
-        return read_slice(piece, job.text_key, problems)
+        return read_slice(piece, job.text_key, problems, job.id_field if job.provenance else None)
     return conversations(read_slice(piece, None, problems), job.chat.format, problems, keyed=bool(job.steps))
 
 

@@ -1,0 +1,124 @@
+"""Input documents named by an identifier (a URL, a source id) that prepare keeps from a field of the input.
+
+prepare records each input document's identifier in ``OUTPUT/provenance.npz`` as one string column:
+``id_bytes`` (the UTF-8 bytes of every identifier, one after the other) and ``id_offsets`` (int64,
+one more than the documents: document ``k``'s identifier is ``id_bytes[id_offsets[k]:id_offsets[k + 1]]``,
+empty for none). A string is kept as it is, an integer as its decimal text; any other value (a list,
+an object, a float, a bool) is no identifier and is counted. ``IdentifierIndex`` finds documents by
+identifier through sorted 64-bit hashes built on demand, each candidate compared byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["IdentifierIndex", "check_column", "encode", "pack", "text"]
+
+_MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: a polynomial hash over each identifier's bytes
+_CHUNK_BYTES = 1 << 24  # identifiers hashed at a time, so memory stays a few times this
+
+
+def encode(value: object) -> bytes | None:
+    """The recorded bytes of a field's value: a string's UTF-8, an integer's decimal text, b"" for none
+    (missing, null or empty); None for a value of another type, which names no document."""
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value).encode("ascii")
+    return None
+
+
+def pack(identifiers: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(``id_bytes``, ``id_offsets``) of the identifiers in order."""
+    offsets = np.zeros(len(identifiers) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in identifiers], out=offsets[1:])
+    return np.frombuffer(b"".join(identifiers), dtype=np.uint8).copy(), offsets
+
+
+def check_column(data: np.ndarray, offsets: np.ndarray, documents: int) -> str | None:
+    """What is wrong with an identifier column of ``documents`` rows, or None if nothing."""
+    if data.dtype != np.uint8 or data.ndim != 1:
+        return f"id_bytes is {data.dtype} of {data.ndim} dimension(s), expected uint8 of 1"
+    if offsets.dtype != np.int64 or offsets.shape != (documents + 1,):
+        return f"id_offsets is {offsets.dtype} of shape {offsets.shape}, expected int64 of shape ({documents + 1},)"
+    if offsets[0] != 0 or offsets[-1] != len(data) or np.any(np.diff(offsets) < 0):
+        return f"id_offsets do not cut id_bytes ({len(data)} bytes) into consecutive identifiers"
+    return None
+
+
+def _hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each identifier (0 for none), vectorized: sum of (byte + 1) * M**position, mixed."""
+    lengths = np.diff(offsets)
+    out = np.zeros(len(lengths), dtype=np.uint64)
+    longest = int(lengths.max()) if len(lengths) else 0
+    powers = np.cumprod(np.full(max(longest, 1), _MULTIPLIER, dtype=np.uint64))
+    first = 0
+    with np.errstate(over="ignore"):
+        while first < len(lengths):
+            last = int(np.searchsorted(offsets, offsets[first] + _CHUNK_BYTES, side="right"))
+            last = min(max(last - 1, first + 1), len(lengths))
+            rows = np.flatnonzero(lengths[first:last]) + first
+            if len(rows):
+                low = int(offsets[first])
+                piece = data[low : int(offsets[last])].astype(np.uint64) + np.uint64(1)
+                starts = offsets[first:last] - low
+                position = np.arange(len(piece)) - np.repeat(starts, lengths[first:last])
+                sums = np.add.reduceat(piece * powers[position], offsets[rows] - low)
+                out[rows] = _mix(sums ^ lengths[rows].astype(np.uint64))
+            first = last
+    return out
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every input bit reaches every output bit."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class IdentifierIndex:
+    """The documents of an identifier column sorted by hash: ``find`` is a binary search per identifier."""
+
+    data: np.ndarray
+    offsets: np.ndarray
+    hashes: np.ndarray  # sorted, of the documents that have an identifier
+    rows: np.ndarray  # the document of each hash
+
+    @classmethod
+    def build(cls, data: np.ndarray, offsets: np.ndarray) -> IdentifierIndex:
+        """The index of a checked column (``check_column``): O(its bytes) hashing, one sort."""
+        hashes = _hashes(data, offsets)
+        named = np.flatnonzero(np.diff(offsets) > 0)
+        order = np.argsort(hashes[named], kind="stable")
+        return cls(data, offsets, hashes[named][order], named[order])
+
+    def find(self, identifiers: Sequence[str]) -> list[np.ndarray]:
+        """Per identifier, the documents (ascending) recorded with exactly it."""
+        wanted = [identifier.encode("utf-8", "surrogatepass") for identifier in identifiers]
+        hashes = _hashes(*pack(wanted))
+        low = np.searchsorted(self.hashes, hashes, side="left")
+        high = np.searchsorted(self.hashes, hashes, side="right")
+        found = []
+        for value, a, b in zip(wanted, low.tolist(), high.tolist()):
+            rows = [int(r) for r in self.rows[a:b] if self._bytes(int(r)) == value]
+            found.append(np.array(sorted(rows), dtype=np.int64))
+        return found
+
+    def _bytes(self, row: int) -> bytes:
+        return self.data[int(self.offsets[row]) : int(self.offsets[row + 1])].tobytes()
+
+
+def text(data: np.ndarray, offsets: np.ndarray, row: int) -> str:
+    """Document ``row``'s identifier as text (its recorded UTF-8; the column was checked as a whole, so
+    only offsets cutting a character would leave bytes to show escaped)."""
+    raw = data[int(offsets[row]) : int(offsets[row + 1])].tobytes()
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace")
