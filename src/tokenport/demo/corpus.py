@@ -1,7 +1,10 @@
 """The embedded default corpus: the Python standard library's own source and docstrings.
 
 Every machine that runs Python has it, so the demo and the tests use real text without any
-download: a code dataset (one document per module) and a prose dataset (one per docstring).
+download: a code dataset (one document per module) and a prose dataset (one per docstring). Each record
+has an ``id`` (prepare's default identifier field): the module's dotted name for code ("json.decoder"),
+the module and qualified name for a docstring ("json.dumps", "json.decoder.JSONDecoder.decode"; a module's
+own docstring is its module's name), so ``tokenport why --id`` and ``where --id`` name one.
 """
 
 from __future__ import annotations
@@ -41,15 +44,31 @@ def read_source(path: str) -> str | None:
 
 def docstrings(source: str) -> Iterator[str]:
     """The module, class and function docstrings of a source text, cleaned of indentation."""
+    for _, text in named_docstrings(source):
+        yield text
+
+
+def named_docstrings(source: str) -> Iterator[tuple[str, str]]:
+    """(qualified name, docstring) of the module ("" for its own), class and function docstrings of a
+    source text, in ``docstrings``' order."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return
-    for node in ast.walk(tree):
+    names: dict[ast.AST, str] = {tree: ""}
+    for node in ast.walk(tree):  # breadth first: a parent is named before its children
+        for child in ast.iter_child_nodes(node):
+            named = isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            names[child] = f"{names[node]}.{child.name}".lstrip(".") if named else names[node]
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             text = ast.get_docstring(node, clean=False)
             if text and len(text) >= _MIN_DOCSTRING_CHARS:
-                yield inspect.cleandoc(text)
+                yield names[node], inspect.cleandoc(text)
+
+
+def module_name(path: str, root: str) -> str:
+    """The dotted module name of a stdlib source file ("json/__init__.py" -> "json")."""
+    return os.path.splitext(os.path.relpath(path, root))[0].replace(os.sep, ".").removesuffix(".__init__")
 
 
 @dataclass(frozen=True)
@@ -79,12 +98,13 @@ def build_demo_corpus(directory: str, limit: int | None = None) -> DemoCorpus:
             source = read_source(path)
             if source is None:
                 continue
-            name = os.path.relpath(path, root)
-            code.write(json.dumps({"text": source, "path": name}) + "\n")
+            name, module = os.path.relpath(path, root), module_name(path, root)
+            code.write(json.dumps({"text": source, "path": name, "id": module}) + "\n")
             code_docs += 1
             code_bytes += len(source.encode("utf-8"))
-            for text in docstrings(source):
-                prose.write(json.dumps({"text": text, "path": name}) + "\n")
+            for qualified, text in named_docstrings(source):
+                identifier = f"{module}.{qualified}" if qualified else module
+                prose.write(json.dumps({"text": text, "path": name, "id": identifier}) + "\n")
                 prose_docs += 1
                 prose_bytes += len(text.encode("utf-8"))
     os.replace(code_path + ".tmp", code_path)
@@ -100,7 +120,7 @@ def stdlib_functions(limit: int | None = None) -> Iterator[tuple[str, str, str]]
     with a docstring in the first ``limit`` stdlib source files, in file order."""
     root = sysconfig.get_paths()["stdlib"]
     for path in stdlib_sources(limit):
-        module = os.path.splitext(os.path.relpath(path, root))[0].replace(os.sep, ".").removesuffix(".__init__")
+        module = module_name(path, root)
         source = read_source(path)
         if source is None or any(part.startswith("_") for part in module.split(".")):
             continue
