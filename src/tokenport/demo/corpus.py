@@ -58,8 +58,10 @@ def named_docstrings(source: str) -> Iterator[tuple[str, str]]:
     names: dict[ast.AST, str] = {tree: ""}
     for node in ast.walk(tree):  # breadth first: a parent is named before its children
         for child in ast.iter_child_nodes(node):
-            named = isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            names[child] = f"{names[node]}.{child.name}".lstrip(".") if named else names[node]
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names[child] = f"{names[node]}.{child.name}".lstrip(".")
+            else:
+                names[child] = names[node]
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             text = ast.get_docstring(node, clean=False)
             if text and len(text) >= _MIN_DOCSTRING_CHARS:
