@@ -46,10 +46,12 @@ CHILD = textwrap.dedent(
 def settings(tmp_path: pathlib.Path) -> dict:
     """Two input files (a compressed one decompressed into chunks; units, two parts), a filter before a
     dedup step (its keys pass spills what reaches the dedup) and rejected documents kept (by both
-    passes, merged in input order): every kind of file prepare publishes."""
+    passes, merged in input order): every kind of file prepare publishes. The records carry identifiers
+    (a string, an integer, none), so provenance.npz's identifier column is published at each kill point too."""
     inputs = []
     for name, texts in (("a.jsonl", TEXTS[:3]), ("b.jsonl.gz", TEXTS[1:])):  # TEXTS[1:3] repeat across the files
-        data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+        ids: list[object] = [f"{name}#{k}" if k % 2 else k for k in range(len(texts) - 1)] + [None]
+        data = "".join(json.dumps({"text": t, "id": i}) + "\n" for t, i in zip(texts, ids)).encode()
         (tmp_path / name).write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
         inputs.append(str(tmp_path / name))
     return {
@@ -86,6 +88,7 @@ def test_a_kill_at_every_rename_then_a_rerun_leaves_the_uninterrupted_output(tmp
     reference = snapshot(pathlib.Path(prepare(PrepareConfig(**config)).output))
     assert {"rejected/unit-000001", "part-00001.bin"} <= {name[:20] for name in reference}
     assert "provenance.npz" in reference  # with the units' and keys passes' records: each rename a kill point
+    assert b'"id_field":"id","identified":4' in reference["provenance.npz"]  # type: ignore[operator]
     shutil.rmtree(out)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     point = 0
