@@ -274,7 +274,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _where_identifiers(args: argparse.Namespace) -> int:
-    from ..integrations.where_identifiers import where_identifiers_file
+    from ..integrations.where import where_identifiers_file
 
     if args.documents is not None or args.text is not None:
         raise ConfigError("where: name the documents by exactly one of --document, --text or --id")

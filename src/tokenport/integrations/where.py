@@ -33,7 +33,7 @@ from .tracing import _collect_stores, resolve_state
 if TYPE_CHECKING:
     from .where_identifiers import IdentifiedReport
 
-__all__ = ["Place", "WhereReport", "occurrences", "where_file"]
+__all__ = ["Place", "WhereReport", "occurrences", "where_file", "where_identifiers_file"]
 
 _SCAN_CHUNK = 4096  # documents decoded at a time by a text search
 
@@ -156,16 +156,38 @@ def occurrences(
 def _identified(
     state: Any, output: Any, identifier: Any, document: Any, text: Any, up_to_step: Any, stores: Any, dataset: Any
 ) -> IdentifiedReport:
-    """``occurrences`` by identifier, refusing document= or text= given too."""
-    from .where_identifiers import identifier_occurrences
+    """``occurrences`` by identifier (``where_identifiers.identifier_report``), refusing document= or text= too:
+    each input document recorded with it resolved through the prepare output's provenance to its part store."""
+    from .where_identifiers import identifier_report
 
     if document is not None or text is not None:
         raise ConfigError(
             "document/text/identifier: name the documents by exactly one: document=, text= or identifier="
         )
-    return identifier_occurrences(
-        state, output=output, identifier=identifier, up_to_step=up_to_step, stores=stores, dataset=dataset
-    )
+    return identifier_report(state, output, identifier, up_to_step, dataset, Rebuilder(stores or {}), _occurrences)
+
+
+def where_identifiers_file(
+    path: str | os.PathLike[str],
+    *,
+    output: str,
+    identifier: Sequence[str],
+    up_to_step: int | None = None,
+    stores: Mapping[str, str] | None = None,
+) -> IdentifiedReport:
+    """``occurrences(identifier=)`` of the state in ``path`` for ``tokenport where --id``: a moved store's
+    message names the command's own ``--store-path OLD=NEW`` flag."""
+    from .where_identifiers import identifier_report
+
+    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
+    asked = " ".join(f"--id {name}" for name in identifier)
+    command = f"tokenport where {os.fspath(path)} --store {output} {asked} {given}".rstrip()
+
+    def store_flag(prefix: str) -> str:
+        return f"say where it is now: {command} --store-path {prefix}=NEW_PREFIX (once per moved store)"
+
+    rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
+    return identifier_report(path, output, identifier, up_to_step, None, rebuilder, _occurrences)
 
 
 def where_file(

@@ -1,24 +1,24 @@
 """Where the documents with an identifier were trained: the identifier (a URL, a source id prepare kept
 from a field of the input) resolves through the prepare output's ``provenance.npz`` to the part store
 and document of each input document recorded with it; then ``where`` answers as for ``document=``. An
-input document prepare dropped is reported as dropped (step, reason) with no places.
+input document prepare dropped is reported as dropped (step, reason) with no places. ``where`` calls
+``identifier_report`` with its own answer for one store (this module imports nothing of ``where``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..corpus.run import provenance
-from ..corpus.run.why import identified, read_provenance
+from ..corpus.run.why import documents_named, read_provenance
 from ..samples.base import Rebuilder
 from .tracing import resolve_state
-from .where import WhereReport, _occurrences
 
-__all__ = ["IdentifiedReport", "identifier_occurrences", "where_identifiers_file"]
+__all__ = ["IdentifiedReport", "identifier_report"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class IdentifiedReport:
     output: str
     identifiers: tuple[str, ...]
     documents: tuple[dict[str, Any], ...]
-    reports: tuple[WhereReport, ...]
+    reports: tuple[Any, ...]  # where.WhereReport, one per store
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON types: one object (``stores``: one ``where`` report per store)."""
@@ -55,58 +55,25 @@ class IdentifiedReport:
         return "\n".join([*lines, *(report.render() for report in self.reports)])
 
 
-def identifier_occurrences(
-    state_or_checkpoint: Any,
-    *,
-    output: str | os.PathLike[str],
-    identifier: str | Sequence[str],
-    up_to_step: int | None = None,
-    stores: Mapping[str, str] | None = None,
-    dataset: Any = None,
-) -> IdentifiedReport:
-    """Every place each input document of prepare output ``output`` recorded with ``identifier`` (one or
-    several) was trained in the run of a loader state: its part store must be one the run reads (a moved
-    output: ``stores`` maps recorded prefixes to where they are now). ConfigError for an output without
-    identifiers, an identifier no input document had, or a part the run did not read."""
-    return _by_identifier(state_or_checkpoint, output, identifier, up_to_step, dataset, Rebuilder(stores or {}))
-
-
-def where_identifiers_file(
-    path: str | os.PathLike[str],
-    *,
-    output: str,
-    identifier: Sequence[str],
-    up_to_step: int | None = None,
-    stores: Mapping[str, str] | None = None,
-) -> IdentifiedReport:
-    """``identifier_occurrences`` of the state in ``path`` for ``tokenport where --id``: a moved store's
-    message names the command's own ``--store-path OLD=NEW`` flag."""
-    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
-    asked = " ".join(f"--id {name}" for name in identifier)
-    command = f"tokenport where {os.fspath(path)} --store {output} {asked} {given}".rstrip()
-
-    def store_flag(prefix: str) -> str:
-        return f"say where it is now: {command} --store-path {prefix}=NEW_PREFIX (once per moved store)"
-
-    rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
-    return _by_identifier(path, output, identifier, up_to_step, None, rebuilder)
-
-
-def _by_identifier(
+def identifier_report(
     state_or_checkpoint: Any,
     output: str | os.PathLike[str],
     identifier: str | Sequence[str],
     up_to_step: int | None,
     dataset: Any,
     rebuilder: Rebuilder,
+    answer: Callable[..., Any],
 ) -> IdentifiedReport:
+    """The report for the input documents of prepare output ``output`` recorded with ``identifier``:
+    ``answer(state, store, documents, None, up_to_step, dataset, rebuilder)`` (where's own) per part store
+    holding kept ones. ConfigError for an output without identifiers or an identifier no document had."""
     output = os.fspath(output)
     record = read_provenance(output)
-    found = identified(record, output, identifier)
+    found = documents_named(record, output, identifier)
     stories, kept = _stories(record, output, found)
     source, state, dataset = resolve_state(state_or_checkpoint, dataset, rebuilder)  # once, for every store
     reports = tuple(
-        dataclasses.replace(_occurrences(state, prefix, documents, None, up_to_step, dataset, rebuilder), source=source)
+        dataclasses.replace(answer(state, prefix, documents, None, up_to_step, dataset, rebuilder), source=source)
         for prefix, documents in kept.items()
     )
     return IdentifiedReport(source, output, tuple(name for name, _ in found), stories, reports)

@@ -433,15 +433,7 @@ def _provenance(
     unit_of = {record.prefix: k for k, record in enumerate(records)}
     planned = [(os.path.basename(p.prefix), [(unit_of[s.prefix], s.first, s.count) for s in p.segments]) for p in parts]
     path = os.path.join(out.path, PROVENANCE_FILE)
-    header = assemble_provenance(path, inputs, labels, passes, dedups, planned, config.id_field)
-    if header.ids_refused:
-        logger.warning(
-            "%d input document(s) hold a %r that is no string or integer (a list, an object, a float or a bool): "
-            "they have no identifier in %s",
-            header.ids_refused,
-            config.id_field,
-            path,
-        )
+    assemble_provenance(path, inputs, labels, passes, dedups, planned, config.id_field)
 
 
 def _if_there(path: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import zipfile
 from collections.abc import Callable, Sequence
@@ -36,6 +37,8 @@ from . import identifiers
 from .state import replace_atomically, temporary_path
 
 __all__ = ["FORMAT", "PROVENANCE_FILE", "Provenance", "ProvenanceHeader", "Recorder", "pass_path", "read"]
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "tokenport.provenance/1"
 PROVENANCE_FILE = "provenance.npz"
@@ -306,9 +309,7 @@ def assemble(
     n = int(offsets[-1])
     step = np.concatenate([u.step for u in units]) if units else np.zeros(0, np.int32)
     reason = np.concatenate([u.reason for u in units]) if units else np.zeros(0, np.int32)
-    part = np.full(n, -1, dtype=np.int32)
-    document = np.full(n, -1, dtype=np.int64)
-    duplicate = np.full(n, -1, dtype=np.int64)
+    part, document, duplicate = np.full(n, -1, np.int32), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
     tokenize_code = len(step_labels)
     for u, unit in enumerate(units):
         if len(unit.failed):
@@ -318,7 +319,7 @@ def assemble(
     for group in dedups:
         _duplicates(group, offsets, duplicate)
     changes = [(offsets[u] + unit.changes) for u, unit in enumerate(units)]
-    id_bytes, id_offsets = _joined_identifiers(units)
+    identified = _joined_identifiers(units)
     header = ProvenanceHeader(
         format=FORMAT,
         inputs=list(inputs),
@@ -327,9 +328,7 @@ def assemble(
         parts=[name for name, _ in parts],
         documents=n,
         changes=sum(len(c) for c in changes),
-        id_field=id_field,
-        identified=int(np.count_nonzero(np.diff(id_offsets))) if id_field is not None else 0,
-        ids_refused=sum(u.ids_refused for u in units) if id_field is not None else 0,
+        **_identified(path, id_field, identified["id_offsets"], sum(u.ids_refused for u in units)),
     )
     columns = {
         "input": _joined([u.file for u in units]),
@@ -343,19 +342,33 @@ def assemble(
         "change_row": _joined(changes),
         "change_step": _joined([u.change_step for u in units]),
         "change_reason": _joined([u.change_reason for u in units]),
-        "id_bytes": id_bytes,
-        "id_offsets": id_offsets,
+        **identified,
     }
     write(path, header, columns)
     return header
 
 
-def _joined_identifiers(units: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The units' identifier columns as one (``id_bytes``, ``id_offsets``)."""
+def _identified(path: str, id_field: str | None, id_offsets: np.ndarray, refused: int) -> dict[str, Any]:
+    """The header's identifier fields, warning of documents whose identifier field held another type."""
+    if id_field is None:
+        return {}
+    if refused:
+        logger.warning(
+            "%d input document(s) hold a %r that is no string or integer (a list, an object, a float, a bool): "
+            "they have no identifier in %s",
+            refused,
+            id_field,
+            path,
+        )
+    return {"id_field": id_field, "identified": int(np.count_nonzero(np.diff(id_offsets))), "ids_refused": refused}
+
+
+def _joined_identifiers(units: list[Any]) -> dict[str, np.ndarray]:
+    """The units' identifier columns as one: ``id_bytes`` and ``id_offsets``."""
     data = np.concatenate([u.id_bytes for u in units]) if units else np.zeros(0, np.uint8)
     sizes = np.cumsum([0, *(len(u.id_bytes) for u in units)])
     tails = [u.id_offsets[1:] + sizes[k] for k, u in enumerate(units)]
-    return data, np.concatenate([np.zeros(1, np.int64), *tails]).astype(np.int64)
+    return {"id_bytes": data, "id_offsets": np.concatenate([np.zeros(1, np.int64), *tails]).astype(np.int64)}
 
 
 def _place_kept(

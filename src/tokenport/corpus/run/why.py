@@ -13,7 +13,7 @@ from ...errors import ConfigError
 from ...storage import is_remote
 from . import provenance
 
-__all__ = ["WhyReport", "identified", "read_provenance", "why"]
+__all__ = ["WhyReport", "documents_named", "read_provenance", "why"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def why(
         raise ConfigError("why: give one of --input FILE:LINE, --text TEXT or --id IDENTIFIER")
     record = read_provenance(output)
     if identifier is not None:
-        found = identified(record, output, identifier)
+        found = documents_named(record, output, identifier)
         stories = tuple(provenance.describe(record, int(row)) for _, rows in found for row in rows)
         return WhyReport(output, "id " + ", ".join(name for name, _ in found), stories)
     if text is not None:
@@ -68,7 +68,7 @@ def read_provenance(output: str) -> provenance.Provenance:
     return provenance.read(path)
 
 
-def identified(
+def documents_named(
     record: provenance.Provenance, output: str, identifier: str | Sequence[str]
 ) -> list[tuple[str, np.ndarray]]:
     """Each distinct identifier asked, in order, with the rows of every input document recorded with it;
