@@ -91,6 +91,7 @@ NOT_RUN = {
     "bench_prepare_compressed": "one decompression feeding many workers: explains bench_prepare, no goal",
     "bench_remote": "the block cache and prefetch planner alone: explains bench_streaming, no goal",
     "bench_stream_order": 'StreamSampler order="feistel" vs order="random": tokenport against itself',
+    "bench_identifiers": "what keeping identifiers costs prepare and the identifier index's speed: no goal",
 }
 
 

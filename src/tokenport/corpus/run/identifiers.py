@@ -17,9 +17,6 @@ import numpy as np
 
 __all__ = ["IdentifierIndex", "check_column", "encode", "pack", "text"]
 
-_MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: a polynomial hash over each identifier's bytes
-_CHUNK_BYTES = 1 << 24  # identifiers hashed at a time, so memory stays a few times this
-
 
 def encode(value: object) -> bytes | None:
     """The recorded bytes of a field's value: a string's UTF-8, an integer's decimal text, b"" for none
@@ -52,33 +49,10 @@ def check_column(data: np.ndarray, offsets: np.ndarray, documents: int) -> str |
 
 
 def _hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each identifier (0 for none), vectorized: sum of (byte + 1) * M**position, mixed."""
-    lengths = np.diff(offsets)
-    out = np.zeros(len(lengths), dtype=np.uint64)
-    longest = int(lengths.max()) if len(lengths) else 0
-    powers = np.cumprod(np.full(max(longest, 1), _MULTIPLIER, dtype=np.uint64))
-    first = 0
-    with np.errstate(over="ignore"):
-        while first < len(lengths):
-            last = int(np.searchsorted(offsets, offsets[first] + _CHUNK_BYTES, side="right"))
-            last = min(max(last - 1, first + 1), len(lengths))
-            rows = np.flatnonzero(lengths[first:last]) + first
-            if len(rows):
-                low = int(offsets[first])
-                piece = data[low : int(offsets[last])].astype(np.uint64) + np.uint64(1)
-                starts = offsets[first:last] - low
-                position = np.arange(len(piece)) - np.repeat(starts, lengths[first:last])
-                sums = np.add.reduceat(piece * powers[position], offsets[rows] - low)
-                out[rows] = _mix(sums ^ lengths[rows].astype(np.uint64))
-            first = last
-    return out
+    """A 64-bit hash of each identifier (0 for none): ``identifier_hash``'s kernel, loaded on first use."""
+    from .identifier_hash import hashes
 
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every input bit reaches every output bit."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    return np.asarray(hashes(np.ascontiguousarray(data, np.uint8), np.ascontiguousarray(offsets, np.int64)))
 
 
 @dataclass(frozen=True)
