@@ -140,6 +140,8 @@ def test_a_text_file_has_no_identifier_and_chat_runs_refuse_the_flag(tmp_path):
     assert (header.id_field, header.identified) == ("id", 0)
     with pytest.raises(ConfigError, match="--id-field applies to text documents"):
         config_from_options(["x.jsonl"], "out", {"format": "chat", "id_field": "id"})
+    with pytest.raises(ConfigError, match="chat runs record no provenance"):
+        PrepareConfig(["x.jsonl"], "out", format="chat", id_field="url")
 
 
 def test_the_id_field_setting_is_checked_and_spelled_none_on_the_command_line(tmp_path):

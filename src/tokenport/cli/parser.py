@@ -322,7 +322,11 @@ def _where_flags(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "state", metavar="CHECKPOINT_OR_STATE", help="a JSON loader state, or a torch checkpoint holding one"
     )
-    sub.add_argument("--store", required=True, help="the store the document is in, as the run recorded it")
+    sub.add_argument(
+        "--store",
+        required=True,
+        help="the store the document is in, as the run recorded it (with --id: the prepare output directory)",
+    )
     sub.add_argument(
         "--document",
         dest="documents",

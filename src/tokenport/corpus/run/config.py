@@ -150,6 +150,10 @@ class PrepareConfig:
                 raise ConfigError(f"{_named(name, value)}: must be a non-empty string")
         if self.id_field is not None and (not isinstance(self.id_field, str) or not self.id_field):
             raise ConfigError(f"{_named('id_field', self.id_field)}: must be a field name, or None to keep none")
+        if self.format == "chat" and self.id_field not in ("id", None):
+            raise ConfigError(
+                f"{_named('id_field', self.id_field)}: chat runs record no provenance, so keep no identifiers; drop it"
+            )
         if self.id_field == self.text_key and self.format == "text":
             raise ConfigError(
                 f"{_named('id_field', self.id_field)}: is the text field (text_key) too; name the field holding "
