@@ -198,6 +198,8 @@ def test_damaged_identifier_arrays_are_refused_naming_the_file(named, tmp_path):
     path = tmp_path / "provenance.npz"
     with np.load(named / "out" / "provenance.npz") as loaded:
         data, offsets = loaded["id_bytes"], loaded["id_offsets"]
+        header = msgspec.json.decode(loaded["header"].tobytes(), type=provenance.ProvenanceHeader)
+    two_changes = np.frombuffer(msgspec.json.encode(msgspec.structs.replace(header, changes=2)), np.uint8)
     damages = {
         "no id_bytes": {"id_bytes": None},
         "no id_offsets": {"id_offsets": None},
@@ -209,6 +211,12 @@ def test_damaged_identifier_arrays_are_refused_naming_the_file(named, tmp_path):
         "offsets not from zero": {"id_offsets": offsets + 1, "id_bytes": np.append(data, np.uint8(65))},
         "bytes not UTF-8": {"id_bytes": np.where(np.arange(len(data)) == 0, np.uint8(0xFF), data).astype(np.uint8)},
         "one identifier fewer": {"id_offsets": np.where(np.arange(len(offsets)) == 2, offsets[1], offsets)},
+        "changes out of row order": {  # a document's changes are found by bisection
+            "header": two_changes,
+            "change_row": np.array([3, 1]),
+            "change_step": np.zeros(2, np.int32),
+            "change_reason": np.zeros(2, np.int32),
+        },
     }
     for label, replaced in damages.items():
         path.write_bytes(source)

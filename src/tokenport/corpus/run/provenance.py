@@ -284,6 +284,8 @@ def _check_ranges(path: str, header: ProvenanceHeader, c: dict[str, np.ndarray],
         raise CorruptStoreError(f"{path}: kept documents and their parts disagree; {remedy}")
     if np.any(kept & (c["reason"] >= 0)) or np.any(~kept & (c["reason"] < 0)):
         raise CorruptStoreError(f"{path}: reasons and outcomes disagree; {remedy}")
+    if np.any(np.diff(c["change_row"]) < 0):  # in row order, so a document's changes are found by bisection
+        raise CorruptStoreError(f"{path}: change_row is not in row order; {remedy}")
 
 
 def assemble(
@@ -512,7 +514,8 @@ def describe(provenance: Provenance, row: int) -> dict[str, Any]:
             story["duplicate_of"] = {"index": True}
         elif original >= 0:
             story["duplicate_of"] = _outcome(provenance, original)
-    changed = np.flatnonzero(c["change_row"] == row)
+    rows = c["change_row"]
+    changed = range(int(np.searchsorted(rows, row, "left")), int(np.searchsorted(rows, row, "right")))
     story["changes"] = [
         {"step": h.steps[int(c["change_step"][k])], "replaced": h.reasons[int(c["change_reason"][k])]} for k in changed
     ]
