@@ -304,3 +304,14 @@ def test_a_moved_output_is_found_with_store_path(named, tmp_path, capsys):
     assert main(["where", str(path), "--store", str(moved), "--id", "twice", "--json", *flags]) == 0
     printed = json.loads(capsys.readouterr().out)["stores"]
     assert [r["places"] for r in printed] == [r.to_json()["places"] for r in after.reports]
+
+
+def test_an_identifier_kept_in_a_part_the_run_did_not_read_is_a_config_error(named):
+    out = named / "out"
+    store = tp.IndexedDataset(str(out / "part-00000"))
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 30, tp.GPTSampleConfig(16), seed=1)
+    sampler = StreamSampler(len(gpt), 0, 2, 0, 2, seed=1, order="feistel")
+    state = StatefulLoader(gpt, sampler).state_dict()
+    assert occurrences(state, store=out, identifier="42").reports[0].places  # in part-00000: read
+    with pytest.raises(ConfigError, match="part-00001.*the run read no such store"):
+        occurrences(state, store=out, identifier="twice")  # also kept in part-00001, which the run never read
