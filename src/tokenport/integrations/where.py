@@ -146,7 +146,7 @@ def occurrences(
     checked against the receipt. ConfigError for an unknown store, both or neither of document and text,
     a document the store lacks, or a step past the planned run. ``identifier`` (one or several; ``store``
     then names a prepare output directory): the input documents prepare recorded with it, an IdentifiedReport
-    (see ``where_identifiers.identifier_occurrences``).
+    (``where_identifiers.IdentifiedReport``: each input document's story, and one WhereReport per part store).
     """
     if identifier is not None:
         return _identified(state_or_checkpoint, store, identifier, document, text, up_to_step, stores, dataset)
