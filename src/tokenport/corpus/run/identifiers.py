@@ -49,7 +49,11 @@ def check_column(data: np.ndarray, offsets: np.ndarray, documents: int) -> str |
 
 
 def _hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each identifier (0 for none): ``identifier_hash``'s kernel, loaded on first use."""
+    """A 64-bit hash of each identifier (0 for none): ``identifier_hash``'s kernel, loaded on first use
+    (saying so when numba must compile it first)."""
+    from ..._jit import announce_compilation
+
+    announce_compilation(["tokenport.corpus.run.identifier_hash"])
     from .identifier_hash import hashes
 
     return np.asarray(hashes(np.ascontiguousarray(data, np.uint8), np.ascontiguousarray(offsets, np.int64)))
