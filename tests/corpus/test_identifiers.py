@@ -315,3 +315,48 @@ def test_an_identifier_kept_in_a_part_the_run_did_not_read_is_a_config_error(nam
     assert occurrences(state, store=out, identifier="42").reports[0].places  # in part-00000: read
     with pytest.raises(ConfigError, match="part-00001.*the run read no such store"):
         occurrences(state, store=out, identifier="twice")  # also kept in part-00001, which the run never read
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_identifiers_agree_with_the_inputs_and_the_stores(tmp_path, seed):
+    """Random records (identifiers shared, missing, of other types) in jsonl, compressed jsonl and parquet,
+    deduplicated on two workers: each identifier finds exactly the input documents whose field holds it,
+    and each kept one is the part's document with that text."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    pool = ["a", "b", "https://x.org/1", "ü", 7, 70, None, [1], {"k": 1}, 2.5, True]
+    texts = [page(int(k)) for k in rng.integers(0, 25, 90)]  # repeats: exact duplicates dropped
+    names = [pool[int(k)] for k in rng.integers(0, len(pool), 90)]
+    files: list[tuple[str, int]] = []  # (path, first line or row) of each record
+    for k, name in enumerate(("a.jsonl", "b.jsonl.gz")):
+        rows = range(30 * k, 30 * k + 30)
+        data = "".join(json.dumps({"text": texts[r], "id": names[r]}) + "\n" for r in rows).encode()
+        (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+        files += [(str(tmp_path / name), line) for line in range(1, 31)]
+    scalar = [n if isinstance(n, (str, int)) and not isinstance(n, bool) else None for n in names[60:]]
+    column = pa.array([None if n is None else str(n) for n in scalar], pa.string())
+    pq.write_table(pa.table({"text": texts[60:], "id": column}), tmp_path / "c.parquet")
+    files += [(str(tmp_path / "c.parquet"), row) for row in range(30)]
+    inputs = [str(tmp_path / n) for n in ("a.jsonl", "b.jsonl.gz", "c.parquet")]
+    out = str(tmp_path / "out")
+    prepare(PrepareConfig(inputs, out, workers=2, unit_bytes=4_000, steps=[{"step": "exact_dedup"}]))
+    expected: dict[str, list[tuple[str, int]]] = {}
+    for r, name in enumerate(names[:60] + scalar):
+        if isinstance(name, (str, int)) and not isinstance(name, bool) and str(name):
+            expected.setdefault(str(name), []).append(files[r])
+    header = provenance.read(str(pathlib.Path(out) / "provenance.npz")).header
+    assert header.identified == sum(map(len, expected.values()))
+    assert header.ids_refused == sum(isinstance(n, (list, dict, float, bool)) for n in names[:60])
+    byte = tp.load_tokenizer("byte")
+    for name, places in expected.items():
+        stories = why(out, identifier=name).documents
+        assert sorted((s["input"], s["line"]) for s in stories) == sorted(places), name
+        for story in stories:
+            if story["outcome"] == "kept":
+                text = texts[files.index((story["input"], story["line"]))]
+                tokens = tp.IndexedDataset(f"{out}/{story['part']}").get(story["document"])
+                assert byte.decode(tokens[:-1]) == text  # the end-of-document token last
+    with pytest.raises(ConfigError, match="identifier 'absent'"):
+        why(out, identifier="absent")
