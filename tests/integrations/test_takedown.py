@@ -11,6 +11,7 @@ import pytest
 
 import tokenport as tp
 from tests._support.stores import build_store, random_documents
+from tokenport.errors import ConfigError
 from tokenport.integrations import StatefulLoader
 from tokenport.integrations.tracing import step_sample_ids
 from tokenport.samples.gpt import GPTDataset
@@ -136,3 +137,172 @@ def test_a_gpt_run_hides_removed_documents_token_by_token(tmp_path, kind):
     rng = np.random.default_rng(7)
     documents = rng.choice(len(store), 4, replace=False).tolist()
     _check_run(gpt, sampler_of, 40, 6, [(prefix, int(d)) for d in documents])
+
+
+def _kinds(tmp_path):
+    """(name, dataset, sampler factory, store prefix to remove from) for every stream kind."""
+    from tests._support.stores import Doc
+    from tokenport.blend import AdaptiveBlend, MixtureSchedule
+    from tokenport.builder.specs import Blend
+
+    rng = np.random.default_rng(11)
+    drawn = random_documents(rng, 60, tokens=(32, 127), length=(10, 90), append=256)
+    masked = [Doc(t, mask=(np.arange(len(t)) >= len(t) // 3).astype(np.uint8)) for t in drawn]
+    chat = build_store(tmp_path / "chat", masked, tokenizer=tp.load_tokenizer("byte"), masks=True)
+    chat_store = tp.IndexedDataset(chat)
+    megatron = tp.SFTDataset(chat_store, 48, too_long="split", seed=2)
+    hf = tp.SFTDataset(chat_store, 48, too_long="split", seed=2, shape="hf", pad_id=3, label_pad=-7)
+    padded = tp.SFTDataset(chat_store, 64, packing="none", too_long="split", seed=2, shape="hf")
+    packed_prefix = _write(tmp_path / "p", 3, 50)
+    packed = tp.PackedDataset(tp.IndexedDataset(packed_prefix), 96, too_long="split", window=8, seed=6, pad_id=5)
+    prefixes = [_write(tmp_path / name, seed, 20) for seed, name in enumerate(("a", "b"))]
+    schedule = MixtureSchedule.from_data(
+        [{"at": 0, "weights": [0.8, 0.2]}, {"at": 20, "ramp_to": [0.2, 0.8], "until": 40}]
+    )
+    scheduled = tp.build_datasets(
+        Blend(tuple(prefixes), None, schedule), sizes=(60, 0, 0), config=tp.GPTSampleConfig(16), seed=1, split="1,0,0"
+    )[0]
+    blend = tp.build_datasets(
+        Blend(tuple(prefixes), (0.4, 0.6), None),
+        sizes=(60, 0, 0),
+        config=tp.GPTSampleConfig(16, pad_id=300),
+        seed=1,
+        split="1,0,0",
+    )[0]
+    children = [
+        tp.GPTDataset(tp.IndexedDataset(p), np.arange(20), 40, tp.GPTSampleConfig(16), seed=3) for p in prefixes
+    ]
+    adaptive = AdaptiveBlend(children, [1, 1], num_samples=60, updates=[[0, [1.0, 1.0]], [24, [0.1, 0.9]]])
+
+    def stream(dataset, order="feistel"):
+        return lambda: StreamSampler(len(dataset), 0, 2, 1, 2, seed=5, order=order)
+
+    def ordered(dataset):
+        return lambda: PretrainingSampler(len(dataset), 0, 3, 0, 2, auto_advance=False)
+
+    return [
+        ("sft-megatron", megatron, stream(megatron), chat),
+        ("sft-hf", hf, lambda: RandomSampler(len(hf), 0, 2, 0, 2, seed=2), chat),
+        ("sft-hf-unpacked", padded, stream(padded), chat),
+        ("packed", packed, lambda: RandomSampler(len(packed), 0, 1, 0, 3, seed=2), packed_prefix),
+        ("blend", blend, stream(blend), prefixes[1]),
+        ("schedule", scheduled, ordered(scheduled), prefixes[1]),
+        ("adaptive", adaptive, ordered(adaptive), prefixes[0]),
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["sft-megatron", "sft-hf", "sft-hf-unpacked", "packed", "blend", "schedule", "adaptive"]
+)
+def test_every_stream_kind_hides_removed_documents_token_by_token(tmp_path, name):
+    _, dataset, sampler_of, prefix = next(kind for kind in _kinds(tmp_path) if kind[0] == name)
+    rng = np.random.default_rng(len(name))
+    count = len(tp.IndexedDataset(prefix))
+    documents = [(str(prefix), int(d)) for d in rng.choice(count, max(3, count // 3), replace=False)]
+    sampler = sampler_of()
+    steps = min(24, len(dataset) // (sampler.micro_batch_size * sampler.data_parallel_size))
+    _check_run(dataset, sampler_of, steps, 3, documents)
+
+
+def _masked(dataset, sampler_state, rank: int, consumed: int, batch: dict, removals: list[tuple[int, set]]) -> dict:
+    """``batch`` (handed over at ``consumed``) as the rule hides the removals made at or before ``consumed``."""
+    gone = set().union(*(docs for since, docs in removals if since <= consumed))
+    gbs = sampler_state["micro_batch_size"] * sampler_state["data_parallel_size"]
+    state = {**sampler_state, "consumed_samples": consumed + gbs}
+    expected = {name: value.copy() for name, value in batch.items()}
+    for row, sample in enumerate(step_sample_ids(state, consumed // gbs, rank, dataset)[rank]):
+        leaf, hidden = _hidden(dataset, sample, gone)
+        if len(hidden):
+            expected = _expected(expected, row, leaf, hidden)
+    return expected
+
+
+def test_remove_documents_follows_a_shadow_model_and_a_refused_call_changes_nothing(tmp_path):
+    prefix = _write(tmp_path / "g", 2)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 120, tp.GPTSampleConfig(16), seed=1)
+
+    def fresh():
+        return StatefulLoader(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=4, order="feistel"))
+
+    reference = fresh()
+    rng = np.random.default_rng(5)
+    loader = fresh()
+    model: list[tuple[int, set]] = []  # (consumed_samples it applies from, the (store, document) pairs)
+    saved: list[tuple[dict, list]] = []
+    bad = [[("nowhere/store", 0)], [(prefix, len(store))], [(prefix, True)], [(prefix, "3")], [(prefix, -1)], "x"]
+    for _ in range(40):
+        op = rng.integers(5)
+        before = loader.state_dict()
+        if op == 0:  # a valid removal
+            documents = [(prefix, int(d)) for d in rng.choice(len(store), int(rng.integers(1, 4)))]
+            step = loader.remove_documents(documents)
+            assert step == -(-loader.consumed_samples // 4)
+            new = set(documents) - set().union(*(docs for _, docs in model))
+            if new:
+                model.append((loader.consumed_samples, new))
+        elif op == 1:  # a refused one
+            with pytest.raises(ConfigError):
+                loader.remove_documents(bad[int(rng.integers(len(bad)))])
+            assert loader.state_dict() == before
+        elif op == 2:  # some steps, each checked against the plain stream
+            position = loader.consumed_samples
+            reference.load_state_dict(_plain(before))
+            for a, b in zip(_take(reference, 3), _take(loader, 3), strict=True):
+                expected = _masked(gpt, before["sampler"], 0, position, a, model)
+                assert all(np.array_equal(b[name], value) for name, value in expected.items())
+                position += 4
+        elif op == 3:
+            saved.append((before, [(since, set(docs)) for since, docs in model]))
+        elif saved:  # back to a saved state: its removals, not the later ones
+            state, removals = saved[int(rng.integers(len(saved)))]
+            loader.load_state_dict(state)
+            model = [(since, set(docs)) for since, docs in removals]
+        records = loader.state_dict()["receipt"].get("removed_documents", [])
+        assert [(r["consumed_samples"], {(r["store"], d) for d in r["documents"]}) for r in records] == model
+
+
+def _plain(state: dict) -> dict:
+    """``state`` without its removals and with a certificate for the plain stream (for the reference loader)."""
+    receipt = {key: value for key, value in state["receipt"].items() if key != "removed_documents"}
+    return {key: value for key, value in state.items() if key != "certificate"} | {"receipt": receipt}
+
+
+def test_every_mutation_of_a_removal_in_a_state_is_refused_or_read_and_a_refusal_changes_nothing(tmp_path):
+    import json
+
+    from tests._support.mutate import mutations
+
+    prefix = _write(tmp_path / "m", 4, 12)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 20, tp.GPTSampleConfig(16), seed=1)
+
+    def fresh():
+        return StatefulLoader(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=1, order="feistel"))
+
+    source = fresh()
+    _take(source, 2)
+    source.remove_documents([(prefix, 1), (prefix, 4)])
+    _take(source, 1)
+    state = source.state_dict()
+    kept = state["receipt"]["removed_documents"]
+    loader = fresh()
+    _take(loader, 1)
+    before = loader.state_dict()
+    read = 0
+    for label, data in mutations(json.dumps(state)):
+        if "removed_documents" not in label:
+            continue
+        mutated = json.loads(data)
+        try:
+            loader.load_state_dict(mutated)
+        except tp.TokenportError:
+            assert loader.state_dict() == before, label
+            continue
+        except Exception as exc:  # pragma: no cover - the failure names the mutation
+            raise AssertionError(f"{label}: {type(exc).__name__}: {exc}") from exc
+        read += 1  # a mutation the schema still reads: only the prefix, which is for people, may differ
+        got = loader.state_dict()["receipt"]["removed_documents"]
+        assert [{**r, "store": None} for r in got] == [{**r, "store": None} for r in kept], label
+        loader.load_state_dict(before)
+    assert read

@@ -330,10 +330,10 @@ def removal_step(consumed: int, global_batch: int) -> int:
 
 def certified_data(tree: Mapping[str, Any], removed: Iterable[Mapping[str, Any]]) -> bytes:
     """The certificate's data digest: the receipt's tree, and after a removal also the removals (each by its store's
-    identity, ids and position; not its prefix, so a moved store certifies the same)."""
+    identity, ids, position and step; not its prefix, so a moved store certifies the same)."""
     base = data_digest(tree)
     listed = [
-        [_identity_key(r.get("identity"), str(r["store"])), list(r["documents"]), int(r["consumed_samples"])]
+        [_identity_key(r.get("identity"), str(r["store"])), list(r["documents"]), r["consumed_samples"], r["step"]]
         for r in removed
     ]
     if not listed:
