@@ -306,3 +306,124 @@ def test_every_mutation_of_a_removal_in_a_state_is_refused_or_read_and_a_refusal
         assert [{**r, "store": None} for r in got] == [{**r, "store": None} for r in kept], label
         loader.load_state_dict(before)
     assert read
+
+
+def _series(tmp_path):
+    """A run with a removal at step 4: states after 4 steps, after 8 (the removal made at 4) and after 10."""
+    prefix = _write(tmp_path / "s", 6)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 60, tp.GPTSampleConfig(16), seed=1)
+
+    def fresh():
+        return StatefulLoader(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=3, order="feistel"))
+
+    loader = fresh()
+    _take(loader, 4)
+    first = loader.state_dict()
+    documents = [(prefix, 2), (prefix, 5), (prefix, 9)]
+    assert loader.remove_documents(documents) == 4
+    _take(loader, 4)
+    second = loader.state_dict()
+    _take(loader, 2)
+    return gpt, prefix, fresh, documents, [first, second, loader.state_dict()]
+
+
+def test_trace_and_where_know_the_removal(tmp_path):
+    from tokenport.integrations.where import occurrences
+
+    gpt, prefix, _, documents, states = _series(tmp_path)
+    last = states[-1]
+    removed = {d for _, d in documents}
+    flagged = set()
+    for step in range(10):
+        for item in tp.trace(last, step, dataset=gpt, detokenize=False):
+            flags = item.to_dict()["removed"]
+            for (document, _, _), flag in zip(item.lineage.pieces, flags, strict=True):
+                assert flag == (document in removed and step >= 4), (step, document)
+                if flag:
+                    flagged.add(step)
+    assert flagged
+    report = occurrences(last, store=prefix, document=sorted(removed), dataset=gpt)
+    assert report.removed == tuple((d, 4) for d in sorted(removed))
+    assert report.places and all(p.trained == (p.step < 4) for p in report.places if p.step < 10)
+    assert "removed from the run from step 4" in report.render()
+    assert report.to_json()["removed"] == [{"document": d, "step": 4} for d in sorted(removed)]
+    before = occurrences(states[0], store=prefix, document=sorted(removed), dataset=gpt)
+    assert before.removed == () and not any(p.step >= 4 and p.trained for p in before.places)
+
+
+def test_audit_is_consistent_across_a_removal_and_finds_a_lost_or_moved_one(tmp_path):
+    gpt, prefix, fresh, documents, states = _series(tmp_path)
+    assert tp.audit(states).consistent
+    resumed = fresh()
+    resumed.load_state_dict(tp.takedown(states[0], documents))  # the offline takedown is the same removal
+    _take(resumed, 6)
+    assert tp.audit([states[0], resumed.state_dict()]).consistent
+    assert tp.audit([*states[:2], resumed.state_dict()]).consistent
+    lost = fresh()
+    lost.load_state_dict(states[0])  # resumed from before the removal: the removal is lost
+    _take(lost, 6)
+    report = tp.audit([*states[:2], lost.state_dict()])
+    assert not report.consistent and report.divergence.step == 4 and "lost the removal" in report.divergence.what
+    late = fresh()
+    late.load_state_dict(states[1])
+    _take(late, 2)
+    moved = late.state_dict()
+    moved["receipt"]["removed_documents"][0].update(consumed_samples=8, step=2)  # claims an earlier step
+    report = tp.audit([states[0], moved])
+    assert not report.consistent and report.divergence.step == 2, report.render()
+
+
+def test_num_workers_and_prefetch_do_not_change_the_masked_batches(tmp_path):
+    prefix = _write(tmp_path / "w", 8)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 60, tp.GPTSampleConfig(16), seed=1)
+    documents = [(prefix, d) for d in (1, 4, 7, 11)]
+    runs = []
+    for options in ({}, {"num_workers": 2, "prefetch_factor": 4}):
+        loader = StatefulLoader(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=3, order="feistel"), **options)
+        runs.append(_take(loader, 14, remove_at=3, documents=documents))
+    for a, b in zip(*runs, strict=True):
+        assert all(np.array_equal(a[name], b[name]) for name in a)
+
+
+def test_a_mixture_update_after_the_removal_moves_the_masks_with_the_samples(tmp_path):
+    from tokenport.blend import AdaptiveBlend
+
+    prefixes = [_write(tmp_path / name, seed, 20) for seed, name in enumerate(("a", "b"))]
+    children = [
+        tp.GPTDataset(tp.IndexedDataset(p), np.arange(20), 40, tp.GPTSampleConfig(16), seed=3) for p in prefixes
+    ]
+    adaptive = AdaptiveBlend(children, [1, 1], num_samples=60)
+    loader = StatefulLoader(adaptive, PretrainingSampler(60, 0, 3, 0, 2, auto_advance=False))
+    _take(loader, 2)
+    documents = [(prefixes[0], d) for d in range(0, 20, 2)]
+    loader.remove_documents(documents)
+    state = loader.state_dict()
+    _take(loader, 1)
+    loader.set_mixture([0.9, 0.1])
+    got = _take(loader, 5)
+    plain = StatefulLoader(adaptive.__class__(children, [1, 1], num_samples=60), PretrainingSampler(60, 0, 3, 0, 2))
+    plain.load_state_dict(_plain(state))
+    _take(plain, 1)
+    plain.set_mixture([0.9, 0.1])
+    for step, batch in enumerate(_take(plain, 5), start=3):
+        expected = _masked(plain.dataset, state["sampler"], 0, step * 6, batch, [(12, set(documents))])
+        assert all(np.array_equal(got[step - 3][name], value) for name, value in expected.items()), step
+
+
+def test_batches_the_loader_cannot_mask_are_refused_changing_nothing(tmp_path):
+    prefix = _write(tmp_path / "r", 9)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 30, tp.GPTSampleConfig(16), seed=1)
+    sampler = StreamSampler(len(gpt), 0, 2, 0, 1, seed=3, order="feistel")
+    for options in ({"fields": ("tokens", "labels")}, {"collate_fn": lambda samples: samples}):
+        loader = StatefulLoader(gpt, sampler, **options)
+        before = loader.state_dict()
+        with pytest.raises(ConfigError, match="loss_mask|collate_fn"):
+            loader.remove_documents([(prefix, 1)])
+        assert loader.state_dict() == before
+    loader = StatefulLoader(gpt, sampler, fields=("tokens", "labels", "loss_mask"))
+    assert loader.remove_documents([(prefix, 1)]) == 0
+    assert loader.remove_documents({"store": prefix, "documents": [1]}) == 0  # removed already: no-op
+    assert len(loader.state_dict()["receipt"]["removed_documents"]) == 1

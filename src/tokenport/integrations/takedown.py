@@ -42,8 +42,9 @@ import numpy as np
 
 from .._checks import is_int
 from ..blend import AdaptiveBlend
-from ..errors import ConfigError
-from ..samples.base import Rebuilder, SampleDataset, store_documents
+from ..errors import ConfigError, TokenportError
+from ..indexed.identity import store_identity
+from ..samples.base import Rebuilder, SampleDataset, plain, store_documents
 from ..samples.gpt import GPTDataset
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
@@ -57,6 +58,7 @@ __all__ = [
     "certified_data",
     "layouts",
     "removal_step",
+    "removed_from",
     "requested",
     "store_identities",
     "takedown",
@@ -340,6 +342,25 @@ def certified_data(tree: Mapping[str, Any], removed: Iterable[Mapping[str, Any]]
         return base
     text = json.dumps(listed, sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(base + text.encode(), digest_size=len(base)).digest()
+
+
+def removed_from(records: Iterable[Mapping[str, Any]], stores: Mapping[str, Any]) -> dict[tuple[str, int], int]:
+    """(prefix of one of ``stores`` (prefix -> IndexedDataset, as a rebuilt dataset opened them), document) -> the
+    first step it is removed from, for the removals a state's receipt records (for trace and where)."""
+    identities: dict[str, Any] = {}
+    for prefix, store in stores.items():
+        try:
+            identities[prefix] = plain(store_identity(store))
+        except TokenportError:  # a store without an identity is matched by its prefix
+            identities[prefix] = None
+    out: dict[tuple[str, int], int] = {}
+    for record in records:
+        identity, name = record.get("identity"), str(record["store"])
+        prefixes = [p for p, i in identities.items() if (i == identity if identity is not None else p == name)]
+        for prefix in prefixes:
+            for document in record["documents"]:
+                out.setdefault((prefix, int(document)), int(record["step"]))
+    return out
 
 
 # -- masking at handover -------------------------------------------------------------------------
