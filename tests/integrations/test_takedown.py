@@ -427,3 +427,61 @@ def test_batches_the_loader_cannot_mask_are_refused_changing_nothing(tmp_path):
     assert loader.remove_documents([(prefix, 1)]) == 0
     assert loader.remove_documents({"store": prefix, "documents": [1]}) == 0  # removed already: no-op
     assert len(loader.state_dict()["receipt"]["removed_documents"]) == 1
+
+
+def test_the_cli_writes_the_new_state_and_prints_one_json_object(tmp_path, capsys):
+    import json
+
+    from tokenport.cli import main
+
+    gpt, prefix, fresh, documents, states = _series(tmp_path)
+    path, where, out = tmp_path / "state.json", tmp_path / "where.json", tmp_path / "new.json"
+    path.write_text(json.dumps(states[0]))
+    argv = ["takedown", str(path), "--store", prefix, "--document", "2", "5", "9", "-o", str(out), "--json"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["output"] == str(out) and [r["documents"] for r in printed["removals"]] == [[2, 5, 9]]
+    assert json.loads(out.read_text()) == json.loads(json.dumps(tp.takedown(states[0], documents)))
+    assert main(["where", str(path), "--store", prefix, "--document", "2", "--document", "9", "--json"]) == 0
+    where.write_text(capsys.readouterr().out)
+    again = tmp_path / "again.json"
+    assert main(["takedown", str(path), "--where", str(where), "-o", str(again)]) == 0
+    assert "removed from step 4" in capsys.readouterr().out
+    assert json.loads(again.read_text())["receipt"]["removed_documents"][0]["documents"] == [2, 9]
+    for argv in (
+        ["takedown", str(path), "--store", prefix, "--document", "2", "-o", str(path)],  # the state read
+        ["takedown", str(path), "--store", prefix, "--document", "2", "-o", str(out)],  # exists, no --force
+        ["takedown", str(path), "--store", prefix, "--document", "999", "-o", str(tmp_path / "x.json")],
+        ["takedown", str(path), "--store", "elsewhere", "--document", "2", "-o", str(tmp_path / "x.json")],
+        ["takedown", str(path), "-o", str(tmp_path / "x.json")],  # nothing named
+    ):
+        before = path.read_bytes(), out.read_bytes()
+        assert main(argv) != 0, argv
+        assert (path.read_bytes(), out.read_bytes()) == before and not (tmp_path / "x.json").exists()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("kill_at", [1, 2, 3])
+def test_a_takedown_killed_at_each_publication_step_leaves_the_old_file_or_the_whole_new_one(tmp_path, kill_at):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    gpt, prefix, fresh, documents, states = _series(tmp_path)
+    path, out = tmp_path / "state.json", tmp_path / "new.json"
+    path.write_text(json.dumps(states[0]))
+    out.write_text("{}")  # an older output, replaced with --force
+    argv = ["takedown", str(path), "--store", prefix, "--document", "2", "-o", str(out), "--force"]
+    env = {**os.environ, "TOKENPORT_TAKEDOWN_KILL_AT": str(kill_at)}
+    code = "import sys; from tokenport.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, check=False)
+    assert done.returncode == 137, done.stderr.decode()[-2000:]
+    text = out.read_text()
+    assert text == "{}" or json.loads(text) == json.loads(json.dumps(tp.takedown(states[0], [(prefix, 2)])))
+    assert json.loads(path.read_text()) == json.loads(json.dumps(states[0]))
+    from tokenport.cli import main
+
+    assert main(argv[:-1] + ["--force"]) == 0  # the next writer finishes it and removes the leftovers
+    assert json.loads(out.read_text()) == json.loads(json.dumps(tp.takedown(states[0], [(prefix, 2)])))
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]

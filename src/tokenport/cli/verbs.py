@@ -269,3 +269,19 @@ def _audit(args: argparse.Namespace) -> int:
     report = audit(args.states, stores=dict(args.stores or ()))
     _emit(args, [report])
     return 0 if report.consistent else 1
+
+
+def _takedown(args: argparse.Namespace) -> int:
+    from ..integrations.takedown import takedown_file
+
+    report = takedown_file(
+        args.state,
+        args.output,
+        store=args.store,
+        documents=args.documents,
+        where=args.where,
+        stores=dict(args.stores or ()),
+        force=args.force,
+    )
+    _emit(args, [report])
+    return 0

@@ -29,7 +29,7 @@ from ..sampling.state import Certificate, read_loader_state, read_sampler_state
 from .certificate import Chain, GlobalBatches, extend, genesis
 from .rebuild import check_same_data, rebuild_unverified
 from .receipt import DataReceipt, receipt_changes
-from .takedown import certified_data
+from .removal import certified_data
 from .tracing import is_state, load_state
 
 __all__ = ["AuditReport", "Divergence", "audit"]

@@ -78,7 +78,7 @@ ALLOWED_CHANGES: dict[str, str] = {
 class DataReceipt:
     """What a checkpoint's batches came from: the dataset tree (stores, configs, orders), the
     sampler's seed, the dataset length, the position, the paths of uncertified datasets, and the documents
-    removed from the run (``integrations.takedown``; each a ``Removal`` as a dict, in the order made)."""
+    removed from the run (``integrations.removal``; each a ``Removal`` as a dict, in the order made)."""
 
     dataset: dict[str, Any]
     length: int

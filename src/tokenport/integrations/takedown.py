@@ -1,143 +1,38 @@
-"""Takedown without reshuffling: documents removed from a run in progress, their tokens masked from then on.
+"""Takedown without reshuffling: documents removed from a saved run, and ``tokenport takedown``'s file.
 
-A removal names documents of the run's stores (``(store, document)`` pairs, a ``WhereReport`` or the
-JSON ``tokenport where --json`` printed). ``StatefulLoader.remove_documents`` applies it from the next
-batch handed over; ``takedown(state, documents)`` writes it into a saved state, which a loader applies
-when it loads it. The receipt lists each removal (``receipt["removed_documents"]``: the store's prefix and
-content identity, the sorted ids, the ``consumed_samples`` and ``step`` it applies from), so a resumed run
-keeps it, and ``trace``, ``where`` and ``audit`` know it. Nothing moves: every sample keeps its id, every
-other token its position, and ``position_ids``, ``cu_seqlens``, attention masks stay as they were.
-
-The masking rule, by the layout of the sample a removed document's piece lies in (``R``: the positions of
-the sample its removed pieces hold, as ``lineage``/``occurrences`` give them; for a GPT sample the window
-of ``seq_length`` tokens plus the extra one):
-
-- GPTDataset: ``tokens[j] = 0`` for ``j`` in R (Megatron's pad convention: a pad is held as 0 with no
-  loss, with or without a ``pad_id``); ``labels[j] = 0`` where ``j + 1`` is in R; ``loss_mask[j] = 0``
-  where ``j`` or ``j + 1`` is in R: no gradient from or to a removed token.
-- PackedDataset: ``tokens[j] = pad_id`` for ``j`` in R; ``labels[j] = label_pad`` where ``j`` or
-  ``j + 1`` is in R.
-- SFTDataset, ``shape="megatron"``: ``tokens`` ``pad_id`` in R; ``labels`` ``label_pad`` and ``loss_mask``
-  0 where ``j`` or ``j + 1`` is in R.
-- SFTDataset, ``shape="hf"`` (unshifted labels): ``input_ids`` ``pad_id`` and ``labels`` ``label_pad``
-  for ``j`` in R (the label after a piece's last token is ``label_pad`` already).
-
-Blends (fixed, scheduled, adaptive) mask through the child that holds the sample. The samples a
-removal touches are found once (``dataset.occurrences``: exact for every kind, recomputed for an
-AdaptiveBlend after each weight update); at each handover the loader looks its micro-batch's ids up and
-masks copies of the affected fields, in the main process, so workers and prefetching do not matter.
+``takedown(state, documents)`` returns a new loader state whose receipt lists the removal from the
+state's next step (``integrations.removal`` holds the records, the masking rule and the loader's
+masks); a loader that loads it hides those documents' tokens. ``tokenport takedown`` writes that
+state as JSON under a temporary name beside the output, flushed to disk, then renamed into place: a
+reader sees the old file or the whole new one, never a part. The input state is never overwritten
+(it is the record of what the run trained on before the removal; ``tokenport audit`` reads it beside
+the new one); an existing output is replaced only with ``force``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import hashlib
+import glob
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from .._checks import is_int
-from ..blend import AdaptiveBlend
-from ..errors import ConfigError, TokenportError
-from ..indexed.identity import store_identity
-from ..samples.base import Rebuilder, SampleDataset, plain, store_documents
-from ..samples.gpt import GPTDataset
-from ..samples.packed import PackedDataset
-from ..samples.sft import SFTDataset
+from .._files import parse_structured, read_text
+from ..errors import ConfigError
+from ..samples.base import Rebuilder, store_documents
 from ..sampling.state import read_sampler_state
-from .certificate import GlobalBatches, data_digest
 from .receipt import DataReceipt
+from .removal import certified_data, layouts, plan, removal_step, requested, resolve_store
+from .tracing import load_state, resolve_state
 
-__all__ = [
-    "Layout",
-    "Masker",
-    "certified_data",
-    "layouts",
-    "removal_step",
-    "removed_from",
-    "requested",
-    "store_identities",
-    "takedown",
-]
+__all__ = ["KILL_AT", "TakedownReport", "takedown", "takedown_file"]
 
-
-@dataclass(frozen=True)
-class Layout:
-    """How a dataset kind's samples hide a removed token: ``kind`` (gpt, packed, megatron, hf), the token
-    written in its place and the label that carries no loss."""
-
-    kind: str
-    pad: int
-    label_pad: int
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        """The fields masking writes (each must reach the trainer, or the removal is refused)."""
-        return {
-            "gpt": ("tokens", "labels", "loss_mask"),
-            "packed": ("tokens", "labels"),
-            "megatron": ("tokens", "labels", "loss_mask"),
-            "hf": ("input_ids", "labels"),
-        }[self.kind]
-
-    def writes(self, positions: np.ndarray, width: int) -> dict[str, tuple[np.ndarray, int]]:
-        """field -> (columns, value) that hide the tokens at ``positions`` in a row of ``width`` columns."""
-        held = positions[positions < width]
-        before = positions - 1
-        before = before[(before >= 0) & (before < width)]
-        both = np.union1d(held, before)
-        if self.kind == "gpt":
-            return {"tokens": (held, 0), "labels": (before, 0), "loss_mask": (both, 0)}
-        if self.kind == "packed":
-            return {"tokens": (held, self.pad), "labels": (both, self.label_pad)}
-        if self.kind == "megatron":
-            return {"tokens": (held, self.pad), "labels": (both, self.label_pad), "loss_mask": (both, 0)}
-        return {"input_ids": (held, self.pad), "labels": (held, self.label_pad)}
-
-
-def _layout(dataset: Any) -> Layout | None:
-    """The layout of a dataset that reads a store itself, or None for a kind tokenport cannot mask."""
-    if isinstance(dataset, GPTDataset):
-        return Layout("gpt", 0, 0)
-    if isinstance(dataset, PackedDataset):
-        return Layout("packed", int(dataset.pad_id), int(dataset.label_pad))
-    if isinstance(dataset, SFTDataset):
-        return Layout("megatron" if dataset.shape == "megatron" else "hf", int(dataset.pad_id), int(dataset.label_pad))
-    return None
-
-
-def layouts(dataset: Any, prefixes: Iterable[str]) -> dict[str, Layout]:
-    """prefix -> the layout of the samples that hold the store's tokens, for each of ``prefixes``; ConfigError
-    when a store is read by a kind tokenport cannot mask, or by datasets of two layouts."""
-    found: dict[str, set[Layout | None]] = {}
-    names: dict[str, str] = {}
-
-    def walk(node: Any) -> None:
-        if not isinstance(node, SampleDataset):
-            return
-        for child in node.datasets:
-            walk(child)
-        for store in node.stores():
-            found.setdefault(str(store.prefix), set()).add(_layout(node))
-            names[str(store.prefix)] = type(node).__name__
-
-    walk(dataset)
-    out: dict[str, Layout] = {}
-    for prefix in prefixes:
-        kinds = found.get(prefix, {None})
-        layout = next(iter(kinds))
-        if layout is None or len(kinds) != 1:
-            what = f"a {names.get(prefix, 'dataset')}" if None in kinds else "datasets of different sample layouts"
-            raise ConfigError(
-                f"store {prefix!r} is read by {what}, whose samples tokenport cannot mask: removing documents "
-                "works over GPTDataset, PackedDataset, SFTDataset and blends of them, each store read by one kind"
-            )
-        out[prefix] = layout
-    return out
+KILL_AT = "TOKENPORT_TAKEDOWN_KILL_AT"
+"""Directed-kill tests set this to N: the process ends (``os._exit``) at the N-th step of publishing the output."""
+_steps = 0
 
 
 def takedown(
@@ -147,8 +42,6 @@ def takedown(
     with ``documents`` removed from its next step on, listed in its receipt; a loader that loads it masks them.
     ``documents`` as ``StatefulLoader.remove_documents`` takes them; ``stores``: recorded prefix -> where the store
     is now. ConfigError (the dataset rebuilt from the receipt) for an unknown store or document."""
-    from .tracing import resolve_state  # tracing reads removals from here: imported when asked
-
     moves = dict(stores or {})
     source, checked, dataset = resolve_state(state, None, Rebuilder(moves))
     pairs = requested(documents)
@@ -179,289 +72,89 @@ def takedown(
     return out
 
 
-# -- what is asked -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TakedownReport:
+    """What ``tokenport takedown`` did: the state read, the file written, the removals it added."""
+
+    source: str
+    output: str
+    removals: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON types: one object."""
+        return {"source": self.source, "output": self.output, "removals": [dict(r) for r in self.removals]}
+
+    def render(self) -> str:
+        """The report as text: one line per removal, then where the new state is."""
+        lines = [
+            f"store {r['store']}: document(s) {', '.join(map(str, r['documents']))} removed from step {r['step']} "
+            f"(consumed_samples={r['consumed_samples']}) on"
+            for r in self.removals
+        ] or ["nothing new to remove: every document named is removed already"]
+        lines.append(f"wrote {self.output} (from {self.source}): load it with StatefulLoader.load_state_dict to resume")
+        return "\n".join(lines)
 
 
-def requested(documents: Any) -> list[tuple[str, int]]:
-    """``documents`` as (store, document) pairs: from pairs, a ``WhereReport`` or the dict ``tokenport where
-    --json`` printed; ConfigError naming the item that is none of these."""
-    from .where import WhereReport  # where reads removals from here: imported when asked
-
-    if isinstance(documents, WhereReport):
-        return [(documents.store, int(d)) for d in documents.documents]
-    if isinstance(documents, Mapping):
-        store, ids = documents.get("store"), documents.get("documents")
-        if not isinstance(store, str) or not isinstance(ids, list):
-            raise ConfigError(
-                "documents: a dict must be what `tokenport where --json` printed (its 'store' a string and its "
-                "'documents' a list of ids); pass that, a WhereReport or (store, document) pairs"
-            )
-        return [(store, _document(d, f"documents['documents'][{k}]")) for k, d in enumerate(ids)]
-    if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
+def takedown_file(
+    path: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    store: str | None = None,
+    documents: Sequence[int] | None = None,
+    where: str | os.PathLike[str] | None = None,
+    stores: Mapping[str, str] | None = None,
+    force: bool = False,
+) -> TakedownReport:
+    """Remove ``store``'s ``documents`` (or those of the ``tokenport where --json`` output in the file ``where``)
+    from the state in ``path`` and write the new state to ``output`` as JSON; ConfigError naming the argument."""
+    name, out = os.fspath(path), os.fspath(output)
+    if (store is None or not documents) == (where is None):
         raise ConfigError(
-            f"documents: a {type(documents).__name__}; pass (store, document) pairs, a WhereReport or the dict "
-            "`tokenport where --json` printed"
+            "name the documents by --store S --document N [N ...], or by --where WHERE.json (what "
+            "`tokenport where --json` printed), not both"
         )
-    pairs = []
-    for k, item in enumerate(documents):
-        if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], (str, os.PathLike)):
-            raise ConfigError(f"documents[{k}]={item!r:.80}: expected a (store prefix, document id) pair")
-        pairs.append((os.fspath(item[0]), _document(item[1], f"documents[{k}]")))
-    if not pairs:
-        raise ConfigError("documents: nothing to remove; name at least one (store, document) pair")
-    return pairs
+    if os.path.exists(out) and (os.path.abspath(out) == os.path.abspath(name) or os.path.samefile(out, name)):
+        raise ConfigError(f"-o {out}: that is the state read; write the new state to another file (keep the old one)")
+    if os.path.exists(out) and not force:
+        raise ConfigError(f"-o {out}: the file exists; pass --force to replace it, or another path")
+    asked: Any = (
+        parse_structured(read_text(os.fspath(where), "where output"), os.fspath(where), yaml_ok=False)
+        if where is not None
+        else [(store, d) for d in documents or ()]
+    )
+    state, source = load_state(name)
+    before = len((state.get("receipt") or {}).get("removed_documents") or [])
+    new = takedown(state, asked, stores=stores)
+    publish(out, new)
+    return TakedownReport(source, out, tuple(new["receipt"].get("removed_documents", [])[before:]))
 
 
-def _document(value: Any, where: str) -> int:
-    """A document id (an int, not a bool, at least 0); ConfigError naming ``where`` otherwise."""
-    if not is_int(value) or isinstance(value, (bool, np.bool_)) or int(value) < 0:
-        raise ConfigError(f"{where}={value!r:.80}: a document id is an int of at least 0")
-    return int(value)
+def publish(path: str, state: Mapping[str, Any]) -> None:
+    """Write ``state`` to ``path`` as JSON: a temporary file, flushed, renamed into place; a killed writer's
+    temporary is removed by the next one."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, indent=1, allow_nan=False)
+            handle.flush()
+            _kill_point()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise ConfigError(f"-o {path}: cannot write the new state ({exc.strerror})") from None
+    _kill_point()
+    os.replace(temporary, path)
+    _kill_point()
+    for leftover in glob.glob(glob.escape(path) + ".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
 
 
-def store_identities(tree: Mapping[str, Any]) -> dict[str, Any]:
-    """prefix -> content identity (None when uncertified) of every store a receipt's dataset tree records."""
-    out: dict[str, Any] = {}
-    store = tree.get("store")
-    if isinstance(store, Mapping):
-        out[str(store.get("prefix"))] = store.get("content")
-    for child in tree.get("datasets") or ():
-        out.update(store_identities(child))
-    return out
-
-
-def resolve_store(name: str, known: Iterable[str]) -> str | None:
-    """The prefix of ``known`` that ``name`` names: itself, or the same path spelled otherwise; None if none."""
-    known = list(known)
-    if name in known:
-        return name
-    real = os.path.realpath(name)
-    return next((prefix for prefix in known if os.path.realpath(prefix) == real), None)
-
-
-def plan(
-    pairs: list[tuple[str, int]],
-    dataset: Any,
-    tree: Mapping[str, Any],
-    removed: Iterable[Mapping[str, Any]],
-    consumed: int,
-    step: int,
-    recorded: Mapping[str, str] | None = None,
-) -> list[tuple[str, dict[str, Any]]]:
-    """The new removals (dataset prefix, receipt record) ``pairs`` ask for, one per store in the order first named:
-    each store checked against ``dataset``'s stores, each id against the store; ids removed already left out.
-    ``recorded``: dataset prefix -> the prefix the receipt records (a moved store). ConfigError naming the item."""
-    counts = store_documents(dataset)
-    identities = store_identities(tree)
-    gone = {(_identity_key(r.get("identity"), str(r["store"])), int(d)) for r in removed for d in r["documents"]}
-    asked: dict[str, set[int]] = {}
-    for k, (name, document) in enumerate(pairs):
-        prefix = resolve_store(name, counts) or resolve_store(name, _moved_back(counts, recorded))
-        if prefix is None:
-            listed = ", ".join(sorted(counts)) or "none"
-            raise ConfigError(f"documents[{k}]: store {name!r} is not read by this dataset; its stores are: {listed}")
-        prefix = _moved(prefix, counts, recorded)
-        if document >= counts[prefix]:
-            raise ConfigError(
-                f"documents[{k}]: document {document} is not in store {prefix!r}, which holds {counts[prefix]} "
-                f"documents (ids 0 to {counts[prefix] - 1})"
-            )
-        asked.setdefault(prefix, set()).add(document)
-    out = []
-    for prefix, ids in asked.items():
-        name = (recorded or {}).get(prefix, prefix)
-        identity = identities.get(name)
-        kept = sorted(d for d in ids if (_identity_key(identity, name), d) not in gone)
-        if kept:
-            record = {"store": name, "identity": copy.deepcopy(identity), "documents": kept}
-            out.append((prefix, {**record, "consumed_samples": int(consumed), "step": int(step)}))
-    return out
-
-
-def _moved_back(counts: Mapping[str, int], recorded: Mapping[str, str] | None) -> list[str]:
-    """The recorded prefixes of the dataset's stores (as the receipt names them)."""
-    return [(recorded or {}).get(prefix, prefix) for prefix in counts]
-
-
-def _moved(name: str, counts: Mapping[str, int], recorded: Mapping[str, str] | None) -> str:
-    """The dataset's prefix of a store named by its dataset prefix or its recorded one."""
-    if name in counts:
-        return name
-    return next(prefix for prefix in counts if (recorded or {}).get(prefix, prefix) == name)
-
-
-def _identity_key(identity: Any, prefix: str | None) -> str:
-    """A store's identity as a comparable string (its prefix when it has no identity)."""
-    if identity is None:
-        return f"prefix:{prefix}"
-    return json.dumps(identity, sort_keys=True, separators=(",", ":"))
-
-
-def adopt(removed: Iterable[Mapping[str, Any]], dataset: Any, tree: Mapping[str, Any], where: str) -> list[str]:
-    """The dataset prefix of each removal a state records: its store found by content identity (a moved store
-    still matches), else by prefix; ConfigError for a store the dataset does not read or whose content differs."""
-    counts = store_documents(dataset)
-    identities = store_identities(tree)
-    out = []
-    for k, record in enumerate(removed):
-        prefix, identity = str(record["store"]), record.get("identity")
-        if identity is not None:
-            same = [p for p, content in identities.items() if content == identity and p in counts]
-            found = prefix if prefix in same else (same[0] if same else None)
-        else:
-            found = prefix if prefix in counts and identities.get(prefix) is None else None
-        if found is None:
-            what = "has other content here" if prefix in counts else "is not read by this dataset"
-            raise ConfigError(
-                f"{where}['removed_documents'][{k}]: store {prefix!r} {what}: the removal cannot be applied; resume "
-                "over the data the state was taken on (a moved store is found by its content)"
-            )
-        if max(record["documents"]) >= counts[found]:
-            raise ConfigError(
-                f"{where}['removed_documents'][{k}]: document {max(record['documents'])} is not in store {found!r} "
-                f"({counts[found]} documents)"
-            )
-        out.append(found)
-    return out
-
-
-def removal_step(consumed: int, global_batch: int) -> int:
-    """The step of the next batch handed over at ``consumed`` samples consumed (as trace and where count)."""
-    return -(-int(consumed) // int(global_batch))
-
-
-def certified_data(tree: Mapping[str, Any], removed: Iterable[Mapping[str, Any]]) -> bytes:
-    """The certificate's data digest: the receipt's tree, and after a removal also the removals (each by its store's
-    identity, ids, position and step; not its prefix, so a moved store certifies the same)."""
-    base = data_digest(tree)
-    listed = [
-        [_identity_key(r.get("identity"), str(r["store"])), list(r["documents"]), r["consumed_samples"], r["step"]]
-        for r in removed
-    ]
-    if not listed:
-        return base
-    text = json.dumps(listed, sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(base + text.encode(), digest_size=len(base)).digest()
-
-
-def removed_from(records: Iterable[Mapping[str, Any]], stores: Mapping[str, Any]) -> dict[tuple[str, int], int]:
-    """(prefix of one of ``stores`` (prefix -> IndexedDataset, as a rebuilt dataset opened them), document) -> the
-    first step it is removed from, for the removals a state's receipt records (for trace and where)."""
-    identities: dict[str, Any] = {}
-    for prefix, store in stores.items():
-        try:
-            identities[prefix] = plain(store_identity(store))
-        except TokenportError:  # a store without an identity is matched by its prefix
-            identities[prefix] = None
-    out: dict[tuple[str, int], int] = {}
-    for record in records:
-        identity, name = record.get("identity"), str(record["store"])
-        prefixes = [p for p, i in identities.items() if (i == identity if identity is not None else p == name)]
-        for prefix in prefixes:
-            for document in record["documents"]:
-                out.setdefault((prefix, int(document)), int(record["step"]))
-    return out
-
-
-# -- masking at handover -------------------------------------------------------------------------
-
-
-class Masker:
-    """The removals a loader applies: per removal, the samples it touches (sample -> positions), and this rank's
-    micro-batch ids at any position, to mask each batch handed over."""
-
-    def __init__(self, dataset: Any, sampler_state: Mapping[str, Any], rank: int, removals: list[tuple[str, Any]]):
-        self.dataset = dataset
-        self.removals = removals  # (dataset prefix, record) in the order made
-        self.layouts = layouts(dataset, {prefix for prefix, _ in removals})
-        self.mbs = int(sampler_state["micro_batch_size"])
-        self.rank = int(rank)
-        self.batches = GlobalBatches(sampler_state, dataset)
-        self._key: Any = None
-        self._masks: list[tuple[int, dict[int, tuple[Layout, np.ndarray]]]] = []
-        self._refresh()
-
-    def _refresh(self) -> None:
-        """(Re)compute the affected samples: once, or after an AdaptiveBlend's weights changed."""
-        key = self.dataset.updates if isinstance(self.dataset, AdaptiveBlend) else None
-        if self._masks and key == self._key:
-            return
-        masks = []
-        for prefix, record in self.removals:
-            layout, touched = self.layouts[prefix], {}
-            for sample, positions in affected(self.dataset, prefix, record["documents"]).items():
-                touched[sample] = (layout, positions)
-            masks.append((int(record["consumed_samples"]), touched))
-        self._key, self._masks = key, masks
-
-    def ids(self, consumed: int) -> np.ndarray:
-        """This rank's micro-batch ids handed over at ``consumed`` samples consumed."""
-        rows = self.batches.rows(consumed, 1)
-        if rows is not None and len(rows):
-            return np.asarray(rows[0][self.rank * self.mbs : (self.rank + 1) * self.mbs], dtype=np.int64)
-        sampler = self.batches.samplers[self.rank]
-        sampler.consumed_samples = consumed
-        batch = next(iter(sampler), None)
-        return np.zeros(0, np.int64) if batch is None else np.asarray(batch, dtype=np.int64)
-
-    def apply(self, batch: Any, consumed: int) -> Any:
-        """``batch`` (handed over at ``consumed``) with the removed tokens of its samples hidden: the fields touched
-        are copies, so the dataset's arrays are never written."""
-        self._refresh()
-        rows: dict[int, tuple[Layout, list[np.ndarray]]] = {}
-        for row, sample in enumerate(self.ids(consumed).tolist()):
-            for since, touched in self._masks:
-                hit = touched.get(sample) if since <= consumed else None
-                if hit is not None:
-                    rows.setdefault(row, (hit[0], []))[1].append(hit[1])
-        if not rows or not isinstance(batch, Mapping):
-            return batch
-        out = dict(batch)
-        copied: set[str] = set()
-        for row, (layout, parts) in rows.items():
-            positions = np.unique(np.concatenate(parts))
-            width = int(out[layout.fields[0]].shape[-1]) if layout.fields[0] in out else 0
-            for name, (columns, value) in layout.writes(positions, width).items():
-                if name not in out or not len(columns):
-                    continue
-                if name not in copied:
-                    out[name], copied = _copy(out[name]), copied | {name}
-                _write(out[name], row, columns, value)
-        return out
-
-
-def affected(dataset: Any, prefix: str, documents: Iterable[int]) -> dict[int, np.ndarray]:
-    """sample -> the positions (sorted) its pieces of ``documents`` of store ``prefix`` hold."""
-    samples, positions = [], []
-    for document in documents:
-        occ = dataset.occurrences(prefix, int(document))
-        lengths = (occ.end - occ.start).astype(np.int64)
-        first = np.repeat(occ.offset, lengths)
-        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        samples.append(np.repeat(occ.sample, lengths))
-        positions.append(first + within)
-    if not samples:
-        return {}
-    sample, position = np.concatenate(samples), np.concatenate(positions)
-    order = np.lexsort((position, sample))
-    sample, position = sample[order], position[order]
-    cuts = np.flatnonzero(np.diff(sample)) + 1
-    return {
-        int(part[0]): np.unique(pos) for part, pos in zip(np.split(sample, cuts), np.split(position, cuts)) if len(part)
-    }
-
-
-def _copy(value: Any) -> Any:
-    """A copy of a field (a torch tensor or a numpy array) that masking may write."""
-    clone = getattr(value, "clone", None)
-    return clone() if callable(clone) else np.array(value, copy=True)
-
-
-def _write(value: Any, row: int, columns: np.ndarray, fill: int) -> None:
-    """``value[row, columns] = fill`` for a torch tensor or a numpy array."""
-    if hasattr(value, "clone"):
-        import torch
-
-        value[row, torch.as_tensor(columns, dtype=torch.long)] = fill
-    else:
-        value[row, columns] = fill
+def _kill_point() -> None:
+    """End the process here if this is the publication step ``KILL_AT`` names (directed-kill tests)."""
+    global _steps
+    if KILL_AT in os.environ:
+        _steps += 1
+        if _steps == int(os.environ[KILL_AT]):
+            os._exit(137)

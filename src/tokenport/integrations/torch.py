@@ -57,8 +57,8 @@ from .receipt import (
     sampler_position,
     sampler_seed,
 )
+from .removal import Masker, adopt, certified_data, layouts, plan, removal_step, requested
 from .samplers import replayable
-from .takedown import Masker, adopt, certified_data, layouts, plan, removal_step, requested
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
 
@@ -277,7 +277,7 @@ class StatefulLoader:
         return start
 
     def remove_documents(self, documents: Any) -> int:
-        """Remove ``documents`` from the run from the next batch handed over (``integrations.takedown``): their
+        """Remove ``documents`` from the run from the next batch handed over (``integrations.removal``): their
         tokens become padding with no loss in every batch from then on; every other token, sample and position
         stays. ``documents``: ``(store, document)`` pairs (the store's prefix as ``lineage`` names it), a
         ``WhereReport`` or the dict ``tokenport where --json`` printed; one removed already is left as it is.

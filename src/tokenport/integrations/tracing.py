@@ -199,7 +199,7 @@ def _trace(
 
 def _removed(state: Mapping[str, Any], dataset: Any) -> dict[tuple[str, int], int]:
     """(store prefix, document) -> the step it is removed from, for the removals the state's receipt records."""
-    from .takedown import removed_from
+    from .removal import removed_from
 
     records = state["receipt"].get("removed_documents") or []
     if not records:

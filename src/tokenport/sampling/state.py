@@ -171,7 +171,7 @@ class _Position(Document, frozen=True):
 
 
 class Removal(Document, frozen=True):
-    """One removal of documents from a run (``integrations.takedown``): the store's prefix (for people) and content
+    """One removal of documents from a run (``integrations.removal``): the store's prefix (for people) and content
     identity (as the receipt's tree records it; None for a store without one), the document ids (sorted, distinct),
     and where it applies from: the samples all ranks had consumed (``consumed_samples``) and that ``step``."""
 
