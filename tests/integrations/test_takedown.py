@@ -485,3 +485,33 @@ def test_a_takedown_killed_at_each_publication_step_leaves_the_old_file_or_the_w
     assert main(argv[:-1] + ["--force"]) == 0  # the next writer finishes it and removes the leftovers
     assert json.loads(out.read_text()) == json.loads(json.dumps(tp.takedown(states[0], [(prefix, 2)])))
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+
+
+def test_a_grain_loader_hides_the_removed_documents_as_the_stateful_loader_does(tmp_path):
+    pytest.importorskip("grain")
+    from tokenport.integrations.grain import GrainLoader
+
+    prefix = _write(tmp_path / "gr", 10)
+    store = tp.IndexedDataset(prefix)
+    gpt = tp.GPTDataset(store, np.arange(len(store)), 60, tp.GPTSampleConfig(16), seed=1)
+    documents = [(prefix, d) for d in (0, 3, 6, 9, 12)]
+    expected = _take(
+        StatefulLoader(gpt, StreamSampler(len(gpt), 0, 4, 0, 1, seed=5, order="feistel")), 10, 2, documents
+    )
+    loader = GrainLoader(gpt, global_batch_size=4, seed=5)
+    got = []
+    for inputs, labels in loader:
+        got.append((np.asarray(inputs["input"]), np.asarray(labels)))
+        if len(got) == 2:
+            assert loader.remove_documents(documents) == 2
+        if len(got) == 10:
+            break
+    assert any(not np.array_equal(b["loss_mask"], 1) for b in expected[2:])
+    for batch, (tokens, labels) in zip(expected, got, strict=True):
+        assert np.array_equal(tokens, batch["tokens"])
+        assert np.array_equal(labels, np.where(batch["loss_mask"] == 0, -100, batch["labels"]))
+    resumed = GrainLoader(gpt, global_batch_size=4, seed=5)
+    resumed.load_state_dict(loader.state_dict())
+    assert resumed._loader.state_dict()["receipt"]["removed_documents"] == [
+        {**r} for r in loader._loader.state_dict()["receipt"]["removed_documents"]
+    ]

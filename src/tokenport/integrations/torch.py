@@ -212,9 +212,13 @@ class StatefulLoader:
                 wait = perf_counter() - began
                 recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
             if self._masker is not None:  # documents removed: their tokens hidden in this rank's micro-batch
-                batch = self._masker.apply(batch, int(self.sampler.consumed_samples))
+                batch = self._masked(batch)
             self._hand_over()
             yield batch
+
+    def _masked(self, batch: Any) -> Any:
+        """``batch``, about to be handed over, with the removed documents' tokens hidden (itself when none is)."""
+        return batch if self._masker is None else self._masker.apply(batch, int(self.sampler.consumed_samples))
 
     def _hand_over(self) -> None:
         """Count one batch handed to the trainer: the sampler advances a step; a position moved from outside
