@@ -515,3 +515,43 @@ def test_a_grain_loader_hides_the_removed_documents_as_the_stateful_loader_does(
     assert resumed._loader.state_dict()["receipt"]["removed_documents"] == [
         {**r} for r in loader._loader.state_dict()["receipt"]["removed_documents"]
     ]
+
+
+@pytest.mark.parametrize("name", ["gpt", "packed", "sft-hf", "sft-megatron"])
+def test_the_hf_trainers_collated_batches_hide_the_removed_documents(tmp_path, name):
+    pytest.importorskip("transformers")
+    from tokenport.integrations.hf import TokenportCollator
+
+    if name == "gpt":
+        prefix = _write(tmp_path / "g", 12)
+        store = tp.IndexedDataset(prefix)
+        dataset = tp.GPTDataset(store, np.arange(len(store)), 60, tp.GPTSampleConfig(16), seed=1)
+    else:
+        _, dataset, _, prefix = next(kind for kind in _kinds(tmp_path) if kind[0] == name)
+    collator = TokenportCollator(ignore_index=getattr(dataset, "label_pad", -100))
+    count = len(tp.IndexedDataset(prefix))
+    documents = [(str(prefix), d) for d in range(0, count, 3)]
+
+    def sampler_of():
+        return StreamSampler(len(dataset), 0, 2, 1, 2, seed=4, order="feistel")
+
+    loader = StatefulLoader(dataset, sampler_of(), collate_fn=collator)
+    got = _take(loader, 8, remove_at=2, documents=documents)
+    state = loader.state_dict()
+    hits = 0
+    for step, batch in enumerate(got):
+        state["sampler"]["consumed_samples"] = max(state["sampler"]["consumed_samples"], (step + 1) * 4)
+        samples = []
+        for sample in step_sample_ids(state["sampler"], step, 1, dataset)[1]:
+            one = {key: np.asarray(value)[None] for key, value in dataset[sample].items()}
+            leaf, hidden = _hidden(dataset, sample, set(documents))
+            if step >= 2 and len(hidden):
+                hits += 1
+                one = _expected(one, 0, leaf, hidden)
+            samples.append({key: value[0] for key, value in one.items()})
+        expected = collator(samples)
+        assert all(np.array_equal(batch[key], np.asarray(value)) for key, value in expected.items()), step
+    assert hits
+    resumed = StatefulLoader(dataset, sampler_of(), collate_fn=collator)  # the HF Trainer's resume path
+    resumed.load_state_dict(loader.state_dict())
+    assert resumed.state_dict()["receipt"]["removed_documents"] == state["receipt"]["removed_documents"]

@@ -95,6 +95,19 @@ class Layout:
             return {"tokens": (held, self.pad), "labels": (both, self.label_pad), "loss_mask": (both, 0)}
         return {"input_ids": (held, self.pad), "labels": (held, self.label_pad)}
 
+    def collated_writes(self, positions: np.ndarray, width: int, ignore: int) -> dict[str, tuple[np.ndarray, int]]:
+        """The writes of ``writes`` in the batch of a collate that declares ``removal_layout = "causal_lm"``
+        (``integrations.hf.TokenportCollator``): ``input_ids``, unshifted ``labels`` and ``shift_labels``
+        (``labels[t + 1] == shift_labels[t]``), ``ignore`` where no loss is taken."""
+        held = positions[positions < width]
+        if self.kind == "hf":  # unshifted labels: the target of a removed token is its own label
+            targets = held - 1
+            targets = targets[targets >= 0]
+            return {"input_ids": (held, self.pad), "labels": (held, ignore), "shift_labels": (targets, ignore)}
+        both = self.writes(positions, width)["labels" if self.kind == "packed" else "loss_mask"][0]
+        after = both + 1
+        return {"input_ids": (held, self.pad), "shift_labels": (both, ignore), "labels": (after[after < width], ignore)}
+
 
 def _layout(dataset: Any) -> Layout | None:
     """The layout of a dataset that reads a store itself, or None for a kind tokenport cannot mask."""
@@ -327,7 +340,15 @@ class Masker:
     """The removals a loader applies: per removal, the samples it touches (sample -> positions), and this rank's
     micro-batch ids at any position, to mask each batch handed over."""
 
-    def __init__(self, dataset: Any, sampler_state: Mapping[str, Any], rank: int, removals: list[tuple[str, Any]]):
+    def __init__(
+        self,
+        dataset: Any,
+        sampler_state: Mapping[str, Any],
+        rank: int,
+        removals: list[tuple[str, Any]],
+        ignore: int | None = None,
+    ) -> None:
+        self.ignore = ignore  # None: the dataset's fields; an int: a causal-LM collate's batch (ignore_index)
         self.dataset = dataset
         self.removals = removals  # (dataset prefix, record) in the order made
         self.layouts = layouts(dataset, {prefix for prefix, _ in removals})
@@ -377,8 +398,14 @@ class Masker:
         copied: set[str] = set()
         for row, (layout, parts) in rows.items():
             positions = np.unique(np.concatenate(parts))
-            width = int(out[layout.fields[0]].shape[-1]) if layout.fields[0] in out else 0
-            for name, (columns, value) in layout.writes(positions, width).items():
+            first = layout.fields[0] if self.ignore is None else "input_ids"
+            width = int(out[first].shape[-1]) if first in out else 0
+            writes = (
+                layout.writes(positions, width)
+                if self.ignore is None
+                else layout.collated_writes(positions, width, self.ignore)
+            )
+            for name, (columns, value) in writes.items():
                 if name not in out or not len(columns):
                     continue
                 if name not in copied:

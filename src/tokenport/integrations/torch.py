@@ -287,11 +287,6 @@ class StatefulLoader:
         ``WhereReport`` or the dict ``tokenport where --json`` printed; one removed already is left as it is.
         Returns the step the removal applies from. ConfigError (changing nothing) for a store the dataset does
         not read, an id outside it, an id that is not an int, or batches whose layout the loader does not know."""
-        if self.collate_fn is not None:
-            raise ConfigError(
-                "remove_documents: the loader has a collate_fn, so where a sample's tokens lie in a batch is unknown; "
-                "drop collate_fn (the default collate keeps each sample's fields as rows) to remove documents"
-            )
         pairs = requested(documents)
         tree = self.receipt().dataset
         consumed = int(self.sampler.consumed_samples)
@@ -315,6 +310,12 @@ class StatefulLoader:
 
     def _masker_for(self, removals: list[tuple[str, dict[str, Any]]], sampler_state: Any) -> Masker:
         """The masker of ``removals`` over this loader's dataset; ConfigError when its batches cannot be masked."""
+        if self.collate_fn is not None and getattr(self.collate_fn, "removal_layout", None) != "causal_lm":
+            raise ConfigError(
+                "remove_documents: the loader has a collate_fn, so where a sample's tokens lie in a batch is unknown; "
+                "drop collate_fn (the default collate keeps each sample's fields as rows) or use "
+                "tokenport.integrations.hf.TokenportCollator to remove documents"
+            )
         needed = layouts(self.dataset, {prefix for prefix, _ in removals})
         for prefix, layout in needed.items():
             missing = [name for name in layout.fields if self.fields is not None and name not in self.fields]
@@ -329,7 +330,9 @@ class StatefulLoader:
                 f"remove_documents: a {type(self.sampler).__name__}'s batches cannot be recomputed from its state, so "
                 "which samples a batch holds is unknown; use a tokenport sampler or one given to register_sampler"
             )
-        return Masker(self.dataset, sampler_state, rank, removals)
+        collated = self.collate_fn is not None  # a TokenportCollator (remove_documents refuses any other)
+        ignore = int(getattr(self.collate_fn, "ignore_index", -100)) if collated else None
+        return Masker(self.dataset, sampler_state, rank, removals, ignore)
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the last batch handed over, and the data receipt (plain JSON types); over an
