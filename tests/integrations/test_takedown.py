@@ -555,3 +555,41 @@ def test_the_hf_trainers_collated_batches_hide_the_removed_documents(tmp_path, n
     resumed = StatefulLoader(dataset, sampler_of(), collate_fn=collator)  # the HF Trainer's resume path
     resumed.load_state_dict(loader.state_dict())
     assert resumed.state_dict()["receipt"]["removed_documents"] == state["receipt"]["removed_documents"]
+
+
+def test_a_moved_store_keeps_its_removal_and_another_store_is_refused(tmp_path):
+    import glob
+    import shutil
+
+    gpt, prefix, fresh, documents, states = _series(tmp_path)
+    moved = tmp_path / "moved" / "s"
+    moved.parent.mkdir()
+    for name in glob.glob(prefix + ".*"):
+        shutil.copy(name, str(moved) + name[len(prefix) :])
+    store = tp.IndexedDataset(str(moved))
+    there = tp.GPTDataset(store, np.arange(len(store)), 60, tp.GPTSampleConfig(16), seed=1)
+
+    def sampler():
+        return StreamSampler(len(there), 0, 2, 0, 2, seed=3, order="feistel")
+
+    here = StatefulLoader(gpt, StreamSampler(len(gpt), 0, 2, 0, 2, seed=3, order="feistel"))
+    here.load_state_dict(states[1])
+    elsewhere = StatefulLoader(there, sampler())
+    elsewhere.load_state_dict(states[1])  # found by its content: the removal applies to the moved store
+    for a, b in zip(_take(here, 6), _take(elsewhere, 6), strict=True):
+        assert all(np.array_equal(a[name], b[name]) for name in a)
+    edited = json_copy(states[1])
+    edited["receipt"]["removed_documents"][0]["identity"]["idx"] = "0" * 16  # a store this run does not read
+    loader = StatefulLoader(there, sampler())
+    before = loader.state_dict()
+    with pytest.raises(ConfigError, match="removed_documents"):
+        loader.load_state_dict(edited)
+    assert loader.state_dict() == before
+    with pytest.raises(ConfigError, match="not read by this dataset"):
+        loader.remove_documents([(prefix + "-nowhere", 1)])
+
+
+def json_copy(value):
+    import json
+
+    return json.loads(json.dumps(value))
