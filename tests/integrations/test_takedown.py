@@ -593,3 +593,21 @@ def json_copy(value):
     import json
 
     return json.loads(json.dumps(value))
+
+
+def test_an_elastic_resume_masks_the_micro_batches_of_the_new_layout(tmp_path):
+    gpt, prefix, fresh, documents, states = _series(tmp_path)
+
+    def sampler(rank, size):
+        return StreamSampler(len(gpt), 0, 4 // size, rank, size, seed=3, order="feistel")
+
+    for rank, size in ((0, 1), (1, 4)):
+        resumed = StatefulLoader(gpt, sampler(rank, size))
+        resumed.load_state_dict(states[1])  # saved on 2 ranks of 2
+        direct = StatefulLoader(gpt, sampler(rank, size))
+        direct.load_state_dict(_plain(states[0]))
+        _take(direct, 4)
+        direct.remove_documents(documents)
+        assert direct.consumed_samples == resumed.consumed_samples
+        for a, b in zip(_take(resumed, 6), _take(direct, 6), strict=True):
+            assert all(np.array_equal(a[name], b[name]) for name in a)

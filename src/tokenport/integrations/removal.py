@@ -356,8 +356,7 @@ class Masker:
         self.rank = int(rank)
         self.batches = GlobalBatches(sampler_state, dataset)
         self._key: Any = None
-        self._masks: list[tuple[int, dict[int, tuple[Layout, np.ndarray]]]] = []
-        self._refresh()
+        self._masks: list[tuple[int, dict[int, tuple[Layout, np.ndarray]]]] = []  # computed at the first handover
 
     def _refresh(self) -> None:
         """(Re)compute the affected samples: once, or after an AdaptiveBlend's weights changed."""

@@ -397,13 +397,14 @@ class StatefulLoader:
         _check_mixture(self.dataset, state)
         records = [] if saved is None else [dict(record) for record in saved.removed]
         removals = list(zip(adopt(records, self.dataset, current.dataset, "state['receipt']"), records))
-        masker = self._masker_for(removals, state["sampler"]) if removals else None
         certified, chain = self._resumed_chain(typed, state, saved, current)
         before = self.sampler.state_dict()
         self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
         try:  # the sampler accepted its state: the certificate's last batch can be replayed from it
             if certified is not None:
                 certified.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
+            # the removals' masks over this loader's own layout (an elastic resume reads other micro-batches)
+            masker = self._masker_for(removals, self.sampler.state_dict()) if removals else None
             if isinstance(self.dataset, AdaptiveBlend):
                 self.dataset.restore_updates(state["mixture"]["updates"])  # refuses, changing nothing, or loads
         except BaseException:
