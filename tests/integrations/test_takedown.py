@@ -611,3 +611,21 @@ def test_an_elastic_resume_masks_the_micro_batches_of_the_new_layout(tmp_path):
         assert direct.consumed_samples == resumed.consumed_samples
         for a, b in zip(_take(resumed, 6), _take(direct, 6), strict=True):
             assert all(np.array_equal(a[name], b[name]) for name in a)
+
+
+def test_takedown_of_a_state_whose_store_moved_names_it_either_way(tmp_path):
+    import glob
+    import shutil
+
+    gpt, prefix, fresh, documents, states = _series(tmp_path)
+    moved = str(tmp_path / "elsewhere")
+    for name in glob.glob(prefix + ".*"):
+        shutil.copy(name, moved + name[len(prefix) :])
+    for name in glob.glob(prefix + ".*"):
+        shutil.move(name, name + ".gone")  # the recorded prefix no longer exists
+    for spelled in (prefix, moved):
+        new = tp.takedown(states[0], [(spelled, 2), (spelled, 5), (spelled, 9)], stores={prefix: moved})
+        assert new == tp.takedown(states[0], documents, stores={prefix: moved})
+        assert new["receipt"]["removed_documents"][0]["store"] == prefix  # as the receipt records it
+    with pytest.raises(ConfigError, match="moved|store-path|stores="):
+        tp.takedown(states[0], documents)
