@@ -336,6 +336,9 @@ def removed_from(records: Iterable[Mapping[str, Any]], stores: Mapping[str, Any]
 # -- masking at handover -------------------------------------------------------------------------
 
 
+_BLOCK = 64  # global batches computed at once for the handovers to come
+
+
 class Masker:
     """The removals a loader applies: per removal, the samples it touches (sample -> positions), and this rank's
     micro-batch ids at any position, to mask each batch handed over."""
@@ -355,6 +358,7 @@ class Masker:
         self.mbs = int(sampler_state["micro_batch_size"])
         self.rank = int(rank)
         self.batches = GlobalBatches(sampler_state, dataset)
+        self._block: tuple[int, np.ndarray | None] = (0, None)  # (position, the global batches from there)
         self._key: Any = None
         self._masks: list[tuple[int, dict[int, tuple[Layout, np.ndarray]]]] = []  # computed at the first handover
 
@@ -372,10 +376,16 @@ class Masker:
         self._key, self._masks = key, masks
 
     def ids(self, consumed: int) -> np.ndarray:
-        """This rank's micro-batch ids handed over at ``consumed`` samples consumed."""
-        rows = self.batches.rows(consumed, 1)
+        """This rank's micro-batch ids handed over at ``consumed`` samples consumed (global batches computed
+        ``_BLOCK`` steps at a time: handovers are consecutive)."""
+        start, rows = self._block
+        gbs = self.batches.global_batch
+        step, within = divmod(consumed - start, gbs)
+        if rows is None or within or not 0 <= step < len(rows):
+            start, rows = consumed, self.batches.rows(consumed, _BLOCK)
+            self._block, step = (start, rows), 0
         if rows is not None and len(rows):
-            return np.asarray(rows[0][self.rank * self.mbs : (self.rank + 1) * self.mbs], dtype=np.int64)
+            return np.asarray(rows[step][self.rank * self.mbs : (self.rank + 1) * self.mbs], dtype=np.int64)
         sampler = self.batches.samplers[self.rank]
         sampler.consumed_samples = consumed
         batch = next(iter(sampler), None)
@@ -429,9 +439,8 @@ def affected(dataset: Any, prefix: str, documents: Iterable[int]) -> dict[int, n
     order = np.lexsort((position, sample))
     sample, position = sample[order], position[order]
     cuts = np.flatnonzero(np.diff(sample)) + 1
-    return {
-        int(part[0]): np.unique(pos) for part, pos in zip(np.split(sample, cuts), np.split(position, cuts)) if len(part)
-    }
+    firsts = sample[np.concatenate(([0], cuts))].tolist() if len(sample) else []
+    return dict(zip(firsts, np.split(position, cuts)))  # pieces never overlap: positions distinct and sorted
 
 
 def _copy(value: Any) -> Any:
