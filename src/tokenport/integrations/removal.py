@@ -201,12 +201,15 @@ def store_identities(tree: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve_store(name: str, known: Iterable[str]) -> str | None:
-    """The prefix of ``known`` that ``name`` names: itself, or the same path spelled otherwise; None if none."""
+    """The prefix of ``known`` that ``name`` names: itself, the same path spelled otherwise, or the one store under
+    a folder (a prepare output names its single part, as ``where --store`` takes it); None if none."""
     known = list(known)
     if name in known:
         return name
     real = os.path.realpath(name)
-    return next((prefix for prefix in known if os.path.realpath(prefix) == real), None)
+    same = [prefix for prefix in known if os.path.realpath(prefix) == real]
+    under = [prefix for prefix in known if os.path.realpath(prefix).startswith(real.rstrip("/") + "/")]
+    return same[0] if same else under[0] if len(under) == 1 else None
 
 
 def plan(
