@@ -2,10 +2,11 @@
 
 A removal names documents of the run's stores (``(store, document)`` pairs, a ``WhereReport`` or the
 JSON ``tokenport where --json`` printed). ``StatefulLoader.remove_documents`` applies it from the next
-batch handed over; ``takedown.takedown(state, documents)`` writes it into a saved state, which a loader
-applies when it loads it. The receipt lists each removal (``receipt["removed_documents"]``: the store's prefix and
-content identity, the sorted ids, the ``consumed_samples`` and ``step`` it applies from), so a resumed run
-keeps it, and ``trace``, ``where`` and ``audit`` know it. Nothing moves: every sample keeps its id, every
+batch handed over; ``tokenport.takedown(state, documents)`` (``integrations.takedown``) writes it into a
+saved state, which a loader applies when it loads it. The receipt lists each removal
+(``receipt["removed_documents"]``: the store's prefix and content identity, the sorted ids, the
+``consumed_samples`` and ``step`` it applies from), so a resumed run keeps it, and ``trace``, ``where``
+and ``audit`` know it. Nothing moves: every sample keeps its id, every
 other token its position, and ``position_ids``, ``cu_seqlens``, attention masks stay as they were.
 
 The masking rule, by the layout of the sample a removed document's piece lies in (``R``: the positions of
