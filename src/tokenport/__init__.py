@@ -48,6 +48,7 @@ if typing.TYPE_CHECKING:  # what type checkers and editors see; the names load l
     from .indexed import IndexedDataset, IndexedDatasetWriter, Manifest, merge, verify
     from .integrations import StatefulLoader, register_sampler
     from .integrations.audit import audit
+    from .integrations.takedown import takedown
     from .integrations.tracing import trace
     from .integrations.where import occurrences
     from .packing import karmarkar_karp, pack_best_fit
@@ -143,6 +144,7 @@ _EXPORTS = {
     "occurrences": ".integrations.where",
     "verify": ".indexed",
     "audit": ".integrations.audit",
+    "takedown": ".integrations.takedown",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -134,6 +134,7 @@ _MINIMAL = {
     "where": ["state.json", "--store", "s", "--document", "1"],
     "why": ["out", "--input", "in.jsonl:1"],
     "audit": ["state.json"],
+    "takedown": ["state.json", "--store", "s", "--document", "1", "-o", "new.json"],
 }
 
 

@@ -386,6 +386,27 @@ def _why_flags(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _takedown_flags(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "state", metavar="CHECKPOINT_OR_STATE", help="a JSON loader state, or a torch checkpoint holding one"
+    )
+    sub.add_argument("--store", default=None, help="the store the documents are in, as the run recorded it")
+    sub.add_argument(
+        "--document",
+        dest="documents",
+        metavar="N",
+        nargs="+",
+        action="extend",
+        type=int,
+        default=None,
+        help="document ids in the store",
+    )
+    sub.add_argument("--where", metavar="WHERE.json", default=None, help="what `tokenport where --json` printed")
+    sub.add_argument("-o", "--output", required=True, metavar="NEW_STATE", help="the new state's JSON file")
+    sub.add_argument("--force", action="store_true", help="replace NEW_STATE if it exists (never the state read)")
+    _store_path_flag(sub)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Verb:
     """A verb: its function, its one-line help, its flags; ``library`` (module, name) is the call whose
@@ -456,7 +477,8 @@ _VERBS = {
         verbs._where,
         "where a document was trained: every step, rank, slot and token range that held it",
         _where_flags,
-        shape='{"source", "store", "documents", "steps_trained", "steps_covered", "replayed", "places": [...]}',
+        shape='{"source", "store", "documents", "steps_trained", "steps_covered", "replayed", "places": [...], '
+        '"removed": [{document, step}]}',
     ),
     "why": _Verb(
         verbs._why,
@@ -471,6 +493,12 @@ _VERBS = {
         "data; prints the first divergence, exit 1 if any",
         _audit_flags,
         shape='{"consistent", "states": [{source, steps}], "divergence": {source, step, what} or null}',
+    ),
+    "takedown": _Verb(
+        verbs._takedown,
+        "remove documents from a run in progress: a new state whose loader hides their tokens from the next step on",
+        _takedown_flags,
+        shape='{"source", "output", "removals": [{store, identity, documents, consumed_samples, step}]}',
     ),
 }
 

@@ -287,3 +287,19 @@ def _where_identifiers(args: argparse.Namespace) -> int:
     )
     _emit(args, [report])
     return 0
+
+
+def _takedown(args: argparse.Namespace) -> int:
+    from ..integrations.takedown import takedown_file
+
+    report = takedown_file(
+        args.state,
+        args.output,
+        store=args.store,
+        documents=args.documents,
+        where=args.where,
+        stores=dict(args.stores or ()),
+        force=args.force,
+    )
+    _emit(args, [report])
+    return 0

@@ -26,9 +26,10 @@ import numpy as np
 from ..errors import ConfigError
 from ..samples.base import Rebuilder
 from ..sampling.state import Certificate, read_loader_state, read_sampler_state
-from .certificate import Chain, GlobalBatches, data_digest, extend, genesis
+from .certificate import Chain, GlobalBatches, extend, genesis
 from .rebuild import check_same_data, rebuild_unverified
 from .receipt import DataReceipt, receipt_changes
+from .removal import certified_data
 from .tracing import is_state, load_state
 
 __all__ = ["AuditReport", "Divergence", "audit"]
@@ -104,6 +105,7 @@ def audit(
         raise ConfigError("states: pass a list of loader states or checkpoint paths, in step order (at least one)")
     audited = [_read(state, k) for k, state in enumerate(states)]
     found: list[tuple[int, int, int, Divergence]] = []  # (step, phase, index, divergence)
+    found.extend(_removal_divergences(audited))  # first: at the same step, the removal says what differs
     for k in range(1, len(audited)):
         divergence = _compare_data(audited[k - 1], audited[k])
         if divergence is not None:
@@ -218,7 +220,7 @@ def _recompute(item: _Audited, before: _Audited | None, rebuilder: Rebuilder, ca
         check_same_data(item.receipt, dataset)
     except ConfigError as exc:
         return Divergence(source, chain.since, f"its receipt's data is not the data here: {exc}")
-    if chain.data != data_digest(item.receipt.dataset):
+    if chain.data != certified_data(item.receipt.dataset, item.receipt.removed):
         edited = "its certificate's data digest is not its receipt's: the state was edited"
         return Divergence(source, chain.since, edited)
     item.batches = GlobalBatches(item.state["sampler"], dataset)
@@ -303,3 +305,65 @@ def _batch_divergence(before: _Audited, after: _Audited, handover: int) -> Diver
         + (f"position consumed_samples={b}, not {a}" if a != b else f"other sample ids at consumed_samples={a}")
         + " (another seed or order, skipped or repeated steps)",
     )
+
+
+# -- removals (integrations.takedown) --------------------------------------------------------------
+
+
+def _removal_divergences(audited: list[_Audited]) -> list[tuple[int, int, int, Divergence]]:
+    """(step, phase, index, divergence) for each state whose removals contradict its chain or the state before."""
+    found = []
+    for k, item in enumerate(audited):
+        divergence = _removals_fit(item) or (_compare_removals(audited[k - 1], item) if k else None)
+        if divergence is not None:
+            found.append((divergence.step, 0, k, divergence))
+    return found
+
+
+def _removal_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A removal as compared across states: all but its prefix (a moved store is the same store)."""
+    return tuple(sorted((key, repr(value)) for key, value in record.items() if key != "store"))
+
+
+def _removals_fit(item: _Audited) -> Divergence | None:
+    """A divergence when a state's latest removal applies from after its chain's segment began: the segment's data
+    digest would cover a removal its earlier steps were trained without."""
+    removed = item.receipt.removed
+    if not removed:
+        return None
+    last = removed[-1]
+    start = item.chain.runs[0][1]
+    if int(last["consumed_samples"]) > start:
+        return Divergence(
+            item.source,
+            int(last["step"]),
+            f"its removal of store {last['store']!r} documents {last['documents']} from step {last['step']} "
+            f"(consumed_samples={last['consumed_samples']}) is later than its certificate's segment, which begins at "
+            f"consumed_samples={start}: the removal's step was edited",
+        )
+    return None
+
+
+def _compare_removals(before: _Audited, after: _Audited) -> Divergence | None:
+    """A divergence when ``after`` lost a removal ``before`` records, or records one from a step ``before`` had
+    already trained without it."""
+    kept = {_removal_key(record) for record in after.receipt.removed}
+    for record in before.receipt.removed:
+        if _removal_key(record) not in kept:
+            return Divergence(
+                after.source,
+                int(record["step"]),
+                f"it lost the removal of store {record['store']!r} documents {record['documents']} from step "
+                f"{record['step']} that {before.source} records: the run resumed from a state before the removal",
+            )
+    known = {_removal_key(record) for record in before.receipt.removed}
+    trained = int(before.state["sampler"]["consumed_samples"])
+    for record in after.receipt.removed:
+        if _removal_key(record) not in known and int(record["consumed_samples"]) < trained:
+            return Divergence(
+                after.source,
+                int(record["step"]),
+                f"it removes store {record['store']!r} documents {record['documents']} from step {record['step']}, "
+                f"but {before.source} had trained on to consumed_samples={trained} without that removal",
+            )
+    return None

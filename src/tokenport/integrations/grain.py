@@ -221,10 +221,16 @@ class GrainLoader:
         batches = iter(pipeline)
         try:
             for batch in batches:
+                batch = self._loader._masked(batch)  # documents removed: their tokens hidden (integrations.removal)
                 self._loader._hand_over()  # the sampler advances; the state's certificate counts the batch
                 yield torchtitan_batch(batch)
         finally:
             batches.close()  # stops Grain's threads and worker processes when the loop lets go
+
+    def remove_documents(self, documents: Any) -> int:
+        """Remove documents from the run from the next batch handed over, as ``StatefulLoader.remove_documents``
+        (its state carries the removal; returns the step it applies from)."""
+        return self._loader.remove_documents(documents)
 
     def global_batch_ids(self, step: int) -> list[int]:
         """The sample ids of global batch ``step`` (all ranks, in rank order)."""

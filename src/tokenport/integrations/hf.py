@@ -85,6 +85,9 @@ class TokenportCollator:
     taken as they are: ``labels`` is passed and ``shift_labels`` is ``labels`` shifted left by one.
     """
 
+    removal_layout = "causal_lm"
+    """How a loader hides a removed document's tokens in this collate's batches (``integrations.removal``)."""
+
     def __init__(self, *, position_ids: bool = True, ignore_index: int = -100) -> None:
         self.position_ids = bool(position_ids)
         self.ignore_index = int(ignore_index)

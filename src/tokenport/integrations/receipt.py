@@ -77,7 +77,8 @@ ALLOWED_CHANGES: dict[str, str] = {
 @dataclass(frozen=True)
 class DataReceipt:
     """What a checkpoint's batches came from: the dataset tree (stores, configs, orders), the
-    sampler's seed, the dataset length, the position, and the paths of uncertified datasets."""
+    sampler's seed, the dataset length, the position, the paths of uncertified datasets, and the documents
+    removed from the run (``integrations.removal``; each a ``Removal`` as a dict, in the order made)."""
 
     dataset: dict[str, Any]
     length: int
@@ -85,10 +86,12 @@ class DataReceipt:
     position: dict[str, Any]
     uncertified: tuple[str, ...] = ()
     format: str = RECEIPT_FORMAT
+    removed: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types only (survives ``json.dumps`` and ``torch.load(weights_only=True)``)."""
-        return {
+        """Plain JSON types only (survives ``json.dumps`` and ``torch.load(weights_only=True)``);
+        ``removed_documents`` only when something was removed, so other receipts stay as they were."""
+        out = {
             "format": self.format,
             "dataset": copy.deepcopy(self.dataset),
             "length": self.length,
@@ -96,6 +99,9 @@ class DataReceipt:
             "position": dict(self.position),
             "uncertified": list(self.uncertified),
         }
+        if self.removed:
+            out["removed_documents"] = copy.deepcopy(list(self.removed))
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state['receipt']") -> DataReceipt:
@@ -115,6 +121,7 @@ class DataReceipt:
             seed=None if data["seed"] is None else int(data["seed"]),
             position=dict(data["position"]),
             uncertified=tuple(str(path) for path in data["uncertified"]),
+            removed=tuple(copy.deepcopy(dict(r)) for r in data.get("removed_documents", ())),
         )
 
 

@@ -47,7 +47,7 @@ from ._fetch import BatchFetch, check_fields, fetch_plan
 from ._handoff import SharedBatch, forget
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from ._readahead import read_ahead
-from .certificate import Chain, GlobalBatches, data_digest, genesis
+from .certificate import Chain, GlobalBatches, genesis
 from .receipt import (
     DataReceipt,
     check_allow_changes,
@@ -57,6 +57,7 @@ from .receipt import (
     sampler_position,
     sampler_seed,
 )
+from .removal import Masker, adopt, certified_data, layouts, plan, removal_step, requested
 from .samplers import replayable
 
 __all__ = ["StatefulLoader", "data_parallel_position"]
@@ -119,6 +120,8 @@ class StatefulLoader:
         self._handed = 0  # batches handed over since the run began (the chain's handovers)
         self._expected = position  # the sampler's position unless something outside the loader moves it
         self._batches: tuple[Any, GlobalBatches] | None = None  # (dataset, its global batches) for hashing
+        self._removals: list[tuple[str, dict[str, Any]]] = []  # (the dataset's prefix, receipt record) per removal
+        self._masker: Masker | None = None  # None while nothing is removed: one check per handover
         if self.fields is not None:
             self._fetch()  # refuse unknown field names now, not at the first batch
 
@@ -208,8 +211,14 @@ class StatefulLoader:
             if recorder is not None:
                 wait = perf_counter() - began
                 recorder.loader_batch(batch, wait, getattr(batches, "_tasks_outstanding", unknown))
+            if self._masker is not None:  # documents removed: their tokens hidden in this rank's micro-batch
+                batch = self._masked(batch)
             self._hand_over()
             yield batch
+
+    def _masked(self, batch: Any) -> Any:
+        """``batch``, about to be handed over, with the removed documents' tokens hidden (itself when none is)."""
+        return batch if self._masker is None else self._masker.apply(batch, int(self.sampler.consumed_samples))
 
     def _hand_over(self) -> None:
         """Count one batch handed to the trainer: the sampler advances a step; a position moved from outside
@@ -240,9 +249,10 @@ class StatefulLoader:
         if self._receipt is None or self._receipt[0] is not self.dataset:
             self._receipt = (self.dataset, data_receipt(self.dataset))
         base = self._receipt[1]
-        return DataReceipt(
-            base.dataset, base.length, sampler_seed(self.sampler), sampler_position(self.sampler), base.uncertified
-        )
+        removed = tuple(record for _, record in self._removals)
+        position = sampler_position(self.sampler)
+        seed = sampler_seed(self.sampler)
+        return DataReceipt(base.dataset, base.length, seed, position, base.uncertified, removed=removed)
 
     def update_mixture(self, signals: MixtureSignals) -> int | None:
         """Ask the controller for weights at the current step; apply them (``set_mixture``) when it gives some.
@@ -270,6 +280,60 @@ class StatefulLoader:
             record_weight_update()
         return start
 
+    def remove_documents(self, documents: Any) -> int:
+        """Remove ``documents`` from the run from the next batch handed over (``integrations.removal``): their
+        tokens become padding with no loss in every batch from then on; every other token, sample and position
+        stays. ``documents``: ``(store, document)`` pairs (the store's prefix as ``lineage`` names it), a
+        ``WhereReport`` or the dict ``tokenport where --json`` printed; one removed already is left as it is.
+        Returns the step the removal applies from. ConfigError (changing nothing) for a store the dataset does
+        not read, an id outside it, an id that is not an int, or batches whose layout the loader does not know."""
+        pairs = requested(documents)
+        tree = self.receipt().dataset
+        consumed = int(self.sampler.consumed_samples)
+        step = removal_step(consumed, global_batch_size(self.sampler))
+        records = [record for _, record in self._removals]
+        new = plan(pairs, self.dataset, tree, records, consumed, step)
+        if not new:
+            return step
+        removals = [*self._removals, *new]
+        masker = self._masker_for(removals, self.sampler.state_dict())
+        if self._chain is not None:
+            self.certificate()  # the steps so far hashed on the data before the removal
+        chain = self._chain
+        if chain is not None:  # a new segment: its data digest covers the removals
+            data = certified_data(tree, [record for _, record in removals])
+            handed = self._handed
+            runs = [(handed, consumed)]
+            self._chain = Chain(data, chain.global_batch, since=handed, base=chain.digest, runs=runs, steps=handed)
+        self._removals, self._masker = removals, masker
+        return step
+
+    def _masker_for(self, removals: list[tuple[str, dict[str, Any]]], sampler_state: Any) -> Masker:
+        """The masker of ``removals`` over this loader's dataset; ConfigError when its batches cannot be masked."""
+        if self.collate_fn is not None and getattr(self.collate_fn, "removal_layout", None) != "causal_lm":
+            raise ConfigError(
+                "remove_documents: the loader has a collate_fn, so where a sample's tokens lie in a batch is unknown; "
+                "drop collate_fn (the default collate keeps each sample's fields as rows) or use "
+                "tokenport.integrations.hf.TokenportCollator to remove documents"
+            )
+        needed = layouts(self.dataset, {prefix for prefix, _ in removals})
+        for prefix, layout in needed.items():
+            missing = [name for name in layout.fields if self.fields is not None and name not in self.fields]
+            if missing:
+                raise ConfigError(
+                    f"remove_documents: fields= leaves out {', '.join(missing)}, which hiding store {prefix!r}'s "
+                    "removed tokens writes; keep them in fields"
+                )
+        rank = getattr(self.sampler, "data_parallel_rank", None)
+        if not isinstance(rank, int) or _replayable(sampler_state, self.dataset) is None:
+            raise ConfigError(
+                f"remove_documents: a {type(self.sampler).__name__}'s batches cannot be recomputed from its state, so "
+                "which samples a batch holds is unknown; use a tokenport sampler or one given to register_sampler"
+            )
+        collated = self.collate_fn is not None  # a TokenportCollator (remove_documents refuses any other)
+        ignore = int(getattr(self.collate_fn, "ignore_index", -100)) if collated else None
+        return Masker(self.dataset, sampler_state, rank, removals, ignore)
+
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the last batch handed over, and the data receipt (plain JSON types); over an
         AdaptiveBlend also ``mixture``: ``{"updates": [[from_sample, [weights...]], ...]}``."""
@@ -291,7 +355,8 @@ class StatefulLoader:
         if chain is None:
             return None
         if not chain.data:
-            chain.data = data_digest((receipt or self.receipt()).dataset)
+            receipt = receipt or self.receipt()
+            chain.data = certified_data(receipt.dataset, receipt.removed)
         if chain.steps < self._handed:
             if self._batches is None or self._batches[0] is not self.dataset:
                 try:
@@ -330,12 +395,16 @@ class StatefulLoader:
         current = self.receipt()
         check_receipt(saved, current, allowed)
         _check_mixture(self.dataset, state)
+        records = [] if saved is None else [dict(record) for record in saved.removed]
+        removals = list(zip(adopt(records, self.dataset, current.dataset, "state['receipt']"), records))
         certified, chain = self._resumed_chain(typed, state, saved, current)
         before = self.sampler.state_dict()
         self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
         try:  # the sampler accepted its state: the certificate's last batch can be replayed from it
             if certified is not None:
                 certified.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
+            # the removals' masks over this loader's own layout (an elastic resume reads other micro-batches)
+            masker = self._masker_for(removals, self.sampler.state_dict()) if removals else None
             if isinstance(self.dataset, AdaptiveBlend):
                 self.dataset.restore_updates(state["mixture"]["updates"])  # refuses, changing nothing, or loads
         except BaseException:
@@ -343,6 +412,7 @@ class StatefulLoader:
             raise
         self._chain, self._expected, self._batches = chain, int(self.sampler.consumed_samples), None
         self._handed = 0 if chain is None else chain.steps
+        self._removals, self._masker = removals, masker
 
     def _resumed_chain(
         self, typed: Any, state: Mapping[str, Any], saved: DataReceipt | None, current: DataReceipt
@@ -355,7 +425,8 @@ class StatefulLoader:
         sampler = read_sampler_state(state["sampler"], "state['sampler']")  # typed before any field is read
         consumed, saved_gbs = sampler.consumed_samples, sampler.micro_batch_size * sampler.data_parallel_size
         gbs = self._chain.global_batch
-        data = data_digest(current.dataset)
+        removed = () if saved is None else saved.removed  # the removals the resume adopts
+        data = certified_data(current.dataset, removed)
         cert = typed.certificate
         if saved is None or not isinstance(cert, Certificate):
             since = -(-consumed // saved_gbs)
@@ -366,7 +437,7 @@ class StatefulLoader:
             )
             return None, Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
         chain = Chain.from_document(cert, saved_gbs)
-        if chain.data != data_digest(saved.dataset):
+        if chain.data != certified_data(saved.dataset, saved.removed):
             raise ConfigError(
                 "state['certificate']['data'] is not the digest of state['receipt']: the state was edited or "
                 "assembled from two saves; resume from a state saved whole by StatefulLoader.state_dict()"

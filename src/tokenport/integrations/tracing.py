@@ -44,9 +44,10 @@ class SampleTrace:
     sample: int
     lineage: SampleLineage
     texts: tuple[str, ...] | None = None
+    removed: tuple[bool, ...] = ()  # per piece: its document was removed from the run before this step
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types: the fields above, the lineage as its own dict."""
+        """Plain JSON types: the fields above, the lineage as its own dict, ``removed`` one flag per piece."""
         return {
             "step": self.step,
             "rank": self.rank,
@@ -54,6 +55,7 @@ class SampleTrace:
             "sample": self.sample,
             "lineage": self.lineage.to_dict(),
             "texts": None if self.texts is None else list(self.texts),
+            "removed": [k < len(self.removed) and self.removed[k] for k in range(len(self.lineage.pieces))],
         }
 
 
@@ -78,7 +80,8 @@ class TraceReport:
             lines.append(f"rank {item.rank} slot {item.slot}: sample {item.sample}{via} ({lineage.kind})")
             lines.append(f"  store {lineage.store}: {lineage.num_tokens} tokens")
             for k, (document, start, end) in enumerate(lineage.pieces):
-                lines.append(f"    document {document} tokens [{start}, {end})")
+                gone = " (removed from the run: not trained)" if k < len(item.removed) and item.removed[k] else ""
+                lines.append(f"    document {document} tokens [{start}, {end}){gone}")
                 if item.texts is not None:
                     lines.append("      " + json.dumps(_clip(item.texts[k]), ensure_ascii=False))
         return "\n".join(lines)
@@ -181,6 +184,7 @@ def _trace(
     source, state, dataset = resolve_state(state, dataset, rebuilder)
     ids = step_sample_ids(state["sampler"], step, rank, dataset)
     texts = _Texts(dataset) if detokenize else None
+    removed = _removed(state, dataset)
     traced = []
     for r, batch in ids.items():
         for slot, sample in enumerate(batch):
@@ -188,8 +192,21 @@ def _trace(
                 raise ConfigError(f"dataset: a {type(dataset).__name__} has no lineage(); it cannot be traced")
             lineage = dataset.lineage(sample)
             text = None if texts is None else texts.of(lineage)
-            traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text))
+            gone = tuple(removed.get((lineage.store, d), step + 1) <= step for d, _, _ in lineage.pieces)
+            traced.append(SampleTrace(int(step), r, slot, int(sample), lineage, text, gone if any(gone) else ()))
     return source, traced
+
+
+def _removed(state: Mapping[str, Any], dataset: Any) -> dict[tuple[str, int], int]:
+    """(store prefix, document) -> the step it is removed from, for the removals the state's receipt records."""
+    from .removal import removed_from
+
+    records = state["receipt"].get("removed_documents") or []
+    if not records:
+        return {}
+    stores: dict[str, IndexedDataset] = {}
+    _collect_stores(dataset, stores)
+    return removed_from(records, stores)
 
 
 def resolve_state(state: Any, dataset: Any, rebuilder: Rebuilder) -> tuple[str, dict[str, Any], Any]:

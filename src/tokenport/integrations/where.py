@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -70,6 +70,7 @@ class WhereReport:
     steps_covered: int
     replayed: bool
     places: tuple[Place, ...]
+    removed: tuple[tuple[int, int], ...] = ()  # (document, the step it is removed from the run at)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON types: one object."""
@@ -81,6 +82,7 @@ class WhereReport:
             "steps_covered": self.steps_covered,
             "replayed": self.replayed,
             "places": [place.to_dict() for place in self.places],
+            "removed": [{"document": d, "step": k} for d, k in self.removed],
         }
 
     def render(self) -> str:
@@ -91,8 +93,11 @@ class WhereReport:
             f"store {self.store} document(s) {asked} in steps [0, {self.steps_covered}) of {self.source} "
             f"({self.steps_trained} step(s) trained; found {how}): {len(self.places)} place(s)"
         ]
+        lines.extend(f"document {d} was removed from the run from step {k} on" for d, k in self.removed)
+        gone = dict(self.removed)
         for p in self.places:
-            late = "" if p.trained else " (not trained yet)"
+            removed = p.step >= gone.get(p.document, p.step + 1)
+            late = "" if p.trained else " (removed: not trained)" if removed else " (not trained yet)"
             lines.append(
                 f"step {p.step} rank {p.data_parallel_rank} slot {p.slot}: sample {p.sample} tokens [{p.offset}, "
                 f"{p.offset + p.end - p.start}) hold document {p.document} tokens [{p.start}, {p.end}){late}"
@@ -250,7 +255,9 @@ def _occurrences(
     else:
         which, positions = stream_positions(sampler, samples, covered * gbs)
     places = _places(rows, samples[which], positions, gbs, mbs, taken)
-    return WhereReport(source, prefix, tuple(asked), taken, covered, replayed, places)
+    removed = _removed_steps(state, dataset, prefix, asked)
+    places = _untrained_after_removal(places, removed)
+    return WhereReport(source, prefix, tuple(asked), taken, covered, replayed, places, tuple(sorted(removed.items())))
 
 
 def _find_store(dataset: Any, name: str, moves: Mapping[str, str]) -> tuple[str, IndexedDataset]:
@@ -365,3 +372,20 @@ def _places(
     keys = np.lexsort((columns[0], columns[5], place, rank, step))  # step, rank, slot, offset, document
     lists = [column[keys].tolist() for column in columns]
     return tuple(Place(d, st, r, sl, sa, o, a, e, st < taken) for d, st, r, sl, sa, o, a, e in zip(*lists, strict=True))
+
+
+def _removed_steps(state: Mapping[str, Any], dataset: Any, prefix: str, asked: Sequence[int]) -> dict[int, int]:
+    """document -> the step it is removed from the run at, for the asked documents the state's receipt removes."""
+    from .tracing import _removed
+
+    removed = _removed(state, dataset)
+    return {d: removed[(prefix, d)] for d in asked if (prefix, d) in removed}
+
+
+def _untrained_after_removal(places: tuple[Place, ...], removed: Mapping[int, int]) -> tuple[Place, ...]:
+    """``places`` with those at or after their document's removal not trained (its tokens were masked)."""
+    if not removed:
+        return places
+    return tuple(
+        replace(p, trained=False) if p.document in removed and p.step >= removed[p.document] else p for p in places
+    )

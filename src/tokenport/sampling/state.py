@@ -26,6 +26,7 @@ __all__ = [
     "LoaderState",
     "ReceiptDocument",
     "RegisteredState",
+    "Removal",
     "SamplerState",
     "read_loader_state",
     "read_sampler_state",
@@ -169,8 +170,27 @@ class _Position(Document, frozen=True):
     epoch: Count
 
 
+class Removal(Document, frozen=True):
+    """One removal of documents from a run (``integrations.removal``): the store's prefix (for people) and content
+    identity (as the receipt's tree records it; None for a store without one), the document ids (sorted, distinct),
+    and where it applies from: the samples all ranks had consumed (``consumed_samples``) and that ``step``."""
+
+    store: Text
+    identity: dict[str, Any] | None
+    documents: list[Count]
+    consumed_samples: Count
+    step: Count
+
+    def __post_init__(self) -> None:
+        if not self.documents:
+            raise ValueError("a removal lists no `documents`")
+        if any(b <= a for a, b in zip(self.documents, self.documents[1:])):
+            raise ValueError(f"`documents` {self.documents[:8]} must be sorted and distinct")
+
+
 class ReceiptDocument(Document, frozen=True):
-    """``DataReceipt.to_dict()``: the format, the dataset tree, its length, the sampler's seed and position."""
+    """``DataReceipt.to_dict()``: the format, the dataset tree, its length, the sampler's seed and position;
+    ``removed_documents`` (absent when nothing was removed) the removals in the order they were made."""
 
     format: Literal["tokenport.receipt/1"]
     dataset: ReceiptNode
@@ -178,8 +198,14 @@ class ReceiptDocument(Document, frozen=True):
     seed: Count | None
     position: _Position
     uncertified: list[str]
+    removed_documents: list[Removal] | UnsetType = UNSET
 
     def __post_init__(self) -> None:
+        removals = [] if isinstance(self.removed_documents, UnsetType) else self.removed_documents
+        if any(b.consumed_samples < a.consumed_samples for a, b in zip(removals, removals[1:])):
+            raise ValueError("`removed_documents` must be in the order made (`consumed_samples` non-decreasing)")
+        if any(r.consumed_samples > self.position.consumed_samples for r in removals):
+            raise ValueError("a removal of `removed_documents` applies from past the receipt's position")
         if self.length != self.dataset.length:
             raise ValueError(f"`length`={self.length} but the dataset it certifies holds {self.dataset.length}")
         named: list[str] = []
