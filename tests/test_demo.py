@@ -78,6 +78,7 @@ def test_demo_runs_every_stage(demo_run):
         "12. sft",
         "13. mix",
         "14. grpo",
+        "15. account",
     )
     for stage in stages:
         assert stage in out
@@ -97,7 +98,7 @@ def test_demo_runs_every_stage(demo_run):
     assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 3 + 1 + 3
     check_sft_stage(tmp_path, out.split("== 12. sft")[1].split("== 13. mix")[0])
     check_mix_stage(tmp_path, out.split("== 13. mix")[1].split("== 14. grpo")[0])
-    grpo = out.split("== 14. grpo")[1]
+    grpo = out.split("== 14. grpo")[1].split("== 15. account")[0]
     assert grpo.count("(rises)") == 2 and "policy versions 0, 1, 2, 3" in grpo and "policy versions 0, 0, 1, 2" in grpo
     merged = tp.IndexedDataset(tmp_path / "stores" / "all")
     code = tp.IndexedDataset(tmp_path / "stores" / "code" / "part-00000")
@@ -108,7 +109,30 @@ def test_demo_runs_every_stage(demo_run):
 def stage(out: str, number: int) -> str:
     """The lines stage `number` printed (up to the next stage, or the end)."""
     rest = out.split(f"== {number}. ")[1]
-    return rest.split(f"== {number + 1}. ")[0] if number < 14 else rest.split("demo finished")[0]
+    return rest.split(f"== {number + 1}. ")[0] if number < 15 else rest.split("demo finished")[0]
+
+
+def test_demo_takes_a_docstring_down(demo_run):
+    """Stage 15: the docstring's places, its takedown and resume, and the token-by-token comparison,
+    checked against the run's own files."""
+    out = stage(demo_run.out, 15)
+    found = re.search(r"--store (\S+) --document (\d+) --up-to-step 23: (\d+) place\(s\)", out)
+    assert found, out
+    store, document, count = found[1], int(found[2]), int(found[3])
+    train = demo_run.workdir / "train"
+    places = tp.occurrences(
+        train / "straight" / "step-000024.pt", store=str(demo_run.workdir / store), document=document, up_to_step=23
+    ).places
+    assert len(places) == count >= 1 and any(p.step >= 12 for p in places)
+    resumed = tp.occurrences(
+        train / "takedown" / "step-000024.pt", store=str(demo_run.workdir / store), document=document, up_to_step=23
+    ).places
+    assert [p.trained for p in resumed] == [p.step < 12 for p in places]
+    assert re.search(r"position by position: [1-9]\d* of [\d,]+ differ, 0 outside", out), out
+    assert re.search(r"; all its [1-9]\d* tokens are padding with no loss", out), out
+    assert "sample ids of every step equal: nothing was reshuffled" in out
+    assert f": {sum(p.step < 12 for p in places)} of {count} place(s) trained" in out
+    assert ": consistent (the takedown run" in out
 
 
 def test_demo_training_stages_report_every_step(demo_run):
@@ -134,7 +158,7 @@ def test_demo_heartbeat_names_the_stage_and_stops_with_the_demo(demo_run):
     lines = [line for _, line in demo_run.lines]
     beats = [line for line in lines if line.startswith("  ... ")]
     assert beats and all(re.fullmatch(r"  \.\.\. \d+\. [\w ]+: .*\d+ s", line) for line in beats)
-    for number in range(1, 15):
+    for number in range(1, 16):
         for line in stage(demo_run.out, number).splitlines():
             assert not line.startswith("  ... ") or line.startswith(f"  ... {number}. "), (number, line)
     assert "reading the standard library's sources and docstrings" in stage(demo_run.out, 1)
@@ -152,8 +176,8 @@ def try_next(out: str) -> list[str]:
 def test_demo_ends_with_commands_that_run_as_printed(demo_run, monkeypatch, capsys):
     """Each suggested command runs from the directory the demo ran in and exits 0; its outputs appear."""
     commands = try_next(demo_run.out)
-    assert 4 <= len(commands) <= 6
-    for verb in ("inspect", "report", "blend", "trace"):
+    assert 4 <= len(commands) <= 7
+    for verb in ("inspect", "report", "blend", "trace", "audit"):
         assert any(command.split()[1] == verb for command in commands), verb
     assert all("tokenport-demo/" in command for command in commands)  # paths as they read from there
     monkeypatch.chdir(demo_run.cwd)

@@ -108,6 +108,7 @@ stages (each prints a "== N. name" header):
   12. sft: conversations about stdlib functions -> chat store with loss masks -> packed samples
   13. mix: code, docstrings and documentation prose, weighted by what the model is learning (ADO)
   14. grpo: a tiny policy learns small sums from a verifiable reward, its stages meeting in the dock
+  15. account: the steps a docstring trained, and taking it down mid-run without reshuffling
 """
 
 

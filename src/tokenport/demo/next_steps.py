@@ -36,6 +36,10 @@ def next_commands(workdir: str, cwd: str | None = None) -> list[str]:
         ),
         (present("mix", "state.json"), f"tokenport blend --state {at('mix', 'state.json')} --plot mix.png"),
         (bool(checkpoints), f"tokenport trace {at('train', 'straight', *checkpoints[-1:])} --step 3"),
+        (
+            len(checkpoints) > 1,
+            f"tokenport audit {' '.join(at('train', 'straight', name) for name in checkpoints)}",
+        ),
         (present("stores", "all.idx"), f"tokenport pack-report {at('stores', 'all')}"),
     ]
     return [command for found, command in candidates if found]

@@ -37,6 +37,7 @@ from .corpus import build_demo_corpus, build_documentation, build_sft_conversati
 from .experience import experience_stage
 from .next_steps import echo_next_steps
 from .progress import Progress
+from .takedown import takedown_stage
 
 Echo = Callable[[str], None]
 T = TypeVar("T")
@@ -93,7 +94,7 @@ def run_demo(
 
 
 def _stages(workdir: str, workers: int | None, limit: int | None, echo: Progress) -> None:
-    """The demo's 14 stages in order, then what to try next."""
+    """The demo's 15 stages in order, then what to try next."""
     started = time.perf_counter()
     echo(f"tokenport demo in {workdir}")
     announce_compilation(DEMO_KERNELS)
@@ -129,6 +130,7 @@ def _stages(workdir: str, workers: int | None, limit: int | None, echo: Progress
     _sft(workdir, limit, echo)
     _mixing(parts, workdir, os.path.join(stores, "index-cache"), echo)
     _grpo(echo)
+    _account(os.path.join(stores, "blend.json"), os.path.join(workdir, "train"), echo)
     echo(f"\ndemo finished in {time.perf_counter() - started:.1f} s")
     echo_next_steps(workdir, echo)
 
@@ -508,6 +510,14 @@ def _echo_trace(state: dict[str, Any], step: int, updates: int, names: Sequence[
         text = " ".join("".join(item.texts or ()).split())[:60]
         store = os.path.relpath(item.lineage.store, workdir)
         echo(f"  sample {item.sample} <- {names[child]}: {store} {pieces} {text!r}")
+
+
+def _account(spec: str, train_dir: str, echo: Progress) -> None:
+    """Stage 15 (``demo.takedown``), on stage 11's straight run; skipped without torch, as stage 11 is."""
+    try:
+        takedown_stage(spec, train_dir, echo)
+    except ModuleNotFoundError as missing:
+        _skipped_without_torch(missing, "skipped", echo)
 
 
 def _grpo(echo: Progress) -> None:
