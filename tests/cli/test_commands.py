@@ -254,7 +254,7 @@ def _demo_stages() -> list[str]:
 
 def test_demo_help_lists_every_stage_the_demo_prints(capsys):
     stages = _demo_stages()
-    assert [int(title.split(".")[0]) for title in stages] == list(range(1, 15))
+    assert [int(title.split(".")[0]) for title in stages] == list(range(1, 16))
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     text = capsys.readouterr().out
