@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset, GPTSampleConfig, build_indices
-from .cache import IndexCache
+from .cache import IndexCache, cache_key
 from .splits import SPLIT_NAMES, split_document_ranges
 
 
@@ -44,7 +45,7 @@ def build_gpt_dataset(
     if request is None:
         return None
     arrays = cache.get_or_build(store, request.params, request.build) if cache is not None else request.build()
-    return GPTDataset.from_indices(
+    dataset = GPTDataset.from_indices(
         store,
         request.indices,
         arrays["document_index"],
@@ -55,6 +56,14 @@ def build_gpt_dataset(
         num_samples=num_samples,
         drop_last_partial=drop_last_partial,
     )
+    if cache is not None:  # occurrences' lookups: an entry of their own, keyed by these indices' entry
+        identity = {"gpt_indices": cache_key(store, request.params)}
+        dataset.lookups = partial(cache.get_or_build_for, identity, OCCURRENCES, source=store.prefix, distributed=False)
+    return dataset
+
+
+OCCURRENCES = {"kind": "occurrences", "format": 1}
+"""The cache parameters of a GPT dataset's occurrences lookups (samples/inverse.py: gpt_inverse_arrays)."""
 
 
 @dataclass(frozen=True)

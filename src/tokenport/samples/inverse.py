@@ -1,14 +1,24 @@
 """Inverse lineage of GPT and packed-bin datasets: which samples hold a document, by lookup, not by scan.
 
-``GPTInverse`` is built once per dataset from its indices: the document index sorted by document
-(argsort, O(document_index) memory), each position's token start in the concatenated stream and its
-count of empty documents before it (O(document_index)), the sample rows' first positions and the
-shuffle's inverse permutation (O(samples)). A document's occurrences are then its positions, the
-rows overlapping each (binary search over the sample index) and those rows' dataset samples.
+``GPTInverse`` answers from two lookups built once per dataset (``gpt_inverse_arrays``): the
+document index's positions sorted by document (``documents`` the sorted values, ``by_document`` the
+positions) and the shuffle's inverse permutation (``sample_of_row``). Megatron's shuffles (numpy's
+legacy Fisher-Yates over the whole document index, then over the sample rows) have no closed-form
+inverse, so these are O(positions + samples) and built like the indices themselves: a dataset whose
+indices come from the index cache keeps them as a cache entry of their own beside its indices
+(``builder.cache.IndexCache``: one file, written to a staging directory and renamed into place,
+memory-mapped afterwards), so they are built once per indices and a query reads only the pages it
+needs. Everything else is computed per query from the dataset's own (memory-mapped) arrays: the rows
+over a position by binary search over ``sample_index[:, 0]`` (no copy of the column), a piece's token
+offset and index from the lengths of the few positions its row spans. A query's memory is
+O(the document's places); each place found is checked against the indices it came from, so a
+damaged lookup is refused, never answered. Cost at 10^9 samples of 1,024 tokens (~1.3 epochs of
+~7.7 * 10^8 documents): 4 bytes per position twice and 4 bytes per sample (int64 past 2**31), about
+10 GB on disk; see benchmarks/bench_where.py.
 
 ``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset): pieces sorted by
 document, each piece's token offset in its bin, and the samples of each bin (the order's inverse;
-a bin may be read by several samples, one per epoch).
+a bin may be read by several samples, one per epoch); O(pieces + samples) in memory.
 """
 
 from __future__ import annotations
@@ -42,8 +52,67 @@ def _holders(order: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> tuple[n
     return np.repeat(np.arange(len(wanted), dtype=np.int64), counts), order[_ranges(lo.astype(np.int64), counts)]
 
 
+_CHUNK = 1 << 22  # rows or positions checked at a time while building (bounded extra memory)
+
+
+def gpt_inverse_arrays(
+    document_index: np.ndarray,
+    sample_index: np.ndarray,
+    shuffle_index: np.ndarray,
+    lengths: np.ndarray,
+    extra: int,
+    prefix: str,
+) -> dict[str, np.ndarray]:
+    """The lookups ``GPTInverse`` reads (``documents``, ``by_document``, ``sample_of_row``), built from indices
+    checked to fit the store and each other (CorruptStoreError naming ``prefix`` otherwise)."""
+    positions = len(document_index)
+    rows = len(sample_index) - 1
+    dtype = _index_dtype((positions + 1, rows + 1, len(shuffle_index), len(lengths)))
+    for lo in range(0, positions, _CHUNK):
+        part = np.asarray(document_index[lo : lo + _CHUNK])
+        if len(part) and (int(part.min()) < 0 or int(part.max()) >= len(lengths)):
+            _corrupt(prefix, "document_index")
+    first_prev = 0  # row starts never go back, within a chunk or across
+    for lo in range(0, rows + 1, _CHUNK):
+        part = np.asarray(sample_index[lo : lo + _CHUNK], dtype=np.int64)
+        first, skip = part[:, 0], part[:, 1]
+        if first[0] < first_prev or (np.diff(first) < 0).any():
+            _corrupt(prefix, "sample_index")
+        if int(first[-1]) >= max(positions, 1) or (skip < 0).any():
+            _corrupt(prefix, "sample_index")
+        ends = skip + extra  # where the row before ends in this document, as the reader checks it
+        later = slice(1, None) if lo == 0 else slice(None)
+        sizes = np.asarray(lengths)[np.asarray(document_index)[first[later]]] if positions else ends[later]
+        if (ends[later] > sizes).any():
+            _corrupt(prefix, "sample_index")
+        first_prev = int(first[-1])
+    order = np.argsort(np.asarray(document_index), kind="stable").astype(dtype)
+    documents = np.asarray(document_index)[order]
+    return {
+        "documents": documents,
+        "by_document": order,
+        "sample_of_row": _inverse_permutation(np.asarray(shuffle_index), rows, prefix, dtype),
+    }
+
+
+def _bisect(column: np.ndarray, values: np.ndarray, side: str) -> np.ndarray:
+    """np.searchsorted(column, values, side) over a sorted, possibly strided (memory-mapped) column, reading only
+    the O(len(values) log len(column)) elements a binary search visits (searchsorted would copy the column)."""
+    lo = np.zeros(len(values), dtype=np.int64)
+    hi = np.full(len(values), len(column), dtype=np.int64)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) // 2
+        at = column[np.minimum(mid, len(column) - 1)].astype(np.int64)
+        right = (at < values) if side == "left" else (at <= values)
+        lo = np.where(open_ & right, mid + 1, lo)
+        hi = np.where(open_ & ~right, mid, hi)
+
+
 class GPTInverse:
-    """A GPT dataset's indices inverted (see the module doc); refuses indices that do not fit together."""
+    """A GPT dataset's indices and their lookups (``gpt_inverse_arrays``; see the module doc)."""
 
     def __init__(
         self,
@@ -53,55 +122,85 @@ class GPTInverse:
         lengths: np.ndarray,
         extra: int,
         prefix: str,
+        arrays: dict[str, np.ndarray] | None = None,
     ) -> None:
-        documents = np.asarray(document_index)
-        if len(documents) and (int(documents.min()) < 0 or int(documents.max()) >= len(lengths)):
-            _corrupt(prefix, "document_index")
-        # positions, rows, samples and offsets as int32 while they fit (half the memory), else int64
-        sizes_of = (len(documents) + 1, len(sample_index), len(shuffle_index), len(lengths))
-        dtype = _index_dtype(sizes_of, np.asarray(sample_index))
-        documents = documents.astype(dtype, copy=False)
-        sizes = np.asarray(lengths)[documents].astype(np.int64)
-        self.extra = extra
-        order, self.documents = _sorted_by(documents)
-        self.by_document = order.astype(dtype)
-        self.cum = np.concatenate(([0], np.cumsum(sizes)))
-        self.zeros = np.concatenate(([0], np.cumsum(sizes == 0))).astype(dtype)
-        self.first = np.ascontiguousarray(sample_index[:, 0], dtype=dtype)
-        self.skip = np.ascontiguousarray(sample_index[:, 1], dtype=dtype)
-        if len(self.first) and (
-            int(self.first[0]) < 0 or int(self.first[-1]) >= max(len(documents), 1) or (np.diff(self.first) < 0).any()
+        self.document_index, self.sample_index, self.shuffle_index = document_index, sample_index, shuffle_index
+        self.lengths, self.extra, self.prefix = lengths, extra, prefix
+        built = (
+            arrays
+            if arrays is not None
+            else gpt_inverse_arrays(document_index, sample_index, shuffle_index, lengths, extra, prefix)
+        )
+        self.documents, self.by_document = built["documents"], built["by_document"]
+        self.sample_of_row = built["sample_of_row"]
+        if (
+            len(self.documents) != len(document_index)
+            or len(self.by_document) != len(document_index)
+            or len(self.sample_of_row) != max(len(sample_index) - 1, 0)
         ):
-            _corrupt(prefix, "sample_index")
-        ends = self.skip[1:] + extra  # where each row's window ends in its last document, as the reader checks it
-        if (self.skip < 0).any() or (ends > self.cum[self.first[1:] + 1] - self.cum[self.first[1:]]).any():
-            _corrupt(prefix, "sample_index")
-        self.sample_of_row = _inverse_permutation(np.asarray(shuffle_index), len(self.first) - 1, prefix, dtype)
+            raise CorruptStoreError(
+                f"{prefix}: the occurrences lookup of these indices has the wrong length; delete its cache entry "
+                "and it is rebuilt"
+            )
 
     def occurrences(self, document: int) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``, as ``gpt_pieces`` reports them."""
-        _, positions = _holders(self.by_document, self.documents, np.array([document], dtype=self.documents.dtype))
-        rows_total = len(self.first) - 1
+        wanted = np.array([document], dtype=self.documents.dtype)  # the column's own type: searchsorted never casts it
+        lo = int(np.searchsorted(self.documents, wanted, side="left")[0])
+        hi = int(np.searchsorted(self.documents, wanted, side="right")[0])
+        positions = np.sort(np.asarray(self.by_document[lo:hi], dtype=np.int64))
+        if len(positions) and (
+            int(positions[-1]) >= len(self.document_index)
+            or (np.asarray(self.document_index[positions]) != document).any()
+        ):
+            self._damaged()
+        column = self.sample_index[:, 0]
+        rows_total = len(self.sample_index) - 1
         # rows r with first[r] <= p <= first[r + 1]: from the first row ending at or after p (first[0] is 0)
-        # to past the last row starting at or before it; one search each over the row starts
-        lo = np.maximum(np.searchsorted(self.first, positions, side="left") - 1, 0)
-        hi = np.minimum(np.searchsorted(self.first, positions, side="right"), rows_total)
-        counts = np.maximum(hi - lo, 0).astype(np.int64)
-        rows = _ranges(lo.astype(np.int64), counts)
+        # to past the last row starting at or before it
+        lo_rows = np.maximum(_bisect(column, positions, "left") - 1, 0)
+        hi_rows = np.minimum(_bisect(column, positions, "right"), rows_total)
+        counts = np.maximum(hi_rows - lo_rows, 0).astype(np.int64)
+        rows = _ranges(lo_rows, counts)
         position = np.repeat(positions, counts)
-        begin_pos, end_pos = self.first[rows], self.first[rows + 1]
-        size = self.cum[position + 1] - self.cum[position]
-        begin = np.where(position == begin_pos, self.skip[rows], 0)
-        end = np.where(position == end_pos, self.skip[rows + 1] + self.extra, size)
-        first_size = self.cum[begin_pos + 1] - self.cum[begin_pos]
-        # a later piece's index: its place after the row's first position, less the empty pieces before it (the
-        # first one when the row starts at its document's end; empty documents between)
-        empties = (first_size <= self.skip[rows]).astype(np.int64) + self.zeros[position] - self.zeros[begin_pos + 1]
-        piece = np.where(position > begin_pos, position - begin_pos - empties, 0)
-        offset = self.cum[position] + begin - self.cum[begin_pos] - self.skip[rows]
-        sample = self.sample_of_row[rows]
+        bounds = np.asarray(self.sample_index[np.concatenate((rows, rows + 1))], dtype=np.int64)
+        begin_pos, skip = bounds[: len(rows), 0], bounds[: len(rows), 1]
+        end_pos, end_skip = bounds[len(rows) :, 0], bounds[len(rows) :, 1]
+        size = self._size(position)
+        begin = np.where(position == begin_pos, skip, 0)
+        end = np.where(position == end_pos, end_skip + self.extra, size)
+        # the positions a row spans before this one: their tokens give the offset, their empties the piece index
+        span = position - begin_pos
+        between = _ranges(begin_pos, span)
+        owner = np.repeat(np.arange(len(rows), dtype=np.int64), span)
+        sizes = self._size(between)
+        before = np.bincount(owner, weights=sizes, minlength=len(rows)).astype(np.int64)
+        later = between != np.repeat(begin_pos, span)  # the first position's piece is empty when skip reaches its end
+        empty = np.bincount(owner, weights=(sizes == 0) & later, minlength=len(rows)).astype(np.int64)
+        first_empty = (self._size(begin_pos) <= skip).astype(np.int64)
+        piece = np.where(span > 0, span - empty - first_empty, 0)
+        offset = before + begin - skip
+        sample = np.asarray(self.sample_of_row[rows], dtype=np.int64) if len(rows) else np.zeros(0, np.int64)
         keep = (end > begin) & (sample >= 0)
-        return Occurrences(sample[keep], piece[keep], offset[keep], begin[keep], end[keep])
+        sample = sample[keep]
+        if len(sample) and (
+            int(sample.max()) >= len(self.shuffle_index)
+            or (np.asarray(self.shuffle_index[sample], dtype=np.int64) != rows[keep]).any()
+        ):
+            self._damaged()
+        return Occurrences(sample, piece[keep], offset[keep], begin[keep], end[keep])
+
+    def _size(self, positions: np.ndarray) -> np.ndarray:
+        """Token counts of the documents at document-index ``positions`` (int64)."""
+        if not len(positions):
+            return np.zeros(0, dtype=np.int64)
+        return np.asarray(self.lengths)[np.asarray(self.document_index[positions])].astype(np.int64)
+
+    def _damaged(self) -> None:
+        raise CorruptStoreError(
+            f"{self.prefix}: the occurrences lookup does not match the dataset's indices (damaged, or of other "
+            "indices); delete its cache entry and it is rebuilt"
+        )
 
 
 class BinsInverse:
@@ -141,10 +240,9 @@ class BinsInverse:
         )
 
 
-def _index_dtype(counts: Sequence[int], sample_index: np.ndarray) -> type[np.signedinteger[Any]]:
-    """int32 when every count and every value of the sample index is below 2**31 - 1, else int64."""
-    largest = int(sample_index.max()) if sample_index.size else 0
-    return np.int32 if max(largest, *counts) < np.iinfo(np.int32).max else np.int64
+def _index_dtype(counts: Sequence[int]) -> type[np.signedinteger[Any]]:
+    """int32 when every count is below 2**31 - 1, else int64."""
+    return np.int32 if max(counts) < np.iinfo(np.int32).max else np.int64
 
 
 def _inverse_permutation(
