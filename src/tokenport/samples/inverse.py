@@ -1,8 +1,9 @@
 """Inverse lineage of GPT and packed-bin datasets: which samples hold a document, by lookup, not by scan.
 
-``GPTInverse`` answers from two lookups built once per dataset (``gpt_inverse_arrays``): the
-document index's positions sorted by document (``documents`` the sorted values, ``by_document`` the
-positions) and the shuffle's inverse permutation (``sample_of_row``). Megatron's shuffles (numpy's
+``GPTInverse`` answers from two lookups built once per dataset (``gpt_inverse_arrays``, numba, two
+passes and no memory beyond what they return): the document index's positions sorted by document
+(a counting sort: ``by_document``, and ``bounds``, where each store document's run starts) and the
+shuffle's inverse permutation (``sample_of_row``). Megatron's shuffles (numpy's
 legacy Fisher-Yates over the whole document index, then over the sample rows) have no closed-form
 inverse, so these are O(positions + samples) and built like the indices themselves: a dataset whose
 indices come from the index cache keeps them as a cache entry of their own beside its indices
@@ -12,9 +13,10 @@ needs. Everything else is computed per query from the dataset's own (memory-mapp
 over a position by binary search over ``sample_index[:, 0]`` (no copy of the column), a piece's token
 offset and index from the lengths of the few positions its row spans. A query's memory is
 O(the document's places); each place found is checked against the indices it came from, so a
-damaged lookup is refused, never answered. Cost at 10^9 samples of 1,024 tokens (~1.3 epochs of
-~7.7 * 10^8 documents): 4 bytes per position twice and 4 bytes per sample (int64 past 2**31), about
-10 GB on disk; see benchmarks/bench_where.py.
+damaged lookup is refused, never answered. Cost: 4 bytes (8 past 2**31) per store document, per
+document-index position and per sample: at 10^9 samples of 1,024 tokens over ~7.7 * 10^8 documents
+of ~1,000 tokens (~1.3 epochs) about 11 GB on disk; see benchmarks/bench_where.py for the measured
+build time and query times.
 
 ``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset): pieces sorted by
 document, each piece's token offset in its bin, and the samples of each bin (the order's inverse;
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
 from ..errors import CorruptStoreError
@@ -63,7 +66,7 @@ def gpt_inverse_arrays(
     extra: int,
     prefix: str,
 ) -> dict[str, np.ndarray]:
-    """The lookups ``GPTInverse`` reads (``documents``, ``by_document``, ``sample_of_row``), built from indices
+    """The lookups ``GPTInverse`` reads (``bounds``, ``by_document``, ``sample_of_row``), built from indices
     checked to fit the store and each other (CorruptStoreError naming ``prefix`` otherwise)."""
     positions = len(document_index)
     rows = len(sample_index) - 1
@@ -86,13 +89,47 @@ def gpt_inverse_arrays(
         if (ends[later] > sizes).any():
             _corrupt(prefix, "sample_index")
         first_prev = int(first[-1])
-    order = np.argsort(np.asarray(document_index), kind="stable").astype(dtype)
-    documents = np.asarray(document_index)[order]
-    return {
-        "documents": documents,
-        "by_document": order,
-        "sample_of_row": _inverse_permutation(np.asarray(shuffle_index), rows, prefix, dtype),
-    }
+    bounds = np.zeros(len(lengths) + 1, dtype=dtype)
+    order = np.empty(positions, dtype=dtype)
+    _counting_sort(np.asarray(document_index), bounds, order)
+    sample_of_row = np.full(max(rows, 0), -1, dtype=dtype)
+    shuffle = np.asarray(shuffle_index)
+    if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
+        _corrupt(prefix, "shuffle_index")
+    if not _invert(shuffle, sample_of_row):
+        raise CorruptStoreError(
+            f"{prefix}: shuffle_index names a sample row twice; it is not the permutation Megatron's indices hold: "
+            "delete its cache entry and rebuild the indices"
+        )
+    return {"bounds": bounds, "by_document": order, "sample_of_row": sample_of_row}
+
+
+@numba.njit(cache=True)
+def _counting_sort(keys: np.ndarray, bounds: np.ndarray, order: np.ndarray) -> None:  # pragma: no cover - numba
+    """``order``: the positions of ``keys`` sorted by key (stable); ``bounds[k]:bounds[k + 1]`` those of key ``k``.
+    Two passes, no memory beyond the outputs (``bounds`` serves as the fill cursor, then is shifted back)."""
+    for key in keys:
+        bounds[key + 1] += 1
+    for k in range(1, len(bounds)):
+        bounds[k] += bounds[k - 1]
+    for p in range(len(keys)):
+        key = keys[p]
+        order[bounds[key]] = p
+        bounds[key] += 1
+    for k in range(len(bounds) - 1, 0, -1):
+        bounds[k] = bounds[k - 1]
+    bounds[0] = 0
+
+
+@numba.njit(cache=True)
+def _invert(shuffle: np.ndarray, inverse: np.ndarray) -> bool:  # pragma: no cover - numba
+    """``inverse[shuffle[s]] = s`` for every s (``inverse`` filled with -1 before); False when a value repeats."""
+    for s in range(len(shuffle)):
+        row = shuffle[s]
+        if inverse[row] >= 0:
+            return False
+        inverse[row] = s
+    return True
 
 
 def _bisect(column: np.ndarray, values: np.ndarray, side: str) -> np.ndarray:
@@ -131,28 +168,27 @@ class GPTInverse:
             if arrays is not None
             else gpt_inverse_arrays(document_index, sample_index, shuffle_index, lengths, extra, prefix)
         )
-        self.documents, self.by_document = built["documents"], built["by_document"]
+        self.bounds, self.by_document = built["bounds"], built["by_document"]
         self.sample_of_row = built["sample_of_row"]
         if (
-            len(self.documents) != len(document_index)
+            any(np.asarray(array).dtype.kind != "i" for array in built.values())
+            or len(self.bounds) != len(lengths) + 1
             or len(self.by_document) != len(document_index)
             or len(self.sample_of_row) != max(len(sample_index) - 1, 0)
         ):
             raise CorruptStoreError(
-                f"{prefix}: the occurrences lookup of these indices has the wrong length; delete its cache entry "
-                "and it is rebuilt"
+                f"{prefix}: the occurrences lookup of these indices has the wrong type or length; delete its "
+                "cache entry and it is rebuilt"
             )
 
     def occurrences(self, document: int) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``, as ``gpt_pieces`` reports them."""
-        wanted = np.array([document], dtype=self.documents.dtype)  # the column's own type: searchsorted never casts it
-        lo = int(np.searchsorted(self.documents, wanted, side="left")[0])
-        hi = int(np.searchsorted(self.documents, wanted, side="right")[0])
-        positions = np.sort(np.asarray(self.by_document[lo:hi], dtype=np.int64))
-        if len(positions) and (
-            int(positions[-1]) >= len(self.document_index)
-            or (np.asarray(self.document_index[positions]) != document).any()
-        ):
+        lo, hi = int(self.bounds[document]), int(self.bounds[document + 1])
+        positions = np.asarray(self.by_document[max(lo, 0) : hi], dtype=np.int64)
+        # the run must be the document's positions, all of them: ascending, each holding it, and the positions
+        # just outside it holding another document (a damaged value or run bound is refused, never answered)
+        outside = np.asarray(self.by_document[[k for k in (lo - 1, hi) if 0 <= k < len(self.by_document)]])
+        if lo < 0 or lo > hi or len(positions) != hi - lo or not self._hold(positions, outside, document):
             self._damaged()
         column = self.sample_index[:, 0]
         rows_total = len(self.sample_index) - 1
@@ -189,6 +225,16 @@ class GPTInverse:
         ):
             self._damaged()
         return Occurrences(sample, piece[keep], offset[keep], begin[keep], end[keep])
+
+    def _hold(self, positions: np.ndarray, outside: np.ndarray, document: int) -> bool:
+        """True when ``positions`` ascend and hold ``document`` and the ``outside`` ones hold another."""
+        every = np.concatenate((positions, np.asarray(outside, dtype=np.int64)))
+        if len(every) and (int(every.min()) < 0 or int(every.max()) >= len(self.document_index)):
+            return False
+        held = np.asarray(self.document_index[every])
+        return bool((np.diff(positions) > 0).all() and (held[: len(positions)] == document).all()) and not bool(
+            (held[len(positions) :] == document).any()
+        )
 
     def _size(self, positions: np.ndarray) -> np.ndarray:
         """Token counts of the documents at document-index ``positions`` (int64)."""
@@ -243,24 +289,6 @@ class BinsInverse:
 def _index_dtype(counts: Sequence[int]) -> type[np.signedinteger[Any]]:
     """int32 when every count is below 2**31 - 1, else int64."""
     return np.int32 if max(counts) < np.iinfo(np.int32).max else np.int64
-
-
-def _inverse_permutation(
-    shuffle_index: np.ndarray, rows: int, prefix: str, dtype: type[np.signedinteger[Any]]
-) -> np.ndarray:
-    """The dataset sample of each sample row (-1: none), or CorruptStoreError when a row is read twice or
-    a value names no row."""
-    shuffle = shuffle_index if shuffle_index.dtype.kind in "iu" else shuffle_index.astype(np.int64)
-    if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
-        _corrupt(prefix, "shuffle_index")
-    inverse = np.full(max(rows, 0), -1, dtype=dtype)
-    inverse[shuffle] = np.arange(len(shuffle), dtype=dtype)
-    if int(np.count_nonzero(inverse >= 0)) != len(shuffle):
-        raise CorruptStoreError(
-            f"{prefix}: shuffle_index names a sample row twice; it is not the permutation Megatron's indices hold: "
-            "delete its cache entry and rebuild the indices"
-        )
-    return inverse
 
 
 def _corrupt(prefix: str, field: str) -> None:
