@@ -132,20 +132,75 @@ def _invert(shuffle: np.ndarray, inverse: np.ndarray) -> bool:  # pragma: no cov
     return True
 
 
-def _bisect(column: np.ndarray, values: np.ndarray, side: str) -> np.ndarray:
-    """np.searchsorted(column, values, side) over a sorted, possibly strided (memory-mapped) column, reading only
-    the O(len(values) log len(column)) elements a binary search visits (searchsorted would copy the column)."""
-    lo = np.zeros(len(values), dtype=np.int64)
-    hi = np.full(len(values), len(column), dtype=np.int64)
-    while True:
-        open_ = lo < hi
-        if not open_.any():
-            return lo
-        mid = (lo + hi) // 2
-        at = column[np.minimum(mid, len(column) - 1)].astype(np.int64)
-        right = (at < values) if side == "left" else (at <= values)
-        lo = np.where(open_ & right, mid + 1, lo)
-        hi = np.where(open_ & ~right, mid, hi)
+@numba.njit(cache=True)
+def _row_ranges(sample_index: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """For each position p, the sample rows [lo, hi) whose window spans it (first[r] <= p <= first[r + 1], the row
+    starts ``first = sample_index[:, 0]`` ascending): binary searches that read O(log rows) elements of the
+    (memory-mapped) column each, never the whole column."""
+    rows = len(sample_index) - 1
+    lo = np.empty(len(positions), dtype=np.int64)
+    hi = np.empty(len(positions), dtype=np.int64)
+    for k in range(len(positions)):
+        p = positions[k]
+        a, b = 0, rows + 1  # the first row start >= p
+        while a < b:
+            m = (a + b) // 2
+            if sample_index[m, 0] < p:
+                a = m + 1
+            else:
+                b = m
+        lo[k] = max(a - 1, 0)
+        b = rows + 1  # the first row start > p, from there
+        while a < b:
+            m = (a + b) // 2
+            if sample_index[m, 0] <= p:
+                a = m + 1
+            else:
+                b = m
+        hi[k] = min(a, rows)
+    return lo, hi
+
+
+@numba.njit(cache=True)
+def _row_pieces(
+    sample_index: np.ndarray,
+    document_index: np.ndarray,
+    lengths: np.ndarray,
+    positions: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    extra: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - numba
+    """(row, piece, offset, start, end) of each non-empty piece that position ``positions[k]`` is in rows
+    ``[lo[k], hi[k])``, as ``gpt_pieces`` reads them: the piece's index and token offset counted over the
+    positions its row spans before it (empty ones hold no piece)."""
+    total = 0
+    for k in range(len(positions)):
+        total += max(hi[k] - lo[k], 0)
+    rows = np.empty(total, dtype=np.int64)
+    piece = np.empty(total, dtype=np.int64)
+    offset = np.empty(total, dtype=np.int64)
+    begin = np.empty(total, dtype=np.int64)
+    end = np.empty(total, dtype=np.int64)
+    n = 0
+    for k in range(len(positions)):
+        p = positions[k]
+        size = np.int64(lengths[document_index[p]])
+        for r in range(lo[k], hi[k]):
+            first, skip = np.int64(sample_index[r, 0]), np.int64(sample_index[r, 1])
+            a = skip if p == first else 0
+            b = np.int64(sample_index[r + 1, 1]) + extra if p == sample_index[r + 1, 0] else size
+            if b <= a:
+                continue
+            before, pieces = np.int64(0), np.int64(0)
+            for q in range(first, p):  # the positions the row holds before this one
+                held = np.int64(lengths[document_index[q]])
+                before += held
+                if held > (skip if q == first else 0):
+                    pieces += 1
+            rows[n], piece[n], offset[n], begin[n], end[n] = r, pieces, before - skip + a, a, b
+            n += 1
+    return rows[:n], piece[:n], offset[:n], begin[:n], end[:n]
 
 
 class GPTInverse:
@@ -190,34 +245,15 @@ class GPTInverse:
         outside = np.asarray(self.by_document[[k for k in (lo - 1, hi) if 0 <= k < len(self.by_document)]])
         if lo < 0 or lo > hi or len(positions) != hi - lo or not self._hold(positions, outside, document):
             self._damaged()
-        column = self.sample_index[:, 0]
-        rows_total = len(self.sample_index) - 1
         # rows r with first[r] <= p <= first[r + 1]: from the first row ending at or after p (first[0] is 0)
         # to past the last row starting at or before it
-        lo_rows = np.maximum(_bisect(column, positions, "left") - 1, 0)
-        hi_rows = np.minimum(_bisect(column, positions, "right"), rows_total)
-        counts = np.maximum(hi_rows - lo_rows, 0).astype(np.int64)
-        rows = _ranges(lo_rows, counts)
-        position = np.repeat(positions, counts)
-        bounds = np.asarray(self.sample_index[np.concatenate((rows, rows + 1))], dtype=np.int64)
-        begin_pos, skip = bounds[: len(rows), 0], bounds[: len(rows), 1]
-        end_pos, end_skip = bounds[len(rows) :, 0], bounds[len(rows) :, 1]
-        size = self._size(position)
-        begin = np.where(position == begin_pos, skip, 0)
-        end = np.where(position == end_pos, end_skip + self.extra, size)
-        # the positions a row spans before this one: their tokens give the offset, their empties the piece index
-        span = position - begin_pos
-        between = _ranges(begin_pos, span)
-        owner = np.repeat(np.arange(len(rows), dtype=np.int64), span)
-        sizes = self._size(between)
-        before = np.bincount(owner, weights=sizes, minlength=len(rows)).astype(np.int64)
-        later = between != np.repeat(begin_pos, span)  # the first position's piece is empty when skip reaches its end
-        empty = np.bincount(owner, weights=(sizes == 0) & later, minlength=len(rows)).astype(np.int64)
-        first_empty = (self._size(begin_pos) <= skip).astype(np.int64)
-        piece = np.where(span > 0, span - empty - first_empty, 0)
-        offset = before + begin - skip
+        lo_rows, hi_rows = _row_ranges(self.sample_index, positions)
+        index, lengths = self.document_index, np.asarray(self.lengths)
+        rows, piece, offset, begin, end = _row_pieces(
+            self.sample_index, index, lengths, positions, lo_rows, hi_rows, self.extra
+        )
         sample = np.asarray(self.sample_of_row[rows], dtype=np.int64) if len(rows) else np.zeros(0, np.int64)
-        keep = (end > begin) & (sample >= 0)
+        keep = sample >= 0  # a row no sample reads (Megatron's shuffle leaves none; indices from elsewhere may)
         sample = sample[keep]
         if len(sample) and (
             int(sample.max()) >= len(self.shuffle_index)
