@@ -155,3 +155,47 @@ def test_damaged_lookup_bytes_are_refused_never_answered(tmp_path, store):
                 continue
             assert got == truth[document], (at, document)
     assert refused
+
+
+def _blend(prefixes: list[str], cache) -> tp.BlendedDataset:
+    """A weighted GPT blend of ``prefixes`` (one cache entry for its indices and its children's)."""
+    spec = [x for k, p in enumerate(prefixes) for x in (str(0.3 + 0.4 * k), p)]
+    return tp.build_datasets(spec, sizes=(200, 0, 0), config=tp.GPTSampleConfig(SEQ), seed=2, split="1,0,0",
+                             cache=str(cache))[0]  # fmt: skip
+
+
+def test_a_cached_blend_keeps_its_and_its_childrens_lookups_as_entries(tmp_path, store):
+    other = str(random_store(tmp_path / "o", np.random.default_rng(9), documents=25, longest=70).prefix)
+    cache = tmp_path / "cache"
+    blend = _blend([store, other], cache)
+    counts = {store: 30, other: 25}
+    truth = {p: [scan(blend, p, d) for d in range(n)] for p, n in counts.items()}
+    assert {p: [blend.occurrences(p, d) for d in range(n)] for p, n in counts.items()} == truth
+    assert len(_lookup_entries(cache)) == 3  # the blend's and each child's
+    again = _blend([store, other], cache)
+    assert {p: [again.occurrences(p, d) for d in range(n)] for p, n in counts.items()} == truth
+    assert not again._inverse.order.flags.writeable and len(_lookup_entries(cache)) == 3
+    # damaged bytes of the blend's own lookups: refused or the true answer, never another
+    (entry,) = [e for e in _lookup_entries(cache) if '"child"' not in open(os.path.join(e, DESCRIPTION)).read()]
+    path = os.path.join(entry, ARRAYS_FILE)
+    with open(path, "rb") as f:
+        original = f.read()
+    rng = np.random.default_rng(1)
+    refused = 0
+    for _ in range(25):
+        damaged = bytearray(original)
+        at = int(rng.integers(0, len(damaged) // 4)) * 4
+        value = int.from_bytes(damaged[at : at + 4], "little", signed=True)
+        damaged[at : at + 4] = (value + int(rng.choice([-1, 1, 2]))).to_bytes(4, "little", signed=True)
+        with open(path, "wb") as f:
+            f.write(damaged)
+        fresh = _blend([store, other], cache)
+        for prefix, count in counts.items():
+            for document in range(count):
+                try:
+                    got = fresh.occurrences(prefix, document)
+                except CorruptStoreError:
+                    refused += 1
+                    continue
+                assert got == truth[prefix][document], (at, prefix, document)
+    assert refused

@@ -91,7 +91,7 @@ def gpt_inverse_arrays(
         first_prev = int(first[-1])
     bounds = np.zeros(len(lengths) + 1, dtype=dtype)
     order = np.empty(positions, dtype=dtype)
-    _counting_sort(np.asarray(document_index), bounds, order)
+    counting_sort(np.asarray(document_index), bounds, order)
     sample_of_row = np.full(max(rows, 0), -1, dtype=dtype)
     shuffle = np.asarray(shuffle_index)
     if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
@@ -105,7 +105,7 @@ def gpt_inverse_arrays(
 
 
 @numba.njit(cache=True)
-def _counting_sort(keys: np.ndarray, bounds: np.ndarray, order: np.ndarray) -> None:  # pragma: no cover - numba
+def counting_sort(keys: np.ndarray, bounds: np.ndarray, order: np.ndarray) -> None:  # pragma: no cover - numba
     """``order``: the positions of ``keys`` sorted by key (stable); ``bounds[k]:bounds[k + 1]`` those of key ``k``.
     Two passes, no memory beyond the outputs (``bounds`` serves as the fill cursor, then is shifted back)."""
     for key in keys:
