@@ -6,8 +6,10 @@ in 10^9 samples would be) are built (``build_indices``), written to .npy files a
 the index cache holds them. The occurrences lookups (``gpt_inverse_arrays``: positions sorted by
 document, the shuffle inverted) are built once (time and bytes reported), written beside them and
 memory-mapped; then one document's places (median of 100 random documents) and 10^4 documents one
-after the other are timed, and the process's peak RSS growth over those queries (VmHWM reset through
-/proc/self/clear_refs; mapped file pages it touched included) and its anonymous-memory growth.
+after the other are timed, and the process's anonymous-memory growth over those queries (RssAnon) and
+its peak RSS growth (VmHWM reset through /proc/self/clear_refs: the mapped file pages the queries
+touched, and those the kernel maps around them, included). Last, the time the receipt check of
+``tokenport.occurrences(state, dataset=...)`` spends hashing these indices (``samples.base.digest``).
 
 "store" rows: ``tokenport.occurrences`` end to end (loader state, StreamSampler feistel over 8 x 16
 ranks, the loader's dataset given; one document a call, median of 5, then all 10^4 documents of the
@@ -38,6 +40,7 @@ import numpy as np
 
 import tokenport as tp
 from _harness import Row, lognormal_lengths, print_goals, print_table, scratch_directory
+from tokenport.samples.base import digest
 from tokenport.samples.gpt import build_indices
 from tokenport.samples.inverse import GPTInverse, gpt_inverse_arrays
 
@@ -127,16 +130,21 @@ def measure_corpus(samples: int, directory: str) -> list[Row]:
     lookups = _mapped(directory, lookups)
     inverse = GPTInverse(*(indices[n] for n in names), lengths, 1, "corpus", lookups)
     one, many, places, peak, anon = _queries(lambda d: len(inverse.occurrences(d)), documents, rng)
+    start = time.perf_counter()
+    digest(*(indices[n] for n in names))  # what a receipt check hashes (tokenport.occurrences with dataset=)
+    hashed = time.perf_counter() - start
     case = f"corpus, 10^{round(math.log10(samples))} samples"
-    print(
-        f"{case}: {documents:,} documents, {places:,} places; peak RSS +{peak / 1e6:.1f} MB, anon +{anon / 1e6:.1f} MB"
-    )
+    print(f"{case}: {documents:,} documents, {places:,} places; peak RSS +{peak / 1e6:.1f} MB (mapped file pages "
+          f"included), anonymous +{anon / 1e6:.1f} MB; the indices' receipt digest {hashed:.2f} s")  # fmt: skip
     return [
         Row("where", f"lookups build, {case}", "s", build, math.nan, "-", absolute=True),
         Row("where", f"lookups on disk, {case}", "MB", size / 1e6, math.nan, "-", absolute=True),
-        Row("where", f"peak RSS growth over the queries, {case}", "MB", peak / 1e6, math.nan, "-", absolute=True),
+        Row("where", f"anonymous memory growth over the queries, {case}", "MB", anon / 1e6, math.nan, "-",
+            absolute=True),
+        Row("where", f"peak RSS growth (mapped pages too), {case}", "MB", peak / 1e6, math.nan, "-", absolute=True),
+        Row("where", f"receipt digest of the indices, {case}", "s", hashed, math.nan, "-", absolute=True),
         *_goal_rows(case, one, many),
-    ]
+    ]  # fmt: skip
 
 
 def measure_store(store: tp.IndexedDataset, samples: int) -> list[Row]:
