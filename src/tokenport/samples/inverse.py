@@ -18,9 +18,11 @@ document-index position and per sample: at 10^9 samples of 1,024 tokens over ~7.
 of ~1,000 tokens (~1.3 epochs) about 11 GB on disk; see benchmarks/bench_where.py for the measured
 build time and query times.
 
-``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset): pieces sorted by
-document, each piece's token offset in its bin, and the samples of each bin (the order's inverse;
-a bin may be read by several samples, one per epoch); O(pieces + samples) in memory.
+``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset), in memory beside the
+dataset's own piece arrays (which are in memory too): its pieces grouped by document and its samples
+grouped by bin (the order's inverse; a bin may be read by several samples, one per epoch), both by the
+counting sort, 4 bytes a piece and a sample; a piece's offset in its bin is summed from the lengths of
+the pieces before it there.
 """
 
 from __future__ import annotations
@@ -39,20 +41,6 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The concatenated ranges [start, start + count) as one int64 array."""
     firsts = np.cumsum(counts) - counts
     return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-
-
-def _sorted_by(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of ``values`` sorted by value, stable; the values in that order)."""
-    order = np.argsort(values, kind="stable")
-    return order, values[order]
-
-
-def _holders(order: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``wanted`` (int64), the positions whose key equals it: (index into ``wanted``, position)."""
-    lo = np.searchsorted(keys, wanted, side="left")
-    hi = np.searchsorted(keys, wanted, side="right")
-    counts = (hi - lo).astype(np.int64)
-    return np.repeat(np.arange(len(wanted), dtype=np.int64), counts), order[_ranges(lo.astype(np.int64), counts)]
 
 
 _CHUNK = 1 << 22  # rows or positions checked at a time while building (bounded extra memory)
@@ -297,29 +285,45 @@ class BinsInverse:
         prefix: str,
     ) -> None:
         self.order = order  # the order this inverse is of (a dataset that changes it builds another)
-        self.by_document, self.documents = _sorted_by(np.asarray(piece_document).astype(np.int64, copy=False))
-        self.cum = np.concatenate(([0], np.cumsum(np.asarray(piece_length, dtype=np.int64))))
-        self.bin_starts = np.asarray(bin_starts, dtype=np.int64)
-        bins = np.asarray(order).astype(np.int64, copy=False)
+        documents, bins = np.asarray(piece_document), np.asarray(order)
+        self.bin_starts, self.piece_length = np.asarray(bin_starts, dtype=np.int64), np.asarray(piece_length)
+        if len(documents) and int(documents.min()) < 0:
+            _corrupt(prefix, "piece_document")
         if len(bins) and (int(bins.min()) < 0 or int(bins.max()) >= len(self.bin_starts) - 1):
             _corrupt(prefix, "order")
-        self.by_bin, self.bins = _sorted_by(bins)
+        self.document_bounds, self.by_document = _grouped(documents, int(documents.max()) + 1 if len(documents) else 0)
+        self.bin_bounds, self.by_bin = _grouped(bins, len(self.bin_starts) - 1)
 
     def occurrences(self, document: int, offsets: np.ndarray) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``; ``offsets`` are the pieces' token offsets."""
-        _, pieces = _holders(self.by_document, self.documents, np.array([document], dtype=np.int64))
+        if document >= len(self.document_bounds) - 1:
+            return Occurrences.empty()
+        pieces = self.by_document[int(self.document_bounds[document]) : int(self.document_bounds[document + 1])]
+        pieces = pieces.astype(np.int64)
         bins = np.searchsorted(self.bin_starts, pieces, side="right") - 1
         first = self.bin_starts[bins]
-        which, samples = _holders(self.by_bin, self.bins, bins)
+        reads = (self.bin_bounds[bins + 1] - self.bin_bounds[bins]).astype(np.int64)  # samples reading each bin
+        which = np.repeat(np.arange(len(pieces), dtype=np.int64), reads)
+        samples = self.by_bin[_ranges(self.bin_bounds[bins].astype(np.int64), reads)].astype(np.int64)
         piece = pieces[which]
+        spans = piece - first[which]  # the bin's pieces before this one: their tokens give its offset
+        before = np.bincount(
+            np.repeat(np.arange(len(piece)), spans),
+            weights=self.piece_length[_ranges(first[which], spans)],
+            minlength=len(piece),
+        ).astype(np.int64)
         start = np.asarray(offsets, dtype=np.int64)[piece]
-        return Occurrences(
-            samples,
-            piece - first[which],
-            self.cum[piece] - self.cum[first[which]],
-            start,
-            start + self.cum[piece + 1] - self.cum[piece],
-        )
+        return Occurrences(samples, spans, before, start, start + self.piece_length[piece].astype(np.int64))
+
+
+def _grouped(keys: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bounds, order): the positions of ``keys`` (each in [0, count)) grouped by key in a counting sort, key
+    ``k``'s at ``order[bounds[k]:bounds[k + 1]]``, ascending."""
+    dtype = _index_dtype((len(keys) + 1, count))
+    bounds = np.zeros(count + 1, dtype=dtype)
+    order = np.empty(len(keys), dtype=dtype)
+    counting_sort(keys, bounds, order)
+    return bounds, order
 
 
 def _index_dtype(counts: Sequence[int]) -> type[np.signedinteger[Any]]:
