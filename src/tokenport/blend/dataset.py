@@ -11,7 +11,7 @@ import numpy as np
 from .._checks import check_sample_id, check_sample_ids, renamed_keywords
 from ..errors import ConfigError, InputDataError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
-from ..samples.base import Describer, Rebuilder, SampleDataset, digest, plain, register_dataset_kind
+from ..samples.base import Describer, Rebuilder, SampleDataset, digest, kept_while_frozen, plain, register_dataset_kind
 from ..samples.lineage import Occurrences, ReadPlan, SampleLineage
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
@@ -240,11 +240,12 @@ class BlendedDataset(SampleDataset):
 
     def describe(self, describer: Describer) -> dict[str, Any]:
         """Its children, the samples it takes from each, its schedule, a digest of its order, its recipe."""
+        index = (self.dataset_index,)
         return {
             "datasets": [describer.child(k, child) for k, child in enumerate(self.datasets)],
-            "samples_per_dataset": [int(n) for n in self.samples_per_dataset()],
+            "samples_per_dataset": kept_while_frozen(self, "taken", index, lambda: self.samples_per_dataset().tolist()),
             "schedule": None if self.schedule is None else plain(self.schedule.to_data()),
-            "order": digest(self.dataset_index),
+            "order": kept_while_frozen(self, "order", index, lambda: digest(self.dataset_index)),
             "build": None if self.recipe is None else plain(self.recipe),
         }
 

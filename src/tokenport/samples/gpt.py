@@ -30,7 +30,7 @@ from .._schema import Count, Document, Int64
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
-from .base import Describer, Rebuilder, SampleDataset, digest, id_runs, plain, register_dataset_kind
+from .base import Describer, Rebuilder, SampleDataset, digest, id_runs, kept_while_frozen, plain, register_dataset_kind
 from .fields import FieldOptions, fields_from_store, fields_from_windows
 from .inverse import GPTInverse, gpt_inverse_arrays
 from .lineage import Occurrences, ReadPlan, SampleLineage, gpt_pieces
@@ -312,8 +312,7 @@ class GPTDataset(SampleDataset):
     _caches = ("_inverse",)
     _inverse: GPTInverse | None = None  # built on the first occurrences() call
     lookups: Callable[[Callable[[], dict[str, np.ndarray]]], dict[str, np.ndarray]] | None = None
-    """Where occurrences' lookups are kept: called with their builder, returns them (the index cache's entry
-    beside these indices, memory-mapped); None: built in memory. Set by the builder that loaded the indices."""
+    """Keeps occurrences' lookups: called with their builder (the cache entry beside cached indices); None: memory."""
 
     @renamed_keywords(dataset="store")
     def __init__(
@@ -526,11 +525,12 @@ class GPTDataset(SampleDataset):
 
     def describe(self, describer: Describer) -> dict[str, Any]:
         """Its store, sample config, split documents, a digest of its indices, and its recipe when known."""
+        indices = (self.document_index, self.sample_index, self.shuffle_index)
         return {
             "store": describer.store(self.dataset),
             "sample_config": plain(dataclasses.asdict(self.config)),
             "documents": {"count": len(self.indices), "digest": digest(self.indices)},
-            "order": digest(self.document_index, self.sample_index, self.shuffle_index),
+            "order": kept_while_frozen(self, "order", indices, lambda: digest(*indices)),
             "build": None
             if self.seed is None or self.num_samples is None
             else {
