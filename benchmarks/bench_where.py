@@ -13,10 +13,10 @@ touched, and those the kernel maps around them, included). Last, the time the re
 
 "store" rows: ``tokenport.occurrences`` end to end (loader state, StreamSampler feistel over 8 x 16
 ranks, the loader's dataset given; one document a call, median of 5, then all 10^4 documents of the
-store in one call; each call checks the dataset against the receipt, which hashes its indices): a
-store of 10,000 documents (lognormal lengths, mean 500 tokens) cut into GPT samples of 128 tokens,
-blended 50/50 with a second GPT dataset over the same store (another seed): the store is small, so a
-document is read in thousands of epochs and its places grow with the sample count (so these rows stop
+store in one call): ``build_datasets`` with an index cache blends two stores of 10,000 documents
+(lognormal lengths, mean 500 tokens) 50/50 in GPT samples of 128 tokens, so the lookups are cache
+entries and the receipt check hashes the indices once. The stores are small, so a document is read
+in thousands of epochs and its places grow with the sample count (so these rows stop
 at 10^6 samples: 10^4 documents hold 2.5 * 10^7 places there, and ten times more at each step up).
 
 The goal is for 10^9 samples; the rows say the sample count they measured: never extrapolated into a
@@ -50,9 +50,9 @@ CORPUS_SEQ_LENGTH = 1024
 STORE_LIMIT = 10**6  # past it the 10^4 documents of the small store fill 10^8 places and more: memory for the answer
 
 
-def write_store(prefix: str) -> tp.IndexedDataset:
+def write_store(prefix: str, seed: int = 0) -> tp.IndexedDataset:
     """10,000 documents of random tokens (lognormal lengths, mean 500), byte tokenizer."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     lengths = lognormal_lengths(rng, DOCUMENTS, 500, 0.8)
     tokens = rng.integers(0, 256, int(lengths.sum())).astype(np.uint16)
     with tp.IndexedDatasetWriter(prefix, dtype=np.uint16, tokenizer=tp.load_tokenizer("byte")) as writer:
@@ -147,20 +147,19 @@ def measure_corpus(samples: int, directory: str) -> list[Row]:
     ]  # fmt: skip
 
 
-def measure_store(store: tp.IndexedDataset, samples: int) -> list[Row]:
-    """The rows of one sample count through tokenport.occurrences (a loader state of a blend of two GPT datasets)."""
+def measure_store(stores: list[tp.IndexedDataset], samples: int, cache: str) -> list[Row]:
+    """The rows of one sample count through tokenport.occurrences (a loader state of a cached 50/50 blend)."""
     from tokenport.integrations import StatefulLoader
     from tokenport.sampling import StreamSampler
 
+    spec = [x for store in stores for x in ("0.5", str(store.prefix))]
     config = tp.GPTSampleConfig(SEQ_LENGTH)
-    half = samples // 2 + 1
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the children are read for many epochs: that is the point here
-        children = [tp.GPTDataset(store, np.arange(DOCUMENTS), half, config, seed=s) for s in (1, 2)]
-        blend = tp.BlendedDataset(children, [0.5, 0.5], samples)
+        warnings.simplefilter("ignore")
+        blend = tp.build_datasets(spec, sizes=(samples, 0, 0), config=config, seed=1, split="1,0,0", cache=cache)[0]
     sampler = StreamSampler(len(blend), 0, 8, 0, 16, seed=1, order="feistel")
     state = StatefulLoader(blend, sampler).state_dict()
-    prefix = str(store.prefix)
+    prefix = str(stores[0].prefix)
     start = time.perf_counter()
     blend.occurrences(prefix, 0)
     build = time.perf_counter() - start
@@ -198,9 +197,10 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(n) for n in (args.samples or ([1e5, 1e6] if args.quick else [1e6, 1e7]))]
     with scratch_directory(args.directory, "bench_where_", args.quick) as directory:
-        store = write_store(os.path.join(directory, "store"))
+        stores = [write_store(os.path.join(directory, f"store{k}"), k) for k in range(2)]
         rows = [row for samples in counts for row in measure_corpus(samples, directory)]
-        rows += [row for samples in counts if samples <= STORE_LIMIT for row in measure_store(store, samples)]
+        cache = os.path.join(directory, "cache")
+        rows += [row for n in counts if n <= STORE_LIMIT for row in measure_store(stores, n, cache)]
     print_table(rows)
     print_goals(rows)
 
