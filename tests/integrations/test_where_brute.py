@@ -22,7 +22,7 @@ from tokenport.integrations.where import occurrences
 from tokenport.samples.base import store_documents
 from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
 
-KINDS = ("gpt", "packed", "sft", "blend", "schedule", "adaptive", "nested")
+KINDS = ("gpt", "packed", "sft", "blend", "schedule", "adaptive", "nested", "cached")
 SAMPLERS = (
     "pretraining",
     "random_sharded",
@@ -39,7 +39,8 @@ ORDERED = ("pretraining", "sequential")
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> dict[str, str]:
-    """Three plain stores (some empty documents, lengths from 1 to 120) and one chat store with loss masks."""
+    """Three plain stores (some empty documents, lengths from 1 to 120), one chat store with loss masks, and the
+    index cache's directory."""
     root = tmp_path_factory.mktemp("brute")
     rng = np.random.default_rng(30)
     byte = tp.load_tokenizer("byte")
@@ -52,6 +53,7 @@ def stores(tmp_path_factory) -> dict[str, str]:
     drawn = list(random_documents(rng, 40, tokens=(32, 127), length=(2, 150), append=256))
     masked = (Doc(t, mask=(np.arange(len(t)) >= len(t) // 3).astype(np.uint8)) for t in drawn)
     out["chat"] = build_store(root / "chat", masked, tokenizer=byte, masks=True)
+    out["cache"] = str(root / "cache")
     return out
 
 
@@ -100,6 +102,14 @@ def _dataset(kind: str, stores: dict[str, str], rng: np.random.Generator):
         total = int(rng.integers(30, 80))
         updates = [[0, [1.0, 1.0]], [int(rng.integers(1, total)), (rng.random(2) + 0.05).round(2).tolist()]]
         return AdaptiveBlend(children, [1, 1], num_samples=total, updates=updates)
+    if kind == "cached":  # indices and occurrences lookups from an index cache, memory-mapped
+        spec = ["0.5", stores["a"], "0.3", stores["b"], "0.2", stores["c"]]
+        config = tp.GPTSampleConfig(int(rng.choice([8, 16, 24])))
+        size = int(rng.integers(60, 200))
+        seed = int(rng.integers(3))
+        return tp.build_datasets(
+            spec, sizes=(size, 0, 0), config=config, seed=seed, split="1,0,0", cache=stores["cache"]
+        )[0]
     inner = tp.BlendedDataset([_gpt(stores["a"], rng), _dataset("sft", stores, rng)], [0.6, 0.4], 50)
     return tp.BlendedDataset([inner, _gpt(stores["c"], rng)], [0.7, 0.3], 70)
 
