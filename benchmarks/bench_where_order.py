@@ -1,6 +1,6 @@
 """The samplers' inverse order (tokenport where's order part): places of sample ids in a 10^9-sample run.
 
-What is timed: ``sampling.inverse.stream_positions(sampler, ids, stop)`` over one pass of a run of
+What is timed: ``sampling.inverse.stream_positions(sampler, ids, stop)`` over one pass (``epoch_length``) of a run of
 10^9 samples (global batch 8 x 128 ranks), for 10 and 10^5 distinct random sample ids, best of 3
 with time.perf_counter. The orders with no closed-form inverse (StreamSampler order="random",
 RandomSampler without data sharding or in Megatron's mode) replay each epoch's order and search it:
@@ -21,7 +21,7 @@ import numpy as np
 
 from _harness import best_of
 from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
-from tokenport.sampling.inverse import stream_positions
+from tokenport.sampling.inverse import epoch_length, stream_positions
 
 TOTAL = 10**9
 
@@ -52,7 +52,7 @@ def main() -> None:
             if count > 10 and isinstance(sampler, RandomSampler):
                 continue  # one bucket order drawn per slot asked: 10^5 ids draw every slot's
             ids = np.unique(rng.integers(0, TOTAL, count))
-            seconds = best_of(lambda s=sampler, i=ids: stream_positions(s, i, TOTAL), 3)
+            seconds = best_of(lambda s=sampler, i=ids: stream_positions(s, i, epoch_length(s)), 3)
             print(f"{name:42s} {len(ids):>7d} ids of 10^9: {seconds * 1e3:9.1f} ms")
     total = int(args.replayed)
     replayed = {
@@ -66,7 +66,7 @@ def main() -> None:
         _reset_peak()
         before = _peak()
         start = time.perf_counter()
-        stream_positions(sampler, ids, total)
+        stream_positions(sampler, ids, epoch_length(sampler))  # one pass, as where plans the run
         seconds = time.perf_counter() - start
         grown = (_peak() - before) / 1e6
         print(f"{name:42s} {len(ids):>7d} ids of {total:.0e}: {seconds * 1e3:9.1f} ms, peak RSS +{grown:,.0f} MB")
