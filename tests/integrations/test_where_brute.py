@@ -25,6 +25,7 @@ from tokenport.sampling import PretrainingSampler, RandomSampler, StreamSampler
 KINDS = ("gpt", "packed", "sft", "blend", "schedule", "adaptive", "nested", "cached")
 SAMPLERS = (
     "pretraining",
+    "pretraining_partial",  # drop_last=False: the final partial global batch, sliced per rank
     "random_sharded",
     "random_unsharded",
     "megatron_sharded",
@@ -34,7 +35,7 @@ SAMPLERS = (
     "sequential",
     "length_grouped",
 )
-ORDERED = ("pretraining", "sequential")
+ORDERED = ("pretraining", "pretraining_partial", "sequential")
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +118,8 @@ def _dataset(kind: str, stores: dict[str, str], rng: np.random.Generator):
 def _sampler(name: str, dataset, rng: np.random.Generator, rank: int, mbs: int, dp: int):
     """Sampler ``name`` of rank ``rank`` over ``dataset``, at step 0 (seed fixed per name)."""
     total = len(dataset)
-    if name == "pretraining":
-        return PretrainingSampler(total, 0, mbs, rank, dp)
+    if name.startswith("pretraining"):
+        return PretrainingSampler(total, 0, mbs, rank, dp, drop_last=name == "pretraining")
     if name.startswith("random") or name.startswith("megatron"):
         megatron = name.startswith("megatron")  # Megatron-LM's own order: seeded with the epoch only
         sharding = name.endswith("_sharded")
@@ -180,7 +181,7 @@ def test_where_equals_a_forward_scan_for_every_sampler(stores, kind):
         expected, walked = _forward(samplers, dataset, prefix, set(documents))
         taken = int(rng.integers(0, walked + 1))
         head = _sampler(name, dataset, rng, 0, mbs, dp)
-        pretraining = name == "pretraining"
+        pretraining = name.startswith("pretraining")
         head.consumed_samples = min(taken * mbs * dp, head.total_samples) if pretraining else taken * mbs * dp
         state = StatefulLoader(dataset, head).state_dict()
         rebuilt = case % 4 == 0  # the dataset rebuilt from the receipt alone
