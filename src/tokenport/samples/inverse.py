@@ -14,9 +14,10 @@ over a position by binary search over ``sample_index[:, 0]`` (no copy of the col
 offset and index from the lengths of the few positions its row spans. A query's memory is
 O(the document's places); each place found is checked against the indices it came from, so a
 damaged lookup is refused, never answered. Cost: 4 bytes (8 past 2**31) per store document, per
-document-index position and per sample: at 10^9 samples of 1,024 tokens over ~7.7 * 10^8 documents
-of ~1,000 tokens (~1.3 epochs) about 11 GB on disk; see benchmarks/bench_where.py for the measured
-build time and query times.
+document-index position and per sample, built in one O(positions + samples) pass: measured at 10^8
+samples of 1,024 tokens (7.9 * 10^7 documents, ~1.3 epochs) 1.56 GB and 31 s on a 2-core machine,
+linear in the run (so ~16 GB and ~5 min at 10^9); queries 50-300 us a document
+(benchmarks/bench_where.py).
 
 ``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset), in memory beside the
 dataset's own piece arrays (which are in memory too): its pieces grouped by document and its samples
