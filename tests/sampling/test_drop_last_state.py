@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tokenport.errors import ConfigError, TokenportError
@@ -67,3 +68,29 @@ def test_every_mutation_of_a_drop_last_state_is_refused_or_read():
         # read: a document the writer could have written, differing at most in its position
         assert target.state_dict() == {**state, "consumed_samples": target.consumed_samples}, label
         assert target.drop_last is False, label
+
+
+def test_random_calls_match_a_shadow_model_and_a_refused_call_changes_nothing():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        total, mbs, size = int(rng.integers(5, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        drop_last = bool(rng.integers(2))
+        sampler = PretrainingSampler(total, 0, mbs, 0, size, drop_last=drop_last, auto_advance=False)
+        consumed = 0  # the model: the position; the configuration never changes
+        for _ in range(30):
+            call = int(rng.integers(3))
+            if call == 0:  # advance by a step (the last partial step when kept)
+                step = min(mbs * size, total - consumed)
+                if consumed < total:
+                    sampler.advance()
+                    consumed += step
+            elif call == 1:  # a state of this configuration at a random position: read
+                at = int(rng.integers(0, total + 1))
+                sampler.load_state_dict(PretrainingSampler(total, at, 1, 0, 1, drop_last=drop_last).state_dict())
+                consumed = at
+            else:  # a state of the other drop_last: refused, nothing changes
+                other = PretrainingSampler(total, int(rng.integers(0, total + 1)), 1, 0, 1, drop_last=not drop_last)
+                with pytest.raises(ConfigError, match="drop_last"):
+                    sampler.load_state_dict(other.state_dict())
+            assert sampler.consumed_samples == consumed and sampler.drop_last == drop_last
+            assert len(sampler) == len(PretrainingSampler(total, consumed, mbs, 0, size, drop_last=drop_last))
