@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._jit import announce_compilation
 from ..errors import ConfigError, CorruptStoreError
 from ..samples.base import SampleDataset
 from ..samples.inverse import counting_sort
@@ -38,6 +39,7 @@ def blend_inverse_arrays(
 ) -> dict[str, np.ndarray]:
     """The lookups ``BlendInverse`` reads: ``order`` (blend positions by child), ``bounds`` (each child's run in
     it) and ``counting`` (1 where a child's samples are its running count; ``counting``: the caller knows they are)."""
+    announce_compilation([counting_sort.__module__])
     index = np.asarray(dataset_index)
     if len(index) and (int(index.min()) < 0 or int(index.max()) >= num_children):
         raise CorruptStoreError(

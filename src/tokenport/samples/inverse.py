@@ -34,6 +34,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from .._jit import announce_compilation
 from ..errors import CorruptStoreError
 from .lineage import Occurrences
 
@@ -57,6 +58,7 @@ def gpt_inverse_arrays(
 ) -> dict[str, np.ndarray]:
     """The lookups ``GPTInverse`` reads (``bounds``, ``by_document``, ``sample_of_row``), built from indices
     checked to fit the store and each other (CorruptStoreError naming ``prefix`` otherwise)."""
+    announce_compilation([__name__])
     positions = len(document_index)
     rows = len(sample_index) - 1
     dtype = _index_dtype((positions + 1, rows + 1, len(shuffle_index), len(lengths)))
@@ -205,6 +207,7 @@ class GPTInverse:
         prefix: str,
         arrays: dict[str, np.ndarray] | None = None,
     ) -> None:
+        announce_compilation([__name__])  # the query kernels, when a cached entry is all that is read
         self.document_index, self.sample_index, self.shuffle_index = document_index, sample_index, shuffle_index
         self.lengths, self.extra, self.prefix = lengths, extra, prefix
         built = (
@@ -286,6 +289,7 @@ class BinsInverse:
         prefix: str,
     ) -> None:
         self.order = order  # the order this inverse is of (a dataset that changes it builds another)
+        announce_compilation([__name__])
         documents, bins = np.asarray(piece_document), np.asarray(order)
         self.bin_starts, self.piece_length = np.asarray(bin_starts, dtype=np.int64), np.asarray(piece_length)
         if len(documents) and int(documents.min()) < 0:
