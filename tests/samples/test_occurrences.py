@@ -249,11 +249,11 @@ def test_gpt_inverse_in_int64_equals_int32(tmp_path, monkeypatch):
     config = tp.GPTSampleConfig(20, add_extra_token=False)
     narrow = tp.GPTDataset(store, np.arange(30), 400, config, seed=2)
     wide = tp.GPTDataset(store, np.arange(30), 400, config, seed=2)
-    monkeypatch.setattr(inverse, "_index_dtype", lambda counts, sample_index: np.int64)
+    monkeypatch.setattr(inverse, "_index_dtype", lambda counts: np.int64)
     prefix = str(store.prefix)
     assert check_all(wide, prefix, range(30)) > 0
-    assert wide._inverse.first.dtype == np.int64
+    assert wide._inverse.by_document.dtype == wide._inverse.sample_of_row.dtype == np.int64
     monkeypatch.undo()
     for document in range(30):
         assert narrow.occurrences(prefix, document) == wide.occurrences(prefix, document)
-    assert narrow._inverse.first.dtype == np.int32
+    assert narrow._inverse.by_document.dtype == np.int32

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,11 +11,11 @@ import numpy as np
 from .._checks import check_sample_id, check_sample_ids, renamed_keywords
 from ..errors import ConfigError, InputDataError
 from ..indexed.same_tokenizer import check_datasets_tokenizer
-from ..samples.base import Describer, Rebuilder, SampleDataset, digest, plain, register_dataset_kind
+from ..samples.base import Describer, Rebuilder, SampleDataset, digest, kept_while_frozen, plain, register_dataset_kind
 from ..samples.lineage import Occurrences, ReadPlan, SampleLineage
 from .checkpoints import SampleIndexCheckpoints
 from .indices import build_blending_indices, build_dataset_index, check_size, check_weights
-from .inverse import BlendInverse, blend_occurrences
+from .inverse import BlendInverse, blend_inverse_arrays, blend_occurrences
 from .oversampling import oversampled, warn_oversampled
 from .schedule import MixtureSchedule, build_scheduled_indices
 
@@ -42,6 +42,8 @@ class BlendedDataset(SampleDataset):
     fresh_items = True
     _caches = ("_inverse",)
     _inverse: BlendInverse | None = None  # built on the first occurrences() call
+    lookups: Callable[[Callable[[], dict[str, np.ndarray]]], dict[str, np.ndarray]] | None = None
+    """Where occurrences' lookups are kept (as ``GPTDataset.lookups``): set by the builder that cached the indices."""
 
     @renamed_keywords(size="num_samples")
     def __init__(
@@ -178,7 +180,8 @@ class BlendedDataset(SampleDataset):
 
     def _occurrences(self, store: str, document: int) -> Occurrences:
         """The children's occurrences as blended samples: each child's positions in the blend sorted out once
-        (O(samples) memory), its ``k``-th sample at its ``k``-th position (modulo its length when read around)."""
+        (``lookups``' cache entry when set, else in memory), its ``k``-th sample at its ``k``-th position (modulo
+        its length when read around)."""
         if self._inverse is None:
             sample_index = self.dataset_sample_index
 
@@ -188,7 +191,13 @@ class BlendedDataset(SampleDataset):
                 return sample_index.take(positions)
 
             checkpoints = isinstance(sample_index, SampleIndexCheckpoints)  # counts by construction
-            self._inverse = BlendInverse(self.dataset_index, len(self.datasets), samples_of, counting=checkpoints)
+            index, children = self.dataset_index, len(self.datasets)
+
+            def build() -> dict[str, np.ndarray]:
+                return blend_inverse_arrays(index, children, samples_of, counting=checkpoints)
+
+            arrays = build() if self.lookups is None else self.lookups(build)
+            self._inverse = BlendInverse(index, children, samples_of, arrays=arrays)
         return blend_occurrences(self.datasets, self._inverse, self._lengths, store, document, "blend")
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
@@ -231,11 +240,12 @@ class BlendedDataset(SampleDataset):
 
     def describe(self, describer: Describer) -> dict[str, Any]:
         """Its children, the samples it takes from each, its schedule, a digest of its order, its recipe."""
+        index = (self.dataset_index,)
         return {
             "datasets": [describer.child(k, child) for k, child in enumerate(self.datasets)],
-            "samples_per_dataset": [int(n) for n in self.samples_per_dataset()],
+            "samples_per_dataset": kept_while_frozen(self, "taken", index, lambda: self.samples_per_dataset().tolist()),
             "schedule": None if self.schedule is None else plain(self.schedule.to_data()),
-            "order": digest(self.dataset_index),
+            "order": kept_while_frozen(self, "order", index, lambda: digest(self.dataset_index)),
             "build": None if self.recipe is None else plain(self.recipe),
         }
 

@@ -2,12 +2,17 @@
 
 Blended sample ``t`` reads sample ``k`` of child ``d = dataset_index[t]``, where ``k`` is (for every
 blend tokenport builds: Tijdeman, greedy, Megatron's, schedules, adaptive) the count of ``d`` before
-``t``, read modulo the child's length when the blend takes more than it holds. ``BlendInverse`` sorts
-``dataset_index`` by child once (a stable argsort: O(samples) memory, int32 below 2**31 samples),
-so the ``j``-th sample of child ``d`` in the blend is ``positions(d)[j]``; child sample ``s`` is then
-read at ``j = s, s + L, s + 2L, ...``.
+``t``, read modulo the child's length when the blend takes more than it holds. The lookups
+(``blend_inverse_arrays``, built once) are the blend positions sorted by child (a numba counting sort:
+``order``, and ``bounds`` where each child's run starts; 4 bytes a sample, 8 past 2**31, no memory
+beyond them to build) and whether each child's samples are that running count (``counting``), so the
+``j``-th sample of child ``d`` in the blend is ``positions(d)[j]``; child sample ``s`` is then read at
+``j = s, s + L, s + 2L, ...``: a query reads O(its places). A blend whose indices come from the index
+cache keeps its lookups as a cache entry of their own (memory-mapped; ``BlendedDataset.lookups``).
+Each place found is checked against the blend's indices (its child and its running count), so a
+damaged lookup is refused, never answered.
 Where a child's recorded sample index is not that count (indices from elsewhere), its samples are
-matched by value instead, still without a scan of the other children.
+matched by value instead (O(that child's samples) a query), still without a scan of the other children.
 """
 
 from __future__ import annotations
@@ -17,30 +22,74 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from .._jit import announce_compilation
+from ..errors import ConfigError, CorruptStoreError
 from ..samples.base import SampleDataset
+from ..samples.inverse import counting_sort
 from ..samples.lineage import Occurrences
 
 SamplesOf = Callable[[np.ndarray], np.ndarray]
 """The child sample (before the modulo) each of some blend positions reads."""
 
+_CHUNK = 1 << 22  # positions compared at a time while building (bounded extra memory)
+
+
+def blend_inverse_arrays(
+    dataset_index: np.ndarray, num_children: int, samples_of: SamplesOf, *, counting: bool = False
+) -> dict[str, np.ndarray]:
+    """The lookups ``BlendInverse`` reads: ``order`` (blend positions by child), ``bounds`` (each child's run in
+    it) and ``counting`` (1 where a child's samples are its running count; ``counting``: the caller knows they are)."""
+    announce_compilation([counting_sort.__module__])
+    index = np.asarray(dataset_index)
+    if len(index) and (int(index.min()) < 0 or int(index.max()) >= num_children):
+        raise CorruptStoreError(
+            f"dataset_index names a dataset outside the blend's {num_children}: the blend's indices are damaged; "
+            "delete their cache entry and rebuild them"
+        )
+    dtype = np.int32 if len(index) < np.iinfo(np.int32).max else np.int64
+    bounds = np.zeros(num_children + 1, dtype=dtype)
+    order = np.empty(len(index), dtype=dtype)
+    counting_sort(index, bounds, order)
+    flags = np.ones(num_children, dtype=np.int8)
+    if not counting:
+        for d in range(num_children):
+            for lo in range(int(bounds[d]), int(bounds[d + 1]), _CHUNK):
+                hi = min(lo + _CHUNK, int(bounds[d + 1]))
+                expected = np.arange(lo - int(bounds[d]), hi - int(bounds[d]), dtype=np.int64)
+                if not np.array_equal(np.asarray(samples_of(order[lo:hi]), dtype=np.int64), expected):
+                    flags[d] = 0
+                    break
+    return {"order": order, "bounds": bounds, "counting": flags}
+
 
 class BlendInverse:
-    """``dataset_index`` sorted by child, and whether each child's samples are its running count."""
+    """A blend's lookups (``blend_inverse_arrays``; see the module doc) and its indices, to check what they find."""
 
     def __init__(
-        self, dataset_index: np.ndarray, num_children: int, samples_of: SamplesOf, *, counting: bool = False
+        self,
+        dataset_index: np.ndarray,
+        num_children: int,
+        samples_of: SamplesOf,
+        *,
+        counting: bool = False,
+        arrays: dict[str, np.ndarray] | None = None,
     ) -> None:
-        index = np.asarray(dataset_index)
-        order = np.argsort(index, kind="stable")
-        self.order = order.astype(np.int32) if len(order) < np.iinfo(np.int32).max else order  # half the memory
-        counts = np.bincount(index, minlength=num_children)[:num_children].astype(np.int64)
-        self.bounds = np.concatenate(([0], np.cumsum(counts)))
-        self.samples_of = samples_of
-        self.counting = [  # ``counting``: the caller knows they are (no need to read them all)
-            counting or bool(np.array_equal(samples_of(self.positions(d)), np.arange(int(counts[d]))))
-            for d in range(num_children)
-        ]
+        built = arrays if arrays is not None else blend_inverse_arrays(
+            dataset_index, num_children, samples_of, counting=counting
+        )  # fmt: skip
+        self.dataset_index, self.samples_of = dataset_index, samples_of
+        self.order, self.bounds = built["order"], built["bounds"]
+        self.counting = [bool(flag) for flag in np.asarray(built["counting"]).tolist()]
+        if (
+            any(np.asarray(array).dtype.kind != "i" for array in built.values())
+            or len(self.order) != len(dataset_index)
+            or len(self.bounds) != num_children + 1
+            or len(self.counting) != num_children
+            or (np.diff(np.asarray(self.bounds, dtype=np.int64)) < 0).any()
+            or int(self.bounds[0]) != 0
+            or int(self.bounds[-1]) != len(dataset_index)
+        ):
+            _damaged()
 
     def positions(self, child: int) -> np.ndarray:
         """The blend positions that read child ``child``, in order."""
@@ -55,7 +104,10 @@ class BlendInverse:
             reps = np.where(samples < taken, (taken - 1 - samples) // max(length, 1) + 1, 0).astype(np.int64)
             which = np.repeat(np.arange(len(samples), dtype=np.int64), reps)
             lap = np.arange(int(reps.sum()), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
-            return which, positions[samples[which] + lap * length]
+            count = samples[which] + lap * length
+            found = np.asarray(positions[count], dtype=np.int64)
+            self._check(child, found, count)
+            return which, found
         read = self.samples_of(positions).astype(np.int64)
         if taken > length:
             read = read % length
@@ -66,7 +118,27 @@ class BlendInverse:
         reps = (hi - lo).astype(np.int64)
         which = np.repeat(np.arange(len(samples), dtype=np.int64), reps)
         first = np.repeat(lo - (np.cumsum(reps) - reps), reps) + np.arange(int(reps.sum()), dtype=np.int64)
-        return which, positions[order[first]]
+        found = np.asarray(positions[order[first]], dtype=np.int64)
+        self._check(child, found, None)
+        return which, found
+
+    def _check(self, child: int, found: np.ndarray, count: np.ndarray | None) -> None:
+        """Refuse lookups whose positions do not read ``child`` (or, counting, not its ``count``-th sample)."""
+        if not len(found):
+            return
+        if int(found.min()) < 0 or int(found.max()) >= len(self.dataset_index):
+            _damaged()
+        if (np.asarray(self.dataset_index[found]) != child).any():
+            _damaged()
+        if count is not None and (np.asarray(self.samples_of(found), dtype=np.int64) != count).any():
+            _damaged()
+
+
+def _damaged() -> None:
+    raise CorruptStoreError(
+        "the blend's occurrences lookup does not match its indices (damaged, or of other indices); delete its "
+        "cache entry and it is rebuilt"
+    )
 
 
 def blend_occurrences(

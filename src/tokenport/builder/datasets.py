@@ -48,7 +48,7 @@ from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.sft import SFTConfig, SFTDataset
 from .blend_entry import ChildJob, build_children_in_processes, pack_children, unpacker
 from .cache import IndexCache, _key, canonical_json, store_identity
-from .gpt_datasets import IndexRequest, build_gpt_dataset, gpt_index_request
+from .gpt_datasets import IndexRequest, blend_lookups, build_gpt_dataset, gpt_index_request
 from .specs import Blend, BlendSpec, blend_from_list, load_blend_spec, megatron_normalize
 from .splits import SPLIT_NAMES, split_document_ranges
 from .stat_record import StatRecord
@@ -291,7 +291,7 @@ class _Builder:
             "drop_last_partial": drop_last,
             "surplus": surplus,
         }
-        arrays = self._gpt_blend_entry(blend.prefixes, params, stores, build)
+        arrays, key = self._gpt_blend_entry(blend.prefixes, params, stores, build)
         unpack = unpacker(arrays)
         children: list[Any] = [
             self._gpt_child(blend.prefixes[d], stores[d], request(d, n).indices, unpack(d), n, drop_last)
@@ -299,13 +299,14 @@ class _Builder:
             else _Unused()
             for d, n in enumerate(counts_of(arrays["dataset_index"]))
         ]
-        return BlendedDataset.from_indices(
+        blended = BlendedDataset.from_indices(
             children,
             arrays["dataset_index"],
             arrays["dataset_sample_index"],
             recipe=recipe,
             allow_mixed_tokenizers=self.allow_mixed_tokenizers,
         )
+        return blend_lookups(self.cache, blended, key)
 
     def _gpt_request(
         self, blend: Blend, stores: list[IndexedDataset], split: str, which: str, drop_last: bool, d: int, n: int
@@ -334,9 +335,9 @@ class _Builder:
         params: dict[str, Any],
         stores: list[IndexedDataset],
         build: Callable[[], dict[str, np.ndarray]],
-    ) -> dict[str, np.ndarray]:
-        """A GPT blend's cache entry, its ``stores`` opened on the way: the key from the stat record when
-        no store changed since, else from the stores' manifests (then the record is written)."""
+    ) -> tuple[dict[str, np.ndarray], str]:
+        """A GPT blend's cache entry and its key, its ``stores`` opened on the way: the key from the stat record
+        when no store changed since, else from the stores' manifests (then the record is written)."""
         assert self.cache is not None
         canonical_json(params)  # refuse what cannot be a key before building
         record = StatRecord(self.cache.directory, prefixes, params)
@@ -355,7 +356,7 @@ class _Builder:
             key = _key(identity, params)
             arrays = self.cache.get_or_build_for(identity, params, build, source=f"a blend of {len(stores)} stores")
             record.write(stats, stores, key)
-        return arrays
+        return arrays, key
 
     def _gpt_child(
         self,

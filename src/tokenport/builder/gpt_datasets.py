@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from ..blend import BlendedDataset
 from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.gpt import GPTDataset, GPTSampleConfig, build_indices
-from .cache import IndexCache
+from .cache import IndexCache, cache_key
 from .splits import SPLIT_NAMES, split_document_ranges
 
 
@@ -44,7 +46,7 @@ def build_gpt_dataset(
     if request is None:
         return None
     arrays = cache.get_or_build(store, request.params, request.build) if cache is not None else request.build()
-    return GPTDataset.from_indices(
+    dataset = GPTDataset.from_indices(
         store,
         request.indices,
         arrays["document_index"],
@@ -55,6 +57,29 @@ def build_gpt_dataset(
         num_samples=num_samples,
         drop_last_partial=drop_last_partial,
     )
+    if cache is not None:  # occurrences' lookups: an entry of their own, keyed by these indices' entry
+        dataset.lookups = occurrence_lookups(cache, {"gpt_indices": cache_key(store, request.params)}, store.prefix)
+    return dataset
+
+
+OCCURRENCES = {"kind": "occurrences", "format": 1}
+"""The cache parameters of a dataset's occurrences lookups (samples/inverse.py, blend/inverse.py)."""
+
+
+def occurrence_lookups(cache: IndexCache, identity: dict[str, Any], source: str) -> Any:
+    """A dataset's ``lookups``: its occurrences lookups as the cache entry of ``identity`` (the entry of the
+    indices they invert), built on the first query, memory-mapped after; no barrier (one rank asks)."""
+    return partial(cache.get_or_build_for, identity, OCCURRENCES, source=source, distributed=False)
+
+
+def blend_lookups(cache: IndexCache, blend: BlendedDataset, key: str) -> BlendedDataset:
+    """``blend`` (of GPT children, its indices the cache entry ``key``) with its and its GPT children's
+    occurrences lookups kept as cache entries keyed by that entry."""
+    for d, child in enumerate(blend.datasets):
+        if isinstance(child, GPTDataset):
+            child.lookups = occurrence_lookups(cache, {"gpt_blend": key, "child": d}, str(child.dataset.prefix))
+    blend.lookups = occurrence_lookups(cache, {"gpt_blend": key}, f"a blend of {len(blend.datasets)} stores")
+    return blend
 
 
 @dataclass(frozen=True)

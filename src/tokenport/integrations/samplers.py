@@ -69,7 +69,7 @@ def replayable(state: Mapping[str, Any]) -> bool:
 def _pretraining(state: Mapping[str, Any], rank: int, dataset: Any) -> PretrainingSampler:
     """A PretrainingSampler of ``state``'s configuration."""
     total, mbs, size = int(state["total_samples"]), int(state["micro_batch_size"]), int(state["data_parallel_size"])
-    return PretrainingSampler(total, 0, mbs, rank, size, auto_advance=False)
+    return PretrainingSampler(total, 0, mbs, rank, size, bool(state.get("drop_last", 1)), auto_advance=False)
 
 
 def _random(state: Mapping[str, Any], rank: int, dataset: Any) -> RandomSampler:

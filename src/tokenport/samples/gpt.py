@@ -10,7 +10,7 @@ Megatron's C++ loop in numba, so exactness costs nothing in speed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -30,9 +30,9 @@ from .._schema import Count, Document, Int64
 from ..errors import ConfigError, CorruptStoreError, InputDataError
 from ..indexed import IndexedDataset
 from ..rng.legacy_shuffle import LegacyShuffler
-from .base import Describer, Rebuilder, SampleDataset, digest, id_runs, plain, register_dataset_kind
+from .base import Describer, Rebuilder, SampleDataset, digest, id_runs, kept_while_frozen, plain, register_dataset_kind
 from .fields import FieldOptions, fields_from_store, fields_from_windows
-from .inverse import GPTInverse
+from .inverse import GPTInverse, gpt_inverse_arrays
 from .lineage import Occurrences, ReadPlan, SampleLineage, gpt_pieces
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -311,6 +311,8 @@ class GPTDataset(SampleDataset):
     fresh_items = True
     _caches = ("_inverse",)
     _inverse: GPTInverse | None = None  # built on the first occurrences() call
+    lookups: Callable[[Callable[[], dict[str, np.ndarray]]], dict[str, np.ndarray]] | None = None
+    """Keeps occurrences' lookups: called with their builder (the cache entry beside cached indices); None: memory."""
 
     @renamed_keywords(dataset="store")
     def __init__(
@@ -429,18 +431,19 @@ class GPTDataset(SampleDataset):
 
     def _occurrences(self, store: str, document: int) -> Occurrences:
         """Every place ``document`` is in a sample: its document-index positions, the sample rows over each
-        (binary search), their dataset samples (the shuffle inverted); the inverse is built once and kept."""
+        (binary search), their dataset samples (the shuffle inverted). The lookups are built once: kept as an
+        index-cache entry beside the indices when they came from one (``lookups``), else in memory."""
         if store != str(self.dataset.prefix):
             return Occurrences.empty()
         if self._inverse is None:
-            self._inverse = GPTInverse(
-                self.document_index,
-                self.sample_index,
-                self.shuffle_index,
-                self._lengths,
-                int(self.config.add_extra_token),
-                str(self.dataset.prefix),
-            )
+            prefix, extra = str(self.dataset.prefix), int(self.config.add_extra_token)
+            indices = (self.document_index, self.sample_index, self.shuffle_index)
+
+            def build() -> dict[str, np.ndarray]:
+                return gpt_inverse_arrays(*indices, self._lengths, extra, prefix)
+
+            arrays = build() if self.lookups is None else self.lookups(build)
+            self._inverse = GPTInverse(*indices, self._lengths, extra, prefix, arrays)
         return self._inverse.occurrences(document)
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
@@ -522,11 +525,12 @@ class GPTDataset(SampleDataset):
 
     def describe(self, describer: Describer) -> dict[str, Any]:
         """Its store, sample config, split documents, a digest of its indices, and its recipe when known."""
+        indices = (self.document_index, self.sample_index, self.shuffle_index)
         return {
             "store": describer.store(self.dataset),
             "sample_config": plain(dataclasses.asdict(self.config)),
             "documents": {"count": len(self.indices), "digest": digest(self.indices)},
-            "order": digest(self.document_index, self.sample_index, self.shuffle_index),
+            "order": kept_while_frozen(self, "order", indices, lambda: digest(*indices)),
             "build": None
             if self.seed is None or self.num_samples is None
             else {

@@ -1,14 +1,29 @@
 """Inverse lineage of GPT and packed-bin datasets: which samples hold a document, by lookup, not by scan.
 
-``GPTInverse`` is built once per dataset from its indices: the document index sorted by document
-(argsort, O(document_index) memory), each position's token start in the concatenated stream and its
-count of empty documents before it (O(document_index)), the sample rows' first positions and the
-shuffle's inverse permutation (O(samples)). A document's occurrences are then its positions, the
-rows overlapping each (binary search over the sample index) and those rows' dataset samples.
+``GPTInverse`` answers from two lookups built once per dataset (``gpt_inverse_arrays``, numba, two
+passes and no memory beyond what they return): the document index's positions sorted by document
+(a counting sort: ``by_document``, and ``bounds``, where each store document's run starts) and the
+shuffle's inverse permutation (``sample_of_row``). Megatron's shuffles (numpy's
+legacy Fisher-Yates over the whole document index, then over the sample rows) have no closed-form
+inverse, so these are O(positions + samples) and built like the indices themselves: a dataset whose
+indices come from the index cache keeps them as a cache entry of their own beside its indices
+(``builder.cache.IndexCache``: one file, written to a staging directory and renamed into place,
+memory-mapped afterwards), so they are built once per indices and a query reads only the pages it
+needs. Everything else is computed per query from the dataset's own (memory-mapped) arrays: the rows
+over a position by binary search over ``sample_index[:, 0]`` (no copy of the column), a piece's token
+offset and index from the lengths of the few positions its row spans. A query's memory is
+O(the document's places); each place found is checked against the indices it came from, so a
+damaged lookup is refused, never answered. Cost: 4 bytes (8 past 2**31) per store document, per
+document-index position and per sample, built in one O(positions + samples) pass: measured at 10^8
+samples of 1,024 tokens (7.9 * 10^7 documents, ~1.3 epochs) 1.56 GB and 31 s on a 2-core machine,
+linear in the run (so ~16 GB and ~5 min at 10^9); queries 50-300 us a document
+(benchmarks/bench_where.py).
 
-``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset): pieces sorted by
-document, each piece's token offset in its bin, and the samples of each bin (the order's inverse;
-a bin may be read by several samples, one per epoch).
+``BinsInverse`` does the same for bins of pieces (PackedDataset, SFTDataset), in memory beside the
+dataset's own piece arrays (which are in memory too): its pieces grouped by document and its samples
+grouped by bin (the order's inverse; a bin may be read by several samples, one per epoch), both by the
+counting sort, 4 bytes a piece and a sample; a piece's offset in its bin is summed from the lengths of
+the pieces before it there.
 """
 
 from __future__ import annotations
@@ -16,8 +31,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
+from .._jit import announce_compilation
 from ..errors import CorruptStoreError
 from .lineage import Occurrences
 
@@ -28,22 +45,157 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
-def _sorted_by(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of ``values`` sorted by value, stable; the values in that order)."""
-    order = np.argsort(values, kind="stable")
-    return order, values[order]
+_CHUNK = 1 << 22  # rows or positions checked at a time while building (bounded extra memory)
 
 
-def _holders(order: np.ndarray, keys: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``wanted`` (int64), the positions whose key equals it: (index into ``wanted``, position)."""
-    lo = np.searchsorted(keys, wanted, side="left")
-    hi = np.searchsorted(keys, wanted, side="right")
-    counts = (hi - lo).astype(np.int64)
-    return np.repeat(np.arange(len(wanted), dtype=np.int64), counts), order[_ranges(lo.astype(np.int64), counts)]
+def gpt_inverse_arrays(
+    document_index: np.ndarray,
+    sample_index: np.ndarray,
+    shuffle_index: np.ndarray,
+    lengths: np.ndarray,
+    extra: int,
+    prefix: str,
+) -> dict[str, np.ndarray]:
+    """The lookups ``GPTInverse`` reads (``bounds``, ``by_document``, ``sample_of_row``), built from indices
+    checked to fit the store and each other (CorruptStoreError naming ``prefix`` otherwise)."""
+    announce_compilation([__name__])
+    positions = len(document_index)
+    rows = len(sample_index) - 1
+    dtype = _index_dtype((positions + 1, rows + 1, len(shuffle_index), len(lengths)))
+    for lo in range(0, positions, _CHUNK):
+        part = np.asarray(document_index[lo : lo + _CHUNK])
+        if len(part) and (int(part.min()) < 0 or int(part.max()) >= len(lengths)):
+            _corrupt(prefix, "document_index")
+    first_prev = 0  # row starts never go back, within a chunk or across
+    for lo in range(0, rows + 1, _CHUNK):
+        part = np.asarray(sample_index[lo : lo + _CHUNK], dtype=np.int64)
+        first, skip = part[:, 0], part[:, 1]
+        if first[0] < first_prev or (np.diff(first) < 0).any():
+            _corrupt(prefix, "sample_index")
+        if int(first[-1]) >= max(positions, 1) or (skip < 0).any():
+            _corrupt(prefix, "sample_index")
+        ends = skip + extra  # where the row before ends in this document, as the reader checks it
+        later = slice(1, None) if lo == 0 else slice(None)
+        sizes = np.asarray(lengths)[np.asarray(document_index)[first[later]]] if positions else ends[later]
+        if (ends[later] > sizes).any():
+            _corrupt(prefix, "sample_index")
+        first_prev = int(first[-1])
+    bounds = np.zeros(len(lengths) + 1, dtype=dtype)
+    order = np.empty(positions, dtype=dtype)
+    counting_sort(np.asarray(document_index), bounds, order)
+    sample_of_row = np.full(max(rows, 0), -1, dtype=dtype)
+    shuffle = np.asarray(shuffle_index)
+    if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
+        _corrupt(prefix, "shuffle_index")
+    if not _invert(shuffle, sample_of_row):
+        raise CorruptStoreError(
+            f"{prefix}: shuffle_index names a sample row twice; it is not the permutation Megatron's indices hold: "
+            "delete its cache entry and rebuild the indices"
+        )
+    return {"bounds": bounds, "by_document": order, "sample_of_row": sample_of_row}
+
+
+@numba.njit(cache=True)
+def counting_sort(keys: np.ndarray, bounds: np.ndarray, order: np.ndarray) -> None:  # pragma: no cover - numba
+    """``order``: the positions of ``keys`` sorted by key (stable); ``bounds[k]:bounds[k + 1]`` those of key ``k``.
+    Two passes, no memory beyond the outputs (``bounds`` serves as the fill cursor, then is shifted back)."""
+    for key in keys:
+        bounds[key + 1] += 1
+    for k in range(1, len(bounds)):
+        bounds[k] += bounds[k - 1]
+    for p in range(len(keys)):
+        key = keys[p]
+        order[bounds[key]] = p
+        bounds[key] += 1
+    for k in range(len(bounds) - 1, 0, -1):
+        bounds[k] = bounds[k - 1]
+    bounds[0] = 0
+
+
+@numba.njit(cache=True)
+def _invert(shuffle: np.ndarray, inverse: np.ndarray) -> bool:  # pragma: no cover - numba
+    """``inverse[shuffle[s]] = s`` for every s (``inverse`` filled with -1 before); False when a value repeats."""
+    for s in range(len(shuffle)):
+        row = shuffle[s]
+        if inverse[row] >= 0:
+            return False
+        inverse[row] = s
+    return True
+
+
+@numba.njit(cache=True)
+def _row_ranges(sample_index: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """For each position p, the sample rows [lo, hi) whose window spans it (first[r] <= p <= first[r + 1], the row
+    starts ``first = sample_index[:, 0]`` ascending): binary searches that read O(log rows) elements of the
+    (memory-mapped) column each, never the whole column."""
+    rows = len(sample_index) - 1
+    lo = np.empty(len(positions), dtype=np.int64)
+    hi = np.empty(len(positions), dtype=np.int64)
+    for k in range(len(positions)):
+        p = positions[k]
+        a, b = 0, rows + 1  # the first row start >= p
+        while a < b:
+            m = (a + b) // 2
+            if sample_index[m, 0] < p:
+                a = m + 1
+            else:
+                b = m
+        lo[k] = max(a - 1, 0)
+        b = rows + 1  # the first row start > p, from there
+        while a < b:
+            m = (a + b) // 2
+            if sample_index[m, 0] <= p:
+                a = m + 1
+            else:
+                b = m
+        hi[k] = min(a, rows)
+    return lo, hi
+
+
+@numba.njit(cache=True)
+def _row_pieces(
+    sample_index: np.ndarray,
+    document_index: np.ndarray,
+    lengths: np.ndarray,
+    positions: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    extra: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - numba
+    """(row, piece, offset, start, end) of each non-empty piece that position ``positions[k]`` is in rows
+    ``[lo[k], hi[k])``, as ``gpt_pieces`` reads them: the piece's index and token offset counted over the
+    positions its row spans before it (empty ones hold no piece)."""
+    total = 0
+    for k in range(len(positions)):
+        total += max(hi[k] - lo[k], 0)
+    rows = np.empty(total, dtype=np.int64)
+    piece = np.empty(total, dtype=np.int64)
+    offset = np.empty(total, dtype=np.int64)
+    begin = np.empty(total, dtype=np.int64)
+    end = np.empty(total, dtype=np.int64)
+    n = 0
+    for k in range(len(positions)):
+        p = positions[k]
+        size = np.int64(lengths[document_index[p]])
+        for r in range(lo[k], hi[k]):
+            first, skip = np.int64(sample_index[r, 0]), np.int64(sample_index[r, 1])
+            a = skip if p == first else 0
+            b = np.int64(sample_index[r + 1, 1]) + extra if p == sample_index[r + 1, 0] else size
+            if b <= a:
+                continue
+            before, pieces = np.int64(0), np.int64(0)
+            for q in range(first, p):  # the positions the row holds before this one
+                held = np.int64(lengths[document_index[q]])
+                before += held
+                if held > (skip if q == first else 0):
+                    pieces += 1
+            rows[n], piece[n], offset[n], begin[n], end[n] = r, pieces, before - skip + a, a, b
+            n += 1
+    return rows[:n], piece[:n], offset[:n], begin[:n], end[:n]
 
 
 class GPTInverse:
-    """A GPT dataset's indices inverted (see the module doc); refuses indices that do not fit together."""
+    """A GPT dataset's indices and their lookups (``gpt_inverse_arrays``; see the module doc)."""
 
     def __init__(
         self,
@@ -53,55 +205,76 @@ class GPTInverse:
         lengths: np.ndarray,
         extra: int,
         prefix: str,
+        arrays: dict[str, np.ndarray] | None = None,
     ) -> None:
-        documents = np.asarray(document_index)
-        if len(documents) and (int(documents.min()) < 0 or int(documents.max()) >= len(lengths)):
-            _corrupt(prefix, "document_index")
-        # positions, rows, samples and offsets as int32 while they fit (half the memory), else int64
-        sizes_of = (len(documents) + 1, len(sample_index), len(shuffle_index), len(lengths))
-        dtype = _index_dtype(sizes_of, np.asarray(sample_index))
-        documents = documents.astype(dtype, copy=False)
-        sizes = np.asarray(lengths)[documents].astype(np.int64)
-        self.extra = extra
-        order, self.documents = _sorted_by(documents)
-        self.by_document = order.astype(dtype)
-        self.cum = np.concatenate(([0], np.cumsum(sizes)))
-        self.zeros = np.concatenate(([0], np.cumsum(sizes == 0))).astype(dtype)
-        self.first = np.ascontiguousarray(sample_index[:, 0], dtype=dtype)
-        self.skip = np.ascontiguousarray(sample_index[:, 1], dtype=dtype)
-        if len(self.first) and (
-            int(self.first[0]) < 0 or int(self.first[-1]) >= max(len(documents), 1) or (np.diff(self.first) < 0).any()
+        announce_compilation([__name__])  # the query kernels, when a cached entry is all that is read
+        self.document_index, self.sample_index, self.shuffle_index = document_index, sample_index, shuffle_index
+        self.lengths, self.extra, self.prefix = lengths, extra, prefix
+        built = (
+            arrays
+            if arrays is not None
+            else gpt_inverse_arrays(document_index, sample_index, shuffle_index, lengths, extra, prefix)
+        )
+        self.bounds, self.by_document = built["bounds"], built["by_document"]
+        self.sample_of_row = built["sample_of_row"]
+        if (
+            any(np.asarray(array).dtype.kind != "i" for array in built.values())
+            or len(self.bounds) != len(lengths) + 1
+            or len(self.by_document) != len(document_index)
+            or len(self.sample_of_row) != max(len(sample_index) - 1, 0)
         ):
-            _corrupt(prefix, "sample_index")
-        ends = self.skip[1:] + extra  # where each row's window ends in its last document, as the reader checks it
-        if (self.skip < 0).any() or (ends > self.cum[self.first[1:] + 1] - self.cum[self.first[1:]]).any():
-            _corrupt(prefix, "sample_index")
-        self.sample_of_row = _inverse_permutation(np.asarray(shuffle_index), len(self.first) - 1, prefix, dtype)
+            raise CorruptStoreError(
+                f"{prefix}: the occurrences lookup of these indices has the wrong type or length; delete its "
+                "cache entry and it is rebuilt"
+            )
 
     def occurrences(self, document: int) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``, as ``gpt_pieces`` reports them."""
-        _, positions = _holders(self.by_document, self.documents, np.array([document], dtype=self.documents.dtype))
-        rows_total = len(self.first) - 1
+        lo, hi = int(self.bounds[document]), int(self.bounds[document + 1])
+        positions = np.asarray(self.by_document[max(lo, 0) : hi], dtype=np.int64)
+        # the run must be the document's positions, all of them: ascending, each holding it, and the positions
+        # just outside it holding another document (a damaged value or run bound is refused, never answered)
+        outside = np.asarray(self.by_document[[k for k in (lo - 1, hi) if 0 <= k < len(self.by_document)]])
+        if lo < 0 or lo > hi or len(positions) != hi - lo or not self._hold(positions, outside, document):
+            self._damaged()
         # rows r with first[r] <= p <= first[r + 1]: from the first row ending at or after p (first[0] is 0)
-        # to past the last row starting at or before it; one search each over the row starts
-        lo = np.maximum(np.searchsorted(self.first, positions, side="left") - 1, 0)
-        hi = np.minimum(np.searchsorted(self.first, positions, side="right"), rows_total)
-        counts = np.maximum(hi - lo, 0).astype(np.int64)
-        rows = _ranges(lo.astype(np.int64), counts)
-        position = np.repeat(positions, counts)
-        begin_pos, end_pos = self.first[rows], self.first[rows + 1]
-        size = self.cum[position + 1] - self.cum[position]
-        begin = np.where(position == begin_pos, self.skip[rows], 0)
-        end = np.where(position == end_pos, self.skip[rows + 1] + self.extra, size)
-        first_size = self.cum[begin_pos + 1] - self.cum[begin_pos]
-        # a later piece's index: its place after the row's first position, less the empty pieces before it (the
-        # first one when the row starts at its document's end; empty documents between)
-        empties = (first_size <= self.skip[rows]).astype(np.int64) + self.zeros[position] - self.zeros[begin_pos + 1]
-        piece = np.where(position > begin_pos, position - begin_pos - empties, 0)
-        offset = self.cum[position] + begin - self.cum[begin_pos] - self.skip[rows]
-        sample = self.sample_of_row[rows]
-        keep = (end > begin) & (sample >= 0)
-        return Occurrences(sample[keep], piece[keep], offset[keep], begin[keep], end[keep])
+        # to past the last row starting at or before it
+        lo_rows, hi_rows = _row_ranges(self.sample_index, positions)
+        index, lengths = self.document_index, np.asarray(self.lengths)
+        rows, piece, offset, begin, end = _row_pieces(
+            self.sample_index, index, lengths, positions, lo_rows, hi_rows, self.extra
+        )
+        sample = np.asarray(self.sample_of_row[rows], dtype=np.int64) if len(rows) else np.zeros(0, np.int64)
+        keep = sample >= 0  # a row no sample reads (Megatron's shuffle leaves none; indices from elsewhere may)
+        sample = sample[keep]
+        if len(sample) and (
+            int(sample.max()) >= len(self.shuffle_index)
+            or (np.asarray(self.shuffle_index[sample], dtype=np.int64) != rows[keep]).any()
+        ):
+            self._damaged()
+        return Occurrences(sample, piece[keep], offset[keep], begin[keep], end[keep])
+
+    def _hold(self, positions: np.ndarray, outside: np.ndarray, document: int) -> bool:
+        """True when ``positions`` ascend and hold ``document`` and the ``outside`` ones hold another."""
+        every = np.concatenate((positions, np.asarray(outside, dtype=np.int64)))
+        if len(every) and (int(every.min()) < 0 or int(every.max()) >= len(self.document_index)):
+            return False
+        held = np.asarray(self.document_index[every])
+        return bool((np.diff(positions) > 0).all() and (held[: len(positions)] == document).all()) and not bool(
+            (held[len(positions) :] == document).any()
+        )
+
+    def _size(self, positions: np.ndarray) -> np.ndarray:
+        """Token counts of the documents at document-index ``positions`` (int64)."""
+        if not len(positions):
+            return np.zeros(0, dtype=np.int64)
+        return np.asarray(self.lengths)[np.asarray(self.document_index[positions])].astype(np.int64)
+
+    def _damaged(self) -> None:
+        raise CorruptStoreError(
+            f"{self.prefix}: the occurrences lookup does not match the dataset's indices (damaged, or of other "
+            "indices); delete its cache entry and it is rebuilt"
+        )
 
 
 class BinsInverse:
@@ -116,53 +289,51 @@ class BinsInverse:
         prefix: str,
     ) -> None:
         self.order = order  # the order this inverse is of (a dataset that changes it builds another)
-        self.by_document, self.documents = _sorted_by(np.asarray(piece_document).astype(np.int64, copy=False))
-        self.cum = np.concatenate(([0], np.cumsum(np.asarray(piece_length, dtype=np.int64))))
-        self.bin_starts = np.asarray(bin_starts, dtype=np.int64)
-        bins = np.asarray(order).astype(np.int64, copy=False)
+        announce_compilation([__name__])
+        documents, bins = np.asarray(piece_document), np.asarray(order)
+        self.bin_starts, self.piece_length = np.asarray(bin_starts, dtype=np.int64), np.asarray(piece_length)
+        if len(documents) and int(documents.min()) < 0:
+            _corrupt(prefix, "piece_document")
         if len(bins) and (int(bins.min()) < 0 or int(bins.max()) >= len(self.bin_starts) - 1):
             _corrupt(prefix, "order")
-        self.by_bin, self.bins = _sorted_by(bins)
+        self.document_bounds, self.by_document = _grouped(documents, int(documents.max()) + 1 if len(documents) else 0)
+        self.bin_bounds, self.by_bin = _grouped(bins, len(self.bin_starts) - 1)
 
     def occurrences(self, document: int, offsets: np.ndarray) -> Occurrences:
         """Every (sample, piece, offset, start, end) of ``document``; ``offsets`` are the pieces' token offsets."""
-        _, pieces = _holders(self.by_document, self.documents, np.array([document], dtype=np.int64))
+        if document >= len(self.document_bounds) - 1:
+            return Occurrences.empty()
+        pieces = self.by_document[int(self.document_bounds[document]) : int(self.document_bounds[document + 1])]
+        pieces = pieces.astype(np.int64)
         bins = np.searchsorted(self.bin_starts, pieces, side="right") - 1
         first = self.bin_starts[bins]
-        which, samples = _holders(self.by_bin, self.bins, bins)
+        reads = (self.bin_bounds[bins + 1] - self.bin_bounds[bins]).astype(np.int64)  # samples reading each bin
+        which = np.repeat(np.arange(len(pieces), dtype=np.int64), reads)
+        samples = self.by_bin[_ranges(self.bin_bounds[bins].astype(np.int64), reads)].astype(np.int64)
         piece = pieces[which]
+        spans = piece - first[which]  # the bin's pieces before this one: their tokens give its offset
+        before = np.bincount(
+            np.repeat(np.arange(len(piece)), spans),
+            weights=self.piece_length[_ranges(first[which], spans)],
+            minlength=len(piece),
+        ).astype(np.int64)
         start = np.asarray(offsets, dtype=np.int64)[piece]
-        return Occurrences(
-            samples,
-            piece - first[which],
-            self.cum[piece] - self.cum[first[which]],
-            start,
-            start + self.cum[piece + 1] - self.cum[piece],
-        )
+        return Occurrences(samples, spans, before, start, start + self.piece_length[piece].astype(np.int64))
 
 
-def _index_dtype(counts: Sequence[int], sample_index: np.ndarray) -> type[np.signedinteger[Any]]:
-    """int32 when every count and every value of the sample index is below 2**31 - 1, else int64."""
-    largest = int(sample_index.max()) if sample_index.size else 0
-    return np.int32 if max(largest, *counts) < np.iinfo(np.int32).max else np.int64
+def _grouped(keys: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bounds, order): the positions of ``keys`` (each in [0, count)) grouped by key in a counting sort, key
+    ``k``'s at ``order[bounds[k]:bounds[k + 1]]``, ascending."""
+    dtype = _index_dtype((len(keys) + 1, count))
+    bounds = np.zeros(count + 1, dtype=dtype)
+    order = np.empty(len(keys), dtype=dtype)
+    counting_sort(keys, bounds, order)
+    return bounds, order
 
 
-def _inverse_permutation(
-    shuffle_index: np.ndarray, rows: int, prefix: str, dtype: type[np.signedinteger[Any]]
-) -> np.ndarray:
-    """The dataset sample of each sample row (-1: none), or CorruptStoreError when a row is read twice or
-    a value names no row."""
-    shuffle = shuffle_index if shuffle_index.dtype.kind in "iu" else shuffle_index.astype(np.int64)
-    if len(shuffle) and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
-        _corrupt(prefix, "shuffle_index")
-    inverse = np.full(max(rows, 0), -1, dtype=dtype)
-    inverse[shuffle] = np.arange(len(shuffle), dtype=dtype)
-    if int(np.count_nonzero(inverse >= 0)) != len(shuffle):
-        raise CorruptStoreError(
-            f"{prefix}: shuffle_index names a sample row twice; it is not the permutation Megatron's indices hold: "
-            "delete its cache entry and rebuild the indices"
-        )
-    return inverse
+def _index_dtype(counts: Sequence[int]) -> type[np.signedinteger[Any]]:
+    """int32 when every count is below 2**31 - 1, else int64."""
+    return np.int32 if max(counts) < np.iinfo(np.int32).max else np.int64
 
 
 def _corrupt(prefix: str, field: str) -> None:

@@ -128,6 +128,8 @@ class _PretrainingBase:
 
     # Identity fields a state may differ in, when _check_state_extra finds the change exact.
     _resumable: frozenset[str] = frozenset()
+    # Identity fields a state leaves out at their default (older states never held them): the default.
+    _defaults: Mapping[str, int] = {}
 
     def advance(self, num_samples: int | None = None) -> None:
         """Count ``num_samples`` more samples as consumed (default: one global batch, one training step)."""
@@ -158,9 +160,10 @@ class _PretrainingBase:
         mine = self._identity()
         if state["sampler"] != self._kind:  # before the fields, which differ per kind
             raise ConfigError(f"state is from a {_KINDS[state['sampler']]}, not a {_KINDS[self._kind]}")
-        theirs = {key: int(state[key]) for key in mine}
+        theirs = {key: int(state[key]) for key in {**self._defaults, **mine} if key in state}
         if _fingerprint(theirs) != int(state["fingerprint"]):
             raise ConfigError("state fingerprint does not match its fields: the state is corrupt or was edited")
+        theirs, mine = {**self._defaults, **theirs}, {**self._defaults, **mine}
         differ = [
             f"{key} (state {theirs[key]}, this sampler {mine[key]})"
             for key in mine
@@ -201,6 +204,7 @@ class PretrainingSampler(_PretrainingBase):
     """
 
     _kind = 1
+    _defaults = {"drop_last": 1}
 
     def __init__(
         self,
@@ -217,6 +221,12 @@ class PretrainingSampler(_PretrainingBase):
         super().__init__(
             total_samples, consumed_samples, micro_batch_size, data_parallel_rank, data_parallel_size, auto_advance
         )
+
+    def _identity(self) -> dict[str, int]:
+        """The order's fields, with ``drop_last: 0`` when the final partial batch is kept (left out at the default,
+        so states saved before it existed read unchanged): a resumed or traced run keeps that last step."""
+        identity = super()._identity()
+        return identity if self.drop_last else {**identity, "drop_last": 0}
 
     def _check_consumed(self, consumed: int) -> int:
         """Return ``consumed`` unless it lies past the end of the data."""

@@ -50,7 +50,9 @@ class _State(Document, frozen=True):
 
 
 class PretrainingState(_State, frozen=True, tag_field="sampler", tag=1):
-    """``PretrainingSampler.state_dict()``."""
+    """``PretrainingSampler.state_dict()``; ``drop_last`` only when 0 (the final partial batch kept)."""
+
+    drop_last: Flag | UnsetType = UNSET
 
 
 class RandomState(_State, frozen=True, tag_field="sampler", tag=2):
