@@ -92,6 +92,7 @@ NOT_RUN = {
     "bench_remote": "the block cache and prefetch planner alone: explains bench_streaming, no goal",
     "bench_stream_order": 'StreamSampler order="feistel" vs order="random": tokenport against itself',
     "bench_identifiers": "what keeping identifiers costs prepare and the identifier index's speed: no goal",
+    "bench_takedown": "what masking removed documents adds to each handed batch: no peer, no goal",
 }
 
 
