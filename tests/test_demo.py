@@ -94,8 +94,9 @@ def test_demo_runs_every_stage(demo_run):
     assert "after 16,000 training samples" in out and " epochs" in out.split("after 16,000 training samples")[1]
     # stage 6's dataset; then one entry per weighted blend, holding its stores' indices too: stage 7's
     # blend of 2 stores per split (3) and stage 11's blend of 2 stores (1); then stage 13's 3 stores, which
-    # an adaptive blend reads one by one (one part each at this limit)
-    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 3 + 1 + 3
+    # an adaptive blend reads one by one (one part each at this limit); then stage 15's takedown, whose
+    # occurrence lookups of stage 11's blend and of its prose child are entries of their own
+    assert len(list((tmp_path / "stores" / "index-cache").glob("*/description.json"))) == 1 + 3 + 1 + 3 + 2
     check_sft_stage(tmp_path, out.split("== 12. sft")[1].split("== 13. mix")[0])
     check_mix_stage(tmp_path, out.split("== 13. mix")[1].split("== 14. grpo")[0])
     grpo = out.split("== 14. grpo")[1].split("== 15. account")[0]
