@@ -24,7 +24,7 @@ from tokenport.cli import main
 from tokenport.errors import TokenportError
 from tokenport.integrations import StatefulLoader
 from tokenport.integrations.audit import audit
-from tokenport.integrations.certificate import GlobalBatches, data_digest, extend, genesis
+from tokenport.integrations.certificate import GlobalBatches, data_digest, extend, extend_order, genesis, order_digest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
@@ -77,7 +77,16 @@ def _save(tmp_path, states, name="run") -> list[str]:
 
 
 def _chain(dataset, state, positions) -> str:
-    """The model's digest: the chain over the handed-over positions, from the certificate's definition."""
+    """The model's digest: the chain over the handed-over positions, from the certificate's definition (/2)."""
+    data, order = data_digest(state["receipt"]["dataset"]), order_digest(state["sampler"])
+    digest = genesis()
+    for consumed in positions:
+        digest = extend_order(digest, data, order, consumed)
+    return digest.hex()
+
+
+def _ids_chain(dataset, state, positions) -> str:
+    """The /1 chain over the global batches' sample ids at the handed-over positions."""
     batches = GlobalBatches(state["sampler"], dataset)
     data = data_digest(state["receipt"]["dataset"])
     digest = genesis()

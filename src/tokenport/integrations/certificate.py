@@ -1,50 +1,77 @@
 """The certificate of a stream: a hash chain over the global batches a StatefulLoader handed to the trainer.
 
-Handover ``k`` (counted from 0 over the whole run) extends the chain::
+Handover ``k`` (counted from 0 over the whole run) extends the chain (format ``tokenport.certificate/2``)::
 
-    digest_{k+1} = blake2b-128(digest_k || data || consumed_k || ids_k)
+    digest_{k+1} = blake2b-128(digest_k || data || order || consumed_k)
 
 ``data`` is the digest of the receipt's dataset tree (``data_digest``: store content checksums,
 sample configs, orders; not prefixes, tokenizers or recipes, which never change the tokens);
-``consumed_k`` the sampler's position (samples all ranks had consumed) when batch ``k`` was handed
-over; ``ids_k`` the global batch's sample ids (every rank's micro-batch, in rank order, int64).
-The receipt pins each store's content, so ids and ``data`` determine every token: no token is hashed.
+``order`` the digest of the sampler's global order (``order_digest``: its kind, seed, order, length
+and global batch, the fields that decide which ids each global batch holds, not its position or
+its ranks); ``consumed_k`` the sampler's position (samples all ranks had consumed) when batch ``k``
+was handed over. A tokenport sampler's global batch at a position is a pure function of its order,
+and the receipt pins each store's content, so (data, order, position) determine every sample id and
+every token: neither is hashed, so a step costs one 56-byte blake2b whatever the global batch.
+Format ``/1`` (registered samplers, whose order tokenport cannot name, and states saved before /2)
+hashes the global batch's sample ids instead of the order: ``blake2b-128(digest_k || data ||
+consumed_k || ids_k)``, ids of every rank's micro-batch in rank order, little-endian int64.
 Every rank computes the same chain from the sampler alone (no communication), so the state stays
 rank-independent. A loader counts handovers (one integer compare per batch: a position moved from
 outside the loader is recorded as a jump in ``runs``) and hashes them when a state is taken.
 
-A chain has one *segment* per data and global batch: on a resume that accepts a data change
-(``allow_changes``) or changes the global batch, a new segment starts (``since``: the handovers
-before it, ``base``: the digest they reached); states of the earlier segment certify those steps.
+A chain has one *segment* per data, order and global batch: on a resume that accepts a data change
+(``allow_changes``), changes the global batch or resumes a /1 state, a new segment starts (``since``:
+the handovers before it, ``base``: the digest they reached); states of the earlier segment certify
+those steps.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._schema import to_builtins
 from ..errors import ConfigError
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
-from ..sampling.state import CERTIFICATE_FORMAT, Certificate
+from ..sampling.state import (
+    CERTIFICATE_FORMAT,
+    IDS_FORMAT,
+    Certificate,
+    RandomState,
+    RegisteredState,
+    read_sampler_state,
+)
 from ..sampling.stream import StreamSampler
 from .samplers import sampler_from_state
 
-__all__ = ["Chain", "GlobalBatches", "data_digest", "extend", "genesis"]
+__all__ = [
+    "CHECKED_STEPS",
+    "Chain",
+    "GlobalBatches",
+    "data_digest",
+    "extend",
+    "extend_order",
+    "genesis",
+    "order_digest",
+]
 
 _SIZE = 16  # bytes of a digest
-_ROWS = 4096  # global batches computed at once when hashing
+_ROWS = 4096  # global batches computed at once when hashing ids (format /1)
+_BLOCK = 1 << 16  # positions hashed per block (format /2)
+_POSITION = frozenset({"consumed_samples", "epoch"})  # sampler state fields that move with the position
+_LAYOUT = frozenset({"micro_batch_size", "data_parallel_size"})  # fields a global batch's ids do not depend on
+CHECKED_STEPS = 1 << 20  # a resume recomputes a /2 segment whole up to this many steps (about 0.5 s), else its last
 _NOT_DATA = frozenset({"prefix", "tokenizer", "prepared", "build"})  # receipt fields that never change a token
 
 
 def genesis() -> bytes:
-    """The digest a chain starts from (no batch handed over yet)."""
-    return hashlib.blake2b(CERTIFICATE_FORMAT.encode(), digest_size=_SIZE).digest()
+    """The digest a chain starts from (no batch handed over yet; the same for every format)."""
+    return hashlib.blake2b(IDS_FORMAT.encode(), digest_size=_SIZE).digest()
 
 
 def data_digest(tree: Mapping[str, Any]) -> bytes:
@@ -61,8 +88,25 @@ def _data_part(value: Any) -> Any:
     return value
 
 
+def order_digest(sampler_state: Mapping[str, Any]) -> bytes:
+    """The digest of the global order of a tokenport sampler's state (its fields but the position, and the
+    layout where the ids do not depend on it: elastic samplers); b"" for a registered sampler (format /1)."""
+    typed = read_sampler_state(sampler_state, "state['sampler']")
+    if isinstance(typed, RegisteredState):
+        return b""
+    kept = _POSITION if isinstance(typed, RandomState) and typed.megatron_compat else _POSITION | _LAYOUT
+    order = {key: value for key, value in to_builtins(typed).items() if key not in kept}
+    order["global_batch"] = typed.micro_batch_size * typed.data_parallel_size
+    return _blake(json.dumps(order, sort_keys=True, separators=(",", ":")).encode())
+
+
+def extend_order(digest: bytes, data: bytes, order: bytes, consumed: int) -> bytes:
+    """The /2 chain's digest after one more handed-over global batch."""
+    return _blake(digest + data + order + int(consumed).to_bytes(8, "little"))
+
+
 def extend(digest: bytes, data: bytes, consumed: int, ids: np.ndarray) -> bytes:
-    """The chain's digest after one more handed-over global batch."""
+    """The /1 chain's digest after one more handed-over global batch."""
     return _blake(digest + data + int(consumed).to_bytes(8, "little") + np.ascontiguousarray(ids, "<i8").tobytes())
 
 
@@ -74,11 +118,19 @@ class GlobalBatches:
     """The global batch (every rank's micro-batch, in rank order) at any position of a sampler state's stream."""
 
     def __init__(self, sampler_state: Mapping[str, Any], dataset: Any) -> None:
-        size = int(sampler_state["data_parallel_size"])
-        self.global_batch = int(sampler_state["micro_batch_size"]) * size
-        self.samplers = [sampler_from_state(sampler_state, rank, dataset) for rank in range(size)]
-        self.first = self.samplers[0]
+        self.state, self.dataset, self.size = sampler_state, dataset, int(sampler_state["data_parallel_size"])
+        self.global_batch = int(sampler_state["micro_batch_size"]) * self.size
+        self.first = sampler_from_state(sampler_state, 0, dataset)  # ConfigError now for a stream not replayable
+        self._samplers: list[Any] = []  # every rank's, built when batches are taken rank by rank
         self._epoch: tuple[int, np.ndarray] | None = None  # a RandomSampler's global batches of one epoch
+
+    @property
+    def samplers(self) -> list[Any]:
+        """Every rank's sampler, in rank order."""
+        if not self._samplers:
+            rest = [sampler_from_state(self.state, rank, self.dataset) for rank in range(1, self.size)]
+            self._samplers = [self.first, *rest]
+        return self._samplers
 
     def rows(self, consumed: int, count: int) -> np.ndarray | None:
         """The global batches of up to ``count`` consecutive steps from ``consumed`` (at least one) as a
@@ -121,6 +173,12 @@ class Chain:
     steps: int = 0  # handovers hashed into ``digest``
     digest: bytes = b""
     previous: bytes = b""
+    order: bytes = b""  # format /2: the sampler's order digest; b"": format /1, the ids are hashed
+
+    @property
+    def format(self) -> Literal["tokenport.certificate/1", "tokenport.certificate/2"]:
+        """The certificate format this chain hashes by."""
+        return CERTIFICATE_FORMAT if self.order else IDS_FORMAT
 
     def __post_init__(self) -> None:
         if not self.digest:
@@ -152,20 +210,43 @@ class Chain:
             yield consumed, rows
             first += len(rows)
 
-    def catch_up(self, handed: int, batches: GlobalBatches) -> None:
-        """Hash the handovers made since the last call (up to ``handed``): one blake2b call per step."""
-        digest, previous, data, blake = self.digest, self.previous, self.data, hashlib.blake2b
-        for _, rows in self.handed(self.steps, handed, batches):
+    def positions(self, first: int, stop: int) -> np.ndarray:
+        """The positions (consumed samples) of handovers ``first .. stop - 1``, little-endian int64."""
+        starts = np.array([start for start, _ in self.runs], np.int64)
+        at = np.arange(first, stop, dtype=np.int64)
+        run = np.searchsorted(starts, at, side="right") - 1
+        consumed = np.array([c for _, c in self.runs], np.int64)[run]
+        return (consumed + (at - starts[run]) * self.global_batch).astype("<i8")
+
+    def hash_on(self, first: int, digest: bytes, batches: Callable[[], GlobalBatches]) -> tuple[bytes, bytes]:
+        """(previous, digest): the digests before and after handover ``steps - 1``, hashed on from ``digest``
+        after handover ``first - 1``; ``batches()`` gives the global batches (only format /1 hashes ids)."""
+        previous, data, blake = digest, self.data, hashlib.blake2b
+        if self.order:  # one blake2b call a step over the position: no ids computed
+            fixed = data + self.order
+            for block in range(first, self.steps, _BLOCK):
+                raw = self.positions(block, min(block + _BLOCK, self.steps)).tobytes()
+                for at in range(0, len(raw), 8):
+                    previous = digest
+                    digest = blake(digest + fixed + raw[at : at + 8], digest_size=_SIZE).digest()
+            return previous, digest
+        for _, rows in self.handed(first, self.steps, batches()):
             raw, width = rows.tobytes(), rows.shape[1] * 8
             for at in range(0, len(raw), width):
                 previous = digest
                 digest = blake(digest + data + raw[at : at + width], digest_size=_SIZE).digest()
-        self.digest, self.previous, self.steps = digest, previous, max(self.steps, handed)
+        return previous, digest
+
+    def catch_up(self, handed: int, batches: Callable[[], GlobalBatches]) -> None:
+        """Hash the handovers made since the last call (up to ``handed``): one blake2b call per step."""
+        if handed > self.steps:
+            first, self.steps = self.steps, handed
+            self.previous, self.digest = self.hash_on(first, self.digest, batches)
 
     def document(self) -> dict[str, Any]:
         """The certificate as the loader state stores it (plain JSON types)."""
         doc = Certificate(
-            format=CERTIFICATE_FORMAT,
+            format=self.format,
             data=self.data.hex(),
             steps=self.steps,
             digest=self.digest.hex(),
@@ -173,8 +254,12 @@ class Chain:
             since=self.since,
             base=self.base.hex(),
             runs=[(s, c) for s, c in self.runs],
+            order=self.order.hex() if self.order else None,
         )
-        return dict(to_builtins(doc))
+        out = dict(to_builtins(doc))
+        if not self.order:
+            del out["order"]  # /1 as it was written
+        return out
 
     @classmethod
     def from_document(cls, doc: Certificate, global_batch: int) -> Chain:
@@ -188,6 +273,7 @@ class Chain:
             steps=doc.steps,
             digest=bytes.fromhex(doc.digest),
             previous=bytes.fromhex(doc.previous),
+            order=bytes.fromhex(doc.order) if doc.order is not None else b"",
         )
 
     def end(self) -> int:
@@ -196,8 +282,10 @@ class Chain:
             return self.runs[-1][1]
         return self.position(self.steps - 1) + self.global_batch
 
-    def check_last(self, batches: GlobalBatches, where: str) -> None:
-        """ConfigError unless the last hashed batch, recomputed, extends ``previous`` to ``digest``."""
+    def check(self, batches: Callable[[], GlobalBatches], where: str) -> None:
+        """ConfigError unless the chain recomputed from the receipt and the sampler gives the certificate's
+        digests: the last step from ``previous``, then (format /2, up to CHECKED_STEPS steps) the whole segment
+        from ``base``."""
         if self.steps == self.since:
             if self.digest != self.base or self.previous != self.base:
                 raise ConfigError(
@@ -207,10 +295,25 @@ class Chain:
             return
         last = self.steps - 1
         consumed = self.position(last)
-        if extend(self.previous, self.data, consumed, batches.ids(consumed)) != self.digest:
+        if self.order:
+            again = extend_order(self.previous, self.data, self.order, consumed)
+        else:
+            again = extend(self.previous, self.data, consumed, batches().ids(consumed))
+        if again != self.digest:
             raise ConfigError(
                 f"{where}: step {last} (the last batch the state certifies, at consumed_samples={consumed}) "
                 "recomputed from the receipt and the sampler does not give the certificate's digest: the state "
                 "was edited or the run read other batches; run `tokenport audit` over the run's checkpoints to "
+                "find the first divergent step, and resume from a state saved whole by StatefulLoader.state_dict()"
+            )
+        if (
+            self.order
+            and last - self.since < CHECKED_STEPS
+            and self.hash_on(self.since, self.base, batches)[0] != self.previous
+        ):
+            raise ConfigError(
+                f"{where}: the chain recomputed from step {self.since} (`base`) over the certified positions does "
+                f"not reach the digest before step {last} (`previous`): a step in {self.since}..{last - 1} diverges "
+                "(`base`, `runs` or `previous` was edited); run `tokenport audit` over the run's checkpoints to "
                 "find the first divergent step, and resume from a state saved whole by StatefulLoader.state_dict()"
             )
