@@ -89,7 +89,7 @@ class _Audited:
     receipt: DataReceipt
     chain: Chain
     batches: GlobalBatches | None = None  # its global batches over the dataset rebuilt here
-    verified: bool = False  # its digest is the chain recomputed from its receipt and sampler
+    verified: bool = False  # its digests are its chain recomputed, over the positions of the state before it
 
     @property
     def steps(self) -> int:
@@ -167,7 +167,7 @@ def _compare_data(before: _Audited, after: _Audited) -> Divergence | None:
     if mixed is not None:
         return mixed
     overlap = max(before.chain.since, after.chain.since)
-    if overlap < before.steps and before.chain.data != after.chain.data:
+    if overlap < before.steps and data_digest(before.receipt.dataset) != data_digest(after.receipt.dataset):
         changes = "; ".join(receipt_changes(before.receipt, after.receipt))
         return Divergence(
             after.source,
@@ -206,8 +206,9 @@ def _updates(state: Mapping[str, Any], before: int) -> list[tuple[int, list[floa
 def _recompute(item: _Audited, before: _Audited | None, rebuilder: Rebuilder, cannot_build: bool) -> Divergence | None:
     """Rebuild ``item``'s dataset and recompute its chain; a divergence for data that is not the receipt's, a
     jumped position (skipped or repeated steps) or a digest that the recomputed batches do not give.
-    ``item.verified`` when its chain extends ``before``'s verified one: hashed on from ``before``'s digest (a
-    hash chain that reaches the same digest read the same batches), so a series costs its last state's steps."""
+    ``item.verified`` when its digests are its chain recomputed and it carries on ``before``'s verified chain
+    (then hashed on from ``before``'s digest: a hash chain that reaches the same digest read the same batches),
+    so an honest series costs its last state's steps and no sample id is recomputed."""
     chain, source = item.chain, item.source
     try:
         dataset = rebuild_unverified(item.receipt, rebuilder)
@@ -227,19 +228,39 @@ def _recompute(item: _Audited, before: _Audited | None, rebuilder: Rebuilder, ca
         return Divergence(source, chain.since, edited)
     item.batches = GlobalBatches(item.state["sampler"], dataset)
     jump = _first_jump(chain, source)
-    if before is not None and _continues(before, item):
-        if _hashed(chain, item.batches, before.steps, before.chain.digest) == chain.digest:
+    claimed = (chain.previous, chain.digest)
+    if before is not None and _continues(before, item) and before.steps < chain.steps:
+        if _hashed(chain, item.batches, before.steps, before.chain.digest) == claimed:
             item.verified = True
-            return jump
-    if _hashed(chain, item.batches, chain.since, chain.base) != chain.digest:
+            return jump or _moved(item)
+    if _hashed(chain, item.batches, chain.since, chain.base) != claimed:
         step = chain.steps - 1 if chain.steps > chain.since else chain.since
         return Divergence(
             source,
             step,
-            f"the certificate's digest after {chain.steps} step(s) is not the chain recomputed from the receipt and "
-            "the sampler: the state was edited, or its run read other batches at or before this step",
+            f"the certificate's digests (`digest`, `previous`) after {chain.steps} step(s) are not the chain "
+            "recomputed from the receipt and the sampler: the state was edited, or its run read other batches at or "
+            "before this step",
         )
-    return jump
+    item.verified = before is None or _continues(before, item)
+    return jump or _moved(item)
+
+
+def _moved(item: _Audited) -> Divergence | None:
+    """A divergence when the state's position is not where its certified steps end: resuming from it would skip
+    or repeat its next step (the position was moved outside the loader after the last handover)."""
+    chain, consumed = item.chain, int(item.state["sampler"]["consumed_samples"])
+    end = chain.end()
+    if consumed == end:
+        return None
+    kind = "skipped" if consumed > end else "repeated"
+    return Divergence(
+        item.source,
+        chain.steps,
+        f"its position consumed_samples={consumed} is not where its {chain.steps} certified step(s) end "
+        f"({end}): the next step, read from there, would be {kind} (the sampler's position was moved outside "
+        "the loader)",
+    )
 
 
 def _first_jump(chain: Chain, source: str) -> Divergence | None:
@@ -268,9 +289,10 @@ def _continues(before: _Audited, after: _Audited) -> bool:
     return before.verified and same and a.steps <= b.steps and runs == a.runs
 
 
-def _hashed(chain: Chain, batches: GlobalBatches, first: int, digest: bytes) -> bytes:
-    """The chain's digest after its handovers ``first .. steps - 1``, hashed on from ``digest``."""
-    return chain.hash_on(first, digest, lambda: batches)[1]
+def _hashed(chain: Chain, batches: GlobalBatches, first: int, digest: bytes) -> tuple[bytes, bytes]:
+    """The chain's digests before and after its handover ``steps - 1``, hashed on from ``digest`` (after
+    ``first - 1``)."""
+    return chain.hash_on(first, digest, lambda: batches)
 
 
 def _compare_batches(before: _Audited, after: _Audited) -> Divergence | None:
