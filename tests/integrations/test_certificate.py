@@ -218,8 +218,11 @@ def test_a_state_without_a_certificate_resumes_and_starts_a_chain(dataset, caplo
         audit([state])
 
 
-def test_mutated_certificates_are_refused_or_resume_as_saved(dataset):
+@pytest.mark.parametrize("ids_format", [False, True], ids=["format-2", "format-1"])
+def test_mutated_certificates_are_refused_or_resume_as_saved(dataset, ids_format):
     state = _train(_loader(dataset), 6)[1]
+    if ids_format:
+        state = _as_ids_format(dataset, state)
     loader = _loader(dataset)
     before = loader.state_dict()
     refused = 0
@@ -235,7 +238,11 @@ def test_mutated_certificates_are_refused_or_resume_as_saved(dataset):
             refused += 1
             assert loader.state_dict() == before, label
             continue
-        assert loader.state_dict()["certificate"] == state["certificate"], label
+        resumed = loader.state_dict()["certificate"]
+        if ids_format:  # a /1 certificate is carried on by a /2 segment from its digest
+            assert (resumed["since"], resumed["base"]) == (6, state["certificate"]["digest"]), label
+        else:
+            assert resumed == state["certificate"], label
         loader = _loader(dataset)
     assert refused > 100
 
@@ -399,3 +406,87 @@ def test_a_length_grouped_stream_is_certified_when_its_dataset_holds_the_lengths
     resumed = make()
     resumed.load_state_dict(state)
     assert resumed.consumed_samples == 6
+
+
+def _as_ids_format(dataset, state) -> dict:
+    """``state`` with the /1 certificate an older tokenport wrote for the same run (the chain over sample ids)."""
+    old = copy.deepcopy(state)
+    cert = old["certificate"]
+    positions = [k * GBS for k in range(cert["steps"])]  # an honest run from step 0
+    del cert["order"]
+    cert.update(
+        format="tokenport.certificate/1",
+        digest=_ids_chain(dataset, state, positions),
+        previous=_ids_chain(dataset, state, positions[:-1]),
+    )
+    return old
+
+
+def test_a_format_1_state_is_read_checked_resumed_and_audited(dataset):
+    states = _train(_loader(dataset), 9)
+    assert states[0]["certificate"]["format"] == "tokenport.certificate/2"
+    old = [_as_ids_format(dataset, s) for s in states[:2]]
+    assert audit(old).consistent
+    loader = _loader(dataset)
+    loader.load_state_dict(old[1])  # its last step recomputed from the sample ids
+    later = _train(loader, 3)[0]
+    cert = later["certificate"]
+    assert (cert["format"], cert["since"], cert["base"], cert["steps"]) == (
+        "tokenport.certificate/2",
+        6,
+        old[1]["certificate"]["digest"],
+        9,
+    )
+    assert audit([*old, later]).consistent
+    edited = copy.deepcopy(old[1])
+    edited["certificate"]["digest"] = "3" * 32
+    fresh = _loader(dataset)
+    before = fresh.state_dict()
+    with pytest.raises(tp.ConfigError, match="step 5"):
+        fresh.load_state_dict(edited)
+    assert fresh.state_dict() == before
+    report = audit([old[0], edited])
+    assert report.divergence.step == 5 and report.divergence.source == "state 1"
+    with_order = copy.deepcopy(old[1])
+    with_order["certificate"]["order"] = states[1]["certificate"]["order"]
+    with pytest.raises(tp.ConfigError, match="order"):
+        fresh.load_state_dict(with_order)
+
+
+def test_a_resume_recomputes_the_whole_segment_not_only_its_last_step(dataset):
+    """A certificate whose last step extends `previous` to `digest` but whose earlier steps do not reach
+    `previous` is refused, naming the steps it spans; nothing changes."""
+    state = _train(_loader(dataset), 6)[1]
+    cert = state["certificate"]
+    forged = copy.deepcopy(state)
+    previous = bytes.fromhex("4" * 32)
+    last = extend_order(previous, bytes.fromhex(cert["data"]), bytes.fromhex(cert["order"]), 5 * GBS)
+    forged["certificate"].update(previous=previous.hex(), digest=last.hex())
+    loader = _loader(dataset)
+    before = loader.state_dict()
+    with pytest.raises(tp.ConfigError, match=r"a step in 0\.\.4 diverges"):
+        loader.load_state_dict(forged)
+    assert loader.state_dict() == before
+    assert audit([forged]).divergence.step == 5
+
+
+def test_the_order_digest_names_the_global_order_not_the_layout_or_position(dataset):
+    from tokenport.sampling import RandomSampler, StreamSampler
+
+    total = len(dataset)
+
+    def digest(make, **changes):
+        sampler = make()
+        for name, value in changes.items():
+            setattr(sampler, name, value)
+        return order_digest(sampler.state_dict())
+
+    stream = lambda mbs=2, ranks=2, seed=1, rank=0: StreamSampler(total, 0, mbs, rank, ranks, seed=seed)  # noqa: E731
+    base = digest(stream)
+    assert digest(lambda: stream(rank=1)) == base
+    assert digest(lambda: stream(mbs=1, ranks=4)) == base  # the same global batch on other ranks
+    assert digest(stream, consumed_samples=8) == base
+    assert digest(lambda: stream(seed=2)) != base
+    assert digest(lambda: stream(mbs=3)) != base  # another global batch
+    megatron = [RandomSampler(total, 0, mbs, 0, ranks, megatron_compat=True) for mbs, ranks in ((2, 2), (1, 4))]
+    assert order_digest(megatron[0].state_dict()) != order_digest(megatron[1].state_dict())
