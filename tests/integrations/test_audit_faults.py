@@ -215,6 +215,11 @@ def test_faults_are_found_at_their_first_step_and_clean_series_are_consistent(wo
         assert report.divergence is not None and report.divergence.step == step, report.render()
         assert report.divergence.source == f"state {k}"
 
+    # a state of a run on another global batch (not a resume) spliced in at k: other batches from step 0
+    other = _run(_loader(dataset, _sampler(name, dataset, mbs=1, ranks=3)))
+    report = audit(honest[:k] + other[k:])
+    assert report.divergence is not None and report.divergence.step == 0, report.render()
+
     # a state of another run (a repeat at step g) spliced in at k: its first moved step
     g = int(rng.integers(1, k * EVERY))
     other = _run(_loader(dataset, _sampler(name, dataset)), hooks={g: _back})
