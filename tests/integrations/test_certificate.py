@@ -24,7 +24,7 @@ from tokenport.cli import main
 from tokenport.errors import TokenportError
 from tokenport.integrations import StatefulLoader
 from tokenport.integrations.audit import audit
-from tokenport.integrations.certificate import GlobalBatches, data_digest, extend, extend_order, genesis, order_digest
+from tokenport.integrations.certificate import LINK, GlobalBatches, data_digest, extend, genesis, link, order_digest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
@@ -80,9 +80,12 @@ def _chain(dataset, state, positions) -> str:
     """The model's digest: the chain over the handed-over positions, from the certificate's definition (/2)."""
     data, order = data_digest(state["receipt"]["dataset"]), order_digest(state["sampler"])
     digest = genesis()
-    for consumed in positions:
-        digest = extend_order(digest, data, order, consumed)
-    return digest.hex()
+    if not positions:
+        return digest.hex()
+    blocks = (len(positions) - 1) // LINK  # full blocks before the last (partial or full) one
+    for i in range(blocks):
+        digest = link(digest, data, order, np.array(positions[i * LINK : (i + 1) * LINK]))
+    return link(digest, data, order, np.array(positions[blocks * LINK :])).hex()
 
 
 def _ids_chain(dataset, state, positions) -> str:
@@ -457,17 +460,33 @@ def test_a_resume_recomputes_the_whole_segment_not_only_its_last_step(dataset):
     """A certificate whose last step extends `previous` to `digest` but whose earlier steps do not reach
     `previous` is refused, naming the steps it spans; nothing changes."""
     state = _train(_loader(dataset), 6)[1]
-    cert = state["certificate"]
-    forged = copy.deepcopy(state)
-    previous = bytes.fromhex("4" * 32)
-    last = extend_order(previous, bytes.fromhex(cert["data"]), bytes.fromhex(cert["order"]), 5 * GBS)
-    forged["certificate"].update(previous=previous.hex(), digest=last.hex())
     loader = _loader(dataset)
     before = loader.state_dict()
-    with pytest.raises(tp.ConfigError, match=r"a step in 0\.\.4 diverges"):
-        loader.load_state_dict(forged)
-    assert loader.state_dict() == before
-    assert audit([forged]).divergence.step == 5
+    for field, match in (("previous", r"a step in 0\.\.4 diverges"), ("digest", "step 5"), ("base", "a step in")):
+        forged = copy.deepcopy(state)
+        forged["certificate"][field] = "4" * 32
+        with pytest.raises(tp.ConfigError, match=match):
+            loader.load_state_dict(forged)
+        assert loader.state_dict() == before
+        assert audit([forged]).divergence.step == 5
+
+
+def test_long_runs_with_jumps_and_resumes_certify_the_model_chain_at_every_block_edge(dataset):
+    """Blocks of LINK handovers: states at, just before and just past block edges, across a jump and a resume."""
+    loader = _loader(dataset)
+    positions: list[int] = []
+    for handed in range(1, 3 * LINK + 3):
+        if handed == LINK + 5:
+            loader.sampler.advance()  # a skipped step: a jump in runs
+        positions.append(loader.consumed_samples)
+        loader._hand_over()
+        if handed in (1, LINK - 1, LINK, LINK + 1, 2 * LINK, 2 * LINK + 1, 3 * LINK + 2):
+            state = json.loads(json.dumps(loader.state_dict()))
+            assert state["certificate"]["digest"] == _chain(dataset, state, positions), handed
+            assert state["certificate"]["previous"] == _chain(dataset, state, positions[:-1]), handed
+            if handed == 2 * LINK:
+                loader = _loader(dataset)
+                loader.load_state_dict(state)  # the block boundary is recomputed from `base`
 
 
 def test_the_order_digest_names_the_global_order_not_the_layout_or_position(dataset):

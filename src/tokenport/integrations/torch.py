@@ -19,8 +19,8 @@ Without a ``collate_fn``, a worker process hands each batch over through one reu
 
 Each state also carries the stream's certificate (``integrations.certificate``): a hash chain over the
 global batches handed over, hashed when the state is taken (a handover costs one position compare).
-``load_state_dict`` checks it: its last step, then its whole segment (``certificate.CHECKED_STEPS``),
-recomputed from the receipt and the sampler.
+``load_state_dict`` checks it: its whole segment (its last step for a /1 state) is recomputed from the
+receipt and the sampler.
 """
 
 from __future__ import annotations
