@@ -8,12 +8,12 @@ random, length_grouped; PretrainingSampler; RandomSampler unsharded and sharded)
              sampler advances one step and the certificate checks the position), minus the sampler's
              own advance() alone (run in turns): the certificate's cost per batch.
   hashing    certificate() after K handovers (the work state_dict() adds), divided by K: one blake2b
-             call per step over its position (format /2: no sample id is computed). "per batch in all"
-             adds the two: the goal (under 1 us a batch) is on it.
+             call per 64 steps over their positions (format /2: no sample id is computed). "per batch
+             in all" adds the two: the goal (under 1 us a batch) is on it.
   audit      tokenport.audit of two states of one run (K/2 and K steps in), per step: the dataset rebuilt
              from the receipt, the later state hashed on from the earlier one's digest.
   resume     load_state_dict of a state after 1,000 and K steps: its position checked, its whole chain
-             recomputed (up to certificate.CHECKED_STEPS steps).
+             recomputed.
 
     python benchmarks/bench_certificate.py            # K = 100,000 steps
     python benchmarks/bench_certificate.py --quick    # K = 10,000 steps

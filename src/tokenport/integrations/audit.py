@@ -9,7 +9,7 @@ read the same batches (position, sample ids) on the same data (the receipts' dat
 the steps both certify. The report gives the first divergence (the lowest step; the comparison of
 two states before a state's own check) or says the series is consistent.
 
-Cost: each state's chain is recomputed from its positions (one blake2b call per 64 steps, about 10 ns
+Cost: each state's chain is recomputed from its positions (one blake2b call per 64 steps, tens of ns
 a step; a /1 state's ids are recomputed, hashed on from the state before it when it carries that one
 on) with memory for one block of positions; batches (sample ids) are recomputed and compared only
 where a chain does not carry on the one before.
