@@ -509,3 +509,51 @@ def test_the_order_digest_names_the_global_order_not_the_layout_or_position(data
     assert digest(lambda: stream(mbs=3)) != base  # another global batch
     megatron = [RandomSampler(total, 0, mbs, 0, ranks, megatron_compat=True) for mbs, ranks in ((2, 2), (1, 4))]
     assert order_digest(megatron[0].state_dict()) != order_digest(megatron[1].state_dict())
+
+
+class _Reversed:
+    """A sampler registered from outside tokenport (ids in reverse order): tokenport cannot name its order."""
+
+    def __init__(self, total: int, rank: int = 0) -> None:
+        self.total_samples, self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = (
+            total,
+            MBS,
+            rank,
+            2,
+        )
+        self.global_batch_size, self.consumed_samples, self.auto_advance = GBS, 0, False
+
+    def __len__(self) -> int:
+        return (self.total_samples - self.consumed_samples) // GBS
+
+    def __iter__(self):
+        for start in range(self.consumed_samples, self.total_samples - GBS + 1, GBS):
+            lo = start + self.data_parallel_rank * MBS
+            yield [self.total_samples - 1 - p for p in range(lo, lo + MBS)]
+
+    def advance(self, num_samples: int | None = None) -> None:
+        self.consumed_samples += GBS if num_samples is None else num_samples
+
+    def consumed_stream(self):
+        yield np.arange(self.total_samples - 1, self.total_samples - 1 - self.consumed_samples, -1, dtype=np.int64)
+
+    def state_dict(self) -> dict:
+        keys = ("consumed_samples", "total_samples", "micro_batch_size", "data_parallel_size")
+        return {"sampler": "certificate-test-reversed", **{key: getattr(self, key) for key in keys}}
+
+    def load_state_dict(self, state) -> None:
+        self.consumed_samples = int(state["consumed_samples"])
+
+
+def test_a_registered_samplers_chain_hashes_its_sample_ids_format_1(dataset):
+    from tokenport.integrations import register_sampler
+
+    register_sampler("certificate-test-reversed", lambda state, rank, data: _Reversed(state["total_samples"], rank))
+    states = _train(StatefulLoader(dataset, _Reversed(len(dataset))), 9)
+    cert = states[-1]["certificate"]
+    assert cert["format"] == "tokenport.certificate/1" and "order" not in cert
+    assert cert["digest"] == _ids_chain(dataset, states[-1], [k * GBS for k in range(9)])
+    assert audit(states).consistent
+    resumed = StatefulLoader(dataset, _Reversed(len(dataset)))
+    resumed.load_state_dict(states[1])
+    assert _train(resumed, 3)[0]["certificate"] == cert
