@@ -24,7 +24,7 @@ from tokenport.cli import main
 from tokenport.errors import TokenportError
 from tokenport.integrations import StatefulLoader
 from tokenport.integrations.audit import audit
-from tokenport.integrations.certificate import GlobalBatches, data_digest, extend, genesis
+from tokenport.integrations.certificate import LINK, GlobalBatches, data_digest, extend, genesis, link, order_digest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
@@ -77,7 +77,19 @@ def _save(tmp_path, states, name="run") -> list[str]:
 
 
 def _chain(dataset, state, positions) -> str:
-    """The model's digest: the chain over the handed-over positions, from the certificate's definition."""
+    """The model's digest: the chain over the handed-over positions, from the certificate's definition (/2)."""
+    data, order = data_digest(state["receipt"]["dataset"]), order_digest(state["sampler"])
+    digest = genesis()
+    if not positions:
+        return digest.hex()
+    blocks = (len(positions) - 1) // LINK  # full blocks before the last (partial or full) one
+    for i in range(blocks):
+        digest = link(digest, data, order, np.array(positions[i * LINK : (i + 1) * LINK]))
+    return link(digest, data, order, np.array(positions[blocks * LINK :])).hex()
+
+
+def _ids_chain(dataset, state, positions) -> str:
+    """The /1 chain over the global batches' sample ids at the handed-over positions."""
     batches = GlobalBatches(state["sampler"], dataset)
     data = data_digest(state["receipt"]["dataset"])
     digest = genesis()
@@ -209,8 +221,11 @@ def test_a_state_without_a_certificate_resumes_and_starts_a_chain(dataset, caplo
         audit([state])
 
 
-def test_mutated_certificates_are_refused_or_resume_as_saved(dataset):
+@pytest.mark.parametrize("ids_format", [False, True], ids=["format-2", "format-1"])
+def test_mutated_certificates_are_refused_or_resume_as_saved(dataset, ids_format):
     state = _train(_loader(dataset), 6)[1]
+    if ids_format:
+        state = _as_ids_format(dataset, state)
     loader = _loader(dataset)
     before = loader.state_dict()
     refused = 0
@@ -226,7 +241,11 @@ def test_mutated_certificates_are_refused_or_resume_as_saved(dataset):
             refused += 1
             assert loader.state_dict() == before, label
             continue
-        assert loader.state_dict()["certificate"] == state["certificate"], label
+        resumed = loader.state_dict()["certificate"]
+        if ids_format:  # a /1 certificate is carried on by a /2 segment from its digest
+            assert (resumed["since"], resumed["base"]) == (6, state["certificate"]["digest"]), label
+        else:
+            assert resumed == state["certificate"], label
         loader = _loader(dataset)
     assert refused > 100
 
@@ -390,3 +409,151 @@ def test_a_length_grouped_stream_is_certified_when_its_dataset_holds_the_lengths
     resumed = make()
     resumed.load_state_dict(state)
     assert resumed.consumed_samples == 6
+
+
+def _as_ids_format(dataset, state) -> dict:
+    """``state`` with the /1 certificate an older tokenport wrote for the same run (the chain over sample ids)."""
+    old = copy.deepcopy(state)
+    cert = old["certificate"]
+    positions = [k * GBS for k in range(cert["steps"])]  # an honest run from step 0
+    del cert["order"]
+    cert.update(
+        format="tokenport.certificate/1",
+        digest=_ids_chain(dataset, state, positions),
+        previous=_ids_chain(dataset, state, positions[:-1]),
+    )
+    return old
+
+
+def test_a_format_1_state_is_read_checked_resumed_and_audited(dataset):
+    states = _train(_loader(dataset), 9)
+    assert states[0]["certificate"]["format"] == "tokenport.certificate/2"
+    old = [_as_ids_format(dataset, s) for s in states[:2]]
+    assert audit(old).consistent
+    loader = _loader(dataset)
+    loader.load_state_dict(old[1])  # its last step recomputed from the sample ids
+    later = _train(loader, 3)[0]
+    cert = later["certificate"]
+    assert (cert["format"], cert["since"], cert["base"], cert["steps"]) == (
+        "tokenport.certificate/2",
+        6,
+        old[1]["certificate"]["digest"],
+        9,
+    )
+    assert audit([*old, later]).consistent
+    edited = copy.deepcopy(old[1])
+    edited["certificate"]["digest"] = "3" * 32
+    fresh = _loader(dataset)
+    before = fresh.state_dict()
+    with pytest.raises(tp.ConfigError, match="step 5"):
+        fresh.load_state_dict(edited)
+    assert fresh.state_dict() == before
+    report = audit([old[0], edited])
+    assert report.divergence.step == 5 and report.divergence.source == "state 1"
+    with_order = copy.deepcopy(old[1])
+    with_order["certificate"]["order"] = states[1]["certificate"]["order"]
+    with pytest.raises(tp.ConfigError, match="order"):
+        fresh.load_state_dict(with_order)
+
+
+def test_a_resume_recomputes_the_whole_segment_not_only_its_last_step(dataset):
+    """A certificate whose last step extends `previous` to `digest` but whose earlier steps do not reach
+    `previous` is refused, naming the steps it spans; nothing changes."""
+    state = _train(_loader(dataset), 6)[1]
+    loader = _loader(dataset)
+    before = loader.state_dict()
+    for field, match in (("previous", r"a step in 0\.\.4 diverges"), ("digest", "step 5"), ("base", "a step in")):
+        forged = copy.deepcopy(state)
+        forged["certificate"][field] = "4" * 32
+        with pytest.raises(tp.ConfigError, match=match):
+            loader.load_state_dict(forged)
+        assert loader.state_dict() == before
+        assert audit([forged]).divergence.step == 5
+
+
+def test_long_runs_with_jumps_and_resumes_certify_the_model_chain_at_every_block_edge(dataset):
+    """Blocks of LINK handovers: states at, just before and just past block edges, across a jump and a resume."""
+    loader = _loader(dataset)
+    positions: list[int] = []
+    for handed in range(1, 3 * LINK + 3):
+        if handed == LINK + 5:
+            loader.sampler.advance()  # a skipped step: a jump in runs
+        positions.append(loader.consumed_samples)
+        loader._hand_over()
+        if handed in (1, LINK - 1, LINK, LINK + 1, 2 * LINK, 2 * LINK + 1, 3 * LINK + 2):
+            state = json.loads(json.dumps(loader.state_dict()))
+            assert state["certificate"]["digest"] == _chain(dataset, state, positions), handed
+            assert state["certificate"]["previous"] == _chain(dataset, state, positions[:-1]), handed
+            if handed == 2 * LINK:
+                loader = _loader(dataset)
+                loader.load_state_dict(state)  # the block boundary is recomputed from `base`
+
+
+def test_the_order_digest_names_the_global_order_not_the_layout_or_position(dataset):
+    from tokenport.sampling import RandomSampler, StreamSampler
+
+    total = len(dataset)
+
+    def digest(make, **changes):
+        sampler = make()
+        for name, value in changes.items():
+            setattr(sampler, name, value)
+        return order_digest(sampler.state_dict())
+
+    stream = lambda mbs=2, ranks=2, seed=1, rank=0: StreamSampler(total, 0, mbs, rank, ranks, seed=seed)  # noqa: E731
+    base = digest(stream)
+    assert digest(lambda: stream(rank=1)) == base
+    assert digest(lambda: stream(mbs=1, ranks=4)) == base  # the same global batch on other ranks
+    assert digest(stream, consumed_samples=8) == base
+    assert digest(lambda: stream(seed=2)) != base
+    assert digest(lambda: stream(mbs=3)) != base  # another global batch
+    megatron = [RandomSampler(total, 0, mbs, 0, ranks, megatron_compat=True) for mbs, ranks in ((2, 2), (1, 4))]
+    assert order_digest(megatron[0].state_dict()) != order_digest(megatron[1].state_dict())
+
+
+class _Reversed:
+    """A sampler registered from outside tokenport (ids in reverse order): tokenport cannot name its order."""
+
+    def __init__(self, total: int, rank: int = 0) -> None:
+        self.total_samples, self.micro_batch_size, self.data_parallel_rank, self.data_parallel_size = (
+            total,
+            MBS,
+            rank,
+            2,
+        )
+        self.global_batch_size, self.consumed_samples, self.auto_advance = GBS, 0, False
+
+    def __len__(self) -> int:
+        return (self.total_samples - self.consumed_samples) // GBS
+
+    def __iter__(self):
+        for start in range(self.consumed_samples, self.total_samples - GBS + 1, GBS):
+            lo = start + self.data_parallel_rank * MBS
+            yield [self.total_samples - 1 - p for p in range(lo, lo + MBS)]
+
+    def advance(self, num_samples: int | None = None) -> None:
+        self.consumed_samples += GBS if num_samples is None else num_samples
+
+    def consumed_stream(self):
+        yield np.arange(self.total_samples - 1, self.total_samples - 1 - self.consumed_samples, -1, dtype=np.int64)
+
+    def state_dict(self) -> dict:
+        keys = ("consumed_samples", "total_samples", "micro_batch_size", "data_parallel_size")
+        return {"sampler": "certificate-test-reversed", **{key: getattr(self, key) for key in keys}}
+
+    def load_state_dict(self, state) -> None:
+        self.consumed_samples = int(state["consumed_samples"])
+
+
+def test_a_registered_samplers_chain_hashes_its_sample_ids_format_1(dataset):
+    from tokenport.integrations import register_sampler
+
+    register_sampler("certificate-test-reversed", lambda state, rank, data: _Reversed(state["total_samples"], rank))
+    states = _train(StatefulLoader(dataset, _Reversed(len(dataset))), 9)
+    cert = states[-1]["certificate"]
+    assert cert["format"] == "tokenport.certificate/1" and "order" not in cert
+    assert cert["digest"] == _ids_chain(dataset, states[-1], [k * GBS for k in range(9)])
+    assert audit(states).consistent
+    resumed = StatefulLoader(dataset, _Reversed(len(dataset)))
+    resumed.load_state_dict(states[1])
+    assert _train(resumed, 3)[0]["certificate"] == cert

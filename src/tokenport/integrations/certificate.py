@@ -1,50 +1,84 @@
 """The certificate of a stream: a hash chain over the global batches a StatefulLoader handed to the trainer.
 
-Handover ``k`` (counted from 0 over the whole run) extends the chain::
+Handover ``k`` (counted from 0 over the whole run) is recorded by its position ``consumed_k`` (samples
+all ranks had consumed when batch ``k`` was handed over). Format ``tokenport.certificate/2`` links the
+positions in blocks of ``LINK`` (64) handovers counted from the segment's start ``since``::
 
-    digest_{k+1} = blake2b-128(digest_k || data || consumed_k || ids_k)
+    D_0 = base;  D_{i+1} = blake2b-128(D_i || data || order || consumed over block i)
+    digest after n handovers = blake2b-128(D_i || data || order || consumed over handovers s .. n - 1)
 
-``data`` is the digest of the receipt's dataset tree (``data_digest``: store content checksums,
-sample configs, orders; not prefixes, tokenizers or recipes, which never change the tokens);
-``consumed_k`` the sampler's position (samples all ranks had consumed) when batch ``k`` was handed
-over; ``ids_k`` the global batch's sample ids (every rank's micro-batch, in rank order, int64).
-The receipt pins each store's content, so ids and ``data`` determine every token: no token is hashed.
+with ``s = since + i * LINK`` the last block start before ``n`` (so a full block's digest is its
+``D``), positions as little-endian int64. ``data`` is the digest of the receipt's dataset tree
+(``data_digest``: store content checksums, sample configs, orders; not prefixes, tokenizers or
+recipes, which never change the tokens); ``order`` the digest of the sampler's global order
+(``order_digest``: its kind, seed, order, length and global batch, the fields that decide which ids
+each global batch holds, not its position or its ranks). A tokenport sampler's global batch at a
+position is a pure function of its order, and the receipt pins each store's content, so (data,
+order, position) determine every sample id and every token: neither is hashed, and one blake2b call
+covers 64 steps whatever the global batch (tens of ns a step).
+Format ``/1`` (registered samplers, whose order tokenport cannot name, and states saved before /2)
+extends the chain step by step over the global batch's sample ids instead of the order:
+``digest_{k+1} = blake2b-128(digest_k || data || consumed_k || ids_k)``, ids of every rank's
+micro-batch in rank order, little-endian int64.
 Every rank computes the same chain from the sampler alone (no communication), so the state stays
 rank-independent. A loader counts handovers (one integer compare per batch: a position moved from
 outside the loader is recorded as a jump in ``runs``) and hashes them when a state is taken.
 
-A chain has one *segment* per data and global batch: on a resume that accepts a data change
-(``allow_changes``) or changes the global batch, a new segment starts (``since``: the handovers
-before it, ``base``: the digest they reached); states of the earlier segment certify those steps.
+A chain has one *segment* per data, order and global batch: on a resume that accepts a data change
+(``allow_changes``), changes the global batch or resumes a /1 state, a new segment starts (``since``:
+the handovers before it, ``base``: the digest they reached); states of the earlier segment certify
+those steps.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._schema import to_builtins
 from ..errors import ConfigError
 from ..sampling.pretraining import PretrainingSampler, RandomSampler
-from ..sampling.state import CERTIFICATE_FORMAT, Certificate
+from ..sampling.state import (
+    CERTIFICATE_FORMAT,
+    IDS_FORMAT,
+    Certificate,
+    RandomState,
+    RegisteredState,
+    read_sampler_state,
+)
 from ..sampling.stream import StreamSampler
 from .samplers import sampler_from_state
 
-__all__ = ["Chain", "GlobalBatches", "data_digest", "extend", "genesis"]
+__all__ = [
+    "Chain",
+    "GlobalBatches",
+    "data_digest",
+    "LINK",
+    "extend",
+    "genesis",
+    "link",
+    "order_digest",
+]
 
 _SIZE = 16  # bytes of a digest
-_ROWS = 4096  # global batches computed at once when hashing
+_MAX = 1 << 63  # past any position: a bisect key
+_ROWS = 4096  # global batches computed at once when hashing ids (format /1)
+_BLOCK = 1 << 16  # positions computed at once (a multiple of LINK)
+_POSITION = frozenset({"consumed_samples", "epoch"})  # sampler state fields that move with the position
+_LAYOUT = frozenset({"micro_batch_size", "data_parallel_size"})  # fields a global batch's ids do not depend on
+LINK = 64  # handovers a /2 chain links per blake2b call
 _NOT_DATA = frozenset({"prefix", "tokenizer", "prepared", "build"})  # receipt fields that never change a token
 
 
 def genesis() -> bytes:
-    """The digest a chain starts from (no batch handed over yet)."""
-    return hashlib.blake2b(CERTIFICATE_FORMAT.encode(), digest_size=_SIZE).digest()
+    """The digest a chain starts from (no batch handed over yet; the same for every format)."""
+    return hashlib.blake2b(IDS_FORMAT.encode(), digest_size=_SIZE).digest()
 
 
 def data_digest(tree: Mapping[str, Any]) -> bytes:
@@ -61,8 +95,25 @@ def _data_part(value: Any) -> Any:
     return value
 
 
+def order_digest(sampler_state: Mapping[str, Any]) -> bytes:
+    """The digest of the global order of a tokenport sampler's state (its fields but the position, and the
+    layout where the ids do not depend on it: elastic samplers); b"" for a registered sampler (format /1)."""
+    typed = read_sampler_state(sampler_state, "state['sampler']")
+    if isinstance(typed, RegisteredState):
+        return b""
+    kept = _POSITION if isinstance(typed, RandomState) and typed.megatron_compat else _POSITION | _LAYOUT
+    order = {key: value for key, value in to_builtins(typed).items() if key not in kept}
+    order["global_batch"] = typed.micro_batch_size * typed.data_parallel_size
+    return _blake(json.dumps(order, sort_keys=True, separators=(",", ":")).encode())
+
+
+def link(digest: bytes, data: bytes, order: bytes, positions: np.ndarray) -> bytes:
+    """A /2 chain's digest after handovers at ``positions`` (a block of up to LINK), linked onto ``digest``."""
+    return _blake(digest + data + order + np.ascontiguousarray(positions, "<i8").tobytes())
+
+
 def extend(digest: bytes, data: bytes, consumed: int, ids: np.ndarray) -> bytes:
-    """The chain's digest after one more handed-over global batch."""
+    """The /1 chain's digest after one more handed-over global batch."""
     return _blake(digest + data + int(consumed).to_bytes(8, "little") + np.ascontiguousarray(ids, "<i8").tobytes())
 
 
@@ -74,11 +125,19 @@ class GlobalBatches:
     """The global batch (every rank's micro-batch, in rank order) at any position of a sampler state's stream."""
 
     def __init__(self, sampler_state: Mapping[str, Any], dataset: Any) -> None:
-        size = int(sampler_state["data_parallel_size"])
-        self.global_batch = int(sampler_state["micro_batch_size"]) * size
-        self.samplers = [sampler_from_state(sampler_state, rank, dataset) for rank in range(size)]
-        self.first = self.samplers[0]
+        self.state, self.dataset, self.size = sampler_state, dataset, int(sampler_state["data_parallel_size"])
+        self.global_batch = int(sampler_state["micro_batch_size"]) * self.size
+        self.first = sampler_from_state(sampler_state, 0, dataset)  # ConfigError now for a stream not replayable
+        self._samplers: list[Any] = []  # every rank's, built when batches are taken rank by rank
         self._epoch: tuple[int, np.ndarray] | None = None  # a RandomSampler's global batches of one epoch
+
+    @property
+    def samplers(self) -> list[Any]:
+        """Every rank's sampler, in rank order."""
+        if not self._samplers:
+            rest = [sampler_from_state(self.state, rank, self.dataset) for rank in range(1, self.size)]
+            self._samplers = [self.first, *rest]
+        return self._samplers
 
     def rows(self, consumed: int, count: int) -> np.ndarray | None:
         """The global batches of up to ``count`` consecutive steps from ``consumed`` (at least one) as a
@@ -121,6 +180,13 @@ class Chain:
     steps: int = 0  # handovers hashed into ``digest``
     digest: bytes = b""
     previous: bytes = b""
+    order: bytes = b""  # format /2: the sampler's order digest; b"": format /1, the ids are hashed
+    boundary: tuple[int, bytes] | None = None  # /2: the last block start reached and its digest (not stored)
+
+    @property
+    def format(self) -> Literal["tokenport.certificate/1", "tokenport.certificate/2"]:
+        """The certificate format this chain hashes by."""
+        return CERTIFICATE_FORMAT if self.order else IDS_FORMAT
 
     def __post_init__(self) -> None:
         if not self.digest:
@@ -152,20 +218,77 @@ class Chain:
             yield consumed, rows
             first += len(rows)
 
-    def catch_up(self, handed: int, batches: GlobalBatches) -> None:
-        """Hash the handovers made since the last call (up to ``handed``): one blake2b call per step."""
-        digest, previous, data, blake = self.digest, self.previous, self.data, hashlib.blake2b
-        for _, rows in self.handed(self.steps, handed, batches):
+    def positions(self, first: int, stop: int) -> np.ndarray:
+        """The positions (consumed samples) of handovers ``first .. stop - 1``, little-endian int64."""
+        out = np.empty(stop - first, "<i8")
+        k = max(bisect.bisect_right(self.runs, (first, _MAX)) - 1, 0)  # the run handover ``first`` is in
+        while k < len(self.runs) and self.runs[k][0] < stop:
+            start, consumed = self.runs[k]
+            end = self.runs[k + 1][0] if k + 1 < len(self.runs) else stop
+            a, b = max(start, first), min(end, stop)
+            out[a - first : b - first] = np.arange(b - a, dtype=np.int64) * self.global_batch + (
+                consumed + (a - start) * self.global_batch
+            )
+            k += 1
+        return out
+
+    def hash_on(self, first: int, digest: bytes, batches: Callable[[], GlobalBatches]) -> tuple[bytes, bytes]:
+        """(previous, digest): a /1 chain's digests before and after handover ``steps - 1``, hashed on from
+        ``digest`` after handover ``first - 1``, one step at a time over the ids ``batches()`` gives."""
+        previous, data, blake = digest, self.data, hashlib.blake2b
+        for _, rows in self.handed(first, self.steps, batches()):
             raw, width = rows.tobytes(), rows.shape[1] * 8
             for at in range(0, len(raw), width):
                 previous = digest
                 digest = blake(digest + data + raw[at : at + width], digest_size=_SIZE).digest()
-        self.digest, self.previous, self.steps = digest, previous, max(self.steps, handed)
+        return previous, digest
+
+    def _walk(self, start: int, digest: bytes, stop: int) -> tuple[int, bytes]:
+        """(block start, its digest) of the last /2 block before handover ``stop`` (``stop - start`` in
+        1..LINK), linked on from block start ``start`` and its ``digest``: one blake2b call per LINK handovers."""
+        fixed, blake, width = self.data + self.order, hashlib.blake2b, LINK * 8
+        while stop - start > LINK:
+            end = start + min(_BLOCK, (stop - start - 1) // LINK * LINK)
+            raw = self.positions(start, end).tobytes()
+            for at in range(0, len(raw), width):
+                digest = blake(digest + fixed + raw[at : at + width], digest_size=_SIZE).digest()
+            start = end
+        return start, digest
+
+    def _linked(self) -> tuple[bytes, bytes]:
+        """(previous, digest) of a /2 chain after ``steps`` handovers, linked on from its last block boundary
+        (from ``base`` when none is known)."""
+        steps, since = self.steps, self.since
+        if steps == since:
+            return self.base, self.base
+        known = self.boundary if self.boundary is not None and self.boundary[0] < steps else None
+        start, block = self._walk(*(known or (since, self.base)), steps)
+        self.boundary = (start, block)
+        digest = link(block, self.data, self.order, self.positions(start, steps))
+        if steps - 1 == start:
+            return block, digest
+        return link(block, self.data, self.order, self.positions(start, steps - 1)), digest
+
+    def recompute(self, batches: Callable[[], GlobalBatches]) -> tuple[bytes, bytes]:
+        """(previous, digest): the chain's digests recomputed from ``base`` over its runs (and, /1, the ids)."""
+        if self.order:
+            self.boundary = None
+            return self._linked()
+        return self.hash_on(self.since, self.base, batches)
+
+    def catch_up(self, handed: int, batches: Callable[[], GlobalBatches]) -> None:
+        """Hash the handovers made since the last call (up to ``handed``)."""
+        if handed > self.steps:
+            first, self.steps = self.steps, handed
+            if self.order:
+                self.previous, self.digest = self._linked()
+            else:
+                self.previous, self.digest = self.hash_on(first, self.digest, batches)
 
     def document(self) -> dict[str, Any]:
         """The certificate as the loader state stores it (plain JSON types)."""
         doc = Certificate(
-            format=CERTIFICATE_FORMAT,
+            format=self.format,
             data=self.data.hex(),
             steps=self.steps,
             digest=self.digest.hex(),
@@ -173,8 +296,12 @@ class Chain:
             since=self.since,
             base=self.base.hex(),
             runs=[(s, c) for s, c in self.runs],
+            order=self.order.hex() if self.order else None,
         )
-        return dict(to_builtins(doc))
+        out = dict(to_builtins(doc))
+        if not self.order:
+            del out["order"]  # /1 as it was written
+        return out
 
     @classmethod
     def from_document(cls, doc: Certificate, global_batch: int) -> Chain:
@@ -188,6 +315,7 @@ class Chain:
             steps=doc.steps,
             digest=bytes.fromhex(doc.digest),
             previous=bytes.fromhex(doc.previous),
+            order=bytes.fromhex(doc.order) if doc.order is not None else b"",
         )
 
     def end(self) -> int:
@@ -196,8 +324,9 @@ class Chain:
             return self.runs[-1][1]
         return self.position(self.steps - 1) + self.global_batch
 
-    def check_last(self, batches: GlobalBatches, where: str) -> None:
-        """ConfigError unless the last hashed batch, recomputed, extends ``previous`` to ``digest``."""
+    def check(self, batches: Callable[[], GlobalBatches], where: str) -> None:
+        """ConfigError unless the chain recomputed from the receipt and the sampler gives the certificate's
+        digests: a /2 segment whole from ``base`` (tens of ns a step), a /1 one its last step from ``previous``."""
         if self.steps == self.since:
             if self.digest != self.base or self.previous != self.base:
                 raise ConfigError(
@@ -207,7 +336,18 @@ class Chain:
             return
         last = self.steps - 1
         consumed = self.position(last)
-        if extend(self.previous, self.data, consumed, batches.ids(consumed)) != self.digest:
+        if self.order:
+            previous, again = self.recompute(batches)
+            if previous != self.previous:
+                raise ConfigError(
+                    f"{where}: the chain recomputed from step {self.since} (`base`) over the certified positions "
+                    f"does not reach the digest before step {last} (`previous`): a step in {self.since}..{last - 1} "
+                    "diverges (`base`, `runs` or `previous` was edited); run `tokenport audit` over the run's "
+                    "checkpoints, and resume from a state saved whole by StatefulLoader.state_dict()"
+                )
+        else:
+            again = extend(self.previous, self.data, consumed, batches().ids(consumed))
+        if again != self.digest:
             raise ConfigError(
                 f"{where}: step {last} (the last batch the state certifies, at consumed_samples={consumed}) "
                 "recomputed from the receipt and the sampler does not give the certificate's digest: the state "

@@ -19,7 +19,8 @@ Without a ``collate_fn``, a worker process hands each batch over through one reu
 
 Each state also carries the stream's certificate (``integrations.certificate``): a hash chain over the
 global batches handed over, hashed when the state is taken (a handover costs one position compare).
-``load_state_dict`` checks it: the last certified batch is recomputed from the receipt and the sampler.
+``load_state_dict`` checks it: its whole segment (its last step for a /1 state) is recomputed from the
+receipt and the sampler.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from ._fetch import BatchFetch, check_fields, fetch_plan
 from ._handoff import SharedBatch, forget
 from ._mixing import ResolvingSampler, global_batch_size, located_plan
 from ._readahead import read_ahead
-from .certificate import Chain, GlobalBatches, genesis
+from .certificate import Chain, GlobalBatches, order_digest
 from .receipt import (
     DataReceipt,
     check_allow_changes,
@@ -116,7 +117,7 @@ class StatefulLoader:
         self._plan: tuple[Any, Any, Any] | None = None  # (dataset, what the DataLoader reads, its collate)
         position, gbs = int(sampler.consumed_samples), _replayable(sampler.state_dict(), dataset)
         # the certificate (its data digest computed when first hashed); None: a sampler no state replays
-        self._chain = None if gbs is None else Chain(b"", gbs, runs=[(0, position)])
+        self._chain = None if gbs is None else Chain(b"", gbs, runs=[(0, position)], order=self._order())
         self._handed = 0  # batches handed over since the run began (the chain's handovers)
         self._expected = position  # the sampler's position unless something outside the loader moves it
         self._batches: tuple[Any, GlobalBatches] | None = None  # (dataset, its global batches) for hashing
@@ -304,7 +305,9 @@ class StatefulLoader:
             data = certified_data(tree, [record for _, record in removals])
             handed = self._handed
             runs = [(handed, consumed)]
-            self._chain = Chain(data, chain.global_batch, since=handed, base=chain.digest, runs=runs, steps=handed)
+            self._chain = Chain(
+                data, chain.global_batch, since=handed, base=chain.digest, runs=runs, steps=handed, order=chain.order
+            )
         self._removals, self._masker = removals, masker
         return step
 
@@ -357,16 +360,20 @@ class StatefulLoader:
         if not chain.data:
             receipt = receipt or self.receipt()
             chain.data = certified_data(receipt.dataset, receipt.removed)
-        if chain.steps < self._handed:
-            if self._batches is None or self._batches[0] is not self.dataset:
-                try:
-                    self._batches = (self.dataset, GlobalBatches(self.sampler.state_dict(), self.dataset))
-                except ConfigError as exc:  # e.g. a length-grouped order over lengths the dataset does not hold
-                    logger.warning("the loader's states carry no certificate: its stream cannot be replayed (%s)", exc)
-                    self._chain = None
-                    return None
-            chain.catch_up(self._handed, self._batches[1])
+        if self._batches is None or self._batches[0] is not self.dataset:  # once per dataset: replayable?
+            try:
+                self._batches = (self.dataset, GlobalBatches(self.sampler.state_dict(), self.dataset))
+            except ConfigError as exc:  # e.g. a length-grouped order over lengths the dataset does not hold
+                logger.warning("the loader's states carry no certificate: its stream cannot be replayed (%s)", exc)
+                self._chain = None
+                return None
+        batches = self._batches[1]
+        chain.catch_up(self._handed, lambda: batches)
         return chain.document()
+
+    def _order(self) -> bytes:
+        """The digest of the sampler's global order (b"" for a registered sampler: its chain hashes ids)."""
+        return order_digest(self.sampler.state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_changes: Iterable[str] = ()) -> None:
         """Resume where ``state_dict()`` was taken, refusing (ConfigError naming every change) to resume
@@ -402,7 +409,7 @@ class StatefulLoader:
         self.sampler.load_state_dict(state["sampler"])  # refuses, changing nothing, or loads
         try:  # the sampler accepted its state: the certificate's last batch can be replayed from it
             if certified is not None:
-                certified.check_last(GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
+                certified.check(lambda: GlobalBatches(state["sampler"], self.dataset), "state['certificate']")
             # the removals' masks over this loader's own layout (an elastic resume reads other micro-batches)
             masker = self._masker_for(removals, self.sampler.state_dict()) if removals else None
             if isinstance(self.dataset, AdaptiveBlend):
@@ -424,7 +431,7 @@ class StatefulLoader:
             return None, None
         sampler = read_sampler_state(state["sampler"], "state['sampler']")  # typed before any field is read
         consumed, saved_gbs = sampler.consumed_samples, sampler.micro_batch_size * sampler.data_parallel_size
-        gbs = self._chain.global_batch
+        gbs, order = self._chain.global_batch, self._order()
         removed = () if saved is None else saved.removed  # the removals the resume adopts
         data = certified_data(current.dataset, removed)
         cert = typed.certificate
@@ -435,22 +442,28 @@ class StatefulLoader:
                 "step %d; the steps before it are not certified",
                 since,
             )
-            return None, Chain(data, gbs, since=since, base=genesis(), runs=[(since, consumed)], steps=since)
+            return None, Chain(data, gbs, since=since, runs=[(since, consumed)], steps=since, order=order)
         chain = Chain.from_document(cert, saved_gbs)
-        if chain.data != certified_data(saved.dataset, saved.removed):
-            raise ConfigError(
-                "state['certificate']['data'] is not the digest of state['receipt']: the state was edited or "
-                "assembled from two saves; resume from a state saved whole by StatefulLoader.state_dict()"
-            )
+        for name, part, digest in (
+            ("data", "receipt", certified_data(saved.dataset, saved.removed)),
+            ("order", "sampler", order_digest(state["sampler"])),
+        ):
+            if getattr(chain, name) not in (digest, b""):  # no order: a /1 certificate
+                raise ConfigError(
+                    f"state['certificate']['{name}'] is not the digest of state['{part}']: the state was edited or "
+                    "assembled from two saves; resume from a state saved whole by StatefulLoader.state_dict()"
+                )
         if chain.end() != consumed:
             raise ConfigError(
                 f"state['certificate']: its {chain.steps} step(s) end at consumed_samples={chain.end()} but "
                 f"state['sampler']['consumed_samples']={consumed}: the position was edited (steps would be "
                 "skipped or repeated); resume from a state saved whole by StatefulLoader.state_dict()"
             )
-        if data != chain.data or gbs != saved_gbs:  # an accepted data change, or another global batch
-            steps = chain.steps
-            return chain, Chain(data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps)
+        if (data, gbs, order) != (chain.data, saved_gbs, chain.order):  # an accepted data change, another global
+            steps = chain.steps  # batch or order, or a /1 state: a new segment
+            return chain, Chain(
+                data, gbs, since=steps, base=chain.digest, runs=[(steps, consumed)], steps=steps, order=order
+            )
         return chain, Chain.from_document(cert, gbs)
 
 

@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 RECEIPT_FORMAT = "tokenport.receipt/1"
-CERTIFICATE_FORMAT: Final = "tokenport.certificate/1"
+CERTIFICATE_FORMAT: Final = "tokenport.certificate/2"  # a chain over positions and the order's digest
+IDS_FORMAT: Final = "tokenport.certificate/1"  # a chain over sample ids: registered samplers, older states
 
 Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
 """A bool stored as 0 or 1."""
@@ -254,9 +255,10 @@ Digest = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
 class Certificate(Document, frozen=True):
     """The stream's certificate (``integrations.certificate``): its segment's data digest, start (``since``
     handovers, digest ``base``), runs of consecutive positions ``[handover, consumed_samples]``, the handovers
-    hashed (``steps``) and the digests after the last one and the one before it."""
+    hashed (``steps``) and the digests after the last one and the one before it; format /2 also the digest of
+    the sampler's global order (``order``)."""
 
-    format: Literal["tokenport.certificate/1"]
+    format: Literal["tokenport.certificate/1", "tokenport.certificate/2"]
     data: Digest
     steps: Count
     digest: Digest
@@ -264,8 +266,11 @@ class Certificate(Document, frozen=True):
     since: Count
     base: Digest
     runs: list[tuple[Count, Count]]
+    order: Digest | None = None  # /2: the digest of the sampler's global order; /1 has none
 
     def __post_init__(self) -> None:
+        if (self.order is None) != (self.format == IDS_FORMAT):
+            raise ValueError(f"a {self.format} certificate {'has no' if self.order is None else 'has an'} `order`")
         if self.since > self.steps:
             raise ValueError(f"`since`={self.since} is past `steps`={self.steps}")
         if not self.runs or self.runs[0][0] != self.since:
