@@ -8,8 +8,13 @@ random, length_grouped; PretrainingSampler; RandomSampler unsharded and sharded)
              sampler advances one step and the certificate checks the position), minus the sampler's
              own advance() alone (run in turns): the certificate's cost per batch.
   hashing    certificate() after K handovers (the work state_dict() adds), divided by K: one blake2b
-             call per 64 steps over their positions (format /2: no sample id is computed). "per batch
-             in all" adds the two: the goal (under 1 us a batch) is on it.
+             call per 64 steps over their positions, and the last step's global sample ids digested
+             (the certificate's `batch`). "per batch in all" adds the two: the goal (under 1 us a batch)
+             is on it, for states taken within an epoch (K handovers, or fewer where an epoch is
+             shorter). The first state of an epoch computes the epoch's global order once for the last
+             step's ids ("first state of an epoch", a permutation of the epoch for the random orders), beside
+             the sampler's own computation of its epoch order (the baseline: what iterating the epoch costs
+             the sampler anyway).
   audit      tokenport.audit of two states of one run (K/2 and K steps in), per step: the dataset rebuilt
              from the receipt, the later state hashed on from the earlier one's digest.
   resume     load_state_dict of a state after 1,000 and K steps: its position checked, its whole chain
@@ -106,18 +111,28 @@ def _handover(dataset: _Span, kind: str, mbs: int, size: int, steps: int) -> flo
     return max(hand_s - advance_s, 0.0) / steps
 
 
-def _hashing(dataset: _Span, kind: str, mbs: int, size: int, steps: int) -> float:
-    """Seconds per step of certificate() after ``steps`` handovers (fresh loaders, best of 3)."""
-    best = float("inf")
+def _hashing(dataset: _Span, kind: str, mbs: int, size: int, steps: int) -> tuple[float, float, float]:
+    """(seconds of the first certificate() of an epoch, seconds per step of a later one after ``steps`` more
+    handovers in the same epoch, seconds of the sampler's own epoch order): fresh loaders, best of 3."""
+    first = best = own = float("inf")
+    steps = min(steps, len(dataset) // (mbs * size) - 2)  # within the first epoch
     for _ in range(3):
+        sampler = SAMPLERS[kind](len(dataset), mbs, size)
+        began = time.perf_counter()
+        next(iter(sampler))  # the sampler's own first batch of the epoch: its epoch order computed
+        own = min(own, time.perf_counter() - began)
         loader = StatefulLoader(dataset, SAMPLERS[kind](len(dataset), mbs, size))
         loader.certificate()  # the data digest (the receipt) once, as at the first state_dict
+        loader._hand_over()
+        began = time.perf_counter()
+        loader.certificate()  # the epoch's order computed for the last step's ids
+        first = min(first, time.perf_counter() - began)
         for _ in range(steps):
             loader._hand_over()
         began = time.perf_counter()
         loader.certificate()
         best = min(best, time.perf_counter() - began)
-    return best / steps
+    return first, best / steps, own
 
 
 def _resume(dataset: _Span, steps: int) -> float:
@@ -155,9 +170,11 @@ def main() -> None:
             for mbs, size in ((8, 128), (1024, 1)):
                 dataset = _span(inner, kind)
                 hand = _handover(dataset, kind, mbs, size, steps)
-                per_step = _hashing(dataset, kind, mbs, size, steps)
+                first, per_step, own = _hashing(dataset, kind, mbs, size, steps)
                 case = f"{kind}, {mbs} x {size}"
                 rows.append(Row("handover", case, "s/batch", hand, float("nan"), "-", absolute=True))
+                own_row = Row("first state of an epoch", case, "s", first, own, "sampler's own", lower_is_better=True)
+                rows.append(own_row)
                 rows.append(  # per 1,000 steps: a step's share is tens of ns
                     Row(
                         "hashing at state_dict", case, "s/1000 steps", per_step * 1000, float("nan"), "-", absolute=True
@@ -166,7 +183,7 @@ def main() -> None:
                 rows.append(
                     Row(
                         "per batch in all",
-                        f"{case}: handover + hashing",
+                        f"{case}: handover + hashing, within an epoch",
                         "s/batch",
                         hand + per_step,
                         float("nan"),

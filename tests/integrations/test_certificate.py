@@ -416,7 +416,7 @@ def _as_ids_format(dataset, state) -> dict:
     old = copy.deepcopy(state)
     cert = old["certificate"]
     positions = [k * GBS for k in range(cert["steps"])]  # an honest run from step 0
-    del cert["order"]
+    del cert["order"], cert["batch"]
     cert.update(
         format="tokenport.certificate/1",
         digest=_ids_chain(dataset, state, positions),
@@ -454,6 +454,25 @@ def test_a_format_1_state_is_read_checked_resumed_and_audited(dataset):
     with_order["certificate"]["order"] = states[1]["certificate"]["order"]
     with pytest.raises(tp.ConfigError, match="order"):
         fresh.load_state_dict(with_order)
+
+
+def test_a_sampler_that_orders_samples_otherwise_is_caught_by_resume_and_audit(dataset, monkeypatch):
+    """Positions and the order's digest agree, but the code at hand gives other ids (another version's order):
+    the certificate's `batch` (the last step's ids) catches it on resume and in audit; nothing changes."""
+    from tokenport.sampling.stream import StreamSampler
+
+    states = _train(_loader(dataset), 6)
+    assert audit(states).consistent
+    ids_at = StreamSampler._ids_at
+    monkeypatch.setattr(StreamSampler, "_ids_at", lambda self, positions: (ids_at(self, positions) + 1) % len(dataset))
+    loader = _loader(dataset)
+    before = loader.state_dict()
+    with pytest.raises(tp.ConfigError, match="step 2's global batch.*other sample ids"):
+        loader.load_state_dict(states[0])
+    assert loader.state_dict() == before
+    report = audit(states)
+    assert report.divergence.step == 2 and report.divergence.source == "state 0", report.render()
+    assert "other sample ids" in report.divergence.what
 
 
 def test_a_resume_recomputes_the_whole_segment_not_only_its_last_step(dataset):

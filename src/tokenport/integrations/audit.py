@@ -244,6 +244,14 @@ def _recompute(item: _Audited, before: _Audited | None, rebuilder: Rebuilder, ca
             "recomputed from the receipt and the sampler: the state was edited, or its run read other batches at or "
             "before this step",
         )
+    if chain.batch_differs(lambda: batches):
+        return Divergence(
+            source,
+            chain.steps - 1,
+            "this step's global batch, recomputed by the sampler here, holds other sample ids than the run handed "
+            "over (the certificate's `batch`): the sampler here orders samples otherwise (another tokenport or numpy "
+            "version?), or `batch` was edited",
+        )
     item.verified = before is None or _continues(before, item)
     return jump or _moved(item)
 

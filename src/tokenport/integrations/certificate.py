@@ -15,7 +15,11 @@ recipes, which never change the tokens); ``order`` the digest of the sampler's g
 each global batch holds, not its position or its ranks). A tokenport sampler's global batch at a
 position is a pure function of its order, and the receipt pins each store's content, so (data,
 order, position) determine every sample id and every token: neither is hashed, and one blake2b call
-covers 64 steps whatever the global batch (tens of ns a step).
+covers 64 steps whatever the global batch (tens of ns a step). That holds for the sampler code that
+handed the batches over; so that a resume or an audit under another one (a tokenport or numpy
+version that orders samples otherwise) is caught, a /2 certificate also names ``batch``: the digest
+of rank 0's micro-batch of the last step (``batch_digest``), which both recompute with the sampler at
+hand (rank 0's share of the order: every rank computes it alone, as cheaply as its own share).
 Format ``/1`` (registered samplers, whose order tokenport cannot name, and states saved before /2)
 extends the chain step by step over the global batch's sample ids instead of the order:
 ``digest_{k+1} = blake2b-128(digest_k || data || consumed_k || ids_k)``, ids of every rank's
@@ -58,6 +62,7 @@ from .samplers import sampler_from_state
 __all__ = [
     "Chain",
     "GlobalBatches",
+    "batch_digest",
     "data_digest",
     "LINK",
     "extend",
@@ -115,6 +120,19 @@ def link(digest: bytes, data: bytes, order: bytes, positions: np.ndarray) -> byt
 def extend(digest: bytes, data: bytes, consumed: int, ids: np.ndarray) -> bytes:
     """The /1 chain's digest after one more handed-over global batch."""
     return _blake(digest + data + int(consumed).to_bytes(8, "little") + np.ascontiguousarray(ids, "<i8").tobytes())
+
+
+def batch_digest(batches: GlobalBatches, consumed: int) -> bytes:
+    """The digest of rank 0's micro-batch of the global batch handed over at ``consumed`` (little-endian int64):
+    every rank computes it alone, at the cost of rank 0's share of the order (what each rank's sampler computes
+    of its own anyway), not of the whole global order."""
+    first = batches.first
+    if type(first) is StreamSampler:  # rank 0 reads positions [consumed, consumed + mbs): no chunk of later rows
+        ids: Any = first.global_stream(consumed, consumed + first.micro_batch_size)
+    else:
+        first.consumed_samples = consumed
+        ids = next(iter(first), None)
+    return _blake(np.asarray([] if ids is None else ids, "<i8").tobytes())
 
 
 def _blake(message: bytes) -> bytes:
@@ -181,6 +199,7 @@ class Chain:
     digest: bytes = b""
     previous: bytes = b""
     order: bytes = b""  # format /2: the sampler's order digest; b"": format /1, the ids are hashed
+    batch: bytes = b""  # format /2: the digest of the last step's global sample ids (b"": no step in the segment)
     boundary: tuple[int, bytes] | None = None  # /2: the last block start reached and its digest (not stored)
 
     @property
@@ -282,6 +301,7 @@ class Chain:
             first, self.steps = self.steps, handed
             if self.order:
                 self.previous, self.digest = self._linked()
+                self.batch = batch_digest(batches(), self.position(handed - 1))
             else:
                 self.previous, self.digest = self.hash_on(first, self.digest, batches)
 
@@ -297,10 +317,12 @@ class Chain:
             base=self.base.hex(),
             runs=[(s, c) for s, c in self.runs],
             order=self.order.hex() if self.order else None,
+            batch=self.batch.hex() if self.order and self.steps > self.since else None,
         )
         out = dict(to_builtins(doc))
-        if not self.order:
-            del out["order"]  # /1 as it was written
+        for key in ("order", "batch"):
+            if out[key] is None:
+                del out[key]  # /1 as it was written; no step in the segment
         return out
 
     @classmethod
@@ -316,6 +338,7 @@ class Chain:
             digest=bytes.fromhex(doc.digest),
             previous=bytes.fromhex(doc.previous),
             order=bytes.fromhex(doc.order) if doc.order is not None else b"",
+            batch=bytes.fromhex(doc.batch) if doc.batch is not None else b"",
         )
 
     def end(self) -> int:
@@ -323,6 +346,25 @@ class Chain:
         if self.steps == self.since and self.runs[-1][0] == self.steps:
             return self.runs[-1][1]
         return self.position(self.steps - 1) + self.global_batch
+
+    def batch_differs(self, batches: Callable[[], GlobalBatches]) -> bool:
+        """Whether the last step's rank-0 micro-batch, recomputed by the sampler at hand, is not the one the /2
+        certificate names (``batch``): the sampler orders samples otherwise than the one that handed them over."""
+        if not self.order or self.steps == self.since:
+            return False
+        return batch_digest(batches(), self.position(self.steps - 1)) != self.batch
+
+    def check_batch(self, batches: Callable[[], GlobalBatches], where: str) -> None:
+        """ConfigError when ``batch_differs``: positions and order digest agree, but the ids at them do not."""
+        if self.batch_differs(batches):
+            last = self.steps - 1
+            raise ConfigError(
+                f"{where}: step {last}'s global batch, recomputed by this sampler at consumed_samples="
+                f"{self.position(last)}, holds other sample ids than the run handed over (`batch`, rank 0's "
+                "micro-batch): the sampler "
+                "here orders samples otherwise (another tokenport or numpy version?) or `batch` was edited; resume "
+                "with the versions the run was trained with, or start a new run"
+            )
 
     def check(self, batches: Callable[[], GlobalBatches], where: str) -> None:
         """ConfigError unless the chain recomputed from the receipt and the sampler gives the certificate's
@@ -337,6 +379,7 @@ class Chain:
         last = self.steps - 1
         consumed = self.position(last)
         if self.order:
+            self.check_batch(batches, where)
             previous, again = self.recompute(batches)
             if previous != self.previous:
                 raise ConfigError(

@@ -69,6 +69,7 @@ def takedown(
             previous=digest,
             runs=[[steps, int(consumed)]],
         )
+        certificate.pop("batch", None)  # no step in the new segment yet
     return out
 
 

@@ -256,7 +256,8 @@ class Certificate(Document, frozen=True):
     """The stream's certificate (``integrations.certificate``): its segment's data digest, start (``since``
     handovers, digest ``base``), runs of consecutive positions ``[handover, consumed_samples]``, the handovers
     hashed (``steps``) and the digests after the last one and the one before it; format /2 also the digest of
-    the sampler's global order (``order``)."""
+    the sampler's global order (``order``) and of the last step's rank-0 micro-batch (``batch``), which a resume
+    and an audit recompute with the sampler at hand, so a sampler that orders samples otherwise is caught."""
 
     format: Literal["tokenport.certificate/1", "tokenport.certificate/2"]
     data: Digest
@@ -267,10 +268,16 @@ class Certificate(Document, frozen=True):
     base: Digest
     runs: list[tuple[Count, Count]]
     order: Digest | None = None  # /2: the digest of the sampler's global order; /1 has none
+    batch: Digest | None = None  # /2 with a step hashed: the digest of the last step's rank-0 micro-batch
 
     def __post_init__(self) -> None:
         if (self.order is None) != (self.format == IDS_FORMAT):
             raise ValueError(f"a {self.format} certificate {'has no' if self.order is None else 'has an'} `order`")
+        if (self.batch is None) != (self.order is None or self.steps == self.since):
+            raise ValueError(
+                "`batch` (the last step's rank-0 micro-batch) belongs to a /2 certificate with a step hashed in its "
+                f"segment, and to no other (format {self.format}, steps {self.steps}, since {self.since})"
+            )
         if self.since > self.steps:
             raise ValueError(f"`since`={self.since} is past `steps`={self.steps}")
         if not self.runs or self.runs[0][0] != self.since:
