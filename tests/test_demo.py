@@ -19,6 +19,7 @@ import pytest
 
 import tokenport as tp
 from tokenport.cli import main
+from tokenport.corpus import why
 from tokenport.demo.run import render_loss_mask
 
 
@@ -120,6 +121,10 @@ def test_demo_takes_a_docstring_down(demo_run):
     found = re.search(r"--store (\S+) --document (\d+) --up-to-step 23: (\d+) place\(s\)", out)
     assert found, out
     store, document, count = found[1], int(found[2]), int(found[3])
+    named = re.search(r"the docstring of ([\w.]+) \(", out)
+    assert named, out
+    story = why(str(demo_run.workdir / "stores" / "prose"), identifier=named[1]).documents
+    assert any(s.get("document") == document and s["part"] in store for s in story), story
     train = demo_run.workdir / "train"
     places = tp.occurrences(
         train / "straight" / "step-000024.pt", store=str(demo_run.workdir / store), document=document, up_to_step=23

@@ -55,6 +55,7 @@ def takedown_stage(spec: str, train_dir: str, echo: Progress) -> None:
     store, document = _a_docstring(torch.load(final, weights_only=True)["loader"], spec)
     report = occurrences(final, store=store, document=document, up_to_step=STEPS - 1)
     steps = sorted({place.step for place in report.places})
+    echo(f"the docstring of {_identifier(store, document)} ({_rel(store, train_dir)} document {document})")
     echo(
         f"tokenport where {_rel(final, train_dir)} --store {_rel(store, train_dir)} --document {document} "
         f"--up-to-step {STEPS - 1}: {len(report.places)} place(s), step(s) {', '.join(map(str, steps))}"
@@ -117,6 +118,21 @@ def _echo_after(middle: str, after: str, store: str, document: int, train_dir: s
         f"tokenport audit {_rel(middle, train_dir)} {_rel(after, train_dir)}: {verdict} (the takedown run "
         f"continues the certified stream, its removal recorded from step {CHECKPOINT})"
     )
+
+
+def _identifier(store: str, document: int) -> str:
+    """The identifier prepare kept for a document of its output (``provenance.npz``: the input's ``id``)."""
+    from ..corpus.run.provenance import KEPT
+    from ..corpus.run.why import read_provenance
+
+    provenance = read_provenance(os.path.dirname(store))
+    h, c = provenance.header, provenance.columns
+    part = h.parts.index(os.path.basename(store))
+    rows = np.flatnonzero((c["step"] == KEPT) & (c["part"] == part) & (c["document"] == document))
+    if not len(rows) or h.id_field is None:
+        return "an unnamed docstring"
+    offsets = c["id_offsets"]
+    return bytes(c["id_bytes"][offsets[rows[0]] : offsets[rows[0] + 1]]).decode()
 
 
 def _a_docstring(state: dict[str, Any], spec: str) -> tuple[str, int]:
