@@ -1,5 +1,5 @@
 """Reading the JSON and YAML files users write (plans, blend specs), with errors that name the file;
-and the mode a published file takes."""
+the mode a published file takes; and the directed kill points of the writers' kill tests."""
 
 from __future__ import annotations
 
@@ -64,3 +64,18 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class KillPoints:
+    """A writer's publication steps, counted in this process: calling it ends the process (exit 137) at the
+    step the environment variable ``env`` names, so a kill test can interrupt the writer at each one."""
+
+    def __init__(self, env: str) -> None:
+        self.env = env
+        self.steps = 0
+
+    def __call__(self) -> None:
+        if self.env in os.environ:
+            self.steps += 1
+            if self.steps == int(os.environ[self.env]):
+                os._exit(137)

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._files import process_alive, publish_mode
+from .._files import KillPoints, process_alive, publish_mode
 from ..errors import ConfigError, CorruptStoreError
 from .checkpoint_schema import (
     FORMAT,
@@ -53,7 +53,7 @@ __all__ = ["KILL_AT", "checkpoint_path", "load_state", "save_state"]
 
 KILL_AT = "TOKENPORT_DOCK_KILL_AT"
 """Directed-kill tests set this to N: the process ends (``os._exit``) at the N-th step of a save."""
-_steps = 0
+_kill_point = KillPoints(KILL_AT)
 
 _SEGMENT_ARRAYS = ("rows", "counts", "lengths", "versions")
 _DAMAGED = "the checkpoint is damaged: load an earlier one, or start the dock afresh"
@@ -399,15 +399,6 @@ def _restore_segments(
         partition.segments[row] = list(zip(lengths[end - n : end].tolist(), versions[end - n : end].tolist()))
     for row, names in entry.segment_columns:
         partition.segment_columns[row] = tuple(names)
-
-
-def _kill_point() -> None:
-    """End the process here if this is the save step ``KILL_AT`` names (directed-kill tests)."""
-    global _steps
-    if KILL_AT in os.environ:
-        _steps += 1
-        if _steps == int(os.environ[KILL_AT]):
-            os._exit(137)
 
 
 def _remove_stale_saves(target: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .._files import publish_mode
+from .._files import KillPoints, publish_mode
 from .._schema import decode, encode
 from ..errors import ConfigError, CorruptStoreError, StorageError
 from .checkpoint import checkpoint_path, load_state
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 KILL_AT = "TOKENPORT_TQ_CHECKPOINT_KILL_AT"
 """Directed-kill tests set this to N: the process ends (``os._exit``) at the N-th step of a save."""
-_steps = 0
+_kill_point = KillPoints(KILL_AT)
 
 METADATA = "metadata.json"
 BOOKKEEPING = "transferqueue.json"
@@ -232,12 +232,3 @@ def _write(path: str, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _kill_point() -> None:
-    """End the process here if this is the save step ``KILL_AT`` names (directed-kill tests)."""
-    global _steps
-    if KILL_AT in os.environ:
-        _steps += 1
-        if _steps == int(os.environ[KILL_AT]):
-            os._exit(137)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._files import parse_structured, read_text
+from .._files import KillPoints, parse_structured, read_text
 from ..errors import ConfigError
 from ..samples.base import Rebuilder, store_documents
 from ..sampling.state import read_sampler_state
@@ -32,7 +32,7 @@ __all__ = ["KILL_AT", "TakedownReport", "takedown", "takedown_file"]
 
 KILL_AT = "TOKENPORT_TAKEDOWN_KILL_AT"
 """Directed-kill tests set this to N: the process ends (``os._exit``) at the N-th step of publishing the output."""
-_steps = 0
+_kill_point = KillPoints(KILL_AT)
 
 
 def takedown(
@@ -150,12 +150,3 @@ def publish(path: str, state: Mapping[str, Any]) -> None:
     for leftover in glob.glob(glob.escape(path) + ".*.tmp"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(leftover)
-
-
-def _kill_point() -> None:
-    """End the process here if this is the publication step ``KILL_AT`` names (directed-kill tests)."""
-    global _steps
-    if KILL_AT in os.environ:
-        _steps += 1
-        if _steps == int(os.environ[KILL_AT]):
-            os._exit(137)

@@ -22,6 +22,7 @@ from typing import IO, Annotated, Any, Literal
 
 import msgspec
 
+from ..._files import KillPoints
 from ..._schema import Count, Document, Int64, Text, decode, read_document, to_builtins
 from ...errors import ConfigError, CorruptStoreError
 from ...indexed.commit import recover
@@ -99,7 +100,7 @@ class DatasetManifest(Document, frozen=True):
 
 KILL_AT = "TOKENPORT_PREPARE_KILL_AT"
 """Directed-kill tests set this to N: the process ends at the N-th rename of a file prepare publishes."""
-_renames = 0
+kill_point = KillPoints(KILL_AT)
 
 
 def temporary_path(path: str) -> str:
@@ -116,15 +117,6 @@ def replace_atomically(temporary: str, path: str) -> None:
     for leftover in glob.glob(glob.escape(path) + ".*.tmp"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(leftover)
-
-
-def kill_point() -> None:
-    """End the process here if this is the rename `KILL_AT` names (directed-kill tests)."""
-    global _renames
-    if KILL_AT in os.environ:
-        _renames += 1
-        if _renames == int(os.environ[KILL_AT]):
-            os._exit(137)
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from ..._files import KillPoints
 from ..._schema import Count, Document, Int64, Text, decode
 from ...errors import ConfigError, StorageError
 from ...storage import read_small
@@ -38,7 +39,7 @@ KILL_AT = "TOKENPORT_UPLOAD_KILL_AT"
 """Directed-kill tests set this to N: the process ends after the N-th publication step of an upload
 (each step is also one of prepare's kill points, `state.KILL_AT`, after the staging directory's renames)."""
 _CHUNK = 8 << 20
-_steps = 0
+_upload_kill_point = KillPoints(KILL_AT)
 
 MD5 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
 """An MD5 digest in lowercase hex, as the journal's writer records it."""
@@ -263,12 +264,8 @@ def _withdraw(fs: Any, root: str, url: str, retried: Any, finished: dict[str, An
 
 def _kill_point() -> None:
     """End the process here if this is the publication step `KILL_AT` (or prepare's `state.KILL_AT`) names."""
-    global _steps
     kill_point()
-    if KILL_AT in os.environ:
-        _steps += 1
-        if _steps == int(os.environ[KILL_AT]):
-            os._exit(137)
+    _upload_kill_point()
 
 
 def _listing(local: str) -> dict[str, tuple[int, str]]:
