@@ -184,14 +184,7 @@ def where_identifiers_file(
     message names the command's own ``--store-path OLD=NEW`` flag."""
     from .where_identifiers import identifier_report
 
-    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
-    asked = " ".join(f"--id {name}" for name in identifier)
-    command = f"tokenport where {os.fspath(path)} --store {output} {asked} {given}".rstrip()
-
-    def store_flag(prefix: str) -> str:
-        return f"say where it is now: {command} --store-path {prefix}=NEW_PREFIX (once per moved store)"
-
-    rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
+    rebuilder = _command_rebuilder(path, output, " ".join(f"--id {name}" for name in identifier), stores)
     return identifier_report(path, output, identifier, up_to_step, None, rebuilder, _occurrences)
 
 
@@ -206,15 +199,23 @@ def where_file(
 ) -> WhereReport:
     """``occurrences`` of the state in ``path`` for ``tokenport where``: a moved store's message names the
     command's own ``--store-path OLD=NEW`` flag."""
-    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
     asked = f"--text {text!r}" if document is None else " ".join(f"--document {d}" for d in document)
+    rebuilder = _command_rebuilder(path, store, asked, stores)
+    return _occurrences(path, store, document, text, up_to_step, None, rebuilder)
+
+
+def _command_rebuilder(
+    path: str | os.PathLike[str], store: str, asked: str, stores: Mapping[str, str] | None
+) -> Rebuilder:
+    """The rebuilder of a ``tokenport where`` command: a moved store's message repeats the command with the
+    ``--store-path OLD=NEW`` flag it needs."""
+    given = " ".join(f"--store-path {old}={new}" for old, new in (stores or {}).items())
     command = f"tokenport where {os.fspath(path)} --store {store} {asked} {given}".rstrip()
 
     def store_flag(prefix: str) -> str:
         return f"say where it is now: {command} --store-path {prefix}=NEW_PREFIX (once per moved store)"
 
-    rebuilder = Rebuilder(stores or {}, how_to_move=store_flag)
-    return _occurrences(path, store, document, text, up_to_step, None, rebuilder)
+    return Rebuilder(stores or {}, how_to_move=store_flag)
 
 
 def _occurrences(
