@@ -246,3 +246,21 @@ def test_moved_stores_are_named_once_with_the_fix_for_the_cli_and_for_python(ble
         tp.trace(state, 3)
     assert "--store-path" not in str(caught.value) and "cannot build the dataset" not in str(caught.value)
     _check(tp.trace(state, 3, stores=dict(zip(prefixes, news))), steps, 3)
+
+
+def test_a_file_that_is_no_state_is_named_in_one_line(tmp_path):
+    """An empty file, text that is neither JSON nor a checkpoint, and a cut-off checkpoint are each refused
+    naming the file in one short line, without torch's pages of advice about weights_only."""
+    from tokenport.integrations.tracing import load_state
+
+    torch = pytest.importorskip("torch")
+    whole = tmp_path / "whole.pt"
+    torch.save({"model": torch.zeros(64)}, whole)
+    cases = {"empty.json": b"", "notes.txt": b"not a state", "cut.pt": whole.read_bytes()[:300]}
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(tp.ConfigError) as refused:
+            load_state(path)
+        message = str(refused.value)
+        assert message.startswith(f"{path}: ") and "\n" not in message and "PyTorch 2.6" not in message, message

@@ -109,14 +109,25 @@ def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
                 data: Any = json.load(handle)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{name}: not a JSON loader state nor a torch checkpoint ({exc})") from None
+    elif not head:
+        raise ConfigError(f"{name}: the file is empty; pass the JSON file of loader.state_dict() or a checkpoint")
+    elif head not in (b"P", b"\x80"):  # a torch checkpoint is a zip (PK...) or, before torch 1.6, a pickle
+        raise ConfigError(
+            f"{name}: neither a JSON loader state nor a torch checkpoint (it starts with {head!r}); pass the JSON "
+            "file of loader.state_dict() or the checkpoint holding it"
+        )
     else:
         import torch  # lazily: only checkpoints need it
 
         try:
             data = torch.load(name, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many kinds for a file that is no checkpoint
+            text = str(exc)  # torch wraps every failure in pages of advice; keep the unpickler's own words
+            detail = text.split("WeightsUnpickler error:")[-1].strip().splitlines() if text else []
+            first = detail[0] if detail else type(exc).__name__
             raise ConfigError(
-                f"{name}: not a JSON loader state nor a torch checkpoint loadable with weights_only=True ({exc})"
+                f"{name}: not a JSON loader state nor a torch checkpoint loadable with weights_only=True "
+                f"({first[:200]}); pass the JSON file of loader.state_dict() or the checkpoint holding it"
             ) from None
     if is_state(data):
         return dict(data), name
