@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from tests._support.ray_cluster import ray_session  # noqa: F401  (fixtures, registered by import)
+from tests._support.ray_cluster import ray_cluster, ray_nodes, ray_session  # noqa: F401  (fixtures, registered by import)
 from tests._support.s3_server import fault_proxy, s3  # noqa: F401
 
 # collection and session fixtures (and processes they start) see a session-wide temporary cache;
