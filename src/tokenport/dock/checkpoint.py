@@ -8,9 +8,11 @@ and segments; ``dock.json`` also keeps the current version, the staleness
 policy, the expiry counters and the requeued rows not yet handed back. Checkpoints of format 1
 (before versions) still load: their written rows get version 0.
 Leases are not saved: rows out on lease at save time come back unconsumed, as if the lease had
-expired, so a restarted stage gets them again. Writing goes to a fresh sibling directory
-(``NAME.saving-PID-*``) that then replaces the old checkpoint by renames; a crash leaves either the
-old or the new one, and the next save or load removes the folders of saves whose process is dead.
+expired, so a restarted stage gets them again; the loaded dock numbers its leases from a random
+point, so an id a holder kept from before the restart names no lease of it (its ack is refused).
+Writing goes to a fresh sibling directory (``NAME.saving-PID-*``) that then replaces the old
+checkpoint by renames; a crash leaves either the old or the new one, and the next save or load
+removes the folders of saves whose process is dead.
 
 Loading trusts nothing: ``dock.json`` is read through its typed schema (``checkpoint_schema``) and
 every array is checked (its key, dtype, shape and values) before a partition is built from it; a
@@ -161,6 +163,7 @@ def load_state(directory: str | os.PathLike[str]) -> DockState:
             state.requeue(partition.name, np.array(entry.requeue, dtype=np.int64))
     if description.closed:
         state.close()
+    state.renumber_leases()  # the saved dock's holders may still hold its lease ids
     return state
 
 

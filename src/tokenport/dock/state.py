@@ -242,8 +242,10 @@ class DockState(DockTable):
         versions: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Set a partition's consumption, finished flags, ages and (oldest, newest) versions per row
-        (copying a dock); without ``versions``, written rows that have none get the current one."""
+        (copying a dock); without ``versions``, written rows that have none get the current one. The
+        copy's leases are renumbered: no id of the dock copied names one of them."""
         with self.lock:
+            self.renumber_leases()
             target = self.partition(partition)
             for consumer, bits in consumed.items():
                 target.consumed_of(consumer)[:] = bits

@@ -6,6 +6,7 @@ versions (the schema, the partition table, stats); ``state.DockState`` adds thos
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +88,13 @@ class DockTable:
             self.add_consumer(consumer)
 
     # -- schema and partitions ----------------------------------------------------------------------
+
+    def renumber_leases(self) -> None:
+        """Number the leases handed out from now on from a random point (one of 2**30 blocks of 2**32
+        ids): a dock loaded from a checkpoint or copied never reuses an id a holder of the original may
+        still hold, so an ack of that stale id is refused instead of consuming another holder's rows."""
+        with self.lock:
+            self._next_lease = (secrets.randbits(30) + 1) << 32
 
     def add_column(self, column: Column) -> None:
         """Add a column; existing partitions get it with no row ready."""
