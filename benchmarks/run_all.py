@@ -93,6 +93,8 @@ NOT_RUN = {
     "bench_stream_order": 'StreamSampler order="feistel" vs order="random": tokenport against itself',
     "bench_identifiers": "what keeping identifiers costs prepare and the identifier index's speed: no goal",
     "bench_takedown": "what masking removed documents adds to each handed batch: no peer, no goal",
+    "bench_dock_cluster": "RayDock against TransferQueue on a 1/2/4-node Ray cluster on one machine: cluster "
+    "figures (oversubscribed cores), no goal",
 }
 
 
