@@ -41,7 +41,7 @@ consumer's node): up to 3 copies of a share, and the last round's objects may no
 worker node gets 3 x 320/N MiB + 256 MiB (at least 512 MiB): 1,216 MiB at N = 1, 736 MiB at N = 2,
 512 MiB at N = 4. TransferQueue keeps rows in its storage actors' heaps (not the object store).
 
-    python benchmarks/bench_dock_cluster.py                       # 1, 2, 4 nodes, 5 rounds each (~4 min)
+    python benchmarks/bench_dock_cluster.py                       # 1, 2, 4 nodes, 4 rounds each (~5 min)
     python benchmarks/bench_dock_cluster.py --nodes 2 --repeats 3
     python benchmarks/bench_dock_cluster.py --quick               # 1 node, 2 rounds, seq_len 1024
 """
@@ -105,6 +105,7 @@ class Client:
         self.system, self.rows = system, share_of(share, nodes, rows)
         data = make_share(seed, share, nodes, rows, seq)
         self.expected, self.data = digest(data), data if producer else None
+        self.got: Any = None
         if system == "tq":
             import torch
             import transfer_queue as tq
@@ -126,14 +127,19 @@ class Client:
             dock.put(partition, self.data, rows=self.rows)
         return time.perf_counter() - began
 
-    def get(self, dock: Any, partition: str) -> tuple[float, bool]:
+    def get(self, dock: Any, partition: str) -> float:
+        """Get this consumer's rows (kept for ``check``, which runs after the timed phase)."""
         began = time.perf_counter()
         if self.system == "tq":
-            got = self.tq.kv_batch_get(keys=self.keys, partition_id=partition)  # as their perftest times it
+            self.got = self.tq.kv_batch_get(keys=self.keys, partition_id=partition)  # as their perftest times it
         else:
-            got = dock.get("train", NAMES, len(self.rows), partition, rows=self.rows, timeout=300)
-        elapsed = time.perf_counter() - began
-        return elapsed, digest({name: as_array(got[name]) for name in NAMES}) == self.expected
+            self.got = dock.get("train", NAMES, len(self.rows), partition, rows=self.rows, timeout=300)
+        return time.perf_counter() - began
+
+    def check(self) -> bool:
+        """Whether the rows of the last get are the rows put (then they are let go)."""
+        got, self.got = self.got, None
+        return digest({name: as_array(got[name]) for name in NAMES}) == self.expected
 
 
 def start_cluster(nodes: int, seq: int) -> tuple[Any, list[str]]:
@@ -187,12 +193,12 @@ def rounds(producers, consumers, dock: Any, repeats: int, begin, end) -> dict[st
         t1 = time.perf_counter()
         gets = ray.get([c.get.remote(dock, partition) for c in consumers])
         t2 = time.perf_counter()
-        if not all(ok for _, ok in gets):
+        if not all(ray.get([c.check.remote() for c in consumers])):
             sys.exit(f"FAILED: a get of round {k} differs from what was put")
         end(partition)
         if k:
             out["put"] += puts
-            out["get"] += [t for t, _ in gets]
+            out["get"] += gets
             out["put_wall"].append(t1 - t0)
             out["get_wall"].append(t2 - t1)
     return out
@@ -298,7 +304,7 @@ def table_rows(nodes: int, ours: dict[str, list[float]], theirs: dict[str, list[
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4], help="worker node counts (1 2 4)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per system and node count (5)")
+    parser.add_argument("--repeats", type=int, default=4, help="timed rounds per system and node count (4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="1 node, 2 rounds, seq_len 1024 (a smoke run)")
     args = parser.parse_args(argv)

@@ -365,6 +365,16 @@ def first_ray_dock(kind: Any) -> Any:
 # -- leases held across a restart ---------------------------------------------------------------------
 
 
+def state_of(dock: DockBase) -> dict:
+    """Everything a dock holds, leases out and consumer counters included (a RayDock's via a copy)."""
+    if isinstance(dock, Dock):
+        return dock_state(dock)
+    stats = dock.stats()
+    for consumer in stats["consumers"].values():
+        consumer.pop("wait_seconds")
+    return {**saved_state(dock.to_dock()), "stats": stats}
+
+
 def leased_partial_rows(dock: DockBase, directory: pathlib.Path, load: Callable[[pathlib.Path], DockBase]) -> None:
     """The rollout stage holds partial rows on lease when the dock restarts: they come back to it with their
     turns, and the lease id it still holds is refused by the restarted dock (before the fix it named a
@@ -380,10 +390,12 @@ def leased_partial_rows(dock: DockBase, directory: pathlib.Path, load: Callable[
     assert back.rows.tolist() == [0, 1, 2, 3] and back.segments.values.tolist() == [1, 2, 3, 4]
     assert [t.tolist() for t in back["tokens"].to_list()] == [list(range(r + 1)) for r in range(4)]
     assert held.lease_id != back.lease_id
+    before = state_of(restarted)
     with pytest.raises(ConfigError, match=f"lease {held.lease_id} is not held"):
         restarted.ack(held.lease_id)
     with pytest.raises(ConfigError, match=f"lease {held.lease_id} is not held"):
         restarted.nack(held.lease_id)
+    assert state_of(restarted) == before  # refused: the new holder's lease and every row as they were
     restarted.nack(back.lease_id)  # still the new holder's: it gives them back
     again = restarted.get("rollout", ["tokens"], 4, "p", unfinished=True, lease=600)
     assert again.rows.tolist() == [0, 1, 2, 3]
