@@ -266,6 +266,18 @@ def run_raydock(names: list[str], seq: int, seed: int, repeats: int) -> dict[str
         for actor in producers + consumers:
             ray.kill(actor)
         dock.shutdown()
+        settle()
+
+
+def settle(seconds: float = 30.0) -> None:
+    """Wait until the killed actors have handed their resources back (so the next system's controller
+    finds the head's CPU free, as this one did)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        free, total = ray.available_resources(), ray.cluster_resources()
+        if all(free.get(key, 0.0) >= amount for key, amount in total.items() if key == "CPU" or key == HEAD):
+            return
+        time.sleep(0.2)
 
 
 def run_transferqueue(names: list[str], seq: int, seed: int, repeats: int) -> dict[str, list[float]]:

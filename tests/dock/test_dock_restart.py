@@ -42,8 +42,9 @@ TURNS = ["tokens", "mask", "logp"]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def new_dock() -> Dock:
-    dock = Dock(COLUMNS, CONSUMERS, n_samples_per_prompt=GROUP)
+def new_dock(kind: Any = Dock) -> Any:
+    """A dock (``Dock``, or ``RayDock``) with the partitions the scripts write."""
+    dock = kind(COLUMNS, CONSUMERS, n_samples_per_prompt=GROUP)
     for name, prompts in PARTITIONS.items():
         dock.add_partition(name, num_prompts=prompts)
     return dock
@@ -333,10 +334,7 @@ def test_a_ray_dock_keeps_partial_rollouts_through_restarts_and_a_fresh_process(
         dock.shutdown()
         return RayDock.load(tmp_path / "ray", shards=next(shards))
 
-    first = RayDock(COLUMNS, CONSUMERS, n_samples_per_prompt=GROUP)
-    for name, prompts in PARTITIONS.items():
-        first.add_partition(name, num_prompts=prompts)
-    got, last = play(first, calls, restart)
+    got, last = play(new_dock(RayDock), calls, restart)
     assert isinstance(last, RayDock)
     assert got == expected
     assert saved_state(last.to_dock()) == saved_state(uninterrupted)
@@ -345,21 +343,14 @@ def test_a_ray_dock_keeps_partial_rollouts_through_restarts_and_a_fresh_process(
 
     plain = script(seed, restarts=0)
     start = len(plain) // 2
-    before, dock = play(first_ray_dock(RayDock), plain[:start], lambda dock: dock)
+    before, dock = play(new_dock(RayDock), plain[:start], lambda dock: dock)
     dock.save(tmp_path / "fresh")
     dock.shutdown()
     child = run_child(tmp_path / "fresh", seed, (start, len(plain)), ray_cluster.address)
     assert child.returncode == 0, child.stderr
-    reference, _ = play(new_dock(), plain, lambda dock: dock)
+    reference, finished = play(new_dock(), plain, lambda dock: dock)
     assert json_plain(before) + json.loads(child.stdout.splitlines()[-1]) == json_plain(reference)
-    assert saved_state(Dock.load(tmp_path / "fresh")) == saved_state(play(new_dock(), plain, lambda d: d)[1])
-
-
-def first_ray_dock(kind: Any) -> Any:
-    dock = kind(COLUMNS, CONSUMERS, n_samples_per_prompt=GROUP)
-    for name, prompts in PARTITIONS.items():
-        dock.add_partition(name, num_prompts=prompts)
-    return dock
+    assert saved_state(Dock.load(tmp_path / "fresh")) == saved_state(finished)
 
 
 # -- leases held across a restart ---------------------------------------------------------------------
