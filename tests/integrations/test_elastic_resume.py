@@ -22,6 +22,7 @@ from tests._support.stores import Doc, build_store, random_documents
 from tokenport.blend import AdaptiveBlend, BlendedDataset, MixtureSchedule, ScheduleController
 from tokenport.blend.controller import MixtureSignals
 from tokenport.integrations import StatefulLoader
+from tokenport.integrations.audit import audit
 from tokenport.sampling import PretrainingSampler, StreamSampler
 
 torch = pytest.importorskip("torch")
@@ -166,6 +167,7 @@ def test_resume_on_another_layout_continues_the_one_global_order(datasets, kind,
     got = np.concatenate(handed + rest)
     assert np.array_equal(got, _expected(kind, dataset, len(got)))
     assert resumed.loaders[0].consumed_samples == len(got)
+    assert audit([state, resumed.state()]).consistent  # the certificate goes on in a segment of the new layout
 
 
 def test_random_resumes_on_random_layouts_follow_the_one_global_order(datasets):
@@ -176,7 +178,7 @@ def test_random_resumes_on_random_layouts_follow_the_one_global_order(datasets):
         kind = KINDS[trial % len(KINDS)]
         dataset = datasets[kind]
         handed: list[np.ndarray] = []
-        state = None
+        state, states = None, []
         for _ in range(rng.randint(2, 4)):
             layout = (rng.randint(1, 5), rng.randint(1, 3), rng.choice((0, 0, 0, 1)))
             run = Run(kind, dataset, layout, state)
@@ -184,9 +186,11 @@ def test_random_resumes_on_random_layouts_follow_the_one_global_order(datasets):
                 _refused_resume_changes_nothing(run.loaders[-1], state)
             handed += run.steps(rng.randint(1, 9))
             state = run.state()
+            states.append(state)
             got = np.concatenate(handed)
             assert state["sampler"]["consumed_samples"] == len(got)
             assert np.array_equal(got, _expected(kind, dataset, len(got))), (trial, layout)
+        assert audit(states).consistent, trial
 
 
 def _refused_resume_changes_nothing(loader: StatefulLoader, state: dict) -> None:
