@@ -333,3 +333,23 @@ def test_weights_set_right_after_a_resume_never_reach_the_samples_handed_over(da
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     assert resumed.set_mixture([0.0, 1.0]) == 36
     assert resumed.dataset.updates == ((36, (0.0, 1.0)),)
+
+
+def test_trace_reads_a_step_where_the_resumed_run_handed_it_over(datasets):
+    """Saved at sample 40 with global batches of 8, resumed with 12: step 5 is samples 40..51 (not 60..71, five
+    batches of 12), and a state of the resumed run refuses to trace step 2, cut from batches of 8."""
+    from tokenport.integrations.tracing import trace
+
+    dataset = datasets["gpt"]
+    first = Run("gpt", dataset, (8, 1, 0))
+    first.steps(5)
+    resumed = Run("gpt", dataset, (12, 1, 0), first.state())
+    resumed.steps(3)
+    later = resumed.state()
+    ids = _sampler("gpt", len(dataset), 1, 0, 1).global_stream(0, 76)
+    for step, start in ((5, 40), (7, 64)):
+        traced = trace(later, step, dataset=dataset, detokenize=False)
+        assert [sample.sample for sample in traced] == ids[start : start + 12].tolist()
+    with pytest.raises(tp.ConfigError, match="step=2: .* begins its segment at step 5"):
+        trace(later, 2, dataset=dataset, detokenize=False)
+    assert [s.sample for s in trace(first.state(), 2, dataset=dataset, detokenize=False)] == ids[16:24].tolist()
