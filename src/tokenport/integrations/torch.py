@@ -271,11 +271,11 @@ class StatefulLoader:
 
     def set_mixture(self, weights: Sequence[float] | Any, from_sample: int | None = None) -> int:
         """Blend by ``weights`` from ``from_sample`` (ConfigError, changing nothing, for a sample already
-        resolved), by default from the first sample the loader has not yet handed over, resolved nor given
-        weights: the frontier (deterministic given ``num_workers`` and ``prefetch_factor``), the position
-        (a resumed blend has resolved nothing yet) or a later pending update's sample, whose weights these
-        replace (a resume on fewer workers restores updates past its frontier); returns that sample.
-        Needs an AdaptiveBlend."""
+        handed over or resolved), by default from the first sample the loader has not yet handed over,
+        resolved nor given weights: the frontier (deterministic given ``num_workers`` and
+        ``prefetch_factor``), the position (a resumed blend has resolved nothing yet) or a later pending
+        update's sample, whose weights these replace (a resume on fewer workers restores updates past its
+        frontier); returns that sample. Needs an AdaptiveBlend."""
         if not isinstance(self.dataset, AdaptiveBlend):
             raise ConfigError(
                 f"set_mixture: the dataset is a {type(self.dataset).__name__}; weights change while training "
@@ -286,6 +286,11 @@ class StatefulLoader:
             start = max(blend.frontier, blend.last_update_sample, self.consumed_samples)
         else:
             start = check_int("from_sample", from_sample, 0)
+            if start < self.consumed_samples:  # a resumed blend has realized nothing: set_weights would take it
+                raise ConfigError(
+                    f"from_sample={start}: the loader has handed {self.consumed_samples} samples over already; "
+                    f"apply the weights from sample {self.consumed_samples} or later"
+                )
         blend.set_weights(weights, start)
         if live.recorder is not None:  # metrics on: the shares of what the trainer has been handed so far
             handed = min(self.consumed_samples, blend.frontier)
