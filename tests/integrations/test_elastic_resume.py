@@ -356,3 +356,37 @@ def test_trace_reads_a_step_where_the_resumed_run_handed_it_over(datasets):
     with pytest.raises(tp.ConfigError, match="step=2: .* begins its segment at step 5"):
         trace(later, 2, dataset=dataset, detokenize=False)
     assert [s.sample for s in trace(first.state(), 2, dataset=dataset, detokenize=False)] == ids[16:24].tolist()
+
+
+def test_where_names_the_steps_a_resumed_run_read_a_document_at(datasets):
+    """After a resume from global batches of 8 to 12 at sample 8, `where` on a later state puts each place at
+    the step trace finds it at, and refuses a document read before the resume (another layout's steps)."""
+    from tokenport.integrations.tracing import trace
+    from tokenport.integrations.where import occurrences
+
+    dataset = datasets["gpt"]
+    first = Run("gpt", dataset, (8, 1, 0))
+    first.steps(1)
+    before = first.state()
+    resumed = Run("gpt", dataset, (12, 1, 0), before)
+    resumed.steps(3)
+    later = resumed.state()
+    store = trace(later, 1, dataset=dataset, detokenize=False)[0].lineage.store
+    found = refused = 0
+    for document in range(24):
+        early = [p.step for p in occurrences(before, store=store, document=document, dataset=dataset).places]
+        try:
+            report = occurrences(later, store=store, document=document, dataset=dataset)
+        except tp.ConfigError as error:
+            assert "before step 1 (consumed_samples=8)" in str(error)
+            assert min(early) < 1  # read before the resume, on the old layout
+            refused += 1
+            continue
+        assert all(step >= 1 for step in early)
+        for place in report.places:
+            assert place.step >= 1 and place.trained == (place.step < 4)
+            if place.trained:
+                traced = trace(later, place.step, dataset=dataset, detokenize=False)[place.slot]
+                assert traced.sample == place.sample
+        found += 1
+    assert found and refused, (found, refused)

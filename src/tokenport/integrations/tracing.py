@@ -279,14 +279,7 @@ def step_sample_ids(
     size = check_int("state['sampler']['data_parallel_size']", sampler_state["data_parallel_size"], 1)
     consumed = check_int("state['sampler']['consumed_samples']", sampler_state["consumed_samples"], 0)
     gbs = mbs * size
-    runs = [] if certificate is None else certificate.runs
-    # a segment a resume began (since > 0) off this batch's grid: the run changed its global batch there
-    off_grid = (
-        certificate is not None
-        and certificate.since > 0
-        and bool(runs)
-        and tuple(runs[0]) != (certificate.since, certificate.since * gbs)
-    )
+    off_grid = certificate is not None and segment_start(certificate, gbs) is not None
     taken = certificate.steps if off_grid and certificate is not None else -(-consumed // gbs)
     position = _certified_position(certificate, step, gbs) if off_grid and certificate is not None else step * gbs
     if step >= taken:
@@ -306,6 +299,15 @@ def step_sample_ids(
         batch = next(iter(sampler), None)
         out[r] = [] if batch is None else [int(i) for i in batch]
     return out
+
+
+def segment_start(certificate: Certificate | None, gbs: int) -> tuple[int, int] | None:
+    """(step, consumed samples) where the certificate's segment began when a resume began it (step > 0) off the
+    grid of global batch ``gbs`` (the run changed its global batch there), else None: steps are on the grid."""
+    if certificate is None or certificate.since == 0 or not certificate.runs:
+        return None
+    since, consumed = (int(value) for value in certificate.runs[0])
+    return None if (since, consumed) == (certificate.since, certificate.since * gbs) else (since, consumed)
 
 
 def _certified_position(certificate: Certificate, step: int, gbs: int) -> int:
