@@ -331,7 +331,7 @@ def test_weights_set_right_after_a_resume_never_reach_the_samples_handed_over(da
         AdaptiveBlend(children, [1, 1], num_samples=128), StreamSampler(128, 0, 8, 0, 1, order="sequential")
     )
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
-    with pytest.raises(tp.ConfigError, match="from_sample=10: the loader has handed 36 samples over already"):
+    with pytest.raises(tp.ConfigError, match="from_sample=10: the loader has handed samples up to 36 over already"):
         resumed.set_mixture([0.0, 1.0], from_sample=10)
     assert resumed.dataset.updates == ()
     assert resumed.set_mixture([0.0, 1.0]) == 36

@@ -315,7 +315,7 @@ def test_random_call_sequences_match_a_shadow_model(children, seed):
                 if not any(weights):
                     weights = (1.0, 0.0, 0.0)
                 blend = loader.dataset  # the first sample not handed over, resolved nor given weights yet
-                start = max(blend.frontier, blend.last_update_sample, loader.consumed_samples)
+                start = max(blend.frontier, blend.last_update_sample, min(loader.consumed_samples, len(blend)))
                 loader.set_mixture(weights)
                 kept = [u for u in model["updates"] if u[0] != start]
                 model["updates"] = (*kept, (start, weights))

@@ -282,20 +282,21 @@ class StatefulLoader:
                 "over an AdaptiveBlend only"
             )
         blend = self.dataset
+        handed = min(self.consumed_samples, len(blend))  # the blend's samples handed over (read in order)
         if from_sample is None:
-            start = max(blend.frontier, blend.last_update_sample, self.consumed_samples)
+            start = max(blend.frontier, blend.last_update_sample, handed)
         else:
             start = check_int("from_sample", from_sample, 0)
-            if start < self.consumed_samples:  # a resumed blend has realized nothing: set_weights would take it
+            if start < handed:  # a resumed blend has realized nothing: set_weights alone would take it
                 raise ConfigError(
-                    f"from_sample={start}: the loader has handed {self.consumed_samples} samples over already; "
-                    f"apply the weights from sample {self.consumed_samples} or later"
+                    f"from_sample={start}: the loader has handed samples up to {handed} over already; "
+                    f"apply the weights from sample {handed} or later"
                 )
         blend.set_weights(weights, start)
         if live.recorder is not None:  # metrics on: the shares of what the trainer has been handed so far
-            handed = min(self.consumed_samples, blend.frontier)
-            if handed:
-                record_mixture(blend.target_shares(handed), blend.realized_shares(handed))
+            shown = min(handed, blend.frontier)
+            if shown:
+                record_mixture(blend.target_shares(shown), blend.realized_shares(shown))
             record_weight_update()
         return start
 
