@@ -294,7 +294,7 @@ def test_refuses_states_of_other_data_seed_global_batch_changing_nothing(blend, 
     state = saved.state_dict()
     cases = {
         "seed": (GrainLoader(blend, global_batch_size=GBS, seed=6), "seed"),
-        "global batch": (GrainLoader(blend, global_batch_size=12, seed=5), "global_batch_size"),
+        "global batch": (GrainLoader(blend, global_batch_size=8, seed=5), "global_batch_size=8 does not divide 12"),
         "data": (GrainLoader(_blend(stores, seed=9), global_batch_size=GBS, seed=5), "differs|changed|seed"),
         "order": (GrainLoader(blend, global_batch_size=GBS, shuffle=False), "order|seed"),
     }
@@ -324,12 +324,30 @@ def test_refuses_states_of_other_data_seed_global_batch_changing_nothing(blend, 
 # Fields a valid state may hold other values in, none of which moves the position: the receipt's rebuild recipe
 # (``build``) and a store's prefix, tokenizer and preparation (not compared, or only with allow_changes), a sample
 # config's entries that compare equal (True == 1, a pad_id absent or None), the layout the state was saved on
-# (any dp size and micro batch resume), and the loader state's version (1 or 2, both read).
+# (any dp size and micro batch resume, and any global batch dividing the position), and the loader state's
+# version (1 or 2, both read).
 UNCOMPARED = re.compile(
     r"\['build'\]|\['store'\]\['(prefix|tokenizer|prepared)'\]|\['sample_config'\]|"
     r"^del \$\['loader'\]\['certificate'\]$|"  # a state saved before certificates: resumes, starting a chain
-    r"\['sampler'\]\['(micro_batch_size|data_parallel_size)'\]|^\$\['data_parallel_size'\]|\['version'\]"
+    r"\['sampler'\]\['(micro_batch_size|data_parallel_size)'\]|^\$\['(data_parallel|global_batch)_size'\]|\['version'\]"
 )
+
+
+@pytest.mark.parametrize("size", [4, 12, 3])
+def test_another_global_batch_dividing_the_position_goes_on_with_the_stream(blend, size):
+    """Saved after 2 global batches of 6 (12 samples), resumed with global batches of 4, 12 or 3: step 12 // size
+    reads the stream's next positions, and the state saved after it counts them."""
+    saved = GrainLoader(blend, global_batch_size=GBS, seed=5)
+    _global_steps([iter(saved)], 2)
+    resumed = GrainLoader(blend, global_batch_size=size, seed=5)
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.step == 12 // size
+    after = _global_steps([iter(resumed)], 1)
+    uninterrupted = _global_steps([iter(GrainLoader(blend, global_batch_size=size, seed=5))], 12 // size + 1)
+    assert _same_batches(after, uninterrupted[-1:])
+    stream = StreamSampler(len(blend), 0, 1, 0, 1, seed=5, order="feistel").global_stream(12, 12 + size)
+    assert resumed.global_batch_ids(12 // size) == stream.tolist()
+    assert resumed.consumed_samples == 12 + size
 
 
 def test_a_position_inside_a_global_batch_is_refused(blend):
@@ -369,8 +387,9 @@ def test_shadow_model_of_steps_saves_and_loads(blend, stores):
     """Random calls against a model (the step count; saved states by step): a refused call changes nothing."""
     rng = random.Random(4)
     stream = StreamSampler(100, 0, GBS, 0, 1, seed=5, order="feistel")
-    other = GrainLoader(blend, global_batch_size=12, seed=5)
-    foreign = other.state_dict()
+    other = GrainLoader(blend, global_batch_size=4, seed=5)
+    _global_steps([iter(other)], 1)
+    foreign = other.state_dict()  # at sample 4: off the boundaries of global batches of 6
     for size in (2, 3):
         loader = _loaders(blend, size)[size - 1]
         model_step, saved = 0, {}

@@ -314,7 +314,8 @@ def test_random_call_sequences_match_a_shadow_model(children, seed):
                 weights = tuple(float(w) for w in rng.choices([0.0, 0.5, 1.0, 3.0, 1e308], k=3))
                 if not any(weights):
                     weights = (1.0, 0.0, 0.0)
-                start = loader.dataset.frontier
+                blend = loader.dataset  # the first sample not handed over, resolved nor given weights yet
+                start = max(blend.frontier, blend.last_update_sample, min(loader.consumed_samples, len(blend)))
                 loader.set_mixture(weights)
                 kept = [u for u in model["updates"] if u[0] != start]
                 model["updates"] = (*kept, (start, weights))

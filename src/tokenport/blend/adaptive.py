@@ -138,6 +138,11 @@ class AdaptiveBlend(SampleDataset):
         return tuple((start, tuple(weights.tolist())) for start, weights in self._updates)
 
     @property
+    def last_update_sample(self) -> int:
+        """The sample the last update applies from (0 before any): a new update may start there or later."""
+        return self._updates[-1][0] if self._updates else 0
+
+    @property
     def frontier(self) -> int:
         """Samples realized so far: an update may apply from here on, not earlier."""
         return self._frontier

@@ -145,8 +145,10 @@ def _check_signals(signals: object, n: int) -> MixtureSignals:
 
 
 class ScheduleController:
-    """A ``MixtureSchedule`` as a controller: at step ``s`` the schedule's shares at sample
-    ``s * global_batch_size``; None while they are unchanged. Ignores the signals."""
+    """A ``MixtureSchedule`` as a controller: the schedule's shares at a sample, None while they are unchanged;
+    ignores the signals. ``StatefulLoader.update_mixture`` asks ``update_at`` at the consumed sample, so the
+    shares follow the samples whatever the global batch (a resume may change it); ``update(step, ...)`` asks
+    at sample ``step * global_batch_size``."""
 
     def __init__(self, schedule: MixtureSchedule, global_batch_size: int) -> None:
         if not isinstance(schedule, MixtureSchedule):
@@ -157,7 +159,11 @@ class ScheduleController:
 
     def update(self, step: int, signals: MixtureSignals) -> np.ndarray | None:
         """The schedule's shares at this step's first sample, or None when they did not change."""
-        shares = self.schedule.shares_at(check_int("step", step, 0) * self.global_batch_size)
+        return self.update_at(check_int("step", step, 0) * self.global_batch_size, signals)
+
+    def update_at(self, sample: int, signals: MixtureSignals) -> np.ndarray | None:
+        """The schedule's shares at ``sample``, or None when they did not change."""
+        shares = self.schedule.shares_at(check_int("sample", sample, 0))
         if self._last is not None and np.array_equal(shares, self._last):
             return None
         self._last = shares

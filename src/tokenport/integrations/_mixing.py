@@ -49,8 +49,8 @@ class ResolvingSampler:
                 batch = np.asarray(stream(position, position + gbs), dtype=np.int64)
                 if len(batch):
                     self.blend.realize(min(len(self.blend), int(batch.max()) + 1))
-            elif len(ids):  # a sampler without a global stream: its ids are taken as stream positions
-                self.blend.realize(min(len(self.blend), -(-(int(ids.max()) + 1) // gbs) * gbs))
+            else:  # a sampler without a global stream: its ids are taken as stream positions
+                self.blend.realize(min(len(self.blend), position + gbs))
             position += gbs
             datasets, samples = self.blend.locate_many(ids)
             yield list(zip(datasets.tolist(), samples.tolist()))

@@ -14,7 +14,8 @@ MaxText reads Megatron's memory-mapped stores through it. Here:
   Grain pipeline. Grain's own iterator state is one rank's position in that rank's shard, so it
   resumes on the same sharding only; tokenport's state is the count of samples all ranks consumed
   in one global stream (a ``StreamSampler``), so global batch ``b`` holds the same samples on any
-  data-parallel size and a checkpoint resumes on another size, the global batch size fixed.
+  data-parallel size and a checkpoint resumes on another size, or on another global batch size that
+  divides the samples consumed (step ``b`` reads positions ``[b * G, (b + 1) * G)``).
 
 ``GrainLoader`` follows torchtitan's ``BaseDataLoader`` contract (torchtitan/components/dataloader.py,
 a ``torch.distributed.checkpoint.stateful.Stateful``): ``state_dict()``/``load_state_dict()``,
@@ -25,8 +26,9 @@ whose state sits under a per-rank key ``dp_rank_{r}`` (and refuses another ``wor
 state is the same on every rank and sits under one key, ``tokenport``, so DCP stores it once and
 a rank of any data-parallel size finds it; ``world_size`` records the size it was saved on. The
 state document (``GrainLoaderState``) holds the global batch size and a ``StatefulLoader`` state
-(sampler and data receipt), read through the typed schema layer: a state of another dataset, seed,
-order or global batch size is a ConfigError, changing nothing. ``get_state``/``set_state`` are
+(sampler and data receipt), read through the typed schema layer: a state of another dataset, seed
+or order, or one whose position is off this loader's global-batch boundaries, is a ConfigError,
+changing nothing. ``get_state``/``set_state`` are
 Grain's iterator contract over the same document, as a JSON dict.
 """
 
@@ -257,8 +259,9 @@ class GrainLoader:
 
     def load_state_dict(self, state_dict: Mapping[str, Any], *, allow_changes: Iterable[str] = ()) -> None:
         """Resume where ``state_dict()`` was taken, on this loader's data-parallel size (any size dividing the
-        global batch); an empty dict is a fresh start (torchtitan's contract). ConfigError, changing nothing,
-        for a state of other data, seed, order or global batch size (``allow_changes``: as
+        global batch) and global batch (any dividing the samples consumed); an empty dict is a fresh start
+        (torchtitan's contract). ConfigError, changing nothing, for a state of other data, seed or order, or
+        at a position off this loader's global-batch boundaries (``allow_changes``: as
         ``StatefulLoader.load_state_dict``)."""
         if isinstance(state_dict, Mapping) and not state_dict:
             return
@@ -293,11 +296,14 @@ class GrainLoader:
             remedy="pass the state a GrainLoader over the same data saved, unedited",
             error=ConfigError,
         )
-        if document.global_batch_size != self.global_batch_size:
+        consumed = document.loader.sampler.get("consumed_samples")  # typed by the loader below when no int
+        if is_int(consumed) and consumed % self.global_batch_size:  # another global batch: on its own boundaries
             raise ConfigError(
-                f"state global_batch_size={document.global_batch_size} but this loader's is "
-                f"{self.global_batch_size}: the global stream is cut into global batches of the saved size; "
-                f"build the GrainLoader with global_batch_size={document.global_batch_size}"
+                f"state global_batch_size={document.global_batch_size} at consumed_samples={consumed}, but this "
+                f"loader's global_batch_size={self.global_batch_size} does not divide {consumed}: its step b reads "
+                f"stream positions [b * {self.global_batch_size}, (b + 1) * {self.global_batch_size}), so it resumes "
+                f"only on a boundary of its global batch; build the GrainLoader with a global_batch_size dividing "
+                f"{consumed} (the saved {document.global_batch_size} does), or resume with a StatefulLoader"
             )
         self._loader.load_state_dict(to_builtins(document.loader), allow_changes=allow_changes)
 

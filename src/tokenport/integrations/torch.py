@@ -257,27 +257,46 @@ class StatefulLoader:
 
     def update_mixture(self, signals: MixtureSignals) -> int | None:
         """Ask the controller for weights at the current step; apply them (``set_mixture``) when it gives some.
-        Returns the first sample they apply to, or None when the controller keeps the weights."""
+        Returns the first sample they apply to, or None when the controller keeps the weights. A controller
+        with ``update_at(sample, signals)`` (``ScheduleController``) is asked at the consumed sample itself,
+        so its weights do not depend on the global batch (a resume may change it)."""
         if self.controller is None:
             raise ConfigError("update_mixture: this loader has no controller; pass controller= or call set_mixture")
-        step = self.consumed_samples // global_batch_size(self.sampler)
-        weights = self.controller.update(step, signals)
+        at_sample = getattr(self.controller, "update_at", None)
+        if callable(at_sample):
+            weights = at_sample(self.consumed_samples, signals)
+        else:
+            weights = self.controller.update(self.consumed_samples // global_batch_size(self.sampler), signals)
         return None if weights is None else self.set_mixture(weights)
 
-    def set_mixture(self, weights: Sequence[float] | Any) -> int:
-        """Blend by ``weights`` from the first sample the loader has not yet resolved (deterministic given
-        ``num_workers`` and ``prefetch_factor``); returns that sample. Needs an AdaptiveBlend."""
+    def set_mixture(self, weights: Sequence[float] | Any, from_sample: int | None = None) -> int:
+        """Blend by ``weights`` from ``from_sample`` (ConfigError, changing nothing, for a sample already
+        handed over or resolved), by default from the first sample the loader has not yet handed over,
+        resolved nor given weights: the frontier (deterministic given ``num_workers`` and
+        ``prefetch_factor``), the position (a resumed blend has resolved nothing yet) or a later pending
+        update's sample, whose weights these replace (a resume on fewer workers restores updates past its
+        frontier); returns that sample. Needs an AdaptiveBlend."""
         if not isinstance(self.dataset, AdaptiveBlend):
             raise ConfigError(
                 f"set_mixture: the dataset is a {type(self.dataset).__name__}; weights change while training "
                 "over an AdaptiveBlend only"
             )
-        start = self.dataset.frontier
-        self.dataset.set_weights(weights, start)
+        blend = self.dataset
+        handed = min(self.consumed_samples, len(blend))  # the blend's samples handed over (read in order)
+        if from_sample is None:
+            start = max(blend.frontier, blend.last_update_sample, handed)
+        else:
+            start = check_int("from_sample", from_sample, 0)
+            if start < handed:  # a resumed blend has realized nothing: set_weights alone would take it
+                raise ConfigError(
+                    f"from_sample={start}: the loader has handed samples up to {handed} over already; "
+                    f"apply the weights from sample {handed} or later"
+                )
+        blend.set_weights(weights, start)
         if live.recorder is not None:  # metrics on: the shares of what the trainer has been handed so far
-            handed = min(self.consumed_samples, self.dataset.frontier)
-            if handed:
-                record_mixture(self.dataset.target_shares(handed), self.dataset.realized_shares(handed))
+            shown = min(handed, blend.frontier)
+            if shown:
+                record_mixture(blend.target_shares(shown), blend.realized_shares(shown))
             record_weight_update()
         return start
 

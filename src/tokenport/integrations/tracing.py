@@ -3,10 +3,12 @@
 A loader state (``StatefulLoader.state_dict()``) holds the sampler's configuration and the data
 receipt; the order of the samples is a pure function of them, so no per-step log is needed. Step
 ``N`` is the ``N``-th batch handed to the trainer, counted from 0, in the state's global batch
-(``micro_batch_size * data_parallel_size``; a run that changed its global batch midway counts its
-earlier steps in the batch it was saved with). Its global sample ids come from the sampler built
-from its state at ``N`` global batches consumed; each sample's lineage from the dataset, rebuilt
-from the receipt (``rebuild.rebuild_dataset``) or given and checked against the receipt.
+(``micro_batch_size * data_parallel_size``), handed over where the state's certificate says: a run
+resumed on another global batch (at any position) goes on from there in the new batch, so a state
+saved after that traces its steps since the resume and refuses the earlier ones (trace those with a
+state saved before it). Its global sample ids come from the sampler built from its state at that
+position; each sample's lineage from the dataset, rebuilt from the receipt
+(``rebuild.rebuild_dataset``) or given and checked against the receipt.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.base import Rebuilder, SampleDataset
 from ..samples.lineage import SampleLineage
-from ..sampling.state import read_loader_state, read_sampler_state
+from ..sampling.state import Certificate, read_loader_state, read_sampler_state
 from .rebuild import check_same_data, rebuild_verified
 from .receipt import DataReceipt, check_state_agrees
 from .samplers import sampler_from_state
@@ -193,7 +195,10 @@ def _trace(
     state: Any, step: int, rank: int | None, dataset: Any, rebuilder: Rebuilder, detokenize: bool
 ) -> tuple[str, list[SampleTrace]]:
     source, state, dataset = resolve_state(state, dataset, rebuilder)
-    ids = step_sample_ids(state["sampler"], step, rank, dataset)
+    certificate = read_loader_state(state, source).certificate
+    ids = step_sample_ids(
+        state["sampler"], step, rank, dataset, certificate if isinstance(certificate, Certificate) else None
+    )
     texts = _Texts(dataset) if detokenize else None
     removed = _removed(state, dataset)
     traced = []
@@ -262,17 +267,21 @@ def resolve_state(state: Any, dataset: Any, rebuilder: Rebuilder) -> tuple[str, 
 
 
 def step_sample_ids(
-    sampler_state: Mapping[str, Any], step: int, rank: int | None, dataset: Any
+    sampler_state: Mapping[str, Any], step: int, rank: int | None, dataset: Any, certificate: Certificate | None = None
 ) -> dict[int, list[int]]:
     """rank -> the global sample ids of its micro-batch at step ``step``, from a sampler state; ConfigError
-    for a step at or past the steps the state had consumed (the run had not trained on it)."""
+    for a step at or past the steps the state had consumed (the run had not trained on it). With the state's
+    ``certificate`` whose segment began off this global batch's grid (a resume on another global batch), a
+    step of the segment is read where the certificate says it was handed over, and an earlier one refused."""
     read_sampler_state(sampler_state, "state['sampler']")  # a tokenport sampler's state, every field typed
     step = check_int("step", step, 0)
     mbs = check_int("state['sampler']['micro_batch_size']", sampler_state["micro_batch_size"], 1)
     size = check_int("state['sampler']['data_parallel_size']", sampler_state["data_parallel_size"], 1)
     consumed = check_int("state['sampler']['consumed_samples']", sampler_state["consumed_samples"], 0)
     gbs = mbs * size
-    taken = -(-consumed // gbs)
+    off_grid = certificate is not None and segment_start(certificate, gbs) is not None
+    taken = certificate.steps if off_grid and certificate is not None else -(-consumed // gbs)
+    position = _certified_position(certificate, step, gbs) if off_grid and certificate is not None else step * gbs
     if step >= taken:
         raise ConfigError(
             f"step={step}: the state was saved after {taken} step(s) (consumed_samples={consumed}, global batch "
@@ -286,10 +295,34 @@ def step_sample_ids(
     out = {}
     for r in range(size) if rank is None else (int(rank),):
         sampler = sampler_from_state(sampler_state, r, dataset)
-        sampler.consumed_samples = step * gbs
+        sampler.consumed_samples = position
         batch = next(iter(sampler), None)
         out[r] = [] if batch is None else [int(i) for i in batch]
     return out
+
+
+def segment_start(certificate: Certificate | None, gbs: int) -> tuple[int, int] | None:
+    """(step, consumed samples) where the certificate's segment began when a resume began it (step > 0) off the
+    grid of global batch ``gbs`` (the run changed its global batch there), else None: steps are on the grid."""
+    if certificate is None or certificate.since == 0 or not certificate.runs:
+        return None
+    since, consumed = (int(value) for value in certificate.runs[0])
+    return None if (since, consumed) == (certificate.since, certificate.since * gbs) else (since, consumed)
+
+
+def _certified_position(certificate: Certificate, step: int, gbs: int) -> int:
+    """The position step ``step`` was handed over at, by a certificate whose segment began off the grid of
+    ``gbs`` (a resume on another global batch): from its runs; ConfigError for a step before the segment."""
+    runs = certificate.runs
+    if step < certificate.since:
+        raise ConfigError(
+            f"step={step}: the state's certificate begins its segment at step {certificate.since} (consumed_samples="
+            f"{runs[0][1]}), where the run was resumed on another global batch or position, so step {step} was cut "
+            f"from another global batch than this state's {gbs}; trace it with a state saved before step "
+            f"{certificate.since}"
+        )
+    start, consumed = next(((s, c) for s, c in reversed(runs) if s <= step), runs[0])
+    return consumed + (step - start) * gbs
 
 
 class _Texts:

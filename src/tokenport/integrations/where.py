@@ -27,8 +27,9 @@ from ..errors import ConfigError
 from ..indexed import IndexedDataset
 from ..samples.base import Rebuilder, SampleDataset
 from ..sampling.inverse import epoch_length, invertible, stream_positions
+from ..sampling.state import Certificate, read_loader_state
 from .samplers import sampler_from_state
-from .tracing import _collect_stores, resolve_state
+from .tracing import _collect_stores, resolve_state, segment_start
 
 if TYPE_CHECKING:
     from .where_identifiers import IdentifiedReport
@@ -239,26 +240,50 @@ def _occurrences(
     mbs, size = int(sampler_state["micro_batch_size"]), int(sampler_state["data_parallel_size"])
     gbs = mbs * size
     sampler = sampler_from_state(sampler_state, 0, dataset)
-    taken = -(-int(sampler_state["consumed_samples"]) // gbs)
     replayed = not invertible(sampler)  # a sampler registered from outside: its steps are replayed
+    certificate = read_loader_state(state, source).certificate
+    certified = None if replayed or not isinstance(certificate, Certificate) else certificate
+    grid = segment_start(certified, gbs)
+    since, first = (0, 0) if grid is None else grid  # step `since` began at position `first`, on this grid on
+    taken = -(-int(sampler_state["consumed_samples"]) // gbs)
+    if grid is not None and certified is not None:
+        taken = certified.steps
     one_pass = int(sampler_state["total_samples"]) if replayed else epoch_length(sampler)
-    planned = max(-(-one_pass // gbs), taken)
+    planned = max(since + -(-max(0, one_pass - first) // gbs), taken)
     if up_to_step is not None and check_int("up_to_step", up_to_step, 0) >= planned:
         raise ConfigError(
             f"up_to_step={up_to_step}: the planned run has {planned} step(s) (steps 0 to {planned - 1}; "
             f"{taken} trained); pass a step below {planned}, or leave it out for the whole planned run"
         )
     covered = planned if up_to_step is None else int(up_to_step) + 1
+    if covered <= since:
+        raise ConfigError(
+            f"up_to_step={up_to_step}: this state's steps from {since} on follow a resume on another global batch "
+            f"(at consumed_samples={first}); ask `where` of a state saved before step {since} for earlier steps"
+        )
     rows = [_rows(dataset, prefix, d) for d in asked]
     samples = np.unique(np.concatenate([r[1] for r in rows])) if rows else np.empty(0, np.int64)
     if replayed:
         which, positions = _replay(sampler_state, dataset, samples, covered, size, mbs)
     else:
-        which, positions = stream_positions(sampler, samples, covered * gbs)
+        which, positions = stream_positions(sampler, samples, first + (covered - since) * gbs)
+        if grid is not None:
+            _refuse_before(positions, since, first, asked)
+    positions = positions - first + since * gbs  # on this global batch's grid from step `since`
     places = _places(rows, samples[which], positions, gbs, mbs, taken)
     removed = _removed_steps(state, dataset, prefix, asked)
     places = _untrained_after_removal(places, removed)
     return WhereReport(source, prefix, tuple(asked), taken, covered, replayed, places, tuple(sorted(removed.items())))
+
+
+def _refuse_before(positions: np.ndarray, since: int, first: int, asked: Sequence[int]) -> None:
+    """ConfigError when a document was read before a resume on another global batch began the state's segment."""
+    if len(positions) and int(positions.min()) < first:
+        raise ConfigError(
+            f"documents {list(asked)}: read at stream position {int(positions.min())}, before step {since} "
+            f"(consumed_samples={first}), where the run resumed on another global batch, so this state does not "
+            f"know that step's layout; ask `where` of a state saved before step {since} for those steps"
+        )
 
 
 def _find_store(dataset: Any, name: str, moves: Mapping[str, str]) -> tuple[str, IndexedDataset]:
