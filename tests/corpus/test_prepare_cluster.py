@@ -48,13 +48,13 @@ def dawdle():
 
 
 def _corpus(tmp_path: pathlib.Path) -> list[str]:
-    """Three jsonl inputs (one gzip, cut into chunks), about 16 units of 100 kB, with duplicates across them."""
+    """Three jsonl inputs (one gzip, cut into chunks), about 16 units of 60 kB, with duplicates across them."""
     import gzip
 
     rng = np.random.default_rng(31)
     words = [f"w{k}" for k in range(3000)]
-    texts = [" ".join(rng.choice(words, 60)) for _ in range(4000)]
-    parts = (texts[:1300], texts[1300:2600], texts[2600:] + texts[:40])
+    texts = [" ".join(rng.choice(words, 60)) for _ in range(2400)]
+    parts = (texts[:800], texts[800:1600], texts[1600:] + texts[:40])
     lines = ["".join(json.dumps({"text": t, "id": f"d{i}"}) + "\n" for i, t in enumerate(part)) for part in parts]
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz", tmp_path / "c.jsonl"]
     paths[0].write_text(lines[0])
@@ -63,7 +63,7 @@ def _corpus(tmp_path: pathlib.Path) -> list[str]:
     return [str(p) for p in paths]
 
 
-_OPTIONS = {"steps": [{"step": "exact_dedup"}, {"step": "dawdle", "pause": 0.001}], "unit_bytes": 100_000}
+_OPTIONS = {"steps": [{"step": "exact_dedup"}, {"step": "dawdle", "pause": 0.001}], "unit_bytes": 60_000}
 
 
 def _files(directory: str) -> dict[str, bytes]:
@@ -92,7 +92,8 @@ def _comparable(data: dict) -> dict:
 class _Watch(threading.Thread):
     """Watches the worker nodes' processes (by their TOKENPORT_TEST_NODE) through /proc: which unit each
     writes (an open ``.unit-N.bin.PID...tmp``), and any file they open under `forbidden`. Kills the node
-    writing the `kill_at`-th unit seen (None: none) while that unit is being written."""
+    writing the `kill_at`-th unit seen, or the first after it on a living node (None: none), while that
+    unit is being written; never the last node alive."""
 
     _UNIT = re.compile(r"\.(unit-\d+-[0-9a-f]+)\.bin\.\d+\.")
 
@@ -105,6 +106,7 @@ class _Watch(threading.Thread):
         self.touched: set[str] = set()
         self.stop = threading.Event()
         self._owner: dict[int, str | None] = {}
+        self.lock = threading.Lock()  # one kill at a time (the driver kills too)
 
     def _node_of(self, pid: int) -> str | None:
         if pid not in self._owner:
@@ -141,9 +143,11 @@ class _Watch(threading.Thread):
                 if match is None or match.group(1) in self.units:
                     continue
                 self.units.append(match.group(1))
-                if self.killed is None and len(self.units) - 1 == self.kill_at:
-                    self.killed = (node, match.group(1))
-                    self.nodes.kill(self.by_name[node])
+                if self.killed is None and len(self.units) - 1 >= self.kill_at:
+                    with self.lock:
+                        if self.by_name[node].alive and len(self.nodes.alive) > 1:
+                            self.killed = (node, match.group(1))
+                            self.nodes.kill(self.by_name[node])
 
     def __enter__(self) -> _Watch:
         self.start()
@@ -161,14 +165,14 @@ def test_prepare_survives_a_node_killed_mid_unit(ray_session, ray_nodes, dawdle,
     expected = _files(out)
     shutil.rmtree(out)
     assert local.units >= 12
-    for _ in range(3):
+    for _ in range(2):
         ray_nodes.add(cpus=1, resources=_PREP)
     kill_at = random.Random(3101).randrange(2, local.units // 2)  # a seeded unit, among the first half
     config = PrepareConfig(inputs, out, executor="ray", ray_resources=_PREP, **_OPTIONS)
     with _Watch(ray_nodes, kill_at) as watch:
         on_ray = prepare(config)
     assert watch.killed is not None, f"no unit was seen being written ({watch.units})"
-    assert len(ray_nodes.alive) == 2
+    assert len(ray_nodes.alive) == 1
     assert on_ray.units == local.units and on_ray.documents == local.documents and on_ray.steps == local.steps
     _assert_same_output(_files(out), expected)
 
@@ -202,3 +206,83 @@ def test_bad_ray_resources_are_refused(tmp_path):
     config = PrepareConfig(["x.jsonl"], str(tmp_path / "o"), executor="ray", ray_resources={"b": 2, "a": 1})
     assert config.ray_resources == {"a": 1.0, "b": 2.0} and config.to_dict()["ray_resources"] == {"a": 1.0, "b": 2.0}
     assert "ray_resources" not in PrepareConfig(["x.jsonl"], str(tmp_path / "o")).to_dict()  # manifests as before
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch, tmp_path):
+    """s3:// goes to the session's moto server; the staging directory is under tmp_path/cache."""
+    import s3fs
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / "cache"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _objects(s3, prefix: str) -> dict[str, bytes]:
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=prefix).get("Contents", [])
+    return {
+        o["Key"][len(prefix) :]: s3.client.get_object(Bucket=s3.bucket, Key=o["Key"])["Body"].read() for o in listed
+    }
+
+
+def _kill_holder_of_first_result(ray, nodes, watch, monkeypatch) -> dict:
+    """Make the driver's ``ray.wait`` kill the node holding the first finished unit's result (in that
+    node's object store, not yet fetched), before the executor gets it: Ray must make it again."""
+    wait, lost = ray.wait, {}
+    by_id = {node.node_id: node for node in nodes.added}
+
+    def wait_then_kill(refs, *args, **kwargs):
+        ready, rest = wait(refs, *args, **kwargs)
+        if not lost and ready:
+            where = ray.experimental.get_object_locations(ready).get(ready[0], {})
+            holders = [by_id[n] for n in where.get("node_ids", []) if n in by_id]
+            with watch.lock:
+                if holders and holders[0].alive and len(nodes.alive) > 1:
+                    lost.update(node=holders[0].name, size=where["object_size"])
+                    nodes.kill(holders[0])
+        return ready, rest
+
+    monkeypatch.setattr(ray, "wait", wait_then_kill)
+    return lost
+
+
+def test_prepare_to_s3_survives_node_loss_without_a_shared_filesystem(
+    ray_session, ray_nodes, dawdle, s3_env, tmp_path, monkeypatch
+):
+    inputs, url, key = _corpus(tmp_path), f"s3://{s3_env.bucket}/cluster-out", "cluster-out/"
+    local = prepare(PrepareConfig(inputs, url, workers=2, **_OPTIONS))
+    expected = _objects(s3_env, key)
+    for name in expected:
+        s3_env.client.delete_object(Bucket=s3_env.bucket, Key=key + name)
+    nodes = [ray_nodes.add(cpus=1, resources=_PREP) for _ in range(3)]
+    kill_at = random.Random(3102).randrange(2, local.units // 2)
+    config = PrepareConfig(inputs, url, executor="ray", ray_resources=_PREP, **_OPTIONS)
+    with _Watch(ray_nodes, kill_at, forbidden=(str(tmp_path / "cache"),)) as watch:
+        lost = _kill_holder_of_first_result(ray_session, ray_nodes, watch, monkeypatch)
+        on_ray = prepare(config)
+    assert watch.killed is not None and lost and lost["size"] > 100_000, (watch.killed, lost)
+    assert [node.name for node in ray_nodes.alive] == [
+        n.name for n in nodes if n.name not in (lost["node"], watch.killed[0])
+    ]
+    assert on_ray.units == local.units and on_ray.documents == local.documents
+    _assert_same_output(_objects(s3_env, key), expected)
+    assert not watch.touched, watch.touched  # no node opened a file of the driver's staging directory
+    for node in ray_nodes.alive:  # and no unit's directory is left in the scratch of a node
+        assert not [name for name in os.listdir(node.scratch) if name.startswith("tokenport-unit-")]
+
+
+def _fails() -> None:
+    raise RuntimeError("boom")
+
+
+def test_a_task_ray_cannot_finish_is_a_tokenport_error(ray_session):
+    from tokenport.corpus.run.ray_executor import RayExecutor
+
+    with RayExecutor(tp.load_tokenizer("byte")) as executor:
+        ref = executor._remote(_fails).remote()
+        with pytest.raises(
+            tp.TokenportError, match=r"preparing unit-7: its Ray task failed \(RuntimeError: boom; .*rerun"
+        ):
+            executor._get(ref, "preparing unit-7")

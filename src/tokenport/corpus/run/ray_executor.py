@@ -164,10 +164,13 @@ class RayExecutor:
         try:
             return self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            cause = getattr(exc, "cause", None)  # what a task raised, without Ray's traceback
+            error = cause if isinstance(cause, BaseException) else exc
+            reason = (str(error).strip().splitlines() or [""])[0]
             raise TokenportError(
-                f"{what}: its Ray task failed after {RETRIES} retries ({type(exc).__name__}: {reason}); check the "
-                "cluster's nodes, then rerun the same command to resume (finished units are kept)"
+                f"{what}: its Ray task failed ({type(error).__name__}: {reason}; a task is run again up to "
+                f"{RETRIES} times when its worker or node dies); check the cluster's nodes, then rerun the same "
+                "command to resume (finished units are kept)"
             ) from None
 
     def __exit__(self, *exc: object) -> None:
