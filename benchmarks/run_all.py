@@ -93,6 +93,7 @@ NOT_RUN = {
     "bench_stream_order": 'StreamSampler order="feistel" vs order="random": tokenport against itself',
     "bench_identifiers": "what keeping identifiers costs prepare and the identifier index's speed: no goal",
     "bench_takedown": "what masking removed documents adds to each handed batch: no peer, no goal",
+    "bench_prepare_cluster": "prepare on 1 Ray node against 3, with and without a node killed: no peer, no goal",
 }
 
 

@@ -286,3 +286,20 @@ def test_a_task_ray_cannot_finish_is_a_tokenport_error(ray_session):
             tp.TokenportError, match=r"preparing unit-7: its Ray task failed \(RuntimeError: boom; .*rerun"
         ):
             executor._get(ref, "preparing unit-7")
+
+
+def test_ray_resources_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tokenport.corpus.run.config import parse_resources
+
+    assert parse_resources("prep=1, big_box=0.5") == {"prep": 1.0, "big_box": 0.5}
+    config = PrepareConfig.from_options("x.jsonl", str(tmp_path / "o"), executor="ray", ray_resources={"prep": 1})
+    assert config.ray_resources == {"prep": 1.0}
+    refused = subprocess.run(
+        [sys.executable, "-m", "tokenport", "prepare", "x.jsonl", "-o", str(tmp_path / "o"), "--ray-resources", "prep"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "--ray-resources" in refused.stderr, refused.stderr
