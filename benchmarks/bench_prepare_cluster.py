@@ -13,8 +13,8 @@ CPUs (the driver only) and worker nodes, each with its own raylet, object store 
   cannot finish otherwise).
 
 Every output is checked byte for byte equal to the first case's (parts and provenance). Figures are
-documents/s and input MB/s of each whole run (start to finished output); the baseline column is the
-fault-free 1-node run.
+documents/s and seconds of each whole run (start to finished output; input MB/s printed below the
+table); the baseline column ("1x3") is the fault-free 1-node run.
 
     python benchmarks/bench_prepare_cluster.py                 # 48 MB, about 1-3 minutes per case
     python benchmarks/bench_prepare_cluster.py --quick         # 6 MB
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -76,26 +77,43 @@ class Nodes:
 
 
 def run_case(cluster, case: tuple, corpus: Path, tokenizer: Path, output: str, unit_mb: int, kill_after: float):
-    """Seconds for `case` from an empty output, and the output's files; kills at `kill_after` s if asked."""
+    """Seconds for `case` from an empty output, and the output's files. The run goes on a thread, so
+    that this (main) thread can kill a node at `kill_after` s and start its replacement (Ray starts
+    nodes only from the main thread)."""
     name, cpus, count, kill, replace = case
+    shutil.rmtree(output, ignore_errors=True)  # from an empty output (a finished one would be reused)
     nodes = Nodes(cluster, cpus)
     for _ in range(count):
         nodes.add()
     config = PrepareConfig([str(corpus)], output, tokenizer=f"hf:{tokenizer}", executor="ray", unit_bytes=unit_mb << 20)
-    timer = threading.Timer(kill_after, nodes.kill, args=(replace,)) if kill else None
+    outcome: dict = {}
+    worker = threading.Thread(target=lambda: outcome.update(result=_prepared(config)))
     try:
         started = time.perf_counter()
-        if timer is not None:
-            timer.start()
-        result = prepare(config)
+        worker.start()
+        if kill:
+            worker.join(kill_after)
+            if not worker.is_alive():
+                print(f"  {name}: finished before the kill at {kill_after:.1f} s; use a larger --size-mb")
+            nodes.kill(replace)
+        worker.join()
         seconds = time.perf_counter() - started
     finally:
-        if timer is not None:
-            timer.cancel()
-            timer.join()
+        worker.join()
         nodes.close()
+    result = outcome["result"]
+    if isinstance(result, BaseException):
+        raise result
     print(f"  {name}: {seconds:.1f} s, {result.units} units, {result.documents:,} documents", flush=True)
     return seconds, _outputs(output)
+
+
+def _prepared(config: PrepareConfig):
+    """prepare's result, or the exception it raised (to be raised on the main thread)."""
+    try:
+        return prepare(config)
+    except BaseException as exc:  # noqa: BLE001  (handed to the main thread)
+        return exc
 
 
 def main() -> None:
@@ -137,8 +155,10 @@ def main() -> None:
         for name, seconds in times.items():
             case = f"{megabytes:,.0f} MB, {documents:,} docs"
             rows.append(Row(f"prepare on Ray: {name}", case, "docs/s", documents / seconds, documents / base, "1x3"))
-            rows.append(Row(f"prepare on Ray: {name}", case, "MB/s", megabytes / seconds, megabytes / base, "1x3"))
+            rows.append(Row(f"prepare on Ray: {name}", case, "s", seconds, base, "1x3", lower_is_better=True))
         print_table(rows)
+        for name, seconds in times.items():
+            print(f"  {name}: {documents / seconds:,.0f} documents/s, {megabytes / seconds:,.2f} MB/s")
         print("  outputs identical in every case (parts and provenance, byte for byte)")
 
 

@@ -102,6 +102,7 @@ class _Watch(threading.Thread):
         self.nodes, self.kill_at, self.forbidden = nodes, kill_at, forbidden
         self.by_name = {node.name: node for node in nodes.added}
         self.units: list[str] = []  # in the order first seen
+        self.writers: dict[str, set[str]] = {}  # the nodes seen writing each unit
         self.killed: tuple[str, str] | None = None  # (node, unit being written there)
         self.touched: set[str] = set()
         self.stop = threading.Event()
@@ -140,7 +141,10 @@ class _Watch(threading.Thread):
                 if self.forbidden and path.startswith(self.forbidden):
                     self.touched.add(path)
                 match = self._UNIT.search(os.path.basename(path))
-                if match is None or match.group(1) in self.units:
+                if match is None:
+                    continue
+                self.writers.setdefault(match.group(1), set()).add(node)
+                if match.group(1) in self.units:
                     continue
                 self.units.append(match.group(1))
                 if self.killed is None and len(self.units) - 1 >= self.kill_at:
@@ -172,6 +176,8 @@ def test_prepare_survives_a_node_killed_mid_unit(ray_session, ray_nodes, dawdle,
     with _Watch(ray_nodes, kill_at) as watch:
         on_ray = prepare(config)
     assert watch.killed is not None, f"no unit was seen being written ({watch.units})"
+    node, unit = watch.killed
+    assert len(watch.writers[unit] - {node}) == 1  # the unit killed mid-write was written again elsewhere
     assert len(ray_nodes.alive) == 1
     assert on_ray.units == local.units and on_ray.documents == local.documents and on_ray.steps == local.steps
     _assert_same_output(_files(out), expected)
@@ -263,6 +269,7 @@ def test_prepare_to_s3_survives_node_loss_without_a_shared_filesystem(
         lost = _kill_holder_of_first_result(ray_session, ray_nodes, watch, monkeypatch)
         on_ray = prepare(config)
     assert watch.killed is not None and lost and lost["size"] > 100_000, (watch.killed, lost)
+    assert watch.writers[watch.killed[1]] - {watch.killed[0]}  # the unit killed mid-write was written again
     assert [node.name for node in ray_nodes.alive] == [
         n.name for n in nodes if n.name not in (lost["node"], watch.killed[0])
     ]
