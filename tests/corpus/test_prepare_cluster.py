@@ -310,3 +310,15 @@ def test_ray_resources_from_the_command_line(tmp_path):
         text=True,
     )
     assert refused.returncode == 2 and "--ray-resources" in refused.stderr, refused.stderr
+
+
+def _refuses() -> None:
+    raise tp.CorruptStoreError("keys.npy: damaged; delete it")
+
+
+def test_a_tokenport_error_a_task_raises_comes_back_as_itself(ray_session):
+    from tokenport.corpus.run.ray_executor import RayExecutor
+
+    with RayExecutor(tp.load_tokenizer("byte")) as executor:
+        with pytest.raises(tp.CorruptStoreError, match=r"^keys.npy: damaged; delete it$"):
+            executor._get(executor._remote(_refuses).remote(), "the pairs of band 3")

@@ -165,6 +165,8 @@ class RayExecutor:
             return self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None)  # what a task raised, without Ray's traceback
+            if isinstance(cause, TokenportError):  # a band's error (a unit's comes back as a _Failure)
+                raise cause from None
             error = cause if isinstance(cause, BaseException) else exc
             reason = (str(error).strip().splitlines() or [""])[0]
             raise TokenportError(
