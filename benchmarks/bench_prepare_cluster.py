@@ -16,7 +16,7 @@ Every output is checked byte for byte equal to the first case's (parts and prove
 documents/s and seconds of each whole run (start to finished output; input MB/s printed below the
 table); the baseline column ("1x3") is the fault-free 1-node run.
 
-    python benchmarks/bench_prepare_cluster.py                 # 48 MB, about 1-3 minutes per case
+    python benchmarks/bench_prepare_cluster.py                 # 128 MB, about 30-60 s per case
     python benchmarks/bench_prepare_cluster.py --quick         # 6 MB
 """
 
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--unit-mb", type=int, default=1)
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
-    size_mb = args.size_mb or (6 if args.quick else 48)
+    size_mb = args.size_mb or (6 if args.quick else 128)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
     from ray.cluster_utils import Cluster
