@@ -79,8 +79,8 @@ def _files(directory: str) -> dict[str, bytes]:
 def _comparable(data: dict) -> dict:
     """The run manifest without what legitimately differs between two runs: when it was created, how
     long stages took (``stages``, ``unit_stages``, each step's ``time_ms``) and how the work was done
-    (the config's executor, workers, ray_address and ray_resources)."""
-    for key in ("executor", "workers", "ray_address", "ray_resources"):
+    (the config's output, executor, workers, ray_address and ray_resources)."""
+    for key in ("output", "executor", "workers", "ray_address", "ray_resources"):
         data["config"].pop(key, None)
     for key in ("created", "stages", "unit_stages"):
         data.pop(key)
@@ -322,3 +322,14 @@ def test_a_tokenport_error_a_task_raises_comes_back_as_itself(ray_session):
     with RayExecutor(tp.load_tokenizer("byte")) as executor:
         with pytest.raises(tp.CorruptStoreError, match=r"^keys.npy: damaged; delete it$"):
             executor._get(executor._remote(_refuses).remote(), "the pairs of band 3")
+
+
+def test_a_compressed_inputs_parts_are_the_same_wherever_the_output_is(tmp_path):
+    """Unit names (and so the parts' fingerprints) once held the decompressed chunks' paths under the
+    output: two runs into two directories differed in every part made from a compressed input."""
+    inputs = _corpus(tmp_path)[1:2]  # the gzip one, decompressed into chunks under OUTPUT/.work/
+    options = {"unit_bytes": 60_000, "workers": 1}
+    first = prepare(PrepareConfig(inputs, str(tmp_path / "first"), **options))
+    second = prepare(PrepareConfig(inputs, str(tmp_path / "second"), **options))
+    assert first.units == second.units > 1
+    _assert_same_output(_files(second.output), _files(first.output))
