@@ -95,6 +95,7 @@ NOT_RUN = {
     "bench_takedown": "what masking removed documents adds to each handed batch: no peer, no goal",
     "bench_dock_cluster": "RayDock against TransferQueue on a 1/2/4-node Ray cluster on one machine: cluster "
     "figures (oversubscribed cores), no goal",
+    "bench_prepare_cluster": "prepare on 1 Ray node against 3, with and without a node killed: no peer, no goal",
 }
 
 

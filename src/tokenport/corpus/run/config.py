@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -24,6 +25,7 @@ SHARD_BY = ("file", "tokens")
 ON_ERROR = ("stop", "skip")
 EXECUTORS = ("local", "ray")
 INPUT_FORMATS = ("text", "chat")
+_RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 MAX_WORKERS = 1024
 """The most worker processes a local run starts (all at once, before planning): more is a typo, not a machine."""
 CHAT_FIELDS = ("chat_template", "chat_policy", "reasoning", "chat_format", "completion_only_loss")
@@ -79,7 +81,12 @@ class PrepareConfig:
     executor: "local" (worker processes on this machine) or "ray" (one task per unit on a Ray
       cluster at ``ray_address``, e.g. "auto"; a local output directory must be shared by all nodes,
       an object-store output needs no shared filesystem: tasks get and return their files through Ray).
-      The output is the same either way.
+      The output is the same either way. A task whose node dies is run again on another node (Ray
+      retries it; a finished unit whose result was lost with its node is recomputed), so a run
+      survives node loss with the same output.
+    ray_resources: custom Ray resources each unit's task needs besides its CPU, e.g. ``{"prep": 1}``:
+      units then run only on nodes that have them (worker nodes, keeping the head free for the
+      driver). None: any node with a free CPU. Only with executor="ray".
     allow_empty: accept a run that produces no documents; otherwise it raises InputDataError
       and leaves the output directory as it found it.
     format: "text" (each record's `text_key` is a document) or "chat" (each jsonl/parquet/Arrow
@@ -124,6 +131,7 @@ class PrepareConfig:
     keep_rejected: bool = False
     executor: str = "local"
     ray_address: str | None = None
+    ray_resources: Mapping[str, float] | None = None
     allow_empty: bool = False
     format: str = "text"
     chat_template: str | None = None
@@ -173,6 +181,7 @@ class PrepareConfig:
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be one of {', '.join(choices)}")
         self._check_chat()
+        self._check_ray_resources()
         for name in ("keep_rejected", "append_eod", "allow_empty", "completion_only_loss", "as_text"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{_named(name, getattr(self, name))}: must be True or False")
@@ -210,6 +219,26 @@ class PrepareConfig:
                         f"{self.format!r}; add format='chat' (--format chat) or drop it"
                     )
 
+    def _check_ray_resources(self) -> None:
+        """ray_resources: None, or names of custom resources (not CPU/GPU/memory) to positive amounts, with Ray."""
+        resources = self.ray_resources
+        if resources is None:
+            return
+        label = _named("ray_resources", resources)
+        if self.executor != "ray":
+            raise ConfigError(f"{label}: places Ray tasks; add executor='ray' (--executor ray) or drop it")
+        if not isinstance(resources, Mapping) or not resources:
+            raise ConfigError(f"{label}: give a mapping of resource names to amounts, e.g. {{'prep': 1}}, or None")
+        for name, amount in resources.items():
+            if not isinstance(name, str) or not name or name in _RAY_BUILTIN_RESOURCES:
+                raise ConfigError(
+                    f"{label}: {name!r} is no custom resource name; name one your nodes declare "
+                    f"(not {', '.join(_RAY_BUILTIN_RESOURCES)}: a unit takes one CPU)"
+                )
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 < amount < math.inf:
+                raise ConfigError(f"{label}: the amount of {name!r} must be a positive number, not {amount!r}")
+        object.__setattr__(self, "ray_resources", {name: float(resources[name]) for name in sorted(resources)})
+
     @classmethod
     def from_options(cls, inputs: Sequence[str] | str | os.PathLike, output: str, **options: Any) -> PrepareConfig:
         """A config from settings by name, as ``tokenport prepare`` builds one from its flags: the
@@ -226,6 +255,8 @@ class PrepareConfig:
             del data["as_text"]
         if self.id_field == "id":  # likewise for the default identifier field
             del data["id_field"]
+        if self.ray_resources is None:  # likewise without Ray resources
+            del data["ray_resources"]
         return data
 
     def output_settings(self, tokenizer_identity: dict[str, Any], chat: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -311,6 +342,16 @@ _OWN = (
     (
         "ray_address",
         PrepareOption("--address", "Ray cluster address for --executor ray (e.g. auto)", metavar="ADDRESS"),
+    ),
+    (
+        "ray_resources",
+        PrepareOption(
+            "--ray-resources",
+            "custom Ray resources each unit's task needs, NAME=AMOUNT[,NAME=AMOUNT...] (e.g. prep=1): units run "
+            "only on nodes that declare them",
+            parse=lambda text: parse_resources(text),
+            metavar="RESOURCES",
+        ),
     ),
     (
         "keep_rejected",
@@ -478,6 +519,17 @@ def load_steps(path: str | os.PathLike) -> list[dict[str, Any]]:
         return list(check_steps(data))
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+
+
+def parse_resources(text: str) -> dict[str, float]:
+    """``NAME=AMOUNT[,NAME=AMOUNT...]`` as a mapping (ValueError, which the CLI reports naming its flag)."""
+    resources: dict[str, float] = {}
+    for item in text.split(","):
+        name, equals, amount = item.strip().partition("=")
+        if not equals or not name.strip():
+            raise ValueError(f"{item!r} is not NAME=AMOUNT")
+        resources[name.strip()] = float(amount)
+    return resources
 
 
 def _named(name: str, value: Any) -> str:

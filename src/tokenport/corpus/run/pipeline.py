@@ -374,7 +374,7 @@ def _executor(config: PrepareConfig, tokenizer: Tokenizer, shared: bool) -> Exec
     """The executor ``config.executor`` names: local processes, or a Ray cluster (whose nodes share
     the output directory only if `shared`)."""
     if config.executor == "ray":
-        return RayExecutor(tokenizer, config.ray_address, shared=shared)
+        return RayExecutor(tokenizer, config.ray_address, shared=shared, resources=config.ray_resources)
     return LocalExecutor(tokenizer, config.workers)
 
 

@@ -9,6 +9,14 @@ decompressed chunk, dedup decisions, the documents an earlier keys pass kept) wi
 directory of its own node, and sends back the files it wrote, which are written into the work
 directory here; band pairs are then computed here. ``ray.init`` is called with ``address`` unless
 the caller has connected already.
+
+A node may die mid-run: Ray runs a task whose worker or node died again elsewhere (``RETRIES``
+times), and recomputes a finished task's result that was lost with its node (lineage
+reconstruction, which the same retries allow). A unit is deterministic and its files are published
+atomically under its own name (a store, then its stats), so a rerun leaves each unit's files once,
+the same bytes; a unit whose task still fails after that stops the run as a TokenportError, and a
+rerun of the command resumes it. ``resources`` (custom Ray resources each task needs) keeps units
+on the nodes that declare them.
 """
 
 from __future__ import annotations
@@ -18,12 +26,13 @@ import functools
 import glob
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..._optional import require
+from ...errors import TokenportError
 from ...tokenizers import Tokenizer, load_tokenizer, register_tokenizer
 from ..steps.dedup import band_edges
 from .executor import OnDone, OnProgress, _added_backend, _attempt, _Failure
@@ -33,6 +42,9 @@ from .worker import UnitJob, UnitRecord
 
 __all__ = ["RayExecutor"]
 
+
+RETRIES = 3
+"""How often Ray runs a unit's task again after its worker or node died (or its result was lost)."""
 
 Backends = tuple[tuple[str, Any], ...]
 """The tokenizer backend a spec names, if the driver registered it (not built in): a task registers it too."""
@@ -120,17 +132,48 @@ def _receive(work: str, outcome: UnitRecord, written: Files) -> UnitRecord:
 class RayExecutor:
     """Runs units on a Ray cluster: an ``Executor``, as ``LocalExecutor`` is."""
 
-    def __init__(self, tokenizer: Tokenizer, address: str | None = None, shared: bool = True) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        address: str | None = None,
+        shared: bool = True,
+        resources: Mapping[str, float] | None = None,
+    ) -> None:
         self._ray = require("ray", extra="ray", feature="executor='ray'")
         self.tokenizer = tokenizer
         self.address = address
         self.shared = shared
+        self.resources = dict(resources or {})
 
     def __enter__(self) -> RayExecutor:
         if not self._ray.is_initialized():
             self._ray.init(address=self.address, log_to_driver=False)
-        self._task: Any = self._ray.remote(num_cpus=1, max_retries=0)(_run_task if self.shared else _run_detached)
+        self._task: Any = self._remote(_run_task if self.shared else _run_detached)
         return self
+
+    def _remote(self, function: Any) -> Any:
+        """`function` as a Ray task of one CPU (and `resources`), run again if its worker or node dies;
+        an error it raises is never retried (a unit's errors come back as a _Failure)."""
+        return self._ray.remote(num_cpus=1, resources=self.resources, max_retries=RETRIES, retry_exceptions=False)(
+            function
+        )
+
+    def _get(self, ref: Any, what: str) -> Any:
+        """The result of `ref`, or a TokenportError naming `what` when Ray could not make it (its task
+        or its result was lost more often than ``RETRIES`` allows, or no node could run it)."""
+        try:
+            return self._ray.get(ref)
+        except self._ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None)  # what a task raised, without Ray's traceback
+            if isinstance(cause, TokenportError):  # a band's error (a unit's comes back as a _Failure)
+                raise cause from None
+            error = cause if isinstance(cause, BaseException) else exc
+            reason = (str(error).strip().splitlines() or [""])[0]
+            raise TokenportError(
+                f"{what}: its Ray task failed ({type(error).__name__}: {reason}; a task is run again up to "
+                f"{RETRIES} times when its worker or node dies); check the cluster's nodes, then rerun the same "
+                "command to resume (finished units are kept)"
+            ) from None
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -146,8 +189,9 @@ class RayExecutor:
         a shared filesystem, here, band by band."""
         if not self.shared:
             return [band_edges(key_files, band, index_file) for band in bands]
-        task = self._ray.remote(num_cpus=1, max_retries=0)(band_edges)
-        return self._ray.get([task.remote(key_files, band, index_file) for band in bands])
+        task = self._remote(band_edges)
+        refs = [task.remote(key_files, band, index_file) for band in bands]
+        return [self._get(ref, f"the pairs of band {band}") for ref, band in zip(refs, bands)]
 
     def run(self, job: UnitJob, units: Sequence[Unit], on_done: OnDone, on_progress: OnProgress | None = None) -> None:
         """Run every unit as a task, calling ``on_done`` here as each finishes; the first failure
@@ -170,7 +214,7 @@ class RayExecutor:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
                     unit = pending.pop(ref)
-                    outcome = ray.get(ref)
+                    outcome = self._get(ref, f"preparing {unit.name}")
                     if not self.shared:
                         outcome, written = outcome
                         if not isinstance(outcome, _Failure):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -99,9 +100,19 @@ def unit_size(files: Sequence[InputFile], unit_bytes: int) -> int:
 
 
 def _name(index: int, group: list[Slice], files: Sequence[InputFile]) -> str:
-    identity = [[asdict(s), files[s.file].version] for s in group]
+    """The unit's name: its index and a digest of its slices and their files' versions; a decompressed
+    chunk counts by its name under the inflate directory, so the name (and the fingerprints of the
+    parts made of the unit) is the same wherever the output or the staging directory is."""
+    identity = [[_placeless(asdict(s)), files[s.file].version] for s in group]
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return f"unit-{index:06d}-{digest}"
+
+
+def _placeless(piece: dict[str, Any]) -> dict[str, Any]:
+    """A slice's fields with its decompressed chunk's path cut to ``DIGEST/NNNNNN.jsonl``."""
+    if piece.get("inflated"):
+        piece["inflated"] = "/".join(piece["inflated"].split(os.sep)[-2:])
+    return piece
 
 
 def _slices(
