@@ -93,6 +93,7 @@ NOT_RUN = {
     "bench_stream_order": 'StreamSampler order="feistel" vs order="random": tokenport against itself',
     "bench_identifiers": "what keeping identifiers costs prepare and the identifier index's speed: no goal",
     "bench_takedown": "what masking removed documents adds to each handed batch: no peer, no goal",
+    "bench_scale_ranks": "10^4 ranks simulated in one process: exactness and memory per rank, no peer, no goal",
 }
 
 
