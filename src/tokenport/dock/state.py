@@ -355,17 +355,30 @@ class DockState(DockTable):
     def _expire(self, target: Partition, rows: np.ndarray | None = None) -> None:
         """Expire (by ``on_stale``) the written ``rows`` (default: all) that some consumer that has not
         consumed them may no longer be served, unless a consumer holds them on lease."""
+        limits = {consumer: self.staleness_limit(consumer) for consumer in self._consumers}
+        loosest = min((limit for limit in limits.values() if limit is not None), default=None)
+        if loosest is None:
+            return
         ids = np.arange(target.rows) if rows is None else rows
         first = target.version_first[ids]
+        late = (first >= 0) & (self.version - first > loosest)  # only these can be too stale for someone
+        if not late.any():  # the usual put of fresh rows: no walk over the consumers
+            return
+        ids, first = ids[late], first[late]
         stale = np.zeros(len(ids), dtype=bool)
         leased = np.zeros(len(ids), dtype=bool)
-        for consumer in self._consumers:
+        unread: set[int] = set()  # limits of consumers that consumed nothing here: one pass per limit
+        for consumer, limit in limits.items():
             if (held := target.leased.get(consumer)) is not None:
                 leased |= held[ids]
-            limit = self.staleness_limit(consumer)
             if limit is not None:
-                stale |= ~target.consumed_view(consumer)[ids] & (self.version - first > limit)
-        gone = ids[stale & (first >= 0) & ~leased]
+                if (bits := target.consumed.get(consumer)) is None:
+                    unread.add(limit)
+                else:
+                    stale |= (self.version - first > limit) & ~bits[ids]
+        for limit in unread:
+            stale |= self.version - first > limit
+        gone = ids[stale & ~leased]
         if not len(gone):
             return
         if self.on_stale == "drop":
