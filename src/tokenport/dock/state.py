@@ -355,15 +355,36 @@ class DockState(DockTable):
     def _expire(self, target: Partition, rows: np.ndarray | None = None) -> None:
         """Expire (by ``on_stale``) the written ``rows`` (default: all) that some consumer that has not
         consumed them may no longer be served, unless a consumer holds them on lease."""
+        gone = self._too_stale(target, np.arange(target.rows) if rows is None else rows)
+        if not len(gone):
+            return
+        if self.on_stale == "drop":
+            for consumer in self._consumers:
+                target.consumed_of(consumer)[gone] = True
+            target.completed[gone] = True  # settled: an append may not revive it (and count it twice)
+            target.dropped[gone] = True  # nor a put, unless it rewrites the row as a new one (check_put)
+            self.expired_dropped += len(gone)
+        else:
+            target.reset_rows(gone)
+            queued = self._requeue.setdefault(target.name, [])
+            again = np.isin(gone, np.concatenate(queued)) if queued else np.zeros(len(gone), dtype=bool)
+            if not again.all():  # a row rewritten and expired again before expired() is handed out once
+                queued.append(gone[~again].copy())
+            self.expired_requeued += len(gone)
+        self.lock.notify_all()
+
+    def _too_stale(self, target: Partition, ids: np.ndarray) -> np.ndarray:
+        """The written rows among ``ids`` (in their order) too stale for a consumer that has not consumed
+        them and leased to none. Walks the consumers only for rows past the loosest limit, and a consumer
+        that consumed nothing here only once per limit (10^3 consumers: a put of fresh rows walks none)."""
         limits = {consumer: self.staleness_limit(consumer) for consumer in self._consumers}
         loosest = min((limit for limit in limits.values() if limit is not None), default=None)
         if loosest is None:
-            return
-        ids = np.arange(target.rows) if rows is None else rows
+            return ids[:0]
         first = target.version_first[ids]
         late = (first >= 0) & (self.version - first > loosest)  # only these can be too stale for someone
-        if not late.any():  # the usual put of fresh rows: no walk over the consumers
-            return
+        if not late.any():
+            return ids[:0]
         ids, first = ids[late], first[late]
         stale = np.zeros(len(ids), dtype=bool)
         leased = np.zeros(len(ids), dtype=bool)
@@ -378,20 +399,7 @@ class DockState(DockTable):
                     stale |= (self.version - first > limit) & ~bits[ids]
         for limit in unread:
             stale |= self.version - first > limit
-        gone = ids[stale & ~leased]
-        if not len(gone):
-            return
-        if self.on_stale == "drop":
-            for consumer in self._consumers:
-                target.consumed_of(consumer)[gone] = True
-            target.completed[gone] = True  # settled: an append may not revive it (and count it twice)
-            target.dropped[gone] = True  # nor a put, unless it rewrites the row as a new one (check_put)
-            self.expired_dropped += len(gone)
-        else:
-            target.reset_rows(gone)
-            self._requeue.setdefault(target.name, []).append(gone.copy())
-            self.expired_requeued += len(gone)
-        self.lock.notify_all()
+        return ids[stale & ~leased]
 
     def _select(
         self,
