@@ -96,6 +96,9 @@ NOT_RUN = {
     "bench_dock_cluster": "RayDock against TransferQueue on a 1/2/4-node Ray cluster on one machine: cluster "
     "figures (oversubscribed cores), no goal",
     "bench_prepare_cluster": "prepare on 1 Ray node against 3, with and without a node killed: no peer, no goal",
+    "bench_scale_ranks": "10^4 ranks simulated in one process: exactness and memory per rank, no peer, no goal",
+    "bench_scale_dock": "a dock's bookkeeping at 10^5-10^7 rows x 10^3 consumers: latency and memory, no peer, no goal",
+    "bench_scale_blend": "build and reopen of a 10^5-store blend: time and memory, no peer, no goal",
 }
 
 

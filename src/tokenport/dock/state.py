@@ -148,7 +148,7 @@ class DockState(DockTable):
                 pending = target.version_first >= 0
                 if not self._consumers:
                     break
-                pending &= ~np.logical_and.reduce([target.consumed_of(c) for c in self._consumers])
+                pending &= ~np.logical_and.reduce([target.consumed_view(c) for c in self._consumers])
                 if pending.any():
                     least = int(target.version_first[pending].min())
                     oldest = least if oldest is None else min(oldest, least)
@@ -191,8 +191,7 @@ class DockState(DockTable):
             target.stamp(ids, stamp, np.zeros(1, dtype=bool))
             target.completed[row] = finished
             if not finished:
-                for consumer in self._consumers:
-                    target.consumed_of(consumer)[row] = False
+                target.unconsume(ids)
             self._expire(target, ids)
             self.lock.notify_all()
 
@@ -226,8 +225,7 @@ class DockState(DockTable):
                 target.age[pending] += 1
                 if self.max_age is not None:
                     pending = pending[target.age[pending] <= self.max_age]
-                for consumer in self._consumers:
-                    target.consumed_of(consumer)[pending] = False
+                target.unconsume(pending)
             target.completed[ids] = True
             target.completed[pending] = False
             self._expire(target, ids)
@@ -326,7 +324,7 @@ class DockState(DockTable):
             lease_id = self._next_lease
             self._next_lease += 1
             self._leases[lease_id] = Lease(request.consumer, target.name, consume, now + request.lease)
-            target.leased_of(request.consumer)[consume] = lease_id
+            target.leased_of(request.consumer)[consume] = True
         stats.rows += len(give)
         stats.batches += 1
         versions = target.version_first[give]
@@ -342,7 +340,7 @@ class DockState(DockTable):
             held = self._take_lease(lease_id)
             target = self._partitions[held.partition]
             target.consumed_of(held.consumer)[held.rows] = True
-            target.leased_of(held.consumer)[held.rows] = 0
+            target.release(held.consumer, held.rows)
             self.lock.notify_all()
 
     def nack(self, lease_id: int) -> None:
@@ -359,16 +357,7 @@ class DockState(DockTable):
     def _expire(self, target: Partition, rows: np.ndarray | None = None) -> None:
         """Expire (by ``on_stale``) the written ``rows`` (default: all) that some consumer that has not
         consumed them may no longer be served, unless a consumer holds them on lease."""
-        ids = np.arange(target.rows) if rows is None else rows
-        first = target.version_first[ids]
-        stale = np.zeros(len(ids), dtype=bool)
-        leased = np.zeros(len(ids), dtype=bool)
-        for consumer in self._consumers:
-            leased |= target.leased_of(consumer)[ids] != 0
-            limit = self.staleness_limit(consumer)
-            if limit is not None:
-                stale |= ~target.consumed_of(consumer)[ids] & (self.version - first > limit)
-        gone = ids[stale & (first >= 0) & ~leased]
+        gone = self._too_stale(target, np.arange(target.rows) if rows is None else rows)
         if not len(gone):
             return
         if self.on_stale == "drop":
@@ -379,9 +368,40 @@ class DockState(DockTable):
             self.expired_dropped += len(gone)
         else:
             target.reset_rows(gone)
-            self._requeue.setdefault(target.name, []).append(gone.copy())
+            queued = self._requeue.setdefault(target.name, [])
+            again = np.isin(gone, np.concatenate(queued)) if queued else np.zeros(len(gone), dtype=bool)
+            if not again.all():  # a row rewritten and expired again before expired() is handed out once
+                queued.append(gone[~again].copy())
             self.expired_requeued += len(gone)
         self.lock.notify_all()
+
+    def _too_stale(self, target: Partition, ids: np.ndarray) -> np.ndarray:
+        """The written rows among ``ids`` (in their order) too stale for a consumer that has not consumed
+        them and leased to none. Walks the consumers only for rows past the loosest limit, and a consumer
+        that consumed nothing here only once per limit (10^3 consumers: a put of fresh rows walks none)."""
+        limits = {consumer: self.staleness_limit(consumer) for consumer in self._consumers}
+        loosest = min((limit for limit in limits.values() if limit is not None), default=None)
+        if loosest is None:
+            return ids[:0]
+        first = target.version_first[ids]
+        late = (first >= 0) & (self.version - first > loosest)  # only these can be too stale for someone
+        if not late.any():
+            return ids[:0]
+        ids, first = ids[late], first[late]
+        stale = np.zeros(len(ids), dtype=bool)
+        leased = np.zeros(len(ids), dtype=bool)
+        unread: set[int] = set()  # limits of consumers that consumed nothing here: one pass per limit
+        for consumer, limit in limits.items():
+            if (held := target.leased.get(consumer)) is not None:
+                leased |= held[ids]
+            if limit is not None:
+                if (bits := target.consumed.get(consumer)) is None:
+                    unread.add(limit)
+                else:
+                    stale |= (self.version - first > limit) & ~bits[ids]
+        for limit in unread:
+            stale |= self.version - first > limit
+        return ids[stale & ~leased]
 
     def _select(
         self,
@@ -396,7 +416,6 @@ class DockState(DockTable):
         """``(partition, give, consume)``, None at the end, or _WAIT."""
         targets = [self.partition(partition)] if partition is not None else list(self._partitions.values())
         for target in targets:
-            leased = target.leased_of(consumer)
             request = SampleRequest(
                 consumer=consumer,
                 partition=target.name,
@@ -405,8 +424,8 @@ class DockState(DockTable):
                 group_size=self.n_samples_per_prompt,
                 eligible=target.eligible(consumer, wanted, unfinished, oldest),
                 unconsumed=target.remaining(consumer),
-                leased=int(np.count_nonzero(leased)),
-                consumed=_read_only(target.consumed_of(consumer)),
+                leased=target.leased_rows(consumer),
+                consumed=_read_only(target.consumed_view(consumer)),
                 lengths=partial(self._ragged_lengths, target),
                 versions=_read_only(target.version_first),
                 latest_versions=_read_only(target.version_last),
@@ -446,7 +465,7 @@ class DockState(DockTable):
 
     def _release(self, held: Lease) -> None:
         if held.partition in self._partitions:
-            self._partitions[held.partition].leased_of(held.consumer)[held.rows] = 0
+            self._partitions[held.partition].release(held.consumer, held.rows)
 
     def _expire_leases(self, now: float) -> None:
         expired = [lease_id for lease_id, held in self._leases.items() if held.deadline <= now]

@@ -100,7 +100,7 @@ class Partition:
         self.ragged: dict[str, _RaggedColumn] = {}
         self.ready: dict[str, np.ndarray] = {}
         self.consumed: dict[str, np.ndarray] = {}
-        self.leased: dict[str, np.ndarray] = {}  # lease id per row, 0 when not leased
+        self.leased: dict[str, np.ndarray] = {}  # True where a row is out on lease (made by a consumer's first lease)
         self.completed = np.zeros(rows, dtype=bool)  # set by puts; unfinished rollouts are False
         self.age = np.zeros(rows, dtype=np.int64)  # times a row was put unfinished
         self.dropped = np.zeros(rows, dtype=bool)  # expired as stale under "drop": settled until rewritten
@@ -119,12 +119,41 @@ class Partition:
         """The consumption bits of a consumer (created empty on first use)."""
         if consumer not in self.consumed:
             self.consumed[consumer] = np.zeros(self.rows, dtype=bool)
-            self.leased[consumer] = np.zeros(self.rows, dtype=np.int64)
         return self.consumed[consumer]
 
+    def consumed_view(self, consumer: str) -> np.ndarray:
+        """The consumption bits of a consumer to read: all False, and not kept, for one that consumed nothing
+        here (a get, even a refused one, leaves no bits behind; a claim makes them)."""
+        bits = self.consumed.get(consumer)
+        return np.zeros(self.rows, dtype=bool) if bits is None else bits
+
+    def unconsume(self, rows: np.ndarray) -> None:
+        """Give ``rows`` back to every consumer unconsumed (a consumer with no bits here has consumed none)."""
+        for bits in self.consumed.values():
+            bits[rows] = False
+
     def leased_of(self, consumer: str) -> np.ndarray:
-        self.consumed_of(consumer)
+        """The lease bits of a consumer (created empty on first use): one byte a row, and none at all
+        for a consumer that never leases (most), where a lease id per row cost eight for every consumer."""
+        if consumer not in self.leased:
+            self.leased[consumer] = np.zeros(self.rows, dtype=bool)
         return self.leased[consumer]
+
+    def leased_rows(self, consumer: str) -> int:
+        """Rows out on lease to ``consumer`` (no bits made for a consumer that never leased)."""
+        bits = self.leased.get(consumer)
+        return 0 if bits is None else int(np.count_nonzero(bits))
+
+    def consumed_rows(self, consumer: str) -> int:
+        """Rows ``consumer`` has consumed (no bits made for a consumer that never read here)."""
+        bits = self.consumed.get(consumer)
+        return 0 if bits is None else int(np.count_nonzero(bits))
+
+    def release(self, consumer: str, rows: np.ndarray) -> None:
+        """Take ``rows`` off ``consumer``'s lease (a clear since dropped its bits: nothing to take)."""
+        bits = self.leased.get(consumer)
+        if bits is not None:
+            bits[rows] = False
 
     def write(self, column: Column, rows: np.ndarray, value: np.ndarray | Packed | Padded) -> None:
         """Store a column's data for ``rows`` (already checked); readiness is flipped by the caller."""
@@ -192,7 +221,9 @@ class Partition:
     ) -> np.ndarray:
         """Rows whose ``columns`` are all ready, not consumed by ``consumer``, not leased to it,
         completed (or, with ``unfinished``, not completed), and no older than version ``oldest``."""
-        mask = ~self.consumed_of(consumer) & (self.leased_of(consumer) == 0)
+        mask = ~self.consumed_view(consumer)
+        if (held := self.leased.get(consumer)) is not None:
+            mask &= ~held
         mask &= ~self.completed if unfinished else self.completed
         if oldest is not None:
             mask &= self.version_first >= oldest
@@ -202,7 +233,7 @@ class Partition:
 
     def remaining(self, consumer: str) -> int:
         """Rows ``consumer`` has not consumed (leased ones included)."""
-        return self.rows - int(np.count_nonzero(self.consumed_of(consumer)))
+        return self.rows - self.consumed_rows(consumer)
 
     def clear(self) -> None:
         """Forget all data and bits."""

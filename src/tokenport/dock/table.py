@@ -257,8 +257,8 @@ class DockTable:
                     "rows": p.rows,
                     "bytes": self._held_bytes(p),
                     "ready": {c: int(np.count_nonzero(p.ready_of(c))) for c in self._columns},
-                    "consumed": {c: int(np.count_nonzero(p.consumed_of(c))) for c in self._consumers},
-                    "leased": {c: int(np.count_nonzero(p.leased_of(c))) for c in self._consumers},
+                    "consumed": {c: p.consumed_rows(c) for c in self._consumers},
+                    "leased": {c: p.leased_rows(c) for c in self._consumers},
                     "versions": counts(p.version_first[p.version_first >= 0]),
                 }
             return {

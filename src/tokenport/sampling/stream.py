@@ -25,7 +25,9 @@ Orders (``order=``):
 
 For ``"random"`` and ``"length_grouped"`` each rank holds one epoch's order (4 bytes a sample for
 ``"random"`` below 2^31 samples, 8 for ``"length_grouped"``), as Megatron's unsharded cyclic
-sampler does, and builds it on each epoch start and each resume (O(total_samples)).
+sampler does, and builds it on each epoch start and each resume (O(total_samples)). The ranks of
+one process share a ``"random"`` order (held while any of them holds it): 10^4 simulated ranks
+hold one epoch's order, not 10^4 copies.
 ``"sequential"`` and ``"feistel"`` hold nothing: memory O(batch), resume O(1) in the total and
 the position.
 
@@ -38,6 +40,7 @@ micro-batch is yielded, or ``advance()`` with ``auto_advance=False``) and may be
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -57,6 +60,8 @@ _FIRST_CHUNK_ROWS = 16  # ... and in the first chunk of an __iter__ (time to the
 _HASH_CHUNK = 1 << 20  # lengths hashed at a time (as int64)
 _STREAM_CHUNK = 1 << 22  # ids per array of consumed_stream
 _MAX_POSITION = 2**63 - 1  # stream positions are int64
+# "random" epoch orders by (total_samples, seed, epoch), shared by the samplers of a process while one holds it
+_SHARED_ORDERS: weakref.WeakValueDictionary[tuple[int, int, int], np.ndarray] = weakref.WeakValueDictionary()
 
 
 class StreamSampler(_PretrainingBase):
@@ -200,9 +205,7 @@ class StreamSampler(_PretrainingBase):
             if self.order == "feistel":
                 order = feistel_ids(np.arange(self.total_samples, dtype=np.int64), self.total_samples, self.seed, epoch)
             elif self.order == "random":
-                # permutation(n) is shuffle(arange(n)); int32 ids where they fit halve the memory, same order
-                order = np.arange(self.total_samples, dtype=np.int32 if self.total_samples < 2**31 else np.int64)
-                np.random.default_rng([self.seed, epoch]).shuffle(order)
+                order = _random_order(self.total_samples, self.seed, epoch)
             elif self.order == "length_grouped":
                 assert self.lengths is not None
                 order = length_grouped_order(
@@ -234,6 +237,18 @@ class StreamSampler(_PretrainingBase):
         if self.order == "feistel":
             return feistel_ids(offsets, self.total_samples, self.seed, epoch)
         return self.epoch_order(epoch)[offsets].astype(np.int64, copy=False)
+
+
+def _random_order(total: int, seed: int, epoch: int) -> np.ndarray:
+    """Return ``default_rng([seed, epoch]).permutation(total)``, read-only, shared with every sampler holding it."""
+    order = _SHARED_ORDERS.get((total, seed, epoch))
+    if order is None:
+        # permutation(n) is shuffle(arange(n)); int32 ids where they fit halve the memory, same order
+        order = np.arange(total, dtype=np.int32 if total < 2**31 else np.int64)
+        np.random.default_rng([seed, epoch]).shuffle(order)
+        order.setflags(write=False)
+        _SHARED_ORDERS[(total, seed, epoch)] = order
+    return order
 
 
 def _hash_lengths(lengths: np.ndarray) -> int:
