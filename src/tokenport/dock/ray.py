@@ -58,7 +58,10 @@ try:
 except ImportError as missing:  # name the extra; an import that fails for another reason stays as it is
     require(missing.name or "ray", extra="ray", feature="tokenport.dock.ray (RayDock)")
     raise
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from .._checks import check_int
+from .._files import KillPoints
 from ..errors import ConfigError
 from .arguments import Sampler
 from .base import DockBase
@@ -89,6 +92,8 @@ _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds on
 _LOCAL = ("n_samples_per_prompt", "max_age")  # fixed at creation: answered without an actor call
 _get = ray_get  # the name transferqueue_ray imports
 _remote: Any = ray.remote  # typed loosely: its options (max_concurrency) are not in its overloads
+KILL_AT = "TOKENPORT_DOCK_KILL_AT"  # tests: a replicated put ends its process at this step (1: staged, 2: sent)
+_kill_point = KillPoints(KILL_AT)
 
 
 class RayDock(DockBase):
@@ -105,12 +110,20 @@ class RayDock(DockBase):
         n_samples_per_prompt: int = 1,
         *,
         shards: int = 1,
+        replicas: int = 1,
+        shard_nodes: Sequence[str] | None = None,
         max_age: int | None = None,
         max_staleness: int | None = None,
         on_stale: str = "requeue",
         max_inflight_versions: int | None = None,
     ) -> None:
         shards = check_int("shards", shards)
+        replicas = check_int("replicas", replicas)
+        if replicas > 1 and replicas > shards:
+            raise ConfigError(
+                f"RayDock: replicas={replicas} needs at least as many shards (shards={shards}): each copy of a "
+                "put is held by another shard"
+            )
         columns, consumers = list(columns), list(consumers)
         settings: dict[str, Any] = {
             "max_staleness": max_staleness,
@@ -118,10 +131,12 @@ class RayDock(DockBase):
             "max_inflight_versions": max_inflight_versions,
         }
         DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **settings)  # the checks, before any actor
-        self._shards = [_remote(Shard).remote() for _ in range(shards)]
-        self._controller = _remote(max_concurrency=_CONTROLLER_THREADS)(Controller).remote(
-            columns, consumers, n_samples_per_prompt, max_age, self._shards, settings
+        self._shards = [_remote(**options)(Shard).remote() for options in _shard_options(shards, shard_nodes)]
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)  # the creator's node
+        self._controller = _remote(max_concurrency=_CONTROLLER_THREADS, scheduling_strategy=here)(Controller).remote(
+            columns, consumers, n_samples_per_prompt, max_age, self._shards, settings, replicas
         )
+        self._replicas = replicas
         self._controller_node: str = ray_get(self._controller.node.remote())
         self._local: bool | None = None  # whether this process runs on the controller's node (asked once)
         self._columns = {column.name: column for column in columns}
@@ -168,6 +183,14 @@ class RayDock(DockBase):
         stored = [ray.put(pack_columns(dict(request.values)))]  # one buffer (see blob.py); a list passes the ref itself
         put_id = uuid.uuid4().hex
         shard = int(request.ids[0] // self._n_samples_per_prompt) % len(self._shards)
+        if self._replicas > 1:  # staged here; the controller has the shards copy it (see ray_replicas)
+            _kill_point()
+            commit = self._controller.commit_copies.remote(
+                wire(request.without_values(), request.lengths, put_id, shard), stored
+            )
+            _kill_point()
+            ray_get(commit)
+            return
         shard = -1 if self._on_controller_node() else shard
         pinned = None if shard < 0 else self._shards[shard].pin.remote(put_id, stored)
         commit = self._controller.commit.remote(wire(request.without_values(), request.lengths, put_id, shard), stored)
@@ -208,19 +231,23 @@ class RayDock(DockBase):
         pin (``pinned``, equal once their calls have run): what the dock keeps in shared memory."""
         return ray_get(self._controller.held_objects.remote())
 
+    def lost_objects(self) -> int:
+        """How many objects lost every copy (replicated docks; their rows raise StorageError when read)."""
+        return int(ray_get(self._controller.lost_objects.remote()))
+
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> RayDock:
-        """A new RayDock (``shards`` data actors) in the state saved in ``directory``."""
-        return cls._from_state(load_state(directory), shards)
+    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1, replicas: int = 1) -> RayDock:
+        """A new RayDock (``shards`` data actors, ``replicas`` copies of each put) in the state saved there."""
+        return cls._from_state(load_state(directory), shards, replicas)
 
     def to_dock(self) -> Dock:
         """An in-process copy of this dock's data and progress (leases returned, stats reset)."""
         return Dock.from_state(self._copy_state())
 
     @classmethod
-    def from_dock(cls, dock: Dock, *, shards: int = 1) -> RayDock:
+    def from_dock(cls, dock: Dock, *, shards: int = 1, replicas: int = 1) -> RayDock:
         """A new RayDock holding a copy of an in-process dock's data and progress."""
-        return cls._from_state(dock.state, shards)
+        return cls._from_state(dock.state, shards, replicas)
 
     def shutdown(self) -> None:
         """Kill the controller and the shards (the dock's data is gone)."""
@@ -254,7 +281,7 @@ class RayDock(DockBase):
         return state
 
     @classmethod
-    def _from_state(cls, state: DockState, shards: int) -> RayDock:
+    def _from_state(cls, state: DockState, shards: int, replicas: int = 1) -> RayDock:
         """A new RayDock holding a copy of ``state``'s data and progress."""
         with state.lock:
             progress = progress_of(state)
@@ -263,6 +290,7 @@ class RayDock(DockBase):
                 [],
                 state.n_samples_per_prompt,
                 shards=shards,
+                replicas=replicas,
                 max_age=state.max_age,
                 **versioning(state),
             )
@@ -318,6 +346,17 @@ class RayDock(DockBase):
             key = self._sampler_keys[sampler] = uuid.uuid4().hex
             return key, sampler
         return key, None
+
+
+def _shard_options(shards: int, nodes: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Each shard's actor options: restartable (a restarted shard holds nothing: see ``ray_replicas``), its
+    calls retried, spread over the nodes or on ``nodes[i]`` while that node lives (then elsewhere)."""
+    if nodes is not None and len(nodes) != shards:
+        raise ConfigError(f"RayDock: shard_nodes names {len(nodes)} nodes for {shards} shards: name one per shard")
+    spread: list[Any] = (
+        ["SPREAD"] * shards if nodes is None else [NodeAffinitySchedulingStrategy(n, soft=True) for n in nodes]
+    )
+    return [{"max_restarts": -1, "max_task_retries": -1, "scheduling_strategy": s} for s in spread]
 
 
 def _refused(commit: Any) -> bool:
