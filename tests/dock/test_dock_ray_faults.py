@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -15,6 +16,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
+from tokenport import StorageError  # noqa: E402
 from tokenport.dock import Column  # noqa: E402
 from tokenport.dock.ray import KILL_AT, RayDock  # noqa: E402
 
@@ -142,3 +144,25 @@ def test_a_producer_killed_between_staging_and_commit_leaves_nothing_on_the_dock
         assert [list(t) for t in batch["tokens"].to_list()] == [tokens_of(int(r)) for r in batch.rows]
     finally:
         dock.shutdown()
+
+
+def test_a_killed_controller_fails_every_call_with_a_storage_error_naming_the_remedy(ray_session) -> None:
+    """The controller's progress is not rebuilt: a call after its death is a StorageError (never a Ray error)
+    saying to restore the last checkpoint; a checkpoint taken before restores every committed row."""
+    dock = RayDock(COLUMNS, CONSUMERS, shards=2, replicas=2)
+    dock.add_partition("p", ROWS)
+    ray.get(Producer.remote().run.remote(dock, "p", list(range(8)), 0))
+    with tempfile.TemporaryDirectory() as saved:
+        dock.save(saved)
+        ray.kill(dock._controller)
+        for call in (lambda: dock.get("train", ["tokens"], 4, "p"), lambda: dock.put("p", {"reward": [0.0]}, rows=[9])):
+            with pytest.raises(StorageError, match="RayDock.load"):
+                call()
+        dock.shutdown()
+        restored = RayDock.load(saved, shards=2, replicas=2)
+    try:
+        batch = restored.get("train", ["tokens", "reward"], 8, "p", timeout=10)
+        assert batch.rows.tolist() == list(range(8))
+        assert [list(t) for t in batch["tokens"].to_list()] == [tokens_of(r) for r in range(8)]
+    finally:
+        restored.shutdown()

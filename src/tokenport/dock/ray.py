@@ -74,6 +74,7 @@ from .ray_controller import (
     Placement,
     Shard,
     adopt_segmented,
+    dock_get,
     opened,
     progress_of,
     ray_get,
@@ -137,7 +138,7 @@ class RayDock(DockBase):
             columns, consumers, n_samples_per_prompt, max_age, self._shards, settings, replicas
         )
         self._replicas = replicas
-        self._controller_node: str = ray_get(self._controller.node.remote())
+        self._controller_node: str = dock_get(self._controller.node.remote())
         self._local: bool | None = None  # whether this process runs on the controller's node (asked once)
         self._columns = {column.name: column for column in columns}
         self._n_samples_per_prompt = int(n_samples_per_prompt)
@@ -159,7 +160,7 @@ class RayDock(DockBase):
     def column_of(self, name: str) -> Column:
         """The column ``name`` (learning columns another client added since this one was made)."""
         if name not in self._columns:
-            self._columns = ray_get(self._controller.schema.remote())[0]
+            self._columns = dock_get(self._controller.schema.remote())[0]
         try:
             return self._columns[name]
         except (KeyError, TypeError):
@@ -168,7 +169,7 @@ class RayDock(DockBase):
     def handle_call(self, call: StateCall) -> Any:
         if call.method in _LOCAL:
             return getattr(self, "_" + call.method)
-        (result,) = opened(ray_get(self._controller.call.remote(wire(call, by_value=True))))
+        (result,) = opened(dock_get(self._controller.call.remote(wire(call, by_value=True))))
         if call.method == "add_column":
             column = call.args[0]
             self._columns[column.name] = column
@@ -189,13 +190,13 @@ class RayDock(DockBase):
                 wire(request.without_values(), request.lengths, put_id, shard), stored
             )
             _kill_point()
-            ray_get(commit)
+            dock_get(commit)
             return
         shard = -1 if self._on_controller_node() else shard
         pinned = None if shard < 0 else self._shards[shard].pin.remote(put_id, stored)
         commit = self._controller.commit.remote(wire(request.without_values(), request.lengths, put_id, shard), stored)
         try:
-            ray_get([commit] if pinned is None else [commit, pinned])
+            dock_get([commit] if pinned is None else [commit, pinned])
         except BaseException:
             if pinned is not None and _refused(commit):
                 self._shards[shard].release.remote([put_id])  # nothing refers to the object
@@ -204,14 +205,14 @@ class RayDock(DockBase):
     def handle_append(self, request: AppendRequest) -> None:
         """The segment goes to the controller, which holds segmented columns itself (a turn's items are
         small; they are not spread over the shards)."""
-        ray_get(self._controller.append.remote(request))
+        dock_get(self._controller.append.remote(request))
 
     def handle_get(self, request: GetRequest) -> Batch | None:
         """One controller call chooses the rows and says which objects hold them; the objects are read
         here, together, zero-copy out of the object store."""
         key, send = self._sampler_key(request.sampler)
         message = wire(replace(request, sampler=None), key, send, by_value=send is not None)
-        taken = ray_get(self._controller.take.remote(message))
+        taken = dock_get(self._controller.take.remote(message))
         if taken is None:
             return None
         name, give, lease_id, ages, (first, last), held, segments, columns, slots = opened(taken[0])
@@ -229,11 +230,11 @@ class RayDock(DockBase):
     def held_objects(self) -> dict[str, int]:
         """How many objects of Ray's object store hold this dock's rows (``objects``) and how many its shards
         pin (``pinned``, equal once their calls have run): what the dock keeps in shared memory."""
-        return ray_get(self._controller.held_objects.remote())
+        return dock_get(self._controller.held_objects.remote())
 
     def lost_objects(self) -> int:
         """How many objects lost every copy (replicated docks; their rows raise StorageError when read)."""
-        return int(ray_get(self._controller.lost_objects.remote()))
+        return int(dock_get(self._controller.lost_objects.remote()))
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], *, shards: int = 1, replicas: int = 1) -> RayDock:
@@ -258,14 +259,14 @@ class RayDock(DockBase):
 
     def _copy_state(self) -> DockState:
         """This dock's data and progress gathered from the controller and the shards into one state."""
-        columns, _, n_samples_per_prompt, max_age, settings = ray_get(self._controller.schema.remote())
+        columns, _, n_samples_per_prompt, max_age, settings = dock_get(self._controller.schema.remote())
         state = DockState(list(columns.values()), [], n_samples_per_prompt, max_age=max_age, **settings)
-        progress = ray_get(self._controller.progress.remote())
+        progress = dock_get(self._controller.progress.remote())
         for consumer, limit in progress["limits"].items():
             state.add_consumer(consumer, limit)
         state.version = progress["version"]
         state.expired_requeued, state.expired_dropped = progress["expired"]
-        for entry in ray_get(self._controller.snapshot.remote()):
+        for entry in dock_get(self._controller.snapshot.remote()):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
             placement = entry["placement"]
             for column, values in placement.gather(target.name).items():
@@ -311,8 +312,8 @@ class RayDock(DockBase):
                         )
                 segmented = segmented_data(state, partition)
                 if segmented["columns"]:
-                    ray_get(copy._controller.restore_segments.remote(partition.name, segmented))
-                ray_get(
+                    dock_get(copy._controller.restore_segments.remote(partition.name, segmented))
+                dock_get(
                     copy._controller.restore.remote(
                         partition.name,
                         dict(partition.consumed),
@@ -321,7 +322,7 @@ class RayDock(DockBase):
                         (partition.version_first, partition.version_last),
                     )
                 )
-            ray_get(copy._controller.restore_progress.remote(progress))
+            dock_get(copy._controller.restore_progress.remote(progress))
             if state.closed:
                 copy.close()
         return copy

@@ -41,6 +41,7 @@ __all__ = [
     "Placement",
     "Shard",
     "adopt_segmented",
+    "dock_get",
     "progress_of",
     "opened",
     "ray_get",
@@ -229,7 +230,10 @@ class Controller:
         """The controller's repair thread (replicated docks): ``repair`` every ``REPAIR_PERIOD`` seconds."""
         while True:
             time.sleep(REPAIR_PERIOD)
-            self.repair()
+            try:
+                self.repair()
+            except ray.exceptions.RayError:  # a shard call failed mid-repair: the next round starts over
+                self.short = True
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Per partition: name, rows, the bits (readiness, consumption, finished, age, versions), where
@@ -440,6 +444,18 @@ def ray_get(refs: Any) -> Any:
         if isinstance(cause, TokenportError):
             raise cause from None
         raise
+
+
+def dock_get(refs: Any) -> Any:
+    """``ray_get`` of a RayDock's own actor calls: a dead controller (or shard) is a StorageError saying what to do."""
+    try:
+        return ray_get(refs)
+    except ray.exceptions.RayActorError as error:
+        raise StorageError(
+            f"RayDock: an actor of this dock died ({type(error).__name__}: {str(error).splitlines()[0]}). A dead "
+            "controller takes the dock's progress with it: restore the dock from its last checkpoint "
+            "(RayDock.load) and put the rows produced since again"
+        ) from None
 
 
 def _any_copy(copies: list[Any], partition: str) -> Any:
