@@ -93,6 +93,7 @@ NOT_RUN = {
     "bench_stream_order": 'StreamSampler order="feistel" vs order="random": tokenport against itself',
     "bench_identifiers": "what keeping identifiers costs prepare and the identifier index's speed: no goal",
     "bench_takedown": "what masking removed documents adds to each handed batch: no peer, no goal",
+    "bench_dock_recovery": "RayDock's recovery times and replication cost on a local 3-node cluster: no peer, no goal",
 }
 
 
