@@ -38,6 +38,23 @@ same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent p
 cells without ``overwrite`` are a caller bug: one of them fails, and the cells hold one of the two
 writes. Segmented columns (rows appended turn by
 turn) are held by the controller itself: a turn's items are small.
+
+Faults (``replicas=2``; see ``ray_replicas``). With one copy, a committed row lives as long as its
+producer's object and the one process pinning it: a node's death loses the rows on it. With
+``replicas=R`` the producer's object is only staged: the commit has R shards on R nodes (where the
+cluster has them; ``shard_nodes`` places the shards, otherwise Ray spreads them) each copy it into an
+object of its own, and records the put only once every copy is taken. A dead shard or node takes its
+copies; gets read the next copy at once, the restarted shard comes back empty, and the controller
+copies each object it held again from a survivor (about 1-2 s after the kill on the test cluster:
+``benchmarks/bench_dock_recovery.py``). Two copies survive one failure at a time; a second failure
+before the repair can lose rows whose copies it both hit (``lost_objects``; R=3 survives two). Cost:
+R times the object-store memory and, per put, R fetches and copies on the shards before the commit
+returns (``bench_dock_recovery``: put p50 about 2x replicas=1's on the 2-core test machine); gets
+are unchanged. A producer killed between staging and commit leaves nothing: its object dies with it,
+and a commit whose copies cannot all be taken is refused whole. The controller is not replicated: its
+death is a StorageError on every call, and the dock is restored from its last checkpoint
+(``save``/``load``) with the rows put since then put again; the controller runs on the node of the
+process that created the dock.
 """
 
 from __future__ import annotations
@@ -101,7 +118,9 @@ class RayDock(DockBase):
     """A ``DockBase`` over a controller actor and ``shards`` storage actors (see the module docstring).
 
     ``ray.init`` must have run. ``shutdown()`` kills the actors; workers that received this
-    object through Ray share the same dock.
+    object through Ray share the same dock. ``replicas=R`` (at most ``shards``) keeps each put on R
+    shards on distinct nodes so a shard's or node's death loses no committed row; ``shard_nodes``
+    names the node each shard prefers (one node id per shard).
     """
 
     def __init__(
