@@ -16,8 +16,8 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from tokenport import StorageError  # noqa: E402
-from tokenport.dock import Column  # noqa: E402
+from tokenport import StorageError, TokenportError  # noqa: E402
+from tokenport.dock import Column, Dock  # noqa: E402
 from tokenport.dock.ray import KILL_AT, RayDock  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
@@ -166,3 +166,45 @@ def test_a_killed_controller_fails_every_call_with_a_storage_error_naming_the_re
         assert [list(t) for t in batch["tokens"].to_list()] == [tokens_of(r) for r in range(8)]
     finally:
         restored.shutdown()
+
+
+def test_random_calls_on_a_replicated_dock_equal_a_dock_and_keep_two_copies_of_every_object(ray_session) -> None:
+    """Shadow model: seeded random puts (some refused: cells already written), overwrites, gets and clears on
+    RayDock(replicas=2) and on an in-process Dock; after every call the results (or refusals) and the
+    readiness and consumption are equal, and every object the dock holds has exactly two copies."""
+    rng = random.Random(7)
+    model, dock = Dock(COLUMNS, ["train"]), RayDock(COLUMNS, ["train"], shards=3, replicas=2)
+    try:
+        for target in (model, dock):
+            target.add_partition("p", 16)
+        refused = 0
+        for step in range(40):
+            kind = rng.choice(["put", "put", "put", "get", "get", "clear"] if step > 5 else ["put"])
+            rows = sorted(rng.sample(range(16), rng.randint(1, 5)))
+            args = (rows, rng.random() < 0.3, rng.randint(1, 4), step * 100)
+            result = outcome(dock, kind, *args)
+            assert result == outcome(model, kind, *args), (step, kind)
+            refused += kind == "put" and result is not None
+            mine, theirs = (d.stats()["partitions"]["p"] for d in (dock, model))
+            assert (mine["ready"], mine["consumed"]) == (theirs["ready"], theirs["consumed"]), (step, kind)
+            held = dock.held_objects()
+            assert held["pinned"] == 2 * held["objects"], (step, kind, held)
+        assert refused  # the refusals were compared too
+    finally:
+        dock.shutdown()
+
+
+def outcome(dock, kind: str, rows: list[int], overwrite: bool, count: int, seed: int):
+    """One shadow-model call on ``dock``: its result as plain values, or its refusal (type and message)."""
+    try:
+        if kind == "put":
+            values = {"tokens": [np.array(tokens_of(r + seed)) for r in rows], "reward": np.array(rows, np.float32)}
+            return dock.put("p", values, rows=rows, overwrite=overwrite)
+        if kind == "clear":
+            return dock.clear("p")
+        batch = dock.get("train", ["tokens", "reward"], count, "p", timeout=0.01)
+    except TokenportError as error:
+        return type(error).__name__, str(error)
+    if batch is None:
+        return None
+    return batch.rows.tolist(), [list(t) for t in batch["tokens"].to_list()], batch["reward"].tolist()
