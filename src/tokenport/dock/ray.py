@@ -247,8 +247,9 @@ class RayDock(DockBase):
     # -- Ray's own -----------------------------------------------------------------------------------
 
     def held_objects(self) -> dict[str, int]:
-        """How many objects of Ray's object store hold this dock's rows (``objects``) and how many its shards
-        pin (``pinned``, equal once their calls have run): what the dock keeps in shared memory."""
+        """How many objects of Ray's object store hold this dock's rows (``objects``) and how many copies its
+        shards pin or hold (``pinned``: ``replicas`` times ``objects`` once their calls have run and every lost
+        copy is made again): what the dock keeps in shared memory."""
         return dock_get(self._controller.held_objects.remote())
 
     def lost_objects(self) -> int:
