@@ -6,8 +6,8 @@ allows) each take its own copy of a put's object (``Shard.hold``: fetch it, ``ra
 the shard owns the copy, on its node) before the commit is recorded; the producer's object was only
 staged. A shard or its node dies: its copies are gone, the other copies are not. Shards are
 restartable actors whose calls Ray retries; a restarted shard has a new incarnation, and the
-controller (``Replicas.restarted``, asked every ``REPAIR_PERIOD`` s) copies each object it held again
-from a surviving copy onto another shard. Readers fall back to the next copy while that runs.
+controller (``Replicas.refresh``, every ``REPAIR_PERIOD`` s) copies each object it held again from a
+surviving copy onto another shard. Readers fall back to the next copy while that runs.
 Cost: R times the object-store memory, and each put waits for R fetches and copies on the shards.
 """
 
@@ -76,6 +76,7 @@ class Replicas:
         self.shards = shards
         self.count = count
         self.known: list[tuple[str, str]] = list(ray.get([shard.identity.remote() for shard in shards]))
+        self.restarted = False  # a hold met a restarted shard: the next refresh reports it
 
     def choose(self, key: int, avoid: list[int], wanted: int) -> list[int]:
         """``wanted`` shards for an object (starting at ``key``), none of ``avoid``, on nodes none of ``avoid``
@@ -103,6 +104,7 @@ class Replicas:
             except ray.exceptions.RayError as error:
                 failure = error
                 continue
+            self.restarted |= self.known[s][0] != incarnation
             self.known[s] = (incarnation, node)
             refs.append(copy)
             holders.append((s, incarnation))
@@ -122,7 +124,7 @@ class Replicas:
         """Ask every shard who it is now; whether one was restarted since (its copies are gone). A shard that
         does not answer in time is being restarted: asked again next time."""
         calls = [shard.identity.remote() for shard in self.shards]
-        changed = False
+        changed, self.restarted = self.restarted, False
         for s, call in enumerate(calls):
             try:
                 answer = ray.get(call, timeout=_ASK_TIMEOUT)
