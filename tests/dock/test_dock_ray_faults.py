@@ -16,7 +16,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from tokenport import StorageError, TokenportError  # noqa: E402
+from tokenport import ConfigError, StorageError, TokenportError  # noqa: E402
 from tokenport.dock import Column, Dock  # noqa: E402
 from tokenport.dock.ray import KILL_AT, RayDock  # noqa: E402
 
@@ -211,3 +211,19 @@ def outcome(dock, kind: str, rows: list[int], overwrite: bool, count: int, seed:
     if batch is None:
         return None
     return batch.rows.tolist(), [list(t) for t in batch["tokens"].to_list()], batch["reward"].tolist()
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"replicas": 0}, "replicas=0 is invalid"),
+        ({"shards": 2, "replicas": 3}, "needs at least as many shards"),
+        ({"shards": 2, "shard_nodes": "node"}, "list of node ids"),
+        ({"shards": 2, "shard_nodes": [1, 2]}, "list of node ids"),
+        ({"shards": 2, "shard_nodes": ["a"]}, "1 nodes for 2 shards"),
+    ],
+    ids=["no-copy", "more-copies-than-shards", "a-string", "not-ids", "too-few"],
+)
+def test_bad_replicas_and_shard_nodes_are_refused_before_any_actor_starts(options, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        RayDock(COLUMNS, CONSUMERS, **options)

@@ -373,6 +373,10 @@ class RayDock(DockBase):
 def _shard_options(shards: int, nodes: Sequence[str] | None) -> list[dict[str, Any]]:
     """Each shard's actor options: restartable (a restarted shard holds nothing: see ``ray_replicas``), its
     calls retried, spread over the nodes or on ``nodes[i]`` while that node lives (then elsewhere)."""
+    if nodes is not None and (isinstance(nodes, str) or not all(isinstance(node, str) for node in nodes)):
+        raise ConfigError(
+            f"RayDock: shard_nodes={nodes!r} is invalid: pass a list of node ids (strings), one per shard"
+        )
     if nodes is not None and len(nodes) != shards:
         raise ConfigError(f"RayDock: shard_nodes names {len(nodes)} nodes for {shards} shards: name one per shard")
     spread: list[Any] = (
