@@ -227,3 +227,22 @@ def outcome(dock, kind: str, rows: list[int], overwrite: bool, count: int, seed:
 def test_bad_replicas_and_shard_nodes_are_refused_before_any_actor_starts(options, match) -> None:
     with pytest.raises(ConfigError, match=match):
         RayDock(COLUMNS, CONSUMERS, **options)
+
+
+def test_rows_whose_every_copy_died_are_a_storage_error_and_counted_lost(ray_session) -> None:
+    """Both shards holding a put die before the repair: the object is counted lost, and a get of its rows is a
+    StorageError naming the partition (no copy left to try), never another error."""
+    dock = RayDock(COLUMNS, CONSUMERS, shards=2, replicas=2)
+    try:
+        dock.add_partition("p", ROWS)
+        ray.get(Producer.remote().run.remote(dock, "p", [0, 1, 2, 3], 0))
+        for shard in dock._shards:
+            ray.kill(shard, no_restart=False)
+        deadline = time.monotonic() + 20
+        while dock.lost_objects() == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert dock.lost_objects() == 1
+        with pytest.raises(StorageError, match="partition 'p': every copy.*no copy left"):
+            dock.get("reference", ["tokens"], 4, "p", timeout=10)
+    finally:
+        dock.shutdown()

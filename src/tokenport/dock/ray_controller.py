@@ -352,8 +352,10 @@ class Placement:
     def gather(self, partition: str) -> dict[str, np.ndarray | Packed]:
         """Read the objects out of the object store (all at once, zero-copy) and gather each column's rows."""
         try:
-            found = ray.get([copies[0] for copies in self.refs])
+            found = ray.get([copies[0] for copies in self.refs]) if all(self.refs) else None
         except ray.exceptions.ObjectLostError:
+            found = None
+        if found is None:  # a copy is gone: read the next of each object (none left: a StorageError)
             found = [_any_copy(copies, partition) for copies in self.refs]
         objects = {slot: unpack_columns(*stored) for slot, stored in zip(self.slots, found)}
         return {name: _gathered(objects, name, where, position) for name, (_, where, position) in self.columns.items()}
@@ -460,16 +462,16 @@ def dock_get(refs: Any) -> Any:
 
 def _any_copy(copies: list[Any], partition: str) -> Any:
     """The first of an object's copies still there, or a StorageError when every one is gone."""
-    error: Exception | None = None
+    reason = "no copy left"
     for copy in copies:
         try:
             return ray.get(copy)
         except ray.exceptions.ObjectLostError as lost:
-            error = lost
+            reason = type(lost).__name__
     raise StorageError(
         f"RayDock: partition {partition!r}: every copy of an object holding rows of this batch is lost (its "
-        "producer exited before the dock pinned it, or the nodes holding it are gone): "
-        f"{type(error).__name__}. Put those rows again (clear or overwrite them)"
+        f"producer exited before the dock pinned it, or the nodes holding it are gone): {reason}. Put those "
+        "rows again (clear or overwrite them)"
     ) from None
 
 
