@@ -99,6 +99,7 @@ NOT_RUN = {
     "bench_scale_ranks": "10^4 ranks simulated in one process: exactness and memory per rank, no peer, no goal",
     "bench_scale_dock": "a dock's bookkeeping at 10^5-10^7 rows x 10^3 consumers: latency and memory, no peer, no goal",
     "bench_scale_blend": "build and reopen of a 10^5-store blend: time and memory, no peer, no goal",
+    "bench_dock_recovery": "RayDock's recovery times and replication cost on a local 3-node cluster: no peer, no goal",
 }
 
 

@@ -43,7 +43,7 @@ def open_dock(
     **options: Any,
 ) -> DockBase:
     """A new dock of the backend registered as ``backend`` (``"local"``: ``Dock``; ``"ray"``: ``RayDock``,
-    whose ``shards=`` is one of its ``options``); ``options`` are the backend's keyword arguments."""
+    whose ``shards=`` and ``replicas=`` are among its ``options``); ``options`` are the backend's keyword arguments."""
     factory = DOCK_BACKENDS.get(backend, where="open_dock(backend=...)")
     dock = factory(columns, consumers, n_samples_per_prompt, **options)
     if not isinstance(dock, DockBase):

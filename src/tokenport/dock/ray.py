@@ -38,6 +38,24 @@ same TokenportError, so a bad call fails as it fails on a ``Dock``. Concurrent p
 cells without ``overwrite`` are a caller bug: one of them fails, and the cells hold one of the two
 writes. Segmented columns (rows appended turn by
 turn) are held by the controller itself: a turn's items are small.
+
+Faults (``replicas=2``; see ``ray_replicas``). With one copy, a committed row lives as long as its
+producer's object and the one process pinning it: a node's death loses the rows on it. With
+``replicas=R`` the producer's object is only staged: the commit has R shards on R nodes (where the
+cluster has them; ``shard_nodes`` places the shards, otherwise Ray spreads them) each copy it into an
+object of its own, and records the put only once every copy is taken. A dead shard or node takes its
+copies; gets read the next copy at once, the restarted shard comes back empty, and the controller
+copies each object it held again from a survivor (every row served and every object held twice
+again about 2 s after a shard's death and 3.5 s after a node's, on the loaded 2-core test machine:
+``benchmarks/bench_dock_recovery.py``). Two copies survive one failure at a time; a second failure
+before the repair can lose rows whose copies it both hit (``lost_objects``; R=3 survives two). Cost:
+R times the object-store memory and, per put, R fetches and copies on the shards before the commit
+returns (``bench_dock_recovery``: put p50 about 2x replicas=1's on the 2-core test machine); gets
+are unchanged. A producer killed between staging and commit leaves nothing: its object dies with it,
+and a commit whose copies cannot all be taken is refused whole. The controller is not replicated: its
+death is a StorageError on every call, and the dock is restored from its last checkpoint
+(``save``/``load``) with the rows put since then put again; the controller runs on the node of the
+process that created the dock.
 """
 
 from __future__ import annotations
@@ -58,7 +76,10 @@ try:
 except ImportError as missing:  # name the extra; an import that fails for another reason stays as it is
     require(missing.name or "ray", extra="ray", feature="tokenport.dock.ray (RayDock)")
     raise
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from .._checks import check_int
+from .._files import KillPoints
 from ..errors import ConfigError
 from .arguments import Sampler
 from .base import DockBase
@@ -71,6 +92,7 @@ from .ray_controller import (
     Placement,
     Shard,
     adopt_segmented,
+    dock_get,
     opened,
     progress_of,
     ray_get,
@@ -89,13 +111,17 @@ _CONTROLLER_THREADS = 256  # concurrent controller calls; a waiting get holds on
 _LOCAL = ("n_samples_per_prompt", "max_age")  # fixed at creation: answered without an actor call
 _get = ray_get  # the name transferqueue_ray imports
 _remote: Any = ray.remote  # typed loosely: its options (max_concurrency) are not in its overloads
+KILL_AT = "TOKENPORT_DOCK_KILL_AT"  # tests: a replicated put ends its process at this step (1: staged, 2: sent)
+_kill_point = KillPoints(KILL_AT)
 
 
 class RayDock(DockBase):
     """A ``DockBase`` over a controller actor and ``shards`` storage actors (see the module docstring).
 
     ``ray.init`` must have run. ``shutdown()`` kills the actors; workers that received this
-    object through Ray share the same dock.
+    object through Ray share the same dock. ``replicas=R`` (at most ``shards``) keeps each put on R
+    shards on distinct nodes so a shard's or node's death loses no committed row; ``shard_nodes``
+    names the node each shard prefers (one node id per shard).
     """
 
     def __init__(
@@ -105,12 +131,20 @@ class RayDock(DockBase):
         n_samples_per_prompt: int = 1,
         *,
         shards: int = 1,
+        replicas: int = 1,
+        shard_nodes: Sequence[str] | None = None,
         max_age: int | None = None,
         max_staleness: int | None = None,
         on_stale: str = "requeue",
         max_inflight_versions: int | None = None,
     ) -> None:
         shards = check_int("shards", shards)
+        replicas = check_int("replicas", replicas)
+        if replicas > 1 and replicas > shards:
+            raise ConfigError(
+                f"RayDock: replicas={replicas} needs at least as many shards (shards={shards}): each copy of a "
+                "put is held by another shard"
+            )
         columns, consumers = list(columns), list(consumers)
         settings: dict[str, Any] = {
             "max_staleness": max_staleness,
@@ -118,11 +152,13 @@ class RayDock(DockBase):
             "max_inflight_versions": max_inflight_versions,
         }
         DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **settings)  # the checks, before any actor
-        self._shards = [_remote(Shard).remote() for _ in range(shards)]
-        self._controller = _remote(max_concurrency=_CONTROLLER_THREADS)(Controller).remote(
-            columns, consumers, n_samples_per_prompt, max_age, self._shards, settings
+        self._shards = [_remote(**options)(Shard).remote() for options in _shard_options(shards, shard_nodes)]
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)  # the creator's node
+        self._controller = _remote(max_concurrency=_CONTROLLER_THREADS, scheduling_strategy=here)(Controller).remote(
+            columns, consumers, n_samples_per_prompt, max_age, self._shards, settings, replicas
         )
-        self._controller_node: str = ray_get(self._controller.node.remote())
+        self._replicas = replicas
+        self._controller_node: str = dock_get(self._controller.node.remote())
         self._local: bool | None = None  # whether this process runs on the controller's node (asked once)
         self._columns = {column.name: column for column in columns}
         self._n_samples_per_prompt = int(n_samples_per_prompt)
@@ -144,7 +180,7 @@ class RayDock(DockBase):
     def column_of(self, name: str) -> Column:
         """The column ``name`` (learning columns another client added since this one was made)."""
         if name not in self._columns:
-            self._columns = ray_get(self._controller.schema.remote())[0]
+            self._columns = dock_get(self._controller.schema.remote())[0]
         try:
             return self._columns[name]
         except (KeyError, TypeError):
@@ -153,7 +189,7 @@ class RayDock(DockBase):
     def handle_call(self, call: StateCall) -> Any:
         if call.method in _LOCAL:
             return getattr(self, "_" + call.method)
-        (result,) = opened(ray_get(self._controller.call.remote(wire(call, by_value=True))))
+        (result,) = opened(dock_get(self._controller.call.remote(wire(call, by_value=True))))
         if call.method == "add_column":
             column = call.args[0]
             self._columns[column.name] = column
@@ -168,11 +204,19 @@ class RayDock(DockBase):
         stored = [ray.put(pack_columns(dict(request.values)))]  # one buffer (see blob.py); a list passes the ref itself
         put_id = uuid.uuid4().hex
         shard = int(request.ids[0] // self._n_samples_per_prompt) % len(self._shards)
+        if self._replicas > 1:  # staged here; the controller has the shards copy it (see ray_replicas)
+            _kill_point()
+            commit = self._controller.commit_copies.remote(
+                wire(request.without_values(), request.lengths, put_id, shard), stored
+            )
+            _kill_point()
+            dock_get(commit)
+            return
         shard = -1 if self._on_controller_node() else shard
         pinned = None if shard < 0 else self._shards[shard].pin.remote(put_id, stored)
         commit = self._controller.commit.remote(wire(request.without_values(), request.lengths, put_id, shard), stored)
         try:
-            ray_get([commit] if pinned is None else [commit, pinned])
+            dock_get([commit] if pinned is None else [commit, pinned])
         except BaseException:
             if pinned is not None and _refused(commit):
                 self._shards[shard].release.remote([put_id])  # nothing refers to the object
@@ -181,14 +225,14 @@ class RayDock(DockBase):
     def handle_append(self, request: AppendRequest) -> None:
         """The segment goes to the controller, which holds segmented columns itself (a turn's items are
         small; they are not spread over the shards)."""
-        ray_get(self._controller.append.remote(request))
+        dock_get(self._controller.append.remote(request))
 
     def handle_get(self, request: GetRequest) -> Batch | None:
         """One controller call chooses the rows and says which objects hold them; the objects are read
         here, together, zero-copy out of the object store."""
         key, send = self._sampler_key(request.sampler)
         message = wire(replace(request, sampler=None), key, send, by_value=send is not None)
-        taken = ray_get(self._controller.take.remote(message))
+        taken = dock_get(self._controller.take.remote(message))
         if taken is None:
             return None
         name, give, lease_id, ages, (first, last), held, segments, columns, slots = opened(taken[0])
@@ -204,23 +248,28 @@ class RayDock(DockBase):
     # -- Ray's own -----------------------------------------------------------------------------------
 
     def held_objects(self) -> dict[str, int]:
-        """How many objects of Ray's object store hold this dock's rows (``objects``) and how many its shards
-        pin (``pinned``, equal once their calls have run): what the dock keeps in shared memory."""
-        return ray_get(self._controller.held_objects.remote())
+        """How many objects of Ray's object store hold this dock's rows (``objects``) and how many copies its
+        shards pin or hold (``pinned``: ``replicas`` times ``objects`` once their calls have run and every lost
+        copy is made again): what the dock keeps in shared memory."""
+        return dock_get(self._controller.held_objects.remote())
+
+    def lost_objects(self) -> int:
+        """How many objects lost every copy (replicated docks; their rows raise StorageError when read)."""
+        return int(dock_get(self._controller.lost_objects.remote()))
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1) -> RayDock:
-        """A new RayDock (``shards`` data actors) in the state saved in ``directory``."""
-        return cls._from_state(load_state(directory), shards)
+    def load(cls, directory: str | os.PathLike[str], *, shards: int = 1, replicas: int = 1) -> RayDock:
+        """A new RayDock (``shards`` data actors, ``replicas`` copies of each put) in the state saved there."""
+        return cls._from_state(load_state(directory), shards, replicas)
 
     def to_dock(self) -> Dock:
         """An in-process copy of this dock's data and progress (leases returned, stats reset)."""
         return Dock.from_state(self._copy_state())
 
     @classmethod
-    def from_dock(cls, dock: Dock, *, shards: int = 1) -> RayDock:
+    def from_dock(cls, dock: Dock, *, shards: int = 1, replicas: int = 1) -> RayDock:
         """A new RayDock holding a copy of an in-process dock's data and progress."""
-        return cls._from_state(dock.state, shards)
+        return cls._from_state(dock.state, shards, replicas)
 
     def shutdown(self) -> None:
         """Kill the controller and the shards (the dock's data is gone)."""
@@ -231,14 +280,14 @@ class RayDock(DockBase):
 
     def _copy_state(self) -> DockState:
         """This dock's data and progress gathered from the controller and the shards into one state."""
-        columns, _, n_samples_per_prompt, max_age, settings = ray_get(self._controller.schema.remote())
+        columns, _, n_samples_per_prompt, max_age, settings = dock_get(self._controller.schema.remote())
         state = DockState(list(columns.values()), [], n_samples_per_prompt, max_age=max_age, **settings)
-        progress = ray_get(self._controller.progress.remote())
+        progress = dock_get(self._controller.progress.remote())
         for consumer, limit in progress["limits"].items():
             state.add_consumer(consumer, limit)
         state.version = progress["version"]
         state.expired_requeued, state.expired_dropped = progress["expired"]
-        for entry in ray_get(self._controller.snapshot.remote()):
+        for entry in dock_get(self._controller.snapshot.remote()):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
             placement = entry["placement"]
             for column, values in placement.gather(target.name).items():
@@ -254,7 +303,7 @@ class RayDock(DockBase):
         return state
 
     @classmethod
-    def _from_state(cls, state: DockState, shards: int) -> RayDock:
+    def _from_state(cls, state: DockState, shards: int, replicas: int = 1) -> RayDock:
         """A new RayDock holding a copy of ``state``'s data and progress."""
         with state.lock:
             progress = progress_of(state)
@@ -263,6 +312,7 @@ class RayDock(DockBase):
                 [],
                 state.n_samples_per_prompt,
                 shards=shards,
+                replicas=replicas,
                 max_age=state.max_age,
                 **versioning(state),
             )
@@ -283,8 +333,8 @@ class RayDock(DockBase):
                         )
                 segmented = segmented_data(state, partition)
                 if segmented["columns"]:
-                    ray_get(copy._controller.restore_segments.remote(partition.name, segmented))
-                ray_get(
+                    dock_get(copy._controller.restore_segments.remote(partition.name, segmented))
+                dock_get(
                     copy._controller.restore.remote(
                         partition.name,
                         dict(partition.consumed),
@@ -293,7 +343,7 @@ class RayDock(DockBase):
                         (partition.version_first, partition.version_last),
                     )
                 )
-            ray_get(copy._controller.restore_progress.remote(progress))
+            dock_get(copy._controller.restore_progress.remote(progress))
             if state.closed:
                 copy.close()
         return copy
@@ -318,6 +368,21 @@ class RayDock(DockBase):
             key = self._sampler_keys[sampler] = uuid.uuid4().hex
             return key, sampler
         return key, None
+
+
+def _shard_options(shards: int, nodes: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Each shard's actor options: restartable (a restarted shard holds nothing: see ``ray_replicas``), its
+    calls retried, spread over the nodes or on ``nodes[i]`` while that node lives (then elsewhere)."""
+    if nodes is not None and (isinstance(nodes, str) or not all(isinstance(node, str) for node in nodes)):
+        raise ConfigError(
+            f"RayDock: shard_nodes={nodes!r} is invalid: pass a list of node ids (strings), one per shard"
+        )
+    if nodes is not None and len(nodes) != shards:
+        raise ConfigError(f"RayDock: shard_nodes names {len(nodes)} nodes for {shards} shards: name one per shard")
+    spread: list[Any] = (
+        ["SPREAD"] * shards if nodes is None else [NodeAffinitySchedulingStrategy(n, soft=True) for n in nodes]
+    )
+    return [{"max_restarts": -1, "max_task_retries": -1, "scheduling_strategy": s} for s in spread]
 
 
 def _refused(commit: Any) -> bool:

@@ -12,6 +12,8 @@ measured). Object refs never go inside those bytes: Ray must see them to count t
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +30,7 @@ from ..errors import ConfigError, CorruptStoreError, StorageError, TokenportErro
 from .arguments import Sampler
 from .blob import unpack_columns
 from .ragged import Packed, take_rows
+from .ray_replicas import REPAIR_PERIOD, Replicas, Shard
 from .requests import AppendRequest, GetRequest, PutRequest, StateCall, trusted
 from .schema import Column
 from .state import DockState
@@ -38,6 +41,7 @@ __all__ = [
     "Placement",
     "Shard",
     "adopt_segmented",
+    "dock_get",
     "progress_of",
     "opened",
     "ray_get",
@@ -75,14 +79,21 @@ class Controller:
         max_age: int | None,
         shards: list[Any],
         versioning: dict[str, Any],
+        replicas: int = 1,
     ) -> None:
         self.state = DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **versioning)
         self.samplers: dict[str, Sampler] = {}
         self.shards = shards
         self.cells: dict[str, _Cells] = {}
-        # slot -> [ref, shard (-1: pinned here), cells referring to it, partition, put_id, the value pinned here]
+        self.short = False  # some objects have fewer copies than replicas after a failed repair
+        # slot -> [refs of its copies, their (shard, incarnation) holders (none: pinned here, or the
+        # producer's object pinned by a shard), cells referring to it, partition, put_id, the value pinned here]
         self.objects: dict[int, list[Any]] = {}
         self.next_slot = 0
+        self.replicas = Replicas(shards, replicas) if replicas > 1 else None
+        self.lost = 0  # objects whose every copy is gone (their rows raise StorageError when read)
+        if self.replicas is not None:
+            threading.Thread(target=self._repair_forever, daemon=True).start()
 
     def node(self) -> str:
         """The id of the node this controller runs on (a producer there has its objects pinned here)."""
@@ -117,6 +128,10 @@ class Controller:
             here = sum(entry[5] is not None for entry in self.objects.values())
             return {"objects": len(self.objects), "pinned": pinned + here}
 
+    def lost_objects(self) -> int:
+        """Objects whose every copy is gone (counted by ``repair``)."""
+        return self.lost
+
     def forget(self, method: str, partition: str) -> None:
         """``clear`` or ``drop_partition`` a partition, releasing the objects that held its rows."""
         with self.state.lock:
@@ -134,6 +149,28 @@ class Controller:
         if type(shard) is not int or not -1 <= shard < len(self.shards):
             raise ConfigError(f"RayDock: shard {shard!r} is not one of this dock's {len(self.shards)} shards")
         held = ray.get(boxed[0]) if shard < 0 else None  # no lock held: a local map, no bytes move
+        self._record(request, lengths, put_id, [boxed[0]], [] if shard < 0 else [(shard, "")], held)
+
+    def commit_copies(self, message: Any, boxed: list[Any]) -> None:
+        """A put with replicas (see ``ray_replicas``): ``message`` is ``wire(request less its data, ragged
+        lengths, put_id, key)``. Checked first, then copied onto the replicas' shards, then checked again
+        and recorded; refused or failed, no shard keeps a copy."""
+        request, lengths, put_id, key = unwire(message, PutRequest, 4)
+        if self.replicas is None or type(key) is not int:
+            raise ConfigError("RayDock: a replicated commit sent to a dock without replicas")
+        self.state.check_put(request.partition, list(request.names), request.ids, request.overwrite, request.versions)
+        shards = self.replicas.choose(key, [], self.replicas.count)
+        refs, holders = self.replicas.hold(put_id, boxed, shards)
+        try:
+            self._record(request, lengths, put_id, refs, holders, None)
+        except BaseException:
+            self.replicas.release(put_id, holders)
+            raise
+
+    def _record(
+        self, request: PutRequest, lengths: Any, put_id: str, refs: list[Any], holders: list[Any], held: Any
+    ) -> None:
+        """Check the put (again) and, under one lock, record where its cells live and make them ready."""
         partition, names, ids = request.partition, list(request.names), request.ids
         state = self.state
         with state.lock:
@@ -142,7 +179,7 @@ class Controller:
             if cells is None or cells.rows != target.rows:
                 cells = self.cells[partition] = _Cells(target.rows)
             slot, self.next_slot = self.next_slot, self.next_slot + 1
-            self.objects[slot] = [boxed[0], shard, len(ids) * len(names), partition, put_id, held]
+            self.objects[slot] = [refs, holders, len(ids) * len(names), partition, put_id, held]
             replaced = []
             for name in names:
                 where, position = cells.of(name)
@@ -153,6 +190,50 @@ class Controller:
             for name, row_lengths in lengths.items():
                 target.record_lengths(state.column(name), ids, row_lengths)
             state.mark_ready(target, names, ids, request.finished, request.versions, request.overwrite)
+
+    def repair(self) -> int:
+        """Copy again, from a surviving copy onto other shards, every object a restarted shard held; the copies
+        made. An object with no copy left is counted in ``lost``."""
+        replicas = self.replicas
+        if replicas is None or not (replicas.refresh() or self.short):
+            return 0
+        with self.state.lock:
+            todo = []
+            for slot, entry in self.objects.items():
+                alive = [i for i, holder in enumerate(entry[1]) if replicas.alive(holder)]
+                if len(alive) < len(entry[1]):
+                    entry[0][:] = [entry[0][i] for i in alive]
+                    entry[1][:] = [entry[1][i] for i in alive]
+                    self.lost += not alive
+                if 0 < len(alive) < replicas.count:
+                    todo.append((slot, entry[4], entry[0][0], [s for s, _ in entry[1]]))
+        self.short = False
+        made = 0
+        for slot, put_id, source, holding in todo:
+            shards = replicas.choose(slot, holding, replicas.count - len(holding))
+            try:
+                refs, holders = replicas.hold(put_id, [source], shards)
+            except StorageError:
+                self.short = True  # tried again next time
+                continue
+            with self.state.lock:
+                kept = self.objects.get(slot)
+                if kept is None:  # released meanwhile
+                    replicas.release(put_id, holders)
+                    continue
+                kept[0].extend(refs)
+                kept[1].extend(holders)
+            made += len(refs)
+        return made
+
+    def _repair_forever(self) -> None:
+        """The controller's repair thread (replicated docks): ``repair`` every ``REPAIR_PERIOD`` seconds."""
+        while True:
+            time.sleep(REPAIR_PERIOD)
+            try:
+                self.repair()
+            except ray.exceptions.RayError:  # a shard call failed mid-repair: the next round starts over
+                self.short = True
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Per partition: name, rows, the bits (readiness, consumption, finished, age, versions), where
@@ -236,7 +317,7 @@ class Controller:
                 )
             columns[name] = (rows, where, cells.of(name)[1][rows] if cells is not None else where)
         slots = np.unique(np.concatenate([where for _, where, _ in columns.values()])).tolist() if columns else []
-        return Placement(columns, slots, [self.objects[slot][0] for slot in slots])
+        return Placement(columns, slots, [list(self.objects[slot][0]) for slot in slots])
 
     def _drop_cells(self, slots: np.ndarray) -> None:
         """Cells that no longer refer to their objects (overwritten): release objects left with none."""
@@ -252,8 +333,8 @@ class Controller:
         """Forget these objects and have their shards unpin them."""
         by_shard: dict[int, list[str]] = {}
         for slot in slots:
-            _, shard, _, _, put_id, _ = self.objects.pop(slot)  # pinned here: dropped with the entry
-            if shard >= 0:
+            _, holders, _, _, put_id, _ = self.objects.pop(slot)  # pinned here: dropped with the entry
+            for shard, _ in holders:
                 by_shard.setdefault(shard, []).append(put_id)
         for shard, released in by_shard.items():
             self.shards[shard].release.remote(released)
@@ -262,7 +343,7 @@ class Controller:
 @dataclass(frozen=True)
 class Placement:
     """Where a get's (or a snapshot's) cells live: per column ``(rows, object slots, positions)``, and
-    the slots' object refs."""
+    per slot the refs of its object's copies (read in order: the next when one is gone)."""
 
     columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     slots: list[int]
@@ -271,38 +352,13 @@ class Placement:
     def gather(self, partition: str) -> dict[str, np.ndarray | Packed]:
         """Read the objects out of the object store (all at once, zero-copy) and gather each column's rows."""
         try:
-            objects = {slot: unpack_columns(*stored) for slot, stored in zip(self.slots, ray.get(self.refs))}
-        except ray.exceptions.ObjectLostError as error:
-            raise StorageError(
-                f"RayDock: partition {partition!r}: the object holding rows of this batch is lost (its producer "
-                f"exited before the dock pinned it, or its node is gone): {type(error).__name__}. Put those rows "
-                "again (clear or overwrite them)"
-            ) from None
+            found = ray.get([copies[0] for copies in self.refs]) if all(self.refs) else None
+        except ray.exceptions.ObjectLostError:
+            found = None
+        if found is None:  # a copy is gone: read the next of each object (none left: a StorageError)
+            found = [_any_copy(copies, partition) for copies in self.refs]
+        objects = {slot: unpack_columns(*stored) for slot, stored in zip(self.slots, found)}
         return {name: _gathered(objects, name, where, position) for name, (_, where, position) in self.columns.items()}
-
-
-class Shard:
-    """Holds (pins) objects of the object store, so they outlive the producers that put them."""
-
-    def __init__(self) -> None:
-        self.pinned: dict[str, Any] = {}
-        self.released: set[str] = set()  # released before their pin arrived (another caller's call)
-
-    def pin(self, put_id: str, boxed: list[Any]) -> None:
-        """Map the object (zero-copy) and keep it, unless it was released already."""
-        if put_id in self.released:
-            self.released.discard(put_id)
-            return
-        self.pinned[put_id] = ray.get(boxed[0])
-
-    def release(self, put_ids: list[str]) -> None:
-        for put_id in put_ids:
-            if self.pinned.pop(put_id, None) is None:
-                self.released.add(put_id)
-
-    def count(self) -> int:
-        """How many objects this shard pins."""
-        return len(self.pinned)
 
 
 def segmented_data(state: DockState, partition: Partition) -> dict[str, Any]:
@@ -390,6 +446,33 @@ def ray_get(refs: Any) -> Any:
         if isinstance(cause, TokenportError):
             raise cause from None
         raise
+
+
+def dock_get(refs: Any) -> Any:
+    """``ray_get`` of a RayDock's own actor calls: a dead controller (or shard) is a StorageError saying what to do."""
+    try:
+        return ray_get(refs)
+    except ray.exceptions.RayActorError as error:
+        raise StorageError(
+            f"RayDock: an actor of this dock died ({type(error).__name__}: {str(error).splitlines()[0]}). A dead "
+            "controller takes the dock's progress with it: restore the dock from its last checkpoint "
+            "(RayDock.load) and put the rows produced since again"
+        ) from None
+
+
+def _any_copy(copies: list[Any], partition: str) -> Any:
+    """The first of an object's copies still there, or a StorageError when every one is gone."""
+    reason = "no copy left"
+    for copy in copies:
+        try:
+            return ray.get(copy)
+        except ray.exceptions.ObjectLostError as lost:
+            reason = type(lost).__name__
+    raise StorageError(
+        f"RayDock: partition {partition!r}: every copy of an object holding rows of this batch is lost (its "
+        f"producer exited before the dock pinned it, or the nodes holding it are gone): {reason}. Put those "
+        "rows again (clear or overwrite them)"
+    ) from None
 
 
 def _gathered(
