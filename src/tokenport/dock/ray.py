@@ -100,6 +100,7 @@ from .ray_controller import (
     versioning,
     wire,
 )
+from .ray_journal import CHANGING, call_again
 from .requests import AppendRequest, GetRequest, PutRequest, StateCall
 from .schema import Column
 from .state import DockState
@@ -113,6 +114,7 @@ _get = ray_get  # the name transferqueue_ray imports
 _remote: Any = ray.remote  # typed loosely: its options (max_concurrency) are not in its overloads
 KILL_AT = "TOKENPORT_DOCK_KILL_AT"  # tests: a replicated put ends its process at this step (1: staged, 2: sent)
 _kill_point = KillPoints(KILL_AT)
+CONTROLLER_OPTIONS: dict[str, Any] = {}  # tests: more options of the controller actor (a kill point's environment)
 
 
 class RayDock(DockBase):
@@ -154,11 +156,14 @@ class RayDock(DockBase):
         DockState(columns, consumers, n_samples_per_prompt, max_age=max_age, **settings)  # the checks, before any actor
         self._shards = [_remote(**options)(Shard).remote() for options in _shard_options(shards, shard_nodes)]
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)  # the creator's node
-        self._controller = _remote(max_concurrency=_CONTROLLER_THREADS, scheduling_strategy=here)(Controller).remote(
+        restarts = -1 if replicas > 1 else 0  # replicated: restarted from its journal (ray_journal)
+        options = {"max_concurrency": _CONTROLLER_THREADS, "scheduling_strategy": here, "max_restarts": restarts}
+        options.update(CONTROLLER_OPTIONS)
+        self._controller = _remote(**options)(Controller).remote(
             columns, consumers, n_samples_per_prompt, max_age, self._shards, settings, replicas
         )
         self._replicas = replicas
-        self._controller_node: str = dock_get(self._controller.node.remote())
+        self._controller_node: str = self._ask("node")
         self._local: bool | None = None  # whether this process runs on the controller's node (asked once)
         self._columns = {column.name: column for column in columns}
         self._n_samples_per_prompt = int(n_samples_per_prompt)
@@ -180,7 +185,7 @@ class RayDock(DockBase):
     def column_of(self, name: str) -> Column:
         """The column ``name`` (learning columns another client added since this one was made)."""
         if name not in self._columns:
-            self._columns = dock_get(self._controller.schema.remote())[0]
+            self._columns = self._ask("schema")[0]
         try:
             return self._columns[name]
         except (KeyError, TypeError):
@@ -189,7 +194,7 @@ class RayDock(DockBase):
     def handle_call(self, call: StateCall) -> Any:
         if call.method in _LOCAL:
             return getattr(self, "_" + call.method)
-        (result,) = opened(dock_get(self._controller.call.remote(wire(call, by_value=True))))
+        (result,) = opened(self._ask("call", wire(call, by_value=True), changes=call.method in CHANGING))
         if call.method == "add_column":
             column = call.args[0]
             self._columns[column.name] = column
@@ -206,11 +211,10 @@ class RayDock(DockBase):
         shard = int(request.ids[0] // self._n_samples_per_prompt) % len(self._shards)
         if self._replicas > 1:  # staged here; the controller has the shards copy it (see ray_replicas)
             _kill_point()
-            commit = self._controller.commit_copies.remote(
-                wire(request.without_values(), request.lengths, put_id, shard), stored
-            )
+            message, rid = wire(request.without_values(), request.lengths, put_id, shard), uuid.uuid4().hex
+            commit = self._controller.commit_copies.remote(message, stored, rid)
             _kill_point()
-            dock_get(commit)
+            call_again(lambda: self._controller.commit_copies.remote(message, stored, rid), commit)
             return
         shard = -1 if self._on_controller_node() else shard
         pinned = None if shard < 0 else self._shards[shard].pin.remote(put_id, stored)
@@ -225,14 +229,14 @@ class RayDock(DockBase):
     def handle_append(self, request: AppendRequest) -> None:
         """The segment goes to the controller, which holds segmented columns itself (a turn's items are
         small; they are not spread over the shards)."""
-        dock_get(self._controller.append.remote(request))
+        self._ask("append", request, changes=True)
 
     def handle_get(self, request: GetRequest) -> Batch | None:
         """One controller call chooses the rows and says which objects hold them; the objects are read
         here, together, zero-copy out of the object store."""
         key, send = self._sampler_key(request.sampler)
         message = wire(replace(request, sampler=None), key, send, by_value=send is not None)
-        taken = dock_get(self._controller.take.remote(message))
+        taken = self._ask("take", message, changes=True)
         if taken is None:
             return None
         name, give, lease_id, ages, (first, last), held, segments, columns, slots = opened(taken[0])
@@ -251,11 +255,11 @@ class RayDock(DockBase):
         """How many objects of Ray's object store hold this dock's rows (``objects``) and how many copies its
         shards pin or hold (``pinned``: ``replicas`` times ``objects`` once their calls have run and every lost
         copy is made again): what the dock keeps in shared memory."""
-        return dock_get(self._controller.held_objects.remote())
+        return self._ask("held_objects")
 
     def lost_objects(self) -> int:
         """How many objects lost every copy (replicated docks; their rows raise StorageError when read)."""
-        return int(dock_get(self._controller.lost_objects.remote()))
+        return int(self._ask("lost_objects"))
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], *, shards: int = 1, replicas: int = 1) -> RayDock:
@@ -280,14 +284,14 @@ class RayDock(DockBase):
 
     def _copy_state(self) -> DockState:
         """This dock's data and progress gathered from the controller and the shards into one state."""
-        columns, _, n_samples_per_prompt, max_age, settings = dock_get(self._controller.schema.remote())
+        columns, _, n_samples_per_prompt, max_age, settings = self._ask("schema")
         state = DockState(list(columns.values()), [], n_samples_per_prompt, max_age=max_age, **settings)
-        progress = dock_get(self._controller.progress.remote())
+        progress = self._ask("progress")
         for consumer, limit in progress["limits"].items():
             state.add_consumer(consumer, limit)
         state.version = progress["version"]
         state.expired_requeued, state.expired_dropped = progress["expired"]
-        for entry in dock_get(self._controller.snapshot.remote()):
+        for entry in self._ask("snapshot"):
             target = state.adopt(Partition(entry["name"], entry["rows"]))
             placement = entry["placement"]
             for column, values in placement.gather(target.name).items():
@@ -333,20 +337,26 @@ class RayDock(DockBase):
                         )
                 segmented = segmented_data(state, partition)
                 if segmented["columns"]:
-                    dock_get(copy._controller.restore_segments.remote(partition.name, segmented))
-                dock_get(
-                    copy._controller.restore.remote(
-                        partition.name,
-                        dict(partition.consumed),
-                        partition.completed,
-                        partition.age,
-                        (partition.version_first, partition.version_last),
-                    )
-                )
-            dock_get(copy._controller.restore_progress.remote(progress))
+                    copy._ask("restore_segments", partition.name, segmented, changes=True)
+                spans = (partition.version_first, partition.version_last)
+                args = (partition.name, dict(partition.consumed), partition.completed, partition.age, spans)
+                copy._ask("restore", *args, changes=True, keyword=True)
+            copy._ask("restore_progress", progress, changes=True)
             if state.closed:
                 copy.close()
         return copy
+
+    def _ask(self, method: str, *args: Any, changes: bool = False, keyword: bool = False) -> Any:
+        """The controller's answer to ``method(*args)``. Replicated: a changing call carries a new request id
+        (by keyword when ``keyword``), and a call the controller's death interrupted is sent again, the same
+        request, to the restarted controller (``ray_journal``); else its death is a StorageError."""
+        remote = getattr(self._controller, method).remote
+        if self._replicas == 1:
+            return dock_get(remote(*args))
+        rid = uuid.uuid4().hex if changes else None
+        if rid is None:
+            return call_again(lambda: remote(*args))
+        return call_again(lambda: remote(*args, rid=rid) if keyword else remote(*args, rid))
 
     def _on_controller_node(self) -> bool:
         """Whether this process runs on the controller's node (then the controller pins its puts)."""

@@ -30,6 +30,7 @@ from ..errors import ConfigError, CorruptStoreError, StorageError, TokenportErro
 from .arguments import Sampler
 from .blob import unpack_columns
 from .ragged import Packed, take_rows
+from .ray_journal import CHANGING, Journal, recover
 from .ray_replicas import REPAIR_PERIOD, Replicas, Shard
 from .requests import AppendRequest, GetRequest, PutRequest, StateCall, trusted
 from .schema import Column
@@ -92,7 +93,10 @@ class Controller:
         self.next_slot = 0
         self.replicas = Replicas(shards, replicas) if replicas > 1 else None
         self.lost = 0  # objects whose every copy is gone (their rows raise StorageError when read)
+        self.replaying = False
+        self.journal = None if self.replicas is None else Journal(shards, [i for i, _ in self.replicas.known])
         if self.replicas is not None:
+            recover(self, unwire)  # restarted: rebuilt from the journal the shards hold (new: none)
             threading.Thread(target=self._repair_forever, daemon=True).start()
 
     def node(self) -> str:
@@ -103,23 +107,53 @@ class Controller:
         state = self.state
         return state.columns, state.consumers, state.n_samples_per_prompt, state.max_age, versioning(state)
 
-    def call(self, message: Any) -> bytes:
+    def call(self, message: Any, rid: str | None = None) -> bytes:
         """Run a call that carries no data on the state (``clear`` and ``drop_partition`` also release
-        the objects of the partition's rows), or read one of its properties; the answer ``wire``d."""
+        the objects of the partition's rows), or read one of its properties; the answer ``wire``d.
+        ``rid``: the request's id (replicated docks: a changing call is journaled, see ``ray_journal``)."""
         (call,) = unwire(message, StateCall, 1)
-        if call.method in ("clear", "drop_partition"):
-            self.forget(call.method, *call.args)
-            return wire(None)
-        return wire(call.on(self.state))
+        if call.method not in CHANGING:
+            return wire(call.on(self.state))
+        return self.once(rid, "call", message, lambda: self.apply("call", message))
 
-    def restore(self, partition: str, *progress: Any) -> None:
+    def restore(self, partition: str, *progress: Any, rid: str | None = None) -> None:
         """Set a copied partition's consumption, finished flags, ages and versions (``DockState.restore``)."""
-        self.state.restore(partition, *progress)
+        self.once(rid, "restore", (partition, *progress), lambda: self.state.restore(partition, *progress))
 
-    def append(self, request: AppendRequest) -> None:
+    def append(self, request: AppendRequest, rid: str | None = None) -> None:
         """Append a segment: segmented columns are held here (a turn's items are small)."""
         request = trusted(request, AppendRequest)
-        self.state.append(request.partition, request.row, request.values, request.version, request.finished)
+        self.once(rid, "append", request, lambda: self.apply("append", request))
+
+    def once(self, rid: str | None, kind: str, payload: Any, change: Any) -> Any:
+        """``change()``, journaled under ``rid`` before its answer is returned; a request id journaled before
+        is answered as it was then, not applied again (unjournaled without a journal or a request id)."""
+        if self.journal is None or rid is None:
+            return change()
+        with self.state.lock:
+            if rid in self.journal.answers:
+                return self.journal.answers[rid]
+            answer = change()
+            self.journal.write(rid, kind, payload, answer)
+            return answer
+
+    def apply(self, kind: str, payload: Any) -> Any:
+        """Apply a journaled change (live, or replayed by ``recover``); its answer."""
+        if kind == "call":
+            (call,) = unwire(payload, StateCall, 1)
+            if call.method in ("clear", "drop_partition"):
+                self.forget(call.method, *call.args)
+                return wire(None)
+            return wire(call.on(self.state))
+        if kind == "append":
+            self.state.append(payload.partition, payload.row, payload.values, payload.version, payload.finished)
+        elif kind == "restore":
+            self.state.restore(*payload)
+        elif kind == "restore_progress":
+            self.restore_progress(payload)
+        elif kind == "restore_segments":
+            self.restore_segments(*payload)
+        return None
 
     def held_objects(self) -> dict[str, int]:
         """Objects held and pinned (the shards are asked from here, so after every pin and release sent)."""
@@ -151,18 +185,21 @@ class Controller:
         held = ray.get(boxed[0]) if shard < 0 else None  # no lock held: a local map, no bytes move
         self._record(request, lengths, put_id, [boxed[0]], [] if shard < 0 else [(shard, "")], held)
 
-    def commit_copies(self, message: Any, boxed: list[Any]) -> None:
+    def commit_copies(self, message: Any, boxed: list[Any], rid: str | None = None) -> None:
         """A put with replicas (see ``ray_replicas``): ``message`` is ``wire(request less its data, ragged
         lengths, put_id, key)``. Checked first, then copied onto the replicas' shards, then checked again
-        and recorded; refused or failed, no shard keeps a copy."""
+        and recorded (journaled under ``rid``); refused or failed, no shard keeps a copy."""
         request, lengths, put_id, key = unwire(message, PutRequest, 4)
-        if self.replicas is None or type(key) is not int:
+        if self.replicas is None or self.journal is None or type(key) is not int:
             raise ConfigError("RayDock: a replicated commit sent to a dock without replicas")
+        if rid is not None and rid in self.journal.answers:
+            return
         self.state.check_put(request.partition, list(request.names), request.ids, request.overwrite, request.versions)
         shards = self.replicas.choose(key, [], self.replicas.count)
         refs, holders = self.replicas.hold(put_id, boxed, shards)
         try:
-            self._record(request, lengths, put_id, refs, holders, None)
+            record = lambda: self._record(request, lengths, put_id, refs, holders, None)  # noqa: E731
+            self.once(rid, "put", (message, holders), record)
         except BaseException:
             self.replicas.release(put_id, holders)
             raise
@@ -195,8 +232,10 @@ class Controller:
         """Copy again, from a surviving copy onto other shards, every object a restarted shard held; the copies
         made. An object with no copy left is counted in ``lost``."""
         replicas = self.replicas
-        if replicas is None or not (replicas.refresh() or self.short):
+        if replicas is None or self.journal is None or not (replicas.refresh() or self.short):
             return 0
+        with self.state.lock:  # a restarted shard is sent the whole journal
+            self.journal.send_all([incarnation for incarnation, _ in replicas.known])
         with self.state.lock:
             todo = []
             for slot, entry in self.objects.items():
@@ -262,38 +301,58 @@ class Controller:
         """What a copy needs besides the partitions (``progress_of`` the state)."""
         return progress_of(self.state)
 
-    def restore_progress(self, progress: dict[str, Any]) -> None:
+    def restore_progress(self, progress: dict[str, Any], rid: str | None = None) -> None:
         """Take a copied dock's expiry counters and the expired rows it had not handed back yet."""
+        if rid is not None:
+            self.once(rid, "restore_progress", progress, lambda: self.restore_progress(progress))
+            return
         with self.state.lock:
             self.state.expired_requeued, self.state.expired_dropped = progress["expired"]
             for name, rows in progress["requeue"].items():
                 self.state.requeue(name, rows)
 
-    def restore_segments(self, partition: str, segmented: dict[str, Any]) -> None:
+    def restore_segments(self, partition: str, segmented: dict[str, Any], rid: str | None = None) -> None:
         """Hold a copied partition's segmented columns (data, readiness, segment table) as they were."""
+        if rid is not None:
+            again = (partition, segmented)
+            self.once(rid, "restore_segments", again, lambda: self.restore_segments(*again))
+            return
         with self.state.lock:
             adopt_segmented(self.state, self.state.partition(partition), segmented)
 
-    def take(self, message: Any) -> tuple[bytes, list[Any]] | None:
+    def take(self, message: Any, rid: str | None = None) -> tuple[bytes, list[Any]] | None:
         """Choose and claim rows as ``Dock.get`` does; ``message`` is ``wire(request, sampler_key,
         sampler)`` (the request's sampler: the one registered under ``sampler_key``, sent now or
         earlier). The answer: ``wire(partition, rows, lease id, ages, (oldest, newest versions),
         segmented columns' data (held here), (segment counts, segment versions) or None, where the
         other columns' cells live (``Placement.columns``), the objects' slots)`` and the objects' refs;
-        or None."""
+        or None. Journaled under ``rid`` (the rows claimed and the lease id): sent again, the same rows."""
         request, sampler_key, sampler = unwire(message, GetRequest, 3)
         if sampler is not None and sampler_key is not None:
             self.samplers[sampler_key] = sampler
         request = replace(request, sampler=self.samplers.get(sampler_key) if sampler_key else None)
         wanted = list(request.columns)
-        consumer = request.consumer
         state = self.state
         with state.lock:
+            if self.journal is not None and rid is not None and rid in self.journal.answers:
+                if (answered := self.journal.answers[rid]) is None:
+                    return None
+                name, give, lease_id = answered
+                return self._answer(state.partition(name), give, lease_id, wanted)
             taken = state.take(request)
-            if taken is None:
-                return None
-            target, give, lease_id = taken
-            state.served(consumer, state.batch_bytes(target, wanted, give))
+            if taken is not None:
+                state.served(request.consumer, state.batch_bytes(taken[0], wanted, taken[1]))
+            if self.journal is not None and rid is not None and taken is not None:
+                answer = None if taken is None else (taken[0].name, taken[1], taken[2])
+                lease = None if taken is None or taken[2] is None else (taken[2], time.time() + (request.lease or 0))
+                claim = None if taken is None else (taken[0].name, taken[1], state.last_consumed, lease)
+                self.journal.write(rid, "take", (message, request.consumer, claim), answer)
+            return None if taken is None else self._answer(*taken, wanted)
+
+    def _answer(self, target: Partition, give: np.ndarray, lease_id: int | None, wanted: list[str]) -> Any:
+        """A get's answer (see ``take``) for rows ``give`` of ``target``."""
+        state = self.state
+        with state.lock:
             ages = target.age[give]
             versions = (target.version_first[give], target.version_last[give])
             segmented = [name for name in wanted if state.column(name).segmented]
@@ -337,7 +396,8 @@ class Controller:
             for shard, _ in holders:
                 by_shard.setdefault(shard, []).append(put_id)
         for shard, released in by_shard.items():
-            self.shards[shard].release.remote(released)
+            if not self.replaying:  # replayed: released already, or dropped by ray_journal.recover
+                self.shards[shard].release.remote(released)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class Shard:
         self.pinned: dict[str, Any] = {}
         self.released: set[str] = set()  # released before their pin arrived (another caller's call)
         self.incarnation = uuid.uuid4().hex  # a restarted shard is a new process: its copies are gone
+        self.entries: dict[int, bytes] = {}  # the controller's journal (see ray_journal)
 
     def pin(self, put_id: str, boxed: list[Any]) -> None:
         """Map the object (zero-copy) and keep it, unless it was released already."""
@@ -62,6 +63,27 @@ class Shard:
         for put_id in put_ids:
             if self.pinned.pop(put_id, None) is None:
                 self.released.add(put_id)
+
+    def note(self, number: int, entry: bytes) -> None:
+        """Keep entry ``number`` of the controller's journal."""
+        self.entries[number] = entry
+
+    def note_all(self, entries: dict[int, bytes]) -> None:
+        """Keep these entries of the controller's journal (a restarted shard is sent the whole of it)."""
+        self.entries.update(entries)
+
+    def journal(self) -> dict[int, bytes]:
+        """The controller's journal as this shard holds it."""
+        return self.entries
+
+    def copies(self) -> dict[str, list[Any]]:
+        """The copies this shard holds (``hold``), by put id: each ref in a list (a restarted controller's)."""
+        return {put_id: [value] for put_id, value in self.pinned.items() if isinstance(value, ray.ObjectRef)}
+
+    def retain(self, put_ids: list[str]) -> None:
+        """Drop the copies of puts not among ``put_ids`` (commits a dead controller never recorded)."""
+        keep = set(put_ids)
+        self.pinned = {put_id: value for put_id, value in self.pinned.items() if put_id in keep}
 
     def count(self) -> int:
         """How many objects this shard pins or holds."""

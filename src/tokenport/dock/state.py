@@ -38,6 +38,8 @@ __all__ = ["STALE_POLICIES", "DockState"]
 class DockState(DockTable):
     """A dock's tables (``DockTable``) and the rules of its puts, appends, gets, leases and versions."""
 
+    last_consumed: np.ndarray | None = None  # the rows the last take consumed or leased (RayDock's journal)
+
     # -- put ----------------------------------------------------------------------------------------
 
     def check_put(
@@ -277,7 +279,28 @@ class DockState(DockTable):
             if found is None:
                 return None
             target, give, consume = found
+            self.last_consumed = consume
             return target, give, self._claim(request, target, give, consume, now, stats)
+
+    def reclaim(
+        self, consumer: str, partition: str, give: np.ndarray, consume: np.ndarray, lease: tuple[int, float] | None
+    ) -> None:
+        """Claim exactly these rows again, as a get did (a RayDock controller replaying its journal): consumed,
+        or leased under ``lease`` = (its id, its wall-clock deadline)."""
+        with self.lock:
+            stats = self._consumer(consumer)
+            target = self.partition(partition)
+            if lease is None:
+                target.consumed_of(consumer)[consume] = True
+            else:
+                lease_id, deadline = lease
+                self._next_lease = max(self._next_lease, lease_id + 1)
+                left = max(0.0, deadline - time.time())
+                self._leases[lease_id] = Lease(consumer, target.name, consume, time.monotonic() + left)
+                target.leased_of(consumer)[consume] = True
+            stats.rows += len(give)
+            stats.batches += 1
+            self.lock.notify_all()
 
     def _wait_for(
         self, request: GetRequest, sampler: Sampler, limit: int | None, stats: ConsumerStats
