@@ -52,10 +52,21 @@ before the repair can lose rows whose copies it both hit (``lost_objects``; R=3 
 R times the object-store memory and, per put, R fetches and copies on the shards before the commit
 returns (``bench_dock_recovery``: put p50 about 2x replicas=1's on the 2-core test machine); gets
 are unchanged. A producer killed between staging and commit leaves nothing: its object dies with it,
-and a commit whose copies cannot all be taken is refused whole. The controller is not replicated: its
-death is a StorageError on every call, and the dock is restored from its last checkpoint
-(``save``/``load``) with the rows put since then put again; the controller runs on the node of the
-process that created the dock.
+and a commit whose copies cannot all be taken is refused whole.
+
+The controller (``replicas=R >= 2``; see ``ray_journal``) is a restartable actor with a write-ahead journal
+on the shards: every call that changes its state carries a request id and is journaled on every shard
+before it answers (a put: the shards holding its copies; a get: the rows it claimed and the lease id).
+Restarted (its process killed, or its node), it replays the journal, finds each put's copies on the shards
+and serves on: a call its death interrupted is sent again by the client with the same request id and is
+answered from the journal, never applied twice, so no committed row is lost and none is served twice to
+a consumer (rows leased and not acked come back after the lease, as always). The journal lives while one
+shard that received it does. Cost: one more round trip to the R shards per changing call (``put``/``get``
+p50: see BENCHMARKS.md) and the journal's memory (the requests without their data) for the dock's
+lifetime. With one copy, or when the controller is killed for good, every call is a StorageError and the
+dock is restored from its last checkpoint (``save``/``load``) with the rows put since then put again.
+The controller runs on the node of the process that created the dock, and its actors share that
+process's fate.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class Controller:
         self.replaying = False
         self.journal = None if self.replicas is None else Journal(shards, [i for i, _ in self.replicas.known])
         if self.replicas is not None:
-            recover(self, unwire)  # restarted: rebuilt from the journal the shards hold (new: none)
+            recover(self, unwire)  # restarted: rebuilt from the journal the shards hold (new: its first entry)
             threading.Thread(target=self._repair_forever, daemon=True).start()
 
     def node(self) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,8 @@ class Journal:
                 "RayDock: no shard took the controller's journal entry (every shard is down); the call was "
                 "applied but will not survive a controller restart: save the dock now (RayDock.save)"
             )
-        _kill_point()
+        if kind != "born":
+            _kill_point()
 
     def adopt(self, entries: list[bytes]) -> list[tuple[str, str, Any]]:
         """Take the gathered journal as this controller's own; its entries, opened, in order."""
@@ -99,8 +101,9 @@ class Journal:
                 self.sent[s] = incarnation
 
 
-def gather(shards: list[Any]) -> list[bytes]:
-    """The journal the shards hold together: entries 1, 2, ... up to the first that none holds."""
+def gather(shards: list[Any]) -> tuple[list[bytes], bool]:
+    """The journal the shards hold together: entries 1, 2, ... up to the first that none holds; and whether
+    that is all they hold (a later entry means the ones between are lost)."""
     found: dict[int, bytes] = {}
     for shard in shards:
         try:
@@ -110,7 +113,7 @@ def gather(shards: list[Any]) -> list[bytes]:
     entries: list[bytes] = []
     while len(entries) + 1 in found:
         entries.append(found[len(entries) + 1])
-    return entries
+    return entries, len(entries) == len(found)
 
 
 def call_again(submit: Callable[[], Any], sent: Any = None) -> Any:
@@ -145,15 +148,25 @@ def recover(controller: Any, unwire: Callable[..., tuple[Any, ...]]) -> None:
     journal its shards hold: each entry applied again with its recorded answer, each put's copies found on
     the shards holding them now."""
     journal, shards = controller.journal, controller.shards
-    entries = journal.adopt(gather(shards))
-    if not entries:  # a new dock (or one restarted before its first change)
+    with warnings.catch_warnings():  # the property reads a deprecated one
+        warnings.simplefilter("ignore")
+        restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    if not restarted:  # a new dock: its journal's first entry says so
+        journal.write("", "born", None, None)
         return
+    gathered, whole = gather(shards)
     copies: list[dict[str, list[Any]]] = []
     for shard in shards:
         try:
             copies.append(ray.get(shard.copies.remote(), timeout=_GATHER_TIMEOUT))
         except ray.exceptions.RayError:
             copies.append({})
+    if not whole or not gathered:
+        raise StorageError(
+            "RayDock: the controller's journal is lost (every shard holding part of it died before it was sent "
+            "again): its state cannot be rebuilt; restore the dock from its last checkpoint (RayDock.load)"
+        )
+    entries = journal.adopt(gathered)
     controller.replaying = True
     try:
         for rid, kind, payload in entries:
@@ -186,4 +199,4 @@ def _replay(controller: Any, unwire: Callable[..., Any], kind: str, payload: Any
         name, give, consume, lease = claim
         controller.state.reclaim(consumer, name, give, consume, lease)
         return name, give, None if lease is None else lease[0]
-    return controller.apply(kind, payload)
+    return None if kind == "born" else controller.apply(kind, payload)
