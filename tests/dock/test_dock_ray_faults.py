@@ -422,3 +422,26 @@ def test_a_controller_restarted_after_every_shard_died_at_once_is_never_silently
             dock.get("train", ["tokens"], 4, "p", timeout=10)
     finally:
         dock.shutdown()
+
+
+class NewestFirst:
+    """A user's sampler: the highest eligible rows first (so a fallback to the default order is seen)."""
+
+    def __call__(self, request):
+        chosen = request.eligible[::-1][: request.count]
+        return (chosen, chosen) if len(chosen) else None
+
+
+def test_a_users_sampler_sent_once_is_still_used_after_the_controller_restarts(ray_session) -> None:
+    """A sampler is sent with the first get that uses it (which times out: nothing is claimed) and named by a key
+    after; the controller is then killed: the restarted one still applies that sampler, not the default."""
+    dock, newest = RayDock(COLUMNS, CONSUMERS, shards=2, replicas=2), NewestFirst()
+    try:
+        dock.add_partition("p", ROWS)
+        with pytest.raises(TokenportError, match="waited"):
+            dock.get("train", ["reward"], 2, "p", timeout=0.01, sampler=newest)
+        ray.get(Producer.remote().run.remote(dock, "p", list(range(8)), 0))
+        kill_controller(dock)
+        assert dock.get("train", ["reward"], 3, "p", timeout=10, sampler=newest).rows.tolist() == [7, 6, 5]
+    finally:
+        dock.shutdown()

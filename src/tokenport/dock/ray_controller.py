@@ -328,12 +328,14 @@ class Controller:
         other columns' cells live (``Placement.columns``), the objects' slots)`` and the objects' refs;
         or None. Journaled under ``rid`` (the rows claimed and the lease id): sent again, the same rows."""
         request, sampler_key, sampler = unwire(message, GetRequest, 3)
-        if sampler is not None and sampler_key is not None:
-            self.samplers[sampler_key] = sampler
-        request = replace(request, sampler=self.samplers.get(sampler_key) if sampler_key else None)
-        wanted = list(request.columns)
         state = self.state
         with state.lock:
+            if sampler is not None and sampler_key is not None:
+                if self.journal is not None and rid is not None and sampler_key not in self.samplers:
+                    self.journal.write(rid + "/sampler", "sampler", message, None)  # a restart keeps it
+                self.samplers[sampler_key] = sampler
+            request = replace(request, sampler=self.samplers.get(sampler_key) if sampler_key else None)
+            wanted = list(request.columns)
             if self.journal is not None and rid is not None and rid in self.journal.answers:
                 if (answered := self.journal.answers[rid]) is None:
                     return None

@@ -17,8 +17,8 @@ the caller, and a call whose entry was not written is applied once, when it is s
 The journal survives while one shard that received it lives (a restarted shard is sent the whole journal
 by the repair thread). Lease deadlines are kept in wall-clock time; leases expiring and rows expiring as
 stale are not journaled: replayed, they happen again by the same rules, at their time. A user's own
-sampler object is registered again from the journaled get that sent it; its internal state, if any, is
-the one that get sent. Cost: one more round trip, to every shard, per changing call (under the lock), and
+sampler object is journaled when it is first sent and registered again from there; its internal state, if
+any, is the one that get sent. Cost: one more round trip, to every shard, per changing call (under the lock), and
 the journal in the shards' and the controller's memory for the dock's lifetime (no entry is dropped).
 """
 
@@ -189,8 +189,8 @@ def _replay(controller: Any, unwire: Callable[..., Any], kind: str, payload: Any
         holders = [(s, known[s][0]) for s in held]
         controller._record(request, lengths, put_id, [copies[s][put_id][0] for s in held], holders, None)
         return None
-    if kind == "take":
-        message, consumer, claim = payload
+    if kind in ("take", "sampler"):
+        message, consumer, claim = payload if kind == "take" else (payload, None, None)
         _, sampler_key, sampler = unwire(message, GetRequest, 3)
         if sampler is not None and sampler_key is not None:
             controller.samplers[sampler_key] = sampler
