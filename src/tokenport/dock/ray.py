@@ -112,6 +112,7 @@ from .ray_controller import (
     wire,
 )
 from .ray_journal import CHANGING, call_again
+from .ray_replicas import SHARD_GROUPS
 from .requests import AppendRequest, GetRequest, PutRequest, StateCall
 from .schema import Column
 from .state import DockState
@@ -403,7 +404,8 @@ def _shard_options(shards: int, nodes: Sequence[str] | None) -> list[dict[str, A
     spread: list[Any] = (
         ["SPREAD"] * shards if nodes is None else [NodeAffinitySchedulingStrategy(n, soft=True) for n in nodes]
     )
-    return [{"max_restarts": -1, "max_task_retries": -1, "scheduling_strategy": s} for s in spread]
+    common = {"max_restarts": -1, "max_task_retries": -1, "concurrency_groups": SHARD_GROUPS}
+    return [{**common, "scheduling_strategy": s} for s in spread]
 
 
 def _refused(commit: Any) -> bool:

@@ -50,6 +50,7 @@ CHANGING = frozenset(
 )
 RESTART_WAIT = 120.0  # seconds a client waits for a restarted controller before a StorageError
 _GATHER_TIMEOUT = 30.0  # a shard that does not hand its journal over within this is left out
+_NOTE_WAIT = 1.0  # seconds an entry waits for every shard; then one suffices (a restarting one takes it later)
 KILL_AT = "TOKENPORT_DOCK_JOURNAL_KILL_AT"  # tests: each controller process ends after its Nth entry, before replying
 _kill_point = KillPoints(KILL_AT)
 
@@ -65,18 +66,17 @@ class Journal:
         self.sent: list[str | None] = list(incarnations)  # a restarted controller sends them all (recover)
 
     def write(self, rid: str, kind: str, payload: Any, answer: Any) -> None:
-        """Append an entry on every shard and wait for them (under the caller's lock: entries are in the order
-        their changes were applied); a StorageError when no shard took it."""
+        """Append an entry on every shard and wait for them, or for one after ``_NOTE_WAIT`` (under the caller's
+        lock: entries are numbered in the order their changes were applied); a StorageError when none took it."""
         data = pickle.dumps((rid, kind, payload), protocol=5)
         self.entries.append(data)
         self.answers[rid] = answer
-        taken = 0
-        for call in [shard.note.remote(len(self.entries), data) for shard in self.shards]:
-            try:
-                ray.get(call)
-                taken += 1
-            except ray.exceptions.RayError:
-                continue
+        calls = [shard.note.remote(len(self.entries), data) for shard in self.shards]
+        done, pending = ray.wait(calls, num_returns=len(calls), timeout=_NOTE_WAIT)
+        taken = sum(_took(call) for call in done)
+        while not taken and pending:  # a shard being restarted takes it when it is back (Ray retries the call)
+            done, pending = ray.wait(pending, num_returns=1)
+            taken = _took(done[0])
         if not taken:
             raise StorageError(
                 "RayDock: no shard took the controller's journal entry (every shard is down); the call was "
@@ -99,6 +99,15 @@ class Journal:
                 except ray.exceptions.RayError:
                     continue
                 self.sent[s] = incarnation
+
+
+def _took(call: Any) -> bool:
+    """Whether a shard's ``note`` call succeeded."""
+    try:
+        ray.get(call)
+    except ray.exceptions.RayError:
+        return False
+    return True
 
 
 def gather(shards: list[Any]) -> tuple[list[bytes], bool]:

@@ -25,9 +25,10 @@ except ImportError as missing:  # name the extra; an import that fails for anoth
     raise
 from ..errors import StorageError
 
-__all__ = ["REPAIR_PERIOD", "Replicas", "Shard"]
+__all__ = ["REPAIR_PERIOD", "SHARD_GROUPS", "Replicas", "Shard"]
 
 REPAIR_PERIOD = 0.5  # seconds between the controller's checks for restarted shards
+SHARD_GROUPS = {"journal": 1}  # a shard's journal calls run on a thread of their own (ray_journal)
 _ASK_TIMEOUT = 2.0  # a shard that does not answer who it is within this is being restarted: asked again later
 
 
@@ -64,14 +65,17 @@ class Shard:
             if self.pinned.pop(put_id, None) is None:
                 self.released.add(put_id)
 
+    @ray.method(concurrency_group="journal")  # not queued behind copies
     def note(self, number: int, entry: bytes) -> None:
         """Keep entry ``number`` of the controller's journal."""
         self.entries[number] = entry
 
+    @ray.method(concurrency_group="journal")  # not queued behind copies
     def note_all(self, entries: dict[int, bytes]) -> None:
         """Keep these entries of the controller's journal (a restarted shard is sent the whole of it)."""
         self.entries.update(entries)
 
+    @ray.method(concurrency_group="journal")  # not queued behind copies
     def journal(self) -> dict[int, bytes]:
         """The controller's journal as this shard holds it."""
         return self.entries
