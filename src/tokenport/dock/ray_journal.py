@@ -200,12 +200,14 @@ def _replay(controller: Any, unwire: Callable[..., Any], kind: str, payload: Any
         return None
     if kind in ("take", "sampler"):
         message, consumer, claim = payload if kind == "take" else (payload, None, None)
-        _, sampler_key, sampler = unwire(message, GetRequest, 3)
+        request, sampler_key, sampler = unwire(message, GetRequest, 3)
         if sampler is not None and sampler_key is not None:
             controller.samplers[sampler_key] = sampler
         if claim is None:
             return None
         name, give, consume, lease = claim
-        controller.state.reclaim(consumer, name, give, consume, lease)
+        state = controller.state
+        state.reclaim(consumer, name, give, consume, lease)
+        state.served(consumer, state.batch_bytes(state.partition(name), list(request.columns), give))
         return name, give, None if lease is None else lease[0]
     return None if kind == "born" else controller.apply(kind, payload)

@@ -298,9 +298,16 @@ class DockState(DockTable):
                 left = max(0.0, deadline - time.time())
                 self._leases[lease_id] = Lease(consumer, target.name, consume, time.monotonic() + left)
                 target.leased_of(consumer)[consume] = True
-            stats.rows += len(give)
-            stats.batches += 1
+            self._count(stats, target, give)
             self.lock.notify_all()
+
+    def _count(self, stats: ConsumerStats, target: Partition, give: np.ndarray) -> None:
+        """Count a batch served: its rows, and the rows by how many versions behind they are."""
+        stats.rows += len(give)
+        stats.batches += 1
+        versions = target.version_first[give]
+        for lag, served in counts(self.version - versions[versions >= 0]).items():
+            stats.staleness[lag] = stats.staleness.get(lag, 0) + served
 
     def _wait_for(
         self, request: GetRequest, sampler: Sampler, limit: int | None, stats: ConsumerStats
@@ -348,11 +355,7 @@ class DockState(DockTable):
             self._next_lease += 1
             self._leases[lease_id] = Lease(request.consumer, target.name, consume, now + request.lease)
             target.leased_of(request.consumer)[consume] = True
-        stats.rows += len(give)
-        stats.batches += 1
-        versions = target.version_first[give]
-        for lag, served in counts(self.version - versions[versions >= 0]).items():
-            stats.staleness[lag] = stats.staleness.get(lag, 0) + served
+        self._count(stats, target, give)
         if self.max_inflight_versions is not None:
             self.lock.notify_all()  # consumption can admit rollouts
         return lease_id
