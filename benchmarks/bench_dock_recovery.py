@@ -10,7 +10,8 @@ Workload: puts of 64 rows (ragged int32 tokens, 512-1536 per row: about 256 KB a
 rows. Cost rows: p50 and p99 of each put's latency (timed in the producer) and each get's (timed in
 the driver), replicas=2 against replicas=1 (lower is better; the ratio is replicas=1's time over
 replicas=2's). Recovery rows: a partition is filled (replicas=2), then a shard actor is killed
-(ray.kill, restarted empty), or worker node 2 (its raylet and workers, SIGKILL); timed from the kill to
+(ray.kill, restarted empty), or the controller (ray.kill, restarted: it replays the journal the shards
+hold), or worker node 2 (its raylet and workers, SIGKILL); timed from the kill to
 (a) the first get of every row of the partition that returns them all, exactly (reads fall back to the
 surviving copy), and (b) the repair: every object held twice again. No goal: figures for BENCHMARKS.md.
 
@@ -110,9 +111,9 @@ def cost_rows(cluster: Cluster, nodes: list, puts: int) -> list[Row]:
 
 
 def recovery_rows(cluster: Cluster, nodes: list, puts: int) -> list[Row]:
-    """From the kill of a shard, then of a worker node, to a full get and to the repair."""
+    """From the kill of a shard, then of the controller, then of a worker node, to a full get and to the repair."""
     rows = []
-    for victim in ("shard", "node"):
+    for victim in ("shard", "controller", "node"):
         dock = new_dock(cluster, nodes, 2, ["c"])
         dock.add_partition("p", puts * ROWS)
         producer = producer_on(0)
@@ -120,6 +121,8 @@ def recovery_rows(cluster: Cluster, nodes: list, puts: int) -> list[Row]:
         start = time.perf_counter()
         if victim == "shard":
             ray.kill(dock._shards[2], no_restart=False)
+        elif victim == "controller":  # restarted: it replays the journal its shards hold
+            ray.kill(dock._controller, no_restart=False)
         else:
             cluster.remove_node(nodes[1], allow_graceful=False)
         get_all(dock, "p", puts, "c")
