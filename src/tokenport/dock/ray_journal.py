@@ -18,13 +18,13 @@ The journal survives while one shard that received it lives (a restarted shard i
 by the repair thread; an entry waits at most ``_NOTE_WAIT`` for a shard being restarted, then one shard
 suffices and Ray delivers it to the other once it is back). A new controller's first entry says it was
 born, so a restarted one that finds no journal, or one with a gap, refuses to start: every call is then a
-StorageError naming ``RayDock.load``, never an empty or partial dock. Lease deadlines are kept in wall-
-clock time; leases expiring and rows expiring as stale are not journaled: replayed, they happen again by
-the same rules, at their time. A user's own sampler object is journaled when it is first sent and
-registered again from there; its internal state, if any, is the one that get sent. Cost: one more round
-trip, to every shard, per changing call (under the lock; ``bench_dock_recovery``: get p50 about 3 ms more
-on the loaded 2-core test machine), and the journal in the shards' and the controller's memory for the
-dock's lifetime (no entry is dropped: a ``save`` does not truncate it).
+StorageError naming ``RayDock.load``, never an empty or partial dock. Lease deadlines are kept in
+wall-clock time; leases expiring and rows expiring as stale are not journaled: replayed, they happen
+again by the same rules, at their time. A user's own sampler object is journaled when it is first sent
+and registered again from there; its internal state, if any, is the one that get sent. Cost: one more
+round trip, to every shard, per changing call (under the lock; ``bench_dock_recovery``: get p50 about 3
+ms more on the loaded 2-core test machine), and the journal in the shards' and the controller's memory
+for the dock's lifetime (no entry is dropped: a ``save`` does not truncate it).
 """
 
 from __future__ import annotations
