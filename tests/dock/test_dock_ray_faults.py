@@ -357,15 +357,17 @@ def test_a_controller_killed_right_after_a_save_and_right_before_one_loses_nothi
         dock.shutdown()
 
 
-def test_a_controller_dying_after_journaling_each_change_answers_the_resent_call_without_applying_it_again(
-    ray_session, monkeypatch
+@pytest.mark.parametrize("step", ["2", "3"], ids=["after-its-entry", "before-its-entry"])
+def test_a_controller_dying_at_each_journal_step_applies_every_resent_call_exactly_once(
+    ray_session, monkeypatch, step
 ) -> None:
-    """Every controller process ends right after the journal entry of its first change, before it answers (the
-    journal's kill point): each changing call (add_partition, put, get, get under a lease, ack, nack, clear,
-    set_version) is applied, its caller sees the controller die and sends it again, and the restarted
-    controller answers from the journal. Results, lease ids and state equal an in-process Dock's: nothing is
-    applied twice (without the journal's answers, the resent put is refused and the resent get serves other rows)."""
-    monkeypatch.setattr(ray_dock, "CONTROLLER_OPTIONS", {"runtime_env": {"env_vars": {JOURNAL_KILL_AT: "1"}}})
+    """Every controller process ends at a step of the journal (its kill point): right after the entry of its
+    first change, before it answers ("2"), or after applying its second change, before its entry ("3"). Each
+    changing call (add_partition, put, get, get under a lease, ack, nack, clear, set_version) meets a death,
+    its caller sends it again, and the restarted controller answers from the journal or applies it (once).
+    Results, lease ids and state equal an in-process Dock's (without the journal's answers, the resent put
+    of "2" is refused and its resent get serves other rows)."""
+    monkeypatch.setattr(ray_dock, "CONTROLLER_OPTIONS", {"runtime_env": {"env_vars": {JOURNAL_KILL_AT: step}}})
     model, dock = Dock(COLUMNS, ["train"]), RayDock(COLUMNS, ["train"], shards=2, replicas=2)
     held: dict[int, list[int]] = {id(model): [], id(dock): []}
     try:

@@ -56,7 +56,7 @@ CHANGING = frozenset(
 RESTART_WAIT = 120.0  # seconds a client waits for a restarted controller before a StorageError
 _GATHER_TIMEOUT = 30.0  # a shard that does not hand its journal over within this is left out
 _NOTE_WAIT = 1.0  # seconds an entry waits for every shard; then one suffices (a restarting one takes it later)
-KILL_AT = "TOKENPORT_DOCK_JOURNAL_KILL_AT"  # tests: each controller process ends after its Nth entry, before replying
+KILL_AT = "TOKENPORT_DOCK_JOURNAL_KILL_AT"  # tests: each controller process ends at its Nth step (2 per entry)
 _kill_point = KillPoints(KILL_AT)
 
 
@@ -73,6 +73,8 @@ class Journal:
     def write(self, rid: str, kind: str, payload: Any, answer: Any) -> None:
         """Append an entry on every shard and wait for them, or for one after ``_NOTE_WAIT`` (under the caller's
         lock: entries are numbered in the order their changes were applied); a StorageError when none took it."""
+        if kind != "born":
+            _kill_point()  # the change applied here, not yet journaled
         data = pickle.dumps((rid, kind, payload), protocol=5)
         self.entries.append(data)
         self.answers[rid] = answer
@@ -88,7 +90,7 @@ class Journal:
                 "applied but will not survive a controller restart: save the dock now (RayDock.save)"
             )
         if kind != "born":
-            _kill_point()
+            _kill_point()  # journaled, not yet answered
 
     def adopt(self, entries: list[bytes]) -> list[tuple[str, str, Any]]:
         """Take the gathered journal as this controller's own; its entries, opened, in order."""
