@@ -49,13 +49,11 @@ worker node gets 3 x 320/N MiB + 256 MiB (at least 512 MiB): 1,216 MiB at N = 1,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -216,40 +214,17 @@ def placement(actors: list[Any]) -> list[str]:
     return [node_name(node) for node in here]
 
 
-@contextlib.contextmanager
-def placed_on(names: list[str]) -> Iterator[None]:
-    """RayDock's controller on the head and shard i on worker node i, as TransferQueue's storage units
-    are placed: RayDock takes no placement option, so its actor factory is wrapped while it starts (if
-    that private name is gone, Ray places the actors and the run prints where)."""
-    import tokenport.dock.ray as module
-    from tokenport.dock.ray_controller import Controller, Shard
-
-    original, nodes = getattr(module, "_remote", None), iter(names)
-    if original is None:
-        yield
-        return
-
-    def pinned(*args: Any, **kwargs: Any) -> Any:
-        if args and args[0] is Shard:
-            return original(Shard).options(resources={next(nodes): 0.01})
-        if args:
-            return original(*args, **kwargs)
-        made = original(**kwargs)
-        return lambda cls: made(cls).options(resources={HEAD: 0.01}) if cls is Controller else made(cls)
-
-    module._remote = pinned
-    try:
-        yield
-    finally:
-        module._remote = original
+def node_id(name: str) -> str:
+    """The id of the live worker node named ``name`` (its custom resource)."""
+    return next(n["NodeID"] for n in ray.nodes() if n["Alive"] and name in n["Resources"])
 
 
 def run_raydock(names: list[str], seq: int, seed: int, repeats: int) -> dict[str, list[float]]:
     from tokenport.dock import Column
     from tokenport.dock.ray import RayDock
 
-    with placed_on(names):
-        dock = RayDock([Column(name, np.float32, shape=(seq,)) for name in NAMES], ["train"], shards=len(names))
+    columns = [Column(name, np.float32, shape=(seq,)) for name in NAMES]
+    dock = RayDock(columns, ["train"], shards=len(names), shard_nodes=[node_id(name) for name in names])
     controller = node_name(ray.get(dock._controller.node.remote()))
     print(f"  RayDock: controller on {controller}, shards on {placement(dock._shards)}", flush=True)
     producers, consumers = clients("raydock", names, seq, seed)

@@ -214,18 +214,6 @@ def test_bad_ray_resources_are_refused(tmp_path):
     assert "ray_resources" not in PrepareConfig(["x.jsonl"], str(tmp_path / "o")).to_dict()  # manifests as before
 
 
-@pytest.fixture
-def s3_env(s3, monkeypatch, tmp_path):
-    """s3:// goes to the session's moto server; the staging directory is under tmp_path/cache."""
-    import s3fs
-
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
-    monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / "cache"))
-    s3fs.S3FileSystem.clear_instance_cache()
-    yield s3
-    s3fs.S3FileSystem.clear_instance_cache()
-
-
 def _objects(s3, prefix: str) -> dict[str, bytes]:
     listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=prefix).get("Contents", [])
     return {

@@ -56,18 +56,6 @@ def test_bad_executor_is_refused(tmp_path):
 # -- an object-store output: no shared filesystem -----------------------------------------------
 
 
-@pytest.fixture
-def s3_env(s3, monkeypatch, tmp_path):
-    """s3:// goes to the session's moto server; the staging directory is under tmp_path."""
-    import s3fs
-
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
-    monkeypatch.setenv("TOKENPORT_CACHE_DIR", str(tmp_path / "cache"))
-    s3fs.S3FileSystem.clear_instance_cache()
-    yield s3
-    s3fs.S3FileSystem.clear_instance_cache()
-
-
 def _inputs(tmp_path: pathlib.Path) -> list[str]:
     """A gzip jsonl big enough to be cut into chunks and a plain one, with duplicates across them."""
     import gzip

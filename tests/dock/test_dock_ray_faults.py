@@ -76,6 +76,15 @@ def on(node) -> dict:
     return {"num_cpus": 0, "resources": {node.name: 0.01}}
 
 
+def assert_served_once_and_held_twice(dock: RayDock, served: list, seconds: float) -> None:
+    """Close the dock; each consumer got every row of partitions a and b once; every object has two copies."""
+    dock.close()
+    for name, rows in zip(CONSUMERS, ray.get(served, timeout=seconds)):
+        assert Counter(rows) == expected_rows(["a", "b"]), name
+    held = wait_for_copies(dock, 2)
+    assert held["pinned"] == 2 * held["objects"] and dock.lost_objects() == 0
+
+
 def wait_for_copies(dock: RayDock, replicas: int, seconds: float = 20) -> dict:
     """The dock's object counts once every object has its copies again (repaired), or as they are at the end."""
     deadline = time.monotonic() + seconds
@@ -113,11 +122,7 @@ def test_a_shard_and_a_node_killed_under_load_lose_and_repeat_no_committed_row(r
         time.sleep(rng.uniform(0.0, 0.3))
         ray.kill(dock._shards[rng.randrange(3)], no_restart=False)  # restarted empty
         assert sorted(ray.get(produced, timeout=60)) == list(range(ROWS))
-        dock.close()
-        for name, rows in zip(CONSUMERS, ray.get(served, timeout=60)):
-            assert Counter(rows) == expected_rows(["a", "b"]), name
-        held = wait_for_copies(dock, 2)
-        assert held["pinned"] == 2 * held["objects"] and dock.lost_objects() == 0
+        assert_served_once_and_held_twice(dock, served, 60)
     finally:
         dock.shutdown()
 
@@ -279,11 +284,7 @@ def test_a_controller_killed_at_seeded_moments_under_load_serves_every_row_exact
             time.sleep(rng.uniform(0.2, 0.8))
             kill_controller(dock)
         assert [sorted(rows) for rows in ray.get(produced, timeout=120)] == [list(range(ROWS))] * 2
-        dock.close()
-        for name, rows in zip(CONSUMERS, ray.get(served, timeout=120)):
-            assert Counter(rows) == expected_rows(["a", "b"]), name
-        held = wait_for_copies(dock, 2)
-        assert held["pinned"] == 2 * held["objects"] and dock.lost_objects() == 0
+        assert_served_once_and_held_twice(dock, served, 120)
     finally:
         dock.shutdown()
 
