@@ -15,13 +15,13 @@ node, an object store sized below). All of them share this machine's 2 physical 
 is 9 logical CPUs on 2 cores, oversubscribed, so the figures measure the software's overhead and
 copies, not a network or N machines' worth of cores.
 
-"N nodes": each worker node runs one producer and one consumer actor (pinned with the node's
-resource). Producer i puts rows [i*1024/N, (i+1)*1024/N) of the batch (all 10 fields); consumer i
-reads the rows of producer (i+1) mod N, so at N >= 2 every row crosses nodes. The data lives on the
-worker nodes: RayDock with ``shards=N``, its controller on the head (the creator's node) and shard i
-on worker node i (``shard_nodes=``; the actual placement is printed); TransferQueue's ``SimpleStorage`` with N storage units,
-placed round-robin on the worker nodes by its own ``required_node_resource``. TransferQueue's client
-is ``tq.init()`` in each actor (attaching to the controller the driver started), puts with
+"N nodes": each worker node runs one producer and one consumer actor (pinned with the node's resource).
+Producer i puts rows [i*1024/N, (i+1)*1024/N) of the batch (all 10 fields); consumer i reads the rows of
+producer (i+1) mod N, so at N >= 2 every row crosses nodes. The data lives on the worker nodes: RayDock
+with ``shards=N``, its controller on the head (the creator's node) and shard i on worker node i
+(``shard_nodes=``; the actual placement is printed); TransferQueue's ``SimpleStorage`` with N storage
+units, placed round-robin on the worker nodes by its own ``required_node_resource``. TransferQueue's
+client is ``tq.init()`` in each actor (attaching to the controller the driver started), puts with
 ``tq.kv_batch_put(keys, partition, TensorDict)`` and gets with ``tq.kv_batch_get(keys, partition)``;
 RayDock's are ``dock.put(partition, {field: (rows, 8192) array}, rows=...)`` and ``dock.get("train",
 fields, count, partition, rows=...)``. The data are generated in the actors before timing (seeded, the
