@@ -87,6 +87,7 @@ def test_demo_runs_every_stage(demo_run):
     assert "(equal to the parts' sum)" in out
     assert "reopened from the cache" in out and "samples/s" in out
     assert "packed:" in out and "the global stream continues with" in out
+    assert "resumed on 3 ranks at global batch 6" in out and "uninterrupted global order: the same" in out
     assert "largest prefix deviation" in out and "train/valid/test: 20,000 / 200 / 20 samples" in out
     assert "rows served per stage: rollout 128, reward 128, advantage 128, train 128" in out
     assert "all consumed by train: True" in out

@@ -30,7 +30,7 @@ from ..indexed.inspect import summarize
 from ..samples.gpt import GPTDataset, GPTSampleConfig
 from ..samples.packed import PackedDataset
 from ..samples.sft import SFTDataset
-from ..sampling import PretrainingSampler, RandomSampler, dataset_epochs
+from ..sampling import PretrainingSampler, RandomSampler, StreamSampler, dataset_epochs
 from ..sampling.report import batching_report, render_batching_report
 from ..tokenizers import load_tokenizer
 from .corpus import build_demo_corpus, build_documentation, build_sft_conversations
@@ -273,7 +273,7 @@ def _blend(parts: dict[str, list[str]], workdir: str, cache_dir: str, echo: Prog
 
 def _sampling(prefix: str, echo: Progress) -> None:
     """Batch the merged store's documents: padding by order, packing, rank balance, a resumable sampler."""
-    echo("\n== 8. sampling: length grouping, best-fit packing, rank balance, exact resume")
+    echo("\n== 8. sampling: length grouping, best-fit packing, rank balance, exact and elastic resume")
     ds = IndexedDataset(prefix)
     echo.doing("measuring padding, packing and rank balance of the merged store")
     echo(render_batching_report(batching_report(ds.sequence_lengths, 8, capacity=4096, data_parallel_size=8)))
@@ -294,7 +294,24 @@ def _sampling(prefix: str, echo: Progress) -> None:
         f"rank 0 of 2 micro-batches {first}; state {state['consumed_samples']} samples consumed; "
         f"resumed on 1 rank, the global stream continues with {next(iter(resumed))}"
     )
+    _elastic(len(packed), echo)
     ds.close()
+
+
+def _elastic(total: int, echo: Progress) -> None:
+    """A StreamSampler saved at global batch 4 resumes at global batch 6: the same global order, boundaries moved."""
+    saved = StreamSampler(total, 0, micro_batch_size=2, data_parallel_rank=0, data_parallel_size=2, seed=7)
+    saved.consumed_samples = 8  # two steps of 4 trained
+    state = saved.state_dict()
+    ranks = [StreamSampler(total, 0, 2, rank, 3, seed=7) for rank in range(3)]  # global batch 6 now
+    for sampler in ranks:
+        sampler.load_state_dict(state)
+    step = [int(i) for sampler in ranks for i in next(iter(sampler))]
+    same = step == [int(i) for i in saved.global_stream(8, 14)]  # the stream the README defines
+    echo(
+        f"saved at global batch 4, resumed on 3 ranks at global batch 6: the next step reads {step}; "
+        f"positions 8-13 of the uninterrupted global order: {'the same' if same else 'DIFFERENT'}"
+    )
 
 
 def _clean(prose: str, output: str, workers: int | None, echo: Progress) -> None:
