@@ -101,7 +101,7 @@ stages (each prints a "== N. name" header):
    5. merge and read: one store of both datasets, random and batched reads
    6. samples: documents -> fixed-length GPT samples (Megatron's split and indices, cached)
    7. blend: code and prose by weight, exact at every prefix (Tijdeman's schedule)
-   8. sampling: length grouping, best-fit packing, rank balance, exact resume
+   8. sampling: length grouping, best-fit packing, rank balance, exact and elastic resume
    9. dock: RL experience between stages (rollout -> reward -> advantages -> 2 training ranks)
   10. clean: quality filters, line corrections, PII scrubbing and fuzzy dedup inside prepare
   11. train: a tiny decoder-only model on the code/prose blend, checkpointed mid-way and resumed
